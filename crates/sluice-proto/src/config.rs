@@ -1,1 +1,88 @@
-//! Work in progress (issue 2).
+//! Channel configuration shared by the sender and the receiver.
+
+use crate::cc::CcKind;
+use crate::crypto::Algorithm;
+
+/// Settings of one data channel. Both ends must agree on `initial_dsn`, `packet_size` and the
+/// keys; the session plane negotiates them.
+#[derive(Debug, Clone)]
+pub struct ChannelConfig {
+    /// Largest UDP payload sent, in bytes. The default, 1452, fits a 1500-byte MTU over IPv6.
+    pub packet_size: usize,
+    /// Congestion controller.
+    pub cc: CcKind,
+    /// Rate of the `fixed` controller, and a cap for the others when non-zero (bits per second of
+    /// UDP payload).
+    pub rate_bps: u64,
+    /// RTT assumed before the first measurement.
+    pub initial_rtt_us: u64,
+    /// Upper bound on unacknowledged data packets the sender keeps track of (its buffer bound).
+    pub max_flight_pkts: u32,
+    /// Window the receiver advertises, in packets (its buffer bound).
+    pub recv_window_pkts: u32,
+    /// Without any packet from the peer for this long, the channel is declared broken.
+    pub idle_timeout_us: u64,
+    /// An idle sender sends a keep-alive this often.
+    pub keepalive_us: u64,
+    /// First data sequence number (31 bits); both ends must use the same.
+    pub initial_dsn: u32,
+    /// AEAD algorithm.
+    pub aead: Algorithm,
+    /// Seed for the controller's randomness.
+    pub seed: u64,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        Self {
+            packet_size: 1452,
+            cc: CcKind::Adaptive,
+            rate_bps: 0,
+            initial_rtt_us: 100_000,
+            max_flight_pkts: 1 << 18,
+            recv_window_pkts: 1 << 18,
+            idle_timeout_us: 30_000_000,
+            keepalive_us: 1_000_000,
+            initial_dsn: 0,
+            aead: Algorithm::Aes256Gcm,
+            seed: 0,
+        }
+    }
+}
+
+impl ChannelConfig {
+    /// Smallest packet size accepted: room for the headers, the tag and a little payload.
+    pub const MIN_PACKET_SIZE: usize = 128;
+    /// Largest packet size accepted (a UDP datagram over IPv4 jumbo frames and then some).
+    pub const MAX_PACKET_SIZE: usize = 65_000;
+
+    /// Payload bytes carried by one full data packet.
+    pub fn payload_size(&self) -> usize {
+        self.packet_size.saturating_sub(crate::wire::DATA_OVERHEAD)
+    }
+
+    /// Checks the settings; the error names the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(Self::MIN_PACKET_SIZE..=Self::MAX_PACKET_SIZE).contains(&self.packet_size) {
+            return Err(ConfigError("packet_size must be between 128 and 65000 bytes"));
+        }
+        if self.cc == CcKind::Fixed && self.rate_bps == 0 {
+            return Err(ConfigError("the fixed controller needs rate_bps"));
+        }
+        if self.max_flight_pkts < 32 || self.recv_window_pkts < 32 {
+            return Err(ConfigError("max_flight_pkts and recv_window_pkts must be at least 32"));
+        }
+        if self.initial_dsn > crate::seq::Seq31::MAX {
+            return Err(ConfigError("initial_dsn must fit in 31 bits"));
+        }
+        if self.idle_timeout_us < 1_000_000 || self.initial_rtt_us == 0 || self.keepalive_us == 0 {
+            return Err(ConfigError("timeouts must be positive (idle timeout at least 1 s)"));
+        }
+        Ok(())
+    }
+}
+
+/// A configuration value out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid channel configuration: {0}")]
+pub struct ConfigError(pub &'static str);

@@ -17,6 +17,7 @@
 pub mod cc;
 pub mod config;
 pub mod crypto;
+pub mod delay;
 pub mod estimate;
 pub mod intervals;
 pub mod receiver;

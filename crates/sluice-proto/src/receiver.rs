@@ -1,1 +1,442 @@
-//! Work in progress (issue 2).
+//! The receiving end of a data channel.
+//!
+//! # Driving a `Receiver`
+//! The receiver is a state machine with no I/O and no clock. Its driver:
+//! 1. hands every datagram that arrives on the channel's socket to [`Receiver::handle_datagram`]
+//!    with the current time; when it returns a [`Delivered`], the payload (decrypted in place in
+//!    the caller's buffer) belongs at `offset` in the application's byte space; every payload is
+//!    delivered exactly once, in any order;
+//! 2. calls [`Receiver::handle_timeout`] when the time returned by [`Receiver::poll_timeout`]
+//!    has come;
+//! 3. after either, calls [`Receiver::poll_transmit`] until it returns `None`, sending each
+//!    datagram it writes (ACKs every SYN, NAKs, and so on);
+//! 4. watches [`Receiver::state`] for the end of the channel.
+//!
+//! The receiver does not know how much data will come; the application does, and decides when it
+//! has everything. It keeps acknowledging until the sender shuts the channel down.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use crate::SYN_US;
+use crate::config::ChannelConfig;
+use crate::crypto::PacketKey;
+use crate::delay::QueueDelay;
+use crate::estimate::{ArrivalSpeed, CapacityEstimator, RttEstimator};
+use crate::intervals::IntervalSet;
+use crate::seq::Seq31;
+use crate::timer::{Timer, TimerTable};
+use crate::wire::{self, Ack, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
+
+/// ACKs remembered for matching ACK2s (RTT samples); older ACK2s are ignored.
+const ACK_HISTORY: usize = 1024;
+/// Control packets waiting to be sent; beyond this, immediate NAKs are dropped (the periodic NAK
+/// repeats them).
+const MAX_PENDING: usize = 256;
+/// NAK packets sent per periodic NAK event at most.
+const MAX_NAK_PACKETS_PER_EVENT: u32 = 16;
+
+/// A payload to deliver: it belongs at `offset`; it lies at `range` in the datagram buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    /// Where the payload belongs in the application's byte space.
+    pub offset: u64,
+    /// Where the decrypted payload lies in the buffer given to `handle_datagram`.
+    pub range: Range<usize>,
+}
+
+/// Why a datagram was not accepted. The channel goes on; drivers count these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    /// Authentication failed (corruption or forgery) or the packet is malformed.
+    #[error("packet failed authentication or is malformed")]
+    Invalid,
+    /// A valid packet that a receiver does not expect (e.g. an ACK).
+    #[error("unexpected packet kind for a receiver")]
+    Unexpected,
+    /// Data beyond the receive window.
+    #[error("data beyond the receive window")]
+    OutOfWindow,
+}
+
+/// Where a channel end stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Moving data.
+    Open,
+    /// The peer closed the channel in order, with this reason code.
+    Closed(u32),
+    /// Nothing heard from the peer for the idle timeout.
+    Broken,
+}
+
+/// Receiver counters.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiverStats {
+    /// Data packets accepted (new or repairs).
+    pub data_pkts: u64,
+    /// Payload bytes delivered.
+    pub delivered_bytes: u64,
+    /// Data packets that were already received.
+    pub duplicate_pkts: u64,
+    /// Datagrams rejected (authentication, malformed, unexpected, out of window).
+    pub rejected_pkts: u64,
+    /// Packets detected missing (gaps in sequence numbers).
+    pub detected_lost_pkts: u64,
+    /// ACKs sent.
+    pub acks_sent: u64,
+    /// NAK packets sent.
+    pub naks_sent: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    Ack,
+    /// An immediate NAK for one newly detected gap.
+    NakGap(u64, u64),
+    /// The periodic loss-list report, continuing from this sequence number.
+    NakList { from: u64, packets_left: u32 },
+}
+
+/// The receiving end of a channel. See the module docs for how to drive it.
+#[derive(Debug)]
+pub struct Receiver {
+    config: ChannelConfig,
+    /// Seals the control packets we send.
+    tx_key: PacketKey,
+    /// Opens the packets the sender sends.
+    rx_key: PacketKey,
+    next_pn: u64,
+    /// One past the largest sequence number received.
+    rcv_next: u64,
+    loss: IntervalSet,
+    arrival: ArrivalSpeed,
+    capacity: CapacityEstimator,
+    rtt: RttEstimator,
+    queue_delay: QueueDelay,
+    timers: TimerTable,
+    ack_no: u32,
+    ack_history: VecDeque<(u32, u64)>,
+    /// The cumulative ACK point last reported, and whether data arrived since.
+    last_acked: u64,
+    data_since_ack: bool,
+    nak_backoff: u32,
+    pending: VecDeque<Pending>,
+    state: State,
+    stats: ReceiverStats,
+}
+
+impl Receiver {
+    /// A receiver whose clocks start at `now_us`. `tx_key` seals what it sends (receiver to
+    /// sender), `rx_key` opens what the sender sends. Fails if the configuration is invalid.
+    pub fn new(
+        config: ChannelConfig,
+        tx_key: PacketKey,
+        rx_key: PacketKey,
+        now_us: u64,
+    ) -> Result<Self, crate::config::ConfigError> {
+        config.validate()?;
+        let mut timers = TimerTable::default();
+        timers.set(Timer::Idle, now_us + config.idle_timeout_us);
+        let initial = u64::from(config.initial_dsn);
+        let rtt = RttEstimator::new(config.initial_rtt_us);
+        Ok(Self {
+            tx_key,
+            rx_key,
+            next_pn: 0,
+            rcv_next: initial,
+            loss: IntervalSet::new(),
+            arrival: ArrivalSpeed::new(),
+            capacity: CapacityEstimator::new(),
+            rtt,
+            queue_delay: QueueDelay::default(),
+            timers,
+            ack_no: 0,
+            ack_history: VecDeque::with_capacity(ACK_HISTORY),
+            last_acked: initial,
+            data_since_ack: false,
+            nak_backoff: 1,
+            pending: VecDeque::new(),
+            state: State::Open,
+            stats: ReceiverStats::default(),
+            config,
+        })
+    }
+
+    /// Where the channel stands.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ReceiverStats {
+        &self.stats
+    }
+
+    /// Packets currently known missing.
+    pub fn missing_pkts(&self) -> u64 {
+        self.loss.len()
+    }
+
+    /// The receiver's RTT estimate (from ACK/ACK2).
+    pub fn rtt_us(&self) -> u64 {
+        self.rtt.rtt_us()
+    }
+
+    /// First sequence number not yet received: everything before it has arrived.
+    fn ack_point(&self) -> u64 {
+        self.loss.first().unwrap_or(self.rcv_next)
+    }
+
+    /// Processes one datagram that arrived at `now_us`. The buffer is decrypted in place.
+    pub fn handle_datagram(
+        &mut self,
+        now_us: u64,
+        datagram: &mut [u8],
+    ) -> Result<Option<Delivered>, Rejected> {
+        let (header, body_len) = match self.rx_key.open(datagram) {
+            Ok(v) => v,
+            Err(_) => {
+                self.stats.rejected_pkts += 1;
+                return Err(Rejected::Invalid);
+            }
+        };
+        let body = &datagram[HEADER_LEN..HEADER_LEN + body_len];
+        let result = match header.kind {
+            Kind::Data => self.on_data(now_us, &header, body),
+            kind => match Control::parse(kind, body) {
+                Ok(control) => self.on_control(now_us, control),
+                Err(_) => Err(Rejected::Invalid),
+            },
+        };
+        match result {
+            Ok(_) => {
+                if self.state == State::Open {
+                    self.timers.set(Timer::Idle, now_us + self.config.idle_timeout_us);
+                }
+            }
+            Err(_) => self.stats.rejected_pkts += 1,
+        }
+        result
+    }
+
+    fn on_data(
+        &mut self,
+        now_us: u64,
+        header: &Header,
+        body: &[u8],
+    ) -> Result<Option<Delivered>, Rejected> {
+        let (prefix, payload) = DataPrefix::parse(body).map_err(|_| Rejected::Invalid)?;
+        let dsn = prefix.dsn.extend(self.rcv_next);
+        let window = u64::from(self.config.recv_window_pkts);
+        if dsn >= self.ack_point() + window {
+            return Err(Rejected::OutOfWindow);
+        }
+        self.arrival.on_arrival(now_us);
+        if header.flags & wire::flags::PAIR_FIRST != 0 {
+            self.capacity.on_pair_first(now_us);
+        } else if header.flags & wire::flags::PAIR_SECOND != 0 {
+            self.capacity.on_pair_second(now_us);
+        } else {
+            self.capacity.on_other_arrival();
+        }
+        self.queue_delay.on_packet(now_us, header.timestamp_us);
+        if self.timers.get(Timer::Ack).is_none() {
+            self.timers.set(Timer::Ack, now_us + SYN_US);
+        }
+
+        let fresh = if dsn >= self.rcv_next {
+            if dsn > self.rcv_next {
+                let (lo, hi) = (self.rcv_next, dsn - 1);
+                self.stats.detected_lost_pkts += self.loss.insert(lo, hi);
+                if self.pending.len() < MAX_PENDING {
+                    self.pending.push_back(Pending::NakGap(lo, hi));
+                }
+                if self.timers.get(Timer::Nak).is_none() {
+                    self.timers.set(Timer::Nak, now_us + self.nak_interval_us());
+                }
+            }
+            self.rcv_next = dsn + 1;
+            true
+        } else {
+            self.loss.remove(dsn)
+        };
+        if !fresh {
+            self.stats.duplicate_pkts += 1;
+            return Ok(None);
+        }
+        self.data_since_ack = true;
+        self.nak_backoff = 1;
+        self.stats.data_pkts += 1;
+        self.stats.delivered_bytes += payload.len() as u64;
+        let start = HEADER_LEN + wire::DATA_PREFIX_LEN;
+        Ok(Some(Delivered { offset: prefix.offset, range: start..start + payload.len() }))
+    }
+
+    fn on_control(&mut self, now_us: u64, control: Control<'_>) -> Result<Option<Delivered>, Rejected> {
+        match control {
+            Control::KeepAlive => {}
+            Control::Shutdown { reason } => {
+                self.state = State::Closed(reason);
+                self.timers = TimerTable::default();
+            }
+            Control::DropRequest { first, last } => {
+                let lo = first.extend(self.rcv_next);
+                let hi = lo + u64::try_from(last.distance_from(first)).unwrap_or(0);
+                self.loss.remove_range(lo, hi);
+            }
+            Control::Ack2 { ack_no } => {
+                let index = self.ack_history.front().map(|&(first, _)| ack_no.wrapping_sub(first));
+                let entry = index.and_then(|i| self.ack_history.get(i as usize));
+                if let Some(&(_, sent_us)) = entry.filter(|(n, _)| *n == ack_no) {
+                    self.rtt.on_sample(now_us, now_us.saturating_sub(sent_us));
+                }
+            }
+            Control::Ack(_) | Control::Nak(_) => return Err(Rejected::Unexpected),
+        }
+        Ok(None)
+    }
+
+    /// Fires the timers due at `now_us`.
+    pub fn handle_timeout(&mut self, now_us: u64) {
+        if self.state != State::Open {
+            return;
+        }
+        if self.timers.is_due(Timer::Idle, now_us) {
+            self.state = State::Broken;
+            self.timers = TimerTable::default();
+            return;
+        }
+        if self.timers.is_due(Timer::Ack, now_us) {
+            if self.data_since_ack || self.ack_point() != self.last_acked {
+                self.push_pending(Pending::Ack);
+                self.timers.set(Timer::Ack, now_us + SYN_US);
+            } else {
+                // Idle: the next data packet re-arms the ACK timer.
+                self.timers.stop(Timer::Ack);
+            }
+        }
+        if self.timers.is_due(Timer::Nak, now_us) {
+            if self.loss.is_empty() {
+                self.timers.stop(Timer::Nak);
+            } else {
+                let from = self.loss.first().unwrap_or(self.rcv_next);
+                self.push_pending(Pending::NakList {
+                    from,
+                    packets_left: MAX_NAK_PACKETS_PER_EVENT,
+                });
+                // The interval grows while nothing new arrives (UDT's growing NAK interval).
+                self.nak_backoff = (self.nak_backoff + 1).min(16);
+                self.timers.set(Timer::Nak, now_us + self.nak_interval_us());
+            }
+        }
+    }
+
+    fn push_pending(&mut self, p: Pending) {
+        if self.pending.len() < MAX_PENDING {
+            self.pending.push_back(p);
+        }
+    }
+
+    fn nak_interval_us(&self) -> u64 {
+        let base = (self.rtt.rtt_us() + 4 * self.rtt.rtt_var_us()).max(2 * SYN_US);
+        base * u64::from(self.nak_backoff.div_ceil(2))
+    }
+
+    /// The earliest time at which [`Receiver::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.timers.next_deadline()
+    }
+
+    /// Writes the next control packet to send into `buf` (at least `packet_size` bytes) and
+    /// returns its length, or `None` when there is nothing to send.
+    pub fn poll_transmit(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+        while let Some(p) = self.pending.pop_front() {
+            if let Some(len) = self.emit_pending(now_us, p, buf) {
+                return Some(len);
+            }
+        }
+        None
+    }
+
+    fn emit_pending(&mut self, now_us: u64, p: Pending, buf: &mut [u8]) -> Option<usize> {
+        let limit = buf.len().min(self.config.packet_size);
+        let body_cap = limit.checked_sub(HEADER_LEN + TAG_LEN)?;
+        let body = &mut buf[HEADER_LEN..HEADER_LEN + body_cap];
+        let (kind, body_len) = match p {
+            Pending::Ack => {
+                let ack = self.make_ack(now_us);
+                (Kind::Ack, Control::Ack(ack).emit(body).ok()?)
+            }
+            Pending::NakGap(lo, hi) => {
+                // Only what is still missing.
+                let ranges = self.loss_ranges_from(lo).take_while(|&(l, _)| l <= hi);
+                let (n, count) = wire::emit_nak(ranges.map(|(l, h)| (l, h.min(hi))).map(seq_pair), body);
+                if count == 0 {
+                    return None;
+                }
+                (Kind::Nak, n)
+            }
+            Pending::NakList { from, packets_left } => {
+                let (n, count) = wire::emit_nak(self.loss_ranges_from(from).map(seq_pair), body);
+                if count == 0 {
+                    return None;
+                }
+                if packets_left > 1 {
+                    let next = self.loss_ranges_from(from).nth(count).map(|(l, _)| l);
+                    if let Some(next) = next {
+                        self.pending.push_front(Pending::NakList {
+                            from: next,
+                            packets_left: packets_left - 1,
+                        });
+                    }
+                }
+                (Kind::Nak, n)
+            }
+        };
+        let header = Header { kind, flags: 0, pn: self.next_pn, timestamp_us: now_us as u32 };
+        header.emit(buf).ok()?;
+        let len = self.tx_key.seal(&mut buf[..limit], body_len).ok()?;
+        self.next_pn += 1;
+        match kind {
+            Kind::Ack => self.stats.acks_sent += 1,
+            _ => self.stats.naks_sent += 1,
+        }
+        Some(len)
+    }
+
+    /// Loss ranges clipped to start at `from` or later.
+    fn loss_ranges_from(&self, from: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.loss.ranges().filter(move |&(_, hi)| hi >= from).map(move |(lo, hi)| (lo.max(from), hi))
+    }
+
+    fn make_ack(&mut self, now_us: u64) -> Ack {
+        let ack_point = self.ack_point();
+        self.ack_no = self.ack_no.wrapping_add(1);
+        if self.ack_history.len() == ACK_HISTORY {
+            self.ack_history.pop_front();
+        }
+        self.ack_history.push_back((self.ack_no, now_us));
+        self.last_acked = ack_point;
+        self.data_since_ack = false;
+        let span = self.rcv_next - ack_point;
+        Ack {
+            ack_no: self.ack_no,
+            ack_dsn: Seq31::from_ext(ack_point),
+            rtt_us: clamp_u32(self.rtt.rtt_us()),
+            rtt_var_us: clamp_u32(self.rtt.rtt_var_us()),
+            avail_window_pkts: clamp_u32(u64::from(self.config.recv_window_pkts).saturating_sub(span)),
+            recv_rate_pps: self.arrival.pkts_per_sec(),
+            capacity_pps: self.capacity.pkts_per_sec(),
+            queue_delay_us: self.queue_delay.take_mean_us(),
+        }
+    }
+}
+
+fn seq_pair((lo, hi): (u64, u64)) -> (Seq31, Seq31) {
+    (Seq31::from_ext(lo), Seq31::from_ext(hi))
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}

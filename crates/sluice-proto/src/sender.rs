@@ -1,1 +1,574 @@
-//! Work in progress (issue 2).
+//! The sending end of a data channel.
+//!
+//! # Driving a `Sender`
+//! The sender is a state machine with no I/O and no clock. Its driver:
+//! 1. queues byte ranges of the application's data with [`Sender::push`] (the sender cuts them
+//!    into packets) and calls [`Sender::finish`] when no more will come;
+//! 2. hands every datagram that arrives from the receiver to [`Sender::handle_datagram`];
+//! 3. calls [`Sender::handle_timeout`] when the time from [`Sender::poll_timeout`] has come;
+//! 4. after any of the above, calls [`Sender::poll_transmit`] until it returns `None`, sending
+//!    each datagram it writes. `poll_transmit` asks the driver for payload bytes through a
+//!    callback `fill(offset, buf)` at the moment a packet is built, so the sender holds no payload
+//!    and a retransmission reads its bytes again from the source;
+//! 5. stops when [`Sender::state`] is no longer [`State::Open`]: `Finished` means every byte was
+//!    acknowledged and the shutdown was sent.
+//!
+//! Pacing: `poll_transmit` returns `None` when the next packet is not due yet;
+//! [`Sender::poll_timeout`] then says when it is. Control packets (ACK2, keep-alive, shutdown) are
+//! not paced.
+//!
+//! Packet numbers: every datagram the sender emits takes the next number of one 64-bit counter,
+//! which is the AEAD nonce; a retransmitted payload keeps its data sequence number and offset but
+//! gets a new packet number. The counter cannot wrap in practice (2^64 packets); the sender stops
+//! with [`State::Broken`] rather than reuse one.
+
+use std::collections::VecDeque;
+
+use crate::SYN_US;
+use crate::cc::{AckSignal, CongestionControl, LossSignal};
+use crate::config::ChannelConfig;
+use crate::crypto::PacketKey;
+use crate::estimate::RttEstimator;
+use crate::intervals::IntervalSet;
+use crate::receiver::State;
+use crate::seq::Seq31;
+use crate::timer::{Timer, TimerTable};
+use crate::wire::{self, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
+
+/// Every `PAIR_INTERVAL`-th data packet starts a packet pair (UDT's N = 16).
+const PAIR_INTERVAL: u64 = 16;
+/// After an idle or late spell the pacer may send this many packets' worth of catch-up at once.
+const MAX_CATCH_UP_PKTS: f64 = 1.0;
+/// ACK2s waiting to be sent at most (they are sent before data, so this never fills in practice).
+const MAX_PENDING_ACK2: usize = 64;
+
+/// Sender counters.
+#[derive(Debug, Clone, Default)]
+pub struct SenderStats {
+    /// Data packets sent for the first time.
+    pub new_pkts: u64,
+    /// Data packets sent again.
+    pub retransmitted_pkts: u64,
+    /// Control packets sent (ACK2, keep-alive, shutdown).
+    pub control_pkts: u64,
+    /// Bytes of all datagrams sent.
+    pub wire_bytes: u64,
+    /// Payload bytes acknowledged.
+    pub acked_bytes: u64,
+    /// Packets reported lost for the first time.
+    pub lost_pkts: u64,
+    /// NAKs received.
+    pub naks: u64,
+    /// EXP timeouts.
+    pub timeouts: u64,
+    /// Datagrams rejected (authentication, malformed, unexpected).
+    pub rejected_pkts: u64,
+}
+
+/// A packet in flight: where its payload comes from and when it was last sent.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    offset: u64,
+    len: u32,
+    last_sent_us: u64,
+    retransmitted: bool,
+}
+
+/// The sending end of a channel. See the module docs for how to drive it.
+#[derive(Debug)]
+pub struct Sender {
+    config: ChannelConfig,
+    payload_size: u64,
+    /// Seals what we send.
+    tx_key: PacketKey,
+    /// Opens what the receiver sends.
+    rx_key: PacketKey,
+    next_pn: u64,
+    cc: Box<dyn CongestionControl>,
+    rtt: RttEstimator,
+    /// Byte ranges queued by the application and not yet cut into packets.
+    queue: VecDeque<(u64, u64)>,
+    queued_bytes: u64,
+    finished: bool,
+    /// Everything before this sequence number is acknowledged.
+    snd_una: u64,
+    /// Next new sequence number.
+    next_dsn: u64,
+    /// Packets `snd_una..next_dsn`.
+    flight: VecDeque<Slot>,
+    /// Sequence numbers to retransmit.
+    loss: IntervalSet,
+    next_send_us: f64,
+    pair_second_due: bool,
+    timers: TimerTable,
+    last_feedback_us: u64,
+    last_sent_us: u64,
+    exp_count: u32,
+    pending_ack2: VecDeque<u32>,
+    pending_keepalive: bool,
+    shutdown_sent: bool,
+    peer_window_pkts: u64,
+    queue_delay_us: u32,
+    /// Since the previous ACK: data packets sent, first-time losses, and whether the sender ever
+    /// ran out of data or was frozen (then the real sending period says nothing about pacing).
+    interval_sent: u64,
+    interval_lost: u64,
+    interval_starved: bool,
+    last_ack_us: u64,
+    state: State,
+    stats: SenderStats,
+}
+
+impl Sender {
+    /// A sender whose clocks start at `now_us`. `tx_key` seals what it sends, `rx_key` opens
+    /// what the receiver sends. Fails if the configuration is invalid.
+    pub fn new(
+        config: ChannelConfig,
+        tx_key: PacketKey,
+        rx_key: PacketKey,
+        now_us: u64,
+    ) -> Result<Self, crate::config::ConfigError> {
+        config.validate()?;
+        let initial = u64::from(config.initial_dsn);
+        let mut timers = TimerTable::default();
+        timers.set(Timer::Idle, now_us + config.idle_timeout_us);
+        timers.set(Timer::KeepAlive, now_us + config.keepalive_us);
+        Ok(Self {
+            payload_size: config.payload_size() as u64,
+            tx_key,
+            rx_key,
+            next_pn: 0,
+            cc: crate::cc::build(&config),
+            rtt: RttEstimator::new(config.initial_rtt_us),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            finished: false,
+            snd_una: initial,
+            next_dsn: initial,
+            flight: VecDeque::new(),
+            loss: IntervalSet::new(),
+            next_send_us: now_us as f64,
+            pair_second_due: false,
+            timers,
+            last_feedback_us: now_us,
+            last_sent_us: now_us,
+            exp_count: 0,
+            pending_ack2: VecDeque::new(),
+            pending_keepalive: false,
+            shutdown_sent: false,
+            peer_window_pkts: u64::from(config.recv_window_pkts),
+            queue_delay_us: 0,
+            interval_sent: 0,
+            interval_lost: 0,
+            interval_starved: false,
+            last_ack_us: now_us,
+            state: State::Open,
+            stats: SenderStats::default(),
+            config,
+        })
+    }
+
+    /// Queues `len` bytes at `offset` of the application's byte space for sending.
+    pub fn push(&mut self, offset: u64, len: u64) {
+        if len > 0 && !self.finished {
+            self.queue.push_back((offset, len));
+            self.queued_bytes += len;
+        }
+    }
+
+    /// Declares that nothing more will be pushed: once everything is acknowledged, the sender
+    /// shuts the channel down and reports [`State::Finished`].
+    pub fn finish(&mut self) {
+        self.finished = true;
+    }
+
+    /// Where the channel stands. [`State::Closed`] with [`REASON_DONE`] means every byte was
+    /// acknowledged.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Whether every pushed byte is acknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.queue.is_empty() && self.snd_una == self.next_dsn
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &SenderStats {
+        &self.stats
+    }
+
+    /// The congestion controller (for traces).
+    pub fn cc(&self) -> &dyn CongestionControl {
+        self.cc.as_ref()
+    }
+
+    /// The pacing rate in packets per second, after the configured cap.
+    pub fn rate_pps(&self) -> f64 {
+        1e6 / self.period_us()
+    }
+
+    /// Smoothed RTT as reported by the receiver.
+    pub fn rtt_us(&self) -> u64 {
+        self.rtt.rtt_us()
+    }
+
+    /// Packets sent and not yet acknowledged.
+    pub fn in_flight_pkts(&self) -> u64 {
+        self.next_dsn - self.snd_una
+    }
+
+    /// Bytes pushed and not yet sent for the first time.
+    pub fn unsent_bytes(&self) -> u64 {
+        self.queued_bytes
+    }
+
+    fn period_us(&self) -> f64 {
+        let mut period = self.cc.period_us().max(0.01);
+        if self.config.rate_bps > 0 {
+            let cap_pps = self.config.rate_bps as f64 / (self.config.packet_size as f64 * 8.0);
+            period = period.max(1e6 / cap_pps);
+        }
+        period
+    }
+
+    fn window_pkts(&self) -> u64 {
+        let cc = self.cc.window_pkts().max(2.0) as u64;
+        cc.min(self.peer_window_pkts).min(u64::from(self.config.max_flight_pkts))
+    }
+
+    fn exp_interval_us(&self) -> u64 {
+        let n = u64::from(self.exp_count.max(1));
+        let per = self.rtt.rtt_us() + 4 * self.rtt.rtt_var_us();
+        (n * per + SYN_US).max(n * 100_000)
+    }
+
+    /// Processes one datagram from the receiver that arrived at `now_us` (decrypted in place).
+    pub fn handle_datagram(&mut self, now_us: u64, datagram: &mut [u8]) {
+        let Ok((header, body_len)) = self.rx_key.open(datagram) else {
+            self.stats.rejected_pkts += 1;
+            return;
+        };
+        let body = &datagram[HEADER_LEN..HEADER_LEN + body_len];
+        let Ok(control) = Control::parse(header.kind, body) else {
+            self.stats.rejected_pkts += 1;
+            return;
+        };
+        if self.state != State::Open {
+            return;
+        }
+        self.last_feedback_us = now_us;
+        self.exp_count = 0;
+        self.timers.set(Timer::Idle, now_us + self.config.idle_timeout_us);
+        if self.in_flight_pkts() > 0 {
+            self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
+        }
+        match control {
+            Control::Ack(ack) => self.on_ack(now_us, &ack),
+            Control::Nak(ranges) => self.on_nak(now_us, ranges),
+            Control::Shutdown { reason } => {
+                self.state = State::Closed(reason);
+                self.timers = TimerTable::default();
+            }
+            Control::KeepAlive => {}
+            Control::Ack2 { .. } | Control::DropRequest { .. } => self.stats.rejected_pkts += 1,
+        }
+    }
+
+    fn on_ack(&mut self, now_us: u64, ack: &wire::Ack) {
+        if self.pending_ack2.len() < MAX_PENDING_ACK2 {
+            self.pending_ack2.push_back(ack.ack_no);
+        }
+        self.rtt.set(u64::from(ack.rtt_us), u64::from(ack.rtt_var_us));
+        self.rtt.on_min_sample(now_us, u64::from(ack.rtt_us));
+        self.queue_delay_us = ack.queue_delay_us;
+        self.peer_window_pkts = u64::from(ack.avail_window_pkts);
+
+        let ack_dsn = ack.ack_dsn.extend(self.snd_una);
+        let mut acked_pkts = 0;
+        if ack_dsn > self.snd_una && ack_dsn <= self.next_dsn {
+            acked_pkts = ack_dsn - self.snd_una;
+            for slot in self.flight.drain(..acked_pkts as usize) {
+                self.stats.acked_bytes += u64::from(slot.len);
+            }
+            self.snd_una = ack_dsn;
+            self.loss.remove_below(ack_dsn);
+        }
+        if self.in_flight_pkts() == 0 {
+            self.timers.stop(Timer::Exp);
+        }
+
+        let elapsed_us = now_us.saturating_sub(self.last_ack_us);
+        let real_period_us = (!self.interval_starved && self.interval_sent > 0 && elapsed_us > 0)
+            .then(|| elapsed_us as f64 / self.interval_sent as f64);
+        self.cc.on_ack(&AckSignal {
+            now_us,
+            acked_pkts,
+            rtt_us: self.rtt.rtt_us(),
+            rtt_var_us: self.rtt.rtt_var_us(),
+            min_rtt_us: self.rtt.min_rtt_us(),
+            recv_rate_pps: ack.recv_rate_pps,
+            capacity_pps: ack.capacity_pps,
+            queue_delay_us: ack.queue_delay_us,
+            real_period_us,
+            sent_pkts: self.interval_sent,
+            lost_pkts: self.interval_lost,
+            snd_next: self.next_dsn,
+        });
+        self.last_ack_us = now_us;
+        self.interval_sent = 0;
+        self.interval_lost = 0;
+        self.interval_starved = false;
+    }
+
+    fn on_nak(&mut self, now_us: u64, ranges: wire::NakRanges<'_>) {
+        self.stats.naks += 1;
+        // A packet already retransmitted is sent again only when its repair has had time to
+        // arrive and be reported: the receiver repeats its loss list, and most repeats are stale.
+        let repair_us = self.rtt.rtt_us() + 4 * self.rtt.rtt_var_us();
+        let mut first_time = 0;
+        let mut added = 0;
+        let mut largest = None;
+        for (lo, hi) in ranges {
+            let lo_ext = lo.extend(self.snd_una);
+            let Ok(span) = u64::try_from(hi.distance_from(lo)) else { continue };
+            let start = lo_ext.max(self.snd_una);
+            let end = (lo_ext + span).min(self.next_dsn.saturating_sub(1));
+            if lo_ext + span < self.snd_una || start > end {
+                continue;
+            }
+            for dsn in start..=end {
+                let slot = &mut self.flight[(dsn - self.snd_una) as usize];
+                if slot.retransmitted && now_us < slot.last_sent_us + repair_us {
+                    continue;
+                }
+                if !slot.retransmitted {
+                    first_time += 1;
+                }
+                added += self.loss.insert(dsn, dsn);
+            }
+            largest = Some(largest.map_or(end, |l: u64| l.max(end)));
+        }
+        self.stats.lost_pkts += first_time;
+        self.interval_lost += first_time;
+        if let (Some(largest_lost), true) = (largest, added > 0) {
+            self.cc.on_loss(&LossSignal {
+                now_us,
+                largest_lost,
+                lost_pkts: first_time,
+                snd_next: self.next_dsn,
+                queue_delay_us: self.queue_delay_us,
+            });
+        }
+    }
+
+    /// Fires the timers due at `now_us`.
+    pub fn handle_timeout(&mut self, now_us: u64) {
+        if self.state != State::Open {
+            return;
+        }
+        if self.timers.is_due(Timer::Idle, now_us) {
+            self.state = State::Broken;
+            self.timers = TimerTable::default();
+            return;
+        }
+        if self.timers.is_due(Timer::Exp, now_us) {
+            if self.in_flight_pkts() > 0 {
+                // No feedback for a long time: probe with the newest unacknowledged packet. If
+                // the tail of the data was lost, the receiver sees a gap and NAKs it; if the path
+                // is down, the probe repeats with a growing interval.
+                self.exp_count = self.exp_count.saturating_add(1);
+                self.stats.timeouts += 1;
+                self.loss.insert(self.next_dsn - 1, self.next_dsn - 1);
+                self.cc.on_timeout(now_us);
+                self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
+            } else {
+                self.timers.stop(Timer::Exp);
+            }
+        }
+        if self.timers.is_due(Timer::KeepAlive, now_us) {
+            if now_us >= self.last_sent_us + self.config.keepalive_us {
+                self.pending_keepalive = true;
+            }
+            self.timers.set(Timer::KeepAlive, self.last_sent_us.max(now_us) + self.config.keepalive_us);
+        }
+    }
+
+    /// The earliest time at which the sender has something to do: a timer, or the next paced
+    /// packet when one is ready to go.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let timers = self.timers.next_deadline();
+        if self.state != State::Open {
+            return timers;
+        }
+        let data = if self.has_data_to_send() {
+            let at = self.next_send_us.max(self.cc.frozen_until_us() as f64);
+            Some(at.ceil() as u64)
+        } else {
+            None
+        };
+        match (timers, data) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn has_data_to_send(&self) -> bool {
+        !self.loss.is_empty()
+            || (!self.queue.is_empty() && self.in_flight_pkts() < self.window_pkts())
+            || (self.finished && self.all_acked() && !self.shutdown_sent)
+    }
+
+    /// Writes the next datagram to send at `now_us` into `buf` (at least `packet_size` bytes)
+    /// and returns its length, or `None` if nothing is due now. `fill(offset, dst)` must write
+    /// the application's bytes at `offset` into `dst` (exactly `dst.len()` bytes).
+    pub fn poll_transmit(
+        &mut self,
+        now_us: u64,
+        buf: &mut [u8],
+        fill: &mut dyn FnMut(u64, &mut [u8]),
+    ) -> Option<usize> {
+        if self.state != State::Open {
+            return None;
+        }
+        if let Some(ack_no) = self.pending_ack2.pop_front() {
+            return self.emit_control(now_us, buf, &Control::Ack2 { ack_no });
+        }
+        if self.pending_keepalive {
+            self.pending_keepalive = false;
+            return self.emit_control(now_us, buf, &Control::KeepAlive);
+        }
+        if self.finished && self.all_acked() {
+            let len = self.emit_control(now_us, buf, &Control::Shutdown { reason: REASON_DONE });
+            self.shutdown_sent = true;
+            self.state = State::Closed(REASON_DONE);
+            self.timers = TimerTable::default();
+            return len;
+        }
+        self.poll_data(now_us, buf, fill)
+    }
+
+    fn poll_data(
+        &mut self,
+        now_us: u64,
+        buf: &mut [u8],
+        fill: &mut dyn FnMut(u64, &mut [u8]),
+    ) -> Option<usize> {
+        let now = now_us as f64;
+        if now_us < self.cc.frozen_until_us() {
+            self.interval_starved = true;
+            return None;
+        }
+        if !self.pair_second_due && now < self.next_send_us {
+            return None;
+        }
+        let (dsn, retransmit) = match self.next_retransmission() {
+            Some(dsn) => (dsn, true),
+            None => match self.cut_new_packet(now_us) {
+                Some(dsn) => (dsn, false),
+                None => {
+                    if self.queue.is_empty() {
+                        self.interval_starved = true;
+                    }
+                    self.pair_second_due = false;
+                    return None;
+                }
+            },
+        };
+        let mut flags = if retransmit { wire::flags::RETRANSMIT } else { 0 };
+        if self.pair_second_due {
+            flags |= wire::flags::PAIR_SECOND;
+            self.pair_second_due = false;
+        } else if (self.stats.new_pkts + self.stats.retransmitted_pkts) % PAIR_INTERVAL == 0 {
+            flags |= wire::flags::PAIR_FIRST;
+            self.pair_second_due = true;
+        }
+        let slot = &mut self.flight[(dsn - self.snd_una) as usize];
+        slot.last_sent_us = now_us;
+        slot.retransmitted |= retransmit;
+        let (offset, len) = (slot.offset, slot.len as usize);
+
+        let limit = buf.len().min(self.config.packet_size);
+        let body_len = wire::DATA_PREFIX_LEN + len;
+        if HEADER_LEN + body_len + TAG_LEN > limit {
+            return None;
+        }
+        let header = Header { kind: Kind::Data, flags, pn: self.next_pn, timestamp_us: now_us as u32 };
+        header.emit(buf).ok()?;
+        DataPrefix { dsn: Seq31::from_ext(dsn), offset }.emit(&mut buf[HEADER_LEN..]).ok()?;
+        let payload_at = HEADER_LEN + wire::DATA_PREFIX_LEN;
+        fill(offset, &mut buf[payload_at..payload_at + len]);
+        let total = self.seal(now_us, buf, limit, body_len)?;
+
+        let period = self.period_us();
+        self.next_send_us = self.next_send_us.max(now - period * MAX_CATCH_UP_PKTS) + period;
+        if retransmit {
+            self.stats.retransmitted_pkts += 1;
+        } else {
+            self.stats.new_pkts += 1;
+        }
+        self.interval_sent += 1;
+        if self.timers.get(Timer::Exp).is_none() {
+            self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
+        }
+        Some(total)
+    }
+
+    /// The next sequence number to retransmit, skipping any acknowledged meanwhile.
+    fn next_retransmission(&mut self) -> Option<u64> {
+        while let Some(dsn) = self.loss.pop_first() {
+            if dsn >= self.snd_una && dsn < self.next_dsn {
+                return Some(dsn);
+            }
+        }
+        None
+    }
+
+    /// Cuts the next packet from the queue if the window allows; returns its sequence number.
+    fn cut_new_packet(&mut self, now_us: u64) -> Option<u64> {
+        if self.in_flight_pkts() >= self.window_pkts() {
+            return None;
+        }
+        let (offset, len) = self.queue.front_mut()?;
+        let take = (*len).min(self.payload_size);
+        let slot = Slot { offset: *offset, len: take as u32, last_sent_us: now_us, retransmitted: false };
+        *offset += take;
+        *len -= take;
+        if *len == 0 {
+            self.queue.pop_front();
+        }
+        self.queued_bytes -= take;
+        self.flight.push_back(slot);
+        let dsn = self.next_dsn;
+        self.next_dsn += 1;
+        Some(dsn)
+    }
+
+    fn emit_control(&mut self, now_us: u64, buf: &mut [u8], control: &Control<'_>) -> Option<usize> {
+        let limit = buf.len().min(self.config.packet_size);
+        let body_cap = limit.checked_sub(HEADER_LEN + TAG_LEN)?;
+        let body_len = control.emit(&mut buf[HEADER_LEN..HEADER_LEN + body_cap]).ok()?;
+        let header =
+            Header { kind: control.kind(), flags: 0, pn: self.next_pn, timestamp_us: now_us as u32 };
+        header.emit(buf).ok()?;
+        let total = self.seal(now_us, buf, limit, body_len)?;
+        self.stats.control_pkts += 1;
+        Some(total)
+    }
+
+    /// Seals the packet whose header is in `buf` and counts it; advances the packet number.
+    fn seal(&mut self, now_us: u64, buf: &mut [u8], limit: usize, body_len: usize) -> Option<usize> {
+        if self.next_pn == u64::MAX {
+            self.state = State::Broken;
+            return None;
+        }
+        let total = self.tx_key.seal(&mut buf[..limit], body_len).ok()?;
+        self.next_pn += 1;
+        self.stats.wire_bytes += total as u64;
+        self.last_sent_us = now_us;
+        Some(total)
+    }
+}
+
+/// Shutdown reason: every byte was delivered and acknowledged.
+pub const REASON_DONE: u32 = 0;

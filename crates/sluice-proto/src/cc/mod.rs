@@ -1,1 +1,138 @@
-//! Work in progress (issue 2).
+//! Congestion controllers behind one trait.
+//!
+//! A controller sets two things: the packet sending period (rate control, the main mechanism)
+//! and the flow window (a cap on unacknowledged packets, the supportive mechanism). The sender
+//! calls [`CongestionControl::on_ack`] for every ACK (about once per SYN), [`on_loss`] for every
+//! NAK, and [`on_timeout`] when the EXP timer fires; it reads [`period_us`], [`window_pkts`] and
+//! [`frozen_until_us`] before every send.
+//!
+//! - [`udt::Udt`]: the SC'04 paper's control, faithfully: equations (1)-(3).
+//! - [`fixed::Fixed`]: RBUDP-style blast at a set rate; loss only triggers repair.
+//! - [`adaptive::Adaptive`]: Sluice's default; UDT's structure, but it tells random loss from
+//!   congestion (see `adaptive.md` beside this file).
+//!
+//! [`on_loss`]: CongestionControl::on_loss
+//! [`on_timeout`]: CongestionControl::on_timeout
+//! [`period_us`]: CongestionControl::period_us
+//! [`window_pkts`]: CongestionControl::window_pkts
+//! [`frozen_until_us`]: CongestionControl::frozen_until_us
+
+pub mod adaptive;
+pub mod fixed;
+pub mod udt;
+
+use crate::config::ChannelConfig;
+
+/// Which controller a channel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CcKind {
+    /// UDT as published.
+    Udt,
+    /// Fixed-rate blast.
+    Fixed,
+    /// Sluice's default: rate-based, delay-aware, tolerant of random loss.
+    #[default]
+    Adaptive,
+}
+
+impl CcKind {
+    /// The controller's name as used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CcKind::Udt => "udt",
+            CcKind::Fixed => "fixed",
+            CcKind::Adaptive => "adaptive",
+        }
+    }
+
+    /// Parses a name as given by [`CcKind::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "udt" => Some(CcKind::Udt),
+            "fixed" => Some(CcKind::Fixed),
+            "adaptive" => Some(CcKind::Adaptive),
+            _ => None,
+        }
+    }
+}
+
+/// What an ACK tells the controller.
+#[derive(Debug, Clone, Copy)]
+pub struct AckSignal {
+    /// Time of arrival.
+    pub now_us: u64,
+    /// Packets newly acknowledged by this ACK (cumulative acknowledgement advance).
+    pub acked_pkts: u64,
+    /// Smoothed RTT.
+    pub rtt_us: u64,
+    /// RTT variance.
+    pub rtt_var_us: u64,
+    /// Smallest RTT seen recently (the path's propagation delay, as far as we know).
+    pub min_rtt_us: u64,
+    /// Receiver's packet arrival speed (median filter), 0 if unknown.
+    pub recv_rate_pps: u32,
+    /// Receiver's packet-pair link capacity estimate, 0 if unknown.
+    pub capacity_pps: u32,
+    /// Receiver's estimate of the forward queuing delay over the last ACK interval.
+    pub queue_delay_us: u32,
+    /// The real sending period over the last interval, when the sender had data to send all
+    /// along (UDT section 4.4), `None` otherwise.
+    pub real_period_us: Option<f64>,
+    /// Data packets (new and retransmitted) sent since the previous ACK.
+    pub sent_pkts: u64,
+    /// Packets reported lost (newly) since the previous ACK.
+    pub lost_pkts: u64,
+    /// Next new sequence number the sender will use.
+    pub snd_next: u64,
+}
+
+/// What a NAK tells the controller.
+#[derive(Debug, Clone, Copy)]
+pub struct LossSignal {
+    /// Time of arrival.
+    pub now_us: u64,
+    /// Largest sequence number reported lost.
+    pub largest_lost: u64,
+    /// Number of packets this NAK newly reports lost.
+    pub lost_pkts: u64,
+    /// Next new sequence number the sender will use.
+    pub snd_next: u64,
+    /// Latest forward queuing delay reported by the receiver.
+    pub queue_delay_us: u32,
+}
+
+/// A congestion controller. Pure logic; time comes in the signals.
+pub trait CongestionControl: std::fmt::Debug + Send {
+    /// Called for every ACK.
+    fn on_ack(&mut self, ack: &AckSignal);
+    /// Called for every NAK that reports new losses.
+    fn on_loss(&mut self, loss: &LossSignal);
+    /// Called when the EXP timer fires (no feedback for a long time).
+    fn on_timeout(&mut self, now_us: u64);
+    /// Current packet sending period in microseconds.
+    fn period_us(&self) -> f64;
+    /// Current flow window: the most unacknowledged packets allowed.
+    fn window_pkts(&self) -> f64;
+    /// No new data may be sent before this time (UDT's freeze after a loss). 0 when not frozen.
+    fn frozen_until_us(&self) -> u64 {
+        0
+    }
+    /// Short name for traces.
+    fn name(&self) -> &'static str;
+}
+
+/// Builds the controller `config.cc` names.
+pub fn build(config: &ChannelConfig) -> Box<dyn CongestionControl> {
+    let packet_bits = (config.packet_size as f64) * 8.0;
+    match config.cc {
+        CcKind::Udt => Box::new(udt::Udt::new(config.packet_size, config.max_flight_pkts)),
+        CcKind::Fixed => {
+            Box::new(fixed::Fixed::new(config.rate_bps as f64 / packet_bits, config.max_flight_pkts))
+        }
+        CcKind::Adaptive => Box::new(adaptive::Adaptive::new(
+            config.packet_size,
+            config.max_flight_pkts,
+            config.initial_rtt_us,
+        )),
+    }
+}
