@@ -1,1 +1,290 @@
-//! Work in progress (issue 2).
+//! What a channel measures about its path (UDT paper, section 3): round-trip time, packet
+//! arrival speed, and link capacity from packet pairs.
+//!
+//! How they are driven:
+//! - the receiver times each ACK against its ACK2 and feeds the result to
+//!   [`RttEstimator::on_sample`]; the sender copies the receiver's figures, which every ACK
+//!   carries, with [`RttEstimator::set`];
+//! - for every data packet that arrives, the receiver calls [`ArrivalSpeed::on_arrival`] and
+//!   exactly one of [`CapacityEstimator::on_pair_first`], [`CapacityEstimator::on_pair_second`]
+//!   or [`CapacityEstimator::on_other_arrival`], according to the packet's pair flag; every ACK
+//!   reports [`ArrivalSpeed::pkts_per_sec`] and [`CapacityEstimator::pkts_per_sec`].
+//!
+//! All three are pure: time comes in as `now_us`, state lives in fixed-size arrays, and no call
+//! allocates. Times are whole microseconds, which bounds the resolution of the speed estimates
+//! (see [`CapacityEstimator::pkts_per_sec`]).
+
+/// How far back [`RttEstimator::min_rtt_us`] looks: 10 s.
+pub const MIN_RTT_WINDOW_US: u64 = 10_000_000;
+/// Largest RTT or RTT variance the [`RttEstimator`] accepts, about 71 minutes; larger inputs are
+/// clamped to it, which keeps its fixed-point arithmetic far from overflow.
+pub const MAX_RTT_US: u64 = u32::MAX as u64;
+/// Number of inter-arrival intervals [`ArrivalSpeed`] filters over.
+pub const ARRIVAL_WINDOW: usize = 64;
+/// Number of pair intervals [`CapacityEstimator`] takes the median of.
+pub const PAIR_WINDOW: usize = 16;
+/// The sender sends every this-many-th data packet as the first of a packet pair (UDT's N = 16).
+pub const PAIR_PERIOD_PKTS: u64 = 16;
+
+/// The min-RTT window is kept in buckets this long.
+const MIN_RTT_BUCKET_US: u64 = 1_000_000;
+/// The window's buckets plus the one being filled, so that every sample of the last
+/// `MIN_RTT_WINDOW_US` counts and none older than `MIN_RTT_WINDOW_US + MIN_RTT_BUCKET_US` does.
+const MIN_RTT_BUCKETS: usize = (MIN_RTT_WINDOW_US / MIN_RTT_BUCKET_US) as usize + 1;
+
+/// The smallest RTT sample taken in one bucket of time.
+#[derive(Clone, Copy, Debug)]
+struct MinBucket {
+    /// `now_us / MIN_RTT_BUCKET_US` of the samples in this bucket.
+    epoch: u64,
+    min_us: u64,
+}
+
+/// Smoothed round-trip time and its variation, as UDT computes them, plus the minimum sample of
+/// the last [`MIN_RTT_WINDOW_US`].
+///
+/// Each sample updates `rtt = 7/8 rtt + 1/8 sample` and `var = 3/4 var + 1/4 |sample - rtt|`
+/// (the variation against the RTT before this sample); the first sample sets `rtt = sample` and
+/// `var = sample / 2`. The state is kept in fixed point (8 x rtt, 4 x var), so the smoothed
+/// values converge to a steady sample exactly instead of stalling a few microseconds off.
+#[derive(Clone, Debug)]
+pub struct RttEstimator {
+    /// Smoothed RTT times 8.
+    rtt_x8_us: u64,
+    /// RTT variation times 4.
+    var_x4_us: u64,
+    /// Whether a sample or a peer's estimate has replaced the initial guess.
+    measured: bool,
+    /// Ring indexed by `epoch % MIN_RTT_BUCKETS`.
+    min_buckets: [Option<MinBucket>; MIN_RTT_BUCKETS],
+    /// Epoch of the newest sample; the window ends there.
+    newest_epoch: Option<u64>,
+}
+
+impl RttEstimator {
+    /// An estimator that reports `initial_rtt_us` (and half of it as variation) until the first
+    /// sample, which replaces the guess outright. UDT starts from 100 ms.
+    pub fn new(initial_rtt_us: u64) -> Self {
+        let rtt_us = initial_rtt_us.min(MAX_RTT_US);
+        Self {
+            rtt_x8_us: rtt_us * 8,
+            var_x4_us: rtt_us * 2,
+            measured: false,
+            min_buckets: [None; MIN_RTT_BUCKETS],
+            newest_epoch: None,
+        }
+    }
+
+    /// Takes one RTT measurement `sample_us`, made at `now_us`. A `now_us` earlier than a
+    /// previous one counts as that previous time.
+    pub fn on_sample(&mut self, sample_us: u64, now_us: u64) {
+        let sample_us = sample_us.min(MAX_RTT_US);
+        if self.measured {
+            let deviation_us = self.rtt_us().abs_diff(sample_us);
+            self.var_x4_us = self.var_x4_us - self.var_x4_us / 4 + deviation_us;
+            self.rtt_x8_us = self.rtt_x8_us - self.rtt_x8_us / 8 + sample_us;
+        } else {
+            self.rtt_x8_us = sample_us * 8;
+            self.var_x4_us = sample_us * 2;
+            self.measured = true;
+        }
+        self.record_min(sample_us, now_us);
+    }
+
+    /// Replaces the smoothed values with the peer's (the sender adopts what the receiver reports
+    /// in each ACK). It is not a sample: the minimum RTT does not see it. Later samples smooth
+    /// from these values.
+    pub fn set(&mut self, rtt_us: u64, var_us: u64) {
+        self.rtt_x8_us = rtt_us.min(MAX_RTT_US) * 8;
+        self.var_x4_us = var_us.min(MAX_RTT_US) * 4;
+        self.measured = true;
+    }
+
+    /// The smoothed round-trip time.
+    pub fn rtt_us(&self) -> u64 {
+        // Truncating matches the update's truncation: a steady sample is reported exactly.
+        self.rtt_x8_us / 8
+    }
+
+    /// The smoothed variation of the round-trip time.
+    pub fn rtt_var_us(&self) -> u64 {
+        self.var_x4_us / 4
+    }
+
+    /// The smallest sample of the last [`MIN_RTT_WINDOW_US`], counted back from the newest
+    /// sample's `now_us` (not from the wall clock: with no new samples the value does not
+    /// expire). Samples older than the window by less than one second may still count. `None`
+    /// before the first sample.
+    pub fn min_rtt_us(&self) -> Option<u64> {
+        let newest = self.newest_epoch?;
+        self.min_buckets
+            .iter()
+            .flatten()
+            .filter(|b| b.epoch + MIN_RTT_BUCKETS as u64 > newest)
+            .map(|b| b.min_us)
+            .min()
+    }
+
+    fn record_min(&mut self, sample_us: u64, now_us: u64) {
+        let epoch = (now_us / MIN_RTT_BUCKET_US).max(self.newest_epoch.unwrap_or(0));
+        self.newest_epoch = Some(epoch);
+        let slot = &mut self.min_buckets[(epoch % MIN_RTT_BUCKETS as u64) as usize];
+        match slot {
+            Some(b) if b.epoch == epoch => b.min_us = b.min_us.min(sample_us),
+            // An empty slot, or one a whole window old: start the bucket afresh.
+            _ => *slot = Some(MinBucket { epoch, min_us: sample_us }),
+        }
+    }
+}
+
+/// The last `N` intervals, in microseconds, in arrival order modulo rotation.
+#[derive(Clone, Debug)]
+struct Ring<const N: usize> {
+    intervals_us: [u32; N],
+    len: usize,
+    next: usize,
+}
+
+impl<const N: usize> Ring<N> {
+    const fn new() -> Self {
+        Self { intervals_us: [0; N], len: 0, next: 0 }
+    }
+
+    /// Records `interval_us`, saturated to `u32::MAX` (71 minutes), over the oldest.
+    fn push(&mut self, interval_us: u64) {
+        self.intervals_us[self.next] = u32::try_from(interval_us).unwrap_or(u32::MAX);
+        self.next = (self.next + 1) % N;
+        self.len = (self.len + 1).min(N);
+    }
+
+    /// The recorded intervals, in no particular order.
+    fn values(&self) -> &[u32] {
+        &self.intervals_us[..self.len]
+    }
+
+    /// The upper median (element `len / 2` in sorted order), as UDT takes it; `None` if empty.
+    fn median_us(&self) -> Option<u64> {
+        if self.len == 0 {
+            return None;
+        }
+        let mut scratch = self.intervals_us;
+        let values = &mut scratch[..self.len];
+        let (_, median, _) = values.select_nth_unstable(self.len / 2);
+        Some(u64::from(*median))
+    }
+}
+
+/// Packet arrival speed at the receiver, through UDT's median filter: over the last
+/// [`ARRIVAL_WINDOW`] inter-arrival intervals, take the median, drop the intervals longer than
+/// 8 x median or shorter than median / 8 (rounded down to whole microseconds), and average the
+/// rest. An idle gap or a burst shows up
+/// as a few outlying intervals and is filtered out, where a plain mean would be dragged along.
+#[derive(Clone, Debug)]
+pub struct ArrivalSpeed {
+    intervals: Ring<ARRIVAL_WINDOW>,
+    last_arrival_us: Option<u64>,
+}
+
+impl ArrivalSpeed {
+    /// An estimator that has seen no packet.
+    pub const fn new() -> Self {
+        Self { intervals: Ring::new(), last_arrival_us: None }
+    }
+
+    /// Records a data packet's arrival at `now_us`. A `now_us` earlier than the previous arrival
+    /// counts as an interval of zero.
+    pub fn on_arrival(&mut self, now_us: u64) {
+        if let Some(last_us) = self.last_arrival_us {
+            self.intervals.push(now_us.saturating_sub(last_us));
+        }
+        self.last_arrival_us = Some(self.last_arrival_us.map_or(now_us, |l| l.max(now_us)));
+    }
+
+    /// Packets per second, or 0 while no more than half of [`ARRIVAL_WINDOW`] intervals
+    /// (recorded ones or, after filtering, surviving ones) support an estimate. Saturates at
+    /// `u32::MAX`. Costs one selection over the window; call it once per ACK, not per packet.
+    pub fn pkts_per_sec(&self) -> u32 {
+        let Some(median_us) = self.intervals.median_us() else {
+            return 0;
+        };
+        // Whole-microsecond timestamps at high rates give intervals of 0 and 1 us: the rounded
+        // bounds keep both (median 1 admits 0, median 0 admits up to 8 us), so the average stays
+        // near the true rate instead of going to zero or infinity.
+        let upper_us = median_us.max(1) * 8;
+        let (count, sum_us) = self
+            .intervals
+            .values()
+            .iter()
+            .map(|&i| u64::from(i))
+            .filter(|&i| i >= median_us / 8 && i <= upper_us)
+            .fold((0u64, 0u64), |(n, sum), i| (n + 1, sum + i));
+        if count <= (ARRIVAL_WINDOW / 2) as u64 {
+            return 0;
+        }
+        per_second(count, sum_us)
+    }
+}
+
+impl Default for ArrivalSpeed {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Link capacity by receiver-based packet pairs. Every [`PAIR_PERIOD_PKTS`]-th packet the sender
+/// sends two packets back to back, flagged `PAIR_FIRST` and `PAIR_SECOND`; the bottleneck link
+/// spreads them apart by one packet's transmission time, which the receiver measures. The pair
+/// counts only if nothing else arrived between its two packets.
+#[derive(Clone, Debug)]
+pub struct CapacityEstimator {
+    intervals: Ring<PAIR_WINDOW>,
+    /// Arrival of a `PAIR_FIRST` packet still waiting for its second.
+    pending_first_us: Option<u64>,
+}
+
+impl CapacityEstimator {
+    /// An estimator that has seen no pair.
+    pub const fn new() -> Self {
+        Self { intervals: Ring::new(), pending_first_us: None }
+    }
+
+    /// A `PAIR_FIRST` packet arrived at `now_us`; it replaces any first still unpaired.
+    pub fn on_pair_first(&mut self, now_us: u64) {
+        self.pending_first_us = Some(now_us);
+    }
+
+    /// A `PAIR_SECOND` packet arrived at `now_us`. It completes a pair only if the packet before
+    /// it was a `PAIR_FIRST`; otherwise it is ignored.
+    pub fn on_pair_second(&mut self, now_us: u64) {
+        if let Some(first_us) = self.pending_first_us.take() {
+            self.intervals.push(now_us.saturating_sub(first_us));
+        }
+    }
+
+    /// Any other data packet arrived: it breaks a pair in progress.
+    pub fn on_other_arrival(&mut self) {
+        self.pending_first_us = None;
+    }
+
+    /// Packets per second the bottleneck carries: one second over the median of the last
+    /// [`PAIR_WINDOW`] pair intervals; 0 before the first pair. An interval of 0 counts as 1 us,
+    /// so whole-microsecond timestamps cap the estimate at 1,000,000 packets per second.
+    pub fn pkts_per_sec(&self) -> u32 {
+        self.intervals.median_us().map_or(0, |median_us| per_second(1, median_us))
+    }
+}
+
+impl Default for CapacityEstimator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `count` packets in `elapsed_us` (at least 1 us) as packets per second, saturating.
+fn per_second(count: u64, elapsed_us: u64) -> u32 {
+    let pps = u128::from(count) * 1_000_000 / u128::from(elapsed_us.max(1));
+    u32::try_from(pps).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests;

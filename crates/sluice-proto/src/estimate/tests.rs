@@ -1,0 +1,269 @@
+use super::*;
+
+const SEC_US: u64 = 1_000_000;
+
+#[test]
+fn rtt_first_sample_replaces_the_initial_guess() {
+    let mut rtt = RttEstimator::new(100_000);
+    assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (100_000, 50_000));
+    assert_eq!(rtt.min_rtt_us(), None);
+    rtt.on_sample(40_000, 0);
+    assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (40_000, 20_000));
+    assert_eq!(rtt.min_rtt_us(), Some(40_000));
+}
+
+#[test]
+fn rtt_smoothing_follows_udt() {
+    let mut rtt = RttEstimator::new(100_000);
+    rtt.on_sample(40_000, 0);
+    rtt.on_sample(48_000, 10);
+    // var = 3/4 * 20000 + 1/4 * |48000 - 40000|; rtt = 7/8 * 40000 + 1/8 * 48000.
+    assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (41_000, 17_000));
+    rtt.on_sample(33_000, 20);
+    // var = 3/4 * 17000 + 1/4 * 8000; rtt = 7/8 * 41000 + 1/8 * 33000.
+    assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (40_000, 14_750));
+}
+
+#[test]
+fn rtt_converges_exactly_to_a_steady_sample() {
+    for (start_us, steady_us) in [(100_000, 30_000), (1_000, 30_001), (30_008, 30_000)] {
+        let mut rtt = RttEstimator::new(start_us);
+        rtt.on_sample(start_us, 0);
+        for i in 0..400 {
+            rtt.on_sample(steady_us, i);
+        }
+        assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (steady_us, 0), "from {start_us}");
+    }
+}
+
+#[test]
+fn rtt_set_adopts_peer_values_without_touching_min() {
+    let mut rtt = RttEstimator::new(100_000);
+    rtt.set(5_000, 100);
+    assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (5_000, 100));
+    assert_eq!(rtt.min_rtt_us(), None);
+    // A later sample smooths from the peer's values instead of replacing them.
+    rtt.on_sample(13_000, 0);
+    assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (6_000, 2_075));
+    assert_eq!(rtt.min_rtt_us(), Some(13_000));
+}
+
+#[test]
+fn rtt_clamps_hostile_values() {
+    let mut rtt = RttEstimator::new(u64::MAX);
+    assert_eq!(rtt.rtt_us(), MAX_RTT_US);
+    rtt.set(u64::MAX, u64::MAX);
+    assert_eq!((rtt.rtt_us(), rtt.rtt_var_us()), (MAX_RTT_US, MAX_RTT_US));
+    for i in 0..100 {
+        rtt.on_sample(if i % 2 == 0 { u64::MAX } else { 0 }, u64::MAX - 100 + i);
+    }
+    assert!(rtt.rtt_us() <= MAX_RTT_US && rtt.rtt_var_us() <= MAX_RTT_US);
+    assert_eq!(rtt.min_rtt_us(), Some(0));
+}
+
+#[test]
+fn min_rtt_is_the_smallest_recent_sample() {
+    let mut rtt = RttEstimator::new(100_000);
+    for (i, sample) in [50_000, 30_000, 40_000, 35_000].into_iter().enumerate() {
+        rtt.on_sample(sample, i as u64 * SEC_US / 2);
+    }
+    assert_eq!(rtt.min_rtt_us(), Some(30_000));
+}
+
+#[test]
+fn min_rtt_window_expires_old_samples() {
+    let mut rtt = RttEstimator::new(100_000);
+    let low_at_us = SEC_US / 2;
+    rtt.on_sample(20_000, low_at_us);
+    // One higher sample every 100 ms; the low one counts for the whole window.
+    let mut now_us = low_at_us;
+    while now_us < low_at_us + MIN_RTT_WINDOW_US {
+        now_us += SEC_US / 10;
+        rtt.on_sample(50_000, now_us);
+        assert_eq!(rtt.min_rtt_us(), Some(20_000), "{now_us} us");
+    }
+    // ... and never longer than one bucket past it.
+    while now_us < low_at_us + MIN_RTT_WINDOW_US + MIN_RTT_BUCKET_US {
+        now_us += SEC_US / 10;
+        rtt.on_sample(50_000, now_us);
+    }
+    assert_eq!(rtt.min_rtt_us(), Some(50_000));
+    // A rise in the path's RTT shows once the lower samples age out.
+    rtt.on_sample(80_000, now_us + 20 * SEC_US);
+    assert_eq!(rtt.min_rtt_us(), Some(80_000));
+    // The smoothed RTT is unaffected by the window.
+    assert!(rtt.rtt_us() > 50_000);
+}
+
+#[test]
+fn min_rtt_survives_time_going_backwards() {
+    let mut rtt = RttEstimator::new(100_000);
+    rtt.on_sample(30_000, 50 * SEC_US);
+    rtt.on_sample(20_000, SEC_US);
+    assert_eq!(rtt.min_rtt_us(), Some(20_000));
+    rtt.on_sample(40_000, 62 * SEC_US);
+    assert_eq!(rtt.min_rtt_us(), Some(40_000));
+}
+
+/// Feeds arrivals `intervals_us` apart, the first one `intervals_us[0]` after `start_us`;
+/// returns the last arrival. Only intervals after the estimator's first arrival count.
+fn arrive(speed: &mut ArrivalSpeed, start_us: u64, intervals_us: &[u64]) -> u64 {
+    let mut now_us = start_us;
+    for &interval_us in intervals_us {
+        now_us += interval_us;
+        speed.on_arrival(now_us);
+    }
+    now_us
+}
+
+#[test]
+fn arrival_speed_of_steady_arrivals() {
+    let mut speed = ArrivalSpeed::new();
+    assert_eq!(speed.pkts_per_sec(), 0);
+    // 33 arrivals are 32 intervals: not more than half the window yet.
+    let now_us = arrive(&mut speed, 0, &[100; 33]);
+    assert_eq!(speed.pkts_per_sec(), 0);
+    let now_us = arrive(&mut speed, now_us, &[100]);
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+    arrive(&mut speed, now_us, &[100; 200]);
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+}
+
+#[test]
+fn arrival_speed_averages_jitter_within_the_filter() {
+    let mut speed = ArrivalSpeed::new();
+    speed.on_arrival(0);
+    let jittered: Vec<u64> = (0..64).map(|i| if i % 2 == 0 { 80 } else { 120 }).collect();
+    arrive(&mut speed, 0, &jittered);
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+}
+
+#[test]
+fn arrival_speed_ignores_idle_gaps() {
+    let mut speed = ArrivalSpeed::new();
+    let now_us = arrive(&mut speed, 0, &[100; 100]);
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+    // The application paused for 5 s, then resumed at the same rate.
+    let now_us = arrive(&mut speed, now_us, &[5 * SEC_US]);
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+    let mut now_us = arrive(&mut speed, now_us, &[100; 10]);
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+    // Even frequent gaps, up to nearly half the window, do not move it.
+    for _ in 0..30 {
+        now_us = arrive(&mut speed, now_us, &[100, 2 * SEC_US]);
+    }
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+}
+
+#[test]
+fn arrival_speed_filters_outliers_both_ways() {
+    let mut speed = ArrivalSpeed::new();
+    speed.on_arrival(0);
+    let mut intervals = vec![100; 56];
+    // Bursts closer than median / 8 and stalls longer than 8 x median.
+    intervals.extend([1, 5, 11, 2, 801, 5_000, 900, 100_000]);
+    arrive(&mut speed, 0, &intervals);
+    assert_eq!(speed.pkts_per_sec(), 10_000);
+}
+
+#[test]
+fn arrival_speed_is_zero_without_a_majority() {
+    let mut speed = ArrivalSpeed::new();
+    speed.on_arrival(0);
+    // Two equal clusters far apart: the (upper) median sits in the slow one, and only half the
+    // window survives the filter, which is not more than half.
+    let intervals: Vec<u64> = (0..64).map(|i| if i % 2 == 0 { 100 } else { 10_000 }).collect();
+    arrive(&mut speed, 0, &intervals);
+    assert_eq!(speed.pkts_per_sec(), 0);
+}
+
+#[test]
+fn arrival_speed_with_coarse_timestamps() {
+    // 2,000,000 packets per second seen through a 1 us clock: intervals of 0 and 1 us.
+    let mut speed = ArrivalSpeed::new();
+    for k in 0..200u64 {
+        speed.on_arrival(1_000 + k / 2);
+    }
+    assert_eq!(speed.pkts_per_sec(), 2_000_000);
+    // All arrivals in one instant (a receive batch stamped once): saturates, no division by 0.
+    let mut speed = ArrivalSpeed::new();
+    for _ in 0..100 {
+        speed.on_arrival(7);
+    }
+    assert_eq!(speed.pkts_per_sec(), 64_000_000);
+}
+
+#[test]
+fn arrival_speed_tolerates_hostile_times() {
+    let mut speed = ArrivalSpeed::new();
+    for now_us in [u64::MAX, 0, u64::MAX, 5, 0].into_iter().cycle().take(200) {
+        speed.on_arrival(now_us);
+    }
+    let _ = speed.pkts_per_sec();
+}
+
+/// Feeds one packet pair per entry of `gap_us`, with that gap, one pair every 1 ms from
+/// `start_us`.
+fn pairs(capacity: &mut CapacityEstimator, start_us: u64, gap_us: &[u64]) {
+    for (i, &gap_us) in gap_us.iter().enumerate() {
+        let first_us = start_us + i as u64 * 1_000;
+        capacity.on_other_arrival();
+        capacity.on_pair_first(first_us);
+        capacity.on_pair_second(first_us + gap_us);
+    }
+}
+
+#[test]
+fn capacity_from_packet_pairs() {
+    let mut capacity = CapacityEstimator::new();
+    assert_eq!(capacity.pkts_per_sec(), 0);
+    pairs(&mut capacity, 0, &[12]);
+    assert_eq!(capacity.pkts_per_sec(), 1_000_000 / 12);
+    pairs(&mut capacity, 10_000, &[12; 20]);
+    assert_eq!(capacity.pkts_per_sec(), 83_333);
+}
+
+#[test]
+fn capacity_takes_the_median_of_the_last_16_pairs() {
+    let mut capacity = CapacityEstimator::new();
+    // Cross traffic spreads some pairs; the median ignores them.
+    let mut gaps = vec![10; 10];
+    gaps.extend([100; 6]);
+    pairs(&mut capacity, 0, &gaps);
+    assert_eq!(capacity.pkts_per_sec(), 100_000);
+    // Only the last 16 count: the link got slower.
+    pairs(&mut capacity, 100_000, &[20; 16]);
+    assert_eq!(capacity.pkts_per_sec(), 50_000);
+}
+
+#[test]
+fn capacity_ignores_broken_pairs() {
+    let mut capacity = CapacityEstimator::new();
+    // Another packet between first and second: no pair.
+    capacity.on_pair_first(0);
+    capacity.on_other_arrival();
+    capacity.on_pair_second(10);
+    // A second without a first (the first was lost): no pair.
+    capacity.on_pair_second(20);
+    // One first, two seconds: only one pair.
+    capacity.on_pair_first(100);
+    capacity.on_pair_second(110);
+    capacity.on_pair_second(5_000);
+    assert_eq!(capacity.pkts_per_sec(), 100_000);
+    // A first replaced by a later first (the second was lost).
+    capacity.on_pair_first(6_000);
+    capacity.on_pair_first(7_000);
+    capacity.on_pair_second(7_010);
+    assert_eq!(capacity.pkts_per_sec(), 100_000);
+}
+
+#[test]
+fn capacity_zero_interval_counts_as_one_microsecond() {
+    let mut capacity = CapacityEstimator::new();
+    pairs(&mut capacity, 0, &[0; 3]);
+    assert_eq!(capacity.pkts_per_sec(), 1_000_000);
+    // Time going backwards between the two packets is a zero interval, not a panic.
+    capacity.on_pair_first(u64::MAX);
+    capacity.on_pair_second(0);
+    assert_eq!(capacity.pkts_per_sec(), 1_000_000);
+}
