@@ -1,19 +1,108 @@
 //! The wire format: zero-copy views and validated structs, `parse`/`emit`, never a panic.
 //!
-//! CONTRACT STUB: helper 2 replaces the bodies (and may add submodules); the public items named
-//! here are fixed, with the byte layout below.
+//! Two layers, as in smoltcp:
+//! - zero-copy views ([`Packet`] over a whole datagram, [`DataBody`] over a plaintext data body)
+//!   whose accessors read fields at the byte ranges named in [`field`];
+//! - validated structs ([`Header`], [`DataPrefix`], [`Control`]) with `parse` and `emit`.
+//!
+//! `parse` accepts exactly what `emit` can write: every value that parses re-emits to the same
+//! bytes, and `emit` refuses (with [`WireError::Malformed`]) a value that `parse` would reject.
+//! Parsing never panics and never allocates; input from the network is hostile.
+//!
+//! A datagram is a header, then the body sealed by [`crate::crypto::PacketKey`]:
 //!
 //! ```text
-//! header, 16 bytes, authenticated (AEAD associated data), not encrypted:
-//!   0      kind (0 data, 1 ack, 2 ack2, 3 nak, 4 keep-alive, 5 shutdown, 6 drop-request)
-//!   1      flags (data only: PAIR_FIRST, PAIR_SECOND, RETRANSMIT; zero on control packets)
-//!   2..4   reserved, zero
-//!   4..12  packet number, u64 big-endian (AEAD nonce input; never reused under one key)
-//!   12..16 timestamp, u32 big-endian, microseconds on the sender's clock, wrapping
-//! body: encrypted plaintext body, then a 16-byte AEAD tag
+//! +--------------------+------------------------------+-------------+
+//! | header (16 bytes)  | body (encrypted)             | tag (16)    |
+//! | AEAD assoc. data   | plaintext layout per kind    | AEAD tag    |
+//! +--------------------+------------------------------+-------------+
 //! ```
+//!
+//! All integers are big-endian. Sequence numbers ([`Seq31`]) are 31 bits; the top bit of their
+//! 32-bit field must be zero (in a NAK it is the range flag).
+//!
+//! # Header (16 bytes, authenticated, not encrypted)
+//!
+//! | bytes  | field          | notes                                                          |
+//! |--------|----------------|----------------------------------------------------------------|
+//! | 0      | kind           | 0 data, 1 ack, 2 ack2, 3 nak, 4 keep-alive, 5 shutdown, 6 drop-request; else `UnknownKind` |
+//! | 1      | flags          | data only: [`flags::PAIR_FIRST`] 1, [`flags::PAIR_SECOND`] 2, [`flags::RETRANSMIT`] 4; other bits, both pair bits, or any bit on a control kind: `Malformed` |
+//! | 2..4   | reserved       | zero, else `Malformed`                                         |
+//! | 4..12  | packet number  | u64; AEAD nonce input, never reused under one key              |
+//! | 12..16 | timestamp_us   | u32, microseconds on the sender's clock, wrapping              |
+//!
+//! # Data body (kind 0): 12 + payload bytes
+//!
+//! | bytes  | field   | notes                                                  |
+//! |--------|---------|--------------------------------------------------------|
+//! | 0..4   | dsn     | u32, top bit zero; reused when the payload is resent   |
+//! | 4..12  | offset  | u64, where the payload belongs in the byte space       |
+//! | 12..   | payload | at least one byte                                      |
+//!
+//! # ACK body (kind 1): exactly 28 bytes
+//!
+//! | bytes  | field              | notes                                          |
+//! |--------|--------------------|------------------------------------------------|
+//! | 0..4   | ack_no             | u32, echoed by ACK2                            |
+//! | 4..8   | ack_dsn            | u32, top bit zero; all before it are received  |
+//! | 8..12  | rtt_us             | u32                                            |
+//! | 12..16 | rtt_var_us         | u32                                            |
+//! | 16..20 | avail_window_pkts  | u32                                            |
+//! | 20..24 | recv_rate_pps      | u32                                            |
+//! | 24..28 | capacity_pps       | u32                                            |
+//!
+//! # ACK2 body (kind 2): exactly 4 bytes
+//!
+//! | bytes | field  | notes                    |
+//! |-------|--------|--------------------------|
+//! | 0..4  | ack_no | u32, the ACK it answers  |
+//!
+//! # NAK body (kind 3): 4·n bytes, n ≥ 1
+//!
+//! UDT's compressed loss list (the paper's appendix): a sequence of u32 entries.
+//!
+//! | entry                   | meaning                                                      |
+//! |-------------------------|--------------------------------------------------------------|
+//! | `0x8000_0000 \| lo`, `hi` | lost `lo..=hi`; `hi` is 1 to 2^30 − 1 after `lo` on the 31-bit circle |
+//! | `v` (top bit zero)      | lost `v` alone                                               |
+//!
+//! Rejected: an empty body (`Truncated`), a length not a multiple of 4, a flagged entry last or
+//! followed by another flagged entry, and a range whose end is equal to, before, or 2^30 or more
+//! after its start (a one-number range must be a single entry, so each list has one encoding).
+//! Ranges may wrap: `0x8000_0000 | 0x7FFF_FFFE`, `0x0000_0001` is `0x7FFF_FFFE..=1`.
+//!
+//! # Keep-alive body (kind 4): empty
+//!
+//! # Shutdown body (kind 5): exactly 4 bytes
+//!
+//! | bytes | field  | notes                            |
+//! |-------|--------|----------------------------------|
+//! | 0..4  | reason | u32, application-defined         |
+//!
+//! # Drop-request body (kind 6): exactly 8 bytes
+//!
+//! | bytes | field | notes                                                        |
+//! |-------|-------|--------------------------------------------------------------|
+//! | 0..4  | first | u32, top bit zero                                            |
+//! | 4..8  | last  | u32, top bit zero; equal to `first` or less than 2^30 after it |
+//!
+//! Trailing bytes after a fixed-size body are `Malformed`; a body shorter than its fixed part is
+//! `Truncated`.
 
 use crate::seq::Seq31;
+
+mod control;
+mod data;
+pub mod field;
+mod header;
+mod nak;
+#[cfg(test)]
+mod tests;
+
+pub use control::{Ack, Control};
+pub use data::{DataBody, DataPrefix};
+pub use header::{Header, Packet};
+pub use nak::{NakRanges, emit_nak};
 
 /// Bytes of the packet header.
 pub const HEADER_LEN: usize = 16;
@@ -23,6 +112,8 @@ pub const TAG_LEN: usize = 16;
 pub const DATA_PREFIX_LEN: usize = 12;
 /// Bytes of the whole packet that are not payload, for a data packet.
 pub const DATA_OVERHEAD: usize = HEADER_LEN + DATA_PREFIX_LEN + TAG_LEN;
+/// Bytes of an ACK body.
+pub const ACK_LEN: usize = 28;
 
 /// Data packet flags.
 pub mod flags {
@@ -32,6 +123,8 @@ pub mod flags {
     pub const PAIR_SECOND: u8 = 2;
     /// The payload was sent before under another packet number.
     pub const RETRANSMIT: u8 = 4;
+    /// Every flag bit the format defines; any other bit is malformed.
+    pub const ALL: u8 = PAIR_FIRST | PAIR_SECOND | RETRANSMIT;
 }
 
 /// Why a datagram was rejected.
@@ -71,135 +164,86 @@ pub enum Kind {
     DropRequest = 6,
 }
 
-/// The validated packet header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
-    /// Packet kind.
-    pub kind: Kind,
-    /// Flags (data packets only).
-    pub flags: u8,
-    /// Packet number: unique per key.
-    pub pn: u64,
-    /// Sender's clock in microseconds, wrapping.
-    pub timestamp_us: u32,
-}
+impl Kind {
+    /// Every kind, in wire order.
+    pub const ALL: [Kind; 7] = [
+        Kind::Data,
+        Kind::Ack,
+        Kind::Ack2,
+        Kind::Nak,
+        Kind::KeepAlive,
+        Kind::Shutdown,
+        Kind::DropRequest,
+    ];
 
-impl Header {
-    /// Parses the first `HEADER_LEN` bytes of `buf`.
-    pub fn parse(buf: &[u8]) -> Result<Header, WireError> {
-        let _ = buf;
-        unimplemented!()
+    /// The kind for a wire byte, or `UnknownKind`.
+    pub fn from_u8(byte: u8) -> Result<Kind, WireError> {
+        Kind::ALL.get(usize::from(byte)).copied().ok_or(WireError::UnknownKind(byte))
     }
-    /// Writes the header into the first `HEADER_LEN` bytes of `buf`.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
-        let _ = buf;
-        unimplemented!()
+
+    /// `true` for every kind but [`Kind::Data`].
+    pub fn is_control(self) -> bool {
+        self != Kind::Data
     }
 }
 
-/// The part of a data body before the payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DataPrefix {
-    /// Data sequence number (reused when the payload is retransmitted).
-    pub dsn: Seq31,
-    /// Where the payload belongs in the application's byte space.
-    pub offset: u64,
-}
-
-impl DataPrefix {
-    /// Parses a plaintext data body into its prefix and payload (payload may not be empty).
-    pub fn parse(body: &[u8]) -> Result<(DataPrefix, &[u8]), WireError> {
-        let _ = body;
-        unimplemented!()
-    }
-    /// Writes the prefix into the first `DATA_PREFIX_LEN` bytes of `buf`.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
-        let _ = buf;
-        unimplemented!()
+impl TryFrom<u8> for Kind {
+    type Error = WireError;
+    fn try_from(byte: u8) -> Result<Kind, WireError> {
+        Kind::from_u8(byte)
     }
 }
 
-/// ACK body: what the receiver tells the sender every SYN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ack {
-    /// ACK number, echoed by ACK2.
-    pub ack_no: u32,
-    /// Every sequence number before this one has been received.
-    pub ack_dsn: Seq31,
-    /// Receiver's smoothed RTT.
-    pub rtt_us: u32,
-    /// Receiver's RTT variance.
-    pub rtt_var_us: u32,
-    /// Packets the receiver can still accept.
-    pub avail_window_pkts: u32,
-    /// Packet arrival speed (median filter).
-    pub recv_rate_pps: u32,
-    /// Link capacity estimate from packet pairs.
-    pub capacity_pps: u32,
-}
-
-/// Validated NAK body: an iterator of inclusive lost ranges.
-#[derive(Debug, Clone)]
-pub struct NakRanges<'a> {
-    body: &'a [u8],
-}
-
-impl<'a> Iterator for NakRanges<'a> {
-    type Item = (Seq31, Seq31);
-    fn next(&mut self) -> Option<Self::Item> {
-        let _ = self.body;
-        unimplemented!()
+impl From<Kind> for u8 {
+    fn from(kind: Kind) -> u8 {
+        kind as u8
     }
 }
 
-/// Writes as many of `ranges` as fit in `buf` in UDT's compressed form; returns
-/// `(bytes written, ranges written)`.
-pub fn emit_nak(ranges: impl Iterator<Item = (Seq31, Seq31)>, buf: &mut [u8]) -> (usize, usize) {
-    let _ = (ranges, buf);
-    unimplemented!()
+/// The top bit of a 32-bit sequence field: the NAK range flag, zero everywhere else.
+const SEQ_FLAG: u32 = 1 << 31;
+/// Ranges and drop-requests span less than half the 31-bit circle, so "after" is unambiguous.
+const HALF_CIRCLE: u32 = 1 << 30;
+
+/// `b - a` going forward on the 31-bit circle, in `[0, 2^31)`.
+fn forward_distance(a: Seq31, b: Seq31) -> u32 {
+    b.get().wrapping_sub(a.get()) & Seq31::MAX
 }
 
-/// A parsed control packet body.
-#[derive(Debug, Clone)]
-pub enum Control<'a> {
-    /// See [`Ack`].
-    Ack(Ack),
-    /// Echo of an ACK number.
-    Ack2 {
-        /// The ACK being acknowledged.
-        ack_no: u32,
-    },
-    /// Loss report.
-    Nak(NakRanges<'a>),
-    /// Liveness.
-    KeepAlive,
-    /// Orderly close.
-    Shutdown {
-        /// Application-defined reason code.
-        reason: u32,
-    },
-    /// The sender gave up on `first..=last`.
-    DropRequest {
-        /// First sequence number dropped.
-        first: Seq31,
-        /// Last sequence number dropped.
-        last: Seq31,
-    },
+/// The 32-bit field for a sequence number, flag bit clear (whatever `Seq31`'s internals do).
+fn seq_bits(seq: Seq31) -> u32 {
+    seq.get() & !SEQ_FLAG
 }
 
-impl<'a> Control<'a> {
-    /// Parses a plaintext control body of the given kind (`Kind::Data` is an error).
-    pub fn parse(kind: Kind, body: &'a [u8]) -> Result<Self, WireError> {
-        let _ = (kind, body);
-        unimplemented!()
+/// Reads a sequence number field at `at` whose top bit must be zero.
+fn read_seq(buf: &[u8], at: usize, what: &'static str) -> Result<Seq31, WireError> {
+    let raw = read_u32(buf, at);
+    if raw & SEQ_FLAG != 0 {
+        return Err(WireError::Malformed(what));
     }
-    /// This packet's kind.
-    pub fn kind(&self) -> Kind {
-        unimplemented!()
-    }
-    /// Writes the plaintext body into `buf`; returns its length.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
-        let _ = buf;
-        unimplemented!()
-    }
+    Ok(Seq31::new(raw))
+}
+
+/// Reads the big-endian u32 at `at`; the caller has checked that `buf` holds it.
+fn read_u32(buf: &[u8], at: usize) -> u32 {
+    let mut bytes = [0; 4];
+    bytes.copy_from_slice(&buf[at..at + 4]);
+    u32::from_be_bytes(bytes)
+}
+
+/// Reads the big-endian u64 at `at`; the caller has checked that `buf` holds it.
+fn read_u64(buf: &[u8], at: usize) -> u64 {
+    let mut bytes = [0; 8];
+    bytes.copy_from_slice(&buf[at..at + 8]);
+    u64::from_be_bytes(bytes)
+}
+
+/// Writes `v` big-endian at `at`; the caller has checked that `buf` holds it.
+fn write_u32(buf: &mut [u8], at: usize, v: u32) {
+    buf[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Writes `v` big-endian at `at`; the caller has checked that `buf` holds it.
+fn write_u64(buf: &mut [u8], at: usize, v: u64) {
+    buf[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }
