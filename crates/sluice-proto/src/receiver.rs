@@ -95,7 +95,10 @@ enum Pending {
     /// An immediate NAK for one newly detected gap.
     NakGap(u64, u64),
     /// The periodic loss-list report, continuing from this sequence number.
-    NakList { from: u64, packets_left: u32 },
+    NakList {
+        from: u64,
+        packets_left: u32,
+    },
 }
 
 /// The receiving end of a channel. See the module docs for how to drive it.
@@ -273,7 +276,11 @@ impl Receiver {
         Ok(Some(Delivered { offset: prefix.offset, range: start..start + payload.len() }))
     }
 
-    fn on_control(&mut self, now_us: u64, control: Control<'_>) -> Result<Option<Delivered>, Rejected> {
+    fn on_control(
+        &mut self,
+        now_us: u64,
+        control: Control<'_>,
+    ) -> Result<Option<Delivered>, Rejected> {
         match control {
             Control::KeepAlive => {}
             Control::Shutdown { reason } => {
@@ -289,7 +296,7 @@ impl Receiver {
                 let index = self.ack_history.front().map(|&(first, _)| ack_no.wrapping_sub(first));
                 let entry = index.and_then(|i| self.ack_history.get(i as usize));
                 if let Some(&(_, sent_us)) = entry.filter(|(n, _)| *n == ack_no) {
-                    self.rtt.on_sample(now_us, now_us.saturating_sub(sent_us));
+                    self.rtt.on_sample(now_us.saturating_sub(sent_us), now_us);
                 }
             }
             Control::Ack(_) | Control::Nak(_) => return Err(Rejected::Unexpected),
@@ -371,7 +378,8 @@ impl Receiver {
             Pending::NakGap(lo, hi) => {
                 // Only what is still missing.
                 let ranges = self.loss_ranges_from(lo).take_while(|&(l, _)| l <= hi);
-                let (n, count) = wire::emit_nak(ranges.map(|(l, h)| (l, h.min(hi))).map(seq_pair), body);
+                let (n, count) =
+                    wire::emit_nak(ranges.map(|(l, h)| (l, h.min(hi))).map(seq_pair), body);
                 if count == 0 {
                     return None;
                 }
@@ -407,7 +415,10 @@ impl Receiver {
 
     /// Loss ranges clipped to start at `from` or later.
     fn loss_ranges_from(&self, from: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.loss.ranges().filter(move |&(_, hi)| hi >= from).map(move |(lo, hi)| (lo.max(from), hi))
+        self.loss
+            .ranges()
+            .filter(move |&(_, hi)| hi >= from)
+            .map(move |(lo, hi)| (lo.max(from), hi))
     }
 
     fn make_ack(&mut self, now_us: u64) -> Ack {
@@ -425,7 +436,9 @@ impl Receiver {
             ack_dsn: Seq31::from_ext(ack_point),
             rtt_us: clamp_u32(self.rtt.rtt_us()),
             rtt_var_us: clamp_u32(self.rtt.rtt_var_us()),
-            avail_window_pkts: clamp_u32(u64::from(self.config.recv_window_pkts).saturating_sub(span)),
+            avail_window_pkts: clamp_u32(
+                u64::from(self.config.recv_window_pkts).saturating_sub(span),
+            ),
             recv_rate_pps: self.arrival.pkts_per_sec(),
             capacity_pps: self.capacity.pkts_per_sec(),
             queue_delay_us: self.queue_delay.take_mean_us(),

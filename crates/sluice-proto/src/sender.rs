@@ -28,15 +28,13 @@ use crate::SYN_US;
 use crate::cc::{AckSignal, CongestionControl, LossSignal};
 use crate::config::ChannelConfig;
 use crate::crypto::PacketKey;
-use crate::estimate::RttEstimator;
+use crate::estimate::{PAIR_PERIOD_PKTS, RttEstimator};
 use crate::intervals::IntervalSet;
 use crate::receiver::State;
 use crate::seq::Seq31;
 use crate::timer::{Timer, TimerTable};
 use crate::wire::{self, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
 
-/// Every `PAIR_INTERVAL`-th data packet starts a packet pair (UDT's N = 16).
-const PAIR_INTERVAL: u64 = 16;
 /// After an idle or late spell the pacer may send this many packets' worth of catch-up at once.
 const MAX_CATCH_UP_PKTS: f64 = 1.0;
 /// ACK2s waiting to be sent at most (they are sent before data, so this never fills in practice).
@@ -86,6 +84,8 @@ pub struct Sender {
     next_pn: u64,
     cc: Box<dyn CongestionControl>,
     rtt: RttEstimator,
+    /// The receiver's reported RTTs as samples, for the recent minimum (the path's base RTT).
+    rtt_floor: RttEstimator,
     /// Byte ranges queued by the application and not yet cut into packets.
     queue: VecDeque<(u64, u64)>,
     queued_bytes: u64,
@@ -140,6 +140,7 @@ impl Sender {
             next_pn: 0,
             cc: crate::cc::build(&config),
             rtt: RttEstimator::new(config.initial_rtt_us),
+            rtt_floor: RttEstimator::new(config.initial_rtt_us),
             queue: VecDeque::new(),
             queued_bytes: 0,
             finished: false,
@@ -280,7 +281,7 @@ impl Sender {
             self.pending_ack2.push_back(ack.ack_no);
         }
         self.rtt.set(u64::from(ack.rtt_us), u64::from(ack.rtt_var_us));
-        self.rtt.on_min_sample(now_us, u64::from(ack.rtt_us));
+        self.rtt_floor.on_sample(u64::from(ack.rtt_us), now_us);
         self.queue_delay_us = ack.queue_delay_us;
         self.peer_window_pkts = u64::from(ack.avail_window_pkts);
 
@@ -306,7 +307,7 @@ impl Sender {
             acked_pkts,
             rtt_us: self.rtt.rtt_us(),
             rtt_var_us: self.rtt.rtt_var_us(),
-            min_rtt_us: self.rtt.min_rtt_us(),
+            min_rtt_us: self.rtt_floor.min_rtt_us().unwrap_or(self.rtt.rtt_us()),
             recv_rate_pps: ack.recv_rate_pps,
             capacity_pps: ack.capacity_pps,
             queue_delay_us: ack.queue_delay_us,
@@ -390,7 +391,8 @@ impl Sender {
             if now_us >= self.last_sent_us + self.config.keepalive_us {
                 self.pending_keepalive = true;
             }
-            self.timers.set(Timer::KeepAlive, self.last_sent_us.max(now_us) + self.config.keepalive_us);
+            self.timers
+                .set(Timer::KeepAlive, self.last_sent_us.max(now_us) + self.config.keepalive_us);
         }
     }
 
@@ -479,7 +481,9 @@ impl Sender {
         if self.pair_second_due {
             flags |= wire::flags::PAIR_SECOND;
             self.pair_second_due = false;
-        } else if (self.stats.new_pkts + self.stats.retransmitted_pkts) % PAIR_INTERVAL == 0 {
+        } else if (self.stats.new_pkts + self.stats.retransmitted_pkts)
+            .is_multiple_of(PAIR_PERIOD_PKTS)
+        {
             flags |= wire::flags::PAIR_FIRST;
             self.pair_second_due = true;
         }
@@ -493,7 +497,8 @@ impl Sender {
         if HEADER_LEN + body_len + TAG_LEN > limit {
             return None;
         }
-        let header = Header { kind: Kind::Data, flags, pn: self.next_pn, timestamp_us: now_us as u32 };
+        let header =
+            Header { kind: Kind::Data, flags, pn: self.next_pn, timestamp_us: now_us as u32 };
         header.emit(buf).ok()?;
         DataPrefix { dsn: Seq31::from_ext(dsn), offset }.emit(&mut buf[HEADER_LEN..]).ok()?;
         let payload_at = HEADER_LEN + wire::DATA_PREFIX_LEN;
@@ -531,7 +536,8 @@ impl Sender {
         }
         let (offset, len) = self.queue.front_mut()?;
         let take = (*len).min(self.payload_size);
-        let slot = Slot { offset: *offset, len: take as u32, last_sent_us: now_us, retransmitted: false };
+        let slot =
+            Slot { offset: *offset, len: take as u32, last_sent_us: now_us, retransmitted: false };
         *offset += take;
         *len -= take;
         if *len == 0 {
@@ -544,12 +550,21 @@ impl Sender {
         Some(dsn)
     }
 
-    fn emit_control(&mut self, now_us: u64, buf: &mut [u8], control: &Control<'_>) -> Option<usize> {
+    fn emit_control(
+        &mut self,
+        now_us: u64,
+        buf: &mut [u8],
+        control: &Control<'_>,
+    ) -> Option<usize> {
         let limit = buf.len().min(self.config.packet_size);
         let body_cap = limit.checked_sub(HEADER_LEN + TAG_LEN)?;
         let body_len = control.emit(&mut buf[HEADER_LEN..HEADER_LEN + body_cap]).ok()?;
-        let header =
-            Header { kind: control.kind(), flags: 0, pn: self.next_pn, timestamp_us: now_us as u32 };
+        let header = Header {
+            kind: control.kind(),
+            flags: 0,
+            pn: self.next_pn,
+            timestamp_us: now_us as u32,
+        };
         header.emit(buf).ok()?;
         let total = self.seal(now_us, buf, limit, body_len)?;
         self.stats.control_pkts += 1;
@@ -557,7 +572,13 @@ impl Sender {
     }
 
     /// Seals the packet whose header is in `buf` and counts it; advances the packet number.
-    fn seal(&mut self, now_us: u64, buf: &mut [u8], limit: usize, body_len: usize) -> Option<usize> {
+    fn seal(
+        &mut self,
+        now_us: u64,
+        buf: &mut [u8],
+        limit: usize,
+        body_len: usize,
+    ) -> Option<usize> {
         if self.next_pn == u64::MAX {
             self.state = State::Broken;
             return None;

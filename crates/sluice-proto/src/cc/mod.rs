@@ -126,9 +126,10 @@ pub fn build(config: &ChannelConfig) -> Box<dyn CongestionControl> {
     let packet_bits = (config.packet_size as f64) * 8.0;
     match config.cc {
         CcKind::Udt => Box::new(udt::Udt::new(config.packet_size, config.max_flight_pkts)),
-        CcKind::Fixed => {
-            Box::new(fixed::Fixed::new(config.rate_bps as f64 / packet_bits, config.max_flight_pkts))
-        }
+        CcKind::Fixed => Box::new(fixed::Fixed::new(
+            config.rate_bps as f64 / packet_bits,
+            config.max_flight_pkts,
+        )),
         CcKind::Adaptive => Box::new(adaptive::Adaptive::new(
             config.packet_size,
             config.max_flight_pkts,

@@ -78,7 +78,8 @@ impl Udt {
     fn increase_pkts(&self, avail_pps: f64) -> f64 {
         let min_inc = 1.0 / 1500.0;
         let bits = avail_pps * self.mss_bytes * 8.0;
-        let factor = if bits > 0.0 { 10f64.powf(bits.log10().ceil() - 9.0).max(min_inc) } else { min_inc };
+        let factor =
+            if bits > 0.0 { 10f64.powf(bits.log10().ceil() - 9.0).max(min_inc) } else { min_inc };
         factor * 1500.0 / self.mss_bytes
     }
 
@@ -106,8 +107,8 @@ impl CongestionControl for Udt {
             return;
         }
         if self.recv_rate_pps > 0.0 {
-            self.window_pkts = (self.recv_rate_pps * (self.rtt_us + SYN) / 1e6 + 16.0)
-                .min(self.max_window_pkts);
+            self.window_pkts =
+                (self.recv_rate_pps * (self.rtt_us + SYN) / 1e6 + 16.0).min(self.max_window_pkts);
         }
         if ack.now_us < self.last_rate_control_us + SYN_US {
             return;

@@ -23,6 +23,9 @@ pub struct Ack {
     pub recv_rate_pps: u32,
     /// Link capacity estimate from packet pairs.
     pub capacity_pps: u32,
+    /// Mean forward queuing delay over the last ACK interval (one-way delay above its recent
+    /// minimum, see `delay`).
+    pub queue_delay_us: u32,
 }
 
 impl Ack {
@@ -40,6 +43,7 @@ impl Ack {
             avail_window_pkts: read_u32(body, field::ACK_AVAIL_WINDOW.start),
             recv_rate_pps: read_u32(body, field::ACK_RECV_RATE.start),
             capacity_pps: read_u32(body, field::ACK_CAPACITY.start),
+            queue_delay_us: read_u32(body, field::ACK_QUEUE_DELAY.start),
         })
     }
 
@@ -51,6 +55,7 @@ impl Ack {
         write_u32(out, field::ACK_AVAIL_WINDOW.start, self.avail_window_pkts);
         write_u32(out, field::ACK_RECV_RATE.start, self.recv_rate_pps);
         write_u32(out, field::ACK_CAPACITY.start, self.capacity_pps);
+        write_u32(out, field::ACK_QUEUE_DELAY.start, self.queue_delay_us);
     }
 }
 

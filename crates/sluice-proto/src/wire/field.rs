@@ -44,6 +44,8 @@ pub const ACK_AVAIL_WINDOW: Field = 16..20;
 pub const ACK_RECV_RATE: Field = 20..24;
 /// ACK body: link capacity estimate in packets per second.
 pub const ACK_CAPACITY: Field = 24..28;
+/// ACK body: forward queuing delay in microseconds.
+pub const ACK_QUEUE_DELAY: Field = 28..32;
 
 /// ACK2 body: the ACK number it echoes.
 pub const ACK2_ACK_NO: Field = 0..4;

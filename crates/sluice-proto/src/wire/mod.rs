@@ -39,7 +39,7 @@
 //! | 4..12  | offset  | u64, where the payload belongs in the byte space       |
 //! | 12..   | payload | at least one byte                                      |
 //!
-//! # ACK body (kind 1): exactly 28 bytes
+//! # ACK body (kind 1): exactly 32 bytes
 //!
 //! | bytes  | field              | notes                                          |
 //! |--------|--------------------|------------------------------------------------|
@@ -50,6 +50,7 @@
 //! | 16..20 | avail_window_pkts  | u32                                            |
 //! | 20..24 | recv_rate_pps      | u32                                            |
 //! | 24..28 | capacity_pps       | u32                                            |
+//! | 28..32 | queue_delay_us     | u32, mean one-way delay above its minimum      |
 //!
 //! # ACK2 body (kind 2): exactly 4 bytes
 //!
@@ -113,7 +114,7 @@ pub const DATA_PREFIX_LEN: usize = 12;
 /// Bytes of the whole packet that are not payload, for a data packet.
 pub const DATA_OVERHEAD: usize = HEADER_LEN + DATA_PREFIX_LEN + TAG_LEN;
 /// Bytes of an ACK body.
-pub const ACK_LEN: usize = 28;
+pub const ACK_LEN: usize = 32;
 
 /// Data packet flags.
 pub mod flags {
