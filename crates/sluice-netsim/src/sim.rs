@@ -104,12 +104,12 @@ struct Node {
 /// `poll_transmit(now, ..)` until `None` and reschedules the wake-up from `poll_timeout()`. A
 /// time in the past is served at `now`; but if the endpoint has just been woken at `now` and still
 /// asks for `now` or earlier, it is woken again 1 us later and the wake-up counts as busy (a
-/// misbehaving endpoint slows virtual time down instead of hanging the run).
+/// misbehaving endpoint slows virtual time down instead of hanging the run). The same happens to
+/// an endpoint cut off after [`MAX_DATAGRAMS_PER_POLL`] datagrams in one instant.
 ///
 /// Every endpoint starts at its flow's `start_us` with a `handle_timeout` call. All randomness
 /// comes from the config's seed, and simultaneous events run in the order they were scheduled, so
-/// a run is a pure function of the seed, the config and the endpoints. Virtual time is limited to
-/// about 200 days (picosecond arithmetic in the rate limiter).
+/// a run is a pure function of the seed, the config and the endpoints.
 #[derive(Debug)]
 pub struct Sim<E> {
     now_us: u64,
@@ -117,8 +117,8 @@ pub struct Sim<E> {
     flows: Vec<Flow<E>>,
     nodes: Vec<Node>,
     done_nodes: usize,
-    /// Flows changed through `flow_mut` since the last run.
-    dirty: Vec<usize>,
+    /// Per flow: changed through `flow_mut` since the last run.
+    dirty: Vec<bool>,
     forward: Link,
     reverse: Link,
     events: EventQueue,
@@ -177,6 +177,7 @@ impl<E: Endpoint> Sim<E> {
             self.events.push(config.start_us, EventKind::Wake { node, generation: 0 });
         }
         self.flows.push(Flow { a, b, config, stats: FlowStats::default() });
+        self.dirty.push(false);
         index
     }
 
@@ -203,7 +204,7 @@ impl<E: Endpoint> Sim<E> {
     /// Flow `index`, to change its endpoints between runs; both are polled again when the next
     /// run starts.
     pub fn flow_mut(&mut self, index: usize) -> &mut Flow<E> {
-        self.dirty.push(index);
+        self.dirty[index] = true;
         &mut self.flows[index]
     }
 
@@ -288,18 +289,15 @@ impl<E: Endpoint> Sim<E> {
     }
 
     fn poll_dirty_flows(&mut self) {
-        let mut dirty = std::mem::take(&mut self.dirty);
-        dirty.sort_unstable();
-        dirty.dedup();
-        for &flow in &dirty {
-            for node in [2 * flow, 2 * flow + 1] {
-                if self.nodes[node].started {
-                    self.drive(node);
+        for flow in 0..self.flows.len() {
+            if std::mem::take(&mut self.dirty[flow]) {
+                for node in [2 * flow, 2 * flow + 1] {
+                    if self.nodes[node].started {
+                        self.drive(node);
+                    }
                 }
             }
         }
-        dirty.clear();
-        self.dirty = dirty;
     }
 
     fn wake(&mut self, node: usize, generation: u64) {
