@@ -50,11 +50,13 @@
 //! counted), `event` (the event queue), `link` (one link direction), `pool` (packet buffers),
 //! [`sim`] (the driver).
 
+pub mod channel;
 pub mod config;
 mod event;
 mod link;
 pub mod loss;
 mod pool;
+pub mod scenario;
 pub mod sim;
 pub mod stats;
 

@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 
 use crate::SYN_US;
-use crate::cc::{AckSignal, CongestionControl, LossSignal};
+use crate::cc::{AckSignal, CongestionControl, LossSignal, WindowBasis};
 use crate::config::ChannelConfig;
 use crate::crypto::PacketKey;
 use crate::estimate::{PAIR_PERIOD_PKTS, RttEstimator};
@@ -107,10 +107,16 @@ pub struct Sender {
     pending_ack2: VecDeque<u32>,
     pending_keepalive: bool,
     shutdown_sent: bool,
+    /// The receiver's last report: one past its highest sequence number, its holes, and how many
+    /// more packets past `peer_rcv_next` it accepts.
+    peer_rcv_next: u64,
+    peer_missing_pkts: u64,
     peer_window_pkts: u64,
     queue_delay_us: u32,
-    /// Since the previous ACK: data packets sent, first-time losses, and whether the sender ever
-    /// ran out of data or was frozen (then the real sending period says nothing about pacing).
+    /// Since the previous ACK: data packets sent, first-time losses, and whether the sender was
+    /// ever held back by anything but its own speed: no data, the flow window, or a freeze. Only
+    /// an interval without any of these measures the real sending period (UDT section 4.4: the
+    /// host could not keep up with the period), so only then is it passed to the controller.
     interval_sent: u64,
     interval_lost: u64,
     interval_starved: bool,
@@ -157,6 +163,8 @@ impl Sender {
             pending_ack2: VecDeque::new(),
             pending_keepalive: false,
             shutdown_sent: false,
+            peer_rcv_next: initial,
+            peer_missing_pkts: 0,
             peer_window_pkts: u64::from(config.recv_window_pkts),
             queue_delay_us: 0,
             interval_sent: 0,
@@ -233,9 +241,24 @@ impl Sender {
         period
     }
 
-    fn window_pkts(&self) -> u64 {
-        let cc = self.cc.window_pkts().max(2.0) as u64;
-        cc.min(self.peer_window_pkts).min(u64::from(self.config.max_flight_pkts))
+    /// Packets the receiver has not got, as of its last ACK (sent beyond its highest, plus holes).
+    pub fn unreceived_pkts(&self) -> u64 {
+        self.next_dsn.saturating_sub(self.peer_rcv_next) + self.peer_missing_pkts
+    }
+
+    /// Whether the flow window, the sender's buffer bound and the receiver's window all allow
+    /// one more new packet.
+    fn window_allows_new(&self) -> bool {
+        if self.in_flight_pkts() >= u64::from(self.config.max_flight_pkts)
+            || self.next_dsn >= self.peer_rcv_next + self.peer_window_pkts
+        {
+            return false;
+        }
+        let counted = match self.cc.window_basis() {
+            WindowBasis::Unacknowledged => self.in_flight_pkts(),
+            WindowBasis::Unreceived => self.unreceived_pkts(),
+        };
+        counted < self.cc.window_pkts().max(2.0) as u64
     }
 
     fn exp_interval_us(&self) -> u64 {
@@ -284,6 +307,11 @@ impl Sender {
         self.rtt_floor.on_sample(u64::from(ack.rtt_us), now_us);
         self.queue_delay_us = ack.queue_delay_us;
         self.peer_window_pkts = u64::from(ack.avail_window_pkts);
+        let rcv_next = ack.rcv_next_dsn.extend(self.snd_una);
+        if rcv_next >= self.snd_una && rcv_next <= self.next_dsn {
+            self.peer_rcv_next = rcv_next;
+            self.peer_missing_pkts = u64::from(ack.missing_pkts);
+        }
 
         let ack_dsn = ack.ack_dsn.extend(self.snd_una);
         let mut acked_pkts = 0;
@@ -417,7 +445,7 @@ impl Sender {
 
     fn has_data_to_send(&self) -> bool {
         !self.loss.is_empty()
-            || (!self.queue.is_empty() && self.in_flight_pkts() < self.window_pkts())
+            || (!self.queue.is_empty() && self.window_allows_new())
             || (self.finished && self.all_acked() && !self.shutdown_sent)
     }
 
@@ -469,9 +497,7 @@ impl Sender {
             None => match self.cut_new_packet(now_us) {
                 Some(dsn) => (dsn, false),
                 None => {
-                    if self.queue.is_empty() {
-                        self.interval_starved = true;
-                    }
+                    self.interval_starved = true;
                     self.pair_second_due = false;
                     return None;
                 }
@@ -513,6 +539,11 @@ impl Sender {
             self.stats.new_pkts += 1;
         }
         self.interval_sent += 1;
+        // A driver does not poll a sender whose window is shut, so note here whether this packet
+        // left the sender held back (window full, or nothing left to send).
+        if self.loss.is_empty() && (self.queue.is_empty() || !self.window_allows_new()) {
+            self.interval_starved = true;
+        }
         if self.timers.get(Timer::Exp).is_none() {
             self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
         }
@@ -531,7 +562,7 @@ impl Sender {
 
     /// Cuts the next packet from the queue if the window allows; returns its sequence number.
     fn cut_new_packet(&mut self, now_us: u64) -> Option<u64> {
-        if self.in_flight_pkts() >= self.window_pkts() {
+        if !self.window_allows_new() {
             return None;
         }
         let (offset, len) = self.queue.front_mut()?;

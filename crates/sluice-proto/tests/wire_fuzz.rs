@@ -276,16 +276,20 @@ fn spec() -> impl Strategy<Value = Spec> {
     let body = prop_oneof![
         (seq.clone(), any::<u64>(), prop::collection::vec(any::<u8>(), 1..48))
             .prop_map(|(dsn, offset, payload)| Decoded::Data { dsn, offset, payload }),
-        (any::<[u32; 7]>(), seq.clone()).prop_map(|(v, ack_dsn)| Decoded::Ack(Ack {
-            ack_no: v[0],
-            ack_dsn: Seq31::new(ack_dsn),
-            rtt_us: v[1],
-            rtt_var_us: v[2],
-            avail_window_pkts: v[3],
-            recv_rate_pps: v[4],
-            capacity_pps: v[5],
-            queue_delay_us: v[6],
-        })),
+        (any::<[u32; 8]>(), seq.clone(), seq.clone()).prop_map(|(v, ack_dsn, rcv_next)| {
+            Decoded::Ack(Ack {
+                ack_no: v[0],
+                ack_dsn: Seq31::new(ack_dsn),
+                rtt_us: v[1],
+                rtt_var_us: v[2],
+                avail_window_pkts: v[3],
+                recv_rate_pps: v[4],
+                capacity_pps: v[5],
+                queue_delay_us: v[6],
+                rcv_next_dsn: Seq31::new(rcv_next),
+                missing_pkts: v[7],
+            })
+        }),
         any::<u32>().prop_map(Decoded::Ack2),
         prop::collection::vec((seq.clone(), range_span.clone()), 1..8).prop_map(|ranges| {
             Decoded::Nak(

@@ -1,7 +1,7 @@
 //! Sluice's default controller: UDT's rate-based structure that does not mistake random loss for
 //! congestion. The algorithm and its reasoning are in `adaptive.md` beside this file.
 
-use super::{AckSignal, CongestionControl, LossSignal};
+use super::{AckSignal, CongestionControl, LossSignal, WindowBasis};
 use crate::SYN_US;
 
 const SYN: f64 = SYN_US as f64;
@@ -9,9 +9,13 @@ const SYN: f64 = SYN_US as f64;
 const MIN_RATE_PPS: f64 = 100.0;
 /// Multiplicative decrease on congestion (UDT's 1/1.125 expressed as a rate factor).
 const DECREASE: f64 = 1.0 / 1.125;
+/// The deepest single cut (to half), for a queue far above its target.
+const MAX_DECREASE: f64 = 0.5;
 /// On leaving startup, the rate is set this far below the measured delivery rate so the queue
 /// built while probing drains.
 const DRAIN: f64 = 0.85;
+/// Once the packet pairs have measured the link, startup resumes from at least this share of it.
+const STARTUP_FLOOR_OF_CAPACITY: f64 = 0.25;
 /// Loss-rate epochs needed before the loss-trend signal is trusted.
 const LOSS_EPOCHS_BEFORE_TREND: u32 = 4;
 
@@ -114,22 +118,38 @@ impl Adaptive {
     }
 
     /// Multiplicative decrease, at most once per RTT + SYN so each cut is seen before the next.
+    /// The cut is UDT's 1/9, or more when the queue is long: enough that the excess queue
+    /// drains in about one round trip. It applies to the lower of the sending rate and the
+    /// arrival speed (what actually gets through). Every flow through the bottleneck sees the same
+    /// queue and so cuts by the same factor: the decrease stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64) {
         if now_us < self.last_decrease_us + (self.rtt_us + SYN) as u64 {
             return;
         }
         self.last_decrease_us = now_us;
         self.last_dec_rate_pps = self.rate_pps;
-        self.rate_pps = (self.rate_pps * DECREASE).max(MIN_RATE_PPS);
+        let excess_us = (self.queue_delay_us - self.target_queue_delay_us()).max(0.0);
+        let drain = 1.0 - excess_us / (self.min_rtt_us + self.queue_delay_us);
+        let factor = drain.clamp(MAX_DECREASE, DECREASE);
+        let base = if self.recv_rate_pps > 0.0 {
+            self.rate_pps.min(self.recv_rate_pps)
+        } else {
+            self.rate_pps
+        };
+        self.rate_pps = (base * factor).max(MIN_RATE_PPS);
     }
 
-    fn leave_startup(&mut self, now_us: u64) {
+    /// Ends startup. After congestion (a queue was built) the rate drops below the delivery rate
+    /// so the queue drains; on reaching the link capacity with no queue, it holds the capacity.
+    fn leave_startup(&mut self, now_us: u64, congested: bool) {
         self.phase = Phase::Steady;
-        if self.recv_rate_pps > 0.0 {
+        if congested && self.recv_rate_pps > 0.0 {
+            self.last_dec_rate_pps = self.rate_pps;
             self.rate_pps = self.rate_pps.min(self.recv_rate_pps * DRAIN).max(MIN_RATE_PPS);
+            self.last_decrease_us = now_us;
+        } else if self.capacity_pps > 0.0 {
+            self.rate_pps = self.rate_pps.min(self.capacity_pps);
         }
-        self.last_dec_rate_pps = self.rate_pps / DRAIN;
-        self.last_decrease_us = now_us;
     }
 
     /// UDT's increase, equations (1) and (2), with the available bandwidth estimated from the
@@ -169,10 +189,11 @@ impl CongestionControl for Adaptive {
             Phase::Startup => {
                 let at_capacity = self.capacity_pps > 0.0 && self.rate_pps >= self.capacity_pps;
                 if congested || at_capacity {
-                    self.leave_startup(ack.now_us);
+                    self.leave_startup(ack.now_us, congested);
                 } else {
                     let growth = 2f64.powf(dt_us.min(4.0 * SYN) / self.rtt_us.max(2.0 * SYN));
-                    self.rate_pps *= growth;
+                    let floor = self.capacity_pps * STARTUP_FLOOR_OF_CAPACITY;
+                    self.rate_pps = (self.rate_pps * growth).max(floor);
                 }
             }
             Phase::Steady => {
@@ -190,7 +211,7 @@ impl CongestionControl for Adaptive {
         // queue is random and only repaired.
         if f64::from(loss.queue_delay_us) > self.target_queue_delay_us() / 2.0 {
             match self.phase {
-                Phase::Startup => self.leave_startup(loss.now_us),
+                Phase::Startup => self.leave_startup(loss.now_us, true),
                 Phase::Steady => self.decrease(loss.now_us),
             }
         }
@@ -211,6 +232,10 @@ impl CongestionControl for Adaptive {
         // Room for several round trips: the cumulative ACK stalls behind repairs on lossy paths,
         // and the window must not become the limit there (rate control is).
         (self.rate_pps * (4.0 * self.rtt_us + SYN) / 1e6 + 64.0).min(self.max_window_pkts)
+    }
+
+    fn window_basis(&self) -> WindowBasis {
+        WindowBasis::Unreceived
     }
 
     fn name(&self) -> &'static str {

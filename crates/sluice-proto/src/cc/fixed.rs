@@ -1,6 +1,6 @@
 //! RBUDP / Tsunami blast: send at a fixed rate, repair from loss reports, never back off.
 
-use super::{AckSignal, CongestionControl, LossSignal};
+use super::{AckSignal, CongestionControl, LossSignal, WindowBasis};
 
 /// A constant sending rate. Loss only causes retransmission; the window is the sender's buffer
 /// bound so a stalled receiver still stops the blast eventually.
@@ -27,6 +27,10 @@ impl CongestionControl for Fixed {
     fn window_pkts(&self) -> f64 {
         self.window_pkts
     }
+    fn window_basis(&self) -> WindowBasis {
+        WindowBasis::Unreceived
+    }
+
     fn name(&self) -> &'static str {
         "fixed"
     }

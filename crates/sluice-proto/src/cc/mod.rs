@@ -56,6 +56,15 @@ impl CcKind {
     }
 }
 
+/// What a flow window counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowBasis {
+    /// Packets sent and not cumulatively acknowledged.
+    Unacknowledged,
+    /// Packets sent that the receiver has not received, as of its last ACK.
+    Unreceived,
+}
+
 /// What an ACK tells the controller.
 #[derive(Debug, Clone, Copy)]
 pub struct AckSignal {
@@ -116,6 +125,12 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     /// No new data may be sent before this time (UDT's freeze after a loss). 0 when not frozen.
     fn frozen_until_us(&self) -> u64 {
         0
+    }
+    /// What the flow window bounds. UDT bounds unacknowledged packets; on lossy paths the
+    /// cumulative ACK waits behind repairs, so `adaptive` and `fixed` bound the packets the
+    /// receiver has not got (sent beyond its highest, plus its holes) instead.
+    fn window_basis(&self) -> WindowBasis {
+        WindowBasis::Unacknowledged
     }
     /// Short name for traces.
     fn name(&self) -> &'static str;

@@ -26,6 +26,10 @@ pub struct Ack {
     /// Mean forward queuing delay over the last ACK interval (one-way delay above its recent
     /// minimum, see `delay`).
     pub queue_delay_us: u32,
+    /// One past the largest sequence number received.
+    pub rcv_next_dsn: Seq31,
+    /// Packets before `rcv_next_dsn` still missing (the receiver's loss list length).
+    pub missing_pkts: u32,
 }
 
 impl Ack {
@@ -44,6 +48,12 @@ impl Ack {
             recv_rate_pps: read_u32(body, field::ACK_RECV_RATE.start),
             capacity_pps: read_u32(body, field::ACK_CAPACITY.start),
             queue_delay_us: read_u32(body, field::ACK_QUEUE_DELAY.start),
+            rcv_next_dsn: read_seq(
+                body,
+                field::ACK_RCV_NEXT.start,
+                "received sequence number has the top bit set",
+            )?,
+            missing_pkts: read_u32(body, field::ACK_MISSING.start),
         })
     }
 
@@ -56,6 +66,8 @@ impl Ack {
         write_u32(out, field::ACK_RECV_RATE.start, self.recv_rate_pps);
         write_u32(out, field::ACK_CAPACITY.start, self.capacity_pps);
         write_u32(out, field::ACK_QUEUE_DELAY.start, self.queue_delay_us);
+        write_u32(out, field::ACK_RCV_NEXT.start, seq_bits(self.rcv_next_dsn));
+        write_u32(out, field::ACK_MISSING.start, self.missing_pkts);
     }
 }
 

@@ -46,6 +46,10 @@ pub const ACK_RECV_RATE: Field = 20..24;
 pub const ACK_CAPACITY: Field = 24..28;
 /// ACK body: forward queuing delay in microseconds.
 pub const ACK_QUEUE_DELAY: Field = 28..32;
+/// ACK body: one past the largest sequence number received, u32 with the top bit zero.
+pub const ACK_RCV_NEXT: Field = 32..36;
+/// ACK body: packets missing before it.
+pub const ACK_MISSING: Field = 36..40;
 
 /// ACK2 body: the ACK number it echoes.
 pub const ACK2_ACK_NO: Field = 0..4;

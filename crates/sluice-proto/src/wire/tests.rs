@@ -220,9 +220,11 @@ fn ack_round_trip_and_layout() {
         recv_rate_pps: 6,
         capacity_pps: u32::MAX,
         queue_delay_us: 7,
+        rcv_next_dsn: seq(8),
+        missing_pkts: 9,
     };
     let bytes = emit_control(&Control::Ack(ack));
-    assert_eq!(bytes, nak_bytes(&[1, 0x7FFF_FFFE, 3, 4, 5, 6, u32::MAX, 7]));
+    assert_eq!(bytes, nak_bytes(&[1, 0x7FFF_FFFE, 3, 4, 5, 6, u32::MAX, 7, 8, 9]));
     assert_eq!(bytes.len(), ACK_LEN);
     match Control::parse(Kind::Ack, &bytes).unwrap() {
         Control::Ack(parsed) => assert_eq!(parsed, ack),

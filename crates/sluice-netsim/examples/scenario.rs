@@ -1,0 +1,90 @@
+//! Runs one simulated transfer and prints one JSON line with its results.
+//!
+//! ```text
+//! cargo run --release -p sluice-netsim --example scenario -- \
+//!     --rate-mbit 1000 --rtt-ms 100 --loss-pct 1 --size-mib 1024 --flows 1 --cc adaptive --seed 7
+//! ```
+//!
+//! Options (defaults in brackets): `--rate-mbit` [1000], `--rtt-ms` [100], `--loss-pct` [0],
+//! `--burst-pkts N` (Gilbert-Elliott loss with mean burst N) [Bernoulli], `--size-mib` [256],
+//! `--flows` [1], `--stagger-ms` [0], `--cc udt|fixed|adaptive` [adaptive], `--fixed-rate-mbit`
+//! [0], `--seed` [1], `--queue-bdp` [1], `--jitter-ms` [0], `--reorder-pct` [0],
+//! `--duplicate-pct` [0], `--corrupt-pct` [0], `--blackout START_S:LEN_S`, `--deadline-s` [600],
+//! `--trace-ms N` (include a rate trace) [off], `--packet-size` [1452].
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use sluice_netsim::scenario::Scenario;
+use sluice_proto::cc::CcKind;
+
+fn parse(args: &[String]) -> Result<Scenario, String> {
+    let mut s = Scenario::default();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let num = |v: &String| v.parse::<f64>().map_err(|_| format!("{flag}: not a number: {v}"));
+        match flag.as_str() {
+            "--rate-mbit" => s.rate_mbit = num(value()?)?,
+            "--rtt-ms" => s.rtt_ms = num(value()?)?,
+            "--loss-pct" => s.loss_pct = num(value()?)?,
+            "--burst-pkts" => s.loss_burst_pkts = Some(num(value()?)?),
+            "--size-mib" => s.size_mib = num(value()?)?,
+            "--flows" => s.flows = num(value()?)? as usize,
+            "--stagger-ms" => s.flow_stagger_ms = num(value()?)? as u64,
+            "--cc" => {
+                let v = value()?;
+                s.cc =
+                    CcKind::from_name(v).ok_or_else(|| format!("--cc: unknown controller {v}"))?;
+            }
+            "--fixed-rate-mbit" => s.cc_rate_mbit = num(value()?)?,
+            "--seed" => s.seed = value()?.parse().map_err(|_| "--seed: not an integer")?,
+            "--queue-bdp" => s.queue_bdp = num(value()?)?,
+            "--jitter-ms" => s.jitter_ms = num(value()?)?,
+            "--reorder-pct" => s.reorder_pct = num(value()?)?,
+            "--duplicate-pct" => s.duplicate_pct = num(value()?)?,
+            "--corrupt-pct" => s.corrupt_pct = num(value()?)?,
+            "--blackout" => {
+                let v = value()?;
+                let (a, b) = v.split_once(':').ok_or("--blackout takes START_S:LEN_S")?;
+                s.blackout_s = Some((num(&a.to_string())?, num(&b.to_string())?));
+            }
+            "--deadline-s" => s.deadline_s = num(value()?)?,
+            "--trace-ms" => s.sample_ms = num(value()?)? as u64,
+            "--packet-size" => s.packet_size = num(value()?)? as usize,
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if !(s.rate_mbit > 0.0 && s.rtt_ms >= 0.0 && s.size_mib > 0.0 && s.flows >= 1) {
+        return Err("rate, size and flows must be positive".into());
+    }
+    if !(0.0..100.0).contains(&s.loss_pct) {
+        return Err("--loss-pct must be in [0, 100)".into());
+    }
+    if s.cc == CcKind::Fixed && s.cc_rate_mbit <= 0.0 {
+        return Err("--cc fixed needs --fixed-rate-mbit".into());
+    }
+    s.channel_config(0).validate().map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let scenario = match parse(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("scenario: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let result = scenario.run();
+    let mut json = serde_json::to_value(&result).expect("result serializes");
+    json["real_seconds"] =
+        serde_json::json!((started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0);
+    json["cc"] = serde_json::json!(scenario.cc.name());
+    json["seed"] = serde_json::json!(scenario.seed);
+    println!("{json}");
+    if result.delivered_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}

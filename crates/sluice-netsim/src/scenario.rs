@@ -1,0 +1,359 @@
+//! Named, reproducible transfer scenarios: one or more `sluice-proto` channels over a simulated
+//! bottleneck, with the numbers a reviewer asks for (goodput, utilization, retransmissions,
+//! fairness, queuing delay) and a rate-over-time trace.
+
+use serde::Serialize;
+use sluice_proto::cc::CcKind;
+use sluice_proto::config::ChannelConfig;
+
+use crate::channel::{ChannelEndpoint, channel_pair};
+use crate::{
+    FlowConfig, GilbertElliott, LinkConfig, LossModel, Sim, SimConfig, WIRE_OVERHEAD_BYTES,
+};
+
+/// One simulated experiment. Loss, jitter, duplication and corruption apply to both directions;
+/// the RTT is split evenly between them; the bottleneck rate is the same both ways.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Bottleneck rate in Mbit/s (of wire bytes, IP and UDP headers included).
+    pub rate_mbit: f64,
+    /// Round-trip propagation delay in ms.
+    pub rtt_ms: f64,
+    /// Mean random loss in percent.
+    pub loss_pct: f64,
+    /// With `Some(mean burst length in packets)`, loss is Gilbert-Elliott bursty, else Bernoulli.
+    pub loss_burst_pkts: Option<f64>,
+    /// Bytes each flow moves, in MiB.
+    pub size_mib: f64,
+    /// Number of flows sharing the bottleneck.
+    pub flows: usize,
+    /// Later flows start this much after the previous one.
+    pub flow_stagger_ms: u64,
+    /// Congestion controller.
+    pub cc: CcKind,
+    /// Rate of the `fixed` controller (and cap of the others) in Mbit/s of UDP payload; 0 = none.
+    pub cc_rate_mbit: f64,
+    /// Seed of everything random.
+    pub seed: u64,
+    /// Drop-tail queue size in bandwidth-delay products.
+    pub queue_bdp: f64,
+    /// One-way delay jitter in ms (never reorders).
+    pub jitter_ms: f64,
+    /// Share of packets reordered, in percent.
+    pub reorder_pct: f64,
+    /// Share of packets duplicated, in percent.
+    pub duplicate_pct: f64,
+    /// Share of packets with one bit flipped, in percent.
+    pub corrupt_pct: f64,
+    /// A window `(start s, length s)` during which both directions lose everything.
+    pub blackout_s: Option<(f64, f64)>,
+    /// Simulated time limit in seconds.
+    pub deadline_s: f64,
+    /// Trace sampling period in ms (0: no trace).
+    pub sample_ms: u64,
+    /// Datagram size in bytes.
+    pub packet_size: usize,
+    /// Fairness is computed over each flow's delivery in this window `(from s, to s)`; `None`
+    /// uses the whole transfer (bytes over completion time).
+    pub fairness_window_s: Option<(f64, f64)>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            rate_mbit: 1000.0,
+            rtt_ms: 100.0,
+            loss_pct: 0.0,
+            loss_burst_pkts: None,
+            size_mib: 256.0,
+            flows: 1,
+            flow_stagger_ms: 0,
+            cc: CcKind::Adaptive,
+            cc_rate_mbit: 0.0,
+            seed: 1,
+            queue_bdp: 1.0,
+            jitter_ms: 0.0,
+            reorder_pct: 0.0,
+            duplicate_pct: 0.0,
+            corrupt_pct: 0.0,
+            blackout_s: None,
+            deadline_s: 600.0,
+            sample_ms: 0,
+            packet_size: 1452,
+            fairness_window_s: None,
+        }
+    }
+}
+
+/// One trace sample.
+#[derive(Debug, Clone, Serialize)]
+pub struct TracePoint {
+    /// Simulated time in seconds.
+    pub t_s: f64,
+    /// Each flow's pacing rate in Mbit/s of UDP payload.
+    pub rate_mbit: Vec<f64>,
+    /// Each flow's delivered payload since the previous sample, in Mbit/s.
+    pub goodput_mbit: Vec<f64>,
+    /// Forward queue occupancy, as delay in ms.
+    pub queue_ms: f64,
+}
+
+/// One flow's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowResult {
+    /// Payload goodput from the flow's start to its completion (or to the end of the run).
+    pub goodput_mbit: f64,
+    /// Every byte arrived exactly once and intact.
+    pub delivered_ok: bool,
+    /// Retransmitted data packets over first transmissions, in percent.
+    pub retransmitted_pct: f64,
+    /// EXP timeouts at the sender.
+    pub timeouts: u64,
+    /// Datagrams the receiver rejected (failed authentication: corruption).
+    pub rejected_pkts: u64,
+    /// Packet numbers that did not increase, over both ends (must be 0).
+    pub pn_violations: u64,
+    /// Datagrams whose packet number was checked, over both ends.
+    pub pn_checked: u64,
+}
+
+/// What a scenario produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    /// Aggregate payload goodput of all flows, from the first start to the last completion.
+    pub goodput_mbit: f64,
+    /// Goodput over the link's goodput ceiling: rate x payload share of the wire x (1 - loss).
+    pub utilization: f64,
+    /// Retransmitted over first transmissions, all flows, in percent.
+    pub retransmitted_pct: f64,
+    /// Simulated seconds until the run stopped.
+    pub sim_seconds: f64,
+    /// Jain's fairness index over the flows (only with more than one flow).
+    pub jain_index: Option<f64>,
+    /// Every flow delivered every byte exactly once and intact.
+    pub delivered_ok: bool,
+    /// Forward queuing delay: median, 99th percentile and maximum, in ms.
+    pub queue_delay_ms: [f64; 3],
+    /// Per flow.
+    pub flows: Vec<FlowResult>,
+    /// Rate over time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<TracePoint>,
+}
+
+impl Scenario {
+    fn link(&self, one_way_us: u64) -> LinkConfig {
+        let rate_bps = (self.rate_mbit * 1e6) as u64;
+        let bdp_bytes = self.rate_mbit * 1e6 / 8.0 * self.rtt_ms / 1e3;
+        let queue = (bdp_bytes * self.queue_bdp).max(64.0 * 1500.0) as u64;
+        let p = self.loss_pct / 100.0;
+        let loss = match self.loss_burst_pkts {
+            Some(burst) if p > 0.0 => {
+                LossModel::GilbertElliott(GilbertElliott::from_mean_loss_and_burst(p, burst))
+            }
+            _ if p > 0.0 => LossModel::Bernoulli { p },
+            _ => LossModel::None,
+        };
+        let mut link = LinkConfig::default()
+            .with_rate(rate_bps, queue)
+            .with_delay(one_way_us)
+            .with_jitter((self.jitter_ms * 1e3) as u64)
+            .with_loss(loss)
+            .with_duplicate(self.duplicate_pct / 100.0)
+            .with_corrupt(self.corrupt_pct / 100.0);
+        if self.reorder_pct > 0.0 {
+            link = link.with_reorder(self.reorder_pct / 100.0, 2_000);
+        }
+        if let Some((start, len)) = self.blackout_s {
+            link = link.with_blackout((start * 1e6) as u64, ((start + len) * 1e6) as u64);
+        }
+        link
+    }
+
+    /// The channel configuration each flow uses.
+    pub fn channel_config(&self, flow: usize) -> ChannelConfig {
+        ChannelConfig {
+            packet_size: self.packet_size,
+            cc: self.cc,
+            rate_bps: (self.cc_rate_mbit * 1e6) as u64,
+            seed: self.seed ^ flow as u64,
+            initial_dsn: ((self.seed.wrapping_mul(0x9E37_79B9) >> 8) as u32 ^ flow as u32)
+                & sluice_proto::seq::Seq31::MAX,
+            ..ChannelConfig::default()
+        }
+    }
+
+    /// Payload goodput ceiling of the link, in Mbit/s.
+    pub fn ceiling_mbit(&self) -> f64 {
+        let payload = self.channel_config(0).payload_size() as f64;
+        let wire = self.packet_size as f64 + WIRE_OVERHEAD_BYTES as f64;
+        self.rate_mbit * payload / wire * (1.0 - self.loss_pct / 100.0)
+    }
+
+    /// Runs the scenario. Deterministic: the same scenario gives the same result.
+    pub fn run(&self) -> ScenarioResult {
+        let one_way_us = (self.rtt_ms * 1e3 / 2.0) as u64;
+        let link = self.link(one_way_us);
+        let mut sim: Sim<ChannelEndpoint> = Sim::new(SimConfig::symmetric(self.seed, link));
+        let total = (self.size_mib * 1024.0 * 1024.0) as u64;
+        let mut starts_us = Vec::new();
+        for i in 0..self.flows {
+            let start_us = i as u64 * self.flow_stagger_ms * 1000;
+            let cfg = self.channel_config(i);
+            let (a, b) = channel_pair(
+                &cfg,
+                self.seed.wrapping_add(i as u64),
+                self.seed ^ (i as u64) << 32,
+                total,
+                start_us,
+            )
+            .expect("scenario channel config is valid");
+            sim.add_flow(a, b, FlowConfig::starting_at(start_us));
+            starts_us.push(start_us);
+        }
+
+        let payload_bits = self.channel_config(0).payload_size() as f64 * 8.0;
+        let rate_bps = self.rate_mbit * 1e6;
+        let mut trace = Vec::new();
+        let mut last_delivered = vec![0u64; self.flows];
+        // Delivered bytes per flow at every sample, for windowed fairness.
+        let mut delivered_at: Vec<(u64, Vec<u64>)> = Vec::new();
+        // Fairness over a window needs samples even when no trace was asked for.
+        let keep_trace = self.sample_ms > 0;
+        let sample_ms = match (self.sample_ms, self.fairness_window_s) {
+            (0, Some(_)) => 500,
+            (ms, _) => ms,
+        };
+        let sample_us = sample_ms * 1000;
+        let deadline_us = (self.deadline_s * 1e6) as u64;
+        let summary = sim.run_until(deadline_us, sample_us, |t_us, view| {
+            let delivered: Vec<u64> = view
+                .flows()
+                .iter()
+                .map(|f| f.b.as_receiver().map_or(0, |r| r.delivered.len()))
+                .collect();
+            delivered_at.push((t_us, delivered.clone()));
+            if !keep_trace {
+                return;
+            }
+            let dt_s = sample_us as f64 / 1e6;
+            trace.push(TracePoint {
+                t_s: t_us as f64 / 1e6,
+                rate_mbit: view
+                    .flows()
+                    .iter()
+                    .map(|f| {
+                        f.a.as_sender()
+                            .map_or(0.0, |s| round1(s.sender.rate_pps() * payload_bits / 1e6))
+                    })
+                    .collect(),
+                goodput_mbit: delivered
+                    .iter()
+                    .zip(&last_delivered)
+                    .map(|(d, l)| round1((d - l) as f64 * 8.0 / dt_s / 1e6))
+                    .collect(),
+                queue_ms: round1(view.forward_queue_bytes() as f64 * 8.0 / rate_bps * 1e3),
+            });
+            last_delivered = delivered;
+        });
+        let end_us = summary.end_us;
+
+        let mut flows = Vec::new();
+        let mut goodputs = Vec::new();
+        let (mut new_pkts, mut retx_pkts) = (0u64, 0u64);
+        let mut last_completion_us = 0u64;
+        for (i, flow) in sim.flows().iter().enumerate() {
+            let s = flow.a.as_sender().expect("a is the sender");
+            let r = flow.b.as_receiver().expect("b is the receiver");
+            let done_us = r.completed_us.unwrap_or(end_us);
+            last_completion_us = last_completion_us.max(done_us);
+            let secs = (done_us.saturating_sub(starts_us[i])).max(1) as f64 / 1e6;
+            let goodput = r.delivered.len() as f64 * 8.0 / secs / 1e6;
+            goodputs.push(goodput);
+            let st = s.sender.stats();
+            new_pkts += st.new_pkts;
+            retx_pkts += st.retransmitted_pkts;
+            flows.push(FlowResult {
+                goodput_mbit: round1(goodput),
+                delivered_ok: r.delivered_ok(),
+                retransmitted_pct: pct(st.retransmitted_pkts, st.new_pkts),
+                timeouts: st.timeouts,
+                rejected_pkts: r.receiver.stats().rejected_pkts,
+                pn_violations: s.pn_check.violations + r.pn_check.violations,
+                pn_checked: s.pn_check.checked + r.pn_check.checked,
+            });
+        }
+        let first_start = starts_us.iter().copied().min().unwrap_or(0);
+        let all_bytes: u64 =
+            sim.flows().iter().map(|f| f.b.as_receiver().map_or(0, |r| r.delivered.len())).sum();
+        let secs = (last_completion_us.saturating_sub(first_start)).max(1) as f64 / 1e6;
+        let goodput = all_bytes as f64 * 8.0 / secs / 1e6;
+
+        let jain_index = (self.flows > 1).then(|| {
+            let shares = match self.fairness_window_s {
+                Some((from, to)) => window_rates(&delivered_at, from, to),
+                None => goodputs.clone(),
+            };
+            round3(jain(&shares))
+        });
+        let qd = &sim.forward_stats().queue_delay;
+        ScenarioResult {
+            goodput_mbit: round1(goodput),
+            utilization: round3(goodput / self.ceiling_mbit()),
+            retransmitted_pct: pct(retx_pkts, new_pkts),
+            sim_seconds: round3(end_us as f64 / 1e6),
+            jain_index,
+            delivered_ok: flows.iter().all(|f| f.delivered_ok),
+            queue_delay_ms: [qd.p50_ns(), qd.quantile_ns(0.99), qd.max_ns()]
+                .map(|ns| round1(ns as f64 / 1e6)),
+            flows,
+            trace,
+        }
+    }
+}
+
+/// Each flow's delivery rate between the samples nearest `from` and `to` seconds.
+fn window_rates(delivered_at: &[(u64, Vec<u64>)], from_s: f64, to_s: f64) -> Vec<f64> {
+    let at = |t_s: f64| {
+        let t_us = (t_s * 1e6) as u64;
+        delivered_at.iter().find(|(t, _)| *t >= t_us).or(delivered_at.last())
+    };
+    match (at(from_s), at(to_s)) {
+        (Some((t0, d0)), Some((t1, d1))) if t1 > t0 => {
+            d1.iter().zip(d0).map(|(b, a)| (b - a) as f64 / (t1 - t0) as f64).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Jain's fairness index: `(sum x)^2 / (n * sum x^2)`, 1 when all shares are equal.
+pub fn jain(shares: &[f64]) -> f64 {
+    let sum: f64 = shares.iter().sum();
+    let sq: f64 = shares.iter().map(|x| x * x).sum();
+    if shares.is_empty() || sq == 0.0 { 0.0 } else { sum * sum / (shares.len() as f64 * sq) }
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { round3(part as f64 * 100.0 / whole as f64) }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_of_equal_and_unequal_shares() {
+        assert_eq!(jain(&[5.0, 5.0]), 1.0);
+        assert!((jain(&[1.0, 0.0]) - 0.5).abs() < 1e-12);
+        assert!((jain(&[3.0, 1.0]) - 0.8).abs() < 1e-12);
+        assert_eq!(jain(&[]), 0.0);
+    }
+}

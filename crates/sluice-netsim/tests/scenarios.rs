@@ -1,0 +1,186 @@
+//! Whole simulated transfers through `sluice-proto`: delivery under every impairment, and the
+//! performance regimes of each congestion controller. Every test prints its scenario, seed and
+//! result; rerun one with the printed settings through `examples/scenario.rs`.
+
+use sluice_netsim::scenario::{Scenario, ScenarioResult};
+use sluice_proto::cc::CcKind;
+
+/// Runs `s`, prints it, and checks what every run must satisfy: every byte exactly once and
+/// intact, and no packet number reused under a key.
+fn run(name: &str, s: Scenario) -> ScenarioResult {
+    println!(
+        "scenario {name}: seed={} cc={} rate={}Mbit rtt={}ms loss={}% burst={:?} size={}MiB flows={}",
+        s.seed,
+        s.cc.name(),
+        s.rate_mbit,
+        s.rtt_ms,
+        s.loss_pct,
+        s.loss_burst_pkts,
+        s.size_mib,
+        s.flows
+    );
+    let r = s.run();
+    let mut shown = r.clone();
+    shown.trace.clear();
+    println!("result {name}: {}", serde_json::to_string(&shown).unwrap());
+    for (i, f) in r.flows.iter().enumerate() {
+        assert_eq!(f.pn_violations, 0, "{name}: flow {i} reused or reordered packet numbers");
+        assert!(f.pn_checked > 0, "{name}: flow {i} sent nothing");
+    }
+    r
+}
+
+fn run_delivered(name: &str, s: Scenario) -> ScenarioResult {
+    let r = run(name, s);
+    assert!(r.delivered_ok, "{name}: payload not delivered intact: {:?}", r.flows);
+    r
+}
+
+fn grid_cell(rtt_ms: f64, loss_pct: f64, seed: u64) -> Scenario {
+    Scenario { rtt_ms, loss_pct, size_mib: 256.0, seed, ..Scenario::default() }
+}
+
+macro_rules! grid {
+    ($($name:ident: $rtt:expr, $loss:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            run_delivered(stringify!($name), grid_cell($rtt, $loss, 0x6121 + $rtt as u64));
+        }
+    )*};
+}
+
+grid! {
+    grid_rtt10_loss0: 10.0, 0.0;
+    grid_rtt10_loss0_1: 10.0, 0.1;
+    grid_rtt10_loss1: 10.0, 1.0;
+    grid_rtt10_loss5: 10.0, 5.0;
+    grid_rtt100_loss0: 100.0, 0.0;
+    grid_rtt100_loss0_1: 100.0, 0.1;
+    grid_rtt100_loss1: 100.0, 1.0;
+    grid_rtt100_loss5: 100.0, 5.0;
+    grid_rtt300_loss0: 300.0, 0.0;
+    grid_rtt300_loss0_1: 300.0, 0.1;
+    grid_rtt300_loss1: 300.0, 1.0;
+    grid_rtt300_loss5: 300.0, 5.0;
+}
+
+#[test]
+fn bursty_loss_delivers() {
+    let s =
+        Scenario { loss_pct: 1.0, loss_burst_pkts: Some(10.0), seed: 11, ..Scenario::default() };
+    run_delivered("bursty_loss", s);
+}
+
+#[test]
+fn reordering_delivers() {
+    let s = Scenario { reorder_pct: 2.0, loss_pct: 0.1, seed: 12, ..Scenario::default() };
+    run_delivered("reordering", s);
+}
+
+#[test]
+fn duplication_delivers_each_payload_once() {
+    let s = Scenario { duplicate_pct: 3.0, loss_pct: 0.1, seed: 13, ..Scenario::default() };
+    let r = run_delivered("duplication", s);
+    assert!(r.flows[0].delivered_ok);
+}
+
+#[test]
+fn corruption_is_rejected_by_the_aead_and_never_delivered() {
+    let s = Scenario { corrupt_pct: 1.0, seed: 14, ..Scenario::default() };
+    let r = run_delivered("corruption", s);
+    // delivered_ok includes "no delivered payload differs from the source".
+    assert!(r.flows[0].rejected_pkts > 1000, "corrupted packets must be rejected: {:?}", r.flows);
+}
+
+#[test]
+fn two_second_blackout_is_survived() {
+    let s =
+        Scenario { blackout_s: Some((1.0, 2.0)), loss_pct: 0.1, seed: 15, ..Scenario::default() };
+    let r = run_delivered("blackout", s);
+    assert!(r.flows[0].timeouts > 0, "the blackout must have been noticed");
+    assert!(r.sim_seconds > 3.0);
+}
+
+#[test]
+fn adaptive_utilization_100ms_1pct_2gib() {
+    let s = Scenario { loss_pct: 1.0, size_mib: 2048.0, seed: 7, ..Scenario::default() };
+    let r = run_delivered("adaptive_100ms_1pct", s);
+    assert!(r.utilization >= 0.90, "utilization {} < 0.90", r.utilization);
+}
+
+#[test]
+fn adaptive_utilization_300ms_3pct_2gib() {
+    let s =
+        Scenario { rtt_ms: 300.0, loss_pct: 3.0, size_mib: 2048.0, seed: 8, ..Scenario::default() };
+    let r = run_delivered("adaptive_300ms_3pct", s);
+    assert!(r.utilization >= 0.85, "utilization {} < 0.85", r.utilization);
+}
+
+/// Loss only from queue overflow: the queuing delay stays bounded and two flows share fairly.
+#[test]
+fn adaptive_two_flows_fair_with_bounded_queue() {
+    let s = Scenario {
+        flows: 2,
+        flow_stagger_ms: 2_000,
+        size_mib: 100_000.0,
+        deadline_s: 30.0,
+        fairness_window_s: Some((20.0, 30.0)),
+        seed: 9,
+        ..Scenario::default()
+    };
+    let r = run("adaptive_two_flows", s);
+    let jain = r.jain_index.unwrap();
+    assert!(jain >= 0.95, "Jain's index {jain} < 0.95");
+    let [_, p99_ms, _] = r.queue_delay_ms;
+    assert!(p99_ms <= 30.0, "99th percentile queuing delay {p99_ms} ms above 30 ms");
+}
+
+#[test]
+fn udt_utilization_100ms_no_loss() {
+    let s = Scenario { cc: CcKind::Udt, size_mib: 2048.0, seed: 21, ..Scenario::default() };
+    let r = run_delivered("udt_100ms_0pct", s);
+    assert!(r.utilization >= 0.90, "utilization {} < 0.90", r.utilization);
+}
+
+#[test]
+fn udt_two_flows_fair() {
+    let s = Scenario {
+        cc: CcKind::Udt,
+        flows: 2,
+        flow_stagger_ms: 2_000,
+        size_mib: 100_000.0,
+        deadline_s: 30.0,
+        fairness_window_s: Some((20.0, 30.0)),
+        seed: 22,
+        ..Scenario::default()
+    };
+    let r = run("udt_two_flows", s);
+    let jain = r.jain_index.unwrap();
+    assert!(jain >= 0.95, "Jain's index {jain} < 0.95");
+}
+
+/// UDT reads random loss as congestion: at 1 % it falls far below the link (the reason for
+/// `adaptive`). Shown here and in the snapshots, not hidden.
+#[test]
+fn udt_collapses_under_random_loss_where_adaptive_does_not() {
+    let base = Scenario { loss_pct: 1.0, size_mib: 512.0, seed: 23, ..Scenario::default() };
+    let udt = run_delivered("udt_100ms_1pct", Scenario { cc: CcKind::Udt, ..base.clone() });
+    let adaptive = run_delivered("adaptive_100ms_1pct_512", base);
+    assert!(udt.utilization < 0.5, "udt at 1% loss: {}", udt.utilization);
+    assert!(adaptive.utilization > 2.0 * udt.utilization);
+}
+
+#[test]
+fn fixed_rate_delivers_at_up_to_10pct_loss() {
+    for (i, loss_pct) in [0.0, 5.0, 10.0].into_iter().enumerate() {
+        let s = Scenario {
+            cc: CcKind::Fixed,
+            cc_rate_mbit: 800.0,
+            loss_pct,
+            size_mib: 128.0,
+            seed: 31 + i as u64,
+            ..Scenario::default()
+        };
+        run_delivered(&format!("fixed_loss{loss_pct}"), s);
+    }
+}
