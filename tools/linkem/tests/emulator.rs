@@ -21,7 +21,7 @@ fn root_or_skip(test: &str) -> bool {
     if netns::is_root() {
         return true;
     }
-    println!("SKIP {test}: needs root (network namespaces and TUN devices)");
+    eprintln!("SKIP {test}: needs root (network namespaces and TUN devices)");
     false
 }
 
@@ -201,7 +201,7 @@ fn lossy_run(loss: LossConfig, seed: u64, n: u64) -> Vec<u64> {
         Duration::from_millis(500),
     );
     let report = link.emu().report();
-    println!("{}", report.to_json());
+    eprintln!("{}", report.to_json());
     assert_eq!(report.a2b.dropped_queue, 0);
     assert_eq!(report.a2b.received, n, "only the test's datagrams crossed a to b");
     assert_eq!(report.a2b.dropped_loss, n - got.len() as u64);
