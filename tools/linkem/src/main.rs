@@ -67,6 +67,7 @@ fn cli() -> Command {
         .arg(Arg::new("jitter-reorders").long("jitter-reorders").action(ArgAction::SetTrue).help("let jitter reorder packets (default: keep arrival order)"))
         .arg(Arg::new("spin-us").long("spin-us").default_value("50").value_parser(clap::value_parser!(u64)).help("spin this long before a release instead of sleeping"))
         .arg(Arg::new("txqueuelen").long("txqueuelen").default_value("10000").value_parser(clap::value_parser!(u32)).help("TUN transmit queue length (the kernel drops beyond it, before linkem sees the packet)"))
+        .arg(Arg::new("nice").long("nice").default_value("-10").allow_hyphen_values(true).value_parser(clap::value_parser!(i32)).help("nice value of the forwarding threads (0 keeps the default priority)"))
         .arg(Arg::new("max-packets").long("max-packets").default_value("262144").value_parser(clap::value_parser!(u32)).help("most packets held per direction (buffer pool limit, 2 KiB each)"));
     for &(name, help, value) in DIR_OPTS {
         let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
@@ -111,6 +112,8 @@ fn cli() -> Command {
                 .arg(Arg::new("rate").long("rate").default_value("1000mbit").help("bottleneck rate of the rate check"))
                 .arg(Arg::new("rate-delay").long("rate-delay").default_value("5ms").help("one-way delay of the rate check"))
                 .arg(Arg::new("seconds").long("seconds").default_value("10").value_parser(clap::value_parser!(u32)).help("length of the iperf3 run"))
+                .arg(Arg::new("nice").long("nice").default_value("-10").allow_hyphen_values(true).value_parser(clap::value_parser!(i32)).help("nice value of the forwarding threads"))
+                .arg(Arg::new("spin-us").long("spin-us").default_value("50").value_parser(clap::value_parser!(u64)).help("spin this long before a release"))
                 .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("print only the JSON line")),
         )
 }
@@ -175,6 +178,7 @@ fn cmd_run(m: &ArgMatches) -> Result<()> {
         spin_ns: m.get_one::<u64>("spin-us").copied().unwrap_or(50) * 1000,
         tx_queue_len: m.get_one::<u32>("txqueuelen").copied().unwrap_or(10_000),
         max_packets: m.get_one::<u32>("max-packets").copied().unwrap_or(262_144),
+        nice: m.get_one::<i32>("nice").copied().unwrap_or(-10),
     };
     let pair = NetnsPair::existing(&prefix)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -217,6 +221,8 @@ fn cmd_selfcheck(m: &ArgMatches) -> Result<()> {
         rate_bps: parse_rate(&strs(m, "rate").unwrap_or_default()).map_err(anyhow::Error::msg)?,
         rate_delay_ns: parse_d("rate-delay")?,
         seconds: *m.get_one::<u32>("seconds").unwrap_or(&10),
+        nice: *m.get_one::<i32>("nice").unwrap_or(&-10),
+        spin_ns: m.get_one::<u64>("spin-us").copied().unwrap_or(50) * 1000,
     };
     let report = selfcheck::run(&opts)?;
     out_line(&serde_json::to_string(&report)?);

@@ -28,6 +28,10 @@ pub(crate) struct SelfcheckOptions {
     pub(crate) rate_delay_ns: u64,
     /// Duration of the iperf3 run, in seconds.
     pub(crate) seconds: u32,
+    /// Nice value of the forwarding threads.
+    pub(crate) nice: i32,
+    /// Spin time before a release, in nanoseconds.
+    pub(crate) spin_ns: u64,
 }
 
 impl Default for SelfcheckOptions {
@@ -38,6 +42,8 @@ impl Default for SelfcheckOptions {
             rate_bps: 1_000_000_000,
             rate_delay_ns: 5_000_000,
             seconds: 10,
+            nice: -10,
+            spin_ns: 50_000,
         }
     }
 }
@@ -199,8 +205,11 @@ pub(crate) fn delay_check(
     seed: u64,
 ) -> anyhow::Result<DelayCheck> {
     let dir = DirectionConfig { delay_ns: opts.delay_ns, ..Default::default() };
-    let emu =
-        Emulator::start(pair.a(), pair.b(), &LinkConfig { seed, ..LinkConfig::symmetric(dir) })?;
+    let emu = Emulator::start(
+        pair.a(),
+        pair.b(),
+        &LinkConfig { seed, nice: opts.nice, spin_ns: opts.spin_ns, ..LinkConfig::symmetric(dir) },
+    )?;
     let out = Command::new("ip")
         .args(["netns", "exec", pair.a(), "ping", "-q", "-n", "-i", "0.2", "-W", "3"])
         .args(["-c", &opts.pings.to_string(), &B_ADDR.to_string()])
@@ -238,8 +247,11 @@ pub(crate) fn rate_check(
         delay_ns: opts.rate_delay_ns,
         ..Default::default()
     };
-    let emu =
-        Emulator::start(pair.a(), pair.b(), &LinkConfig { seed, ..LinkConfig::symmetric(dir) })?;
+    let emu = Emulator::start(
+        pair.a(),
+        pair.b(),
+        &LinkConfig { seed, nice: opts.nice, spin_ns: opts.spin_ns, ..LinkConfig::symmetric(dir) },
+    )?;
     let port = "5201";
     let _server = ChildGuard(
         Command::new("ip")
