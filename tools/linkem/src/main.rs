@@ -65,9 +65,11 @@ fn cli() -> Command {
         .arg(Arg::new("seed").long("seed").default_value("1").value_parser(clap::value_parser!(u64)).help("seed of every random decision"))
         .arg(Arg::new("stats-interval").long("stats-interval").value_name("SECS").value_parser(clap::value_parser!(f64)).help("also print the counters every SECS seconds"))
         .arg(Arg::new("jitter-reorders").long("jitter-reorders").action(ArgAction::SetTrue).help("let jitter reorder packets (default: keep arrival order)"))
-        .arg(Arg::new("spin-us").long("spin-us").default_value("50").value_parser(clap::value_parser!(u64)).help("spin this long before a release instead of sleeping"))
+        .arg(Arg::new("spin-us").long("spin-us").default_value("20").value_parser(clap::value_parser!(u64)).help("spin this long before a release instead of sleeping"))
         .arg(Arg::new("txqueuelen").long("txqueuelen").default_value("10000").value_parser(clap::value_parser!(u32)).help("TUN transmit queue length (the kernel drops beyond it, before linkem sees the packet)"))
         .arg(Arg::new("nice").long("nice").default_value("-10").allow_hyphen_values(true).value_parser(clap::value_parser!(i32)).help("nice value of the forwarding threads (0 keeps the default priority)"))
+.arg(Arg::new("offload").long("offload").action(ArgAction::SetTrue).help("virtio-net headers on the TUNs: take GSO super-packets from the sender and split them into MTU-size packets before the link model; coalesce (GRO) packets released together into the receiver. Much less CPU per packet"))
+.arg(Arg::new("rt-priority").long("rt-priority").value_name("1-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
         .arg(Arg::new("max-packets").long("max-packets").default_value("262144").value_parser(clap::value_parser!(u32)).help("most packets held per direction (buffer pool limit, 2 KiB each)"));
     for &(name, help, value) in DIR_OPTS {
         let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
@@ -113,7 +115,9 @@ fn cli() -> Command {
                 .arg(Arg::new("rate-delay").long("rate-delay").default_value("5ms").help("one-way delay of the rate check"))
                 .arg(Arg::new("seconds").long("seconds").default_value("10").value_parser(clap::value_parser!(u32)).help("length of the iperf3 run"))
                 .arg(Arg::new("nice").long("nice").default_value("-10").allow_hyphen_values(true).value_parser(clap::value_parser!(i32)).help("nice value of the forwarding threads"))
-                .arg(Arg::new("spin-us").long("spin-us").default_value("50").value_parser(clap::value_parser!(u64)).help("spin this long before a release"))
+                .arg(Arg::new("spin-us").long("spin-us").default_value("20").value_parser(clap::value_parser!(u64)).help("spin this long before a release"))
+                .arg(Arg::new("offload").long("offload").action(ArgAction::SetTrue).help("virtio-net headers on the TUNs: take GSO super-packets from the sender and split them into MTU-size packets before the link model; coalesce (GRO) packets released together into the receiver. Much less CPU per packet"))
+                .arg(Arg::new("rt-priority").long("rt-priority").value_name("1-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
                 .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("print only the JSON line")),
         )
 }
@@ -175,10 +179,12 @@ fn cmd_run(m: &ArgMatches) -> Result<()> {
         a2b: direction_config(m, "a2b", jr)?,
         b2a: direction_config(m, "b2a", jr)?,
         seed: *m.get_one::<u64>("seed").unwrap_or(&1),
-        spin_ns: m.get_one::<u64>("spin-us").copied().unwrap_or(50) * 1000,
+        spin_ns: m.get_one::<u64>("spin-us").copied().unwrap_or(20) * 1000,
         tx_queue_len: m.get_one::<u32>("txqueuelen").copied().unwrap_or(10_000),
         max_packets: m.get_one::<u32>("max-packets").copied().unwrap_or(262_144),
         nice: m.get_one::<i32>("nice").copied().unwrap_or(-10),
+        offload: m.get_flag("offload"),
+        rt_priority: m.get_one::<u8>("rt-priority").copied().filter(|&p| p > 0),
     };
     let pair = NetnsPair::existing(&prefix)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -222,7 +228,9 @@ fn cmd_selfcheck(m: &ArgMatches) -> Result<()> {
         rate_delay_ns: parse_d("rate-delay")?,
         seconds: *m.get_one::<u32>("seconds").unwrap_or(&10),
         nice: *m.get_one::<i32>("nice").unwrap_or(&-10),
-        spin_ns: m.get_one::<u64>("spin-us").copied().unwrap_or(50) * 1000,
+        spin_ns: m.get_one::<u64>("spin-us").copied().unwrap_or(20) * 1000,
+        offload: m.get_flag("offload"),
+        rt_priority: m.get_one::<u8>("rt-priority").copied().filter(|&p| p > 0),
     };
     let report = selfcheck::run(&opts)?;
     out_line(&serde_json::to_string(&report)?);

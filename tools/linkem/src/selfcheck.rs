@@ -32,6 +32,10 @@ pub(crate) struct SelfcheckOptions {
     pub(crate) nice: i32,
     /// Spin time before a release, in nanoseconds.
     pub(crate) spin_ns: u64,
+    /// Virtio-net header mode of the TUN devices.
+    pub(crate) offload: bool,
+    /// SCHED_FIFO priority of the forwarding threads.
+    pub(crate) rt_priority: Option<u8>,
 }
 
 impl Default for SelfcheckOptions {
@@ -43,7 +47,9 @@ impl Default for SelfcheckOptions {
             rate_delay_ns: 5_000_000,
             seconds: 10,
             nice: -10,
-            spin_ns: 50_000,
+            spin_ns: 20_000,
+            offload: false,
+            rt_priority: Some(10),
         }
     }
 }
@@ -208,7 +214,14 @@ pub(crate) fn delay_check(
     let emu = Emulator::start(
         pair.a(),
         pair.b(),
-        &LinkConfig { seed, nice: opts.nice, spin_ns: opts.spin_ns, ..LinkConfig::symmetric(dir) },
+        &LinkConfig {
+            seed,
+            nice: opts.nice,
+            spin_ns: opts.spin_ns,
+            offload: opts.offload,
+            rt_priority: opts.rt_priority,
+            ..LinkConfig::symmetric(dir)
+        },
     )?;
     let out = Command::new("ip")
         .args(["netns", "exec", pair.a(), "ping", "-q", "-n", "-i", "0.2", "-W", "3"])
@@ -250,7 +263,14 @@ pub(crate) fn rate_check(
     let emu = Emulator::start(
         pair.a(),
         pair.b(),
-        &LinkConfig { seed, nice: opts.nice, spin_ns: opts.spin_ns, ..LinkConfig::symmetric(dir) },
+        &LinkConfig {
+            seed,
+            nice: opts.nice,
+            spin_ns: opts.spin_ns,
+            offload: opts.offload,
+            rt_priority: opts.rt_priority,
+            ..LinkConfig::symmetric(dir)
+        },
     )?;
     let port = "5201";
     let _server = ChildGuard(

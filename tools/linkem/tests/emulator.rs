@@ -126,6 +126,19 @@ fn delivers_intact_and_in_order() {
         return;
     }
     let _g = serial();
+    intact_and_in_order(false);
+}
+
+#[test]
+fn delivers_intact_and_in_order_with_offload() {
+    if !root_or_skip("delivers_intact_and_in_order_with_offload") {
+        return;
+    }
+    let _g = serial();
+    intact_and_in_order(true);
+}
+
+fn intact_and_in_order(offload: bool) {
     // Jitter larger than the packet spacing: order must still hold.
     let dir = DirectionConfig {
         rate_bps: 50_000_000,
@@ -133,7 +146,7 @@ fn delivers_intact_and_in_order() {
         jitter_ns: 1_000_000,
         ..Default::default()
     };
-    let link = Link::new("order", &LinkConfig { seed: 5, ..LinkConfig::symmetric(dir) });
+    let link = Link::new("order", &LinkConfig { seed: 5, offload, ..LinkConfig::symmetric(dir) });
     let n = 2000;
     let got = send_and_collect(
         &link,
@@ -144,7 +157,7 @@ fn delivers_intact_and_in_order() {
         Duration::from_millis(500),
     );
     let report = link.emu().report();
-    println!("{}", report.to_json());
+    eprintln!("{}", report.to_json());
     assert_eq!(missing(&got, n), Vec::<u64>::new(), "every datagram arrives");
     assert_eq!(got.len() as u64, n, "no duplicates");
     assert!(got.iter().all(|r| r.intact), "payloads intact");
@@ -326,6 +339,72 @@ fn delay_is_applied_per_direction() {
     let (min, median) = (rtts[0], rtts[rtts.len() / 2]);
     assert!(min >= Duration::from_millis(40), "RTT at least 10 + 30 ms: {min:?}");
     assert!(median <= Duration::from_millis(70), "RTT near 40 ms: {median:?}");
+}
+
+/// A TCP stream from a to b through a rate-limited, slightly lossy link arrives byte for byte;
+/// with `offload`, the sender's segmentation offload packets are split before the link and
+/// packets released together are coalesced into the receiver.
+fn tcp_stream_intact(offload: bool) {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let dir = DirectionConfig {
+        rate_bps: 100_000_000,
+        delay_ns: 2_000_000,
+        loss: LossConfig::Bernoulli { p: 0.002 },
+        ..Default::default()
+    };
+    let link = Link::new("tcp", &LinkConfig { seed: 3, offload, ..LinkConfig::symmetric(dir) });
+    let addr = SocketAddr::from((B_ADDR, 7100));
+    let listener = in_netns(link.pair.b(), move || TcpListener::bind(addr)).unwrap().unwrap();
+    let total: usize = 8 << 20;
+    let pattern = |i: usize| (i.wrapping_mul(2_654_435_761) >> 13) as u8;
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut at, mut bad) = (0usize, 0usize);
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            bad += buf[..n].iter().enumerate().filter(|(k, b)| **b != pattern(at + k)).count();
+            at += n;
+        }
+        (at, bad)
+    });
+    let mut s =
+        in_netns(link.pair.a(), move || TcpStream::connect_timeout(&addr, Duration::from_secs(5)))
+            .unwrap()
+            .unwrap();
+    let data: Vec<u8> = (0..total).map(pattern).collect();
+    s.write_all(&data).unwrap();
+    drop(s);
+    let (got, bad) = reader.join().unwrap();
+    let report = link.emu().report();
+    eprintln!("{}", report.to_json());
+    assert_eq!((got, bad), (total, 0), "every byte arrives unchanged");
+    assert!(report.a2b.dropped_loss > 0, "the stream recovered from losses");
+    let max_ip = report.a2b.received_bytes / report.a2b.received.max(1);
+    assert!(max_ip <= 1500, "mean packet size {max_ip} within the MTU");
+}
+
+#[test]
+fn tcp_stream_arrives_intact() {
+    if !root_or_skip("tcp_stream_arrives_intact") {
+        return;
+    }
+    let _g = serial();
+    tcp_stream_intact(false);
+}
+
+#[test]
+fn tcp_stream_arrives_intact_with_offload() {
+    if !root_or_skip("tcp_stream_arrives_intact_with_offload") {
+        return;
+    }
+    let _g = serial();
+    tcp_stream_intact(true);
 }
 
 #[test]
