@@ -70,6 +70,7 @@ fn cli() -> Command {
         .arg(Arg::new("nice").long("nice").default_value("-10").allow_hyphen_values(true).value_parser(clap::value_parser!(i32)).help("nice value of the forwarding threads (0 keeps the default priority)"))
 .arg(Arg::new("offload").long("offload").action(ArgAction::SetTrue).help("virtio-net headers on the TUNs: take GSO super-packets from the sender and split them into MTU-size packets before the link model; coalesce (GRO) packets released together into the receiver. Much less CPU per packet"))
 .arg(Arg::new("rt-priority").long("rt-priority").value_name("1-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
+.arg(Arg::new("coalesce-us").long("coalesce-us").default_value("50").value_parser(clap::value_parser!(u64)).help("while packets keep arriving, sleep this long between looks instead of waking per packet (releases up to this late); 0 = wake per packet"))
         .arg(Arg::new("max-packets").long("max-packets").default_value("262144").value_parser(clap::value_parser!(u32)).help("most packets held per direction (buffer pool limit, 2 KiB each)"));
     for &(name, help, value) in DIR_OPTS {
         let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
@@ -118,6 +119,7 @@ fn cli() -> Command {
                 .arg(Arg::new("spin-us").long("spin-us").default_value("20").value_parser(clap::value_parser!(u64)).help("spin this long before a release"))
                 .arg(Arg::new("offload").long("offload").action(ArgAction::SetTrue).help("virtio-net headers on the TUNs: take GSO super-packets from the sender and split them into MTU-size packets before the link model; coalesce (GRO) packets released together into the receiver. Much less CPU per packet"))
                 .arg(Arg::new("rt-priority").long("rt-priority").value_name("1-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
+                .arg(Arg::new("coalesce-us").long("coalesce-us").default_value("50").value_parser(clap::value_parser!(u64)).help("while packets keep arriving, sleep this long between looks instead of waking per packet (releases up to this late); 0 = wake per packet"))
                 .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("print only the JSON line")),
         )
 }
@@ -185,6 +187,7 @@ fn cmd_run(m: &ArgMatches) -> Result<()> {
         nice: m.get_one::<i32>("nice").copied().unwrap_or(-10),
         offload: m.get_flag("offload"),
         rt_priority: m.get_one::<u8>("rt-priority").copied().filter(|&p| p > 0),
+        coalesce_ns: m.get_one::<u64>("coalesce-us").copied().unwrap_or(50) * 1000,
     };
     let pair = NetnsPair::existing(&prefix)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -231,6 +234,7 @@ fn cmd_selfcheck(m: &ArgMatches) -> Result<()> {
         spin_ns: m.get_one::<u64>("spin-us").copied().unwrap_or(20) * 1000,
         offload: m.get_flag("offload"),
         rt_priority: m.get_one::<u8>("rt-priority").copied().filter(|&p| p > 0),
+        coalesce_ns: m.get_one::<u64>("coalesce-us").copied().unwrap_or(50) * 1000,
     };
     let report = selfcheck::run(&opts)?;
     out_line(&serde_json::to_string(&report)?);

@@ -36,6 +36,8 @@ pub(crate) struct SelfcheckOptions {
     pub(crate) offload: bool,
     /// SCHED_FIFO priority of the forwarding threads.
     pub(crate) rt_priority: Option<u8>,
+    /// Coalescing interval of the forwarding threads, ns.
+    pub(crate) coalesce_ns: u64,
 }
 
 impl Default for SelfcheckOptions {
@@ -50,6 +52,7 @@ impl Default for SelfcheckOptions {
             spin_ns: 20_000,
             offload: false,
             rt_priority: Some(10),
+            coalesce_ns: 50_000,
         }
     }
 }
@@ -220,6 +223,7 @@ pub(crate) fn delay_check(
             spin_ns: opts.spin_ns,
             offload: opts.offload,
             rt_priority: opts.rt_priority,
+            coalesce_ns: opts.coalesce_ns,
             ..LinkConfig::symmetric(dir)
         },
     )?;
@@ -269,6 +273,7 @@ pub(crate) fn rate_check(
             spin_ns: opts.spin_ns,
             offload: opts.offload,
             rt_priority: opts.rt_priority,
+            coalesce_ns: opts.coalesce_ns,
             ..LinkConfig::symmetric(dir)
         },
     )?;
