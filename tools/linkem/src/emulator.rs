@@ -158,6 +158,7 @@ struct Counters {
     rt_failed: AtomicU64,
     spin_ns: AtomicU64,
     sleep_ns: AtomicU64,
+    max_packet_bytes: AtomicU64,
 }
 
 /// Adds to a counter that only one thread writes (no atomic read-modify-write needed).
@@ -206,6 +207,8 @@ pub struct DirectionReport {
     pub spin_ms: u64,
     /// Milliseconds spent waiting in `ppoll` (asleep, or woken late for want of a CPU).
     pub sleep_ms: u64,
+    /// Largest packet read, in bytes (at most the MTU: no GSO super-packet crosses the link).
+    pub max_packet_bytes: u64,
 }
 
 impl Counters {
@@ -231,6 +234,7 @@ impl Counters {
             rt_failed: g(&self.rt_failed),
             spin_ms: g(&self.spin_ns) / 1_000_000,
             sleep_ms: g(&self.sleep_ns) / 1_000_000,
+            max_packet_bytes: g(&self.max_packet_bytes),
         }
     }
 }
@@ -571,6 +575,9 @@ impl Forwarder {
         let c = &self.counters;
         bump(&c.received, 1);
         bump(&c.received_bytes, len as u64);
+        if len as u64 > c.max_packet_bytes.load(Ordering::Relaxed) {
+            c.max_packet_bytes.store(len as u64, Ordering::Relaxed);
+        }
         if len == 0 || len > usize::from(MTU) {
             // Cannot happen on a plain TUN with MTU 1500; never forward a truncated packet.
             bump(&c.read_errors, 1);

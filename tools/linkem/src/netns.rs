@@ -48,6 +48,16 @@ pub enum NetnsError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A namespace that should exist does not.
+    #[error(
+        "network namespace {name} does not exist; create it with `linkem netns up --prefix {prefix}`"
+    )]
+    Missing {
+        /// The namespace.
+        name: String,
+        /// Its pair's prefix.
+        prefix: String,
+    },
     /// A name is not acceptable.
     #[error("bad namespace prefix `{0}`: use 1-40 characters from [A-Za-z0-9_.-]")]
     BadPrefix(String),
@@ -156,12 +166,7 @@ impl NetnsPair {
         let (a, b) = pair_names(prefix);
         for n in [&a, &b] {
             if !exists(n) {
-                return Err(NetnsError::Failed {
-                    cmd: format!("ip netns list (looking for {n})"),
-                    stderr: format!(
-                        "namespace {n} does not exist; create it with `linkem netns up --prefix {prefix}`"
-                    ),
-                });
+                return Err(NetnsError::Missing { name: n.clone(), prefix: prefix.to_string() });
             }
         }
         Ok(NetnsPair { prefix: prefix.to_string(), a, b, remove_on_drop: false })

@@ -385,8 +385,11 @@ fn tcp_stream_intact(offload: bool) {
     eprintln!("{}", report.to_json());
     assert_eq!((got, bad), (total, 0), "every byte arrives unchanged");
     assert!(report.a2b.dropped_loss > 0, "the stream recovered from losses");
-    let max_ip = report.a2b.received_bytes / report.a2b.received.max(1);
-    assert!(max_ip <= 1500, "mean packet size {max_ip} within the MTU");
+    for d in [&report.a2b, &report.b2a] {
+        assert!(d.max_packet_bytes <= 1500, "no packet above the MTU: {}", d.max_packet_bytes);
+        assert_eq!((d.read_errors, d.write_errors), (0, 0));
+    }
+    assert!(report.a2b.max_packet_bytes >= 1400, "full-size segments crossed");
 }
 
 #[test]
