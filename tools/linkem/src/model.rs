@@ -165,7 +165,8 @@ pub fn loss_pattern(config: LossConfig, seed: u64, direction: Direction, n: u64)
 /// The limit of the drop-tail queue in front of the bottleneck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueLimit {
-    /// At most this many bytes queued (the packet being serialized included).
+    /// At most this many bytes queued (the packet being serialized included); an empty queue
+    /// takes any packet.
     Bytes(u64),
     /// At most this many packets queued (the packet being serialized included).
     Packets(u64),
@@ -209,10 +210,12 @@ impl Bottleneck {
             self.backlog.pop_front();
             self.backlog_bytes -= u64::from(sz);
         }
-        let full = match self.limit {
-            QueueLimit::Bytes(b) => self.backlog_bytes + u64::from(size) > b,
-            QueueLimit::Packets(p) => self.backlog.len() as u64 + 1 > p,
-        };
+        // An empty queue always takes a packet, even one larger than a byte limit.
+        let full = !self.backlog.is_empty()
+            && match self.limit {
+                QueueLimit::Bytes(b) => self.backlog_bytes + u64::from(size) > b,
+                QueueLimit::Packets(p) => self.backlog.len() as u64 + 1 > p,
+            };
         if full {
             return None;
         }
@@ -485,6 +488,9 @@ mod tests {
         let mut p = Bottleneck::new(12_000_000, QueueLimit::Packets(1));
         assert_eq!(p.arrive(0, 100), Some(66_666));
         assert_eq!(p.arrive(1, 100), None);
+        let mut tiny = Bottleneck::new(12_000_000, QueueLimit::Bytes(100));
+        assert_eq!(tiny.arrive(0, 1500), Some(1_000_000), "an empty queue takes any packet");
+        assert_eq!(tiny.arrive(0, 1500), None);
         let mut unlimited = Bottleneck::new(0, QueueLimit::Packets(1));
         assert_eq!(unlimited.arrive(5, 1500), Some(5));
         assert_eq!(unlimited.arrive(5, 1500), Some(5));
