@@ -69,7 +69,7 @@ fn cli() -> Command {
         .arg(Arg::new("txqueuelen").long("txqueuelen").default_value("10000").value_parser(clap::value_parser!(u32)).help("TUN transmit queue length (the kernel drops beyond it, before linkem sees the packet)"))
         .arg(Arg::new("nice").long("nice").default_value("-10").allow_hyphen_values(true).value_parser(clap::value_parser!(i32)).help("nice value of the forwarding threads (0 keeps the default priority)"))
 .arg(Arg::new("offload").long("offload").action(ArgAction::SetTrue).help("virtio-net headers on the TUNs: take GSO super-packets from the sender and split them into MTU-size packets before the link model; coalesce (GRO) packets released together into the receiver. Much less CPU per packet"))
-.arg(Arg::new("rt-priority").long("rt-priority").value_name("1-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
+.arg(Arg::new("rt-priority").long("rt-priority").value_name("0-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
 .arg(Arg::new("coalesce-us").long("coalesce-us").default_value("50").value_parser(clap::value_parser!(u64)).help("while packets keep arriving, sleep this long between looks instead of waking per packet (releases up to this late); 0 = wake per packet"))
         .arg(Arg::new("max-packets").long("max-packets").default_value("262144").value_parser(clap::value_parser!(u32)).help("most packets held per direction (buffer pool limit, 2 KiB each)"));
     for &(name, help, value) in DIR_OPTS {
@@ -118,7 +118,7 @@ fn cli() -> Command {
                 .arg(Arg::new("nice").long("nice").default_value("-10").allow_hyphen_values(true).value_parser(clap::value_parser!(i32)).help("nice value of the forwarding threads"))
                 .arg(Arg::new("spin-us").long("spin-us").default_value("20").value_parser(clap::value_parser!(u64)).help("spin this long before a release"))
                 .arg(Arg::new("offload").long("offload").action(ArgAction::SetTrue).help("virtio-net headers on the TUNs: take GSO super-packets from the sender and split them into MTU-size packets before the link model; coalesce (GRO) packets released together into the receiver. Much less CPU per packet"))
-                .arg(Arg::new("rt-priority").long("rt-priority").value_name("1-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
+                .arg(Arg::new("rt-priority").long("rt-priority").value_name("0-99").default_value("10").value_parser(clap::value_parser!(u8).range(0..=99)).help("run the forwarding threads SCHED_FIFO at this priority (via chrt), for prompt releases on a busy machine; 0 keeps the normal scheduler"))
                 .arg(Arg::new("coalesce-us").long("coalesce-us").default_value("50").value_parser(clap::value_parser!(u64)).help("while packets keep arriving, sleep this long between looks instead of waking per packet (releases up to this late); 0 = wake per packet"))
                 .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("print only the JSON line")),
         )
