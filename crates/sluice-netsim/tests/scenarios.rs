@@ -2,6 +2,8 @@
 //! performance regimes of each congestion controller. Every test prints its scenario, seed and
 //! result; rerun one with the printed settings through `examples/scenario.rs`.
 
+#![allow(clippy::print_stdout)] // tests print their seeds and results
+
 use sluice_netsim::scenario::{Scenario, ScenarioResult};
 use sluice_proto::cc::CcKind;
 

@@ -3,6 +3,8 @@
 //! changes a trace and fails here until the new trace is reviewed and accepted with
 //! `SLUICE_BLESS=1 cargo test -p sluice-netsim --test snapshots`.
 
+#![allow(clippy::print_stdout)] // tests print their seeds and results
+
 use std::fmt::Write as _;
 use std::path::PathBuf;
 

@@ -2,6 +2,8 @@
 //! in-memory link (fixed delay, seeded random loss, no rate limit). It checks the state machines
 //! without the simulator: every byte arrives exactly once, and no packet number repeats.
 
+#![allow(clippy::print_stdout)] // tests print their seeds and results
+
 use std::collections::{BTreeMap, HashSet};
 
 use sluice_proto::cc::CcKind;

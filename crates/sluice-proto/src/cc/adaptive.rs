@@ -247,7 +247,7 @@ impl CongestionControl for Adaptive {
 mod tests {
     use super::*;
 
-    fn ack(now_us: u64, queue_delay_us: u32) -> AckSignal {
+    fn ack(now_us: u64, queue_delay_us: u32, capacity_pps: u32) -> AckSignal {
         AckSignal {
             now_us,
             acked_pkts: 10,
@@ -255,7 +255,7 @@ mod tests {
             rtt_var_us: 1_000,
             min_rtt_us: 100_000,
             recv_rate_pps: 50_000,
-            capacity_pps: 86_000,
+            capacity_pps,
             queue_delay_us,
             real_period_us: None,
             sent_pkts: 1_000,
@@ -269,19 +269,36 @@ mod tests {
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
         let r0 = cc.rate_pps();
         for i in 1..=10 {
-            cc.on_ack(&ack(i * 10_000, 0));
+            cc.on_ack(&ack(i * 10_000, 0, 0));
         }
         let growth = cc.rate_pps() / r0;
         assert!((1.9..2.2).contains(&growth), "one RTT of startup grew the rate x{growth}");
-        cc.on_ack(&ack(110_000, 20_000));
+        cc.on_ack(&ack(110_000, 20_000, 0));
         assert!(!cc.in_startup());
-        assert!(cc.rate_pps() <= 50_000.0 * DRAIN + 1e-9);
+        assert!(cc.rate_pps() <= 50_000.0 * DRAIN + 1e-9, "drains below the arrival speed");
+    }
+
+    #[test]
+    fn startup_jumps_to_a_quarter_of_capacity_and_holds_capacity_without_a_queue() {
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        cc.on_ack(&ack(10_000, 0, 80_000));
+        assert!(cc.in_startup());
+        assert!(cc.rate_pps() >= 20_000.0, "jumped to L/4: {}", cc.rate_pps());
+        let mut now = 10_000;
+        while cc.in_startup() {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 80_000));
+            assert!(now < 400_000, "two doublings from L/4 reach L in about two RTTs");
+        }
+        assert_eq!(cc.rate_pps(), 80_000.0, "no queue: holds the capacity, no drain");
     }
 
     #[test]
     fn random_loss_is_ignored_congested_loss_is_not() {
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
-        cc.on_ack(&ack(10_000, 50_000));
+        // Leave startup on a 12 ms queue (target 10 ms at 100 ms RTT).
+        cc.on_ack(&ack(10_000, 12_000, 0));
+        assert!(!cc.in_startup());
         let r = cc.rate_pps();
         let loss = LossSignal {
             now_us: 500_000,
@@ -293,9 +310,29 @@ mod tests {
         cc.on_loss(&loss);
         assert_eq!(cc.rate_pps(), r, "loss with an empty queue is random");
         cc.on_loss(&LossSignal { queue_delay_us: 9_000, ..loss });
+        // The cut factor comes from the queue last reported by an ACK (12 ms): the excess of
+        // 2 ms over 112 ms is small, so UDT's 1/1.125 applies.
         assert!((cc.rate_pps() - r * DECREASE).abs() < 1e-9, "loss with a queue is congestion");
         cc.on_loss(&LossSignal { queue_delay_us: 9_000, now_us: 510_000, ..loss });
         assert!((cc.rate_pps() - r * DECREASE).abs() < 1e-9, "one decrease per RTT");
+    }
+
+    #[test]
+    fn a_long_queue_is_drained_in_about_one_round_trip() {
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        cc.on_ack(&ack(10_000, 0, 80_000)); // startup jumps to L/4 = 20000 pkt/s
+        cc.on_ack(&ack(20_000, 12_000, 80_000)); // a queue: leave startup
+        assert!(!cc.in_startup());
+        let r = cc.rate_pps();
+        assert!(r > 10_000.0);
+        // 60 ms of queue, 50 ms above target: cut by 50 / 160, applied to min(rate, arrival).
+        cc.on_ack(&ack(200_000, 60_000, 80_000));
+        let expected = r.min(50_000.0) * (1.0 - 50.0 / 160.0);
+        assert!((cc.rate_pps() - expected).abs() < 1e-6, "{} vs {expected}", cc.rate_pps());
+        // Far too long a queue: never more than halved at once.
+        cc.on_ack(&ack(400_000, 400_000, 80_000));
+        let halved = expected.min(50_000.0) * MAX_DECREASE;
+        assert!((cc.rate_pps() - halved).abs() < 1e-6, "{} vs {halved}", cc.rate_pps());
     }
 
     #[test]

@@ -241,7 +241,7 @@ fn fixed_bodies_reject_short_long_and_flagged() {
         (Kind::Shutdown, 4),
         (Kind::DropRequest, 8),
     ];
-    let zeros = [0u8; 40];
+    let zeros = [0u8; ACK_LEN + 1];
     for (kind, len) in fixed {
         assert!(Control::parse(kind, &zeros[..len]).is_ok(), "{kind:?}");
         for short in 0..len {
@@ -253,9 +253,11 @@ fn fixed_bodies_reject_short_long_and_flagged() {
             "{kind:?}"
         );
     }
-    let mut ack = [0u8; ACK_LEN];
-    ack[field::ACK_DSN.start] = 0x80;
-    assert!(matches!(Control::parse(Kind::Ack, &ack), Err(WireError::Malformed(_))));
+    for at in [field::ACK_DSN.start, field::ACK_RCV_NEXT.start] {
+        let mut ack = [0u8; ACK_LEN];
+        ack[at] = 0x80;
+        assert!(matches!(Control::parse(Kind::Ack, &ack), Err(WireError::Malformed(_))));
+    }
     for at in [field::DROP_FIRST.start, field::DROP_LAST.start] {
         let mut drop = [0u8; 8];
         drop[at] = 0x80;
