@@ -30,6 +30,9 @@ pub struct ChannelConfig {
     pub aead: Algorithm,
     /// Seed for the controller's randomness.
     pub seed: u64,
+    /// After a late wake-up the pacer may catch up by this many packets at once. A simulator
+    /// wakes exactly on time and needs 1; a real thread woken late needs a few.
+    pub max_burst_pkts: u32,
 }
 
 impl Default for ChannelConfig {
@@ -46,6 +49,7 @@ impl Default for ChannelConfig {
             initial_dsn: 0,
             aead: Algorithm::Aes256Gcm,
             seed: 0,
+            max_burst_pkts: 1,
         }
     }
 }
@@ -74,6 +78,9 @@ impl ChannelConfig {
         }
         if self.initial_dsn > crate::seq::Seq31::MAX {
             return Err(ConfigError("initial_dsn must fit in 31 bits"));
+        }
+        if self.max_burst_pkts == 0 || self.max_burst_pkts > 4096 {
+            return Err(ConfigError("max_burst_pkts must be between 1 and 4096"));
         }
         if self.idle_timeout_us < 1_000_000 || self.initial_rtt_us == 0 || self.keepalive_us == 0 {
             return Err(ConfigError("timeouts must be positive (idle timeout at least 1 s)"));

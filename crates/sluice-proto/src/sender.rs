@@ -35,8 +35,6 @@ use crate::seq::Seq31;
 use crate::timer::{Timer, TimerTable};
 use crate::wire::{self, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
 
-/// After an idle or late spell the pacer may send this many packets' worth of catch-up at once.
-const MAX_CATCH_UP_PKTS: f64 = 1.0;
 /// ACK2s waiting to be sent at most (they are sent before data, so this never fills in practice).
 const MAX_PENDING_ACK2: usize = 64;
 
@@ -532,7 +530,8 @@ impl Sender {
         let total = self.seal(now_us, buf, limit, body_len)?;
 
         let period = self.period_us();
-        self.next_send_us = self.next_send_us.max(now - period * MAX_CATCH_UP_PKTS) + period;
+        let catch_up = f64::from(self.config.max_burst_pkts);
+        self.next_send_us = self.next_send_us.max(now - period * catch_up) + period;
         if retransmit {
             self.stats.retransmitted_pkts += 1;
         } else {

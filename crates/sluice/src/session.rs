@@ -1,0 +1,1 @@
+//! The session plane over QUIC (work in progress, issue 3).
