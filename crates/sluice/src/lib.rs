@@ -5,4 +5,5 @@
 //! peers and carries the transfer's control messages (the session plane, [`session`]).
 
 pub mod datapath;
+pub mod files;
 pub mod session;
