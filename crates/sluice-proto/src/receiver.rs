@@ -265,7 +265,10 @@ impl Receiver {
             self.loss.remove(dsn)
         };
         if !fresh {
+            // A repeat means the sender has not seen our acknowledgement (e.g. its timeout probe
+            // after the final ACK was lost): acknowledge again at the next ACK tick.
             self.stats.duplicate_pkts += 1;
+            self.data_since_ack = true;
             return Ok(None);
         }
         self.data_since_ack = true;

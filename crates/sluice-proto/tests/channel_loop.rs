@@ -32,6 +32,18 @@ struct Outcome {
 
 /// Moves `total` bytes with one-way delay `delay_us` and loss `loss` in both directions.
 fn transfer(config: ChannelConfig, total: u64, delay_us: u64, loss: f64, seed: u64) -> Outcome {
+    transfer_with(config, total, delay_us, loss, seed, |_, _, _| false)
+}
+
+/// Like [`transfer`], and `extra_drop(now_us, to_receiver, receiver_complete)` drops more.
+fn transfer_with(
+    config: ChannelConfig,
+    total: u64,
+    delay_us: u64,
+    loss: f64,
+    seed: u64,
+    mut extra_drop: impl FnMut(u64, bool, bool) -> bool,
+) -> Outcome {
     println!("channel_loop: seed={seed} total={total} delay_us={delay_us} loss={loss}");
     let mut rng = Rng::new(seed);
     let mut sender = Sender::new(config.clone(), key(1), key(2), 0).unwrap();
@@ -57,14 +69,16 @@ fn transfer(config: ChannelConfig, total: u64, delay_us: u64, loss: f64, seed: u
         while let Some(len) = sender.poll_transmit(now, &mut buf, &mut fill) {
             sender_pns.push(Header::parse(&buf[..len]).unwrap().pn);
             n += 1;
-            if !rng.chance(loss) {
+            let complete = seen.iter().all(|s| *s);
+            if !rng.chance(loss) && !extra_drop(now, true, complete) {
                 wire.insert((now + delay_us, n), (true, buf[..len].to_vec()));
             }
         }
         while let Some(len) = receiver.poll_transmit(now, &mut buf) {
             receiver_pns.push(Header::parse(&buf[..len]).unwrap().pn);
             n += 1;
-            if !rng.chance(loss) {
+            let complete = seen.iter().all(|s| *s);
+            if !rng.chance(loss) && !extra_drop(now, false, complete) {
                 wire.insert((now + delay_us, n), (false, buf[..len].to_vec()));
             }
         }
@@ -158,4 +172,31 @@ fn empty_transfer_finishes_and_initial_sequence_near_wrap_works() {
     };
     let o = transfer(config, 1_000_000, 2_000, 0.02, 6);
     check(&o);
+}
+
+/// The receiver's final ACKs are lost: the sender's timeout probe arrives as a duplicate, and the
+/// receiver must answer it with an ACK or the sender never learns that everything arrived.
+#[test]
+fn lost_final_acks_are_recovered_by_the_probe() {
+    let mut lost_from = None;
+    let o = transfer_with(
+        ChannelConfig::default(),
+        500_000,
+        5_000,
+        0.0,
+        7,
+        |now, to_receiver, complete| {
+            if complete && !to_receiver {
+                let from = *lost_from.get_or_insert(now);
+                return now < from + 300_000; // all feedback lost for 300 ms after completion
+            }
+            false
+        },
+    );
+    check(&o);
+    assert!(
+        o.end_us < 2_000_000,
+        "the sender finished {} us in, long after the loss ended",
+        o.end_us
+    );
 }
