@@ -13,13 +13,10 @@ pub enum Timer {
     KeepAlive = 3,
     /// Either end: nothing heard from the peer for the idle timeout; the channel is broken.
     Idle = 4,
-    /// Sender: rate control tick (every SYN), also the end of UDT's post-loss freeze.
-    Rate = 5,
 }
 
-const COUNT: usize = 6;
-const ALL: [Timer; COUNT] =
-    [Timer::Ack, Timer::Nak, Timer::Exp, Timer::KeepAlive, Timer::Idle, Timer::Rate];
+const COUNT: usize = 5;
+const ALL: [Timer; COUNT] = [Timer::Ack, Timer::Nak, Timer::Exp, Timer::KeepAlive, Timer::Idle];
 
 /// Deadlines in microseconds, one slot per [`Timer`].
 #[derive(Debug, Clone, Default)]
