@@ -1,7 +1,7 @@
 //! Sluice's default controller: UDT's rate-based structure that does not mistake random loss for
 //! congestion. The algorithm and its reasoning are in `adaptive.md` beside this file.
 
-use super::{AckSignal, CongestionControl, LossSignal, WindowBasis};
+use super::{AckSignal, CongestionControl, LossSignal, WindowBasis, udt_increase_pkts};
 use crate::SYN_US;
 
 const SYN: f64 = SYN_US as f64;
@@ -159,12 +159,7 @@ impl Adaptive {
         if self.rate_pps < self.last_dec_rate_pps {
             avail_pps = avail_pps.min(self.capacity_pps / 9.0);
         }
-        let bits = avail_pps * self.mss_bytes * 8.0;
-        let min_inc = 1.0 / 1500.0;
-        let factor =
-            if bits > 0.0 { 10f64.powf(bits.log10().ceil() - 9.0).max(min_inc) } else { min_inc };
-        let inc_pkts_per_syn = factor * 1500.0 / self.mss_bytes;
-        self.rate_pps += inc_pkts_per_syn * 1e6 / SYN;
+        self.rate_pps += udt_increase_pkts(avail_pps, self.mss_bytes) * 1e6 / SYN;
     }
 }
 

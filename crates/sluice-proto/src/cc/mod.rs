@@ -136,6 +136,17 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     fn name(&self) -> &'static str;
 }
 
+/// UDT's equation (1): the packets per SYN to add to the rate when `avail_pps` of bandwidth is
+/// estimated available, for packets of `mss_bytes`:
+/// `max(10^(ceil(log10 B) - 9), 1/1500) * 1500 / MSS` with B in bits per second.
+pub fn udt_increase_pkts(avail_pps: f64, mss_bytes: f64) -> f64 {
+    let min_inc = 1.0 / 1500.0;
+    let bits = avail_pps * mss_bytes * 8.0;
+    let factor =
+        if bits > 0.0 { 10f64.powf(bits.log10().ceil() - 9.0).max(min_inc) } else { min_inc };
+    factor * 1500.0 / mss_bytes
+}
+
 /// Builds the controller `config.cc` names.
 pub fn build(config: &ChannelConfig) -> Box<dyn CongestionControl> {
     let packet_bits = (config.packet_size as f64) * 8.0;

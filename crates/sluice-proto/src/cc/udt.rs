@@ -17,7 +17,7 @@
 //! the first decrease (so the slow-start overshoot's later NAKs do not each cut the rate), and a
 //! timeout during slow start ends slow start.
 
-use super::{AckSignal, CongestionControl, LossSignal};
+use super::{AckSignal, CongestionControl, LossSignal, udt_increase_pkts};
 use crate::SYN_US;
 
 const SYN: f64 = SYN_US as f64;
@@ -76,11 +76,7 @@ impl Udt {
 
     /// Equation (1): packets per SYN to add, for available bandwidth `avail_pps`.
     fn increase_pkts(&self, avail_pps: f64) -> f64 {
-        let min_inc = 1.0 / 1500.0;
-        let bits = avail_pps * self.mss_bytes * 8.0;
-        let factor =
-            if bits > 0.0 { 10f64.powf(bits.log10().ceil() - 9.0).max(min_inc) } else { min_inc };
-        factor * 1500.0 / self.mss_bytes
+        udt_increase_pkts(avail_pps, self.mss_bytes)
     }
 
     /// Whether the controller is still in slow start.
