@@ -103,7 +103,7 @@ impl Negotiated {
 pub fn default_channel_config() -> ChannelConfig {
     ChannelConfig {
         idle_timeout_us: DATA_IDLE_TIMEOUT.as_micros() as u64,
-        max_burst_pkts: 16,
+        max_burst_pkts: crate::datapath::REAL_TIME_BURST_PKTS,
         ..ChannelConfig::default()
     }
 }
