@@ -1,0 +1,107 @@
+//! File I/O in large blocks: read-ahead for the sender, write-behind for the receiver. Each
+//! holds one fixed buffer, so memory does not grow with the file.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Bytes the sender reads ahead at once for new data.
+pub const READ_BLOCK_BYTES: usize = 256 << 10;
+/// Bytes of contiguous payload the receiver gathers before one write.
+pub const WRITE_BLOCK_BYTES: usize = 256 << 10;
+
+/// Serves the sender's `fill(offset, dst)` calls. New data comes in increasing offsets, so it is
+/// read a block at a time; a retransmission (an offset behind the block) reads just its bytes,
+/// because loss is scattered and a block per lost packet would multiply the reads.
+pub(super) struct ReadAhead<'f> {
+    file: &'f File,
+    buf: Box<[u8]>,
+    /// File offset of `buf[0]`, and how many bytes of `buf` are valid.
+    start: u64,
+    valid: usize,
+    /// One past the last byte the sender may ask for: reads never go past it.
+    end: u64,
+}
+
+impl<'f> ReadAhead<'f> {
+    pub(super) fn new(file: &'f File, start: u64, end: u64) -> Self {
+        Self { file, buf: vec![0; READ_BLOCK_BYTES].into_boxed_slice(), start, valid: 0, end }
+    }
+
+    /// Writes the file's bytes at `offset` into `dst` (exactly `dst.len()` bytes).
+    pub(super) fn fill(&mut self, offset: u64, dst: &mut [u8]) -> io::Result<()> {
+        let len = dst.len() as u64;
+        let cached_end = self.start + self.valid as u64;
+        if offset < self.start || offset > cached_end || len > self.buf.len() as u64 {
+            return self.file.read_exact_at(dst, offset);
+        }
+        if offset + len > cached_end {
+            // The next new data: read the block that starts with it.
+            let want = (self.end.saturating_sub(offset).min(self.buf.len() as u64)).max(len);
+            self.valid = 0;
+            let got = read_up_to(self.file, &mut self.buf[..want as usize], offset)?;
+            self.start = offset;
+            self.valid = got;
+            if (got as u64) < len {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        let at = (offset - self.start) as usize;
+        dst.copy_from_slice(&self.buf[at..at + dst.len()]);
+        Ok(())
+    }
+}
+
+/// Reads into `buf` at `offset` until it is full or the file ends; returns the bytes read.
+fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Gathers the receiver's payloads into large writes: a payload that continues the current run
+/// is appended; anything else (a repair, a gap) writes the run out and starts a new one.
+pub(super) struct WriteBehind<'f> {
+    file: &'f File,
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    start: u64,
+}
+
+impl<'f> WriteBehind<'f> {
+    pub(super) fn new(file: &'f File) -> Self {
+        Self { file, buf: Vec::with_capacity(WRITE_BLOCK_BYTES), start: 0 }
+    }
+
+    /// Writes `data` at `offset`, now or at a later flush.
+    pub(super) fn write(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let continues = offset == self.start + self.buf.len() as u64;
+        if !self.buf.is_empty() && (!continues || self.buf.len() + data.len() > WRITE_BLOCK_BYTES) {
+            self.flush()?;
+        }
+        if data.len() > WRITE_BLOCK_BYTES {
+            return self.file.write_all_at(data, offset);
+        }
+        if self.buf.is_empty() {
+            self.start = offset;
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// Writes out what is gathered.
+    pub(super) fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all_at(&self.buf, self.start)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}

@@ -1,1 +1,0 @@
-//! The session plane over QUIC (work in progress, issue 3).

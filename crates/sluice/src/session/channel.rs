@@ -1,0 +1,233 @@
+//! What the client and the server share around a data channel: the negotiated specification,
+//! channel settings, the blocking task that runs the channel, and error mapping.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sluice_proto::cc::CcKind;
+use sluice_proto::config::ChannelConfig;
+use sluice_proto::crypto::Algorithm;
+use tokio::task::JoinHandle;
+
+use super::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
+use super::messages::{FrameError, Spec, cipher_from_name, cipher_name};
+use super::{DATA_IDLE_TIMEOUT, MAX_CHANNELS, SessionError, connection_error};
+use crate::datapath::{ChannelParams, DataError};
+
+/// Deadline for a reply that needs no real work from the peer.
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline for the handshake's messages.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deadline for a reply that follows hashing a whole file: generous, because a dead peer is
+/// noticed by the QUIC idle timeout anyway (the client keeps the connection alive).
+pub(crate) const HASH_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Deadline for the peer to hash `size_bytes` and answer, at a pessimistic 50 MB/s.
+pub(crate) fn hash_budget(size_bytes: u64) -> Duration {
+    REPLY_TIMEOUT + Duration::from_secs(size_bytes / 50_000_000)
+}
+
+/// The specification both ends use for the data channels of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Negotiated {
+    pub(crate) channels: u32,
+    pub(crate) packet_size: usize,
+    pub(crate) cc: CcKind,
+    pub(crate) aead: Algorithm,
+    pub(crate) rate_bps: u64,
+}
+
+impl Negotiated {
+    /// The client's proposal from its channel settings.
+    pub(crate) fn proposal(config: &ChannelConfig) -> Spec {
+        Spec {
+            max_channels: MAX_CHANNELS,
+            packet_size: u32::try_from(config.packet_size).unwrap_or(u32::MAX),
+            cc: config.cc.name().to_owned(),
+            cipher: cipher_name(config.aead).to_owned(),
+            rate_bps: config.rate_bps,
+        }
+    }
+
+    /// Reads a spec from the wire, checking every field; the error is for the peer.
+    pub(crate) fn from_spec(spec: &Spec) -> Result<Negotiated, String> {
+        let cc = CcKind::from_name(&spec.cc)
+            .ok_or_else(|| format!("unknown congestion controller {:?}", spec.cc))?;
+        let aead = cipher_from_name(&spec.cipher)
+            .ok_or_else(|| format!("unknown cipher {:?}", spec.cipher))?;
+        if spec.max_channels == 0 {
+            return Err("max_channels must be at least 1".into());
+        }
+        let negotiated = Negotiated {
+            channels: spec.max_channels,
+            packet_size: spec.packet_size as usize,
+            cc,
+            aead,
+            rate_bps: spec.rate_bps,
+        };
+        negotiated.apply(&ChannelConfig::default()).validate().map_err(|e| e.to_string())?;
+        Ok(negotiated)
+    }
+
+    /// The server's choice: the smaller channel limit, the client's other settings.
+    pub(crate) fn choose(self, server_max_channels: u32) -> Negotiated {
+        Negotiated { channels: self.channels.min(server_max_channels), ..self }
+    }
+
+    pub(crate) fn to_spec(self) -> Spec {
+        Spec {
+            max_channels: self.channels,
+            packet_size: u32::try_from(self.packet_size).unwrap_or(u32::MAX),
+            cc: self.cc.name().to_owned(),
+            cipher: cipher_name(self.aead).to_owned(),
+            rate_bps: self.rate_bps,
+        }
+    }
+
+    /// `base` with the negotiated fields.
+    fn apply(&self, base: &ChannelConfig) -> ChannelConfig {
+        ChannelConfig {
+            packet_size: self.packet_size,
+            cc: self.cc,
+            rate_bps: self.rate_bps,
+            aead: self.aead,
+            ..base.clone()
+        }
+    }
+}
+
+/// Local channel settings both ends start from: the protocol defaults with a short idle timeout
+/// (a dead peer is noticed in seconds) and a pacer that may catch up after a late wake-up.
+pub fn default_channel_config() -> ChannelConfig {
+    ChannelConfig {
+        idle_timeout_us: DATA_IDLE_TIMEOUT.as_micros() as u64,
+        max_burst_pkts: crate::datapath::REAL_TIME_BURST_PKTS,
+        ..ChannelConfig::default()
+    }
+}
+
+/// Everything one end needs to start channel 0 of a request.
+pub(crate) struct ChannelSetup<'a> {
+    pub(crate) conn: &'a quinn::Connection,
+    pub(crate) role: Role,
+    pub(crate) session_id: SessionId,
+    pub(crate) negotiated: Negotiated,
+    pub(crate) base: &'a ChannelConfig,
+    pub(crate) request_id: u64,
+}
+
+impl ChannelSetup<'_> {
+    /// Derives the keys and settings and joins them with the socket and the peer's address.
+    pub(crate) fn params(
+        &self,
+        socket: UdpSocket,
+        peer: SocketAddr,
+    ) -> Result<ChannelParams, SessionError> {
+        let at =
+            ChannelRef { session_id: self.session_id, request_id: self.request_id, channel: 0 };
+        let secrets = ChannelSecrets::derive(self.conn, &at)?;
+        let mut config = self.negotiated.apply(self.base);
+        config.initial_dsn = secrets.initial_dsn;
+        config.seed = secrets.seed;
+        // The QUIC handshake already measured the path: a better start than a guess.
+        config.initial_rtt_us = (self.conn.rtt().as_micros() as u64).max(1);
+        config.validate().map_err(|e| SessionError::Config(e.to_string()))?;
+        Ok(ChannelParams {
+            keys: secrets.keys(self.role, self.negotiated.aead),
+            config,
+            socket,
+            peer,
+        })
+    }
+}
+
+/// Binds a data socket on `ip` (this end's address on the QUIC connection), any port.
+pub(crate) fn bind_data_socket(
+    ip: Option<IpAddr>,
+    peer: IpAddr,
+) -> Result<UdpSocket, SessionError> {
+    let ip = ip.unwrap_or(match peer {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    });
+    UdpSocket::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| SessionError::io(format!("binding a data socket on {ip}"), e))
+}
+
+/// The port a data socket is bound to.
+pub(crate) fn port_of(socket: &UdpSocket) -> Result<u16, SessionError> {
+    socket
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| SessionError::io("reading the data socket's address", e))
+}
+
+/// A data channel running on the blocking pool. Dropping it cancels the channel, so a request
+/// abandoned for any reason (an error, a closed connection, a dropped future) stops its thread.
+pub(crate) struct DataTask<T> {
+    handle: JoinHandle<T>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl<T: Send + 'static> DataTask<T> {
+    pub(crate) fn spawn(run: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Self {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let flag = cancel.clone();
+        let handle = tokio::task::spawn_blocking(move || run(&flag));
+        DataTask { handle, cancel }
+    }
+
+    /// Asks the channel to stop; [`DataTask::join`] still has to be awaited.
+    pub(crate) fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits for the channel to end. Cancel-safe (it can sit in a `select!`), but must not be
+    /// awaited again once it returned.
+    pub(crate) async fn join(&mut self) -> Result<T, SessionError> {
+        (&mut self.handle).await.map_err(|e| {
+            SessionError::io("the data channel thread", std::io::Error::other(e.to_string()))
+        })
+    }
+
+    /// Cancels the channel and waits for its thread to stop.
+    pub(crate) async fn stop(mut self) {
+        self.cancel();
+        let _ = self.join().await;
+    }
+}
+
+impl<T> Drop for DataTask<T> {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What a failed data channel means to the user. A cancelled channel takes the connection's
+/// close reason, if it closed.
+pub(crate) fn data_error(err: DataError, conn: &quinn::Connection) -> SessionError {
+    if let Some(reason) = conn.close_reason() {
+        return connection_error(&reason);
+    }
+    match err {
+        DataError::File(e) => SessionError::io("data channel file I/O", e),
+        DataError::Config(e) => SessionError::Config(e.to_string()),
+        other => SessionError::Network(format!("data channel: {other}")),
+    }
+}
+
+/// What a failed control read or write means to the user.
+pub(crate) fn frame_error(err: FrameError, conn: &quinn::Connection) -> SessionError {
+    if let Some(reason) = conn.close_reason() {
+        return connection_error(&reason);
+    }
+    match err {
+        FrameError::Io(e) => SessionError::Network(format!("control stream: {e}")),
+        FrameError::Timeout(d) => {
+            SessionError::Network(format!("the peer did not answer within {} s", d.as_secs()))
+        }
+        other => SessionError::Protocol(other.to_string()),
+    }
+}

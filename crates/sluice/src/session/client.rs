@@ -1,0 +1,502 @@
+//! The requesting end: connects, checks the server's fingerprint, authenticates with its token,
+//! and runs `Stat`, `Get` and `Put` requests (several may run at once on one [`Client`]).
+//!
+//! A download lands in a [`PartialFile`] beside its final name and is renamed there only after
+//! its BLAKE3 matched: any failure leaves nothing under the final name.
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_proto::config::ChannelConfig;
+use tracing::{debug, info};
+
+use super::channel::{
+    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, HASH_TIMEOUT, Negotiated, REPLY_TIMEOUT,
+    bind_data_socket, data_error, default_channel_config, frame_error, hash_budget, port_of,
+};
+use super::identity::{CERT_NAME, Fingerprint};
+use super::keys::{Role, SessionId};
+use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
+use super::messages::{ClientMsg, FrameError, ServerMsg, StatInfo, read_message, write_message};
+use super::server::blocking;
+use super::{MAX_CHANNELS, PROTOCOL_VERSION, SessionError, close_code, connection_error};
+use crate::datapath::{self, ChannelReport, Progress};
+use crate::files::{CommitError, PartialFile};
+
+/// QUIC idle timeout of the client's connection: with keep-alives every
+/// [`KEEP_ALIVE_INTERVAL`], a server that vanished is noticed within this time.
+pub const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(8);
+/// How often the client keeps the connection alive while nothing else is sent.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(2);
+/// After the peer confirmed a transfer, how long the sending channel may take to see its last
+/// ACK before it is stopped.
+const SENDER_GRACE: Duration = Duration::from_secs(2);
+
+/// Settings of a client.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The server's QUIC address.
+    pub server: SocketAddr,
+    /// The server's name as the user wrote it; the known-hosts key is `host:port`.
+    pub host: String,
+    /// The token the server accepts.
+    pub token: String,
+    /// The known-hosts file (created on the first pin).
+    pub known_hosts: PathBuf,
+    /// How to trust the server.
+    pub trust: TrustPolicy,
+    /// Data-channel settings: `packet_size`, `cc`, `rate_bps` and `aead` are proposed to the
+    /// server; the others are local. `initial_dsn` and `seed` are replaced by derived values.
+    pub channel: ChannelConfig,
+}
+
+impl ClientConfig {
+    /// Settings with [`default_channel_config`] for the data channels.
+    pub fn new(
+        server: SocketAddr,
+        host: impl Into<String>,
+        token: impl Into<String>,
+        known_hosts: impl Into<PathBuf>,
+        trust: TrustPolicy,
+    ) -> ClientConfig {
+        ClientConfig {
+            server,
+            host: host.into(),
+            token: token.into(),
+            known_hosts: known_hosts.into(),
+            trust,
+            channel: default_channel_config(),
+        }
+    }
+}
+
+/// What a finished transfer did.
+#[derive(Debug, Clone)]
+pub struct TransferReport {
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// Seconds from the request to the verified end.
+    pub seconds: f64,
+    /// BLAKE3 of the file, hex.
+    pub blake3: String,
+    /// This end's data channel report (`None` for an empty file, which needs no channel, or a
+    /// sender stopped after the receiver confirmed).
+    pub channel: Option<ChannelReport>,
+}
+
+/// A connected, authenticated session with a server.
+#[derive(Debug)]
+pub struct Client {
+    endpoint: quinn::Endpoint,
+    conn: quinn::Connection,
+    session_id: SessionId,
+    negotiated: Negotiated,
+    channel: ChannelConfig,
+    fingerprint: Fingerprint,
+    host_decision: HostDecision,
+}
+
+impl Client {
+    /// Connects, verifies the server's identity under the trust policy (pinning it in the
+    /// known-hosts file on an accepted first contact), and authenticates with the token.
+    pub async fn connect(config: ClientConfig) -> Result<Client, SessionError> {
+        config.channel.validate().map_err(|e| SessionError::Config(e.to_string()))?;
+        let known = KnownHosts::load(&config.known_hosts)?;
+        let host = host_key(&config.host, config.server.port());
+        let verifier = HostVerifier::new(config.trust.clone(), known, host.clone());
+
+        let mut transport = quinn::TransportConfig::default();
+        let idle = quinn::IdleTimeout::try_from(CONNECTION_IDLE_TIMEOUT)
+            .map_err(|_| SessionError::Config("idle timeout out of range".into()))?;
+        transport
+            .max_idle_timeout(Some(idle))
+            .keep_alive_interval(Some(KEEP_ALIVE_INTERVAL))
+            .max_concurrent_bidi_streams(0u32.into())
+            .max_concurrent_uni_streams(0u32.into());
+        let mut quic = quinn::ClientConfig::new(Arc::new(verifier.client_tls()?));
+        quic.transport_config(Arc::new(transport));
+
+        let bind = match config.server.ip() {
+            IpAddr::V4(_) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+            IpAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
+        };
+        let endpoint = quinn::Endpoint::client(bind)
+            .map_err(|e| SessionError::io(format!("binding a UDP socket on {bind}"), e))?;
+        let connecting = endpoint
+            .connect_with(quic, config.server, CERT_NAME)
+            .map_err(|e| SessionError::Config(format!("connecting to {}: {e}", config.server)))?;
+        let conn = match connecting.await {
+            Ok(conn) => conn,
+            Err(e) => {
+                if let Some((_, Err(refused))) = verifier.outcome() {
+                    return Err(refused.into());
+                }
+                return Err(SessionError::Network(format!(
+                    "could not connect to {} ({host}): {}",
+                    config.server,
+                    connection_error(&e)
+                )));
+            }
+        };
+        let (fingerprint, host_decision) = match verifier.outcome() {
+            Some((fingerprint, Ok(decision))) => (fingerprint, decision),
+            Some((_, Err(refused))) => return Err(refused.into()),
+            None => return Err(SessionError::Protocol("the server sent no certificate".into())),
+        };
+        if host_decision == HostDecision::New {
+            KnownHosts::append(&config.known_hosts, &host, &fingerprint)?;
+            info!(%host, %fingerprint, file = %config.known_hosts.display(), "pinned a new host");
+        }
+
+        let (session_id, negotiated) = hello(&conn, &config).await.inspect_err(|_| {
+            conn.close(close_code::DONE.into(), b"handshake failed");
+        })?;
+        info!(%host, %session_id, channels = negotiated.channels, "session open");
+        Ok(Client {
+            endpoint,
+            conn,
+            session_id,
+            negotiated,
+            channel: config.channel,
+            fingerprint,
+            host_decision,
+        })
+    }
+
+    /// The fingerprint the server presented.
+    pub fn server_fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
+    /// Why the server was trusted.
+    pub fn host_decision(&self) -> HostDecision {
+        self.host_decision
+    }
+
+    /// The session's id (chosen by the server).
+    pub fn session_id(&self) -> SessionId {
+        self.session_id
+    }
+
+    /// Data channels per transfer agreed in the handshake.
+    pub fn channels(&self) -> u32 {
+        self.negotiated.channels
+    }
+
+    /// Closes the session and waits briefly for the server to hear it.
+    pub async fn close(self) {
+        self.conn.close(close_code::DONE.into(), b"done");
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
+    }
+
+    /// Size, modification time and kind of `path` on the server.
+    pub async fn stat(&self, path: &str) -> Result<StatInfo, SessionError> {
+        let mut req = self.request().await?;
+        req.write(&ClientMsg::Stat { path: path.to_owned() }).await?;
+        match req.read(REPLY_TIMEOUT).await? {
+            ServerMsg::StatInfo(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Downloads `remote_path` to `local_path`, calling `progress` as bytes arrive. The file is
+    /// written beside `local_path` and renamed onto it only once its BLAKE3 matched.
+    pub async fn get(
+        &self,
+        remote_path: &str,
+        local_path: &Path,
+        progress: impl FnMut(Progress) + Send + 'static,
+    ) -> Result<TransferReport, SessionError> {
+        let started = Instant::now();
+        let mut req = self.request().await?;
+        req.write(&ClientMsg::Get { path: remote_path.to_owned() }).await?;
+        let (size, blake3, server_port) = match req.read(HASH_TIMEOUT).await? {
+            ServerMsg::FileInfo { size, blake3, udp_port, .. } => (size, blake3, udp_port),
+            other => return Err(unexpected(other)),
+        };
+        let expected = blake3::Hash::from_hex(&blake3).map_err(|_| {
+            SessionError::Protocol(format!("bad BLAKE3 {blake3:?} from the server"))
+        })?;
+        let local = local_path.to_owned();
+        let partial = match blocking(move || {
+            PartialFile::create(&local, size).map_err(|e| {
+                SessionError::io(format!("creating a file beside {}", local.display()), e)
+            })
+        })
+        .await
+        {
+            Ok(partial) => partial,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        let socket = match self.data_socket() {
+            Ok(socket) => socket,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        req.write(&ClientMsg::Ready { udp_port: port_of(&socket)? }).await?;
+        debug!(remote_path, size, "receiving");
+
+        let (partial, channel) = if size == 0 {
+            let mut progress = progress;
+            progress(Progress { bytes: 0, total: 0 });
+            (partial, None)
+        } else {
+            let peer = SocketAddr::new(self.server_ip(), server_port);
+            let params = match self.setup(req.id).params(socket, peer) {
+                Ok(params) => params,
+                Err(err) => return Err(req.fail(err).await),
+            };
+            let mut progress = progress;
+            let mut task = DataTask::spawn(move |cancel| {
+                let done =
+                    datapath::receive_file(params, partial.file(), 0..size, &mut progress, cancel);
+                (partial, done)
+            });
+            // The server speaks during the transfer only to give up.
+            let early = read_message::<_, ServerMsg>(&mut req.recv, Duration::MAX);
+            tokio::select! {
+                done = task.join() => {
+                    let (partial, done) = done?;
+                    match done {
+                        Ok(report) => (partial, Some(report)),
+                        Err(e) => return Err(req.fail(data_error(e, &self.conn)).await),
+                    }
+                }
+                msg = early => {
+                    task.stop().await;
+                    return Err(match msg.map_err(|e| frame_error(e, &self.conn))? {
+                        ServerMsg::Error { code, message } => SessionError::from_remote(code, message),
+                        other => unexpected(other),
+                    });
+                }
+            }
+        };
+        let committed = blocking(move || {
+            partial.commit(expected.as_bytes()).map_err(|e| match e {
+                CommitError::Mismatch { .. } => SessionError::Integrity(e.to_string()),
+                CommitError::Io(_, source) => SessionError::io("storing the download", source),
+            })
+        })
+        .await;
+        if let Err(err) = committed {
+            return Err(req.fail(err).await);
+        }
+        req.write(&ClientMsg::Verified).await?;
+        req.finish();
+        info!(remote_path, size, "downloaded and verified");
+        Ok(TransferReport {
+            bytes: size,
+            seconds: started.elapsed().as_secs_f64(),
+            blake3: expected.to_hex().to_string(),
+            channel,
+        })
+    }
+
+    /// Uploads `local_path` to `remote_path` (its parent directory must exist on the server),
+    /// calling `progress` as bytes are acknowledged. Succeeds once the server verified and
+    /// stored the file.
+    pub async fn put(
+        &self,
+        local_path: &Path,
+        remote_path: &str,
+        progress: impl FnMut(Progress) + Send + 'static,
+    ) -> Result<TransferReport, SessionError> {
+        let started = Instant::now();
+        let local = local_path.to_owned();
+        let (file, size, hash) = blocking(move || {
+            let ctx = |what: &str| format!("{what} {}", local.display());
+            let file = File::open(&local).map_err(|e| SessionError::io(ctx("opening"), e))?;
+            let meta = file.metadata().map_err(|e| SessionError::io(ctx("reading"), e))?;
+            if !meta.is_file() {
+                return Err(SessionError::io(
+                    ctx("uploading"),
+                    std::io::Error::other("not a regular file"),
+                ));
+            }
+            let hash =
+                crate::files::hash_file(&file).map_err(|e| SessionError::io(ctx("hashing"), e))?;
+            Ok((file, meta.len(), blake3::Hash::from(hash)))
+        })
+        .await?;
+        let mut req = self.request().await?;
+        let put = ClientMsg::Put {
+            path: remote_path.to_owned(),
+            size,
+            blake3: hash.to_hex().to_string(),
+        };
+        req.write(&put).await?;
+        let server_port = match req.read(REPLY_TIMEOUT).await? {
+            ServerMsg::Ready { udp_port } => udp_port,
+            other => return Err(unexpected(other)),
+        };
+        let socket = match self.data_socket() {
+            Ok(socket) => socket,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        req.write(&ClientMsg::Ready { udp_port: port_of(&socket)? }).await?;
+        debug!(remote_path, size, "sending");
+
+        let (reply, channel) = if size == 0 {
+            let mut progress = progress;
+            progress(Progress { bytes: 0, total: 0 });
+            (req.read(hash_budget(0)).await, None)
+        } else {
+            let peer = SocketAddr::new(self.server_ip(), server_port);
+            let params = match self.setup(req.id).params(socket, peer) {
+                Ok(params) => params,
+                Err(err) => return Err(req.fail(err).await),
+            };
+            let mut progress = progress;
+            let mut task = DataTask::spawn(move |cancel| {
+                datapath::send_file(params, &file, 0..size, &mut progress, cancel)
+            });
+            let conn = &self.conn;
+            let early = read_message::<_, ServerMsg>(&mut req.recv, Duration::MAX);
+            let mut early = std::pin::pin!(early);
+            tokio::select! {
+                done = task.join() => {
+                    let report = match done? {
+                        Ok(report) => report,
+                        Err(e) => return Err(req_fail(&mut req.send, data_error(e, conn)).await),
+                    };
+                    let reply = tokio::time::timeout(hash_budget(size), early)
+                        .await
+                        .unwrap_or(Err(FrameError::Timeout(hash_budget(size))))
+                        .map_err(|e| frame_error(e, conn));
+                    (reply, Some(report))
+                }
+                msg = &mut early => {
+                    // The server may confirm before our last ACK arrived: let the channel see
+                    // it briefly, for its report, then stop it.
+                    let report = match tokio::time::timeout(SENDER_GRACE, task.join()).await {
+                        Ok(Ok(Ok(report))) => Some(report),
+                        _ => None,
+                    };
+                    task.stop().await;
+                    (msg.map_err(|e| frame_error(e, conn)), report)
+                }
+            }
+        };
+        match reply? {
+            ServerMsg::Verified => {}
+            other => return Err(unexpected(other)),
+        }
+        req.finish();
+        info!(remote_path, size, "uploaded and verified by the server");
+        Ok(TransferReport {
+            bytes: size,
+            seconds: started.elapsed().as_secs_f64(),
+            blake3: hash.to_hex().to_string(),
+            channel,
+        })
+    }
+
+    async fn request(&self) -> Result<Request<'_>, SessionError> {
+        let (send, recv) = self.conn.open_bi().await.map_err(|e| connection_error(&e))?;
+        Ok(Request { conn: &self.conn, id: u64::from(send.id()), send, recv })
+    }
+
+    fn setup(&self, request_id: u64) -> ChannelSetup<'_> {
+        ChannelSetup {
+            conn: &self.conn,
+            role: Role::Client,
+            session_id: self.session_id,
+            negotiated: self.negotiated,
+            base: &self.channel,
+            request_id,
+        }
+    }
+
+    fn server_ip(&self) -> IpAddr {
+        self.conn.remote_address().ip().to_canonical()
+    }
+
+    fn data_socket(&self) -> Result<std::net::UdpSocket, SessionError> {
+        let local = self.conn.local_ip().map(|ip| ip.to_canonical());
+        bind_data_socket(local, self.server_ip())
+    }
+}
+
+/// The handshake: `Hello`, then `Welcome` or `Refused`.
+async fn hello(
+    conn: &quinn::Connection,
+    config: &ClientConfig,
+) -> Result<(SessionId, Negotiated), SessionError> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| connection_error(&e))?;
+    let hello = ClientMsg::Hello {
+        version: PROTOCOL_VERSION,
+        token: config.token.clone(),
+        spec: Negotiated::proposal(&config.channel),
+    };
+    write_message(&mut send, &hello).await.map_err(|e| frame_error(e, conn))?;
+    let _ = send.finish();
+    match read_message(&mut recv, HANDSHAKE_TIMEOUT).await.map_err(|e| frame_error(e, conn))? {
+        ServerMsg::Welcome { session_id, spec } => {
+            let id = SessionId::from_hex(&session_id).ok_or_else(|| {
+                SessionError::Protocol(format!("bad session id {session_id:?} in Welcome"))
+            })?;
+            let negotiated = Negotiated::from_spec(&spec)
+                .map_err(|e| SessionError::Protocol(format!("the server chose {spec:?}: {e}")))?;
+            if negotiated.channels > MAX_CHANNELS {
+                return Err(SessionError::Protocol(format!(
+                    "the server chose {} channels, more than the {MAX_CHANNELS} offered",
+                    negotiated.channels
+                )));
+            }
+            Ok((id, negotiated))
+        }
+        ServerMsg::Refused { code, message } => Err(SessionError::from_remote(code, message)),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// One request's streams.
+struct Request<'a> {
+    conn: &'a quinn::Connection,
+    id: u64,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+}
+
+impl Request<'_> {
+    async fn write(&mut self, msg: &ClientMsg) -> Result<(), SessionError> {
+        write_message(&mut self.send, msg).await.map_err(|e| frame_error(e, self.conn))
+    }
+
+    async fn read(&mut self, deadline: Duration) -> Result<ServerMsg, SessionError> {
+        let msg =
+            read_message(&mut self.recv, deadline).await.map_err(|e| frame_error(e, self.conn))?;
+        match msg {
+            ServerMsg::Error { code, message } => Err(SessionError::from_remote(code, message)),
+            other => Ok(other),
+        }
+    }
+
+    /// Tells the server this end gives up, and returns `err`.
+    async fn fail(&mut self, err: SessionError) -> SessionError {
+        req_fail(&mut self.send, err).await
+    }
+
+    fn finish(&mut self) {
+        let _ = self.send.finish();
+    }
+}
+
+/// Best effort: the server learns why, so it stops waiting; `err` is returned either way.
+async fn req_fail(send: &mut quinn::SendStream, err: SessionError) -> SessionError {
+    let failed = ClientMsg::Failed { code: err.code(), message: err.to_string() };
+    let _ = write_message(send, &failed).await;
+    let _ = send.finish();
+    err
+}
+
+fn unexpected(msg: ServerMsg) -> SessionError {
+    match msg {
+        ServerMsg::Error { code, message } | ServerMsg::Refused { code, message } => {
+            SessionError::from_remote(code, message)
+        }
+        other => SessionError::Protocol(format!("unexpected answer {other:?}")),
+    }
+}

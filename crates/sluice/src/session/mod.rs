@@ -1,0 +1,198 @@
+//! The session plane: one QUIC connection (TLS 1.3, ALPN `sluice/1`) that authenticates both
+//! ends, negotiates the transfer specification and carries requests and their results. File bytes
+//! never travel on it: each transfer gets a UDP data channel ([`crate::datapath`]) whose keys are
+//! exported from this connection's TLS session ([`keys`]), so there is exactly one handshake to
+//! trust.
+//!
+//! # Trust
+//!
+//! - The server proves its identity with a self-signed ECDSA P-256 certificate kept in its state
+//!   directory ([`identity`]). Clients pin its fingerprint (`SHA256:` + unpadded base64 of the
+//!   SHA-256 of the certificate DER, as OpenSSH prints host keys) in a known-hosts file
+//!   ([`known_hosts`]); a changed fingerprint is always refused.
+//! - The client proves it may use the server with a token from the server's token file
+//!   ([`tokens`]), sent inside the encrypted connection in the first message.
+//!
+//! # Message flow
+//!
+//! Every message is a u32 big-endian length and that many bytes of JSON ([`messages`]), at most
+//! 1 MiB, and every read has a deadline. The first bidirectional stream is the handshake (the
+//! two-step handshake of MCDTP: specification first, then transfers); each later request has its
+//! own bidirectional stream, and several may run at once.
+//!
+//! ```text
+//!  client                                              server
+//!    |==== QUIC + TLS 1.3 handshake (ALPN sluice/1) ====>|  client checks the fingerprint
+//!    |                                                   |
+//!    | stream 0: Hello {version, token, spec}  -------->  |  token checked in constant time
+//!    |  <--------  Welcome {session_id, spec}             |  channels = min of both limits
+//!    |  <--------  Refused {code, message}, then CONNECTION_CLOSE (auth: code 1)
+//!    |                                                   |
+//!    | stream n: Stat {path}  ------------------------->  |
+//!    |  <--------  StatInfo {size, mtime, kind} | Error {code, message}
+//!    |                                                   |
+//!    | stream n: Get {path}  -------------------------->  |  resolve under root, open, BLAKE3
+//!    |  <--------  FileInfo {size, blake3, mtime, udp_port} | Error
+//!    | Ready {udp_port}  ------------------------------>  |
+//!    |  <=======  data channel: server UDP -> client UDP (sealed, ACK/NAK back)
+//!    | Verified | Failed {code, message}  ------------->  |  the client hashed what it wrote
+//!    |                                                   |
+//!    | stream n: Put {path, size, blake3}  ------------>  |  resolve parent under root,
+//!    |  <--------  Ready {udp_port} | Error               |  create a partial file
+//!    | Ready {udp_port}  ------------------------------>  |
+//!    |  =======>  data channel: client UDP -> server UDP
+//!    |  <--------  Verified | Error {integrity | io}      |  the server hashed and committed
+//! ```
+//!
+//! Either side may send its error message (`Failed` from the client, `Error` from the server)
+//! while the data channel runs; the other side then cancels its channel. A data channel is also
+//! cancelled when the QUIC connection closes, and gives up on its own after about 5 s of silence,
+//! so a dead peer is noticed within seconds. A file of 0 bytes has no data channel: both ends
+//! know the size and skip it.
+//!
+//! # Entry points
+//!
+//! [`Server::bind`] then [`Server::run`] on the serving side; [`Client::connect`] then
+//! [`Client::get`], [`Client::put`] and [`Client::stat`] on the other.
+
+mod channel;
+pub mod client;
+pub mod identity;
+pub mod keys;
+pub mod known_hosts;
+pub mod messages;
+pub mod server;
+pub mod tokens;
+
+use std::time::Duration;
+
+pub use channel::default_channel_config;
+pub use client::{Client, ClientConfig, TransferReport};
+pub use identity::{Fingerprint, Identity};
+pub use known_hosts::{HostKeyError, TrustPolicy};
+pub use messages::{ErrorCode, FileKind, StatInfo};
+pub use server::{Server, ServerConfig};
+
+/// The ALPN protocol identifier of the session plane.
+pub const ALPN: &[u8] = b"sluice/1";
+/// The control-protocol version carried in `Hello`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The most data channels one transfer uses (one for now; the handshake already negotiates it).
+pub const MAX_CHANNELS: u32 = 1;
+/// Silence after which a data channel gives up: a dead peer is noticed within seconds.
+pub const DATA_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Application close codes of the QUIC connection.
+pub(crate) mod close_code {
+    /// Orderly close.
+    pub(crate) const DONE: u32 = 0;
+    /// The client failed authentication.
+    pub(crate) const AUTH: u32 = 1;
+    /// The peer broke the protocol.
+    pub(crate) const PROTOCOL: u32 = 2;
+    /// The server is shutting down.
+    pub(crate) const SHUTDOWN: u32 = 3;
+}
+
+/// Why a session operation failed. Each variant is one class of failure a user acts on
+/// differently (the command line maps them to exit codes).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The server did not accept the token.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The server's identity is unknown, changed, or not the pinned one.
+    #[error(transparent)]
+    HostKey(#[from] HostKeyError),
+    /// The remote path does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The server refused the request (a path outside its root, not a regular file, ...).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The server has no capacity for another transfer now; try again later.
+    #[error("server busy: {0}")]
+    Busy(String),
+    /// The connection or a data channel failed, or the peer stopped answering.
+    #[error("network: {0}")]
+    Network(String),
+    /// The received bytes do not hash to what the sender announced.
+    #[error("integrity check failed: {0}")]
+    Integrity(String),
+    /// A local or remote file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, with the path.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The peer sent something the protocol does not allow (or a version we do not speak).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Local setup is unusable: unsafe key or token file permissions, an empty token file, an
+    /// invalid channel configuration.
+    #[error("configuration error: {0}")]
+    Config(String),
+}
+
+impl SessionError {
+    /// An [`SessionError::Io`] with context.
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        SessionError::Io { context: context.into(), source }
+    }
+
+    /// The error a peer's `Error`/`Refused`/`Failed` message stands for.
+    pub(crate) fn from_remote(code: ErrorCode, message: String) -> Self {
+        match code {
+            ErrorCode::Auth => SessionError::Auth(message),
+            ErrorCode::NotFound => SessionError::NotFound(message),
+            ErrorCode::Refused => SessionError::Refused(message),
+            ErrorCode::Busy => SessionError::Busy(message),
+            ErrorCode::Integrity => SessionError::Integrity(message),
+            ErrorCode::Io => SessionError::io("remote", std::io::Error::other(message)),
+            ErrorCode::Network => SessionError::Network(message),
+            ErrorCode::Protocol => SessionError::Protocol(message),
+        }
+    }
+
+    /// The code to send to the peer for this error.
+    pub(crate) fn code(&self) -> ErrorCode {
+        match self {
+            SessionError::Auth(_) => ErrorCode::Auth,
+            SessionError::NotFound(_) => ErrorCode::NotFound,
+            SessionError::Refused(_) => ErrorCode::Refused,
+            SessionError::Busy(_) => ErrorCode::Busy,
+            SessionError::Integrity(_) => ErrorCode::Integrity,
+            SessionError::Io { .. } | SessionError::Config(_) => ErrorCode::Io,
+            SessionError::Network(_) | SessionError::HostKey(_) => ErrorCode::Network,
+            SessionError::Protocol(_) => ErrorCode::Protocol,
+        }
+    }
+}
+
+/// What a closed connection means to the user.
+pub(crate) fn connection_error(err: &quinn::ConnectionError) -> SessionError {
+    use quinn::ConnectionError as E;
+    match err {
+        E::ApplicationClosed(close) => {
+            let reason = String::from_utf8_lossy(&close.reason).into_owned();
+            match close.error_code.into_inner() {
+                c if c == u64::from(close_code::AUTH) => SessionError::Auth(reason),
+                c if c == u64::from(close_code::PROTOCOL) => SessionError::Protocol(reason),
+                c if c == u64::from(close_code::SHUTDOWN) => {
+                    SessionError::Network(format!("the peer is shutting down: {reason}"))
+                }
+                _ => SessionError::Network(format!("the peer closed the connection: {reason}")),
+            }
+        }
+        E::TimedOut => SessionError::Network(
+            "the peer stopped answering (QUIC idle timeout): it was stopped or the path is down"
+                .into(),
+        ),
+        E::LocallyClosed => SessionError::Network("the connection was closed locally".into()),
+        E::Reset => SessionError::Network("the peer reset the connection (did it restart?)".into()),
+        other => SessionError::Network(other.to_string()),
+    }
+}

@@ -1,0 +1,569 @@
+//! The serving end: accepts QUIC connections, authenticates each session by its token, and
+//! serves `Stat`, `Get` and `Put` requests for files under one root directory.
+//!
+//! Every connection is a Tokio task and every request stream another; data channels run on the
+//! blocking pool (`spawn_blocking`), each with its own UDP socket on the server's address. The
+//! bounds: [`MAX_CONNECTIONS`] sessions, [`MAX_REQUESTS_PER_SESSION`] concurrent requests per
+//! session, and [`MAX_TRANSFERS`] data channels in the whole server (beyond it a request is
+//! answered `busy`).
+
+use std::fs::File;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sluice_proto::config::ChannelConfig;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::channel::{
+    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_socket,
+    data_error, default_channel_config, frame_error, hash_budget, port_of,
+};
+use super::identity::{Fingerprint, Identity};
+use super::keys::{Role, SessionId};
+use super::messages::{
+    ClientMsg, ErrorCode, FileKind, FrameError, ServerMsg, StatInfo, read_message, write_message,
+};
+use super::tokens::TokenSet;
+use super::{MAX_CHANNELS, PROTOCOL_VERSION, SessionError, close_code, connection_error};
+use crate::datapath::{self, ChannelReport};
+use crate::files::{self, CommitError, PartialFile, PathError};
+
+/// Sessions served at once; further connection attempts are refused.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Requests one session may have in flight (the QUIC stream limit).
+pub const MAX_REQUESTS_PER_SESSION: u32 = 16;
+/// Data channels the whole server runs at once; further transfers are answered `busy`.
+pub const MAX_TRANSFERS: usize = 32;
+/// How long a refused client gets to read the refusal before the server closes the connection.
+const REFUSAL_GRACE: Duration = Duration::from_secs(1);
+/// How long a shutdown waits for sessions to wind down.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Settings of a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The directory served: every request path is resolved inside it.
+    pub root: PathBuf,
+    /// The UDP address of the QUIC endpoint (data sockets use the same IP, port 0).
+    pub listen: SocketAddr,
+    /// Where the identity lives (created with mode 0700 if missing).
+    pub state_dir: PathBuf,
+    /// The file of accepted tokens (must not be readable by group or others).
+    pub tokens_file: PathBuf,
+    /// A session silent for this long is closed (QUIC idle timeout; the effective value is the
+    /// smaller of this and the client's).
+    pub idle_timeout: Duration,
+}
+
+/// What every session task needs.
+struct Shared {
+    root: PathBuf,
+    tokens: TokenSet,
+    transfers: Arc<Semaphore>,
+    /// Local settings of the server's data channels.
+    channel: ChannelConfig,
+}
+
+/// A bound server; [`Server::run`] serves it.
+#[derive(Debug)]
+pub struct Server {
+    endpoint: quinn::Endpoint,
+    shared: Arc<Shared>,
+    fingerprint: Fingerprint,
+    local_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("root", &self.root).finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Loads or makes the identity, reads the tokens and binds the QUIC endpoint. Must be called
+    /// inside a Tokio runtime.
+    pub fn bind(config: ServerConfig) -> Result<Server, SessionError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(SessionError::Config("Server::bind needs a Tokio runtime".into()));
+        }
+        let root = std::fs::canonicalize(&config.root).map_err(|e| {
+            SessionError::io(format!("the served directory {}", config.root.display()), e)
+        })?;
+        if !root.is_dir() {
+            return Err(SessionError::Config(format!("{} is not a directory", root.display())));
+        }
+        let identity = Identity::load_or_create(&config.state_dir)?;
+        let tokens = TokenSet::load(&config.tokens_file)?;
+
+        let mut transport = quinn::TransportConfig::default();
+        let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
+            .map_err(|_| SessionError::Config("idle_timeout is too large".into()))?;
+        transport
+            .max_idle_timeout(Some(idle))
+            .max_concurrent_bidi_streams(MAX_REQUESTS_PER_SESSION.into())
+            .max_concurrent_uni_streams(0u32.into());
+        let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(identity.server_tls()?));
+        server_config.transport_config(Arc::new(transport));
+
+        let endpoint = quinn::Endpoint::server(server_config, config.listen)
+            .map_err(|e| SessionError::io(format!("binding {}", config.listen), e))?;
+        let local_addr = endpoint
+            .local_addr()
+            .map_err(|e| SessionError::io("reading the endpoint's address", e))?;
+        info!(%local_addr, fingerprint = %identity.fingerprint(), root = %root.display(), tokens = tokens.len(), "server bound");
+        Ok(Server {
+            endpoint,
+            shared: Arc::new(Shared {
+                root,
+                tokens,
+                transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
+                channel: default_channel_config(),
+            }),
+            fingerprint: identity.fingerprint().clone(),
+            local_addr,
+        })
+    }
+
+    /// The fingerprint clients pin.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
+    /// The address the endpoint is bound to (the actual port when `listen` had port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves sessions until `shutdown` completes, then closes every connection (their data
+    /// channels are cancelled) and waits briefly for them to wind down.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), SessionError> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut sessions = JoinSet::new();
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                incoming = self.endpoint.accept() => {
+                    let Some(incoming) = incoming else { break };
+                    if sessions.len() >= MAX_CONNECTIONS {
+                        warn!(remote = %incoming.remote_address(), "too many sessions: refusing a connection");
+                        incoming.refuse();
+                        continue;
+                    }
+                    let span = info_span!("session", remote = %incoming.remote_address());
+                    sessions.spawn(serve_connection(incoming, self.shared.clone()).instrument(span));
+                }
+                Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+            }
+        }
+        info!("shutting down");
+        self.endpoint.close(close_code::SHUTDOWN.into(), b"server shutting down");
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while sessions.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                left = sessions.len(),
+                "sessions still busy after the shutdown grace: aborting them"
+            );
+            sessions.shutdown().await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
+        Ok(())
+    }
+}
+
+/// One session: handshake, then requests until the connection ends.
+async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
+    let conn = match incoming.await {
+        Ok(conn) => conn,
+        Err(e) => {
+            debug!(error = %e, "handshake failed");
+            return;
+        }
+    };
+    let Some(session) = handshake(&conn, &shared).await else { return };
+    info!(session_id = %session.id, "session open");
+    let session = Arc::new(session);
+    let mut requests = JoinSet::new();
+    loop {
+        tokio::select! {
+            stream = conn.accept_bi() => match stream {
+                Ok((send, recv)) => {
+                    let span = info_span!("request", stream = u64::from(send.id()));
+                    let request = serve_request(conn.clone(), shared.clone(), session.clone(), send, recv);
+                    requests.spawn(request.instrument(span));
+                }
+                Err(e) => {
+                    info!(reason = %connection_error(&e), "session closed");
+                    break;
+                }
+            },
+            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+        }
+    }
+    // The requests see the closed connection on their next read and stop their channels.
+    while requests.join_next().await.is_some() {}
+}
+
+/// What an accepted session agreed on.
+struct Session {
+    id: SessionId,
+    negotiated: Negotiated,
+}
+
+/// Reads `Hello`, checks the token, version and spec, and answers `Welcome`; or refuses and
+/// closes the connection.
+async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session> {
+    let (mut send, mut recv) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.accept_bi()).await
+    {
+        Ok(Ok(streams)) => streams,
+        Ok(Err(e)) => {
+            debug!(error = %e, "closed before the handshake");
+            return None;
+        }
+        Err(_) => {
+            refuse_connection(conn, None, ErrorCode::Auth, "no Hello within the deadline").await;
+            return None;
+        }
+    };
+    let hello = match read_message::<_, ClientMsg>(&mut recv, HANDSHAKE_TIMEOUT).await {
+        Ok(msg) => msg,
+        Err(e) => {
+            let message = format!("bad handshake: {}", frame_error(e, conn));
+            refuse_connection(conn, Some(&mut send), ErrorCode::Protocol, &message).await;
+            return None;
+        }
+    };
+    let ClientMsg::Hello { version, token, spec } = hello else {
+        let message = "the first message must be Hello with a token";
+        refuse_connection(conn, Some(&mut send), ErrorCode::Auth, message).await;
+        return None;
+    };
+    if !shared.tokens.verify(&token) {
+        refuse_connection(conn, Some(&mut send), ErrorCode::Auth, "the token was not accepted")
+            .await;
+        return None;
+    }
+    if version != PROTOCOL_VERSION {
+        let message = format!("protocol version {version} is not spoken here ({PROTOCOL_VERSION})");
+        refuse_connection(conn, Some(&mut send), ErrorCode::Protocol, &message).await;
+        return None;
+    }
+    let negotiated = match Negotiated::from_spec(&spec) {
+        Ok(n) => n.choose(MAX_CHANNELS),
+        Err(message) => {
+            refuse_connection(conn, Some(&mut send), ErrorCode::Protocol, &message).await;
+            return None;
+        }
+    };
+    let id = match SessionId::random() {
+        Ok(id) => id,
+        Err(e) => {
+            refuse_connection(conn, Some(&mut send), ErrorCode::Io, &e.to_string()).await;
+            return None;
+        }
+    };
+    let welcome = ServerMsg::Welcome { session_id: id.to_string(), spec: negotiated.to_spec() };
+    if let Err(e) = write_message(&mut send, &welcome).await {
+        debug!(error = %frame_error(e, conn), "could not answer the handshake");
+        return None;
+    }
+    let _ = send.finish();
+    Some(Session { id, negotiated })
+}
+
+/// Tells the client why (when a stream is open), gives it a moment to read that, and closes the
+/// connection with the matching close code.
+async fn refuse_connection(
+    conn: &quinn::Connection,
+    send: Option<&mut quinn::SendStream>,
+    code: ErrorCode,
+    message: &str,
+) {
+    warn!(?code, message, "session refused");
+    if let Some(send) = send {
+        let refused = ServerMsg::Refused { code, message: message.to_owned() };
+        if write_message(send, &refused).await.is_ok() {
+            let _ = send.finish();
+            // The client closes on reading the refusal; do not wait for it longer than this.
+            let _ = tokio::time::timeout(REFUSAL_GRACE, conn.closed()).await;
+        }
+    }
+    let close = if code == ErrorCode::Auth { close_code::AUTH } else { close_code::PROTOCOL };
+    conn.close(close.into(), message.as_bytes());
+}
+
+/// One request stream: dispatches, and answers any failure with `Error`.
+async fn serve_request(
+    conn: quinn::Connection,
+    shared: Arc<Shared>,
+    session: Arc<Session>,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    let request = match read_message::<_, ClientMsg>(&mut recv, REPLY_TIMEOUT).await {
+        Ok(msg) => msg,
+        Err(e) => {
+            debug!(error = %frame_error(e, &conn), "no request on the stream");
+            return;
+        }
+    };
+    let mut ctx = RequestCtx {
+        conn: &conn,
+        shared: &shared,
+        session: &session,
+        request_id: u64::from(send.id()),
+        send: &mut send,
+        recv: &mut recv,
+    };
+    let outcome = match request {
+        ClientMsg::Stat { path } => ctx.stat(&path).await,
+        ClientMsg::Get { path } => ctx.get(&path).await,
+        ClientMsg::Put { path, size, blake3 } => ctx.put(&path, size, &blake3).await,
+        other => Err(SessionError::Protocol(format!("unexpected message {other:?}"))),
+    };
+    match outcome {
+        Ok(()) => {}
+        Err(err) => {
+            warn!(error = %err, "request failed");
+            let reply = ServerMsg::Error { code: err.code(), message: err.to_string() };
+            let _ = write_message(&mut send, &reply).await;
+        }
+    }
+    let _ = send.finish();
+}
+
+/// The streams and context of one request.
+struct RequestCtx<'a> {
+    conn: &'a quinn::Connection,
+    shared: &'a Shared,
+    session: &'a Session,
+    request_id: u64,
+    send: &'a mut quinn::SendStream,
+    recv: &'a mut quinn::RecvStream,
+}
+
+impl RequestCtx<'_> {
+    async fn write(&mut self, msg: &ServerMsg) -> Result<(), SessionError> {
+        write_message(self.send, msg).await.map_err(|e| frame_error(e, self.conn))
+    }
+
+    fn setup(&self) -> ChannelSetup<'_> {
+        ChannelSetup {
+            conn: self.conn,
+            role: Role::Server,
+            session_id: self.session.id,
+            negotiated: self.session.negotiated,
+            base: &self.shared.channel,
+            request_id: self.request_id,
+        }
+    }
+
+    fn acquire_transfer(&self) -> Result<tokio::sync::OwnedSemaphorePermit, SessionError> {
+        self.shared.transfers.clone().try_acquire_owned().map_err(|_| {
+            SessionError::Busy(format!("{MAX_TRANSFERS} transfers are running; try again later"))
+        })
+    }
+
+    /// Reads the client's `Ready` and returns its data address.
+    async fn client_ready(&mut self) -> Result<SocketAddr, SessionError> {
+        let ip = self.conn.remote_address().ip().to_canonical();
+        match read_message(self.recv, REPLY_TIMEOUT).await.map_err(|e| frame_error(e, self.conn))? {
+            ClientMsg::Ready { udp_port } => Ok(SocketAddr::new(ip, udp_port)),
+            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            other => Err(SessionError::Protocol(format!("expected Ready, got {other:?}"))),
+        }
+    }
+
+    fn data_socket(&self) -> Result<std::net::UdpSocket, SessionError> {
+        let local = self.conn.local_ip().map(|ip| ip.to_canonical());
+        bind_data_socket(local, self.conn.remote_address().ip().to_canonical())
+    }
+
+    async fn stat(&mut self, requested: &str) -> Result<(), SessionError> {
+        let root = self.shared.root.clone();
+        let req = requested.to_owned();
+        let info = blocking(move || {
+            let path = resolve(&root, &req)?;
+            let meta = std::fs::metadata(&path).map_err(|e| open_error(&req, e))?;
+            let kind = if meta.is_file() {
+                FileKind::File
+            } else if meta.is_dir() {
+                FileKind::Directory
+            } else {
+                FileKind::Other
+            };
+            Ok(StatInfo { size: meta.len(), mtime: mtime_secs(&meta), kind })
+        })
+        .await?;
+        debug!(path = requested, ?info, "stat");
+        self.write(&ServerMsg::StatInfo(info)).await
+    }
+
+    async fn get(&mut self, requested: &str) -> Result<(), SessionError> {
+        let _permit = self.acquire_transfer()?;
+        let root = self.shared.root.clone();
+        let req = requested.to_owned();
+        let (file, size, mtime, hash) = blocking(move || {
+            let path = resolve(&root, &req)?;
+            let file = File::open(&path).map_err(|e| open_error(&req, e))?;
+            let meta = file.metadata().map_err(|e| SessionError::io(req.clone(), e))?;
+            if !meta.is_file() {
+                return Err(SessionError::Refused(format!("{req} is not a regular file")));
+            }
+            let hash = files::hash_file(&file)
+                .map_err(|e| SessionError::io(format!("hashing {req}"), e))?;
+            Ok((file, meta.len(), mtime_secs(&meta), hash))
+        })
+        .await?;
+        let socket = self.data_socket()?;
+        let udp_port = port_of(&socket)?;
+        let blake3 = blake3::Hash::from(hash).to_hex().to_string();
+        self.write(&ServerMsg::FileInfo { size, blake3, mtime, udp_port }).await?;
+        let peer = self.client_ready().await?;
+        info!(path = requested, size, %peer, "sending");
+
+        let reply = if size == 0 {
+            read_message(self.recv, hash_budget(0)).await
+        } else {
+            let params = self.setup().params(socket, peer)?;
+            let mut task = DataTask::spawn(move |cancel| {
+                datapath::send_file(params, &file, 0..size, &mut |_| {}, cancel)
+            });
+            // The client may answer before the last ACK reaches us (it has everything), or
+            // give up; keep its message if it comes first.
+            let early = read_message::<_, ClientMsg>(self.recv, Duration::MAX);
+            let mut early = std::pin::pin!(early);
+            tokio::select! {
+                done = task.join() => {
+                    let report = done?.map_err(|e| data_error(e, self.conn))?;
+                    log_channel("sent", &report);
+                    tokio::time::timeout(hash_budget(size), early)
+                        .await
+                        .unwrap_or(Err(FrameError::Timeout(hash_budget(size))))
+                }
+                msg = &mut early => {
+                    task.stop().await;
+                    msg
+                }
+            }
+        };
+        match reply.map_err(|e| frame_error(e, self.conn))? {
+            ClientMsg::Verified => {
+                info!(path = requested, size, "client verified the file");
+                Ok(())
+            }
+            ClientMsg::Failed { code, message } => {
+                warn!(path = requested, ?code, message, "client could not take the file");
+                Ok(())
+            }
+            other => Err(SessionError::Protocol(format!("expected Verified, got {other:?}"))),
+        }
+    }
+
+    async fn put(&mut self, requested: &str, size: u64, blake3: &str) -> Result<(), SessionError> {
+        let expected = blake3::Hash::from_hex(blake3)
+            .map_err(|_| SessionError::Protocol(format!("bad BLAKE3 {blake3:?}")))?;
+        let _permit = self.acquire_transfer()?;
+        let root = self.shared.root.clone();
+        let req = requested.to_owned();
+        let partial = blocking(move || {
+            let path = resolve(&root, &req)?;
+            PartialFile::create(&path, size).map_err(|e| open_error(&req, e))
+        })
+        .await?;
+        let socket = self.data_socket()?;
+        self.write(&ServerMsg::Ready { udp_port: port_of(&socket)? }).await?;
+        let peer = self.client_ready().await?;
+        info!(path = requested, size, %peer, "receiving");
+
+        let partial = if size == 0 {
+            partial
+        } else {
+            let params = self.setup().params(socket, peer)?;
+            let mut task = DataTask::spawn(move |cancel| {
+                let done =
+                    datapath::receive_file(params, partial.file(), 0..size, &mut |_| {}, cancel);
+                (partial, done)
+            });
+            let early = read_message::<_, ClientMsg>(self.recv, Duration::MAX);
+            tokio::select! {
+                done = task.join() => {
+                    let (partial, done) = done?;
+                    log_channel("received", &done.map_err(|e| data_error(e, self.conn))?);
+                    partial
+                }
+                msg = early => {
+                    task.stop().await;
+                    return Err(match msg.map_err(|e| frame_error(e, self.conn))? {
+                        ClientMsg::Failed { code, message } => SessionError::from_remote(code, message),
+                        other => SessionError::Protocol(format!("unexpected {other:?} during the transfer")),
+                    });
+                }
+            }
+        };
+        let req = requested.to_owned();
+        blocking(move || {
+            partial.commit(expected.as_bytes()).map_err(|e| match e {
+                CommitError::Mismatch { .. } => SessionError::Integrity(format!("{req}: {e}")),
+                CommitError::Io(_, source) => SessionError::io(format!("storing {req}"), source),
+            })
+        })
+        .await?;
+        info!(path = requested, size, "stored and verified");
+        self.write(&ServerMsg::Verified).await
+    }
+}
+
+fn log_channel(what: &str, report: &ChannelReport) {
+    info!(
+        what,
+        bytes = report.bytes,
+        seconds = report.seconds,
+        data_pkts = report.data_pkts,
+        retransmitted_pkts = report.retransmitted_pkts,
+        rejected_pkts = report.rejected_pkts,
+        "data channel done"
+    );
+}
+
+/// Runs file work on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SessionError> + Send + 'static,
+) -> Result<T, SessionError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SessionError::io("file task", std::io::Error::other(e.to_string())))?
+}
+
+/// Resolves a peer's path under the root; escapes are `refused`, a missing parent `not-found`.
+fn resolve(root: &Path, requested: &str) -> Result<PathBuf, SessionError> {
+    files::resolve_under_root(root, requested).map_err(|e| match e {
+        PathError::Io(_, source) => open_error(requested, source),
+        other => SessionError::Refused(other.to_string()),
+    })
+}
+
+/// `not-found` for a missing file, `io` otherwise; names the requested path, never the server's
+/// own layout.
+fn open_error(requested: &str, e: std::io::Error) -> SessionError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        SessionError::NotFound(requested.to_owned())
+    } else {
+        SessionError::io(requested.to_owned(), e)
+    }
+}
+
+fn mtime_secs(meta: &std::fs::Metadata) -> i64 {
+    let Ok(modified) = meta.modified() else { return 0 };
+    match modified.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}

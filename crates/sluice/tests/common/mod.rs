@@ -1,0 +1,136 @@
+//! A server on 127.0.0.1 in the test's runtime, with its root, state and token file in a
+//! temporary directory, and clients that trust it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sluice::session::{
+    Client, ClientConfig, Fingerprint, Server, ServerConfig, SessionError, TrustPolicy,
+};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The token every test server accepts.
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// Writes an owner-only file.
+pub fn write_private(path: &Path, text: &str) {
+    fs::write(path, text).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Settings of a server in `dir`: `dir/root` served, `dir/state`, `dir/tokens`.
+pub fn server_config(dir: &Path) -> ServerConfig {
+    let root = dir.join("root");
+    fs::create_dir_all(&root).unwrap();
+    let tokens_file = dir.join("tokens");
+    if !tokens_file.exists() {
+        write_private(&tokens_file, &format!("# test tokens\n\n{TOKEN}\n"));
+    }
+    ServerConfig {
+        root,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        state_dir: dir.join("state"),
+        tokens_file,
+        idle_timeout: Duration::from_secs(30),
+    }
+}
+
+/// A running server.
+pub struct TestServer {
+    pub dir: tempfile::TempDir,
+    pub addr: SocketAddr,
+    pub fingerprint: Fingerprint,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), SessionError>>>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::bind(server_config(dir.path())).unwrap();
+        let addr = server.local_addr();
+        let fingerprint = server.fingerprint().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        TestServer { dir, addr, fingerprint, stop: Some(stop), task: Some(task) }
+    }
+
+    /// The served directory.
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    /// A known-hosts path of the test (not created).
+    pub fn known_hosts(&self) -> PathBuf {
+        self.dir.path().join("client").join("known_hosts")
+    }
+
+    /// Client settings pinning this server explicitly.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig::new(
+            self.addr,
+            "127.0.0.1",
+            TOKEN,
+            self.known_hosts(),
+            TrustPolicy::Pinned(self.fingerprint.clone()),
+        )
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(self.client_config()).await.expect("client connects")
+    }
+
+    /// Stops the server and waits for `run` to return.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(15), task)
+                .await
+                .expect("server stops in time")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+/// Deterministic test content.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0] ^ seed).collect()
+}
+
+/// Names in `dir`, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A bare QUIC connection to `server` that trusts it, for tests that speak the control protocol
+/// by hand.
+pub async fn raw_connect(server: &TestServer) -> (quinn::Endpoint, quinn::Connection) {
+    use sluice::session::known_hosts::{HostVerifier, KnownHosts, host_key};
+    use std::sync::Arc;
+    let known = KnownHosts::load(&server.known_hosts()).unwrap();
+    let verifier = HostVerifier::new(
+        TrustPolicy::Pinned(server.fingerprint.clone()),
+        known,
+        host_key("127.0.0.1", server.addr.port()),
+    );
+    let config = quinn::ClientConfig::new(Arc::new(verifier.client_tls().unwrap()));
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let conn = endpoint.connect_with(config, server.addr, "sluice").unwrap().await.unwrap();
+    (endpoint, conn)
+}

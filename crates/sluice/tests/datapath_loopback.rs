@@ -1,0 +1,493 @@
+//! One data channel over real UDP sockets on loopback: exact bytes at several sizes, repair
+//! through a seeded lossy relay, peer silence within the idle timeout, and cancellation.
+//!
+//! Every test prints its seed; `SLUICE_TEST_SEED=<n>` replays one. The tests run one at a time
+//! (a lock), because each spins a pacing thread and the machine may have two cores. No test
+//! asserts a speed: time bounds are liveness checks with generous slack.
+
+#![allow(clippy::print_stdout)] // tests print their seeds and results
+
+use std::fs::File;
+use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sluice::datapath::{
+    ChannelKeys, ChannelParams, ChannelReport, DataError, Progress, REAL_TIME_BURST_PKTS,
+    receive_file, send_file,
+};
+use sluice::files::PartialFile;
+use sluice_proto::cc::CcKind;
+use sluice_proto::config::ChannelConfig;
+use sluice_proto::crypto::{Algorithm, PacketKey};
+use sluice_proto::rng::Rng;
+use sluice_proto::wire::{Header, Kind};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn seed(test: &str, default: u64) -> u64 {
+    let seed =
+        std::env::var("SLUICE_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    println!("{test}: seed={seed}");
+    seed
+}
+
+fn config(seed: u64) -> ChannelConfig {
+    ChannelConfig {
+        cc: CcKind::Adaptive,
+        max_burst_pkts: REAL_TIME_BURST_PKTS,
+        idle_timeout_us: 10_000_000,
+        seed,
+        ..ChannelConfig::default()
+    }
+}
+
+/// (sender's keys, receiver's keys), distinct per seed.
+fn keys(seed: u64) -> (ChannelKeys, ChannelKeys) {
+    let key = |dir: u64| {
+        let mut rng = Rng::new(seed ^ (dir << 60));
+        let mut k = [0u8; 32];
+        k.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+        let mut iv = [0u8; 12];
+        iv.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+        PacketKey::new(Algorithm::Aes256Gcm, &k, iv)
+    };
+    (ChannelKeys { seal: key(1), open: key(2) }, ChannelKeys { seal: key(2), open: key(1) })
+}
+
+fn bind() -> UdpSocket {
+    UdpSocket::bind("127.0.0.1:0").unwrap()
+}
+
+fn addr(socket: &UdpSocket) -> SocketAddr {
+    socket.local_addr().unwrap()
+}
+
+/// Seeded file contents.
+fn content(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut data = vec![0u8; len];
+    for chunk in data.chunks_mut(8) {
+        let word = rng.next_u64().to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+    data
+}
+
+fn file_with(dir: &tempfile::TempDir, name: &str, data: &[u8]) -> File {
+    let path = dir.path().join(name);
+    std::fs::write(&path, data).unwrap();
+    File::options().read(true).write(true).open(path).unwrap()
+}
+
+/// What one end did: its result, its progress reports and when it returned.
+struct End {
+    result: Result<ChannelReport, DataError>,
+    progress: Vec<(Instant, Progress)>,
+    ended: Instant,
+}
+
+/// Runs both ends on their own threads until both return. `on_progress` sees each end's
+/// reports (sender: `true`) and may set that end's cancel flag.
+#[allow(clippy::too_many_arguments)]
+fn run_pair(
+    (sender, receiver): (ChannelParams, ChannelParams),
+    src: &File,
+    dst: &File,
+    range: Range<u64>,
+    cancel_sender: &AtomicBool,
+    cancel_receiver: &AtomicBool,
+    on_progress: &(dyn Fn(bool, Progress) + Sync),
+) -> (End, End) {
+    let run = |is_sender: bool, params: ChannelParams, file: &File, cancel: &AtomicBool| {
+        let mut progress = Vec::new();
+        let mut note = |p: Progress| {
+            progress.push((Instant::now(), p));
+            on_progress(is_sender, p);
+        };
+        let result = if is_sender {
+            send_file(params, file, range.clone(), &mut note, cancel)
+        } else {
+            receive_file(params, file, range.clone(), &mut note, cancel)
+        };
+        End { result, progress, ended: Instant::now() }
+    };
+    let run = &run;
+    std::thread::scope(|s| {
+        let r = s.spawn(move || run(false, receiver, dst, cancel_receiver));
+        let snd = s.spawn(move || run(true, sender, src, cancel_sender));
+        (snd.join().unwrap(), r.join().unwrap())
+    })
+}
+
+/// Two ends talking directly.
+fn direct(
+    sender_config: ChannelConfig,
+    receiver_config: ChannelConfig,
+    seed: u64,
+) -> (ChannelParams, ChannelParams) {
+    let (s_keys, r_keys) = keys(seed);
+    let (s_sock, r_sock) = (bind(), bind());
+    let (s_addr, r_addr) = (addr(&s_sock), addr(&r_sock));
+    (
+        ChannelParams { config: sender_config, keys: s_keys, socket: s_sock, peer: r_addr },
+        ChannelParams { config: receiver_config, keys: r_keys, socket: r_sock, peer: s_addr },
+    )
+}
+
+fn never(_: bool, _: Progress) {}
+
+/// Checks the progress contract: the last report is the end state; between reports at least
+/// ~100 ms pass (except before the last, which comes at the end).
+fn check_progress(end: &End, total: u64) {
+    let (_, last) = end.progress.last().expect("a final progress report");
+    assert_eq!(last.total, total);
+    let n = end.progress.len();
+    for pair in end.progress[..n.saturating_sub(1)].windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!(gap >= Duration::from_millis(95), "progress reported after only {gap:?}");
+    }
+    assert!(end.progress.windows(2).all(|p| p[0].1.bytes <= p[1].1.bytes), "progress went back");
+}
+
+/// Moves `range` of a `len`-byte seeded file through a direct channel into a partial file and
+/// checks the bytes: inside the range they match, outside they are untouched.
+fn exact_transfer(test: &str, len: usize, range: Range<u64>, default_seed: u64) {
+    let _serial = serial();
+    let seed = seed(test, default_seed);
+    let dir = tempfile::tempdir().unwrap();
+    let data = content(len, seed);
+    let src = file_with(&dir, "src", &data);
+    let final_path = dir.path().join("dst");
+    let partial = PartialFile::create(&final_path, len as u64).unwrap();
+    let filler = vec![0xEEu8; len];
+    partial.file().write_all_at(&filler, 0).unwrap();
+
+    let no = AtomicBool::new(false);
+    let ends = direct(config(seed), config(seed), seed);
+    let (s, r) = run_pair(ends, &src, partial.file(), range.clone(), &no, &no, &never);
+    let sent = s.result.as_ref().unwrap();
+    let received = r.result.as_ref().unwrap();
+    let total = range.end - range.start;
+    println!("{test}: sender {sent:?}");
+    println!("{test}: receiver {received:?}");
+    assert_eq!(sent.bytes, total);
+    assert_eq!(received.bytes, total);
+    assert_eq!(received.rejected_pkts, 0);
+    check_progress(&s, total);
+    check_progress(&r, total);
+    assert_eq!(s.progress.last().unwrap().1.bytes, total);
+    assert_eq!(r.progress.last().unwrap().1.bytes, total);
+
+    let mut expected = filler;
+    let (lo, hi) = (range.start as usize, range.end as usize);
+    expected[lo..hi].copy_from_slice(&data[lo..hi]);
+    partial.commit(blake3::hash(&expected).as_bytes()).unwrap();
+    let got = std::fs::read(&final_path).unwrap();
+    assert!(got == expected, "the received file differs");
+}
+
+#[test]
+fn an_empty_range_returns_at_once_without_packets() {
+    let _serial = serial();
+    let seed = seed("empty", 11);
+    let dir = tempfile::tempdir().unwrap();
+    let src = file_with(&dir, "src", b"");
+    let dst = file_with(&dir, "dst", b"");
+    let (sender, receiver) = direct(config(seed), config(seed), seed);
+    let s_probe = sender.socket.try_clone().unwrap();
+    let r_probe = receiver.socket.try_clone().unwrap();
+    let no = AtomicBool::new(false);
+    let started = Instant::now();
+    let (s, r) = run_pair((sender, receiver), &src, &dst, 0..0, &no, &no, &never);
+    assert!(started.elapsed() < Duration::from_secs(1), "empty ranges must not wait");
+    assert_eq!(s.result.unwrap().bytes, 0);
+    assert_eq!(r.result.unwrap().bytes, 0);
+    assert_eq!(s.progress.len(), 1);
+    assert_eq!(r.progress.len(), 1);
+    for probe in [s_probe, r_probe] {
+        probe.set_nonblocking(true).unwrap();
+        let err = probe.recv_from(&mut [0u8; 2048]).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "a packet was sent");
+    }
+}
+
+#[test]
+fn one_byte_arrives() {
+    exact_transfer("one_byte", 1, 0..1, 12);
+}
+
+#[test]
+fn one_mib_and_one_byte_arrive_exactly() {
+    let len = (1 << 20) + 1;
+    exact_transfer("one_mib_plus_one", len, 0..len as u64, 13);
+}
+
+#[test]
+fn a_middle_range_moves_only_that_range() {
+    exact_transfer("middle_range", 3 << 20, 4097..(2 << 20) + 5, 14);
+}
+
+#[test]
+fn sixty_four_mib_arrive_exactly() {
+    let len = 64 << 20;
+    exact_transfer("sixty_four_mib", len, 0..len as u64, 15);
+}
+
+/// What the relay did, per direction (0: sender to receiver, 1: back).
+#[derive(Debug, Default)]
+struct RelayStats {
+    forwarded: [u64; 2],
+    dropped: [u64; 2],
+    reordered: [u64; 2],
+}
+
+/// A seeded lossy link between two loopback sockets: drops `loss` of the datagrams each way and
+/// holds back `reorder` of them until one to three later ones have passed. The first NAK is
+/// always dropped.
+///
+/// Reverse-direction ACKs are never dropped (NAKs are): the protocol does not repeat a lost ACK
+/// when no new data follows it, so one lost at the end, or while the sender waits on its window,
+/// stalls the channel until the idle timeout (`datapath_proto_tail_ack.rs` reproduces it).
+/// Remove `spare_acks` once that is fixed.
+struct Relay {
+    /// Faces the sender (its peer address) and the receiver.
+    near: UdpSocket,
+    far: UdpSocket,
+    sender: SocketAddr,
+    receiver: SocketAddr,
+    seed: u64,
+    loss: f64,
+    reorder: f64,
+    spare_acks: bool,
+}
+
+impl Relay {
+    fn run(self, stop: &AtomicBool) -> RelayStats {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let mut rng = Rng::new(self.seed);
+        let mut stats = RelayStats::default();
+        let mut held: [Option<(Vec<u8>, u32)>; 2] = [None, None];
+        let mut nak_seen = false;
+        let mut buf = vec![0u8; 65_536];
+        self.near.set_nonblocking(true).unwrap();
+        self.far.set_nonblocking(true).unwrap();
+        let sockets = [&self.near, &self.far];
+        let targets = [self.receiver, self.sender];
+        let out = [&self.far, &self.near];
+        while !stop.load(Ordering::Relaxed) {
+            let mut idle = true;
+            for dir in 0..2 {
+                for _ in 0..64 {
+                    let Ok((len, _)) = sockets[dir].recv_from(&mut buf) else { break };
+                    idle = false;
+                    let datagram = &buf[..len];
+                    let kind = Header::parse(datagram).map(|h| h.kind).ok();
+                    let spared = dir == 1 && kind == Some(Kind::Ack) && self.spare_acks;
+                    // The first NAK always goes: the periodic loss report must repair it.
+                    let first_nak = dir == 1 && kind == Some(Kind::Nak) && !nak_seen;
+                    nak_seen |= first_nak;
+                    if first_nak || (!spared && rng.chance(self.loss)) {
+                        stats.dropped[dir] += 1;
+                        continue;
+                    }
+                    if held[dir].is_none() && rng.chance(self.reorder) {
+                        held[dir] = Some((datagram.to_vec(), 1 + rng.below(3) as u32));
+                        stats.reordered[dir] += 1;
+                        continue;
+                    }
+                    let _ = out[dir].send_to(datagram, targets[dir]);
+                    stats.forwarded[dir] += 1;
+                    if let Some((bytes, left)) = &mut held[dir] {
+                        *left -= 1;
+                        if *left == 0 {
+                            let _ = out[dir].send_to(bytes, targets[dir]);
+                            stats.forwarded[dir] += 1;
+                            held[dir] = None;
+                        }
+                    }
+                }
+            }
+            if idle {
+                // A quiet link releases what it holds (reordered, not lost), then waits.
+                for dir in 0..2 {
+                    if let Some((bytes, _)) = held[dir].take() {
+                        let _ = out[dir].send_to(&bytes, targets[dir]);
+                        stats.forwarded[dir] += 1;
+                    }
+                }
+                let mut fds =
+                    [PollFd::new(&self.near, PollFlags::IN), PollFd::new(&self.far, PollFlags::IN)];
+                let timeout = Timespec { tv_sec: 0, tv_nsec: 2_000_000 };
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+            }
+        }
+        stats
+    }
+}
+
+#[test]
+fn a_lossy_reordering_relay_is_repaired_over_real_sockets() {
+    let _serial = serial();
+    let seed = seed("lossy_relay", 16);
+    // Long enough for a few hundred ACKs and NAKs, so the reverse direction loses some too.
+    let len = 24 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let data = content(len, seed);
+    let src = file_with(&dir, "src", &data);
+    let dst = file_with(&dir, "dst", &vec![0u8; len]);
+
+    let (s_keys, r_keys) = keys(seed);
+    let (s_sock, r_sock, near, far) = (bind(), bind(), bind(), bind());
+    let cfg = config(seed);
+    let relay = Relay {
+        sender: addr(&s_sock),
+        receiver: addr(&r_sock),
+        seed,
+        loss: 0.02,
+        reorder: 0.01,
+        spare_acks: true,
+        near,
+        far,
+    };
+    let ends = (
+        ChannelParams {
+            config: cfg.clone(),
+            keys: s_keys,
+            socket: s_sock,
+            peer: addr(&relay.near),
+        },
+        ChannelParams { config: cfg, keys: r_keys, socket: r_sock, peer: addr(&relay.far) },
+    );
+    let stop = AtomicBool::new(false);
+    let no = AtomicBool::new(false);
+    let (s, r, stats) = std::thread::scope(|scope| {
+        let relay = scope.spawn(|| relay.run(&stop));
+        let t0 = Instant::now();
+        let show = |is_sender: bool, p: Progress| {
+            if is_sender && std::env::var("SLUICE_TEST_TRACE").is_ok() {
+                println!("lossy_relay: {:?} sender acked {} bytes", t0.elapsed(), p.bytes);
+            }
+        };
+        let (s, r) = run_pair(ends, &src, &dst, 0..len as u64, &no, &no, &show);
+        stop.store(true, Ordering::Relaxed);
+        (s, r, relay.join().unwrap())
+    });
+    println!("lossy_relay: relay {stats:?}");
+    let sent = s.result.unwrap();
+    let received = r.result.unwrap();
+    println!("lossy_relay: sender {sent:?}");
+    println!("lossy_relay: receiver {received:?}");
+    assert!(stats.dropped[0] > 0 && stats.dropped[1] > 0, "the relay must drop both ways");
+    assert!(stats.reordered[0] > 0, "the relay must reorder data");
+    assert!(sent.retransmitted_pkts > 0, "dropped data must be retransmitted");
+    assert_eq!(sent.bytes, len as u64);
+    assert_eq!(received.bytes, len as u64);
+    let mut got = vec![0u8; len];
+    dst.read_exact_at(&mut got, 0).unwrap();
+    assert!(got == data, "the received file differs");
+}
+
+/// Sets `cancel` at the first progress report of the chosen end and notes when.
+struct CancelAt<'a> {
+    sender: bool,
+    flag: &'a AtomicBool,
+    at_us: AtomicU64,
+    epoch: Instant,
+}
+
+impl CancelAt<'_> {
+    fn observe(&self, is_sender: bool, p: Progress) {
+        if is_sender == self.sender && p.bytes > 0 && !self.flag.swap(true, Ordering::Relaxed) {
+            self.at_us.store(self.epoch.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn at(&self) -> Instant {
+        let us = self.at_us.load(Ordering::Relaxed);
+        assert!(self.flag.load(Ordering::Relaxed), "the transfer ended before it was cancelled");
+        self.epoch + Duration::from_micros(us)
+    }
+}
+
+/// Runs a rate-capped transfer and cancels one end (`cancel_sender`) at its first progress
+/// report; the other end has a 2 s idle timeout. Returns (cancelled end, other end, cancel time).
+fn cancel_mid_way(test: &str, cancel_sender: bool, default_seed: u64) -> (End, End, Instant) {
+    let seed = seed(test, default_seed);
+    let len = 32 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let src = file_with(&dir, "src", &content(len, seed));
+    let dst = file_with(&dir, "dst", &vec![0u8; len]);
+    // 50 Mbit/s: the transfer takes ~5 s, so it is surely mid-way at the first report.
+    let capped = ChannelConfig { rate_bps: 50_000_000, idle_timeout_us: 2_000_000, ..config(seed) };
+    let (s_flag, r_flag) = (AtomicBool::new(false), AtomicBool::new(false));
+    let cancel = CancelAt {
+        sender: cancel_sender,
+        flag: if cancel_sender { &s_flag } else { &r_flag },
+        at_us: AtomicU64::new(0),
+        epoch: Instant::now(),
+    };
+    let observe = |is_sender: bool, p: Progress| cancel.observe(is_sender, p);
+    let ends = direct(capped.clone(), capped, seed);
+    let (s, r) = run_pair(ends, &src, &dst, 0..len as u64, &s_flag, &r_flag, &observe);
+    let at = cancel.at();
+    if cancel_sender { (s, r, at) } else { (r, s, at) }
+}
+
+#[test]
+fn a_silent_sender_is_noticed_within_the_idle_timeout() {
+    let _serial = serial();
+    let (cancelled, silent, at) = cancel_mid_way("silent_sender", true, 17);
+    assert!(matches!(cancelled.result, Err(DataError::Cancelled)), "{:?}", cancelled.result);
+    assert!(cancelled.ended - at < Duration::from_millis(500), "cancel took too long");
+    let waited = silent.ended - at;
+    println!("silent_sender: the receiver gave up {waited:?} after the sender stopped");
+    assert!(matches!(silent.result, Err(DataError::PeerSilent(2))), "{:?}", silent.result);
+    assert!(waited > Duration::from_millis(1_500), "gave up before the idle timeout");
+    assert!(waited < Duration::from_millis(3_500), "did not notice within the idle timeout");
+    // Progress stopped short, and the final report says so.
+    let (_, last) = silent.progress.last().unwrap();
+    assert!(last.bytes > 0 && last.bytes < last.total, "{last:?}");
+}
+
+#[test]
+fn a_cancelled_receiver_returns_and_the_sender_notices() {
+    let _serial = serial();
+    let (cancelled, silent, at) = cancel_mid_way("cancelled_receiver", false, 18);
+    assert!(matches!(cancelled.result, Err(DataError::Cancelled)), "{:?}", cancelled.result);
+    assert!(cancelled.ended - at < Duration::from_millis(500), "cancel took too long");
+    let waited = silent.ended - at;
+    println!("cancelled_receiver: the sender gave up {waited:?} after the receiver stopped");
+    assert!(matches!(silent.result, Err(DataError::PeerSilent(2))), "{:?}", silent.result);
+    assert!(waited > Duration::from_millis(1_500), "gave up before the idle timeout");
+    assert!(waited < Duration::from_millis(3_500), "did not notice within the idle timeout");
+}
+
+#[test]
+fn a_short_source_file_fails_with_a_file_error() {
+    let _serial = serial();
+    let seed = seed("short_source", 19);
+    let dir = tempfile::tempdir().unwrap();
+    let src = file_with(&dir, "src", &content(100_000, seed));
+    let dst = file_with(&dir, "dst", b"");
+    let receiver_config = ChannelConfig { idle_timeout_us: 2_000_000, ..config(seed) };
+    let ends = direct(config(seed), receiver_config, seed);
+    let no = AtomicBool::new(false);
+    let (s, r) = run_pair(ends, &src, &dst, 0..1_000_000, &no, &no, &never);
+    match s.result {
+        Err(DataError::File(e)) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+        other => panic!("expected a file error, got {other:?}"),
+    }
+    assert!(matches!(r.result, Err(DataError::PeerSilent(2))), "{:?}", r.result);
+    // What did arrive is the file's real bytes, never the zeros of a failed read.
+    let got = std::fs::read(dir.path().join("dst")).unwrap();
+    let data = content(100_000, seed);
+    assert!(got.len() <= 100_000 && got[..] == data[..got.len()], "bytes past the read error");
+}

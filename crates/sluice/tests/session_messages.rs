@@ -1,0 +1,85 @@
+//! Control-message framing and encoding.
+
+use std::time::Duration;
+
+use sluice::session::messages::{
+    ClientMsg, ErrorCode, FrameError, MAX_MESSAGE_BYTES, ServerMsg, encode, read_message,
+    write_message,
+};
+use sluice::session::{FileKind, StatInfo};
+use tokio::io::AsyncWriteExt;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn messages_round_trip_through_a_stream() {
+    let (mut a, mut b) = tokio::io::duplex(4096);
+    let sent = vec![
+        ClientMsg::Get { path: "dir/file".into() },
+        ClientMsg::Put { path: "x".into(), size: 1 << 40, blake3: "ab".repeat(32) },
+        ClientMsg::Failed { code: ErrorCode::Integrity, message: "bad".into() },
+        ClientMsg::Verified,
+    ];
+    for msg in &sent {
+        write_message(&mut a, msg).await.unwrap();
+    }
+    for msg in &sent {
+        assert_eq!(&read_message::<_, ClientMsg>(&mut b, SECOND).await.unwrap(), msg);
+    }
+    let info = ServerMsg::StatInfo(StatInfo { size: 3, mtime: -5, kind: FileKind::Directory });
+    write_message(&mut a, &info).await.unwrap();
+    assert_eq!(read_message::<_, ServerMsg>(&mut b, SECOND).await.unwrap(), info);
+}
+
+#[test]
+fn wire_form_is_a_big_endian_length_and_tagged_json() {
+    let frame = encode(&ClientMsg::Stat { path: "a".into() }).unwrap();
+    let body = br#"{"type":"stat","path":"a"}"#;
+    assert_eq!(&frame[..4], &(body.len() as u32).to_be_bytes());
+    assert_eq!(&frame[4..], body);
+    let error =
+        encode(&ServerMsg::Error { code: ErrorCode::NotFound, message: "m".into() }).unwrap();
+    assert_eq!(&error[4..], br#"{"type":"error","code":"not-found","message":"m"}"#);
+}
+
+#[tokio::test]
+async fn an_oversized_length_is_refused_before_reading_the_body() {
+    let (mut a, mut b) = tokio::io::duplex(64);
+    a.write_all(&((MAX_MESSAGE_BYTES + 1) as u32).to_be_bytes()).await.unwrap();
+    match read_message::<_, ClientMsg>(&mut b, SECOND).await {
+        Err(FrameError::TooLarge(n)) => assert_eq!(n, MAX_MESSAGE_BYTES + 1),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert!(matches!(
+        encode(&ClientMsg::Get { path: "x".repeat(MAX_MESSAGE_BYTES) }),
+        Err(FrameError::TooLarge(_))
+    ));
+}
+
+#[tokio::test]
+async fn reads_time_out_end_and_reject_garbage() {
+    let (mut a, mut b) = tokio::io::duplex(64);
+    // Half a frame, then silence.
+    a.write_all(&[0, 0, 0, 10, b'{']).await.unwrap();
+    let short = Duration::from_millis(50);
+    assert!(matches!(
+        read_message::<_, ClientMsg>(&mut b, short).await,
+        Err(FrameError::Timeout(_))
+    ));
+
+    let (mut a, mut b) = tokio::io::duplex(64);
+    a.write_all(&[0, 0, 0, 10]).await.unwrap();
+    drop(a);
+    assert!(matches!(read_message::<_, ClientMsg>(&mut b, SECOND).await, Err(FrameError::Eof)));
+
+    let (mut a, mut b) = tokio::io::duplex(64);
+    a.write_all(&[0, 0, 0, 4]).await.unwrap();
+    a.write_all(b"nope").await.unwrap();
+    assert!(matches!(read_message::<_, ClientMsg>(&mut b, SECOND).await, Err(FrameError::Json(_))));
+
+    let (mut a, mut b) = tokio::io::duplex(64);
+    let unknown = br#"{"type":"format_disk"}"#;
+    a.write_all(&(unknown.len() as u32).to_be_bytes()).await.unwrap();
+    a.write_all(unknown).await.unwrap();
+    assert!(matches!(read_message::<_, ClientMsg>(&mut b, SECOND).await, Err(FrameError::Json(_))));
+}
