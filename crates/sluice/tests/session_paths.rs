@@ -38,6 +38,11 @@ async fn stat_get_and_put_refuse_paths_outside_the_root() {
     for path in escapes(&server) {
         let err = client.stat(&path).await.expect_err(&path);
         assert!(matches!(err, SessionError::Refused(_)), "stat {path}: {err:?}");
+        let message = err.to_string();
+        assert!(
+            message.starts_with("refused: ") && !message.contains("refused: refused"),
+            "{message}"
+        );
 
         let target = local.path().join("got");
         let err = client.get(&path, &target, |_| {}).await.expect_err(&path);

@@ -7,9 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::{TOKEN, TestServer};
-use sluice::session::messages::{
-    ClientMsg, ErrorCode, ServerMsg, Spec, read_message, write_message,
-};
+use sluice::session::messages::{ClientMsg, ErrorCode, ServerMsg, read_message, write_message};
 use sluice::session::tokens::TokenSet;
 use sluice::session::{Client, Server, SessionError};
 
@@ -42,20 +40,6 @@ async fn the_right_token_opens_a_session() {
     assert_eq!(client.channels(), 1);
     client.close().await;
     server.stop().await;
-}
-
-fn hello(token: &str) -> ClientMsg {
-    ClientMsg::Hello {
-        version: sluice::session::PROTOCOL_VERSION,
-        token: token.into(),
-        spec: Spec {
-            max_channels: 4,
-            packet_size: 1452,
-            cc: "adaptive".into(),
-            cipher: "aes-256-gcm".into(),
-            rate_bps: 0,
-        },
-    }
 }
 
 /// Sends `first` on the first stream and a `Stat` on a second one, then returns what came back
@@ -96,7 +80,7 @@ async fn an_unauthenticated_session_gets_no_answer_to_requests() {
     assert_eq!(second, None);
 
     // A Hello with a wrong token, with a request racing it.
-    let (first, second) = probe(&server, hello("wrong")).await;
+    let (first, second) = probe(&server, common::hello("wrong")).await;
     assert!(
         matches!(first, Some(ServerMsg::Refused { code: ErrorCode::Auth, .. }) | None),
         "{first:?}"
@@ -110,7 +94,7 @@ async fn hello_with_a_bad_spec_is_refused_as_a_protocol_error() {
     let server = TestServer::start().await;
     let (_endpoint, conn) = common::raw_connect(&server).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    let mut msg = hello(TOKEN);
+    let mut msg = common::hello(TOKEN);
     if let ClientMsg::Hello { spec, .. } = &mut msg {
         spec.cc = "cubic".into();
     }
@@ -129,7 +113,7 @@ async fn welcome_chooses_the_smaller_channel_count() {
     let server = TestServer::start().await;
     let (_endpoint, conn) = common::raw_connect(&server).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    write_message(&mut send, &hello(TOKEN)).await.unwrap();
+    write_message(&mut send, &common::hello(TOKEN)).await.unwrap();
     match read_message::<_, ServerMsg>(&mut recv, Duration::from_secs(5)).await.unwrap() {
         ServerMsg::Welcome { session_id, spec } => {
             assert_eq!(session_id.len(), 32);

@@ -3,14 +3,21 @@
 mod common;
 
 use std::fs;
+use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::{TestServer, pattern};
-use sluice::datapath::Progress;
-use sluice::session::{Client, SessionError};
+use sluice::datapath::{ChannelParams, Progress};
+use sluice::session::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
+use sluice::session::messages::{ClientMsg, ErrorCode, ServerMsg, read_message, write_message};
+use sluice::session::{Client, SessionError, default_channel_config};
+use sluice_proto::crypto::Algorithm;
 
 const SIZES: [usize; 3] = [0, 1, (1 << 20) + 1];
+const SECOND: Duration = Duration::from_secs(1);
 
 fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
@@ -136,5 +143,78 @@ async fn a_missing_local_file_fails_before_any_request() {
     assert!(matches!(err, SessionError::Io { .. }), "{err:?}");
     assert!(common::listing(&server.root()).is_empty());
     client.close().await;
+    server.stop().await;
+}
+
+/// Speaks the protocol by hand to upload `data` while announcing `announced` as its BLAKE3.
+async fn put_by_hand(
+    server: &TestServer,
+    path: &str,
+    data: Vec<u8>,
+    announced: String,
+) -> ServerMsg {
+    let (_endpoint, conn) = common::raw_connect(server).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let hello = common::hello(common::TOKEN);
+    write_message(&mut send, &hello).await.unwrap();
+    let ServerMsg::Welcome { session_id, .. } = read_message(&mut recv, SECOND).await.unwrap()
+    else {
+        panic!("no Welcome")
+    };
+    let session_id = SessionId::from_hex(&session_id).unwrap();
+
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let request_id = u64::from(send.id());
+    let size = data.len() as u64;
+    write_message(&mut send, &ClientMsg::Put { path: path.into(), size, blake3: announced })
+        .await
+        .unwrap();
+    let ServerMsg::Ready { udp_port } = read_message(&mut recv, SECOND).await.unwrap() else {
+        panic!("no Ready")
+    };
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    write_message(&mut send, &ClientMsg::Ready { udp_port: port }).await.unwrap();
+
+    let at = ChannelRef { session_id, request_id, channel: 0 };
+    let secrets = ChannelSecrets::derive(&conn, &at).unwrap();
+    let mut config = default_channel_config();
+    config.initial_dsn = secrets.initial_dsn;
+    config.seed = secrets.seed;
+    let params = ChannelParams {
+        config,
+        keys: secrets.keys(Role::Client, Algorithm::Aes256Gcm),
+        socket,
+        peer: SocketAddr::new(server.addr.ip(), udp_port),
+    };
+    let file = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut &file, &data).unwrap();
+    let sender = tokio::task::spawn_blocking(move || {
+        let cancel = AtomicBool::new(false);
+        sluice::datapath::send_file(params, &file, 0..size, &mut |_| {}, &cancel)
+    });
+    let reply = read_message(&mut recv, Duration::from_secs(20)).await.unwrap();
+    sender.abort();
+    reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_with_a_wrong_hash_is_refused_as_integrity_and_not_stored() {
+    let server = TestServer::start().await;
+    let data = pattern(200_000, 7);
+    let wrong = blake3_hex(b"something else");
+    match put_by_hand(&server, "bad.bin", data.clone(), wrong).await {
+        ServerMsg::Error { code: ErrorCode::Integrity, message } => {
+            assert!(message.contains("bad.bin"), "{message}")
+        }
+        other => panic!("expected an integrity error, got {other:?}"),
+    }
+    // Neither the file nor its temporary is left in the root.
+    assert!(common::listing(&server.root()).is_empty());
+
+    // The same bytes with the right hash are stored: the channel was not the problem.
+    let right = blake3_hex(&data);
+    assert_eq!(put_by_hand(&server, "good.bin", data.clone(), right).await, ServerMsg::Verified);
+    assert_eq!(fs::read(server.root().join("good.bin")).unwrap(), data);
     server.stop().await;
 }

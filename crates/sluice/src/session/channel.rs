@@ -205,6 +205,15 @@ impl<T> Drop for DataTask<T> {
     }
 }
 
+/// Runs file work on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SessionError> + Send + 'static,
+) -> Result<T, SessionError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SessionError::io("file task", std::io::Error::other(e.to_string())))?
+}
+
 /// What a failed data channel means to the user. A cancelled channel takes the connection's
 /// close reason, if it closed.
 pub(crate) fn data_error(err: DataError, conn: &quinn::Connection) -> SessionError {

@@ -15,13 +15,13 @@ use tracing::{debug, info};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, HASH_TIMEOUT, Negotiated, REPLY_TIMEOUT,
-    bind_data_socket, data_error, default_channel_config, frame_error, hash_budget, port_of,
+    bind_data_socket, blocking, data_error, default_channel_config, frame_error, hash_budget,
+    port_of,
 };
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
 use super::messages::{ClientMsg, FrameError, ServerMsg, StatInfo, read_message, write_message};
-use super::server::blocking;
 use super::{MAX_CHANNELS, PROTOCOL_VERSION, SessionError, close_code, connection_error};
 use crate::datapath::{self, ChannelReport, Progress};
 use crate::files::{CommitError, PartialFile};
@@ -486,7 +486,7 @@ impl Request<'_> {
 
 /// Best effort: the server learns why, so it stops waiting; `err` is returned either way.
 async fn req_fail(send: &mut quinn::SendStream, err: SessionError) -> SessionError {
-    let failed = ClientMsg::Failed { code: err.code(), message: err.to_string() };
+    let failed = ClientMsg::Failed { code: err.code(), message: err.detail() };
     let _ = write_message(send, &failed).await;
     let _ = send.finish();
     err

@@ -151,9 +151,24 @@ impl SessionError {
             ErrorCode::Refused => SessionError::Refused(message),
             ErrorCode::Busy => SessionError::Busy(message),
             ErrorCode::Integrity => SessionError::Integrity(message),
-            ErrorCode::Io => SessionError::io("remote", std::io::Error::other(message)),
+            ErrorCode::Io => SessionError::io("the peer", std::io::Error::other(message)),
             ErrorCode::Network => SessionError::Network(message),
             ErrorCode::Protocol => SessionError::Protocol(message),
+        }
+    }
+
+    /// The message for the peer, without the class prefix of `Display` (the code carries it).
+    pub(crate) fn detail(&self) -> String {
+        match self {
+            SessionError::Auth(m)
+            | SessionError::NotFound(m)
+            | SessionError::Refused(m)
+            | SessionError::Busy(m)
+            | SessionError::Network(m)
+            | SessionError::Integrity(m)
+            | SessionError::Protocol(m)
+            | SessionError::Config(m) => m.clone(),
+            other => other.to_string(),
         }
     }
 

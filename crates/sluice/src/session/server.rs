@@ -21,7 +21,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_socket,
-    data_error, default_channel_config, frame_error, hash_budget, port_of,
+    blocking, data_error, default_channel_config, frame_error, hash_budget, port_of,
 };
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
@@ -265,7 +265,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
     let id = match SessionId::random() {
         Ok(id) => id,
         Err(e) => {
-            refuse_connection(conn, Some(&mut send), ErrorCode::Io, &e.to_string()).await;
+            refuse_connection(conn, Some(&mut send), ErrorCode::Io, &e.detail()).await;
             return None;
         }
     };
@@ -332,7 +332,7 @@ async fn serve_request(
         Ok(()) => {}
         Err(err) => {
             warn!(error = %err, "request failed");
-            let reply = ServerMsg::Error { code: err.code(), message: err.to_string() };
+            let reply = ServerMsg::Error { code: err.code(), message: err.detail() };
             let _ = write_message(&mut send, &reply).await;
         }
     }
@@ -531,15 +531,6 @@ fn log_channel(what: &str, report: &ChannelReport) {
         rejected_pkts = report.rejected_pkts,
         "data channel done"
     );
-}
-
-/// Runs file work on the blocking pool.
-pub(crate) async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, SessionError> + Send + 'static,
-) -> Result<T, SessionError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| SessionError::io("file task", std::io::Error::other(e.to_string())))?
 }
 
 /// Resolves a peer's path under the root; escapes are `refused`, a missing parent `not-found`.

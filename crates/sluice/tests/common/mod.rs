@@ -134,3 +134,18 @@ pub async fn raw_connect(server: &TestServer) -> (quinn::Endpoint, quinn::Connec
     let conn = endpoint.connect_with(config, server.addr, "sluice").unwrap().await.unwrap();
     (endpoint, conn)
 }
+
+/// A `Hello` with `token` and the default proposal (4 channels offered).
+pub fn hello(token: &str) -> sluice::session::messages::ClientMsg {
+    sluice::session::messages::ClientMsg::Hello {
+        version: sluice::session::PROTOCOL_VERSION,
+        token: token.into(),
+        spec: sluice::session::messages::Spec {
+            max_channels: 4,
+            packet_size: 1452,
+            cc: "adaptive".into(),
+            cipher: "aes-256-gcm".into(),
+            rate_bps: 0,
+        },
+    }
+}
