@@ -1,15 +1,8 @@
-//! A reproduction of a `sluice-proto` bug that the data path runs into on lossy paths: when an
-//! ACK is lost at a moment the receiver has everything that was sent (the final ACK of a
-//! transfer, or any ACK while the sender waits on its window), nothing ever makes the receiver
-//! send another, and the sender waits for its idle timeout.
-//!
-//! The receiver sends a periodic ACK only while new data arrives or its ACK point moves
-//! (`Receiver::handle_timeout`, the `Timer::Ack` branch). The sender's EXP timer retransmits
-//! the newest packet, which the receiver already has: a duplicate sets neither condition, so no
-//! ACK follows. UDT repeats an ACK until an ACK2 confirms it; this receiver does not.
-//!
-//! Ignored until the protocol is fixed: `cargo test -p sluice --test datapath_proto_tail_ack --
-//! --ignored` shows it.
+//! Regression tests for a `sluice-proto` bug the data path ran into on lossy paths: when an ACK
+//! was lost at a moment the receiver had everything that was sent (the final ACK of a transfer,
+//! or any ACK while the sender waits on its window), nothing made the receiver send another, and
+//! the sender waited for its idle timeout. The sender's EXP probe arrives as a duplicate; the
+//! receiver now answers a duplicate with an ACK.
 
 #![allow(clippy::print_stdout)] // tests print their seeds and results
 
@@ -105,7 +98,6 @@ fn transfer_losing_one_ack(total: u64, lose: Lose) -> (State, u64) {
 }
 
 #[test]
-#[ignore = "sluice-proto bug: a lost final ACK is never repeated (see the module docs)"]
 fn a_lost_final_ack_is_repaired() {
     let (state, end_us) = transfer_losing_one_ack(100_000, Lose::Final);
     println!("sender ended in {state:?} at {end_us} us");
@@ -113,7 +105,6 @@ fn a_lost_final_ack_is_repaired() {
 }
 
 #[test]
-#[ignore = "sluice-proto bug: a lost ACK is never repeated (see the module docs)"]
 fn a_lost_ack_while_the_sender_is_blocked_is_repaired() {
     let (state, end_us) = transfer_losing_one_ack(1_000_000, Lose::WhileBlocked);
     println!("sender ended in {state:?} at {end_us} us");

@@ -285,6 +285,7 @@ impl Client {
         }
         req.write(&ClientMsg::Verified).await?;
         req.finish();
+        req.await_server_done().await;
         info!(remote_path, size, "downloaded and verified");
         Ok(TransferReport {
             bytes: size,
@@ -482,7 +483,20 @@ impl Request<'_> {
     fn finish(&mut self) {
         let _ = self.send.finish();
     }
+
+    /// Waits (briefly) until the server has read our last message and ended the request, so a
+    /// connection closed right after this cannot discard that message unread.
+    async fn await_server_done(&mut self) {
+        let mut rest = [0u8; 64];
+        let _ = tokio::time::timeout(SERVER_DONE_WAIT, async {
+            while let Ok(Some(_)) = self.recv.read(&mut rest).await {}
+        })
+        .await;
+    }
 }
+
+/// How long a client waits for the server to end a request it has answered.
+const SERVER_DONE_WAIT: Duration = Duration::from_secs(2);
 
 /// Best effort: the server learns why, so it stops waiting; `err` is returned either way.
 async fn req_fail(send: &mut quinn::SendStream, err: SessionError) -> SessionError {

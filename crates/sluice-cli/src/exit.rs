@@ -1,0 +1,87 @@
+//! Exit codes, and printing an error for a person.
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | other failure |
+//! | 2 | usage error (bad arguments) |
+//! | 3 | authentication or host-key failure |
+//! | 4 | not found, or refused (path outside the served directory) |
+//! | 5 | network failure (retry may help) |
+//! | 6 | integrity failure (data did not verify) |
+//! | 7 | local file error (e.g. disk full, permission) |
+
+use std::process::ExitCode;
+
+use sluice::session::SessionError;
+
+/// Other failure.
+pub(crate) const OTHER: u8 = 1;
+/// Bad arguments.
+pub(crate) const USAGE: u8 = 2;
+/// Authentication or host key.
+pub(crate) const AUTH: u8 = 3;
+/// Not found or refused.
+pub(crate) const NOT_FOUND: u8 = 4;
+/// Network.
+pub(crate) const NETWORK: u8 = 5;
+/// Integrity.
+pub(crate) const INTEGRITY: u8 = 6;
+/// Local file.
+pub(crate) const LOCAL_IO: u8 = 7;
+
+/// An error that carries its exit code.
+#[derive(Debug)]
+pub(crate) struct Coded {
+    /// The exit code.
+    pub(crate) code: u8,
+    /// What to tell the user.
+    pub(crate) message: String,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+/// A usage error.
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Coded { code: USAGE, message: message.into() })
+}
+
+/// A local file error.
+pub(crate) fn local_io(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Coded { code: LOCAL_IO, message: message.into() })
+}
+
+fn code_of(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(c) = cause.downcast_ref::<Coded>() {
+            return c.code;
+        }
+        if let Some(s) = cause.downcast_ref::<SessionError>() {
+            return match s {
+                SessionError::Auth(_) | SessionError::HostKey(_) => AUTH,
+                SessionError::NotFound(_) | SessionError::Refused(_) => NOT_FOUND,
+                SessionError::Network(_) => NETWORK,
+                SessionError::Integrity(_) => INTEGRITY,
+                SessionError::Io { .. } => LOCAL_IO,
+                SessionError::Busy(_) => NETWORK,
+                _ => OTHER,
+            };
+        }
+    }
+    OTHER
+}
+
+/// Prints `err` with its causes and returns its exit code.
+pub(crate) fn report(err: &anyhow::Error) -> ExitCode {
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("sluice: {err:#}");
+    }
+    ExitCode::from(code_of(err))
+}

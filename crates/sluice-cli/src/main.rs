@@ -1,0 +1,93 @@
+//! The `sluice` command: thin glue over the `sluice` library.
+//!
+//! Arguments are parsed in two stages: clap validates their shape, then each command checks what
+//! needs the system (files, addresses) before any network activity.
+
+mod cp;
+mod demo;
+mod exit;
+mod remote;
+mod serve;
+mod size;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The port a server listens on unless told otherwise, and a client connects to.
+pub(crate) const DEFAULT_PORT: u16 = 7733;
+
+/// Sluice: fast, reliable, encrypted file transfer over UDP for long, lossy, fast paths.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about, long_about = None)]
+struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve a directory to clients (download and upload).
+    ///
+    /// Example: sluice serve --root /data --tokens /etc/sluice/tokens
+    Serve(serve::ServeArgs),
+    /// Copy a file to or from a server, scp style: exactly one side is `host:path`.
+    ///
+    /// Example: SLUICE_TOKEN=... sluice cp server:data/big.bin ./big.bin
+    Cp(cp::CpArgs),
+    /// Run a local server, move a test file through it, verify it, and compare with TCP.
+    ///
+    /// Example: sluice demo --size 1GiB
+    Demo(demo::DemoArgs),
+}
+
+/// Where a server keeps its identity, unless `--state-dir` says otherwise.
+pub(crate) fn default_state_dir() -> PathBuf {
+    directories::ProjectDirs::from("", "", "sluice")
+        .map(|d| d.data_dir().to_path_buf())
+        .unwrap_or_else(|| PathBuf::from(".sluice"))
+}
+
+/// The client's known-hosts file, unless `--known-hosts` says otherwise.
+pub(crate) fn default_known_hosts() -> PathBuf {
+    directories::ProjectDirs::from("", "", "sluice")
+        .map(|d| d.config_dir().join("known_hosts"))
+        .unwrap_or_else(|| PathBuf::from(".sluice/known_hosts"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return exit::report(&anyhow::anyhow!("cannot start the async runtime: {e}")),
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Cp(args) => cp::run(args).await,
+            Command::Demo(args) => demo::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => exit::report(&e),
+    }
+}

@@ -1,0 +1,350 @@
+//! End-to-end tests of the real `sluice` binary on loopback: a server process, client
+//! processes, files on disk, exit codes and messages.
+
+#![allow(clippy::print_stdout)] // tests print their seeds
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{OpenOptionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_proto::rng::Rng;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+const TOKEN: &str = "e2e-test-token-7f3a";
+
+/// A server process with its own root, state and tokens; killed on drop.
+struct ServerProc {
+    child: Child,
+    port: u16,
+    fingerprint: String,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ServerProc {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, None)
+    }
+
+    /// Starts a server; `port` reuses a port (for a restart with another identity).
+    fn start_in(dir: tempfile::TempDir, port: Option<u16>) -> Self {
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let tokens = dir.path().join("tokens");
+        if !tokens.exists() {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tokens)
+                .unwrap();
+            writeln!(f, "# test tokens\n\n{TOKEN}").unwrap();
+        }
+        let state = dir.path().join(format!("state-{}", port.unwrap_or(0)));
+        let mut child = Command::new(BIN)
+            .args(["serve", "--root"])
+            .arg(&root)
+            .args(["--listen", &format!("127.0.0.1:{}", port.unwrap_or(0))])
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--tokens")
+            .arg(&tokens)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        // "sluice: serving on 127.0.0.1:PORT with fingerprint SHA256:..."
+        let addr = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("server said {line:?}"));
+        let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+        let fingerprint = line.split_whitespace().last().unwrap().to_string();
+        assert!(fingerprint.starts_with("SHA256:"), "{line}");
+        ServerProc { child, port, fingerprint, root, _dir: dir }
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct ClientEnv {
+    dir: tempfile::TempDir,
+}
+
+impl ClientEnv {
+    fn new() -> Self {
+        Self { dir: tempfile::tempdir().unwrap() }
+    }
+    fn known_hosts(&self) -> PathBuf {
+        self.dir.path().join("known_hosts")
+    }
+    fn cmd(&self, server: &ServerProc, token: Option<&str>) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("cp")
+            .args(["-P", &server.port.to_string()])
+            .arg("--known-hosts")
+            .arg(self.known_hosts());
+        c.env_remove("SLUICE_TOKEN");
+        if let Some(t) = token {
+            c.env("SLUICE_TOKEN", t);
+        }
+        c
+    }
+    fn cp(
+        &self,
+        server: &ServerProc,
+        token: Option<&str>,
+        extra: &[&str],
+        src: &str,
+        dst: &str,
+    ) -> Output {
+        self.cmd(server, token).args(extra).args([src, dst]).output().unwrap()
+    }
+}
+
+fn random_file(path: &Path, size: u64, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        buf.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+        let n = left.min(buf.len() as u64) as usize;
+        f.write_all(&buf[..n]).unwrap();
+        left -= n as u64;
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    let h = |p: &Path| blake3::hash(&std::fs::read(p).unwrap());
+    std::fs::metadata(a).unwrap().len() == std::fs::metadata(b).unwrap().len() && h(a) == h(b)
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn no_partial_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .all(|e| !e.unwrap().file_name().to_string_lossy().contains("sluice-part"))
+}
+
+#[test]
+fn files_of_every_size_arrive_byte_exact_both_ways() {
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    for (i, size) in [0u64, 1, (1 << 20) + 1].into_iter().enumerate() {
+        println!("e2e sizes: seed={i} size={size}");
+        let name = format!("f{size}.bin");
+        random_file(&server.root.join(&name), size, i as u64);
+        let local = client.dir.path().join(&name);
+        let o = client.cp(
+            &server,
+            Some(TOKEN),
+            &["--accept-new-host", "-q"],
+            &format!("127.0.0.1:{name}"),
+            local.to_str().unwrap(),
+        );
+        assert_eq!(code(&o), 0, "download {size}: {}", stderr(&o));
+        assert!(same_file(&server.root.join(&name), &local));
+
+        let up = format!("up{size}.bin");
+        let o = client.cp(
+            &server,
+            Some(TOKEN),
+            &["-q"],
+            local.to_str().unwrap(),
+            &format!("127.0.0.1:{up}"),
+        );
+        assert_eq!(code(&o), 0, "upload {size}: {}", stderr(&o));
+        assert!(same_file(&local, &server.root.join(&up)));
+    }
+    assert!(no_partial_files(&server.root) && no_partial_files(client.dir.path()));
+}
+
+#[test]
+fn one_gib_both_ways() {
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    println!("e2e 1GiB: seed=42");
+    random_file(&server.root.join("big.bin"), 1 << 30, 42);
+    let local = client.dir.path().join("big.bin");
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--accept-new-host", "-q"],
+        "127.0.0.1:big.bin",
+        local.to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&server.root.join("big.bin"), &local));
+    let o =
+        client.cp(&server, Some(TOKEN), &["-q"], local.to_str().unwrap(), "127.0.0.1:big-up.bin");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&local, &server.root.join("big-up.bin")));
+}
+
+#[test]
+fn two_clients_at_once() {
+    let server = ServerProc::start();
+    random_file(&server.root.join("a.bin"), 32 << 20, 1);
+    random_file(&server.root.join("b.bin"), 32 << 20, 2);
+    let (c1, c2) = (ClientEnv::new(), ClientEnv::new());
+    let spawn = |c: &ClientEnv, name: &str| {
+        c.cmd(&server, Some(TOKEN))
+            .args(["--accept-new-host", "-q", &format!("127.0.0.1:{name}")])
+            .arg(c.dir.path().join(name))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (p1, p2) = (spawn(&c1, "a.bin"), spawn(&c2, "b.bin"));
+    let (o1, o2) = (p1.wait_with_output().unwrap(), p2.wait_with_output().unwrap());
+    assert_eq!(code(&o1), 0, "{}", stderr(&o1));
+    assert_eq!(code(&o2), 0, "{}", stderr(&o2));
+    assert!(same_file(&server.root.join("a.bin"), &c1.dir.path().join("a.bin")));
+    assert!(same_file(&server.root.join("b.bin"), &c2.dir.path().join("b.bin")));
+}
+
+#[test]
+fn wrong_or_missing_token_is_refused() {
+    let server = ServerProc::start();
+    random_file(&server.root.join("secret.bin"), 1000, 3);
+    let client = ClientEnv::new();
+    let dst = client.dir.path().join("secret.bin");
+    let o = client.cp(
+        &server,
+        Some("not-the-token"),
+        &["--accept-new-host"],
+        "127.0.0.1:secret.bin",
+        dst.to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 3, "wrong token: {}", stderr(&o));
+    assert!(
+        stderr(&o).to_lowercase().contains("token") || stderr(&o).to_lowercase().contains("auth"),
+        "{}",
+        stderr(&o)
+    );
+    let o = client.cp(
+        &server,
+        None,
+        &["--accept-new-host"],
+        "127.0.0.1:secret.bin",
+        dst.to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 3, "missing token: {}", stderr(&o));
+    assert!(!dst.exists());
+}
+
+#[test]
+fn changed_server_fingerprint_is_refused() {
+    let mut first = ServerProc::start();
+    random_file(&first.root.join("x.bin"), 100, 4);
+    let client = ClientEnv::new();
+    let dst = client.dir.path().join("x.bin");
+    let o = client.cp(
+        &first,
+        Some(TOKEN),
+        &["--accept-new-host", "-q"],
+        "127.0.0.1:x.bin",
+        dst.to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // Same address, new identity (a fresh state directory).
+    let port = first.port;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let second = ServerProc::start_in(tempfile::tempdir().unwrap(), Some(port));
+    assert_ne!(second.fingerprint, first.fingerprint);
+    let o = client.cp(
+        &second,
+        Some(TOKEN),
+        &["--accept-new-host"],
+        "127.0.0.1:x.bin",
+        dst.to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(
+        msg.contains(client.known_hosts().to_str().unwrap()),
+        "message must name the known-hosts file: {msg}"
+    );
+}
+
+#[test]
+fn paths_outside_the_root_are_refused() {
+    let server = ServerProc::start();
+    let outside = server.root.parent().unwrap().join("outside.txt");
+    std::fs::write(&outside, b"secret").unwrap();
+    symlink(&outside, server.root.join("link-out")).unwrap();
+    let client = ClientEnv::new();
+    let dst = client.dir.path().join("got");
+    for path in ["../outside.txt", "/etc/passwd", "link-out", "sub/../../outside.txt"] {
+        let o = client.cp(
+            &server,
+            Some(TOKEN),
+            &["--accept-new-host"],
+            &format!("127.0.0.1:{path}"),
+            dst.to_str().unwrap(),
+        );
+        assert_eq!(code(&o), 4, "{path}: {}", stderr(&o));
+        assert!(!dst.exists(), "{path}");
+    }
+    let src = client.dir.path().join("up.txt");
+    std::fs::write(&src, b"x").unwrap();
+    for path in ["../evil.txt", "/tmp/evil.txt", "link-out"] {
+        let o = client.cp(
+            &server,
+            Some(TOKEN),
+            &["--accept-new-host"],
+            src.to_str().unwrap(),
+            &format!("127.0.0.1:{path}"),
+        );
+        assert_eq!(code(&o), 4, "upload {path}: {}", stderr(&o));
+    }
+    assert_eq!(std::fs::read(&outside).unwrap(), b"secret");
+}
+
+#[test]
+fn killing_the_server_mid_transfer_fails_cleanly_within_ten_seconds() {
+    let mut server = ServerProc::start();
+    println!("e2e kill: seed=9");
+    random_file(&server.root.join("big.bin"), 1 << 30, 9);
+    let client = ClientEnv::new();
+    let dst = client.dir.path().join("big.bin");
+    let child = client
+        .cmd(&server, Some(TOKEN))
+        .args(["--accept-new-host", "-q", "127.0.0.1:big.bin"])
+        .arg(&dst)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until data is flowing (a partial file exists), then kill the server.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while no_partial_files(client.dir.path()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!no_partial_files(client.dir.path()), "the transfer never started");
+    server.child.kill().unwrap();
+    let killed = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(10), "client took {took:?} to notice");
+    assert_ne!(code(&out), 0);
+    assert!(!stderr(&out).trim().is_empty(), "no message");
+    assert!(!dst.exists(), "nothing may stand under the final name");
+    assert!(no_partial_files(client.dir.path()), "the partial file must be removed");
+}
