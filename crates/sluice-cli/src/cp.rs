@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use sluice::session::{Client, ClientConfig, TransferReport, TrustPolicy};
+use sluice::session::known_hosts::KnownHosts;
+use sluice::session::{
+    Client, ClientConfig, HostKeyError, SessionError, TransferReport, TrustPolicy,
+};
 use sluice_proto::cc::CcKind;
 
 use crate::exit;
@@ -73,6 +76,45 @@ fn file_name_of(path: &str) -> Option<&str> {
     path.rsplit('/').find(|s| !s.is_empty())
 }
 
+/// Connects; on first contact with an unknown server and a person at the terminal, shows the
+/// fingerprint and asks (as ssh does). A "yes" pins exactly the fingerprint shown.
+async fn connect_asking(config: ClientConfig) -> anyhow::Result<Client> {
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    match Client::connect(config.clone()).await {
+        Err(SessionError::HostKey(HostKeyError::Unknown { host, file, presented }))
+            if interactive && config.trust == TrustPolicy::KnownOnly =>
+        {
+            let question = format!(
+                "The authenticity of {host} can't be established.\n\
+                 Its fingerprint is {presented}.\n\
+                 Pin it in {} and continue (yes/no)? ",
+                file.display()
+            );
+            if !ask_yes(&question)? {
+                return Err(anyhow::Error::new(exit::Coded {
+                    code: exit::AUTH,
+                    message: format!("{host} not trusted: nothing pinned, nothing copied"),
+                }));
+            }
+            let pinned = ClientConfig { trust: TrustPolicy::Pinned(presented.clone()), ..config };
+            let client = Client::connect(pinned).await?;
+            KnownHosts::append(&file, &host, &presented)?;
+            Ok(client)
+        }
+        other => Ok(other?),
+    }
+}
+
+fn ask_yes(question: &str) -> anyhow::Result<bool> {
+    use std::io::Write;
+    let mut err = std::io::stderr();
+    err.write_all(question.as_bytes())?;
+    err.flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(answer.trim().eq_ignore_ascii_case("yes"))
+}
+
 /// Runs one copy.
 pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     let src = parse_location(&args.src).map_err(exit::usage)?;
@@ -112,7 +154,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     let server = resolve(&host, args.port)?;
     let config = ClientConfig {
         server,
-        host: format!("{host}:{}", args.port),
+        host: host.clone(),
         token,
         known_hosts: args.known_hosts.clone().unwrap_or_else(crate::default_known_hosts),
         trust,
@@ -120,7 +162,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     };
 
     let started = std::time::Instant::now();
-    let client = Client::connect(config).await?;
+    let client = connect_asking(config).await?;
     let report: TransferReport = if download {
         let mut target = PathBuf::from(&local);
         if target.is_dir() {

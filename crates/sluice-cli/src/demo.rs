@@ -150,7 +150,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let client = Client::connect(ClientConfig {
         server: addr,
-        host: addr.to_string(),
+        host: addr.ip().to_string(),
         token,
         known_hosts: state.join("client_known_hosts"),
         trust: TrustPolicy::Pinned(fingerprint),

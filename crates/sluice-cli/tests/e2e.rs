@@ -348,3 +348,56 @@ fn killing_the_server_mid_transfer_fails_cleanly_within_ten_seconds() {
     assert!(!dst.exists(), "nothing may stand under the final name");
     assert!(no_partial_files(client.dir.path()), "the partial file must be removed");
 }
+
+/// Runs `sluice cp` on a pseudo-terminal (through `script`) and answers its host-key question.
+fn cp_on_a_terminal(
+    client: &ClientEnv,
+    server: &ServerProc,
+    answer: &str,
+    remote: &str,
+    dst: &Path,
+) -> (i32, String) {
+    let cmd = format!(
+        "{BIN} cp -P {} --known-hosts {} {remote} {}; echo EXIT=$?",
+        server.port,
+        client.known_hosts().display(),
+        dst.display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("SLUICE_TOKEN", TOKEN)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` is needed for the terminal test");
+    child.stdin.take().unwrap().write_all(format!("{answer}\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let code = text.rsplit("EXIT=").next().and_then(|c| c.trim().parse().ok()).unwrap_or(-1);
+    (code, text)
+}
+
+#[test]
+fn first_contact_asks_on_a_terminal_and_pins_only_on_yes() {
+    let server = ServerProc::start();
+    random_file(&server.root.join("t.bin"), 1000, 5);
+    let client = ClientEnv::new();
+    let dst = client.dir.path().join("t.bin");
+    let (exit, text) = cp_on_a_terminal(&client, &server, "no", "127.0.0.1:t.bin", &dst);
+    assert_eq!(exit, 3, "{text}");
+    assert!(text.contains(&server.fingerprint), "the question shows the fingerprint: {text}");
+    assert!(!dst.exists() && !client.known_hosts().exists());
+
+    let (exit, text) = cp_on_a_terminal(&client, &server, "yes", "127.0.0.1:t.bin", &dst);
+    assert_eq!(exit, 0, "{text}");
+    assert!(same_file(&server.root.join("t.bin"), &dst));
+    let pinned = std::fs::read_to_string(client.known_hosts()).unwrap();
+    assert!(
+        pinned.contains(&format!("127.0.0.1:{} {}", server.port, server.fingerprint)),
+        "{pinned}"
+    );
+
+    // Known now: no question, even without a terminal.
+    let o = client.cp(&server, Some(TOKEN), &["-q"], "127.0.0.1:t.bin", dst.to_str().unwrap());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
