@@ -87,8 +87,8 @@ pub struct TransferReport {
     pub channel: Option<ChannelReport>,
 }
 
-/// A connected, authenticated session with a server.
-#[derive(Debug)]
+/// A connected, authenticated session with a server. Cloning shares the connection.
+#[derive(Debug, Clone)]
 pub struct Client {
     endpoint: quinn::Endpoint,
     conn: quinn::Connection,

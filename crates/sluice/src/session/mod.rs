@@ -57,6 +57,7 @@
 
 mod channel;
 pub mod client;
+pub mod handle;
 pub mod identity;
 pub mod keys;
 pub mod known_hosts;
@@ -68,6 +69,7 @@ use std::time::Duration;
 
 pub use channel::default_channel_config;
 pub use client::{Client, ClientConfig, TransferReport};
+pub use handle::{ClientBuilder, Transfer, TransferEvent};
 pub use identity::{Fingerprint, Identity};
 pub use known_hosts::{HostKeyError, TrustPolicy};
 pub use messages::{ErrorCode, FileKind, StatInfo};
