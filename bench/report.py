@@ -24,7 +24,7 @@ def _status(r):
 
 def _goodput(r):
     g = r.get("goodput_mbit")
-    if g is None:
+    if g is None or r["status"] == "fail":
         return "-"
     if r.get("goodput_partial"):
         return f"({g:.1f} partial)"
@@ -41,7 +41,8 @@ def table(runs):
             match = "-"
         cpu = f"{_f(r.get('cpu_a_s'))} / {_f(r.get('cpu_b_s'))}" if r.get("cpu_a_s") is not None else "-"
         rss = f"{_f(r.get('rss_a_mib'), 0)} / {_f(r.get('rss_b_mib'), 0)}" if r.get("rss_a_mib") is not None else "-"
-        wire = _f(r.get("wire_per_file_byte"), 3)
+        denom = r.get("received_bytes") if r["status"] == "timeout" else r.get("file_bytes")
+        wire = _f(r["wire_bytes"] / denom, 3) if r.get("wire_bytes") and denom else "-"
         load = _f((r.get("load_before") or [None])[0], 2)
         reason = (r.get("reason") or "").replace("|", "/").replace("\n", " ")[:160]
         rows.append(f"| {r['tool']} | {r['workload']} | {_status(r)} | {_goodput(r)} | {_f(r.get('wall_s'))} | "
@@ -162,15 +163,43 @@ def charts(wan_runs, stamp, out_dir):
     return made
 
 
-def main():
-    """Redraw the charts of one run from its raw JSON: python3 bench/report.py RESULTS-wan.json"""
+def rebuild(md_path, json_paths):
+    """Rewrite one run's section of BENCHMARKS.md from its raw JSON (same place if it is there)."""
     import json
-    import sys
-    for p in sys.argv[1:]:
+    results, meta, not_run, paths_out = {"lan": [], "wan": []}, None, [], {}
+    for p in json_paths:
         with open(p) as f:
-            runs = json.load(f)["runs"]
-        stamp = os.path.basename(p).rsplit("-", 1)[0]
-        print("\n".join(charts([r for r in runs if r["path"] == "wan"], stamp, os.path.dirname(os.path.abspath(p)))))
+            d = json.load(f)
+        meta, not_run = d["meta"], d["not_run"]
+        for r in d["runs"]:
+            results[r["path"]].append(r)
+        paths_out[d["runs"][0]["path"]] = os.path.relpath(os.path.abspath(p), os.path.dirname(os.path.abspath(md_path)))
+    stamp = os.path.basename(json_paths[0]).rsplit("-", 1)[0]
+    out_dir = os.path.dirname(os.path.abspath(json_paths[0]))
+    made = charts(results["wan"], stamp, out_dir)
+    new = section(meta, results, not_run, paths_out,
+                  [os.path.relpath(c, os.path.dirname(os.path.abspath(md_path))) for c in made])
+    with open(md_path) as f:
+        text = f.read()
+    head = f"## Run of {meta['started']} "
+    if head in text:
+        start = text.index(head)
+        nxt = text.find("\n## Run of ", start + 1)
+        text = text[:start] + new + ("\n" + text[nxt + 1:] if nxt >= 0 else "\n")
+    else:
+        body = text[len(HEADER):] if text.startswith(HEADER) else text
+        text = HEADER + "\n" + new + "\n" + body.lstrip("\n")
+    with open(md_path, "w") as f:
+        f.write(text)
+    return made
+
+
+def main():
+    """Redraw one run's charts and rewrite its BENCHMARKS.md section from its raw JSON:
+    python3 bench/report.py bench/results/<stamp>-wan.json [bench/results/<stamp>-lan.json]"""
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    print("\n".join(rebuild(os.path.join(repo, "BENCHMARKS.md"), sys.argv[1:])))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ class Tool:
             return
         ok, why = ctx.work.verify(ctx.dst_dir)
         res["verified"] = ok
+        if not ok:
+            # a failed run has no goodput: file bytes over its wall time would be a false number
+            res["goodput_mbit"] = None
         if client.returncode != 0 and not ok:
             res.update(status="fail", reason=f"client exit {client.returncode}; {why}")
         elif not ok:
