@@ -1,0 +1,206 @@
+"""BENCHMARKS.md (newest run on top) and the goodput-against-loss charts."""
+
+import os
+
+import cells as grid
+
+HEADER = "# Sluice benchmarks\n\nWritten by `bench/run.py` (see `bench/README.md` and BENCH.md). Newest run on top.\n"
+
+
+def _f(v, nd=1):
+    return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)
+
+
+def _status(r):
+    s = r["status"]
+    if s == "ok":
+        return "ok"
+    if s == "timeout":
+        return "**timeout**"
+    if s == "fail":
+        return "**FAIL**"
+    return s
+
+
+def _goodput(r):
+    g = r.get("goodput_mbit")
+    if g is None or r["status"] == "fail":
+        return "-"
+    if r.get("goodput_partial"):
+        return f"({g:.1f} partial)"
+    return f"{g:.1f}"
+
+
+def table(runs):
+    rows = ["| tool | workload | result | goodput Mbit/s | wall s | CPU a / b s | peak RSS a / b MiB | "
+            "wire bytes per file byte | files match | load (1 min) before | note |",
+            "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"]
+    for r in runs:
+        match = {True: "yes", False: "no", None: "-"}[r.get("verified")]
+        if r["status"] == "n/a":
+            match = "-"
+        cpu = f"{_f(r.get('cpu_a_s'))} / {_f(r.get('cpu_b_s'))}" if r.get("cpu_a_s") is not None else "-"
+        rss = f"{_f(r.get('rss_a_mib'), 0)} / {_f(r.get('rss_b_mib'), 0)}" if r.get("rss_a_mib") is not None else "-"
+        denom = r.get("received_bytes") if r["status"] == "timeout" else r.get("file_bytes")
+        wire = _f(r["wire_bytes"] / denom, 3) if r.get("wire_bytes") and denom else "-"
+        load = _f((r.get("load_before") or [None])[0], 2)
+        reason = (r.get("reason") or "").replace("|", "/").replace("\n", " ")[:160]
+        rows.append(f"| {r['tool']} | {r['workload']} | {_status(r)} | {_goodput(r)} | {_f(r.get('wall_s'))} | "
+                    f"{cpu} | {rss} | {wire} | {match} | {load} | {reason} |")
+    return "\n".join(rows)
+
+
+def section(meta, results, not_run, paths_out, charts):
+    m = meta["machine"]
+    out = [f"## Run of {meta['started']} ({meta['mode']})", "",
+           f"- command: `{meta['command']}` (as root, in the repository root)",
+           f"- machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['mem_gib']} GiB, kernel {m['kernel']}; "
+           f"load average at start {m['load_start']}, at end {m.get('load_end')} "
+           "(other engineers were compiling on the same 2 cores: numbers are noisy)",
+           f"- per-run time cap {meta['cap_s']:g} s; iperf3 runs {meta['iperf_s']:g} s; linkem seed base {meta['seed']}; "
+           f"took {meta.get('elapsed_min')} min",
+           f"- host default TCP congestion control: {m['default_tcp_cc']} (scp, rsync, GridFTP use it); "
+           "TCP buffers in both namespaces: tcp_rmem/tcp_wmem max 128 MiB; net.core.rmem_max/wmem_max "
+           "4 MiB (host, unchanged: caps UDP tools' socket buffers)",
+           f"- raw results: {', '.join('`' + p + '`' for p in paths_out.values()) or 'none'}"]
+    if meta.get("interrupted"):
+        out.append(f"- **interrupted** ({meta['interrupted']}): the grid is incomplete")
+    sc = meta.get("selfcheck")
+    if sc:
+        j = sc.get("json") or {}
+        out.append(f"- `linkem selfcheck` (exit {sc['exit']}, load {sc['load']}): `{_compact(j)}`")
+    else:
+        out.append("- `linkem selfcheck` skipped")
+    vers = meta.get("tool_versions") or {}
+    out.append("- peers: " + "; ".join(f"{k} {v}" for k, v in vers.items() if v))
+    out.append("")
+    out.append("Goodput = file bytes / wall time from the client's start (handshake included) to the end of "
+               "the transfer; in parentheses: a run that hit the cap, bytes received by then / cap (not a "
+               "success). CPU and peak RSS: the sending side (a) and the receiving server (b), children "
+               "included. Wire bytes: IP bytes offered to the link in both directions per file byte (per byte "
+               "received, for a run that hit the cap).")
+    out.append("")
+    for kind in ("wan", "lan"):
+        by_cell = {}
+        for r in results[kind]:
+            by_cell.setdefault(r["cell"], []).append(r)
+        for cell, runs in by_cell.items():
+            extra = ""
+            if kind == "wan":
+                extra = f", drop-tail queue {runs[0].get('queue_bytes')} bytes (one BDP), seed {runs[0].get('seed')}"
+            out += [f"### {runs[0]['path_label']} (`{cell}`){extra}", "",
+                    "Workloads: " + "; ".join(sorted({r['workload_desc'] for r in runs})), "", table(runs), ""]
+    out += [f"Fairness (BENCH.md): {meta.get('fairness', 'not measured')}.", ""]
+    if not_run:
+        out += ["Cells not run: " + ", ".join(f"`{c}`" for c in not_run), ""]
+    if charts:
+        out += ["Charts: " + ", ".join(f"[{os.path.basename(c)}]({c})" for c in charts), ""]
+    notes = "; ".join(f"**{k}**: {v['note']}" for k, v in meta["tools"].items() if v["note"])
+    out += ["How each peer ran: " + notes, ""]
+    return "\n".join(out)
+
+
+def _compact(j):
+    keep = {}
+    for k, v in j.items():
+        if isinstance(v, dict):
+            keep[k] = {kk: vv for kk, vv in v.items() if not isinstance(vv, (dict, list))}
+        else:
+            keep[k] = v
+    return str(keep).replace("'", "")
+
+
+def prepend(md_path, meta, results, not_run, paths_out, charts):
+    new = section(meta, results, not_run, paths_out, [os.path.relpath(c, os.path.dirname(md_path)) for c in charts])
+    old = ""
+    if os.path.exists(md_path):
+        with open(md_path) as f:
+            old = f.read()
+        if old.startswith(HEADER):
+            old = old[len(HEADER):]
+    with open(md_path, "w") as f:
+        f.write(HEADER + "\n" + new + "\n" + old.lstrip("\n"))
+
+
+def charts(wan_runs, stamp, out_dir):
+    """One PNG per RTT: goodput against loss, one line per tool (single-file workload, Bernoulli
+    loss). Hollow markers: partial goodput of a run that hit the cap. Failures are not drawn."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    for rtt in grid.RTTS:
+        runs = [r for r in wan_runs if r["rtt_ms"] == rtt and not r.get("burst") and r["workload"] == "file"
+                and r["status"] in ("ok", "timeout") and r.get("goodput_mbit") is not None]
+        if not runs:
+            continue
+        fig, ax = plt.subplots(figsize=(8, 5))
+        xs = {loss: i for i, loss in enumerate(grid.LOSSES)}
+        tools = list(dict.fromkeys(r["tool"] for r in runs))
+        for tool in tools:
+            pts = sorted((xs[r["loss_pct"]], r["goodput_mbit"], r["status"]) for r in runs if r["tool"] == tool)
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", label=tool)
+            for x, y, st in pts:
+                if st != "ok":
+                    ax.plot([x], [y], "o", color=line.get_color(), markerfacecolor="white")
+        ax.set_xticks(range(len(grid.LOSSES)), [f"{loss:g} %" for loss in grid.LOSSES])
+        ax.set_xlabel("random loss (each direction)")
+        ax.set_ylabel("goodput, Mbit/s")
+        ax.set_yscale("symlog", linthresh=10)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_title(f"1000 Mbit/s, RTT {rtt} ms, one-BDP queue: goodput vs loss\n"
+                     "(hollow marker = hit the time cap, partial goodput)")
+        ax.legend(fontsize=8, loc="upper right")
+        p = os.path.join(out_dir, f"{stamp}-goodput-rtt{rtt}.png")
+        fig.tight_layout()
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        made.append(p)
+    return made
+
+
+def rebuild(md_path, json_paths):
+    """Rewrite one run's section of BENCHMARKS.md from its raw JSON (same place if it is there)."""
+    import json
+    results, meta, not_run, paths_out = {"lan": [], "wan": []}, None, [], {}
+    for p in json_paths:
+        with open(p) as f:
+            d = json.load(f)
+        meta, not_run = d["meta"], d["not_run"]
+        for r in d["runs"]:
+            results[r["path"]].append(r)
+        paths_out[d["runs"][0]["path"]] = os.path.relpath(os.path.abspath(p), os.path.dirname(os.path.abspath(md_path)))
+    stamp = os.path.basename(json_paths[0]).rsplit("-", 1)[0]
+    out_dir = os.path.dirname(os.path.abspath(json_paths[0]))
+    made = charts(results["wan"], stamp, out_dir)
+    new = section(meta, results, not_run, paths_out,
+                  [os.path.relpath(c, os.path.dirname(os.path.abspath(md_path))) for c in made])
+    with open(md_path) as f:
+        text = f.read()
+    head = f"## Run of {meta['started']} "
+    if head in text:
+        start = text.index(head)
+        nxt = text.find("\n## Run of ", start + 1)
+        text = text[:start] + new + ("\n" + text[nxt + 1:] if nxt >= 0 else "\n")
+    else:
+        body = text[len(HEADER):] if text.startswith(HEADER) else text
+        text = HEADER + "\n" + new + "\n" + body.lstrip("\n")
+    with open(md_path, "w") as f:
+        f.write(text)
+    return made
+
+
+def main():
+    """Redraw one run's charts and rewrite its BENCHMARKS.md section from its raw JSON:
+    python3 bench/report.py bench/results/<stamp>-wan.json [bench/results/<stamp>-lan.json]"""
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    print("\n".join(rebuild(os.path.join(repo, "BENCHMARKS.md"), sys.argv[1:])))
+
+
+if __name__ == "__main__":
+    main()
