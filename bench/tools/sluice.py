@@ -1,10 +1,8 @@
-"""Sluice, default settings: `sluice serve` in namespace b, `sluice cp` in namespace a.
+"""Sluice, default settings: `sluice serve` in namespace b, `sluice cp` (an upload) in namespace a.
 
-The binary does not exist yet (issue 3). Until target/release/sluice is built, every Sluice cell
-says "not available yet (issue 3)" and the run goes on.
-
-TODO(issue 3): the command lines below are the expected shape, not a known CLI; check them
-against `sluice serve --help` / `sluice cp --help` when the binary lands.
+The server gets a fresh token file (0600) and state directory per run set; the client pins the
+server on first contact (`--accept-new-host`) in a known-hosts file of its own. Trees need
+`sluice cp -r` (issue 6): until then the tree workload is reported as unsupported.
 """
 
 import os
@@ -14,22 +12,43 @@ from tools.base import Tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "target", "release", "sluice")
+TOKEN = "bench-token-0123456789abcdef"
 
 
 class Sluice(Tool):
     name = "sluice"
     packages = []
     binaries = []
+    workloads = ("file",)
     server_proto = "udp"
-    note = "sluice cp, default settings"
+    note = "sluice cp (upload), default settings: adaptive, one encrypted UDP channel, BLAKE3"
 
     def missing(self):
         if not os.access(BIN, os.X_OK):
-            return "not available yet (issue 3)"
+            return "not built: run `cargo build --release -p sluice-cli`"
         return None
 
+    def unsupported(self, work):
+        if work.name not in self.workloads:
+            return "trees need `sluice cp -r` (issue 6)"
+        return None
+
+    def prepare(self, ctx):
+        self.dir = os.path.join(ctx.scratch, "sluice")
+        os.makedirs(self.dir, exist_ok=True)
+        self.tokens = os.path.join(self.dir, "tokens")
+        fd = os.open(self.tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(TOKEN + "\n")
+        self.known_hosts = os.path.join(self.dir, "known_hosts")
+        if os.path.exists(self.known_hosts):
+            os.remove(self.known_hosts)
+
     def server_argv(self, ctx):
-        return [BIN, "serve", "--listen", f"{B_ADDR}:{ctx.port}", "--root", ctx.dst_dir]
+        return [BIN, "serve", "--root", ctx.dst_dir, "--listen", f"{B_ADDR}:{ctx.port}",
+                "--state-dir", os.path.join(self.dir, "state"), "--tokens", self.tokens]
 
     def client_argv(self, ctx):
-        return [BIN, "cp", ctx.work.src.rstrip("/"), f"{B_ADDR}:{ctx.port}:/"]
+        return [BIN, "cp", "-q", "-P", str(ctx.port), "--token-file", self.tokens,
+                "--known-hosts", self.known_hosts, "--accept-new-host",
+                ctx.work.src.rstrip("/"), f"{B_ADDR}:"]
