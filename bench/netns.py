@@ -37,6 +37,10 @@ def _hosts_file(ns):
 
 def _remove_hosts(ns):
     shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+    try:
+        os.rmdir("/etc/netns")   # only if now empty
+    except OSError:
+        pass
 
 
 def _tune(ns):

@@ -154,7 +154,7 @@ def charts(wan_runs, stamp, out_dir):
         ax.grid(True, which="both", alpha=0.3)
         ax.set_title(f"1000 Mbit/s, RTT {rtt} ms, one-BDP queue: goodput vs loss\n"
                      "(hollow marker = hit the time cap, partial goodput)")
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="lower left", framealpha=0.8)
         p = os.path.join(out_dir, f"{stamp}-goodput-rtt{rtt}.png")
         fig.tight_layout()
         fig.savefig(p, dpi=100)

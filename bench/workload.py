@@ -67,12 +67,15 @@ class Workload:
 
 
 def received_bytes(dst_dir):
-    """Bytes present under dst_dir (temporary files included): progress of an unfinished run."""
+    """Bytes present under dst_dir (temporary files included): progress of an unfinished run.
+    Counts allocated blocks, not the length, so a preallocated or sparse file is not counted as
+    received (a tool may also have written blocks it has not yet verified)."""
     total = 0
     for d, _, fs in os.walk(dst_dir):
         for f in fs:
             try:
-                total += os.path.getsize(os.path.join(d, f))
+                st = os.stat(os.path.join(d, f))
+                total += min(st.st_size, st.st_blocks * 512)
             except OSError:
                 pass
     return total
