@@ -122,6 +122,9 @@ pub fn send_file(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
+    if nothing_to_move(&params, &range, progress)? {
+        return Ok(ChannelReport::default());
+    }
     send::run(params, file, range, progress, cancel)
 }
 
@@ -135,7 +138,25 @@ pub fn receive_file(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
+    if nothing_to_move(&params, &range, progress)? {
+        return Ok(ChannelReport::default());
+    }
     recv::run(params, file, range, progress, cancel)
+}
+
+/// Checks the configuration; for an empty range, reports the (empty) progress once and says
+/// there is nothing to move, so neither end sends a packet.
+fn nothing_to_move(
+    params: &ChannelParams,
+    range: &Range<u64>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<bool, DataError> {
+    params.config.validate()?;
+    if range.end <= range.start {
+        progress(Progress { bytes: 0, total: 0 });
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// Reports progress at most every 100 ms, and once at the end.

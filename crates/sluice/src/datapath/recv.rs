@@ -59,12 +59,7 @@ pub(super) fn run(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
-    params.config.validate()?;
     let total = range.end.saturating_sub(range.start);
-    if total == 0 {
-        progress(Progress { bytes: 0, total: 0 });
-        return Ok(ChannelReport::default());
-    }
     let ChannelParams { config, keys, socket, peer } = params;
     let idle_secs = idle_secs(&config);
     let port = Port::new(socket, peer, false)?;
