@@ -24,6 +24,18 @@
 //!
 //! The datagrams move with plain `sendto`/`recvfrom`, one per packet; GSO and GRO batches belong
 //! to the kernel datagram layer (`sluice-udp`), which this module does not use yet.
+//!
+//! # Endings
+//! - The sender returns once every byte is acknowledged and its shutdown is sent.
+//! - The receiver returns once every byte of its range arrived and then either the sender's
+//!   shutdown came or a linger of max(3 RTT, 500 ms) passed, so the sender gets its final ACK.
+//! - An empty range returns at once on both sides, without a packet.
+//! - The protocol's `Broken` state (nothing heard for `idle_timeout_us`) is
+//!   [`DataError::PeerSilent`]; `Closed` before the range is complete is
+//!   [`DataError::ClosedEarly`]; `cancel` is [`DataError::Cancelled`]. A cancelled end sends
+//!   nothing more (the protocol has no abort packet): its peer notices by its idle timeout.
+//! - The final progress report comes on every ending, failures included; a failed receiver
+//!   still writes out what it gathered.
 
 use std::fs::File;
 use std::net::{SocketAddr, UdpSocket};
