@@ -7,7 +7,10 @@
 //! 4. wait until the state machine's next deadline or a datagram, whichever comes first: long
 //!    waits sleep in `poll(2)` (at most [`MAX_SLEEP_US`] so `cancel` is seen within a few ms),
 //!    short ones spin, because a sleeping thread wakes tens of microseconds late and pacing at
-//!    hundreds of Mbit/s needs packets a few microseconds apart.
+//!    hundreds of Mbit/s needs packets a few microseconds apart. The receiver, whose timers are
+//!    coarse, sleeps through every wait, except that it keeps polling (yielding the core) for
+//!    a moment after each datagram while data flows: waking a sleeping receiver for every
+//!    datagram cost the sending side more than sending it, and halved loopback goodput.
 //!
 //! One reusable datagram buffer per channel, no allocation per packet. The sender reads the file
 //! in blocks of [`READ_BLOCK_BYTES`] for new data (a retransmission reads just its packet); the
@@ -21,6 +24,18 @@
 //!
 //! The datagrams move with plain `sendto`/`recvfrom`, one per packet; GSO and GRO batches belong
 //! to the kernel datagram layer (`sluice-udp`), which this module does not use yet.
+//!
+//! # Endings
+//! - The sender returns once every byte is acknowledged and its shutdown is sent.
+//! - The receiver returns once every byte of its range arrived and then either the sender's
+//!   shutdown came or a linger of max(3 RTT, 500 ms) passed, so the sender gets its final ACK.
+//! - An empty range returns at once on both sides, without a packet.
+//! - The protocol's `Broken` state (nothing heard for `idle_timeout_us`) is
+//!   [`DataError::PeerSilent`]; `Closed` before the range is complete is
+//!   [`DataError::ClosedEarly`]; `cancel` is [`DataError::Cancelled`]. A cancelled end sends
+//!   nothing more (the protocol has no abort packet): its peer notices by its idle timeout.
+//! - The final progress report comes on every ending, failures included; a failed receiver
+//!   still writes out what it gathered.
 
 use std::fs::File;
 use std::net::{SocketAddr, UdpSocket};

@@ -13,6 +13,10 @@ use super::{ChannelParams, ChannelReport, DataError, Progress, Reporter, idle_se
 
 /// Datagrams taken from the socket per turn at most, so timers (ACKs) are not starved.
 const MAX_RECV_PER_TURN: usize = 256;
+/// While datagrams keep coming, the receiver polls the socket for this long after the last one
+/// instead of sleeping: a sleeping receiver must be woken for each datagram, and the wake-up
+/// costs the sending side more than the datagram itself.
+const BUSY_POLL_US: u64 = 200;
 /// After the last byte arrived, serve this long at least (or 3 RTTs if longer) so that the
 /// sender gets its final ACK, unless its shutdown comes first.
 const LINGER_MIN_US: u64 = 500_000;
@@ -102,13 +106,16 @@ fn drive(
     idle_secs: u64,
 ) -> Result<(), DataError> {
     let mut buf = vec![0u8; DATAGRAM_BUF_BYTES];
+    let mut last_datagram_us = None;
     loop {
         if cancel.load(Ordering::Relaxed) {
             return Err(DataError::Cancelled);
         }
         for _ in 0..MAX_RECV_PER_TURN {
             let Some(len) = port.try_recv(&mut buf)? else { break };
-            if let Ok(Some(d)) = receiver.handle_datagram(port.now_us(), &mut buf[..len]) {
+            let at = port.now_us();
+            last_datagram_us = Some(at);
+            if let Ok(Some(d)) = receiver.handle_datagram(at, &mut buf[..len]) {
                 intake.take(d.offset, &buf[d.range])?;
             }
         }
@@ -134,6 +141,11 @@ fn drive(
         }
         reporter.tick(now, intake.bytes(), progress);
         let deadline = receiver.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
-        port.wait(linger_until.map_or(deadline, |l| l.min(deadline)))?;
+        let deadline = linger_until.map_or(deadline, |l| l.min(deadline));
+        if last_datagram_us.is_some_and(|t| now < t + BUSY_POLL_US) && now < deadline {
+            std::thread::yield_now();
+        } else {
+            port.wait(deadline)?;
+        }
     }
 }
