@@ -231,11 +231,7 @@ impl Client {
             Ok(partial) => partial,
             Err(err) => return Err(req.fail(err).await),
         };
-        let socket = match self.data_socket() {
-            Ok(socket) => socket,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        req.write(&ClientMsg::Ready { udp_port: port_of(&socket)? }).await?;
+        let socket = self.announce_data_socket(&mut req).await?;
         debug!(remote_path, size, "receiving");
 
         let (partial, channel) = if size == 0 {
@@ -243,11 +239,7 @@ impl Client {
             progress(Progress { bytes: 0, total: 0 });
             (partial, None)
         } else {
-            let peer = SocketAddr::new(self.server_ip(), server_port);
-            let params = match self.setup(req.id).params(socket, peer) {
-                Ok(params) => params,
-                Err(err) => return Err(req.fail(err).await),
-            };
+            let params = self.channel_params(&mut req, socket, server_port).await?;
             let mut progress = progress;
             let mut task = DataTask::spawn(move |cancel| {
                 let done =
@@ -332,11 +324,7 @@ impl Client {
             ServerMsg::Ready { udp_port } => udp_port,
             other => return Err(unexpected(other)),
         };
-        let socket = match self.data_socket() {
-            Ok(socket) => socket,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        req.write(&ClientMsg::Ready { udp_port: port_of(&socket)? }).await?;
+        let socket = self.announce_data_socket(&mut req).await?;
         debug!(remote_path, size, "sending");
 
         let (reply, channel) = if size == 0 {
@@ -344,11 +332,7 @@ impl Client {
             progress(Progress { bytes: 0, total: 0 });
             (req.read(hash_budget(0)).await, None)
         } else {
-            let peer = SocketAddr::new(self.server_ip(), server_port);
-            let params = match self.setup(req.id).params(socket, peer) {
-                Ok(params) => params,
-                Err(err) => return Err(req.fail(err).await),
-            };
+            let params = self.channel_params(&mut req, socket, server_port).await?;
             let mut progress = progress;
             let mut task = DataTask::spawn(move |cancel| {
                 datapath::send_file(params, &file, 0..size, &mut progress, cancel)
@@ -397,6 +381,35 @@ impl Client {
     async fn request(&self) -> Result<Request<'_>, SessionError> {
         let (send, recv) = self.conn.open_bi().await.map_err(|e| connection_error(&e))?;
         Ok(Request { conn: &self.conn, id: u64::from(send.id()), send, recv })
+    }
+
+    /// Binds this end's data socket and tells the server its port; a failure is reported to the
+    /// server before it is returned.
+    async fn announce_data_socket(
+        &self,
+        req: &mut Request<'_>,
+    ) -> Result<std::net::UdpSocket, SessionError> {
+        let socket = match self.data_socket() {
+            Ok(socket) => socket,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        req.write(&ClientMsg::Ready { udp_port: port_of(&socket)? }).await?;
+        Ok(socket)
+    }
+
+    /// This end's channel parameters toward the server's data port; a failure is reported to
+    /// the server before it is returned.
+    async fn channel_params(
+        &self,
+        req: &mut Request<'_>,
+        socket: std::net::UdpSocket,
+        server_port: u16,
+    ) -> Result<datapath::ChannelParams, SessionError> {
+        let peer = SocketAddr::new(self.server_ip(), server_port);
+        match self.setup(req.id).params(socket, peer) {
+            Ok(params) => Ok(params),
+            Err(err) => Err(req.fail(err).await),
+        }
     }
 
     fn setup(&self, request_id: u64) -> ChannelSetup<'_> {
