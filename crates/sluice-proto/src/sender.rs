@@ -132,6 +132,20 @@ impl Sender {
         rx_key: PacketKey,
         now_us: u64,
     ) -> Result<Self, crate::config::ConfigError> {
+        let cc = crate::cc::build(&config);
+        Self::with_controller(config, cc, tx_key, rx_key, now_us)
+    }
+
+    /// A sender like [`Sender::new`] whose rate and window come from `cc` instead of the
+    /// controller `config.cc` names (the channels of one transfer share a rate through
+    /// [`crate::cc::coupled::CouplingGroup`] members).
+    pub fn with_controller(
+        config: ChannelConfig,
+        cc: Box<dyn CongestionControl>,
+        tx_key: PacketKey,
+        rx_key: PacketKey,
+        now_us: u64,
+    ) -> Result<Self, crate::config::ConfigError> {
         config.validate()?;
         let initial = u64::from(config.initial_dsn);
         let mut timers = TimerTable::default();
@@ -142,7 +156,7 @@ impl Sender {
             tx_key,
             rx_key,
             next_pn: 0,
-            cc: crate::cc::build(&config),
+            cc,
             rtt: RttEstimator::new(config.initial_rtt_us),
             rtt_floor: RttEstimator::new(config.initial_rtt_us),
             queue: VecDeque::new(),

@@ -18,6 +18,7 @@
 //! [`frozen_until_us`]: CongestionControl::frozen_until_us
 
 pub mod adaptive;
+pub mod coupled;
 pub mod fixed;
 pub mod udt;
 
