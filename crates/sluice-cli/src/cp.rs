@@ -42,9 +42,13 @@ pub(crate) struct CpArgs {
     /// Sending rate of `--cc fixed`, and a cap for the others, in Mbit/s.
     #[arg(long)]
     rate_mbit: Option<f64>,
-    /// Largest UDP datagram in bytes (the default fits a 1500-byte MTU).
+    /// Largest UDP datagram in bytes (the default, 1452, fits a 1500-byte MTU; up to 65000
+    /// where the path carries jumbo frames).
     #[arg(long)]
     packet_size: Option<usize>,
+    /// Data channels per transfer (default: one per core, as many as the server allows).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    channels: Option<u32>,
     /// Print nothing but errors.
     #[arg(short, long)]
     quiet: bool,
@@ -159,6 +163,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
         known_hosts: args.known_hosts.clone().unwrap_or_else(crate::default_known_hosts),
         trust,
         channel,
+        channels: args.channels,
     };
 
     let started = std::time::Instant::now();

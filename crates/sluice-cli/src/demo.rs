@@ -26,6 +26,9 @@ pub(crate) struct DemoArgs {
     /// Keep the test files afterwards.
     #[arg(long)]
     keep: bool,
+    /// Data channels (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    channels: Option<u32>,
 }
 
 /// Removes the demo directory when dropped (unless kept).
@@ -136,6 +139,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         state_dir: state.clone(),
         tokens_file: tokens.clone(),
         idle_timeout: std::time::Duration::from_secs(30),
+        max_channels: args.channels,
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();
@@ -155,8 +159,10 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         known_hosts: state.join("client_known_hosts"),
         trust: TrustPolicy::Pinned(fingerprint),
         channel: sluice::session::default_channel_config(),
+        channels: args.channels,
     })
     .await?;
+    let channels = client.channels();
     let report = client.get("demo.bin", &target, |_| {}).await?;
     let sluice_secs = started.elapsed().as_secs_f64();
     client.close().await;
@@ -185,7 +191,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
             &want.to_hex()[..16]
         );
         println!(
-            "sluice: {sluice_secs:.2} s, {sluice_mbit:.0} Mbit/s (encrypted, one UDP channel, handshake, hashing and fsync included)"
+            "sluice: {sluice_secs:.2} s, {sluice_mbit:.0} Mbit/s (encrypted, {channels} UDP channel(s), handshake, hashing and fsync included)"
         );
         println!(
             "tcp:    {tcp_secs:.2} s, {tcp_mbit:.0} Mbit/s (plain loopback TCP copy of the same file, fsync included, no encryption)"

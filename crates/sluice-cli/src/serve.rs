@@ -24,6 +24,9 @@ pub(crate) struct ServeArgs {
     /// File of accepted client tokens, one per line (must not be readable by others).
     #[arg(long)]
     tokens: PathBuf,
+    /// The most data channels one transfer may use (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    max_channels: Option<u32>,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -38,6 +41,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         state_dir: args.state_dir.unwrap_or_else(crate::default_state_dir),
         tokens_file: args.tokens,
         idle_timeout: std::time::Duration::from_secs(30),
+        max_channels: args.max_channels,
     };
     let server = Server::bind(config).context("cannot start the server")?;
     #[allow(clippy::print_stdout)]

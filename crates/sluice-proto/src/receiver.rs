@@ -92,6 +92,9 @@ pub struct ReceiverStats {
 #[derive(Debug, Clone, Copy)]
 enum Pending {
     Ack,
+    /// The answer to the sender's keep-alive, so that an idle sender (one waiting for the other
+    /// channels of its transfer) hears from us and does not declare the channel broken.
+    KeepAlive,
     /// An immediate NAK for one newly detected gap.
     NakGap(u64, u64),
     /// The periodic loss-list report, continuing from this sequence number.
@@ -285,7 +288,7 @@ impl Receiver {
         control: Control<'_>,
     ) -> Result<Option<Delivered>, Rejected> {
         match control {
-            Control::KeepAlive => {}
+            Control::KeepAlive => self.push_pending(Pending::KeepAlive),
             Control::Shutdown { reason } => {
                 self.state = State::Closed(reason);
                 self.timers = TimerTable::default();
@@ -378,6 +381,7 @@ impl Receiver {
                 let ack = self.make_ack(now_us);
                 (Kind::Ack, Control::Ack(ack).emit(body).ok()?)
             }
+            Pending::KeepAlive => (Kind::KeepAlive, Control::KeepAlive.emit(body).ok()?),
             Pending::NakGap(lo, hi) => {
                 // Only what is still missing.
                 let ranges = self.loss_ranges_from(lo).take_while(|&(l, _)| l <= hi);
@@ -411,7 +415,8 @@ impl Receiver {
         self.next_pn += 1;
         match kind {
             Kind::Ack => self.stats.acks_sent += 1,
-            _ => self.stats.naks_sent += 1,
+            Kind::Nak => self.stats.naks_sent += 1,
+            _ => {}
         }
         Some(len)
     }

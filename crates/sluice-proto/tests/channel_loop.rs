@@ -200,3 +200,47 @@ fn lost_final_acks_are_recovered_by_the_probe() {
         o.end_us
     );
 }
+
+/// A sender with nothing to send yet (a channel waiting while the other channels of its
+/// transfer finish) keeps the channel alive: its keep-alives are answered, so neither end
+/// declares the other silent. Then data pushed late still moves.
+#[test]
+fn an_idle_sender_stays_open_and_sends_later() {
+    let config = ChannelConfig {
+        idle_timeout_us: 2_000_000,
+        keepalive_us: 500_000,
+        ..ChannelConfig::default()
+    };
+    let mut sender = Sender::new(config.clone(), key(1), key(2), 0).unwrap();
+    let mut receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut received = 0u64;
+    let mut keepalive_answers = 0;
+    let mut now = 0u64;
+    // 10 ms steps, zero delay: 10 s idle (five idle timeouts), then 100 kB.
+    while now < 12_000_000 {
+        if now == 10_000_000 {
+            sender.push(0, 100_000);
+            sender.finish();
+        }
+        sender.handle_timeout(now);
+        receiver.handle_timeout(now);
+        while let Some(len) = sender.poll_transmit(now, &mut buf, &mut |_, dst| dst.fill(7)) {
+            if let Ok(Some(d)) = receiver.handle_datagram(now, &mut buf[..len]) {
+                received += d.range.len() as u64;
+            }
+        }
+        while let Some(len) = receiver.poll_transmit(now, &mut buf) {
+            keepalive_answers += u32::from(Header::parse(&buf[..len]).is_ok());
+            sender.handle_datagram(now, &mut buf[..len]);
+        }
+        if now < 10_000_000 {
+            assert_eq!(sender.state(), State::Open, "sender still open at {now} us");
+            assert_eq!(receiver.state(), State::Open, "receiver still open at {now} us");
+        }
+        now += 10_000;
+    }
+    assert!(keepalive_answers >= 10, "the receiver answered {keepalive_answers} keep-alives");
+    assert_eq!(received, 100_000);
+    assert_eq!(sender.state(), State::Closed(REASON_DONE));
+}

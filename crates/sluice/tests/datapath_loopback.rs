@@ -1,5 +1,6 @@
-//! One data channel over real UDP sockets on loopback: exact bytes at several sizes, repair
-//! through a seeded lossy relay, peer silence within the idle timeout, and cancellation.
+//! Data channels over real UDP sockets on loopback: exact bytes at several sizes over one and
+//! several channels, repair through a seeded lossy relay, a channel whose path dies mid-way,
+//! peer silence within the idle timeout, and cancellation.
 //!
 //! Every test prints its seed; `SLUICE_TEST_SEED=<n>` replays one. The tests run one at a time
 //! (a lock), because each spins a pacing thread and the machine may have two cores. No test
@@ -98,7 +99,7 @@ struct End {
 /// reports (sender: `true`) and may set that end's cancel flag.
 #[allow(clippy::too_many_arguments)]
 fn run_pair(
-    (sender, receiver): (ChannelParams, ChannelParams),
+    (sender, receiver): (Vec<ChannelParams>, Vec<ChannelParams>),
     src: &File,
     dst: &File,
     range: Range<u64>,
@@ -106,7 +107,7 @@ fn run_pair(
     cancel_receiver: &AtomicBool,
     on_progress: &(dyn Fn(bool, Progress) + Sync),
 ) -> (End, End) {
-    let run = |is_sender: bool, params: ChannelParams, file: &File, cancel: &AtomicBool| {
+    let run = |is_sender: bool, params: Vec<ChannelParams>, file: &File, cancel: &AtomicBool| {
         let mut progress = Vec::new();
         let mut note = |p: Progress| {
             progress.push((Instant::now(), p));
@@ -127,19 +128,45 @@ fn run_pair(
     })
 }
 
-/// Two ends talking directly.
+/// Two ends talking directly over one channel.
 fn direct(
     sender_config: ChannelConfig,
     receiver_config: ChannelConfig,
     seed: u64,
-) -> (ChannelParams, ChannelParams) {
-    let (s_keys, r_keys) = keys(seed);
-    let (s_sock, r_sock) = (bind(), bind());
-    let (s_addr, r_addr) = (addr(&s_sock), addr(&r_sock));
-    (
-        ChannelParams { config: sender_config, keys: s_keys, socket: s_sock, peer: r_addr },
-        ChannelParams { config: receiver_config, keys: r_keys, socket: r_sock, peer: s_addr },
-    )
+) -> (Vec<ChannelParams>, Vec<ChannelParams>) {
+    direct_channels(1, sender_config, receiver_config, seed)
+}
+
+/// Two ends talking directly over `n` channels (keys differ per channel).
+fn direct_channels(
+    n: u64,
+    sender_config: ChannelConfig,
+    receiver_config: ChannelConfig,
+    seed: u64,
+) -> (Vec<ChannelParams>, Vec<ChannelParams>) {
+    (0..n)
+        .map(|i| {
+            let (s_keys, r_keys) = keys(seed.wrapping_add(i * 7919));
+            let (s_sock, r_sock) = (bind(), bind());
+            let (s_addr, r_addr) = (addr(&s_sock), addr(&r_sock));
+            let config =
+                |c: &ChannelConfig| ChannelConfig { initial_dsn: (i * 1000) as u32, ..c.clone() };
+            (
+                ChannelParams {
+                    config: config(&sender_config),
+                    keys: s_keys,
+                    socket: s_sock,
+                    peer: r_addr,
+                },
+                ChannelParams {
+                    config: config(&receiver_config),
+                    keys: r_keys,
+                    socket: r_sock,
+                    peer: s_addr,
+                },
+            )
+        })
+        .unzip()
 }
 
 fn never(_: bool, _: Progress) {}
@@ -160,6 +187,17 @@ fn check_progress(end: &End, total: u64) {
 /// Moves `range` of a `len`-byte seeded file through a direct channel into a partial file and
 /// checks the bytes: inside the range they match, outside they are untouched.
 fn exact_transfer(test: &str, len: usize, range: Range<u64>, default_seed: u64) {
+    exact_transfer_over(1, test, len, range, default_seed)
+}
+
+/// [`exact_transfer`] over `channels` channels.
+fn exact_transfer_over(
+    channels: u64,
+    test: &str,
+    len: usize,
+    range: Range<u64>,
+    default_seed: u64,
+) {
     let _serial = serial();
     let seed = seed(test, default_seed);
     let dir = tempfile::tempdir().unwrap();
@@ -171,7 +209,7 @@ fn exact_transfer(test: &str, len: usize, range: Range<u64>, default_seed: u64) 
     partial.file().write_all_at(&filler, 0).unwrap();
 
     let no = AtomicBool::new(false);
-    let ends = direct(config(seed), config(seed), seed);
+    let ends = direct_channels(channels, config(seed), config(seed), seed);
     let (s, r) = run_pair(ends, &src, partial.file(), range.clone(), &no, &no, &never);
     let sent = s.result.as_ref().unwrap();
     let received = r.result.as_ref().unwrap();
@@ -202,8 +240,8 @@ fn an_empty_range_returns_at_once_without_packets() {
     let src = file_with(&dir, "src", b"");
     let dst = file_with(&dir, "dst", b"");
     let (sender, receiver) = direct(config(seed), config(seed), seed);
-    let s_probe = sender.socket.try_clone().unwrap();
-    let r_probe = receiver.socket.try_clone().unwrap();
+    let s_probe = sender[0].socket.try_clone().unwrap();
+    let r_probe = receiver[0].socket.try_clone().unwrap();
     let no = AtomicBool::new(false);
     let started = Instant::now();
     let (s, r) = run_pair((sender, receiver), &src, &dst, 0..0, &no, &no, &never);
@@ -262,6 +300,9 @@ struct Relay {
     seed: u64,
     loss: f64,
     reorder: f64,
+    /// After forwarding this many datagrams toward the receiver, the relay closes its sockets:
+    /// the channel's path is dead from then on (datagrams to it draw ICMP port unreachable).
+    die_after_pkts: Option<u64>,
 }
 
 impl Relay {
@@ -278,6 +319,9 @@ impl Relay {
         let targets = [self.receiver, self.sender];
         let out = [&self.far, &self.near];
         while !stop.load(Ordering::Relaxed) {
+            if self.die_after_pkts.is_some_and(|n| stats.forwarded[0] >= n) {
+                break;
+            }
             let mut idle = true;
             for dir in 0..2 {
                 for _ in 0..64 {
@@ -347,17 +391,18 @@ fn a_lossy_reordering_relay_is_repaired_over_real_sockets() {
         seed,
         loss: 0.02,
         reorder: 0.01,
+        die_after_pkts: None,
         near,
         far,
     };
     let ends = (
-        ChannelParams {
+        vec![ChannelParams {
             config: cfg.clone(),
             keys: s_keys,
             socket: s_sock,
             peer: addr(&relay.near),
-        },
-        ChannelParams { config: cfg, keys: r_keys, socket: r_sock, peer: addr(&relay.far) },
+        }],
+        vec![ChannelParams { config: cfg, keys: r_keys, socket: r_sock, peer: addr(&relay.far) }],
     );
     let stop = AtomicBool::new(false);
     let no = AtomicBool::new(false);
@@ -483,4 +528,60 @@ fn a_short_source_file_fails_with_a_file_error() {
     let got = std::fs::read(dir.path().join("dst")).unwrap();
     let data = content(100_000, seed);
     assert!(got.len() <= 100_000 && got[..] == data[..got.len()], "bytes past the read error");
+}
+
+#[test]
+fn four_channels_move_a_file_exactly() {
+    // 10 chunks and a tail over 4 channels: every channel takes several, first come first served.
+    let len = 10 * sluice::datapath::CHUNK_BYTES as usize + 12_345;
+    exact_transfer_over(4, "four_channels", len, 0..len as u64, 20);
+}
+
+#[test]
+fn a_channel_whose_socket_dies_mid_way_hands_its_chunks_to_the_others() {
+    let _serial = serial();
+    let seed = seed("dead_channel", 21);
+    let len = 12 * sluice::datapath::CHUNK_BYTES as usize;
+    let dir = tempfile::tempdir().unwrap();
+    let data = content(len, seed);
+    let src = file_with(&dir, "src", &data);
+    let dst = file_with(&dir, "dst", &vec![0u8; len]);
+    // Three channels, each end silent-tolerant for 2 s; channel 1 goes through a relay that
+    // closes its sockets after 2000 datagrams (about 3 MB: inside its first chunk).
+    let cfg = ChannelConfig { idle_timeout_us: 2_000_000, ..config(seed) };
+    let (mut senders, mut receivers) = direct_channels(3, cfg.clone(), cfg, seed);
+    let (near, far) = (bind(), bind());
+    let relay = Relay {
+        sender: addr(&senders[1].socket),
+        receiver: addr(&receivers[1].socket),
+        seed,
+        loss: 0.0,
+        reorder: 0.0,
+        die_after_pkts: Some(2_000),
+        near,
+        far,
+    };
+    senders[1].peer = addr(&relay.near);
+    receivers[1].peer = addr(&relay.far);
+    let stop = AtomicBool::new(false);
+    let no = AtomicBool::new(false);
+    let (s, r, stats) = std::thread::scope(|scope| {
+        let relay = scope.spawn(|| relay.run(&stop));
+        let (s, r) = run_pair((senders, receivers), &src, &dst, 0..len as u64, &no, &no, &never);
+        stop.store(true, Ordering::Relaxed);
+        (s, r, relay.join().unwrap())
+    });
+    println!("dead_channel: relay {stats:?}");
+    assert!(stats.forwarded[0] >= 2_000, "the relay died before carrying anything");
+    let sent = s.result.unwrap();
+    let received = r.result.unwrap();
+    println!("dead_channel: sender {sent:?}");
+    println!("dead_channel: receiver {received:?}");
+    assert_eq!((sent.channels, sent.lost_channels), (3, 1), "the sender lost channel 1 alone");
+    assert_eq!((received.channels, received.lost_channels), (3, 1));
+    assert_eq!(sent.bytes, len as u64);
+    assert_eq!(received.bytes, len as u64);
+    let mut got = vec![0u8; len];
+    dst.read_exact_at(&mut got, 0).unwrap();
+    assert!(got == data, "the received file differs");
 }

@@ -169,24 +169,34 @@ async fn put_by_hand(
     write_message(&mut send, &ClientMsg::Put { path: path.into(), size, blake3: announced })
         .await
         .unwrap();
-    let ServerMsg::Ready { udp_port } = read_message(&mut recv, SECOND).await.unwrap() else {
+    let ServerMsg::Ready { udp_ports } = read_message(&mut recv, SECOND).await.unwrap() else {
         panic!("no Ready")
     };
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = socket.local_addr().unwrap().port();
-    write_message(&mut send, &ClientMsg::Ready { udp_port: port }).await.unwrap();
+    // As many channels as the server chose (at most the 4 offered in Hello).
+    assert!((1..=4).contains(&udp_ports.len()), "{udp_ports:?}");
+    let sockets: Vec<_> =
+        udp_ports.iter().map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let ports = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
+    write_message(&mut send, &ClientMsg::Ready { udp_ports: ports }).await.unwrap();
 
-    let at = ChannelRef { session_id, request_id, channel: 0 };
-    let secrets = ChannelSecrets::derive(&conn, &at).unwrap();
-    let mut config = default_channel_config();
-    config.initial_dsn = secrets.initial_dsn;
-    config.seed = secrets.seed;
-    let params = ChannelParams {
-        config,
-        keys: secrets.keys(Role::Client, Algorithm::Aes256Gcm),
-        socket,
-        peer: SocketAddr::new(server.addr.ip(), udp_port),
-    };
+    let params: Vec<ChannelParams> = sockets
+        .into_iter()
+        .zip(&udp_ports)
+        .enumerate()
+        .map(|(channel, (socket, &udp_port))| {
+            let at = ChannelRef { session_id, request_id, channel: channel as u32 };
+            let secrets = ChannelSecrets::derive(&conn, &at).unwrap();
+            let mut config = default_channel_config();
+            config.initial_dsn = secrets.initial_dsn;
+            config.seed = secrets.seed;
+            ChannelParams {
+                config,
+                keys: secrets.keys(Role::Client, Algorithm::Aes256Gcm),
+                socket,
+                peer: SocketAddr::new(server.addr.ip(), udp_port),
+            }
+        })
+        .collect();
     let file = tempfile::tempfile().unwrap();
     std::io::Write::write_all(&mut &file, &data).unwrap();
     let sender = tokio::task::spawn_blocking(move || {

@@ -1,6 +1,7 @@
 //! File I/O in large blocks: read-ahead for the sender, write-behind for the receiver. Each
 //! holds one fixed buffer, so memory does not grow with the file.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -10,9 +11,10 @@ pub const READ_BLOCK_BYTES: usize = 256 << 10;
 /// Bytes of contiguous payload the receiver gathers before one write.
 pub const WRITE_BLOCK_BYTES: usize = 256 << 10;
 
-/// Serves the sender's `fill(offset, dst)` calls. New data comes in increasing offsets, so it is
-/// read a block at a time; a retransmission (an offset behind the block) reads just its bytes,
-/// because loss is scattered and a block per lost packet would multiply the reads.
+/// Serves the sender's `fill(offset, dst)` calls. New data comes in increasing offsets within
+/// each chunk the channel took, so it is read a block at a time; a retransmission (an offset
+/// outside the block that is not the start of a chunk) reads just its bytes, because loss is
+/// scattered and a block per lost packet would multiply the reads.
 pub(super) struct ReadAhead<'f> {
     file: &'f File,
     buf: Box<[u8]>,
@@ -21,21 +23,37 @@ pub(super) struct ReadAhead<'f> {
     valid: usize,
     /// One past the last byte the sender may ask for: reads never go past it.
     end: u64,
+    /// Starts of the chunks queued for sending whose first packet has not been read yet: a
+    /// read there begins a new block.
+    expected: VecDeque<u64>,
 }
 
 impl<'f> ReadAhead<'f> {
     pub(super) fn new(file: &'f File, start: u64, end: u64) -> Self {
-        Self { file, buf: vec![0; READ_BLOCK_BYTES].into_boxed_slice(), start, valid: 0, end }
+        let buf = vec![0; READ_BLOCK_BYTES].into_boxed_slice();
+        Self { file, buf, start, valid: 0, end, expected: VecDeque::new() }
+    }
+
+    /// Says that new data will next be read from `offset` (the start of a chunk queued after
+    /// the ones before).
+    pub(super) fn expect(&mut self, offset: u64) {
+        self.expected.push_back(offset);
     }
 
     /// Writes the file's bytes at `offset` into `dst` (exactly `dst.len()` bytes).
     pub(super) fn fill(&mut self, offset: u64, dst: &mut [u8]) -> io::Result<()> {
         let len = dst.len() as u64;
+        let fresh = self.expected.front() == Some(&offset);
+        if fresh {
+            self.expected.pop_front();
+        }
         let cached_end = self.start + self.valid as u64;
-        if offset < self.start || offset > cached_end || len > self.buf.len() as u64 {
+        let cached = offset >= self.start && offset + len <= cached_end;
+        let continues = offset >= self.start && offset <= cached_end;
+        if len > self.buf.len() as u64 || !(cached || continues || fresh) {
             return self.file.read_exact_at(dst, offset);
         }
-        if offset + len > cached_end {
+        if !cached {
             // The next new data: read the block that starts with it.
             let want = (self.end.saturating_sub(offset).min(self.buf.len() as u64)).max(len);
             self.valid = 0;

@@ -1,39 +1,54 @@
-//! The data plane: one data channel over a real UDP socket, moving a byte range of a file.
+//! The data plane: the data channels of one transfer over real UDP sockets, moving a byte
+//! range of a file.
 //!
-//! One thread (the caller's) drives one channel in a loop:
-//! 1. receive what the socket holds, non-blocking and at most a bounded number per turn;
+//! A transfer runs N channels (MCDTP's parallel data channels), each with its own socket pair,
+//! its own `sluice-proto` sender or receiver, and its own thread; the caller's thread
+//! supervises them ([`transfer`]): it reports progress every 100 ms and passes `cancel` on.
+//!
+//! - Work is shared first come, first served ([`plan`]): the range is cut into chunks of
+//!   [`CHUNK_BYTES`]; a sending channel takes the next chunk whenever its queue runs low, so a
+//!   slow channel takes fewer. If a channel dies (its peer silent for the idle timeout, a
+//!   socket error), the unacknowledged rest of its chunks goes back to the plan and the other
+//!   channels carry it; the transfer fails only when every channel has died.
+//! - The channels share one rate budget: their controllers are members of one
+//!   [`CouplingGroup`](sluice_proto::cc::coupled::CouplingGroup), so N channels are as fair to
+//!   other traffic as one flow.
+//! - On the receiving side every channel writes into the one file at the offsets the packets
+//!   carry, and one shared record of what arrived (a chunk handed from a dead channel to another
+//!   may arrive twice) says when the range is complete.
+//!
+//! Each channel's thread drives its state machine in a loop:
+//! 1. receive what the socket holds, one batch (`recvmmsg`, with GRO where the kernel has it);
 //! 2. fire the protocol's timers (`handle_timeout`);
-//! 3. send everything the state machine has due (`poll_transmit` until `None`);
-//! 4. wait until the state machine's next deadline or a datagram, whichever comes first: long
-//!    waits sleep in `poll(2)` (at most [`MAX_SLEEP_US`] so `cancel` is seen within a few ms),
-//!    short ones spin, because a sleeping thread wakes tens of microseconds late and pacing at
-//!    hundreds of Mbit/s needs packets a few microseconds apart. The receiver, whose timers are
-//!    coarse, sleeps through every wait, except that it keeps polling (yielding the core) for
-//!    a moment after each datagram while data flows: waking a sleeping receiver for every
-//!    datagram cost the sending side more than sending it, and halved loopback goodput.
+//! 3. send everything due, in batches of equal-sized datagrams (one GSO `sendmsg`, or
+//!    `sendmmsg`, per batch; [`sluice_udp`]);
+//! 4. wait until the next deadline or a datagram. The sender paces in small batches: it lets
+//!    about 200 us of sending time accrue (at most one batch) and sleeps in `poll(2)` until
+//!    then; the pacer catches up after a late wake-up by at most
+//!    [`ChannelConfig::max_burst_pkts`](sluice_proto::config::ChannelConfig::max_burst_pkts)
+//!    packets, which corrects the period from the real send rate. Waits under 60 us spin. The
+//!    receiver, whose timers are coarse, sleeps, except that it keeps polling (yielding the
+//!    core) for a moment after each batch while data flows.
 //!
-//! One reusable datagram buffer per channel, no allocation per packet. The sender reads the file
-//! in blocks of [`READ_BLOCK_BYTES`] for new data (a retransmission reads just its packet); the
-//! receiver gathers contiguous payloads into writes of up to [`WRITE_BLOCK_BYTES`]. File I/O runs
-//! on the channel's thread: reads from the page cache are fast, but a disk that blocks stalls
-//! the pacer for that long.
-//!
-//! A thread is woken late now and then (by the scheduler, or by another channel on the same
-//! core); [`ChannelConfig::max_burst_pkts`] bounds how many packets the pacer may then send at
-//! once to catch up. [`REAL_TIME_BURST_PKTS`] is a good value for real sockets.
-//!
-//! The datagrams move with plain `sendto`/`recvfrom`, one per packet; GSO and GRO batches belong
-//! to the kernel datagram layer (`sluice-udp`), which this module does not use yet.
+//! No allocation per packet: each channel has fixed datagram buffers. The sender reads the
+//! file in blocks of [`READ_BLOCK_BYTES`] for new data (a retransmission reads just its
+//! packet); the receiver gathers contiguous payloads into writes of up to
+//! [`WRITE_BLOCK_BYTES`]. File I/O runs on the channel's thread: reads from the page cache are
+//! fast, but a disk that blocks stalls that channel's pacer for that long.
 //!
 //! # Endings
-//! - The sender returns once every byte is acknowledged and its shutdown is sent.
-//! - The receiver returns once every byte of its range arrived and then either the sender's
+//! - A sending channel ends once every byte of the transfer is acknowledged (by it or the
+//!   others) and its shutdown is sent; one without chunks waits, keeping its channel alive, in
+//!   case a dying channel hands chunks back.
+//! - A receiving channel ends once the whole range arrived and then either its sender's
 //!   shutdown came or a linger of max(3 RTT, 500 ms) passed, so the sender gets its final ACK.
 //! - An empty range returns at once on both sides, without a packet.
-//! - The protocol's `Broken` state (nothing heard for `idle_timeout_us`) is
+//! - A channel's `Broken` state (nothing heard for `idle_timeout_us`) is
 //!   [`DataError::PeerSilent`]; `Closed` before the range is complete is
-//!   [`DataError::ClosedEarly`]; `cancel` is [`DataError::Cancelled`]. A cancelled end sends
-//!   nothing more (the protocol has no abort packet): its peer notices by its idle timeout.
+//!   [`DataError::ClosedEarly`]. These end the transfer only when no channel is left.
+//!   `cancel` is [`DataError::Cancelled`]; a file error ends the whole transfer. A cancelled
+//!   end sends nothing more (the protocol has no abort packet): its peer notices by its idle
+//!   timeout.
 //! - The final progress report comes on every ending, failures included; a failed receiver
 //!   still writes out what it gathered.
 
@@ -42,17 +57,21 @@ use std::net::{SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::sync::atomic::AtomicBool;
 
+use sluice_proto::cc::coupled::CouplingGroup;
 use sluice_proto::config::ChannelConfig;
 use sluice_proto::crypto::PacketKey;
 
 mod blocks;
+mod plan;
 mod port;
 mod recv;
 mod send;
 #[cfg(test)]
 mod tests;
+mod transfer;
 
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
+pub use plan::CHUNK_BYTES;
 pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
 
 /// A `max_burst_pkts` for channels on real sockets: enough catch-up for a thread woken some
@@ -90,10 +109,10 @@ pub struct Progress {
     pub total: u64,
 }
 
-/// What a finished channel did.
+/// What a finished transfer's channels did, summed over the channels.
 #[derive(Debug, Clone, Default)]
 pub struct ChannelReport {
-    /// Payload bytes moved.
+    /// Payload bytes of the range moved.
     pub bytes: u64,
     /// Seconds from start to finish.
     pub seconds: f64,
@@ -103,6 +122,10 @@ pub struct ChannelReport {
     pub retransmitted_pkts: u64,
     /// Datagrams rejected (failed authentication or malformed).
     pub rejected_pkts: u64,
+    /// Data channels the transfer ran.
+    pub channels: u32,
+    /// Channels that failed while the others completed the transfer.
+    pub lost_channels: u32,
 }
 
 /// Why a channel failed.
@@ -126,77 +149,84 @@ pub enum DataError {
     /// The peer closed the channel before the range was complete.
     #[error("the peer closed the data channel early (reason {0})")]
     ClosedEarly(u32),
+    /// The path refused a datagram as too large.
+    #[error("the path does not carry {0}-byte datagrams (EMSGSIZE): choose a smaller packet size")]
+    PacketTooLarge(usize),
+    /// No channels were given.
+    #[error("a transfer needs at least one data channel")]
+    NoChannels,
 }
 
-/// Sends `range` of `file` (payload offsets are file offsets). Blocks until every byte is
-/// acknowledged, the peer is silent for the idle timeout, or `cancel` is set.
+/// Sends `range` of `file` (payload offsets are file offsets) over `channels`. Blocks until
+/// every byte is acknowledged, every channel failed, or `cancel` is set.
 pub fn send_file(
-    params: ChannelParams,
+    channels: Vec<ChannelParams>,
     file: &File,
     range: Range<u64>,
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
-    if nothing_to_move(&params, &range, progress)? {
+    if nothing_to_move(&channels, &range, progress)? {
         return Ok(ChannelReport::default());
     }
-    send::run(params, file, range, progress, cancel)
+    let total = range.end - range.start;
+    let ctx = send::SendShared {
+        file,
+        end: range.end,
+        plan: plan::Plan::new(range, CHUNK_BYTES),
+        group: CouplingGroup::new(&channels[0].config, channels.len()),
+        shared: transfer::Shared::default(),
+    };
+    let bytes = || ctx.plan.acked_bytes();
+    let run = |index, params, start| send::channel(index, params, &ctx, start);
+    let ends = transfer::supervise(channels, &ctx.shared, cancel, total, &bytes, progress, &run);
+    let mut report = transfer::verdict(ends, ctx.plan.done(), &ctx.shared, cancel)?;
+    report.bytes = ctx.plan.acked_bytes();
+    Ok(report)
 }
 
-/// Receives `range` into `file` (written at the file offsets the packets carry). Blocks until
-/// every byte arrived (then lingers briefly so the sender sees the final ACK), the peer is silent
-/// for the idle timeout, or `cancel` is set.
+/// Receives `range` into `file` (written at the file offsets the packets carry) over
+/// `channels`. Blocks until every byte arrived (then each channel lingers briefly so its sender
+/// sees the final ACK), every channel failed, or `cancel` is set.
 pub fn receive_file(
-    params: ChannelParams,
+    channels: Vec<ChannelParams>,
     file: &File,
     range: Range<u64>,
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
-    if nothing_to_move(&params, &range, progress)? {
+    if nothing_to_move(&channels, &range, progress)? {
         return Ok(ChannelReport::default());
     }
-    recv::run(params, file, range, progress, cancel)
+    let total = range.end - range.start;
+    let ctx = recv::RecvShared::new(file, range);
+    let bytes = || ctx.bytes();
+    let run = |index, params, start| recv::channel(index, params, &ctx, start);
+    let ends = transfer::supervise(channels, &ctx.shared, cancel, total, &bytes, progress, &run);
+    let mut report = transfer::verdict(ends, ctx.complete(), &ctx.shared, cancel)?;
+    report.bytes = ctx.bytes();
+    report.rejected_pkts += ctx.out_of_range();
+    Ok(report)
 }
 
-/// Checks the configuration; for an empty range, reports the (empty) progress once and says
+/// Checks the configurations; for an empty range, reports the (empty) progress once and says
 /// there is nothing to move, so neither end sends a packet.
 fn nothing_to_move(
-    params: &ChannelParams,
+    channels: &[ChannelParams],
     range: &Range<u64>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<bool, DataError> {
-    params.config.validate()?;
+    if channels.is_empty() {
+        return Err(DataError::NoChannels);
+    }
+    for params in channels {
+        params.config.validate()?;
+    }
     if range.end <= range.start {
         progress(Progress { bytes: 0, total: 0 });
         return Ok(true);
     }
     Ok(false)
-}
-
-/// Reports progress at most every 100 ms, and once at the end.
-struct Reporter {
-    total: u64,
-    next_us: u64,
-}
-
-impl Reporter {
-    const INTERVAL_US: u64 = 100_000;
-
-    fn new(total: u64, now_us: u64) -> Self {
-        Self { total, next_us: now_us + Self::INTERVAL_US }
-    }
-
-    fn tick(&mut self, now_us: u64, bytes: u64, progress: &mut dyn FnMut(Progress)) {
-        if now_us >= self.next_us {
-            progress(Progress { bytes, total: self.total });
-            self.next_us = now_us + Self::INTERVAL_US;
-        }
-    }
-
-    fn finish(&self, bytes: u64, progress: &mut dyn FnMut(Progress)) {
-        progress(Progress { bytes, total: self.total });
-    }
 }
 
 /// The idle timeout in whole seconds (rounded up), as [`DataError::PeerSilent`] reports it.

@@ -1,39 +1,32 @@
-//! The channel's socket and clock: non-blocking datagrams, the hybrid sleep/spin wait, and
-//! socket buffer sizes.
+//! One channel's socket and clock: batches of datagrams through `sluice-udp`, and the hybrid
+//! sleep/spin wait.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::net::sockopt;
+use sluice_udp::{RecvBatch, Socket};
 
 use super::DataError;
 
-/// Socket buffer size requested in each direction. UDP never pushes back, so a burst the
-/// receiving thread does not drain in time is lost unless the kernel can queue it.
-pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+/// Socket buffer size requested in each direction. The protocol keeps its own window, so the
+/// kernel's buffers need not hold a bandwidth-delay product: they absorb a batch in flight and
+/// the stalls of the thread that drains them (16 MiB is 13 ms at 10 Gbit/s). UDP never pushes
+/// back, so what does not fit is lost. A smaller grant is reported once, with the sysctl to set.
+pub const SOCKET_BUFFER_BYTES: usize = 16 << 20;
 /// Longest single sleep, so that `cancel` and the progress report are looked at every few ms.
 pub const MAX_SLEEP_US: u64 = 5_000;
-/// The receive buffer: any UDP datagram fits, so none is silently truncated.
-pub(super) const DATAGRAM_BUF_BYTES: usize = 65_536;
-/// A wait longer than this sleeps in `poll(2)`; a shorter one spins (precise ports only).
-const SPIN_BELOW_US: u64 = 1_000;
-/// A precise sleep ends this much early and spins the rest: a sleeping thread wakes late
-/// (timer slack is 50 us by default, and scheduling adds more).
-const WAKE_EARLY_US: u64 = 200;
-/// While spinning, remaining waits above this yield the core (another channel may need it);
-/// below it, busy-wait.
-const YIELD_ABOVE_US: u64 = 20;
+/// A precise wait shorter than this spins; a longer one sleeps in `poll(2)` and lets the pacer
+/// catch up on what a late wake-up cost (the sender sends in batches anyway).
+const SPIN_BELOW_US: u64 = 60;
+/// Largest GSO batch in bytes (the kernel's limit for one UDP datagram is 64 KiB).
+const MAX_BATCH_BYTES: usize = 64_000;
 
-static RCVBUF_WARNED: AtomicBool = AtomicBool::new(false);
-static SNDBUF_WARNED: AtomicBool = AtomicBool::new(false);
-
-/// One end's socket, its peer, and the channel clock (microseconds since the channel started).
+/// One end's socket, its peer, and the transfer's clock (microseconds since the transfer
+/// started; every channel of a transfer shares it, so times compare across channels).
 pub(super) struct Port {
-    socket: UdpSocket,
-    peer: SocketAddr,
+    socket: Socket,
     start: Instant,
     /// Whether waits must end on time (a pacing sender) or may end late (a receiver, whose
     /// deadlines are timers of 10 ms and more).
@@ -45,48 +38,47 @@ impl Port {
         socket: UdpSocket,
         peer: SocketAddr,
         precise: bool,
+        start: Instant,
     ) -> Result<Self, DataError> {
-        socket.set_nonblocking(true).map_err(DataError::Socket)?;
-        size_buffers(&socket);
-        Ok(Self { socket, peer, start: Instant::now(), precise })
+        let (socket, _report) =
+            Socket::new(socket, peer, SOCKET_BUFFER_BYTES).map_err(DataError::Socket)?;
+        Ok(Self { socket, start, precise })
     }
 
-    /// Microseconds since the channel started, on a monotonic clock.
+    /// Microseconds since the transfer started, on a monotonic clock.
     pub(super) fn now_us(&self) -> u64 {
         self.start.elapsed().as_micros() as u64
     }
 
-    /// Takes one waiting datagram into `buf`, or returns `None` if none is waiting.
-    pub(super) fn try_recv(&self, buf: &mut [u8]) -> Result<Option<usize>, DataError> {
-        loop {
-            match self.socket.recv_from(buf) {
-                Ok((len, _from)) => return Ok(Some(len)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                // An ICMP error from an earlier send, reported once: the peer's idle timeout
-                // decides whether it is gone.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted || is_transient(&e) => {}
-                Err(e) => return Err(DataError::Socket(e)),
-            }
-        }
+    /// Datagrams of `segment_bytes` one batch may carry.
+    pub(super) fn batch_segments(&self, segment_bytes: usize) -> usize {
+        self.socket.max_segments().min(MAX_BATCH_BYTES / segment_bytes.max(1)).max(1)
     }
 
-    /// Sends one datagram to the peer. A full socket buffer is waited out (checking `cancel`);
-    /// transient errors count as a lost packet, which the protocol repairs.
-    pub(super) fn send(&self, datagram: &[u8], cancel: &AtomicBool) -> Result<(), DataError> {
-        loop {
-            match self.socket.send_to(datagram, self.peer) {
-                Ok(_) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if cancel.load(Ordering::Relaxed) {
-                        return Err(DataError::Cancelled);
-                    }
-                    self.poll(PollFlags::OUT, MAX_SLEEP_US)?;
+    /// Takes what is waiting (one batch) into `batch`; returns the number of datagrams.
+    pub(super) fn recv(&self, batch: &mut RecvBatch) -> Result<usize, DataError> {
+        self.socket.recv_batch(batch).map_err(DataError::Socket)
+    }
+
+    /// Sends `data`, datagrams of `segment` bytes (the last may be shorter). A full socket
+    /// buffer is waited out (checking `cancel`).
+    pub(super) fn send(
+        &self,
+        mut data: &[u8],
+        segment: usize,
+        cancel: &AtomicBool,
+    ) -> Result<(), DataError> {
+        while !data.is_empty() {
+            let sent = self.socket.send_batch(data, segment).map_err(|e| send_error(e, segment))?;
+            data = &data[(sent * segment).min(data.len())..];
+            if sent == 0 {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(DataError::Cancelled);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if is_transient(&e) => return Ok(()),
-                Err(e) => return Err(DataError::Socket(e)),
+                self.socket.wait(true, MAX_SLEEP_US).map_err(DataError::Socket)?;
             }
         }
+        Ok(())
     }
 
     /// Waits until `deadline_us`, or less: a datagram arriving ends a sleep early, and no sleep
@@ -94,85 +86,21 @@ impl Port {
     pub(super) fn wait(&self, deadline_us: u64) -> Result<(), DataError> {
         let now = self.now_us();
         let Some(wait) = deadline_us.checked_sub(now).filter(|w| *w > 0) else { return Ok(()) };
-        if !self.precise {
-            return self.poll(PollFlags::IN, wait.min(MAX_SLEEP_US));
+        if !self.precise || wait >= SPIN_BELOW_US {
+            return self.socket.wait(false, wait.min(MAX_SLEEP_US)).map_err(DataError::Socket);
         }
-        if wait > SPIN_BELOW_US {
-            return self.poll(PollFlags::IN, (wait - WAKE_EARLY_US).min(MAX_SLEEP_US));
+        while self.now_us() < deadline_us {
+            std::hint::spin_loop();
         }
-        loop {
-            let left = deadline_us.saturating_sub(self.now_us());
-            if left == 0 {
-                return Ok(());
-            }
-            if left > YIELD_ABOVE_US {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    }
-
-    /// Sleeps until the socket is ready for `flags` or `timeout_us` passes.
-    fn poll(&self, flags: PollFlags, timeout_us: u64) -> Result<(), DataError> {
-        let timeout = Timespec {
-            tv_sec: (timeout_us / 1_000_000) as i64,
-            tv_nsec: ((timeout_us % 1_000_000) * 1_000) as i64,
-        };
-        let mut fds = [PollFd::new(&self.socket, flags)];
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
-            Err(e) => Err(DataError::Socket(e.into())),
-        }
+        Ok(())
     }
 }
 
-/// Errors after which the socket still works: ICMP reports of an earlier datagram, and a full
-/// device queue. Both are a lost packet to the protocol.
-fn is_transient(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::HostUnreachable
-            | io::ErrorKind::NetworkUnreachable
-    ) || e.raw_os_error() == Some(rustix::io::Errno::NOBUFS.raw_os_error())
-}
-
-/// Asks for [`SOCKET_BUFFER_BYTES`] each way. As root, `SO_*BUFFORCE` gets past
-/// `net.core.{r,w}mem_max`; otherwise a request above the cap is silently clamped, so the size is
-/// read back and a clamp is reported once per process.
-fn size_buffers(socket: &UdpSocket) {
-    let granted = |force: fn(&UdpSocket, usize) -> rustix::io::Result<()>,
-                   plain: fn(&UdpSocket, usize) -> rustix::io::Result<()>,
-                   get: fn(&UdpSocket) -> rustix::io::Result<usize>| {
-        if force(socket, SOCKET_BUFFER_BYTES).is_err() {
-            // Not privileged: ask within the cap (clamped silently).
-            let _ = plain(socket, SOCKET_BUFFER_BYTES);
-        }
-        // Linux reports twice the size set (half of it is the kernel's bookkeeping).
-        get(socket).map(|n| if cfg!(target_os = "linux") { n / 2 } else { n }).unwrap_or(0)
-    };
-    let rcv = granted(
-        |s, n| sockopt::set_socket_recv_buffer_size_force(s, n),
-        |s, n| sockopt::set_socket_recv_buffer_size(s, n),
-        |s| sockopt::socket_recv_buffer_size(s),
-    );
-    let snd = granted(
-        |s, n| sockopt::set_socket_send_buffer_size_force(s, n),
-        |s, n| sockopt::set_socket_send_buffer_size(s, n),
-        |s| sockopt::socket_send_buffer_size(s),
-    );
-    warn_clamped(&RCVBUF_WARNED, "SO_RCVBUF", "net.core.rmem_max", rcv);
-    warn_clamped(&SNDBUF_WARNED, "SO_SNDBUF", "net.core.wmem_max", snd);
-}
-
-fn warn_clamped(warned: &AtomicBool, option: &str, sysctl: &str, granted: usize) {
-    if granted < SOCKET_BUFFER_BYTES && !warned.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            requested_bytes = SOCKET_BUFFER_BYTES,
-            granted_bytes = granted,
-            "the kernel clamped the data socket's {option}; bursts may be dropped at high \
-             rates: raise {sysctl} (sysctl -w {sysctl}={SOCKET_BUFFER_BYTES}) or run as root"
-        );
+/// A send error as the user should read it: a datagram the path refuses as too large names the
+/// packet size.
+fn send_error(e: io::Error, segment: usize) -> DataError {
+    if e.raw_os_error() == Some(rustix::io::Errno::MSGSIZE.raw_os_error()) {
+        return DataError::PacketTooLarge(segment);
     }
+    DataError::Socket(e)
 }

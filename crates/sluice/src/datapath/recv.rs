@@ -1,145 +1,171 @@
-//! The receiving end's loop.
+//! The receiving end: one thread per channel, all writing into one file and one shared record
+//! of what arrived.
 
 use std::fs::File;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use sluice_proto::intervals::IntervalSet;
 use sluice_proto::receiver::{Receiver, State};
+use sluice_udp::RecvBatch;
 
 use super::blocks::WriteBehind;
-use super::port::{DATAGRAM_BUF_BYTES, MAX_SLEEP_US, Port};
-use super::{ChannelParams, ChannelReport, DataError, Progress, Reporter, idle_secs};
+use super::port::{MAX_SLEEP_US, Port};
+use super::transfer::{ChannelEnd, Shared};
+use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
-/// Datagrams taken from the socket per turn at most, so timers (ACKs) are not starved.
-const MAX_RECV_PER_TURN: usize = 256;
 /// While datagrams keep coming, the receiver polls the socket for this long after the last one
-/// instead of sleeping: a sleeping receiver must be woken for each datagram, and the wake-up
-/// costs the sending side more than the datagram itself.
+/// instead of sleeping: a sleeping receiver must be woken for each batch, and the wake-up costs
+/// the sending side more than the batch itself.
 const BUSY_POLL_US: u64 = 200;
 /// After the last byte arrived, serve this long at least (or 3 RTTs if longer) so that the
 /// sender gets its final ACK, unless its shutdown comes first.
 const LINGER_MIN_US: u64 = 500_000;
 
-/// What the receiving end has taken in.
-struct Intake<'f> {
-    range: Range<u64>,
-    writer: WriteBehind<'f>,
-    /// Byte ranges of `range` that arrived.
-    arrived: IntervalSet,
-    /// Authenticated payloads that lie outside `range` (a peer's bug): dropped.
-    out_of_range: u64,
-    /// When the last byte of the range arrived.
-    complete_at_us: Option<u64>,
+/// What every receiving channel of a transfer shares: the file and what arrived.
+pub(super) struct RecvShared<'a> {
+    pub(super) file: &'a File,
+    pub(super) range: Range<u64>,
+    /// Byte ranges of `range` that arrived, on any channel (a chunk handed from a dead channel
+    /// to another may arrive twice).
+    arrived: Mutex<IntervalSet>,
+    /// Bytes of `arrived`, readable without the lock.
+    arrived_bytes: AtomicU64,
+    /// Authenticated payloads outside `range` (a peer's bug): dropped.
+    out_of_range: AtomicU64,
+    pub(super) shared: Shared,
 }
 
-impl Intake<'_> {
+impl<'a> RecvShared<'a> {
+    pub(super) fn new(file: &'a File, range: Range<u64>) -> Self {
+        Self {
+            file,
+            range,
+            arrived: Mutex::new(IntervalSet::new()),
+            arrived_bytes: AtomicU64::new(0),
+            out_of_range: AtomicU64::new(0),
+            shared: Shared::default(),
+        }
+    }
+
     fn total(&self) -> u64 {
         self.range.end - self.range.start
     }
 
-    fn bytes(&self) -> u64 {
-        self.arrived.len()
+    /// Bytes arrived so far.
+    pub(super) fn bytes(&self) -> u64 {
+        self.arrived_bytes.load(Ordering::Acquire)
     }
 
-    fn take(&mut self, offset: u64, payload: &[u8]) -> Result<(), DataError> {
-        let len = payload.len() as u64;
+    /// Whether every byte of the range arrived.
+    pub(super) fn complete(&self) -> bool {
+        self.bytes() == self.total()
+    }
+
+    /// Records a payload; returns whether any of it is new (then it is to be written).
+    fn take(&self, offset: u64, len: u64) -> bool {
         let inside = offset >= self.range.start
             && offset.checked_add(len).is_some_and(|end| end <= self.range.end);
         if !inside || len == 0 {
-            self.out_of_range += u64::from(len > 0);
-            return Ok(());
+            self.out_of_range.fetch_add(u64::from(len > 0), Ordering::Relaxed);
+            return false;
         }
-        self.writer.write(offset, payload).map_err(DataError::File)?;
-        self.arrived.insert(offset, offset + len - 1);
-        Ok(())
+        let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
+        let new = arrived.insert(offset, offset + len - 1);
+        self.arrived_bytes.fetch_add(new, Ordering::AcqRel);
+        new > 0
     }
 }
 
-pub(super) fn run(
+/// Runs channel `index` until the whole range arrived (and its sender shut down or the linger
+/// passed), or it fails. What it gathered is written out either way.
+pub(super) fn channel(
+    _index: usize,
     params: ChannelParams,
-    file: &File,
-    range: Range<u64>,
-    progress: &mut dyn FnMut(Progress),
-    cancel: &AtomicBool,
-) -> Result<ChannelReport, DataError> {
-    let total = range.end.saturating_sub(range.start);
+    ctx: &RecvShared<'_>,
+    start: Instant,
+) -> ChannelEnd {
     let ChannelParams { config, keys, socket, peer } = params;
     let idle_secs = idle_secs(&config);
-    let port = Port::new(socket, peer, false)?;
-    let mut receiver = Receiver::new(config, keys.seal, keys.open, port.now_us())?;
-    let mut intake = Intake {
-        range,
-        writer: WriteBehind::new(file),
-        arrived: IntervalSet::new(),
-        out_of_range: 0,
-        complete_at_us: None,
-    };
-    let mut reporter = Reporter::new(total, port.now_us());
-
-    let mut result =
-        drive(&mut receiver, &port, &mut intake, &mut reporter, progress, cancel, idle_secs);
+    let mut writer = WriteBehind::new(ctx.file);
+    let mut stats = None;
+    let mut result = (|| {
+        let port = Port::new(socket, peer, false, start)?;
+        let mut receiver = Receiver::new(config, keys.seal, keys.open, port.now_us())?;
+        let result = drive(&mut receiver, &port, &mut writer, ctx, idle_secs);
+        stats = Some(receiver.stats().clone());
+        result
+    })();
     // What arrived is on disk even when the channel failed (a resume can use it).
-    if let Err(e) = intake.writer.flush() {
-        result = result.and(Err(DataError::File(e)));
+    if let Err(e) = writer.flush() {
+        result = Err(ctx.shared.fatal(DataError::File(e)));
     }
-    reporter.finish(intake.bytes(), progress);
-    let stats = receiver.stats();
-    result.map(|()| ChannelReport {
-        bytes: intake.bytes(),
-        seconds: intake.complete_at_us.unwrap_or_else(|| port.now_us()) as f64 / 1e6,
-        data_pkts: stats.data_pkts,
+    let report = stats.map(|s| ChannelReport {
+        bytes: s.delivered_bytes,
+        seconds: start.elapsed().as_secs_f64(),
+        data_pkts: s.data_pkts,
         retransmitted_pkts: 0,
-        rejected_pkts: stats.rejected_pkts + intake.out_of_range,
-    })
+        rejected_pkts: s.rejected_pkts,
+        channels: 1,
+        lost_channels: 0,
+    });
+    ChannelEnd { report: report.unwrap_or_default(), result }
 }
 
-/// The channel loop; returns once the range is complete and the sender has shut down (or the
-/// linger passed), or on error.
+/// The channel loop.
 fn drive(
     receiver: &mut Receiver,
     port: &Port,
-    intake: &mut Intake<'_>,
-    reporter: &mut Reporter,
-    progress: &mut dyn FnMut(Progress),
-    cancel: &AtomicBool,
+    writer: &mut WriteBehind<'_>,
+    ctx: &RecvShared<'_>,
     idle_secs: u64,
 ) -> Result<(), DataError> {
-    let mut buf = vec![0u8; DATAGRAM_BUF_BYTES];
+    let mut batch = RecvBatch::new();
+    let mut out = vec![0u8; 2048];
     let mut last_datagram_us = None;
+    let mut complete_at_us = None;
     loop {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(DataError::Cancelled);
-        }
-        for _ in 0..MAX_RECV_PER_TURN {
-            let Some(len) = port.try_recv(&mut buf)? else { break };
+        ctx.shared.check()?;
+        if port.recv(&mut batch)? > 0 {
             let at = port.now_us();
             last_datagram_us = Some(at);
-            if let Ok(Some(d)) = receiver.handle_datagram(at, &mut buf[..len]) {
-                intake.take(d.offset, &buf[d.range])?;
+            let mut write_error = None;
+            batch.datagrams(|d| {
+                if let Ok(Some(delivered)) = receiver.handle_datagram(at, d) {
+                    let payload = &d[delivered.range];
+                    if ctx.take(delivered.offset, payload.len() as u64)
+                        && let Err(e) = writer.write(delivered.offset, payload)
+                    {
+                        write_error.get_or_insert(e);
+                    }
+                }
+            });
+            if let Some(e) = write_error {
+                return Err(ctx.shared.fatal(DataError::File(e)));
             }
         }
         let now = port.now_us();
-        if intake.complete_at_us.is_none() && intake.bytes() == intake.total() {
-            intake.writer.flush().map_err(DataError::File)?;
-            intake.complete_at_us = Some(now);
+        if complete_at_us.is_none() && ctx.complete() {
+            writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
+            complete_at_us = Some(now);
         }
         receiver.handle_timeout(now);
-        while let Some(len) = receiver.poll_transmit(now, &mut buf) {
-            port.send(&buf[..len], cancel)?;
+        while let Some(len) = receiver.poll_transmit(now, &mut out) {
+            port.send(&out[..len], len, &ctx.shared.stop)?;
         }
-        let linger_until =
-            intake.complete_at_us.map(|at| at + (3 * receiver.rtt_us()).max(LINGER_MIN_US));
+        let linger_until = complete_at_us.map(|at| at + (3 * receiver.rtt_us()).max(LINGER_MIN_US));
         match (receiver.state(), linger_until) {
             (State::Open, Some(until)) if now >= until => return Ok(()),
             (State::Open, _) => {}
-            // Complete: a shutdown is the sender's "I have it all"; silence after the last
+            // Complete: a shutdown is the sender's "it is all there"; silence after the last
             // byte means it gave up on hearing the final ACK, which changes nothing here.
             (_, Some(_)) => return Ok(()),
+            (_, None) if ctx.complete() => return Ok(()),
             (State::Closed(reason), None) => return Err(DataError::ClosedEarly(reason)),
             (State::Broken, None) => return Err(DataError::PeerSilent(idle_secs)),
         }
-        reporter.tick(now, intake.bytes(), progress);
         let deadline = receiver.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
         let deadline = linger_until.map_or(deadline, |l| l.min(deadline));
         if last_datagram_us.is_some_and(|t| now < t + BUSY_POLL_US) && now < deadline {
@@ -147,5 +173,12 @@ fn drive(
         } else {
             port.wait(deadline)?;
         }
+    }
+}
+
+impl RecvShared<'_> {
+    /// Payloads dropped for lying outside the range.
+    pub(super) fn out_of_range(&self) -> u64 {
+        self.out_of_range.load(Ordering::Relaxed)
     }
 }

@@ -1,104 +1,190 @@
-//! The sending end's loop.
+//! The sending end: one thread per channel, fed chunk by chunk from the shared [`Plan`].
 
 use std::fs::File;
-use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
+use sluice_proto::cc::coupled::CouplingGroup;
 use sluice_proto::receiver::State;
 use sluice_proto::sender::{REASON_DONE, Sender};
+use sluice_udp::RecvBatch;
 
 use super::blocks::ReadAhead;
-use super::port::{DATAGRAM_BUF_BYTES, MAX_SLEEP_US, Port};
-use super::{ChannelParams, ChannelReport, DataError, Progress, Reporter, idle_secs};
+use super::plan::{Plan, Taken};
+use super::port::{MAX_SLEEP_US, Port};
+use super::transfer::{ChannelEnd, Shared};
+use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
-/// Datagrams taken from the socket per turn at most, so sending is never starved. The sender
-/// receives only control packets (an ACK per 10 ms, NAKs), so this is rarely reached.
-const MAX_RECV_PER_TURN: usize = 64;
+/// A channel takes another chunk when less than this is queued and unsent, so its pacer never
+/// runs dry while chunks remain.
+const LOW_WATER_BYTES: u64 = 1 << 20;
+/// The sender paces in batches: it waits until this much sending time has accrued (at most
+/// one GSO batch) and sends it with one system call.
+const BATCH_INTERVAL_US: f64 = 200.0;
 
-pub(super) fn run(
+/// What every sending channel of a transfer shares.
+pub(super) struct SendShared<'a> {
+    pub(super) file: &'a File,
+    pub(super) end: u64,
+    pub(super) plan: Plan,
+    pub(super) group: Arc<CouplingGroup>,
+    pub(super) shared: Shared,
+}
+
+/// Runs channel `index` until the whole plan is acknowledged, or it fails. On failure its
+/// unacknowledged chunks go back to the plan for the other channels.
+pub(super) fn channel(
+    index: usize,
     params: ChannelParams,
-    file: &File,
-    range: Range<u64>,
-    progress: &mut dyn FnMut(Progress),
-    cancel: &AtomicBool,
-) -> Result<ChannelReport, DataError> {
-    let total = range.end.saturating_sub(range.start);
+    ctx: &SendShared<'_>,
+    start: Instant,
+) -> ChannelEnd {
     let ChannelParams { config, keys, socket, peer } = params;
     let idle_secs = idle_secs(&config);
-    let port = Port::new(socket, peer, true)?;
-    let mut sender = Sender::new(config, keys.seal, keys.open, port.now_us())?;
-    sender.push(range.start, total);
-    sender.finish();
-    let mut reader = ReadAhead::new(file, range.start, range.end);
-    let mut reporter = Reporter::new(total, port.now_us());
-
-    let result = drive(&mut sender, &port, &mut reader, &mut reporter, progress, cancel, idle_secs);
-    let stats = sender.stats();
-    reporter.finish(stats.acked_bytes, progress);
-    result.map(|()| ChannelReport {
-        bytes: stats.acked_bytes,
-        seconds: port.now_us() as f64 / 1e6,
-        data_pkts: stats.new_pkts,
-        retransmitted_pkts: stats.retransmitted_pkts,
-        rejected_pkts: stats.rejected_pkts,
-    })
-}
-
-/// The channel loop; returns once every byte is acknowledged and the shutdown sent, or on error.
-fn drive(
-    sender: &mut Sender,
-    port: &Port,
-    reader: &mut ReadAhead<'_>,
-    reporter: &mut Reporter,
-    progress: &mut dyn FnMut(Progress),
-    cancel: &AtomicBool,
-    idle_secs: u64,
-) -> Result<(), DataError> {
-    let mut buf = vec![0u8; DATAGRAM_BUF_BYTES];
-    loop {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(DataError::Cancelled);
-        }
-        for _ in 0..MAX_RECV_PER_TURN {
-            let Some(len) = port.try_recv(&mut buf)? else { break };
-            sender.handle_datagram(port.now_us(), &mut buf[..len]);
-        }
-        let now = port.now_us();
-        sender.handle_timeout(now);
-        transmit(sender, port, reader, &mut buf, now, cancel)?;
-        match sender.state() {
-            State::Open => {}
-            State::Closed(REASON_DONE) if sender.all_acked() => return Ok(()),
-            State::Closed(reason) => return Err(DataError::ClosedEarly(reason)),
-            State::Broken => return Err(DataError::PeerSilent(idle_secs)),
-        }
-        reporter.tick(now, sender.stats().acked_bytes, progress);
-        port.wait(sender.poll_timeout().unwrap_or(now + MAX_SLEEP_US))?;
+    let mut taken = Taken::default();
+    let mut stats = None;
+    let result = (|| {
+        let port = Port::new(socket, peer, true, start)?;
+        let cc = ctx.group.member(index);
+        let segment = config.packet_size;
+        let mut sender = Sender::with_controller(config, cc, keys.seal, keys.open, port.now_us())?;
+        let mut reader = ReadAhead::new(ctx.file, 0, ctx.end);
+        let mut run = Run { index, sender: &mut sender, port: &port, reader: &mut reader, segment };
+        let result = run.drive(ctx, &mut taken, idle_secs);
+        stats = Some(sender.stats().clone());
+        result
+    })();
+    ctx.group.set_active(index, false);
+    if result.is_err() {
+        ctx.plan.give_back(taken.unacked());
     }
+    let report = stats.map(|s| ChannelReport {
+        bytes: s.acked_bytes,
+        seconds: start.elapsed().as_secs_f64(),
+        data_pkts: s.new_pkts,
+        retransmitted_pkts: s.retransmitted_pkts,
+        rejected_pkts: s.rejected_pkts,
+        channels: 1,
+        lost_channels: 0,
+    });
+    ChannelEnd { report: report.unwrap_or_default(), result }
 }
 
-/// Sends every datagram due at `now`. A packet whose payload could not be read is not sent:
-/// the read error ends the channel.
-fn transmit(
-    sender: &mut Sender,
-    port: &Port,
-    reader: &mut ReadAhead<'_>,
-    buf: &mut [u8],
-    now: u64,
-    cancel: &AtomicBool,
-) -> Result<(), DataError> {
-    let mut read_error = None;
-    loop {
-        let mut fill = |offset: u64, dst: &mut [u8]| {
-            if let Err(e) = reader.fill(offset, dst) {
-                dst.fill(0);
-                read_error.get_or_insert(e);
+struct Run<'r, 'f> {
+    index: usize,
+    sender: &'r mut Sender,
+    port: &'r Port,
+    reader: &'r mut ReadAhead<'f>,
+    segment: usize,
+}
+
+impl Run<'_, '_> {
+    /// The channel loop; returns once the plan is done and this channel's shutdown is sent.
+    fn drive(
+        &mut self,
+        ctx: &SendShared<'_>,
+        taken: &mut Taken,
+        idle_secs: u64,
+    ) -> Result<(), DataError> {
+        let mut batch = RecvBatch::new();
+        let mut out = vec![0u8; 64_000 + 2 * self.segment];
+        let mut finished = false;
+        loop {
+            ctx.shared.check()?;
+            if self.port.recv(&mut batch)? > 0 {
+                let now = self.port.now_us();
+                batch.datagrams(|d| self.sender.handle_datagram(now, d));
             }
-        };
-        let Some(len) = sender.poll_transmit(now, buf, &mut fill) else { return Ok(()) };
-        if let Some(e) = read_error.take() {
-            return Err(DataError::File(e));
+            let now = self.port.now_us();
+            self.sender.handle_timeout(now);
+            taken.credit(self.sender.stats().acked_bytes, &ctx.plan);
+            if !finished {
+                finished = self.refill(ctx, taken);
+            }
+            self.transmit(&mut out, now, ctx)?;
+            match self.sender.state() {
+                State::Open => {}
+                State::Closed(REASON_DONE) if self.sender.all_acked() => {
+                    taken.credit(self.sender.stats().acked_bytes, &ctx.plan);
+                    return Ok(());
+                }
+                State::Closed(reason) => return Err(DataError::ClosedEarly(reason)),
+                State::Broken => return Err(DataError::PeerSilent(idle_secs)),
+            }
+            let deadline = self.sender.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
+            // Let a batch's worth of sending time accrue; the pacer catches up on it at once.
+            let batch_pkts = (self.sender.rate_pps() * BATCH_INTERVAL_US / 1e6)
+                .min(self.port.batch_segments(self.segment) as f64)
+                .max(1.0);
+            let extra = (batch_pkts - 1.0) * 1e6 / self.sender.rate_pps().max(1.0);
+            self.port.wait(deadline + extra as u64)?;
         }
-        port.send(&buf[..len], cancel)?;
+    }
+
+    /// Keeps the sender fed from the plan; returns true once it was told to finish (the whole
+    /// plan is acknowledged).
+    fn refill(&mut self, ctx: &SendShared<'_>, taken: &mut Taken) -> bool {
+        while self.sender.unsent_bytes() < LOW_WATER_BYTES {
+            let Some(chunk) = ctx.plan.take() else { break };
+            self.reader.expect(chunk.start);
+            self.sender.push(chunk.start, chunk.end - chunk.start);
+            taken.push(chunk);
+        }
+        ctx.group.set_active(self.index, !taken.all_acked());
+        if taken.all_acked() && ctx.plan.done() {
+            // Every byte of the transfer is acknowledged (by this channel or the others).
+            self.sender.finish();
+            return true;
+        }
+        false
+    }
+
+    /// Sends everything due at `now` in batches of equal-sized datagrams. A packet whose
+    /// payload could not be read is not sent: the read error ends the transfer.
+    fn transmit(
+        &mut self,
+        out: &mut [u8],
+        now: u64,
+        ctx: &SendShared<'_>,
+    ) -> Result<(), DataError> {
+        let max = self.port.batch_segments(self.segment);
+        let mut read_error = None;
+        let (mut used, mut count, mut seg) = (0usize, 0usize, 0usize);
+        loop {
+            let room = &mut out[used..used + self.segment];
+            let reader = &mut *self.reader;
+            let mut fill = |offset: u64, dst: &mut [u8]| {
+                if let Err(e) = reader.fill(offset, dst) {
+                    dst.fill(0);
+                    read_error.get_or_insert(e);
+                }
+            };
+            let polled = self.sender.poll_transmit(now, room, &mut fill);
+            if let Some(e) = read_error.take() {
+                return Err(ctx.shared.fatal(DataError::File(e)));
+            }
+            let Some(len) = polled else { break };
+            if count > 0 && len > seg {
+                // Larger than the batch's segments (a data packet after a control packet): send
+                // the batch, and this packet starts the next one.
+                self.port.send(&out[..used], seg, &ctx.shared.stop)?;
+                out.copy_within(used..used + len, 0);
+                (used, count, seg) = (len, 1, len);
+                continue;
+            }
+            if count == 0 {
+                seg = len;
+            }
+            used += len;
+            count += 1;
+            if len < seg || count == max {
+                self.port.send(&out[..used], seg, &ctx.shared.stop)?;
+                (used, count) = (0, 0);
+            }
+        }
+        if count > 0 {
+            self.port.send(&out[..used], seg, &ctx.shared.stop)?;
+        }
+        Ok(())
     }
 }

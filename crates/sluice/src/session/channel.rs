@@ -40,10 +40,10 @@ pub(crate) struct Negotiated {
 }
 
 impl Negotiated {
-    /// The client's proposal from its channel settings.
-    pub(crate) fn proposal(config: &ChannelConfig) -> Spec {
+    /// The client's proposal from its channel settings and the channel count it offers.
+    pub(crate) fn proposal(config: &ChannelConfig, channels: u32) -> Spec {
         Spec {
-            max_channels: MAX_CHANNELS,
+            max_channels: channels.clamp(1, MAX_CHANNELS),
             packet_size: u32::try_from(config.packet_size).unwrap_or(u32::MAX),
             cc: config.cc.name().to_owned(),
             cipher: cipher_name(config.aead).to_owned(),
@@ -57,8 +57,8 @@ impl Negotiated {
             .ok_or_else(|| format!("unknown congestion controller {:?}", spec.cc))?;
         let aead = cipher_from_name(&spec.cipher)
             .ok_or_else(|| format!("unknown cipher {:?}", spec.cipher))?;
-        if spec.max_channels == 0 {
-            return Err("max_channels must be at least 1".into());
+        if !(1..=MAX_CHANNELS).contains(&spec.max_channels) {
+            return Err(format!("max_channels must be between 1 and {MAX_CHANNELS}"));
         }
         let negotiated = Negotiated {
             channels: spec.max_channels,
@@ -71,9 +71,9 @@ impl Negotiated {
         Ok(negotiated)
     }
 
-    /// The server's choice: the smaller channel limit, the client's other settings.
+    /// The server's choice: the smaller channel count, the client's other settings.
     pub(crate) fn choose(self, server_max_channels: u32) -> Negotiated {
-        Negotiated { channels: self.channels.min(server_max_channels), ..self }
+        Negotiated { channels: self.channels.min(server_max_channels.max(1)), ..self }
     }
 
     pub(crate) fn to_spec(self) -> Spec {
@@ -108,7 +108,7 @@ pub fn default_channel_config() -> ChannelConfig {
     }
 }
 
-/// Everything one end needs to start channel 0 of a request.
+/// Everything one end needs to start the data channels of a request.
 pub(crate) struct ChannelSetup<'a> {
     pub(crate) conn: &'a quinn::Connection,
     pub(crate) role: Role,
@@ -119,14 +119,38 @@ pub(crate) struct ChannelSetup<'a> {
 }
 
 impl ChannelSetup<'_> {
-    /// Derives the keys and settings and joins them with the socket and the peer's address.
+    /// Derives every channel's keys and settings and joins them with this end's sockets and
+    /// the peer's ports (one per negotiated channel, channel 0 first) on `peer_ip`.
     pub(crate) fn params(
         &self,
+        sockets: Vec<UdpSocket>,
+        peer_ip: IpAddr,
+        peer_ports: &[u16],
+    ) -> Result<Vec<ChannelParams>, SessionError> {
+        let channels = self.negotiated.channels as usize;
+        if peer_ports.len() != channels || sockets.len() != channels {
+            return Err(SessionError::Protocol(format!(
+                "{} data ports for {channels} negotiated channels",
+                peer_ports.len()
+            )));
+        }
+        sockets
+            .into_iter()
+            .zip(peer_ports)
+            .enumerate()
+            .map(|(index, (socket, &port))| {
+                self.channel(index as u32, socket, SocketAddr::new(peer_ip, port))
+            })
+            .collect()
+    }
+
+    fn channel(
+        &self,
+        channel: u32,
         socket: UdpSocket,
         peer: SocketAddr,
     ) -> Result<ChannelParams, SessionError> {
-        let at =
-            ChannelRef { session_id: self.session_id, request_id: self.request_id, channel: 0 };
+        let at = ChannelRef { session_id: self.session_id, request_id: self.request_id, channel };
         let secrets = ChannelSecrets::derive(self.conn, &at)?;
         let mut config = self.negotiated.apply(self.base);
         config.initial_dsn = secrets.initial_dsn;
@@ -143,25 +167,35 @@ impl ChannelSetup<'_> {
     }
 }
 
-/// Binds a data socket on `ip` (this end's address on the QUIC connection), any port.
-pub(crate) fn bind_data_socket(
+/// Binds `count` data sockets on `ip` (this end's address on the QUIC connection), any port.
+pub(crate) fn bind_data_sockets(
+    count: u32,
     ip: Option<IpAddr>,
     peer: IpAddr,
-) -> Result<UdpSocket, SessionError> {
+) -> Result<Vec<UdpSocket>, SessionError> {
     let ip = ip.unwrap_or(match peer {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     });
-    UdpSocket::bind(SocketAddr::new(ip, 0))
-        .map_err(|e| SessionError::io(format!("binding a data socket on {ip}"), e))
+    (0..count)
+        .map(|_| {
+            UdpSocket::bind(SocketAddr::new(ip, 0))
+                .map_err(|e| SessionError::io(format!("binding a data socket on {ip}"), e))
+        })
+        .collect()
 }
 
-/// The port a data socket is bound to.
-pub(crate) fn port_of(socket: &UdpSocket) -> Result<u16, SessionError> {
-    socket
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| SessionError::io("reading the data socket's address", e))
+/// The ports data sockets are bound to, in order.
+pub(crate) fn ports_of(sockets: &[UdpSocket]) -> Result<Vec<u16>, SessionError> {
+    sockets
+        .iter()
+        .map(|socket| {
+            socket
+                .local_addr()
+                .map(|a| a.port())
+                .map_err(|e| SessionError::io("reading a data socket's address", e))
+        })
+        .collect()
 }
 
 /// A data channel running on the blocking pool. Dropping it cancels the channel, so a request

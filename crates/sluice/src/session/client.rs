@@ -15,14 +15,16 @@ use tracing::{debug, info};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, HASH_TIMEOUT, Negotiated, REPLY_TIMEOUT,
-    bind_data_socket, blocking, data_error, default_channel_config, frame_error, hash_budget,
-    port_of,
+    bind_data_sockets, blocking, data_error, default_channel_config, frame_error, hash_budget,
+    ports_of,
 };
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
 use super::messages::{ClientMsg, FrameError, ServerMsg, StatInfo, read_message, write_message};
-use super::{MAX_CHANNELS, PROTOCOL_VERSION, SessionError, close_code, connection_error};
+use super::{
+    MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
+};
 use crate::datapath::{self, ChannelReport, Progress};
 use crate::files::{CommitError, PartialFile};
 
@@ -51,6 +53,9 @@ pub struct ClientConfig {
     /// Data-channel settings: `packet_size`, `cc`, `rate_bps` and `aead` are proposed to the
     /// server; the others are local. `initial_dsn` and `seed` are replaced by derived values.
     pub channel: ChannelConfig,
+    /// Data channels per transfer to offer (the server may lower it); `None` offers one per
+    /// core ([`auto_channels`]).
+    pub channels: Option<u32>,
 }
 
 impl ClientConfig {
@@ -69,6 +74,7 @@ impl ClientConfig {
             known_hosts: known_hosts.into(),
             trust,
             channel: default_channel_config(),
+            channels: None,
         }
     }
 }
@@ -104,6 +110,11 @@ impl Client {
     /// known-hosts file on an accepted first contact), and authenticates with the token.
     pub async fn connect(config: ClientConfig) -> Result<Client, SessionError> {
         config.channel.validate().map_err(|e| SessionError::Config(e.to_string()))?;
+        if let Some(n) = config.channels.filter(|n| !(1..=MAX_CHANNELS).contains(n)) {
+            return Err(SessionError::Config(format!(
+                "{n} channels asked for: between 1 and {MAX_CHANNELS} are possible"
+            )));
+        }
         let known = KnownHosts::load(&config.known_hosts)?;
         let host = host_key(&config.host, config.server.port());
         let verifier = HostVerifier::new(config.trust.clone(), known, host.clone());
@@ -213,8 +224,8 @@ impl Client {
         let started = Instant::now();
         let mut req = self.request().await?;
         req.write(&ClientMsg::Get { path: remote_path.to_owned() }).await?;
-        let (size, blake3, server_port) = match req.read(HASH_TIMEOUT).await? {
-            ServerMsg::FileInfo { size, blake3, udp_port, .. } => (size, blake3, udp_port),
+        let (size, blake3, server_ports) = match req.read(HASH_TIMEOUT).await? {
+            ServerMsg::FileInfo { size, blake3, udp_ports, .. } => (size, blake3, udp_ports),
             other => return Err(unexpected(other)),
         };
         let expected = blake3::Hash::from_hex(&blake3).map_err(|_| {
@@ -231,15 +242,15 @@ impl Client {
             Ok(partial) => partial,
             Err(err) => return Err(req.fail(err).await),
         };
-        let socket = self.announce_data_socket(&mut req).await?;
-        debug!(remote_path, size, "receiving");
+        let sockets = self.announce_data_sockets(&mut req).await?;
+        debug!(remote_path, size, channels = sockets.len(), "receiving");
 
         let (partial, channel) = if size == 0 {
             let mut progress = progress;
             progress(Progress { bytes: 0, total: 0 });
             (partial, None)
         } else {
-            let params = self.channel_params(&mut req, socket, server_port).await?;
+            let params = self.channel_params(&mut req, sockets, &server_ports).await?;
             let mut progress = progress;
             let mut task = DataTask::spawn(move |cancel| {
                 let done =
@@ -320,19 +331,19 @@ impl Client {
             blake3: hash.to_hex().to_string(),
         };
         req.write(&put).await?;
-        let server_port = match req.read(REPLY_TIMEOUT).await? {
-            ServerMsg::Ready { udp_port } => udp_port,
+        let server_ports = match req.read(REPLY_TIMEOUT).await? {
+            ServerMsg::Ready { udp_ports } => udp_ports,
             other => return Err(unexpected(other)),
         };
-        let socket = self.announce_data_socket(&mut req).await?;
-        debug!(remote_path, size, "sending");
+        let sockets = self.announce_data_sockets(&mut req).await?;
+        debug!(remote_path, size, channels = sockets.len(), "sending");
 
         let (reply, channel) = if size == 0 {
             let mut progress = progress;
             progress(Progress { bytes: 0, total: 0 });
             (req.read(hash_budget(0)).await, None)
         } else {
-            let params = self.channel_params(&mut req, socket, server_port).await?;
+            let params = self.channel_params(&mut req, sockets, &server_ports).await?;
             let mut progress = progress;
             let mut task = DataTask::spawn(move |cancel| {
                 datapath::send_file(params, &file, 0..size, &mut progress, cancel)
@@ -383,30 +394,32 @@ impl Client {
         Ok(Request { conn: &self.conn, id: u64::from(send.id()), send, recv })
     }
 
-    /// Binds this end's data socket and tells the server its port; a failure is reported to the
-    /// server before it is returned.
-    async fn announce_data_socket(
+    /// Binds this end's data sockets (one per negotiated channel) and tells the server their
+    /// ports; a failure is reported to the server before it is returned.
+    async fn announce_data_sockets(
         &self,
         req: &mut Request<'_>,
-    ) -> Result<std::net::UdpSocket, SessionError> {
-        let socket = match self.data_socket() {
-            Ok(socket) => socket,
+    ) -> Result<Vec<std::net::UdpSocket>, SessionError> {
+        let local = self.conn.local_ip().map(|ip| ip.to_canonical());
+        let bound = bind_data_sockets(self.negotiated.channels, local, self.server_ip())
+            .and_then(|sockets| Ok((ports_of(&sockets)?, sockets)));
+        let (udp_ports, sockets) = match bound {
+            Ok(bound) => bound,
             Err(err) => return Err(req.fail(err).await),
         };
-        req.write(&ClientMsg::Ready { udp_port: port_of(&socket)? }).await?;
-        Ok(socket)
+        req.write(&ClientMsg::Ready { udp_ports }).await?;
+        Ok(sockets)
     }
 
-    /// This end's channel parameters toward the server's data port; a failure is reported to
+    /// This end's channel parameters toward the server's data ports; a failure is reported to
     /// the server before it is returned.
     async fn channel_params(
         &self,
         req: &mut Request<'_>,
-        socket: std::net::UdpSocket,
-        server_port: u16,
-    ) -> Result<datapath::ChannelParams, SessionError> {
-        let peer = SocketAddr::new(self.server_ip(), server_port);
-        match self.setup(req.id).params(socket, peer) {
+        sockets: Vec<std::net::UdpSocket>,
+        server_ports: &[u16],
+    ) -> Result<Vec<datapath::ChannelParams>, SessionError> {
+        match self.setup(req.id).params(sockets, self.server_ip(), server_ports) {
             Ok(params) => Ok(params),
             Err(err) => Err(req.fail(err).await),
         }
@@ -426,11 +439,6 @@ impl Client {
     fn server_ip(&self) -> IpAddr {
         self.conn.remote_address().ip().to_canonical()
     }
-
-    fn data_socket(&self) -> Result<std::net::UdpSocket, SessionError> {
-        let local = self.conn.local_ip().map(|ip| ip.to_canonical());
-        bind_data_socket(local, self.server_ip())
-    }
 }
 
 /// The handshake: `Hello`, then `Welcome` or `Refused`.
@@ -442,7 +450,7 @@ async fn hello(
     let hello = ClientMsg::Hello {
         version: PROTOCOL_VERSION,
         token: config.token.clone(),
-        spec: Negotiated::proposal(&config.channel),
+        spec: Negotiated::proposal(&config.channel, config.channels.unwrap_or_else(auto_channels)),
     };
     write_message(&mut send, &hello).await.map_err(|e| frame_error(e, conn))?;
     let _ = send.finish();
@@ -453,9 +461,10 @@ async fn hello(
             })?;
             let negotiated = Negotiated::from_spec(&spec)
                 .map_err(|e| SessionError::Protocol(format!("the server chose {spec:?}: {e}")))?;
-            if negotiated.channels > MAX_CHANNELS {
+            let offered = config.channels.unwrap_or_else(auto_channels);
+            if negotiated.channels > offered {
                 return Err(SessionError::Protocol(format!(
-                    "the server chose {} channels, more than the {MAX_CHANNELS} offered",
+                    "the server chose {} channels, more than the {offered} offered",
                     negotiated.channels
                 )));
             }

@@ -64,10 +64,11 @@ pub enum ClientMsg {
         /// Path relative to the server's root.
         path: String,
     },
-    /// The client's data socket is bound and listening.
+    /// The client's data sockets are bound and listening.
     Ready {
-        /// Its UDP port (the address is the client's address on this connection).
-        udp_port: u16,
+        /// Their UDP ports, one per negotiated channel, in channel order (the address is the
+        /// client's address on this connection).
+        udp_ports: Vec<u16>,
     },
     /// The client received and verified the file (Get).
     Verified,
@@ -106,15 +107,16 @@ pub enum ServerMsg {
         blake3: String,
         /// Modification time, seconds since the Unix epoch.
         mtime: i64,
-        /// The server's data port (the address is the server's address on this connection).
-        udp_port: u16,
+        /// The server's data ports, one per negotiated channel, in channel order (the address
+        /// is the server's address on this connection).
+        udp_ports: Vec<u16>,
     },
     /// Answer to `Stat`.
     StatInfo(StatInfo),
-    /// The server's data socket for a `Put` is bound.
+    /// The server's data sockets for a `Put` are bound.
     Ready {
-        /// Its UDP port.
-        udp_port: u16,
+        /// Their UDP ports, one per negotiated channel, in channel order.
+        udp_ports: Vec<u16>,
     },
     /// The server received, verified and stored the file (Put).
     Verified,

@@ -25,27 +25,32 @@
 //!    |==== QUIC + TLS 1.3 handshake (ALPN sluice/1) ====>|  client checks the fingerprint
 //!    |                                                   |
 //!    | stream 0: Hello {version, token, spec}  -------->  |  token checked in constant time
-//!    |  <--------  Welcome {session_id, spec}             |  channels = min of both limits
+//!    |  <--------  Welcome {session_id, spec}             |  channels = min of both offers
 //!    |  <--------  Refused {code, message}, then CONNECTION_CLOSE (auth: code 1)
 //!    |                                                   |
 //!    | stream n: Stat {path}  ------------------------->  |
 //!    |  <--------  StatInfo {size, mtime, kind} | Error {code, message}
 //!    |                                                   |
 //!    | stream n: Get {path}  -------------------------->  |  resolve under root, open, BLAKE3
-//!    |  <--------  FileInfo {size, blake3, mtime, udp_port} | Error
-//!    | Ready {udp_port}  ------------------------------>  |
-//!    |  <=======  data channel: server UDP -> client UDP (sealed, ACK/NAK back)
+//!    |  <--------  FileInfo {size, blake3, mtime, udp_ports} | Error
+//!    | Ready {udp_ports}  ----------------------------->  |
+//!    |  <=======  N data channels: server UDP -> client UDP (sealed, ACK/NAK back)
 //!    | Verified | Failed {code, message}  ------------->  |  the client hashed what it wrote
 //!    |                                                   |
 //!    | stream n: Put {path, size, blake3}  ------------>  |  resolve parent under root,
-//!    |  <--------  Ready {udp_port} | Error               |  create a partial file
-//!    | Ready {udp_port}  ------------------------------>  |
-//!    |  =======>  data channel: client UDP -> server UDP
+//!    |  <--------  Ready {udp_ports} | Error              |  create a partial file
+//!    | Ready {udp_ports}  ----------------------------->  |
+//!    |  =======>  N data channels: client UDP -> server UDP
 //!    |  <--------  Verified | Error {integrity | io}      |  the server hashed and committed
 //! ```
 //!
+//! Channel count (MCDTP's specification handshake): the client offers `spec.max_channels` (its
+//! `--channels`, or one per core), the server answers with the smaller of that and its own
+//! `--max-channels` (default one per core), and every transfer of the session runs that many
+//! data channels: each `udp_ports` list has exactly that many ports, channel 0 first.
+//!
 //! Either side may send its error message (`Failed` from the client, `Error` from the server)
-//! while the data channel runs; the other side then cancels its channel. A data channel is also
+//! while the data channels run; the other side then cancels its channel. A data channel is also
 //! cancelled when the QUIC connection closes, and gives up on its own after about 5 s of silence,
 //! so a dead peer is noticed within seconds. A file of 0 bytes has no data channel: both ends
 //! know the size and skip it.
@@ -77,10 +82,19 @@ pub use server::{Server, ServerConfig};
 
 /// The ALPN protocol identifier of the session plane.
 pub const ALPN: &[u8] = b"sluice/1";
-/// The control-protocol version carried in `Hello`.
-pub const PROTOCOL_VERSION: u32 = 1;
-/// The most data channels one transfer uses (one for now; the handshake already negotiates it).
-pub const MAX_CHANNELS: u32 = 1;
+/// The control-protocol version carried in `Hello` (2: several data channels per transfer).
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The most data channels one transfer may use, whatever both ends offer.
+pub const MAX_CHANNELS: u32 = 64;
+/// The most channels chosen automatically (one per core, up to this).
+pub const AUTO_CHANNELS_CAP: u32 = 8;
+
+/// The channel count an end offers by default: one per core it has, at most
+/// [`AUTO_CHANNELS_CAP`].
+pub fn auto_channels() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    u32::try_from(cores).unwrap_or(u32::MAX).clamp(1, AUTO_CHANNELS_CAP)
+}
 /// Silence after which a data channel gives up: a dead peer is noticed within seconds.
 pub const DATA_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::channel::{
-    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_socket,
-    blocking, data_error, default_channel_config, frame_error, hash_budget, port_of,
+    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
+    blocking, data_error, default_channel_config, frame_error, hash_budget, ports_of,
 };
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
@@ -29,7 +29,9 @@ use super::messages::{
     ClientMsg, ErrorCode, FileKind, FrameError, ServerMsg, StatInfo, read_message, write_message,
 };
 use super::tokens::TokenSet;
-use super::{MAX_CHANNELS, PROTOCOL_VERSION, SessionError, close_code, connection_error};
+use super::{
+    MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
+};
 use crate::datapath::{self, ChannelReport};
 use crate::files::{self, CommitError, PartialFile, PathError};
 
@@ -58,6 +60,9 @@ pub struct ServerConfig {
     /// A session silent for this long is closed (QUIC idle timeout; the effective value is the
     /// smaller of this and the client's).
     pub idle_timeout: Duration,
+    /// The most data channels a transfer may use (a client offering more gets this many);
+    /// `None` is one per core ([`auto_channels`]).
+    pub max_channels: Option<u32>,
 }
 
 /// What every session task needs.
@@ -67,6 +72,8 @@ struct Shared {
     transfers: Arc<Semaphore>,
     /// Local settings of the server's data channels.
     channel: ChannelConfig,
+    /// The most data channels per transfer.
+    max_channels: u32,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -97,6 +104,11 @@ impl Server {
         if !root.is_dir() {
             return Err(SessionError::Config(format!("{} is not a directory", root.display())));
         }
+        if let Some(n) = config.max_channels.filter(|n| !(1..=MAX_CHANNELS).contains(n)) {
+            return Err(SessionError::Config(format!(
+                "max_channels {n}: between 1 and {MAX_CHANNELS} are possible"
+            )));
+        }
         let identity = Identity::load_or_create(&config.state_dir)?;
         let tokens = TokenSet::load(&config.tokens_file)?;
 
@@ -123,6 +135,7 @@ impl Server {
                 tokens,
                 transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
                 channel: default_channel_config(),
+                max_channels: config.max_channels.unwrap_or_else(auto_channels),
             }),
             fingerprint: identity.fingerprint().clone(),
             local_addr,
@@ -256,7 +269,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
         return None;
     }
     let negotiated = match Negotiated::from_spec(&spec) {
-        Ok(n) => n.choose(MAX_CHANNELS),
+        Ok(n) => n.choose(shared.max_channels),
         Err(message) => {
             refuse_connection(conn, Some(&mut send), ErrorCode::Protocol, &message).await;
             return None;
@@ -371,19 +384,25 @@ impl RequestCtx<'_> {
         })
     }
 
-    /// Reads the client's `Ready` and returns its data address.
-    async fn client_ready(&mut self) -> Result<SocketAddr, SessionError> {
-        let ip = self.conn.remote_address().ip().to_canonical();
+    /// Reads the client's `Ready` and returns its data ports.
+    async fn client_ready(&mut self) -> Result<Vec<u16>, SessionError> {
         match read_message(self.recv, REPLY_TIMEOUT).await.map_err(|e| frame_error(e, self.conn))? {
-            ClientMsg::Ready { udp_port } => Ok(SocketAddr::new(ip, udp_port)),
+            ClientMsg::Ready { udp_ports } => Ok(udp_ports),
             ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
             other => Err(SessionError::Protocol(format!("expected Ready, got {other:?}"))),
         }
     }
 
-    fn data_socket(&self) -> Result<std::net::UdpSocket, SessionError> {
+    fn client_ip(&self) -> IpAddr {
+        self.conn.remote_address().ip().to_canonical()
+    }
+
+    /// One data socket per negotiated channel, and their ports.
+    fn data_sockets(&self) -> Result<(Vec<std::net::UdpSocket>, Vec<u16>), SessionError> {
         let local = self.conn.local_ip().map(|ip| ip.to_canonical());
-        bind_data_socket(local, self.conn.remote_address().ip().to_canonical())
+        let sockets = bind_data_sockets(self.session.negotiated.channels, local, self.client_ip())?;
+        let ports = ports_of(&sockets)?;
+        Ok((sockets, ports))
     }
 
     async fn stat(&mut self, requested: &str) -> Result<(), SessionError> {
@@ -422,17 +441,16 @@ impl RequestCtx<'_> {
             Ok((file, meta.len(), mtime_secs(&meta), hash))
         })
         .await?;
-        let socket = self.data_socket()?;
-        let udp_port = port_of(&socket)?;
+        let (sockets, udp_ports) = self.data_sockets()?;
         let blake3 = blake3::Hash::from(hash).to_hex().to_string();
-        self.write(&ServerMsg::FileInfo { size, blake3, mtime, udp_port }).await?;
-        let peer = self.client_ready().await?;
-        info!(path = requested, size, %peer, "sending");
+        self.write(&ServerMsg::FileInfo { size, blake3, mtime, udp_ports }).await?;
+        let peer_ports = self.client_ready().await?;
+        info!(path = requested, size, channels = sockets.len(), "sending");
 
         let reply = if size == 0 {
             read_message(self.recv, hash_budget(0)).await
         } else {
-            let params = self.setup().params(socket, peer)?;
+            let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
             let mut task = DataTask::spawn(move |cancel| {
                 datapath::send_file(params, &file, 0..size, &mut |_| {}, cancel)
             });
@@ -478,15 +496,15 @@ impl RequestCtx<'_> {
             PartialFile::create(&path, size).map_err(|e| open_error(&req, e))
         })
         .await?;
-        let socket = self.data_socket()?;
-        self.write(&ServerMsg::Ready { udp_port: port_of(&socket)? }).await?;
-        let peer = self.client_ready().await?;
-        info!(path = requested, size, %peer, "receiving");
+        let (sockets, udp_ports) = self.data_sockets()?;
+        self.write(&ServerMsg::Ready { udp_ports }).await?;
+        let peer_ports = self.client_ready().await?;
+        info!(path = requested, size, channels = sockets.len(), "receiving");
 
         let partial = if size == 0 {
             partial
         } else {
-            let params = self.setup().params(socket, peer)?;
+            let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
             let mut task = DataTask::spawn(move |cancel| {
                 let done =
                     datapath::receive_file(params, partial.file(), 0..size, &mut |_| {}, cancel);

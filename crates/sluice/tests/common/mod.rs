@@ -38,6 +38,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         state_dir: dir.join("state"),
         tokens_file,
         idle_timeout: Duration::from_secs(30),
+        max_channels: None,
     }
 }
 

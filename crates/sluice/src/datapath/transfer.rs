@@ -1,0 +1,148 @@
+//! Running the channels of one transfer: a thread each, one supervisor (the caller's thread)
+//! that reports progress and passes on `cancel`, and the verdict over all channels.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{ChannelParams, ChannelReport, DataError, Progress};
+
+/// How often the supervisor looks at the channels, the progress and `cancel`.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(10);
+/// Progress is reported at most this often (and once at the end).
+const REPORT_EVERY: Duration = Duration::from_millis(100);
+
+/// What the channels of a transfer share to stop together.
+#[derive(Debug, Default)]
+pub(super) struct Shared {
+    /// Every channel returns [`DataError::Cancelled`] once this is set: by the caller's
+    /// `cancel`, or by an error that ends the whole transfer.
+    pub(super) stop: AtomicBool,
+    /// The first error that ends the whole transfer (a file error), whichever channel hit it.
+    fatal: Mutex<Option<DataError>>,
+}
+
+impl Shared {
+    /// `Err(Cancelled)` once the transfer is stopping.
+    pub(super) fn check(&self) -> Result<(), DataError> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(DataError::Cancelled);
+        }
+        Ok(())
+    }
+
+    /// Records an error that ends the whole transfer, stops the other channels, and returns
+    /// [`DataError::Cancelled`] for this channel (the verdict reports the recorded error).
+    pub(super) fn fatal(&self, err: DataError) -> DataError {
+        let mut fatal = self.fatal.lock().unwrap_or_else(|e| e.into_inner());
+        fatal.get_or_insert(err);
+        self.stop.store(true, Ordering::Relaxed);
+        DataError::Cancelled
+    }
+
+    fn take_fatal(&self) -> Option<DataError> {
+        self.fatal.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// How one channel ended.
+#[derive(Debug)]
+pub(super) struct ChannelEnd {
+    pub(super) report: ChannelReport,
+    pub(super) result: Result<(), DataError>,
+}
+
+/// Runs `run(index, params, start)` for every channel on a thread of its own and waits for all
+/// of them, reporting `bytes()` as progress meanwhile and setting `shared.stop` when `cancel`
+/// is set. `start` is the transfer's clock origin, common to all channels.
+pub(super) fn supervise(
+    channels: Vec<ChannelParams>,
+    shared: &Shared,
+    cancel: &AtomicBool,
+    total: u64,
+    bytes: &(dyn Fn() -> u64 + Sync),
+    progress: &mut dyn FnMut(Progress),
+    run: &(dyn Fn(usize, ChannelParams, Instant) -> ChannelEnd + Sync),
+) -> Vec<ChannelEnd> {
+    let start = Instant::now();
+    let ends = std::thread::scope(|s| {
+        let handles: Vec<_> = channels
+            .into_iter()
+            .enumerate()
+            .map(|(index, params)| {
+                std::thread::Builder::new()
+                    .name(format!("sluice-ch{index}"))
+                    .spawn_scoped(s, move || run(index, params, start))
+            })
+            .collect();
+        let mut next_report = start + REPORT_EVERY;
+        while !handles.iter().all(|h| h.as_ref().map_or(true, |h| h.is_finished())) {
+            if cancel.load(Ordering::Relaxed) {
+                shared.stop.store(true, Ordering::Relaxed);
+            }
+            let now = Instant::now();
+            if now >= next_report {
+                progress(Progress { bytes: bytes(), total });
+                next_report = now + REPORT_EVERY;
+            }
+            std::thread::sleep(SUPERVISE_EVERY);
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                let failed = |what: &str| ChannelEnd {
+                    report: ChannelReport::default(),
+                    result: Err(DataError::Socket(std::io::Error::other(what.to_owned()))),
+                };
+                match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| failed("a channel thread panicked")),
+                    Err(e) => failed(&format!("could not start a channel thread: {e}")),
+                }
+            })
+            .collect()
+    });
+    progress(Progress { bytes: bytes(), total });
+    ends
+}
+
+/// The transfer's verdict: success when `complete` (whatever some channels met), else the
+/// error that ended it. The report sums the channels'.
+pub(super) fn verdict(
+    ends: Vec<ChannelEnd>,
+    complete: bool,
+    shared: &Shared,
+    cancel: &AtomicBool,
+) -> Result<ChannelReport, DataError> {
+    if let Some(fatal) = shared.take_fatal() {
+        return Err(fatal);
+    }
+    let mut sum = ChannelReport::default();
+    let mut first_error = None;
+    for end in ends {
+        sum.bytes += end.report.bytes;
+        sum.seconds = sum.seconds.max(end.report.seconds);
+        sum.data_pkts += end.report.data_pkts;
+        sum.retransmitted_pkts += end.report.retransmitted_pkts;
+        sum.rejected_pkts += end.report.rejected_pkts;
+        sum.channels += 1;
+        if let Err(e) = end.result {
+            sum.lost_channels += 1;
+            if !complete {
+                tracing::debug!(error = %e, "data channel failed");
+            } else {
+                tracing::warn!(error = %e, "a data channel failed; the others completed its share");
+            }
+            // The most telling error: a cancelled channel only followed another's failure.
+            if first_error.as_ref().is_none_or(|f| matches!(f, DataError::Cancelled)) {
+                first_error = Some(e);
+            }
+        }
+    }
+    if complete {
+        return Ok(sum);
+    }
+    if cancel.load(Ordering::Relaxed) {
+        return Err(DataError::Cancelled);
+    }
+    Err(first_error.unwrap_or(DataError::Cancelled))
+}
