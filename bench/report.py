@@ -113,14 +113,19 @@ def _flow_cell(f):
 
 def fairness_table(rows):
     out = ["| cell | pair | result | flow 1 Mbit/s (/ half the bottleneck) | flow 2 Mbit/s (/ half) | "
-           "common interval s | Jain | TCP-friendliness | CPU a / b s, flow 1; flow 2 | load (1 min) before | note |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "sum / bottleneck | a->b drops queue / random | common interval s | Jain | TCP-friendliness | "
+           "CPU a / b s, flow 1; flow 2 | load (1 min) before | note |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         ok = r["status"] == "ok"
         flows = r.get("flows") or []
         f1 = _flow_cell(flows[0]) if ok and flows else "-"
         f2 = _flow_cell(flows[1]) if ok and len(flows) > 1 else "-"
         win = f"{r['window_s'][0]:.1f}-{r['window_s'][1]:.1f} ({r['window_len_s']:.1f})" if ok else "-"
+        use = (f"{sum(f['goodput_mbit'] for f in flows) / r['rate_mbit']:.2f}"
+               if ok and r.get("rate_mbit") else "-")
+        a2b = (r.get("linkem") or {}).get("a2b")
+        drops = f"{a2b['dropped_queue']} / {a2b['dropped_loss']}" if a2b else "-"
         j = _f(r.get("jain"), 3) if ok else "-"
         fr = "-"
         if ok and r["pair"] == "sluice+cubic":
@@ -138,7 +143,7 @@ def fairness_table(rows):
         note = note.replace("|", "/").replace("\n", " ")[:300]
         res = {"ok": "ok", "fail": "**FAIL**"}.get(r["status"], r["status"])
         load = _f((r.get("load_before") or [None])[0], 2)
-        out.append(f"| `{r['cell']}` | {r['pair']} | {res} | {f1} | {f2} | {win} | {j} | {fr} | {cpu} | {load} | {note} |")
+        out.append(f"| `{r['cell']}` | {r['pair']} | {res} | {f1} | {f2} | {use} | {drops} | {win} | {j} | {fr} | {cpu} | {load} | {note} |")
     return "\n".join(out)
 
 
@@ -161,7 +166,13 @@ def fairness_section(meta, rows):
             "Jain = (x1 + x2)^2 / (2 (x1^2 + x2^2)) of the two goodputs. TCP-friendliness (sluice+cubic row) = "
             "the cubic flow's goodput beside Sluice / the mean goodput of the two flows of the cubic+cubic pair "
             "of the same cell (in parentheses, that baseline in Mbit/s); 1 means Sluice takes what another cubic "
-            "flow would, below 1 it takes more. A pair with a failed transfer or a wrong file shows **FAIL** and "
+            "flow would, below 1 it takes more. Sum / bottleneck: the two goodputs' sum over the bottleneck rate; "
+            "a->b drops: packets linkem's a->b direction dropped at its full queue / at random (the cell's loss), "
+            "over the whole pair. If the sum is well under 1 and the queue dropped nothing, the two flows did not "
+            "compete for the link (each was limited by itself: CPU or its own rate), and Jain says little about "
+            "the congestion control. Where random loss alone holds cubic to a few Mbit/s (about 1.2 MSS / "
+            "(RTT sqrt(p)): 1.4 Mbit/s at 100 ms and 1 %), the TCP-friendliness index is a ratio of two small, "
+            "noisy numbers. A pair with a failed transfer or a wrong file shows **FAIL** and "
             "its reason, never a number. CPU: seconds of the client (a) and server (b) of each flow.", "",
             fairness_table(rows), ""]
 
