@@ -57,8 +57,8 @@ def section(meta, results, not_run, paths_out, charts):
            f"- machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['mem_gib']} GiB, kernel {m['kernel']}; "
            f"load average at start {m['load_start']}, at end {m.get('load_end')} "
            "(other engineers were compiling on the same 2 cores: numbers are noisy)",
-           f"- per-run time cap {meta['cap_s']:g} s; iperf3 runs {meta['iperf_s']:g} s; linkem seed base {meta['seed']}; "
-           f"took {meta.get('elapsed_min')} min",
+           (f"- per-run time cap {meta['cap_s']:g} s; iperf3 runs {meta['iperf_s']:g} s; " if meta["mode"] != "fairness"
+            else "- ") + f"linkem seed base {meta['seed']}; took {meta.get('elapsed_min')} min",
            f"- host default TCP congestion control: {m['default_tcp_cc']} (scp, rsync, GridFTP use it); "
            "TCP buffers in both namespaces: tcp_rmem/tcp_wmem max 128 MiB; net.core.rmem_max/wmem_max "
            "4 MiB (host, unchanged: caps UDP tools' socket buffers)",
@@ -74,12 +74,13 @@ def section(meta, results, not_run, paths_out, charts):
     vers = meta.get("tool_versions") or {}
     out.append("- peers: " + "; ".join(f"{k} {v}" for k, v in vers.items() if v))
     out.append("")
-    out.append("Goodput = file bytes / wall time from the client's start (handshake included) to the end of "
-               "the transfer; in parentheses: a run that hit the cap, bytes received by then / cap (not a "
-               "success). CPU and peak RSS: the sending side (a) and the receiving server (b), children "
-               "included. Wire bytes: IP bytes offered to the link in both directions per file byte (per byte "
-               "received, for a run that hit the cap).")
-    out.append("")
+    if results.get("wan") or results.get("lan"):
+        out.append("Goodput = file bytes / wall time from the client's start (handshake included) to the end of "
+                   "the transfer; in parentheses: a run that hit the cap, bytes received by then / cap (not a "
+                   "success). CPU and peak RSS: the sending side (a) and the receiving server (b), children "
+                   "included. Wire bytes: IP bytes offered to the link in both directions per file byte (per byte "
+                   "received, for a run that hit the cap).")
+        out.append("")
     for kind in ("wan", "lan"):
         by_cell = {}
         for r in results[kind]:
@@ -90,14 +91,90 @@ def section(meta, results, not_run, paths_out, charts):
                 extra = f", drop-tail queue {runs[0].get('queue_bytes')} bytes (one BDP), seed {runs[0].get('seed')}"
             out += [f"### {runs[0]['path_label']} (`{cell}`){extra}", "",
                     "Workloads: " + "; ".join(sorted({r['workload_desc'] for r in runs})), "", table(runs), ""]
-    out += [f"Fairness (BENCH.md): {meta.get('fairness', 'not measured')}.", ""]
+    if results.get("fairness"):
+        out += fairness_section(meta, results["fairness"])
+    else:
+        out += [f"Fairness (BENCH.md): {meta.get('fairness', 'not measured')}.", ""]
     if not_run:
         out += ["Cells not run: " + ", ".join(f"`{c}`" for c in not_run), ""]
     if charts:
         out += ["Charts: " + ", ".join(f"[{os.path.basename(c)}]({c})" for c in charts), ""]
     notes = "; ".join(f"**{k}**: {v['note']}" for k, v in meta["tools"].items() if v["note"])
-    out += ["How each peer ran: " + notes, ""]
+    if notes:
+        out += ["How each peer ran: " + notes, ""]
     return "\n".join(out)
+
+
+def _flow_cell(f):
+    if f.get("goodput_mbit") is None:
+        return "-"
+    return f"{f['name']}: {f['goodput_mbit']:.1f} ({f['share_of_half']:.2f})"
+
+
+def fairness_table(rows):
+    out = ["| cell | pair | result | flow 1 Mbit/s (/ half the bottleneck) | flow 2 Mbit/s (/ half) | "
+           "sum / bottleneck | a->b drops queue / random | common interval s | Jain | TCP-friendliness | "
+           "CPU a / b s, flow 1; flow 2 | load (1 min) before | note |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        ok = r["status"] == "ok"
+        flows = r.get("flows") or []
+        f1 = _flow_cell(flows[0]) if ok and flows else "-"
+        f2 = _flow_cell(flows[1]) if ok and len(flows) > 1 else "-"
+        win = f"{r['window_s'][0]:.1f}-{r['window_s'][1]:.1f} ({r['window_len_s']:.1f})" if ok else "-"
+        use = (f"{sum(f['goodput_mbit'] for f in flows) / r['rate_mbit']:.2f}"
+               if ok and r.get("rate_mbit") else "-")
+        a2b = (r.get("linkem") or {}).get("a2b")
+        drops = f"{a2b['dropped_queue']} / {a2b['dropped_loss']}" if a2b else "-"
+        j = _f(r.get("jain"), 3) if ok else "-"
+        fr = "-"
+        if ok and r["pair"] == "sluice+cubic":
+            fr = (f"{r['tcp_friendliness']:.3f} ({r['tcp_baseline_mbit']:.1f})"
+                  if r.get("tcp_friendliness") is not None else f"- ({r.get('friendliness_reason', '')[:80]})")
+        cpu = "; ".join(f"{_f(f.get('cpu_a_s'))} / {_f(f.get('cpu_b_s'))}" for f in flows) if flows else "-"
+        notes = []
+        for f in flows:
+            if f.get("iperf3_mbit") is not None:
+                notes.append(f"{f['name']}: iperf3 says {f['iperf3_mbit']} Mbit/s, {f.get('retransmits')} retr.")
+            if f.get("whole_mbit") is not None:
+                notes.append(f"{f['name']}: file {f['file_bytes'] >> 20} MiB verified, {f['whole_mbit']} Mbit/s "
+                             f"first byte to complete")
+        note = r.get("reason", "") if not ok else "; ".join(notes)
+        note = note.replace("|", "/").replace("\n", " ")[:300]
+        res = {"ok": "ok", "fail": "**FAIL**"}.get(r["status"], r["status"])
+        load = _f((r.get("load_before") or [None])[0], 2)
+        out.append(f"| `{r['cell']}` | {r['pair']} | {res} | {f1} | {f2} | {use} | {drops} | {win} | {j} | {fr} | {cpu} | {load} | {note} |")
+    return "\n".join(out)
+
+
+def fairness_section(meta, rows):
+    cfg = meta.get("fairness_cfg") or {}
+    labels = "; ".join(dict.fromkeys(f"`{r['cell']}`: {r['path_label']}, drop-tail queue {r.get('queue_bytes')} "
+                                     f"bytes, seed {r.get('seed')}" for r in rows))
+    return ["### Fairness: two flows through one bottleneck", "",
+            f"Paths: {labels}. Each pair through a fresh `linkem run` (empty queue), both flows from a to b, "
+            f"started together. iperf3 runs {cfg.get('seconds', '?'):g} s (`iperf3 -C cubic`); each Sluice flow "
+            f"uploads its own random file of {(cfg.get('sluice_file_bytes') or 0) >> 20} MiB (`sluice cp`, default "
+            "settings, one `sluice serve` per flow on its own port), checked by SHA-256 afterwards.", "",
+            "How it is computed: every receiver writes into a directory of its own (Sluice's server, or "
+            "`iperf3 -s -F`), whose bytes the harness reads for all flows at once every "
+            f"{cfg.get('tick_s', 0.2):g} s. The common interval runs from the later of the two flows' first "
+            "delivered byte to the earlier end (a Sluice file complete at the receiver, an iperf3 flow's first "
+            "byte + its duration, or a client's exit); a flow's goodput is the bytes it delivered in that "
+            "interval over its length, so a flow that finishes first does not let the other's solo time count. "
+            "In parentheses after a goodput: that goodput over half the bottleneck rate. "
+            "Jain = (x1 + x2)^2 / (2 (x1^2 + x2^2)) of the two goodputs. TCP-friendliness (sluice+cubic row) = "
+            "the cubic flow's goodput beside Sluice / the mean goodput of the two flows of the cubic+cubic pair "
+            "of the same cell (in parentheses, that baseline in Mbit/s); 1 means Sluice takes what another cubic "
+            "flow would, below 1 it takes more. Sum / bottleneck: the two goodputs' sum over the bottleneck rate; "
+            "a->b drops: packets linkem's a->b direction dropped at its full queue / at random (the cell's loss), "
+            "over the whole pair. If the sum is well under 1 and the queue dropped nothing, the two flows did not "
+            "compete for the link (each was limited by itself: CPU or its own rate), and Jain says little about "
+            "the congestion control. Where random loss alone holds cubic to a few Mbit/s (about 1.2 MSS / "
+            "(RTT sqrt(p)): 1.4 Mbit/s at 100 ms and 1 %), the TCP-friendliness index is a ratio of two small, "
+            "noisy numbers. A pair with a failed transfer or a wrong file shows **FAIL** and "
+            "its reason, never a number. CPU: seconds of the client (a) and server (b) of each flow.", "",
+            fairness_table(rows), ""]
 
 
 def _compact(j):
@@ -166,14 +243,14 @@ def charts(wan_runs, stamp, out_dir):
 def rebuild(md_path, json_paths):
     """Rewrite one run's section of BENCHMARKS.md from its raw JSON (same place if it is there)."""
     import json
-    results, meta, not_run, paths_out = {"lan": [], "wan": []}, None, [], {}
+    results, meta, not_run, paths_out = {"lan": [], "wan": [], "fairness": []}, None, [], {}
     for p in json_paths:
         with open(p) as f:
             d = json.load(f)
         meta, not_run = d["meta"], d["not_run"]
-        for r in d["runs"]:
-            results[r["path"]].append(r)
-        paths_out[d["runs"][0]["path"]] = os.path.relpath(os.path.abspath(p), os.path.dirname(os.path.abspath(md_path)))
+        kind = d.get("kind") or d["runs"][0]["path"]
+        results[kind] += d["runs"]
+        paths_out[kind] = os.path.relpath(os.path.abspath(p), os.path.dirname(os.path.abspath(md_path)))
     stamp = os.path.basename(json_paths[0]).rsplit("-", 1)[0]
     out_dir = os.path.dirname(os.path.abspath(json_paths[0]))
     made = charts(results["wan"], stamp, out_dir)

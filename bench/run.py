@@ -4,6 +4,7 @@
     python3 bench/run.py --quick        # a few cells, under five minutes
     python3 bench/run.py --full         # the BENCH.md grid
     python3 bench/run.py --cells wan-rtt100-loss1 --tools scp,rsync --cap 60 --file-size 256MiB
+    python3 bench/run.py --fairness-only   # two flows through one bottleneck: Jain, TCP-friendliness
 
 Root only. Traffic stays inside namespaces this process creates (bench-<pid>-<n>-a/-b) on
 198.18.0.0/15; they are removed on exit, failure or Ctrl-C.
@@ -33,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import cells as grid  # noqa: E402
+import fairness  # noqa: E402
 import report  # noqa: E402
 from netns import LanPath, WanPath  # noqa: E402
 from tools import ALL, BY_NAME  # noqa: E402
@@ -116,16 +118,10 @@ def tool_versions():
     return out
 
 
-# TODO(fairness, needs the sluice binary from issue 3): BENCH.md's fairness cells are not measured
-# yet, and nothing here pretends they are. When target/release/sluice exists, on the WAN path
-# (100 ms, 0 % and 1 % loss) run:
-#   1. two `sluice cp` transfers started together through one linkem bottleneck (two servers on two
-#      ports in namespace b): Jain's index (x1 + x2)^2 / (2 (x1^2 + x2^2)) of their goodputs;
-#   2. one `sluice cp` and one iperf3 cubic flow together: the TCP-friendliness index, iperf3's
-#      throughput with Sluice present over its fair share (half the bottleneck, or what cubic
-#      reaches alone if that is less).
-# Until then the report says "fairness: not measured (needs Sluice)".
-FAIRNESS_STATUS = "not measured: needs two Sluice transfers, and the sluice binary does not exist yet (issue 3)"
+# BENCH.md's fairness cells live in fairness.py (two flows through one linkem bottleneck: Jain's
+# index of two Sluice transfers, TCP-friendliness of Sluice beside iperf3 cubic); they run after
+# the grid with --fairness, or alone with --fairness-only.
+FAIRNESS_STATUS = "not measured in this run (pass --fairness, or run --fairness-only)"
 
 
 class Interrupted(Exception):
@@ -138,6 +134,15 @@ def main():
     mode.add_argument("--quick", action="store_true", help="LAN + WAN 100 ms / 1 %%, 128 MiB, 20 s cap")
     mode.add_argument("--full", action="store_true", help="the BENCH.md grid")
     mode.add_argument("--cells", help="comma-separated cell ids (lan, wan-rtt100-loss1, ...)")
+    mode.add_argument("--fairness-only", action="store_true", help="only the fairness cells, no grid")
+    ap.add_argument("--fairness", action="store_true", help="run the fairness cells after the grid")
+    ap.add_argument("--fairness-cells", default=fairness.DEFAULT_CELLS,
+                    help=f"WAN cells of the fairness pairs, wan-rtt<ms>-loss<pct> (default {fairness.DEFAULT_CELLS})")
+    ap.add_argument("--fairness-seconds", type=float, default=30.0,
+                    help="iperf3 duration of a fairness pair; Sluice files are sized to last as long at "
+                    "half the bottleneck (default 30)")
+    ap.add_argument("--fairness-size", type=size_arg, help="size of each Sluice file of a fairness pair "
+                    "(default: --fairness-seconds at half the bottleneck rate)")
     ap.add_argument("--tools", help=f"comma-separated subset of: {', '.join(BY_NAME)}")
     ap.add_argument("--cap", type=float, help="per-run time cap in seconds (quick 20, otherwise 120)")
     ap.add_argument("--file-size", type=size_arg, help="single-file size for every path "
@@ -155,8 +160,11 @@ def main():
         raise SystemExit("run as root (network namespaces)")
 
     quick = args.quick
-    cells = grid.quick_grid() if quick else grid.full_grid() if args.full else grid.parse(args.cells.split(","))
-    tools = ALL if not args.tools else [BY_NAME[t] for t in args.tools.split(",")]
+    do_fair = args.fairness or args.fairness_only
+    fair_cells = fairness.parse_cells(args.fairness_cells) if do_fair else []
+    cells = [] if args.fairness_only else grid.quick_grid() if quick else grid.full_grid() if args.full \
+        else grid.parse(args.cells.split(","))
+    tools = [] if args.fairness_only else ALL if not args.tools else [BY_NAME[t] for t in args.tools.split(",")]
     cap = args.cap or (20.0 if quick else 120.0)
     iperf_s = args.iperf_seconds or (5.0 if quick else 15.0)
     cmdline = "python3 bench/run.py " + " ".join(sys.argv[1:])
@@ -170,8 +178,16 @@ def main():
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")
     meta = {"command": cmdline, "started": datetime.datetime.now().isoformat(timespec="seconds"),
             "machine": machine(), "cap_s": cap, "iperf_s": iperf_s, "seed": args.seed,
-            "mode": "quick" if quick else "full" if args.full else "cells", "fairness": FAIRNESS_STATUS}
-    availability = ensure_tools(tools, args.no_install)
+            "mode": "fairness" if args.fairness_only else "quick" if quick else "full" if args.full else "cells",
+            "fairness": FAIRNESS_STATUS}
+    fair_tools = [BY_NAME["iperf3-cubic"], BY_NAME["sluice"]] if do_fair else []
+    availability = ensure_tools(list({t.name: t for t in tools + fair_tools}.values()), args.no_install)
+    if do_fair:
+        meta["fairness"] = "measured: see the Fairness table"
+        meta["fairness_cfg"] = {"cells": args.fairness_cells, "seconds": args.fairness_seconds,
+                                "sluice_file_bytes": args.fairness_size or fairness.default_size(
+                                    args.fairness_seconds, grid.RATE_MBIT),
+                                "rate_mbit": grid.RATE_MBIT, "tick_s": fairness.TICK_S}
     meta["tool_versions"] = tool_versions()
     meta["tools"] = {t.name: {"note": t.note, "unavailable": availability[t.name]} for t in tools}
     build_linkem()
@@ -180,7 +196,7 @@ def main():
         log(f"selfcheck: {json.dumps(meta['selfcheck']['json'])}")
 
     root = f"/dev/shm/sluice-bench-{os.getpid()}"
-    results = {"lan": [], "wan": []}
+    results = {"lan": [], "wan": [], "fairness": []}
     not_run = []
     paths_out = {}
     try:
@@ -245,11 +261,20 @@ def main():
                         _save(results, meta, stamp, not_run, paths_out)
             finally:
                 path.down()
+        if do_fair:
+            def on_row(rows):
+                results["fairness"] = rows
+                _save(results, meta, stamp, not_run, paths_out)
+            fairness.run_cells(fair_cells, LINKEM, grid.RATE_MBIT, args.fairness_seconds, args.fairness_size,
+                               args.seed, root, log, on_row,
+                               {"sluice": availability["sluice"], "iperf3-cubic": availability["iperf3-cubic"]})
     except Interrupted as e:
         meta["interrupted"] = str(e)
         log(f"interrupted: {e}")
         done = {r["cell"] for rs in results.values() for r in rs}
         not_run += [grid.cid(c) for c in cells if grid.cid(c) not in done and grid.cid(c) not in not_run]
+        fair_done = {r["cell"] for r in results["fairness"]}
+        not_run += [f"fairness {fairness.cell_name(*c)}" for c in fair_cells if fairness.cell_name(*c) not in fair_done]
     finally:
         shutil.rmtree(root, ignore_errors=True)
         meta["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
@@ -269,7 +294,7 @@ def _save(results, meta, stamp, not_run, paths_out):
             continue
         p = os.path.join(HERE, "results", f"{stamp}-{kind}.json")
         with open(p, "w") as f:
-            json.dump({"meta": meta, "not_run": not_run, "runs": rs}, f, indent=1)
+            json.dump({"meta": meta, "kind": kind, "not_run": not_run, "runs": rs}, f, indent=1)
         paths_out[kind] = os.path.relpath(p, REPO)
 
 
