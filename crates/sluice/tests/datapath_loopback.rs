@@ -578,7 +578,10 @@ fn a_channel_whose_socket_dies_mid_way_hands_its_chunks_to_the_others() {
     println!("dead_channel: sender {sent:?}");
     println!("dead_channel: receiver {received:?}");
     assert_eq!((sent.channels, sent.lost_channels), (3, 1), "the sender lost channel 1 alone");
-    assert_eq!((received.channels, received.lost_channels), (3, 1));
+    // The receiver's channel 1 counts as lost only if its idle timeout ran out before the
+    // others completed the file: a race, so either is right.
+    assert_eq!(received.channels, 3);
+    assert!(received.lost_channels <= 1, "{received:?}");
     assert_eq!(sent.bytes, len as u64);
     assert_eq!(received.bytes, len as u64);
     let mut got = vec![0u8; len];
