@@ -149,9 +149,21 @@ pub enum DataError {
     /// The peer closed the channel before the range was complete.
     #[error("the peer closed the data channel early (reason {0})")]
     ClosedEarly(u32),
-    /// The path refused a datagram as too large.
-    #[error("the path does not carry {0}-byte datagrams (EMSGSIZE): choose a smaller packet size")]
-    PacketTooLarge(usize),
+    /// The path does not carry datagrams of the packet size: the kernel's path MTU says so at
+    /// the start, or a send failed with `EMSGSIZE`.
+    #[error(
+        "the path carries UDP datagrams of at most {max_bytes} bytes{}, not {packet_bytes}: \
+         choose --packet-size {max_bytes} or less",
+        path_mtu.map(|m| format!(" (path MTU {m})")).unwrap_or_default()
+    )]
+    PacketTooLarge {
+        /// The packet size the channel was given.
+        packet_bytes: usize,
+        /// The largest datagram the path carries.
+        max_bytes: usize,
+        /// The path MTU, when the kernel knows it.
+        path_mtu: Option<usize>,
+    },
     /// No channels were given.
     #[error("a transfer needs at least one data channel")]
     NoChannels,

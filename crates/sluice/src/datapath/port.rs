@@ -96,11 +96,31 @@ impl Port {
     }
 }
 
+/// The path MTU check at the start of a sending channel: datagrams of `packet_bytes` must fit
+/// the path MTU the kernel knows toward `peer` (the route's, or less if ICMP taught it less).
+/// Don't-fragment is set on every data socket, so a larger datagram could never arrive.
+pub(super) fn check_path_mtu(
+    socket: &UdpSocket,
+    peer: SocketAddr,
+    packet_bytes: usize,
+) -> Result<(), DataError> {
+    let Some(mtu) = sluice_udp::path_mtu(socket, peer) else { return Ok(()) };
+    let max_bytes = sluice_udp::max_payload(mtu, peer);
+    if packet_bytes > max_bytes {
+        return Err(DataError::PacketTooLarge { packet_bytes, max_bytes, path_mtu: Some(mtu) });
+    }
+    Ok(())
+}
+
 /// A send error as the user should read it: a datagram the path refuses as too large names the
 /// packet size.
 fn send_error(e: io::Error, segment: usize) -> DataError {
-    if e.raw_os_error() == Some(rustix::io::Errno::MSGSIZE.raw_os_error()) {
-        return DataError::PacketTooLarge(segment);
+    if sluice_udp::is_too_big(&e) {
+        return DataError::PacketTooLarge {
+            packet_bytes: segment,
+            max_bytes: segment.saturating_sub(1),
+            path_mtu: None,
+        };
     }
     DataError::Socket(e)
 }

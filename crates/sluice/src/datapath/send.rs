@@ -11,7 +11,7 @@ use sluice_udp::RecvBatch;
 
 use super::blocks::ReadAhead;
 use super::plan::{Plan, Taken};
-use super::port::{MAX_SLEEP_US, Port};
+use super::port::{MAX_SLEEP_US, Port, check_path_mtu};
 use super::transfer::{ChannelEnd, Shared};
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
@@ -44,6 +44,7 @@ pub(super) fn channel(
     let mut taken = Taken::default();
     let mut stats = None;
     let result = (|| {
+        check_path_mtu(&socket, peer, config.packet_size).map_err(|e| ctx.shared.fatal(e))?;
         let port = Port::new(socket, peer, true, start)?;
         let cc = ctx.group.member(index);
         let segment = config.packet_size;
