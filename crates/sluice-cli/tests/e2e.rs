@@ -401,3 +401,89 @@ fn first_contact_asks_on_a_terminal_and_pins_only_on_yes() {
     let o = client.cp(&server, Some(TOKEN), &["-q"], "127.0.0.1:t.bin", dst.to_str().unwrap());
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// A network namespace of this test's own (loopback only), removed on drop.
+struct Netns(String);
+
+impl Netns {
+    /// Creates it with loopback up at `mtu`; `None` when this is not root or `ip` is missing.
+    fn with_loopback_mtu(tag: &str, mtu: u32) -> Option<Netns> {
+        let name = format!("sluice-e2e-{tag}-{}", std::process::id());
+        let ok = Command::new("ip").args(["netns", "add", &name]).status().ok()?.success();
+        if !ok {
+            return None;
+        }
+        let ns = Netns(name);
+        let up = ns
+            .cmd("ip")
+            .args(["link", "set", "lo", "up", "mtu", &mtu.to_string()])
+            .status()
+            .unwrap();
+        assert!(up.success(), "could not set up loopback in {}", ns.0);
+        Some(ns)
+    }
+
+    fn cmd(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0, program]);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_packet_size_the_path_cannot_carry_is_refused_with_the_size_that_fits() {
+    // Loopback with a 1500-byte MTU in a namespace of our own: UDP payloads of 1472 bytes fit.
+    let Some(ns) = Netns::with_loopback_mtu("mtu", 1500) else {
+        println!("skipped: needs root and iproute2 to make a network namespace");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let port = "7802";
+    let mut server = ns
+        .cmd(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(&root)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--tokens")
+        .arg(&tokens)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("serving on"), "server said {line:?}");
+    let src = dir.path().join("src.bin");
+    random_file(&src, 300_000, 31);
+    let cp = |packet_size: &str, name: &str| {
+        ns.cmd(BIN)
+            .args(["cp", "-P", port, "--accept-new-host", "--packet-size", packet_size])
+            .arg("--known-hosts")
+            .arg(dir.path().join("known_hosts"))
+            .env("SLUICE_TOKEN", TOKEN)
+            .arg(&src)
+            .arg(format!("127.0.0.1:{name}"))
+            .output()
+            .unwrap()
+    };
+    let too_big = cp("9000", "big.bin");
+    let fits = cp("1472", "fits.bin");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_ne!(code(&too_big), 0);
+    assert!(stderr(&too_big).contains("--packet-size 1472 or less"), "{}", stderr(&too_big));
+    assert!(!root.join("big.bin").exists());
+    assert_eq!(code(&fits), 0, "{}", stderr(&fits));
+    assert!(same_file(&src, &root.join("fits.bin")));
+}
