@@ -7,5 +7,5 @@ from tools.srt import Srt
 from tools.ssh import Rsync, Scp
 from tools.uftp import Uftp
 
-ALL = [Iperf3("cubic"), Iperf3("bbr"), Scp(), Rsync(), GridFtp(1), GridFtp(4), Srt(), Uftp(), Uftp(900), Sluice()]
+ALL = [Iperf3("cubic"), Iperf3("bbr"), Scp(), Rsync(), GridFtp(1), GridFtp(4), Srt(), Uftp(), Uftp(900), Sluice(), Sluice(1)]
 BY_NAME = {t.name: t for t in ALL}

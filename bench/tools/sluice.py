@@ -16,12 +16,17 @@ TOKEN = "bench-token-0123456789abcdef"
 
 
 class Sluice(Tool):
-    name = "sluice"
     packages = []
     binaries = []
     workloads = ("file",)
     server_proto = "udp"
-    note = "sluice cp (upload), default settings: adaptive, one encrypted UDP channel, BLAKE3"
+
+    def __init__(self, channels=None):
+        """`channels`: None for the default (one per core, as negotiated), else `--channels N`."""
+        self.channels = channels
+        self.name = "sluice" if channels is None else f"sluice-c{channels}"
+        count = "one per core (negotiated)" if channels is None else str(channels)
+        self.note = (f"sluice cp (upload), adaptive, encrypted UDP channels: {count}, BLAKE3")
 
     def missing(self):
         if not os.access(BIN, os.X_OK):
@@ -49,6 +54,7 @@ class Sluice(Tool):
                 "--state-dir", os.path.join(self.dir, "state"), "--tokens", self.tokens]
 
     def client_argv(self, ctx):
+        extra = [] if self.channels is None else ["--channels", str(self.channels)]
         return [BIN, "cp", "-q", "-P", str(ctx.port), "--token-file", self.tokens,
-                "--known-hosts", self.known_hosts, "--accept-new-host",
+                "--known-hosts", self.known_hosts, "--accept-new-host", *extra,
                 ctx.work.src.rstrip("/"), f"{B_ADDR}:"]

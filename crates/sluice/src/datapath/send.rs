@@ -19,8 +19,11 @@ use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 /// runs dry while chunks remain.
 const LOW_WATER_BYTES: u64 = 1 << 20;
 /// The sender paces in batches: it waits until this much sending time has accrued (at most
-/// one GSO batch) and sends it with one system call.
-const BATCH_INTERVAL_US: f64 = 200.0;
+/// one GSO batch, and half the pacer's catch-up allowance, so a late wake-up is made up) and
+/// sends it with one system call.
+const BATCH_INTERVAL_US: f64 = 250.0;
+/// How often a channel logs its state at debug level.
+const TRACE_EVERY_US: u64 = 1_000_000;
 
 /// What every sending channel of a transfer shares.
 pub(super) struct SendShared<'a> {
@@ -48,9 +51,17 @@ pub(super) fn channel(
         let port = Port::new(socket, peer, true, start)?;
         let cc = ctx.group.member(index);
         let segment = config.packet_size;
+        let max_burst_pkts = config.max_burst_pkts;
         let mut sender = Sender::with_controller(config, cc, keys.seal, keys.open, port.now_us())?;
         let mut reader = ReadAhead::new(ctx.file, 0, ctx.end);
-        let mut run = Run { index, sender: &mut sender, port: &port, reader: &mut reader, segment };
+        let mut run = Run {
+            index,
+            sender: &mut sender,
+            port: &port,
+            reader: &mut reader,
+            segment,
+            max_burst_pkts,
+        };
         let result = run.drive(ctx, &mut taken, idle_secs);
         stats = Some(sender.stats().clone());
         result
@@ -77,6 +88,7 @@ struct Run<'r, 'f> {
     port: &'r Port,
     reader: &'r mut ReadAhead<'f>,
     segment: usize,
+    max_burst_pkts: u32,
 }
 
 impl Run<'_, '_> {
@@ -90,6 +102,7 @@ impl Run<'_, '_> {
         let mut batch = RecvBatch::new();
         let mut out = vec![0u8; 64_000 + 2 * self.segment];
         let mut finished = false;
+        let mut next_trace_us = 0;
         loop {
             ctx.shared.check()?;
             if self.port.recv(&mut batch)? > 0 {
@@ -112,14 +125,38 @@ impl Run<'_, '_> {
                 State::Closed(reason) => return Err(DataError::ClosedEarly(reason)),
                 State::Broken => return Err(DataError::PeerSilent(idle_secs)),
             }
+            if now >= next_trace_us {
+                self.trace(now);
+                next_trace_us = now + TRACE_EVERY_US;
+            }
             let deadline = self.sender.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
             // Let a batch's worth of sending time accrue; the pacer catches up on it at once.
             let batch_pkts = (self.sender.rate_pps() * BATCH_INTERVAL_US / 1e6)
                 .min(self.port.batch_segments(self.segment) as f64)
+                .min(f64::from(self.max_burst_pkts / 2))
                 .max(1.0);
             let extra = (batch_pkts - 1.0) * 1e6 / self.sender.rate_pps().max(1.0);
             self.port.wait(deadline + extra as u64)?;
         }
+    }
+
+    /// The channel's state, for `RUST_LOG=sluice=debug` (once a second).
+    fn trace(&self, now_us: u64) {
+        let s = self.sender.stats();
+        tracing::debug!(
+            channel = self.index,
+            t_ms = now_us / 1000,
+            rate_mbit = (self.sender.rate_pps() * self.segment as f64 * 8.0 / 1e6) as u64,
+            rtt_ms = self.sender.rtt_us() as f64 / 1000.0,
+            in_flight = self.sender.in_flight_pkts(),
+            unreceived = self.sender.unreceived_pkts(),
+            acked_mib = s.acked_bytes >> 20,
+            sent = s.new_pkts,
+            retransmitted = s.retransmitted_pkts,
+            lost = s.lost_pkts,
+            timeouts = s.timeouts,
+            "sending"
+        );
     }
 
     /// Keeps the sender fed from the plan; returns true once it was told to finish (the whole
