@@ -116,6 +116,9 @@ class Proc:
         return None if st is None else round(st[1] / 1024.0, 1)
 
     def output(self, limit=4000):
+        """The tail of the process's output (`BENCH_OUTPUT_LIMIT` bytes overrides `limit`, for
+        debug logs)."""
+        limit = int(os.environ.get("BENCH_OUTPUT_LIMIT", limit))
         try:
             with open(self.log_path, "rb") as f:
                 data = f.read()

@@ -234,6 +234,11 @@ impl Sender {
         self.rtt.rtt_us()
     }
 
+    /// The forward queuing delay the receiver last reported.
+    pub fn queue_delay_us(&self) -> u32 {
+        self.queue_delay_us
+    }
+
     /// Packets sent and not yet acknowledged.
     pub fn in_flight_pkts(&self) -> u64 {
         self.next_dsn - self.snd_una

@@ -278,3 +278,24 @@ fn socket_and_batch_cross_threads() {
     send_sync::<Socket>();
     send_sync::<RecvBatch>();
 }
+
+#[test]
+fn every_datagram_carries_its_own_kernel_receive_time() {
+    // Three datagrams 20 ms apart, read in one batch: each keeps the time it arrived, so the
+    // first is at least 2 x 20 ms older than the last (sleeps never end early).
+    let (tx, rx) = pair();
+    for i in 0..3u8 {
+        if i > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(tx.send_batch(&[i; 100], 100).unwrap(), 1);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let mut batch = RecvBatch::new();
+    assert_eq!(rx.recv_batch(&mut batch).unwrap(), 3);
+    let mut ages = Vec::new();
+    batch.datagrams_timed(|age_us, d| ages.push((d[0], age_us.expect("a kernel timestamp"))));
+    assert_eq!(ages.iter().map(|a| a.0).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(ages[0].1 >= ages[1].1 + 19_000 && ages[1].1 >= ages[2].1 + 19_000, "{ages:?}");
+    assert!(ages[2].1 >= 4_000, "the last arrived before the 5 ms pause: {ages:?}");
+}

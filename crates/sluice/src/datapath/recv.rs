@@ -132,8 +132,11 @@ fn drive(
             let at = port.now_us();
             last_datagram_us = Some(at);
             let mut write_error = None;
-            batch.datagrams(|d| {
-                if let Ok(Some(delivered)) = receiver.handle_datagram(at, d) {
+            // Each datagram at the time the kernel received it: the estimators measure the
+            // intervals between arrivals, which one time for the whole batch would make zero.
+            batch.datagrams_timed(|age_us, d| {
+                let arrived = at.saturating_sub(age_us.unwrap_or(0));
+                if let Ok(Some(delivered)) = receiver.handle_datagram(arrived, d) {
                     let payload = &d[delivered.range];
                     if ctx.take(delivered.offset, payload.len() as u64)
                         && let Err(e) = writer.write(delivered.offset, payload)

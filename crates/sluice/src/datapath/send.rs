@@ -23,7 +23,7 @@ const LOW_WATER_BYTES: u64 = 1 << 20;
 /// sends it with one system call.
 const BATCH_INTERVAL_US: f64 = 250.0;
 /// How often a channel logs its state at debug level.
-const TRACE_EVERY_US: u64 = 1_000_000;
+const TRACE_EVERY_US: u64 = 250_000;
 
 /// What every sending channel of a transfer shares.
 pub(super) struct SendShared<'a> {
@@ -140,7 +140,7 @@ impl Run<'_, '_> {
         }
     }
 
-    /// The channel's state, for `RUST_LOG=sluice=debug` (once a second).
+    /// The channel's state, for `RUST_LOG=sluice=debug` (four times a second).
     fn trace(&self, now_us: u64) {
         let s = self.sender.stats();
         tracing::debug!(
@@ -148,6 +148,7 @@ impl Run<'_, '_> {
             t_ms = now_us / 1000,
             rate_mbit = (self.sender.rate_pps() * self.segment as f64 * 8.0 / 1e6) as u64,
             rtt_ms = self.sender.rtt_us() as f64 / 1000.0,
+            queue_ms = f64::from(self.sender.queue_delay_us()) / 1000.0,
             in_flight = self.sender.in_flight_pkts(),
             unreceived = self.sender.unreceived_pkts(),
             acked_mib = s.acked_bytes >> 20,
