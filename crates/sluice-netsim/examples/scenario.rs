@@ -7,10 +7,13 @@
 //!
 //! Options (defaults in brackets): `--rate-mbit` [1000], `--rtt-ms` [100], `--loss-pct` [0],
 //! `--burst-pkts N` (Gilbert-Elliott loss with mean burst N) [Bernoulli], `--size-mib` [256],
-//! `--flows` [1], `--stagger-ms` [0], `--cc udt|fixed|adaptive` [adaptive], `--fixed-rate-mbit`
+//! `--flows` [1] (transfers), `--channels N` or `N1,N2,..` (data channels per transfer, each
+//! moving one stripe of its file; a list gives each transfer its own count) [1], `--uncoupled` (each channel runs its own controller instead of sharing the
+//! transfer's rate budget) [coupled], `--stagger-ms` [0], `--cc udt|fixed|adaptive` [adaptive], `--fixed-rate-mbit`
 //! [0], `--seed` [1], `--queue-bdp` [1], `--jitter-ms` [0], `--reorder-pct` [0],
 //! `--duplicate-pct` [0], `--corrupt-pct` [0], `--blackout START_S:LEN_S`, `--deadline-s` [600],
-//! `--trace-ms N` (include a rate trace) [off], `--packet-size` [1452].
+//! `--trace-ms N` (include a rate trace) [off], `--packet-size` [1452], `--fairness-window FROM_S:TO_S`
+//! (Jain's index over the transfers' delivery in this window) [whole transfers].
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::process::ExitCode;
@@ -32,6 +35,15 @@ fn parse(args: &[String]) -> Result<Scenario, String> {
             "--burst-pkts" => s.loss_burst_pkts = Some(num(value()?)?),
             "--size-mib" => s.size_mib = num(value()?)?,
             "--flows" => s.flows = num(value()?)? as usize,
+            "--channels" => {
+                let list = value()?
+                    .split(',')
+                    .map(|v| v.parse::<usize>().map_err(|_| format!("--channels: bad count {v}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                s.channels = list[0];
+                s.flow_channels = list;
+            }
+            "--uncoupled" => s.coupled = false,
             "--stagger-ms" => s.flow_stagger_ms = num(value()?)? as u64,
             "--cc" => {
                 let v = value()?;
@@ -51,13 +63,21 @@ fn parse(args: &[String]) -> Result<Scenario, String> {
                 s.blackout_s = Some((num(&a.to_string())?, num(&b.to_string())?));
             }
             "--deadline-s" => s.deadline_s = num(value()?)?,
+            "--fairness-window" => {
+                let v = value()?;
+                let (a, b) = v.split_once(':').ok_or("--fairness-window takes FROM_S:TO_S")?;
+                s.fairness_window_s = Some((num(&a.to_string())?, num(&b.to_string())?));
+            }
             "--trace-ms" => s.sample_ms = num(value()?)? as u64,
             "--packet-size" => s.packet_size = num(value()?)? as usize,
             other => return Err(format!("unknown option {other}")),
         }
     }
-    if !(s.rate_mbit > 0.0 && s.rtt_ms >= 0.0 && s.size_mib > 0.0 && s.flows >= 1) {
-        return Err("rate, size and flows must be positive".into());
+    if !(s.rate_mbit > 0.0 && s.rtt_ms >= 0.0 && s.size_mib > 0.0 && s.flows >= 1)
+        || s.channels < 1
+        || s.flow_channels.contains(&0)
+    {
+        return Err("rate, size, flows and channels must be positive".into());
     }
     if !(0.0..100.0).contains(&s.loss_pct) {
         return Err("--loss-pct must be in [0, 100)".into());
@@ -85,6 +105,9 @@ fn main() -> ExitCode {
         serde_json::json!((started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0);
     json["cc"] = serde_json::json!(scenario.cc.name());
     json["seed"] = serde_json::json!(scenario.seed);
+    let channels: Vec<usize> = (0..scenario.flows).map(|t| scenario.channels_of(t)).collect();
+    json["channels"] = serde_json::json!(channels);
+    json["coupled"] = serde_json::json!(scenario.coupled);
     println!("{json}");
     if result.delivered_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -5,6 +5,9 @@
 //! rule on every datagram they emit: numbers under one key are strictly increasing, so none is
 //! ever reused (the header carrying it is authenticated but not encrypted, so it can be read).
 
+use std::sync::Arc;
+
+use sluice_proto::cc::coupled::CouplingGroup;
 use sluice_proto::config::ChannelConfig;
 use sluice_proto::crypto::PacketKey;
 use sluice_proto::intervals::IntervalSet;
@@ -77,6 +80,18 @@ impl PnCheck {
     }
 }
 
+/// A sender's place in a [`CouplingGroup`]: the adapter plays the transfer driver's part and
+/// sets the channel inactive once it has no new data left or has ended.
+#[derive(Debug)]
+pub struct Coupling {
+    /// The transfer's group.
+    pub group: Arc<CouplingGroup>,
+    /// This channel's index in the group.
+    pub channel: usize,
+    /// Whether the channel still counts as active.
+    pub active: bool,
+}
+
 /// The data source side of a simulated channel.
 #[derive(Debug)]
 pub struct SenderEnd {
@@ -86,6 +101,22 @@ pub struct SenderEnd {
     pub payload_seed: u64,
     /// Packet-number check over everything this end emitted.
     pub pn_check: PnCheck,
+    /// The coupling group the sender's controller belongs to, if any.
+    pub coupling: Option<Coupling>,
+}
+
+impl SenderEnd {
+    /// Sets the channel inactive in its group once every byte has been sent at least once, or
+    /// the channel has ended.
+    fn update_coupling(&mut self) {
+        if let Some(c) = &mut self.coupling
+            && c.active
+            && (self.sender.unsent_bytes() == 0 || self.sender.state() != State::Open)
+        {
+            c.group.set_active(c.channel, false);
+            c.active = false;
+        }
+    }
 }
 
 /// The sink side of a simulated channel.
@@ -95,7 +126,9 @@ pub struct ReceiverEnd {
     pub receiver: Receiver,
     /// Seed of the payload bytes.
     pub payload_seed: u64,
-    /// Bytes expected in total.
+    /// First byte of the application's data this channel carries.
+    pub offset: u64,
+    /// Bytes expected in total (from `offset` on).
     pub total_bytes: u64,
     /// Byte ranges delivered so far.
     pub delivered: IntervalSet,
@@ -126,17 +159,45 @@ pub fn channel_pair(
     total_bytes: u64,
     now_us: u64,
 ) -> Result<(ChannelEndpoint, ChannelEndpoint), sluice_proto::config::ConfigError> {
+    channel_pair_part(config, None, key_seed, payload_seed, 0..total_bytes, now_us)
+}
+
+/// Builds the two ends of a channel that moves the bytes `range` of the payload for
+/// `payload_seed` (one stripe of a file the channels of a transfer share), starting at `now_us`.
+/// With `coupling = Some((group, channel))` the sender's controller is that member of the group
+/// and the adapter sets it inactive when its data runs out; otherwise it runs `config.cc` alone.
+pub fn channel_pair_part(
+    config: &ChannelConfig,
+    coupling: Option<(&Arc<CouplingGroup>, usize)>,
+    key_seed: u64,
+    payload_seed: u64,
+    range: std::ops::Range<u64>,
+    now_us: u64,
+) -> Result<(ChannelEndpoint, ChannelEndpoint), sluice_proto::config::ConfigError> {
     let [(s_tx, s_rx), (r_tx, r_rx)] = test_keys(config, key_seed);
-    let mut sender = Sender::new(config.clone(), s_tx, s_rx, now_us)?;
-    sender.push(0, total_bytes);
+    let mut sender = match coupling {
+        Some((group, channel)) => {
+            Sender::with_controller(config.clone(), group.member(channel), s_tx, s_rx, now_us)?
+        }
+        None => Sender::new(config.clone(), s_tx, s_rx, now_us)?,
+    };
+    sender.push(range.start, range.end - range.start);
     sender.finish();
     let receiver = Receiver::new(config.clone(), r_tx, r_rx, now_us)?;
+    let coupling = coupling.map(|(group, channel)| Coupling {
+        group: Arc::clone(group),
+        channel,
+        active: true,
+    });
+    let mut end = SenderEnd { sender, payload_seed, pn_check: PnCheck::default(), coupling };
+    end.update_coupling();
     Ok((
-        ChannelEndpoint::Sender(SenderEnd { sender, payload_seed, pn_check: PnCheck::default() }),
+        ChannelEndpoint::Sender(end),
         ChannelEndpoint::Receiver(ReceiverEnd {
             receiver,
             payload_seed,
-            total_bytes,
+            offset: range.start,
+            total_bytes: range.end - range.start,
             delivered: IntervalSet::new(),
             duplicate_deliveries: 0,
             corrupt_deliveries: 0,
@@ -165,10 +226,11 @@ impl ChannelEndpoint {
 }
 
 impl ReceiverEnd {
-    /// Whether every byte arrived exactly once and intact.
+    /// Whether every byte of the channel's range arrived exactly once and intact.
     pub fn delivered_ok(&self) -> bool {
         self.delivered.len() == self.total_bytes
             && self.delivered.range_count() <= 1
+            && (self.total_bytes == 0 || self.delivered.first() == Some(self.offset))
             && self.duplicate_deliveries == 0
             && self.corrupt_deliveries == 0
     }
@@ -177,7 +239,10 @@ impl ReceiverEnd {
 impl Endpoint for ChannelEndpoint {
     fn handle_datagram(&mut self, now_us: u64, datagram: &mut [u8]) {
         match self {
-            ChannelEndpoint::Sender(s) => s.sender.handle_datagram(now_us, datagram),
+            ChannelEndpoint::Sender(s) => {
+                s.sender.handle_datagram(now_us, datagram);
+                s.update_coupling();
+            }
             ChannelEndpoint::Receiver(r) => {
                 let Ok(Some(d)) = r.receiver.handle_datagram(now_us, datagram) else { return };
                 let payload = &datagram[d.range.clone()];
@@ -197,7 +262,10 @@ impl Endpoint for ChannelEndpoint {
 
     fn handle_timeout(&mut self, now_us: u64) {
         match self {
-            ChannelEndpoint::Sender(s) => s.sender.handle_timeout(now_us),
+            ChannelEndpoint::Sender(s) => {
+                s.sender.handle_timeout(now_us);
+                s.update_coupling();
+            }
             ChannelEndpoint::Receiver(r) => r.receiver.handle_timeout(now_us),
         }
     }
@@ -207,7 +275,9 @@ impl Endpoint for ChannelEndpoint {
             ChannelEndpoint::Sender(s) => {
                 let seed = s.payload_seed;
                 let mut fill = |offset: u64, dst: &mut [u8]| fill_payload(seed, offset, dst);
-                let len = s.sender.poll_transmit(now_us, buf, &mut fill)?;
+                let sent = s.sender.poll_transmit(now_us, buf, &mut fill);
+                s.update_coupling();
+                let len = sent?;
                 s.pn_check.observe(&buf[..len]);
                 Some(len)
             }

@@ -1,12 +1,20 @@
-//! Named, reproducible transfer scenarios: one or more `sluice-proto` channels over a simulated
-//! bottleneck, with the numbers a reviewer asks for (goodput, utilization, retransmissions,
-//! fairness, queuing delay) and a rate-over-time trace.
+//! Named, reproducible transfer scenarios: one or more transfers of `sluice-proto` channels over a
+//! simulated bottleneck, with the numbers a reviewer asks for (goodput, utilization,
+//! retransmissions, fairness, queuing delay) and a rate-over-time trace.
+//!
+//! A transfer ("flow" in [`Scenario`]) moves one file over [`Scenario::channels`] data channels,
+//! each carrying one contiguous stripe; with [`Scenario::coupled`] its channels share one rate
+//! budget through a [`CouplingGroup`]. Results are per transfer (summed over its channels).
+
+use std::sync::Arc;
 
 use serde::Serialize;
 use sluice_proto::cc::CcKind;
+use sluice_proto::cc::coupled::CouplingGroup;
 use sluice_proto::config::ChannelConfig;
+use sluice_proto::intervals::IntervalSet;
 
-use crate::channel::{ChannelEndpoint, channel_pair};
+use crate::channel::{ChannelEndpoint, channel_pair_part};
 use crate::{
     FlowConfig, GilbertElliott, LinkConfig, LossModel, Sim, SimConfig, WIRE_OVERHEAD_BYTES,
 };
@@ -23,10 +31,19 @@ pub struct Scenario {
     pub loss_pct: f64,
     /// With `Some(mean burst length in packets)`, loss is Gilbert-Elliott bursty, else Bernoulli.
     pub loss_burst_pkts: Option<f64>,
-    /// Bytes each flow moves, in MiB.
+    /// Bytes each flow (transfer) moves, in MiB.
     pub size_mib: f64,
-    /// Number of flows sharing the bottleneck.
+    /// Number of flows (transfers) sharing the bottleneck.
     pub flows: usize,
+    /// Data channels per transfer; the file is cut into this many contiguous stripes.
+    pub channels: usize,
+    /// Channels of each transfer, overriding [`Scenario::channels`] for the transfers it lists
+    /// (transfer `t` uses `flow_channels[t]` if present).
+    pub flow_channels: Vec<usize>,
+    /// Whether the channels of a transfer share one rate budget ([`CouplingGroup`]); otherwise
+    /// each channel runs its own controller. A coupled transfer of one channel behaves exactly
+    /// like an uncoupled one.
+    pub coupled: bool,
     /// Later flows start this much after the previous one.
     pub flow_stagger_ms: u64,
     /// Congestion controller.
@@ -67,6 +84,9 @@ impl Default for Scenario {
             loss_burst_pkts: None,
             size_mib: 256.0,
             flows: 1,
+            channels: 1,
+            flow_channels: Vec::new(),
+            coupled: true,
             flow_stagger_ms: 0,
             cc: CcKind::Adaptive,
             cc_rate_mbit: 0.0,
@@ -98,12 +118,12 @@ pub struct TracePoint {
     pub queue_ms: f64,
 }
 
-/// One flow's outcome.
+/// One flow's (transfer's) outcome, summed over its channels.
 #[derive(Debug, Clone, Serialize)]
 pub struct FlowResult {
     /// Payload goodput from the flow's start to its completion (or to the end of the run).
     pub goodput_mbit: f64,
-    /// Every byte arrived exactly once and intact.
+    /// Every byte of the file arrived exactly once and intact (over all its channels).
     pub delivered_ok: bool,
     /// Retransmitted data packets over first transmissions, in percent.
     pub retransmitted_pct: f64,
@@ -115,6 +135,9 @@ pub struct FlowResult {
     pub pn_violations: u64,
     /// Datagrams whose packet number was checked, over both ends.
     pub pn_checked: u64,
+    /// With several channels: each channel's goodput over the transfer's time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub channel_goodput_mbit: Vec<f64>,
 }
 
 /// What a scenario produced.
@@ -170,7 +193,13 @@ impl Scenario {
         link
     }
 
-    /// The channel configuration each flow uses.
+    /// Channels of transfer `flow`.
+    pub fn channels_of(&self, flow: usize) -> usize {
+        self.flow_channels.get(flow).copied().unwrap_or(self.channels).max(1)
+    }
+
+    /// The channel configuration of channel `flow`, numbered over all transfers in order (with
+    /// one channel per transfer, channel `t` is transfer `t`'s).
     pub fn channel_config(&self, flow: usize) -> ChannelConfig {
         ChannelConfig {
             packet_size: self.packet_size,
@@ -197,20 +226,44 @@ impl Scenario {
         let mut sim: Sim<ChannelEndpoint> = Sim::new(SimConfig::symmetric(self.seed, link));
         let total = (self.size_mib * 1024.0 * 1024.0) as u64;
         let mut starts_us = Vec::new();
-        for i in 0..self.flows {
-            let start_us = i as u64 * self.flow_stagger_ms * 1000;
-            let cfg = self.channel_config(i);
-            let (a, b) = channel_pair(
-                &cfg,
-                self.seed.wrapping_add(i as u64),
-                self.seed ^ (i as u64) << 32,
-                total,
-                start_us,
-            )
-            .expect("scenario channel config is valid");
-            sim.add_flow(a, b, FlowConfig::starting_at(start_us));
+        // Each transfer's channels: a range of the simulator's flows.
+        let mut spans = Vec::new();
+        for t in 0..self.flows {
+            let start_us = t as u64 * self.flow_stagger_ms * 1000;
+            let n_ch = self.channels_of(t);
+            let first = spans.last().map_or(0, |r: &std::ops::Range<usize>| r.end);
+            spans.push(first..first + n_ch);
+            let group: Option<Arc<CouplingGroup>> =
+                self.coupled.then(|| CouplingGroup::new(&self.channel_config(first), n_ch));
+            for c in 0..n_ch {
+                let k = first + c;
+                let cfg = self.channel_config(k);
+                let stripe = total * c as u64 / n_ch as u64..total * (c as u64 + 1) / n_ch as u64;
+                let (a, b) = channel_pair_part(
+                    &cfg,
+                    group.as_ref().map(|g| (g, c)),
+                    self.seed.wrapping_add(k as u64),
+                    self.seed ^ (t as u64) << 32,
+                    stripe,
+                    start_us,
+                )
+                .expect("scenario channel config is valid");
+                sim.add_flow(a, b, FlowConfig::starting_at(start_us));
+            }
             starts_us.push(start_us);
         }
+        // Sums a per-channel quantity over each transfer's channels.
+        let per_transfer = |values: Vec<f64>| -> Vec<f64> {
+            spans.iter().map(|r| values[r.clone()].iter().fold(0.0, |a, b| a + b)).collect()
+        };
+        let delivered_bytes = |view: &Sim<ChannelEndpoint>| -> Vec<u64> {
+            let per_channel: Vec<u64> = view
+                .flows()
+                .iter()
+                .map(|f| f.b.as_receiver().map_or(0, |r| r.delivered.len()))
+                .collect();
+            spans.iter().map(|r| per_channel[r.clone()].iter().sum()).collect()
+        };
 
         let payload_bits = self.channel_config(0).payload_size() as f64 * 8.0;
         let rate_bps = self.rate_mbit * 1e6;
@@ -227,26 +280,20 @@ impl Scenario {
         let sample_us = sample_ms * 1000;
         let deadline_us = (self.deadline_s * 1e6) as u64;
         let summary = sim.run_until(deadline_us, sample_us, |t_us, view| {
-            let delivered: Vec<u64> = view
-                .flows()
-                .iter()
-                .map(|f| f.b.as_receiver().map_or(0, |r| r.delivered.len()))
-                .collect();
+            let delivered = delivered_bytes(view);
             delivered_at.push((t_us, delivered.clone()));
             if !keep_trace {
                 return;
             }
             let dt_s = sample_us as f64 / 1e6;
+            let rates = view
+                .flows()
+                .iter()
+                .map(|f| f.a.as_sender().map_or(0.0, |s| s.sender.rate_pps() * payload_bits / 1e6))
+                .collect();
             trace.push(TracePoint {
                 t_s: t_us as f64 / 1e6,
-                rate_mbit: view
-                    .flows()
-                    .iter()
-                    .map(|f| {
-                        f.a.as_sender()
-                            .map_or(0.0, |s| round1(s.sender.rate_pps() * payload_bits / 1e6))
-                    })
-                    .collect(),
+                rate_mbit: per_transfer(rates).into_iter().map(round1).collect(),
                 goodput_mbit: delivered
                     .iter()
                     .zip(&last_delivered)
@@ -262,26 +309,62 @@ impl Scenario {
         let mut goodputs = Vec::new();
         let (mut new_pkts, mut retx_pkts) = (0u64, 0u64);
         let mut last_completion_us = 0u64;
-        for (i, flow) in sim.flows().iter().enumerate() {
-            let s = flow.a.as_sender().expect("a is the sender");
-            let r = flow.b.as_receiver().expect("b is the receiver");
-            let done_us = r.completed_us.unwrap_or(end_us);
+        for (t, span) in spans.iter().enumerate() {
+            let transfer = &sim.flows()[span.clone()];
+            let ends: Vec<_> = transfer
+                .iter()
+                .map(|f| {
+                    let s = f.a.as_sender().expect("a is the sender");
+                    let r = f.b.as_receiver().expect("b is the receiver");
+                    (s, r)
+                })
+                .collect();
+            let done_us = ends.iter().map(|(_, r)| r.completed_us.unwrap_or(end_us)).max();
+            let done_us = done_us.unwrap_or(end_us);
             last_completion_us = last_completion_us.max(done_us);
-            let secs = (done_us.saturating_sub(starts_us[i])).max(1) as f64 / 1e6;
-            let goodput = r.delivered.len() as f64 * 8.0 / secs / 1e6;
+            let secs = (done_us.saturating_sub(starts_us[t])).max(1) as f64 / 1e6;
+            let bytes: u64 = ends.iter().map(|(_, r)| r.delivered.len()).sum();
+            let goodput = bytes as f64 * 8.0 / secs / 1e6;
             goodputs.push(goodput);
-            let st = s.sender.stats();
-            new_pkts += st.new_pkts;
-            retx_pkts += st.retransmitted_pkts;
-            flows.push(FlowResult {
+            // The whole file: every channel delivered its stripe intact, and the stripes tile it.
+            let mut file = IntervalSet::new();
+            for (_, r) in &ends {
+                for (lo, hi) in r.delivered.ranges() {
+                    file.insert(lo, hi);
+                }
+            }
+            let file_ok = ends.iter().all(|(_, r)| r.delivered_ok())
+                && file.len() == total
+                && file.range_count() <= 1
+                && (total == 0 || file.first() == Some(0));
+            let mut f = FlowResult {
                 goodput_mbit: round1(goodput),
-                delivered_ok: r.delivered_ok(),
-                retransmitted_pct: pct(st.retransmitted_pkts, st.new_pkts),
-                timeouts: st.timeouts,
-                rejected_pkts: r.receiver.stats().rejected_pkts,
-                pn_violations: s.pn_check.violations + r.pn_check.violations,
-                pn_checked: s.pn_check.checked + r.pn_check.checked,
-            });
+                delivered_ok: file_ok,
+                retransmitted_pct: 0.0,
+                timeouts: 0,
+                rejected_pkts: 0,
+                pn_violations: 0,
+                pn_checked: 0,
+                channel_goodput_mbit: Vec::new(),
+            };
+            let (mut t_new, mut t_retx) = (0u64, 0u64);
+            for (s, r) in &ends {
+                let st = s.sender.stats();
+                t_new += st.new_pkts;
+                t_retx += st.retransmitted_pkts;
+                f.timeouts += st.timeouts;
+                f.rejected_pkts += r.receiver.stats().rejected_pkts;
+                f.pn_violations += s.pn_check.violations + r.pn_check.violations;
+                f.pn_checked += s.pn_check.checked + r.pn_check.checked;
+                if span.len() > 1 {
+                    f.channel_goodput_mbit
+                        .push(round1(r.delivered.len() as f64 * 8.0 / secs / 1e6));
+                }
+            }
+            f.retransmitted_pct = pct(t_retx, t_new);
+            new_pkts += t_new;
+            retx_pkts += t_retx;
+            flows.push(f);
         }
         let first_start = starts_us.iter().copied().min().unwrap_or(0);
         let all_bytes: u64 =

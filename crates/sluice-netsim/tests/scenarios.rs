@@ -11,7 +11,8 @@ use sluice_proto::cc::CcKind;
 /// intact, and no packet number reused under a key.
 fn run(name: &str, s: Scenario) -> ScenarioResult {
     println!(
-        "scenario {name}: seed={} cc={} rate={}Mbit rtt={}ms loss={}% burst={:?} size={}MiB flows={}",
+        "scenario {name}: seed={} cc={} rate={}Mbit rtt={}ms loss={}% burst={:?} size={}MiB flows={} \
+         channels={:?} coupled={}",
         s.seed,
         s.cc.name(),
         s.rate_mbit,
@@ -19,7 +20,9 @@ fn run(name: &str, s: Scenario) -> ScenarioResult {
         s.loss_pct,
         s.loss_burst_pkts,
         s.size_mib,
-        s.flows
+        s.flows,
+        (0..s.flows).map(|t| s.channels_of(t)).collect::<Vec<_>>(),
+        s.coupled,
     );
     let r = s.run();
     let mut shown = r.clone();
@@ -185,4 +188,114 @@ fn fixed_rate_delivers_at_up_to_10pct_loss() {
         };
         run_delivered(&format!("fixed_loss{loss_pct}"), s);
     }
+}
+
+// Coupled channels (`cc/coupled.rs`): the channels of one transfer share one rate budget.
+
+/// A coupled group of one channel is the plain controller: the whole result (timeouts from a
+/// blackout, losses, every counter) is identical, for each controller.
+#[test]
+fn a_coupled_single_channel_is_the_plain_controller() {
+    for (i, cc) in [CcKind::Adaptive, CcKind::Udt].into_iter().enumerate() {
+        let s = Scenario {
+            cc,
+            loss_pct: 0.5,
+            blackout_s: Some((0.8, 1.0)),
+            size_mib: 96.0,
+            seed: 41 + i as u64,
+            ..Scenario::default()
+        };
+        let coupled = run_delivered("single_coupled", Scenario { coupled: true, ..s.clone() });
+        let plain = run_delivered("single_plain", Scenario { coupled: false, ..s });
+        assert!(plain.flows[0].timeouts > 0);
+        let json = |r: &ScenarioResult| serde_json::to_string(r).unwrap();
+        assert_eq!(json(&coupled), json(&plain), "{}", cc.name());
+    }
+}
+
+/// Four coupled channels alone on a lossy long path use the link as well as one channel does,
+/// and deliver the whole file (every stripe intact, the stripes tiling it).
+#[test]
+fn four_coupled_channels_fill_a_lossy_link_like_one() {
+    let base = Scenario { loss_pct: 1.0, size_mib: 1024.0, seed: 43, ..Scenario::default() };
+    let one = run_delivered("one_channel_100ms_1pct", base.clone());
+    let four = run_delivered("four_coupled_100ms_1pct", Scenario { channels: 4, ..base });
+    println!(
+        "utilization: one channel {}, four coupled channels {}",
+        one.utilization, four.utilization
+    );
+    assert!(four.utilization >= 0.90, "four coupled channels: {}", four.utilization);
+    assert!(
+        four.utilization >= one.utilization - 0.02,
+        "{} vs {}",
+        four.utilization,
+        one.utilization
+    );
+    let shares = &four.flows[0].channel_goodput_mbit;
+    assert_eq!(shares.len(), 4);
+    assert!(sluice_netsim::scenario::jain(shares) > 0.99, "channels share evenly: {shares:?}");
+}
+
+/// A 4-channel transfer against a 1-channel one on a 1 Gbit/s, 100 ms bottleneck (loss only from
+/// queue overflow), the first starting 2 s before the second.
+fn four_vs_one(channels: Vec<usize>, coupled: bool, seed: u64) -> Scenario {
+    Scenario {
+        flows: 2,
+        flow_channels: channels,
+        coupled,
+        flow_stagger_ms: 2_000,
+        size_mib: 100_000.0,
+        deadline_s: 30.0,
+        fairness_window_s: Some((20.0, 30.0)),
+        seed,
+        ..Scenario::default()
+    }
+}
+
+#[test]
+fn a_coupled_four_channel_transfer_is_as_fair_as_one_flow() {
+    let r = run("coupled_4_then_1", four_vs_one(vec![4, 1], true, 44));
+    let jain = r.jain_index.unwrap();
+    assert!(jain >= 0.95, "Jain's index over the two transfers {jain} < 0.95");
+    let [_, p99_ms, _] = r.queue_delay_ms;
+    assert!(p99_ms <= 30.0, "99th percentile queuing delay {p99_ms} ms above 30 ms");
+}
+
+/// The same with the 1-channel transfer first: the coupled one joins like one flow would.
+#[test]
+fn a_coupled_four_channel_newcomer_is_as_fair_as_one_flow() {
+    let r = run("coupled_1_then_4", four_vs_one(vec![1, 4], true, 45));
+    let jain = r.jain_index.unwrap();
+    assert!(jain >= 0.95, "Jain's index over the two transfers {jain} < 0.95");
+}
+
+/// Without coupling, four channels take about four shares: why the coupling matters.
+#[test]
+fn four_uncoupled_channels_take_about_four_shares() {
+    let r = run("uncoupled_4_then_1", four_vs_one(vec![4, 1], false, 44));
+    let (many, one) = (r.flows[0].goodput_mbit, r.flows[1].goodput_mbit);
+    println!(
+        "uncoupled: 4 channels {many} Mbit/s, 1 channel {one} Mbit/s, ratio {:.2}",
+        many / one
+    );
+    assert!(many > 2.5 * one, "uncoupled channels should take several shares: {many} vs {one}");
+    assert!(r.jain_index.unwrap() < 0.85);
+}
+
+#[test]
+fn coupled_channels_deliver_the_whole_file_under_impairments() {
+    let s = Scenario {
+        channels: 3,
+        loss_pct: 2.0,
+        loss_burst_pkts: Some(4.0),
+        reorder_pct: 1.0,
+        duplicate_pct: 1.0,
+        corrupt_pct: 0.5,
+        rtt_ms: 50.0,
+        size_mib: 100.0,
+        seed: 47,
+        ..Scenario::default()
+    };
+    let r = run_delivered("coupled_impaired", s);
+    assert_eq!(r.flows[0].channel_goodput_mbit.len(), 3);
 }

@@ -10,6 +10,9 @@
 //! - [`fixed::Fixed`]: RBUDP-style blast at a set rate; loss only triggers repair.
 //! - [`adaptive::Adaptive`]: Sluice's default; UDT's structure, but it tells random loss from
 //!   congestion (see `adaptive.md` beside this file).
+//! - [`coupled::CouplingGroup`]: not a controller of its own: the channels of one transfer share
+//!   one controller of any of the kinds above, so N channels are as fair as one flow (see
+//!   `coupled.md` beside this file).
 //!
 //! [`on_loss`]: CongestionControl::on_loss
 //! [`on_timeout`]: CongestionControl::on_timeout
