@@ -50,6 +50,9 @@ pub struct RecvBatch {
     meta: [Meta; RECV_BATCH],
     /// Messages the last `recv_batch` filled (each one or several datagrams).
     messages: usize,
+    /// The kernel's count of datagrams this socket dropped for want of buffer space, as of the
+    /// last message that reported it (`SO_RXQ_OVFL`).
+    kernel_drops: Option<u32>,
 }
 
 impl std::fmt::Debug for RecvBatch {
@@ -76,6 +79,7 @@ impl RecvBatch {
             controls: vec![[0u64; CONTROL_WORDS]; RECV_BATCH].into_boxed_slice(),
             meta: [NO_META; RECV_BATCH],
             messages: 0,
+            kernel_drops: None,
         }
     }
 
@@ -106,6 +110,13 @@ impl RecvBatch {
                 each(meta.addr.unwrap_or(unknown), datagram);
             }
         }
+    }
+
+    /// How many datagrams the kernel dropped on this socket because its receive buffer was full
+    /// (a cumulative count, as of the latest batch that reported it; `None` before any did).
+    /// UDP never pushes back: these are losses the sender sees like any other.
+    pub fn kernel_drops(&self) -> Option<u32> {
+        self.kernel_drops
     }
 
     /// Kernel messages the last [`Socket::recv_batch`] filled: fewer than its datagrams when
@@ -145,21 +156,28 @@ impl Socket {
     }
 }
 
-/// Asks the kernel to stamp every datagram `socket` receives (`SO_TIMESTAMPNS`).
-pub(crate) fn enable_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: `on` is a live c_int and the length passed is its size; the kernel only reads it.
-    #[allow(unsafe_code)]
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+/// Asks the kernel to stamp every datagram `socket` receives (`SO_TIMESTAMPNS`) and to report
+/// its count of datagrams dropped for a full receive buffer (`SO_RXQ_OVFL`).
+pub(crate) fn enable_receive_info(socket: &impl AsRawFd) -> io::Result<()> {
+    for option in [libc::SO_TIMESTAMPNS, libc::SO_RXQ_OVFL] {
+        let on: libc::c_int = 1;
+        // SAFETY: `on` is a live c_int and the length passed is its size; the kernel only
+        // reads it.
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&on as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// One `recvmmsg(MSG_DONTWAIT)` into `batch`; fills its metadata and returns the messages read.
@@ -202,7 +220,8 @@ fn recvmmsg(socket: &impl AsRawFd, batch: &mut RecvBatch) -> io::Result<usize> {
     let n = (n as usize).min(RECV_BATCH);
     for ((hdr, meta), name) in hdrs.iter().zip(&mut batch.meta).zip(batch.names.iter()).take(n) {
         let len = (hdr.msg_len as usize).min(MESSAGE_BYTES);
-        let (gro, stamp_ns) = read_controls(&hdr.msg_hdr);
+        let (gro, stamp_ns, drops) = read_controls(&hdr.msg_hdr);
+        batch.kernel_drops = drops.or(batch.kernel_drops);
         *meta = Meta {
             len,
             stride: gro.filter(|&s| s > 0).unwrap_or(len),
@@ -213,10 +232,10 @@ fn recvmmsg(socket: &impl AsRawFd, batch: &mut RecvBatch) -> io::Result<usize> {
     Ok(n)
 }
 
-/// The GRO segment size and the receive timestamp (ns since the epoch) among a message's
-/// control messages.
-fn read_controls(hdr: &libc::msghdr) -> (Option<usize>, Option<u64>) {
-    let (mut gro, mut stamp) = (None, None);
+/// The GRO segment size, the receive timestamp (ns since the epoch) and the socket's drop
+/// count among a message's control messages.
+fn read_controls(hdr: &libc::msghdr) -> (Option<usize>, Option<u64>, Option<u32>) {
+    let (mut gro, mut stamp, mut drops) = (None, None, None);
     // SAFETY: `hdr` is a header the kernel just filled: its control pointer and length describe
     // our aligned control buffer, and the CMSG macros stay within `msg_controllen`.
     #[allow(unsafe_code)]
@@ -234,11 +253,13 @@ fn read_controls(hdr: &libc::msghdr) -> (Option<usize>, Option<u64>) {
                     s.checked_mul(1_000_000_000)?.checked_add(u64::try_from(ts.tv_nsec).ok()?)
                 });
                 stamp = ns;
+            } else if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SO_RXQ_OVFL {
+                drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
             }
             cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
         }
     }
-    (gro, stamp)
+    (gro, stamp, drops)
 }
 
 /// A sockaddr the kernel wrote (`len` bytes of it) as a `SocketAddr`.

@@ -61,8 +61,8 @@ impl Socket {
         let state = UdpSocketState::new((&socket).into())?;
         // After quinn-udp, which sets IP_PMTUDISC_PROBE: we want the learned path MTU honoured.
         set_dont_fragment(&socket)?;
-        // Per-datagram receive times for the protocol's estimators (see `recv`).
-        crate::recv::enable_timestamps(&socket)?;
+        // Per-datagram receive times for the protocol's estimators, and the kernel's drop count.
+        crate::recv::enable_receive_info(&socket)?;
         let gso_segments = state.max_gso_segments().clamp(1, MAX_BATCH_SEGMENTS);
         let gro = state.gro_segments() > 1;
         tracing::debug!(%peer, gso_segments, gro, "UDP socket ready");

@@ -35,10 +35,19 @@ async fn missing_token_is_refused_with_an_auth_error() {
 
 #[tokio::test]
 async fn the_right_token_opens_a_session() {
-    let server = TestServer::start().await;
+    let server = TestServer::start_with(|c| c.max_channels = Some(3)).await;
+    // The client offers one per core by default; the server caps at 3.
     let client = server.client().await;
-    assert_eq!(client.channels(), 1);
+    assert_eq!(client.channels(), sluice::session::auto_channels().min(3));
     client.close().await;
+    // An explicit offer above the server's cap gets the cap; below it, the offer.
+    for (offer, granted) in [(5, 3), (2, 2)] {
+        let mut config = server.client_config();
+        config.channels = Some(offer);
+        let client = sluice::session::Client::connect(config).await.unwrap();
+        assert_eq!(client.channels(), granted, "offered {offer}");
+        client.close().await;
+    }
     server.stop().await;
 }
 
@@ -110,14 +119,14 @@ async fn hello_with_a_bad_spec_is_refused_as_a_protocol_error() {
 
 #[tokio::test]
 async fn welcome_chooses_the_smaller_channel_count() {
-    let server = TestServer::start().await;
+    let server = TestServer::start_with(|c| c.max_channels = Some(3)).await;
     let (_endpoint, conn) = common::raw_connect(&server).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     write_message(&mut send, &common::hello(TOKEN)).await.unwrap();
     match read_message::<_, ServerMsg>(&mut recv, Duration::from_secs(5)).await.unwrap() {
         ServerMsg::Welcome { session_id, spec } => {
             assert_eq!(session_id.len(), 32);
-            assert_eq!(spec.max_channels, 1);
+            assert_eq!(spec.max_channels, 3, "the Hello offered 4, the server allows 3");
             assert_eq!(spec.packet_size, 1452);
             assert_eq!(spec.cc, "adaptive");
             assert_eq!(spec.cipher, "aes-256-gcm");

@@ -78,7 +78,7 @@ pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
 /// of catch-up for a thread woken late, small enough (93 kB of 1452-byte packets) for the queue
 /// of any path that carries these rates. With 16, a channel paced in batches of 16 could send
 /// no faster than 16 packets per wake-up: ~600 Mbit/s on this machine whatever its rate said.
-pub const REAL_TIME_BURST_PKTS: u32 = 64;
+pub const REAL_TIME_BURST_PKTS: u32 = 256;
 
 /// The two keys of one end of a data channel.
 #[derive(Debug)]

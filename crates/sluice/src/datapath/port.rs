@@ -27,6 +27,8 @@ const MAX_BATCH_BYTES: usize = 64_000;
 /// started; every channel of a transfer shares it, so times compare across channels).
 pub(super) struct Port {
     socket: Socket,
+    /// Times a send found the socket buffer full and waited (for the debug trace).
+    pub(super) send_waits: std::cell::Cell<u64>,
     start: Instant,
     /// Whether waits must end on time (a pacing sender) or may end late (a receiver, whose
     /// deadlines are timers of 10 ms and more).
@@ -42,7 +44,7 @@ impl Port {
     ) -> Result<Self, DataError> {
         let (socket, _report) =
             Socket::new(socket, peer, SOCKET_BUFFER_BYTES).map_err(DataError::Socket)?;
-        Ok(Self { socket, start, precise })
+        Ok(Self { socket, start, precise, send_waits: std::cell::Cell::new(0) })
     }
 
     /// Microseconds since the transfer started, on a monotonic clock.
@@ -72,6 +74,7 @@ impl Port {
             let sent = self.socket.send_batch(data, segment).map_err(|e| send_error(e, segment))?;
             data = &data[(sent * segment).min(data.len())..];
             if sent == 0 {
+                self.send_waits.set(self.send_waits.get() + 1);
                 if cancel.load(Ordering::Relaxed) {
                     return Err(DataError::Cancelled);
                 }

@@ -19,7 +19,13 @@ use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 /// While datagrams keep coming, the receiver polls the socket for this long after the last one
 /// instead of sleeping: a sleeping receiver must be woken for each batch, and the wake-up costs
 /// the sending side more than the batch itself.
-const BUSY_POLL_US: u64 = 200;
+const BUSY_POLL_US: u64 = 1_000;
+/// Receive batches taken per turn of the loop at most.
+const MAX_BATCHES_PER_TURN: usize = 16;
+/// While data flows, the receiver sleeps this long between turns.
+const COALESCE_US: u64 = 200;
+/// How often a channel logs its state at debug level.
+const TRACE_EVERY_US: u64 = 250_000;
 /// After the last byte arrived, serve this long at least (or 3 RTTs if longer) so that the
 /// sender gets its final ACK, unless its shutdown comes first.
 const LINGER_MIN_US: u64 = 500_000;
@@ -126,9 +132,16 @@ fn drive(
     let mut out = vec![0u8; 2048];
     let mut last_datagram_us = None;
     let mut complete_at_us = None;
+    let mut next_trace_us = 0;
     loop {
         ctx.shared.check()?;
-        if port.recv(&mut batch)? > 0 {
+        // Drain what is waiting (a bounded number of batches, so timers still run): one batch
+        // per wake-up cannot keep up once wake-ups come late.
+        for _ in 0..MAX_BATCHES_PER_TURN {
+            let count = port.recv(&mut batch)?;
+            if count == 0 {
+                break;
+            }
             let at = port.now_us();
             last_datagram_us = Some(at);
             let mut write_error = None;
@@ -147,6 +160,9 @@ fn drive(
             });
             if let Some(e) = write_error {
                 return Err(ctx.shared.fatal(DataError::File(e)));
+            }
+            if batch.messages() < sluice_udp::RECV_BATCH {
+                break;
             }
         }
         let now = port.now_us();
@@ -169,14 +185,35 @@ fn drive(
             (State::Closed(reason), None) => return Err(DataError::ClosedEarly(reason)),
             (State::Broken, None) => return Err(DataError::PeerSilent(idle_secs)),
         }
+        if now >= next_trace_us {
+            trace(receiver, &batch, now);
+            next_trace_us = now + TRACE_EVERY_US;
+        }
         let deadline = receiver.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
         let deadline = linger_until.map_or(deadline, |l| l.min(deadline));
         if last_datagram_us.is_some_and(|t| now < t + BUSY_POLL_US) && now < deadline {
-            std::thread::yield_now();
+            // Data is flowing: let a batch gather (the kernel stamps each datagram's arrival,
+            // so waiting costs the estimators nothing) instead of waking for every datagram.
+            std::thread::sleep(std::time::Duration::from_micros(COALESCE_US));
         } else {
             port.wait(deadline)?;
         }
     }
+}
+
+/// The channel's state, for `RUST_LOG=sluice=debug` (four times a second).
+fn trace(receiver: &Receiver, batch: &RecvBatch, now_us: u64) {
+    let s = receiver.stats();
+    tracing::debug!(
+        t_ms = now_us / 1000,
+        received_mib = s.delivered_bytes >> 20,
+        data_pkts = s.data_pkts,
+        duplicates = s.duplicate_pkts,
+        detected_lost = s.detected_lost_pkts,
+        naks = s.naks_sent,
+        kernel_drops = batch.kernel_drops(),
+        "receiving"
+    );
 }
 
 impl RecvShared<'_> {

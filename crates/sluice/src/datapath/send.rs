@@ -156,6 +156,7 @@ impl Run<'_, '_> {
             retransmitted = s.retransmitted_pkts,
             lost = s.lost_pkts,
             timeouts = s.timeouts,
+            send_waits = self.port.send_waits.get(),
             "sending"
         );
     }

@@ -53,8 +53,15 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A server whose settings `adjust` changed first.
+    pub async fn start_with(adjust: impl FnOnce(&mut ServerConfig)) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
-        let server = Server::bind(server_config(dir.path())).unwrap();
+        let mut config = server_config(dir.path());
+        adjust(&mut config);
+        let server = Server::bind(config).unwrap();
         let addr = server.local_addr();
         let fingerprint = server.fingerprint().clone();
         let (stop, stopped) = oneshot::channel::<()>();
