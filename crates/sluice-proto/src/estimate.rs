@@ -257,12 +257,7 @@ impl CapacityEstimator {
     /// it was a `PAIR_FIRST`; otherwise it is ignored.
     pub fn on_pair_second(&mut self, now_us: u64) {
         if let Some(first_us) = self.pending_first_us.take() {
-            // Both at the same microsecond: they were delivered together (a receive batch, an
-            // interrupt, an emulator's late wake-up), not spread by a link; nothing measured.
-            let interval_us = now_us.saturating_sub(first_us);
-            if interval_us > 0 {
-                self.intervals.push(interval_us);
-            }
+            self.intervals.push(now_us.saturating_sub(first_us));
         }
     }
 
@@ -272,9 +267,8 @@ impl CapacityEstimator {
     }
 
     /// Packets per second the bottleneck carries: one second over the median of the last
-    /// [`PAIR_WINDOW`] pair intervals; 0 before the first pair. A pair whose two packets arrive
-    /// in the same microsecond is not counted: whole-microsecond timestamps cap the estimate at
-    /// 1,000,000 packets per second, and real receivers see packets delivered together.
+    /// [`PAIR_WINDOW`] pair intervals; 0 before the first pair. An interval of 0 counts as 1 us,
+    /// so whole-microsecond timestamps cap the estimate at 1,000,000 packets per second.
     pub fn pkts_per_sec(&self) -> u32 {
         self.intervals.median_us().map_or(0, |median_us| per_second(1, median_us))
     }

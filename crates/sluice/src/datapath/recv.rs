@@ -133,8 +133,6 @@ fn drive(
     let mut last_datagram_us = None;
     let mut complete_at_us = None;
     let mut next_trace_us = 0;
-    // Datagrams that arrived joined to another by GRO (for the debug trace).
-    let mut joined = 0u64;
     loop {
         ctx.shared.check()?;
         // Drain what is waiting (a bounded number of batches, so timers still run): one batch
@@ -144,7 +142,6 @@ fn drive(
             if count == 0 {
                 break;
             }
-            joined += (count - batch.messages()) as u64;
             let at = port.now_us();
             last_datagram_us = Some(at);
             let mut write_error = None;
@@ -189,7 +186,7 @@ fn drive(
             (State::Broken, None) => return Err(DataError::PeerSilent(idle_secs)),
         }
         if now >= next_trace_us {
-            trace(receiver, &batch, joined, now);
+            trace(receiver, &batch, now);
             next_trace_us = now + TRACE_EVERY_US;
         }
         let deadline = receiver.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
@@ -205,7 +202,7 @@ fn drive(
 }
 
 /// The channel's state, for `RUST_LOG=sluice=debug` (four times a second).
-fn trace(receiver: &Receiver, batch: &RecvBatch, gro_joined: u64, now_us: u64) {
+fn trace(receiver: &Receiver, batch: &RecvBatch, now_us: u64) {
     let s = receiver.stats();
     tracing::debug!(
         t_ms = now_us / 1000,
@@ -215,7 +212,6 @@ fn trace(receiver: &Receiver, batch: &RecvBatch, gro_joined: u64, now_us: u64) {
         detected_lost = s.detected_lost_pkts,
         naks = s.naks_sent,
         kernel_drops = batch.kernel_drops(),
-        gro_joined,
         "receiving"
     );
 }
