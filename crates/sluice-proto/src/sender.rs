@@ -111,6 +111,8 @@ pub struct Sender {
     peer_missing_pkts: u64,
     peer_window_pkts: u64,
     queue_delay_us: u32,
+    peer_recv_rate_pps: u32,
+    peer_capacity_pps: u32,
     /// Since the previous ACK: data packets sent, first-time losses, and whether the sender was
     /// ever held back by anything but its own speed: no data, the flow window, or a freeze. Only
     /// an interval without any of these measures the real sending period (UDT section 4.4: the
@@ -179,6 +181,8 @@ impl Sender {
             peer_missing_pkts: 0,
             peer_window_pkts: u64::from(config.recv_window_pkts),
             queue_delay_us: 0,
+            peer_recv_rate_pps: 0,
+            peer_capacity_pps: 0,
             interval_sent: 0,
             interval_lost: 0,
             interval_starved: false,
@@ -237,6 +241,12 @@ impl Sender {
     /// The forward queuing delay the receiver last reported.
     pub fn queue_delay_us(&self) -> u32 {
         self.queue_delay_us
+    }
+
+    /// The receiver's last reports of its arrival speed and of the link capacity (packet
+    /// pairs), in packets per second (0: not measured yet).
+    pub fn peer_rates_pps(&self) -> (u32, u32) {
+        (self.peer_recv_rate_pps, self.peer_capacity_pps)
     }
 
     /// Packets sent and not yet acknowledged.
@@ -323,6 +333,8 @@ impl Sender {
         self.rtt.set(u64::from(ack.rtt_us), u64::from(ack.rtt_var_us));
         self.rtt_floor.on_sample(u64::from(ack.rtt_us), now_us);
         self.queue_delay_us = ack.queue_delay_us;
+        self.peer_recv_rate_pps = ack.recv_rate_pps;
+        self.peer_capacity_pps = ack.capacity_pps;
         self.peer_window_pkts = u64::from(ack.avail_window_pkts);
         let rcv_next = ack.rcv_next_dsn.extend(self.snd_una);
         if rcv_next >= self.snd_una && rcv_next <= self.next_dsn {

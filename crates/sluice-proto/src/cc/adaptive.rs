@@ -16,6 +16,10 @@ const MAX_DECREASE: f64 = 0.5;
 const DRAIN: f64 = 0.85;
 /// Once the packet pairs have measured the link, startup resumes from at least this share of it.
 const STARTUP_FLOOR_OF_CAPACITY: f64 = 0.25;
+/// A capacity estimate at or above this is the receiver's clock resolution (pairs one
+/// microsecond or less apart: delivered together by an interrupt, a receive batch or an
+/// emulator's late wake-up), not a measured link: startup does not jump to a share of it.
+const UNRESOLVED_CAPACITY_PPS: f64 = 1_000_000.0;
 /// Loss-rate epochs needed before the loss-trend signal is trusted.
 const LOSS_EPOCHS_BEFORE_TREND: u32 = 4;
 
@@ -187,7 +191,11 @@ impl CongestionControl for Adaptive {
                     self.leave_startup(ack.now_us, congested);
                 } else {
                     let growth = 2f64.powf(dt_us.min(4.0 * SYN) / self.rtt_us.max(2.0 * SYN));
-                    let floor = self.capacity_pps * STARTUP_FLOOR_OF_CAPACITY;
+                    let floor = if self.capacity_pps < UNRESOLVED_CAPACITY_PPS {
+                        self.capacity_pps * STARTUP_FLOOR_OF_CAPACITY
+                    } else {
+                        0.0
+                    };
                     self.rate_pps = (self.rate_pps * growth).max(floor);
                 }
             }
@@ -286,6 +294,19 @@ mod tests {
             assert!(now < 400_000, "two doublings from L/4 reach L in about two RTTs");
         }
         assert_eq!(cc.rate_pps(), 80_000.0, "no queue: holds the capacity, no drain");
+    }
+
+    #[test]
+    fn startup_does_not_jump_to_a_capacity_at_the_clock_resolution() {
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let r0 = cc.rate_pps();
+        // Pairs 1 us apart or less say 1,000,000 pkt/s: no jump to 250,000.
+        cc.on_ack(&ack(10_000, 0, 1_000_000));
+        assert!(cc.in_startup());
+        assert!(cc.rate_pps() < 2.0 * r0, "jumped to {}", cc.rate_pps());
+        // A resolved estimate is jumped to as before.
+        cc.on_ack(&ack(20_000, 0, 80_000));
+        assert!(cc.rate_pps() >= 20_000.0, "{}", cc.rate_pps());
     }
 
     #[test]
