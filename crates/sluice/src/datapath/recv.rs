@@ -11,7 +11,7 @@ use sluice_proto::intervals::IntervalSet;
 use sluice_proto::receiver::{Receiver, State};
 use sluice_udp::RecvBatch;
 
-use super::blocks::WriteBehind;
+use super::blocks::{SharedFile, WriteBehind};
 use super::port::{MAX_SLEEP_US, Port};
 use super::transfer::{ChannelEnd, Shared};
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
@@ -32,7 +32,7 @@ const LINGER_MIN_US: u64 = 500_000;
 
 /// What every receiving channel of a transfer shares: the file and what arrived.
 pub(super) struct RecvShared<'a> {
-    pub(super) file: &'a File,
+    file: SharedFile<'a>,
     pub(super) range: Range<u64>,
     /// Byte ranges of `range` that arrived, on any channel (a chunk handed from a dead channel
     /// to another may arrive twice).
@@ -47,7 +47,7 @@ pub(super) struct RecvShared<'a> {
 impl<'a> RecvShared<'a> {
     pub(super) fn new(file: &'a File, range: Range<u64>) -> Self {
         Self {
-            file,
+            file: SharedFile::new(file),
             range,
             arrived: Mutex::new(IntervalSet::new()),
             arrived_bytes: AtomicU64::new(0),
@@ -70,18 +70,26 @@ impl<'a> RecvShared<'a> {
         self.bytes() == self.total()
     }
 
-    /// Records a payload; returns whether any of it is new (then it is to be written).
-    fn take(&self, offset: u64, len: u64) -> bool {
+    /// Whether a payload lies inside the range (one outside is a peer's bug: counted, dropped).
+    fn inside(&self, offset: u64, len: u64) -> bool {
         let inside = offset >= self.range.start
             && offset.checked_add(len).is_some_and(|end| end <= self.range.end);
         if !inside || len == 0 {
             self.out_of_range.fetch_add(u64::from(len > 0), Ordering::Relaxed);
             return false;
         }
+        true
+    }
+
+    /// Records a batch's payloads (offset, length) as arrived: one lock per batch, not per
+    /// datagram (the channels' threads share it).
+    fn record(&self, payloads: &[(u64, u64)]) {
+        if payloads.is_empty() {
+            return;
+        }
         let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
-        let new = arrived.insert(offset, offset + len - 1);
+        let new: u64 = payloads.iter().map(|&(at, len)| arrived.insert(at, at + len - 1)).sum();
         self.arrived_bytes.fetch_add(new, Ordering::AcqRel);
-        new > 0
     }
 }
 
@@ -95,7 +103,7 @@ pub(super) fn channel(
 ) -> ChannelEnd {
     let ChannelParams { config, keys, socket, peer } = params;
     let idle_secs = idle_secs(&config);
-    let mut writer = WriteBehind::new(ctx.file);
+    let mut writer = WriteBehind::new(&ctx.file);
     let mut stats = None;
     let mut result = (|| {
         let port = Port::new(socket, peer, false, start)?;
@@ -133,6 +141,8 @@ fn drive(
     let mut last_datagram_us = None;
     let mut complete_at_us = None;
     let mut next_trace_us = 0;
+    // The payloads of one batch, recorded as arrived together.
+    let mut payloads: Vec<(u64, u64)> = Vec::with_capacity(sluice_udp::RECV_BATCH * 64);
     loop {
         ctx.shared.check()?;
         // Drain what is waiting (a bounded number of batches, so timers still run): one batch
@@ -147,17 +157,23 @@ fn drive(
             let mut write_error = None;
             // Each datagram at the time the kernel received it: the estimators measure the
             // intervals between arrivals, which one time for the whole batch would make zero.
+            // A payload that arrived before (a chunk handed from a dead channel to another) is
+            // written again: the same bytes at the same place.
             batch.datagrams_timed(|age_us, d| {
                 let arrived = at.saturating_sub(age_us.unwrap_or(0));
                 if let Ok(Some(delivered)) = receiver.handle_datagram(arrived, d) {
                     let payload = &d[delivered.range];
-                    if ctx.take(delivered.offset, payload.len() as u64)
-                        && let Err(e) = writer.write(delivered.offset, payload)
-                    {
-                        write_error.get_or_insert(e);
+                    let len = payload.len() as u64;
+                    if ctx.inside(delivered.offset, len) {
+                        if let Err(e) = writer.write(delivered.offset, payload) {
+                            write_error.get_or_insert(e);
+                        }
+                        payloads.push((delivered.offset, len));
                     }
                 }
             });
+            ctx.record(&payloads);
+            payloads.clear();
             if let Some(e) = write_error {
                 return Err(ctx.shared.fatal(DataError::File(e)));
             }

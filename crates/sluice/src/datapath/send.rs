@@ -63,6 +63,8 @@ pub(super) fn channel(
             max_burst_pkts,
         };
         let result = run.drive(ctx, &mut taken, idle_secs);
+        // What the last ACK acknowledged is done, whatever ended the loop.
+        taken.credit(sender.stats().acked_bytes, &ctx.plan);
         stats = Some(sender.stats().clone());
         result
     })();

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::FileExt;
 
-use super::blocks::{READ_BLOCK_BYTES, ReadAhead, WRITE_BLOCK_BYTES, WriteBehind};
+use super::blocks::{READ_BLOCK_BYTES, ReadAhead, SharedFile, WRITE_BLOCK_BYTES, WriteBehind};
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 13 + i / 509) as u8).collect()
@@ -57,7 +57,8 @@ fn read_ahead_reports_a_short_file() {
 fn write_behind_gathers_runs_and_writes_repairs_in_place() {
     let data = pattern(2 * WRITE_BLOCK_BYTES + 5000);
     let file = temp_file(&vec![0u8; data.len()]);
-    let mut writer = WriteBehind::new(&file);
+    let shared = SharedFile::new(&file);
+    let mut writer = WriteBehind::new(&shared);
     let chunks: Vec<(usize, usize)> =
         (0..data.len()).step_by(1400).map(|o| (o, (o + 1400).min(data.len()))).collect();
     // Every fifth chunk is "lost" and arrives after the rest, in reverse.
