@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use sluice_proto::cc::CcKind;
 use sluice_proto::config::ChannelConfig;
 use sluice_proto::crypto::{Algorithm, PacketKey};
 use sluice_proto::receiver::{Receiver, State};
@@ -31,9 +32,14 @@ enum Lose {
 /// Moves `total` bytes over a lossless 5 ms link except for one lost ACK. Returns the sender's
 /// final state and the time it ended.
 fn transfer_losing_one_ack(total: u64, lose: Lose) -> (State, u64) {
+    let blocked = lose == Lose::WhileBlocked;
     let config = ChannelConfig {
         idle_timeout_us: 10_000_000,
-        recv_window_pkts: if lose == Lose::WhileBlocked { 32 } else { 1 << 18 },
+        recv_window_pkts: if blocked { 32 } else { 1 << 18 },
+        // A sender blocked on the receive window: one that sends far faster than 32 packets a
+        // round trip from the start (the default controller's startup may not get there).
+        cc: if blocked { CcKind::Fixed } else { CcKind::Adaptive },
+        rate_bps: if blocked { 1_000_000_000 } else { 0 },
         ..ChannelConfig::default()
     };
     let mut sender = Sender::new(config.clone(), key(1), key(2), 0).unwrap();

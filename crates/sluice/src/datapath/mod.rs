@@ -27,8 +27,10 @@
 //!    then; the pacer catches up after a late wake-up by at most
 //!    [`ChannelConfig::max_burst_pkts`](sluice_proto::config::ChannelConfig::max_burst_pkts)
 //!    packets, which corrects the period from the real send rate. Waits under 60 us spin. The
-//!    receiver, whose timers are coarse, sleeps, except that it keeps polling (yielding the
-//!    core) for a moment after each batch while data flows.
+//!    receiver, whose timers are coarse, sleeps until a datagram comes; while data flows it
+//!    takes turns of 200 us (drain up to 16 batches, sleep), so it is not woken per datagram.
+//!    Every datagram carries the kernel's receive time, so the batching does not blur the
+//!    intervals the estimators measure.
 //!
 //! No allocation per packet: each channel has fixed datagram buffers. The sender reads the
 //! file in blocks of [`READ_BLOCK_BYTES`] for new data (a retransmission reads just its

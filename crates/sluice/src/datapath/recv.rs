@@ -16,9 +16,9 @@ use super::port::{MAX_SLEEP_US, Port};
 use super::transfer::{ChannelEnd, Shared};
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
-/// While datagrams keep coming, the receiver polls the socket for this long after the last one
-/// instead of sleeping: a sleeping receiver must be woken for each batch, and the wake-up costs
-/// the sending side more than the batch itself.
+/// While datagrams kept coming within this long, the receiver takes them in timed turns
+/// ([`COALESCE_US`]) instead of sleeping until the next one: a receiver woken for every datagram
+/// costs the sending side more than the datagram itself.
 const BUSY_POLL_US: u64 = 1_000;
 /// Receive batches taken per turn of the loop at most.
 const MAX_BATCHES_PER_TURN: usize = 16;

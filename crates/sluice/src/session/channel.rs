@@ -201,7 +201,8 @@ pub(crate) fn ports_of(sockets: &[UdpSocket]) -> Result<Vec<u16>, SessionError> 
 /// A data channel running on the blocking pool. Dropping it cancels the channel, so a request
 /// abandoned for any reason (an error, a closed connection, a dropped future) stops its thread.
 pub(crate) struct DataTask<T> {
-    handle: JoinHandle<T>,
+    /// `None` once joined.
+    handle: Option<JoinHandle<T>>,
     cancel: Arc<AtomicBool>,
 }
 
@@ -210,7 +211,7 @@ impl<T: Send + 'static> DataTask<T> {
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = cancel.clone();
         let handle = tokio::task::spawn_blocking(move || run(&flag));
-        DataTask { handle, cancel }
+        DataTask { handle: Some(handle), cancel }
     }
 
     /// Asks the channel to stop; [`DataTask::join`] still has to be awaited.
@@ -218,18 +219,25 @@ impl<T: Send + 'static> DataTask<T> {
         self.cancel.store(true, Ordering::Relaxed);
     }
 
-    /// Waits for the channel to end. Cancel-safe (it can sit in a `select!`), but must not be
-    /// awaited again once it returned.
+    /// Waits for the channel to end. Cancel-safe (it can sit in a `select!`); once it returned,
+    /// a second call is an error rather than a panic.
     pub(crate) async fn join(&mut self) -> Result<T, SessionError> {
-        (&mut self.handle).await.map_err(|e| {
-            SessionError::io("the data channel thread", std::io::Error::other(e.to_string()))
-        })
+        let thread_error =
+            |e: String| SessionError::io("the data channel thread", std::io::Error::other(e));
+        let Some(handle) = self.handle.as_mut() else {
+            return Err(thread_error("already joined".into()));
+        };
+        let result = handle.await;
+        self.handle = None;
+        result.map_err(|e| thread_error(e.to_string()))
     }
 
-    /// Cancels the channel and waits for its thread to stop.
+    /// Cancels the channel and waits for its thread to stop (at once if it was joined).
     pub(crate) async fn stop(mut self) {
         self.cancel();
-        let _ = self.join().await;
+        if self.handle.is_some() {
+            let _ = self.join().await;
+        }
     }
 }
 
