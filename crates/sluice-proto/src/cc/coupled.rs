@@ -170,8 +170,14 @@ impl CouplingGroup {
 
     /// Says whether channel `channel` has data to send; the rate is split among the active
     /// channels. A channel that ended (finished or died) is set inactive for good by its driver.
+    ///
+    /// Cheap when nothing changes (a driver may say it every turn of its loop): the lock is
+    /// taken only on a change. Only the channel's own driver sets its slot.
     pub fn set_active(&self, channel: usize, active: bool) {
         let Some(slot) = self.slots.get(channel) else { return };
+        if slot.active.load(Relaxed) == active {
+            return;
+        }
         let inner = self.lock();
         if slot.active.swap(active, Relaxed) != active {
             let _ = self.elect(&inner);
