@@ -156,15 +156,19 @@ pub enum DataError {
     /// The path does not carry datagrams of the packet size: the kernel's path MTU says so at
     /// the start, or a send failed with `EMSGSIZE`.
     #[error(
-        "the path carries UDP datagrams of at most {max_bytes} bytes{}, not {packet_bytes}: \
-         choose --packet-size {max_bytes} or less",
-        path_mtu.map(|m| format!(" (path MTU {m})")).unwrap_or_default()
+        "the path does not carry {packet_bytes}-byte UDP datagrams{}",
+        match (max_bytes, path_mtu) {
+            (Some(max), Some(mtu)) => format!(
+                " (path MTU {mtu}: at most {max} bytes): choose --packet-size {max} or less"
+            ),
+            _ => ": choose a smaller --packet-size".to_owned(),
+        }
     )]
     PacketTooLarge {
         /// The packet size the channel was given.
         packet_bytes: usize,
-        /// The largest datagram the path carries.
-        max_bytes: usize,
+        /// The largest datagram the path carries, when the kernel knows its MTU.
+        max_bytes: Option<usize>,
         /// The path MTU, when the kernel knows it.
         path_mtu: Option<usize>,
     },

@@ -20,8 +20,9 @@ pub const MAX_SLEEP_US: u64 = 5_000;
 /// A precise wait shorter than this spins; a longer one sleeps in `poll(2)` and lets the pacer
 /// catch up on what a late wake-up cost (the sender sends in batches anyway).
 const SPIN_BELOW_US: u64 = 60;
-/// Largest GSO batch in bytes (the kernel's limit for one UDP datagram is 64 KiB).
-const MAX_BATCH_BYTES: usize = 64_000;
+/// Bytes of one send batch: one GSO super-datagram at most (`sendmmsg` batches are held to the
+/// same size, so one buffer of this size serves both).
+pub(super) const BATCH_BYTES: usize = sluice_udp::GSO_MAX_BYTES;
 
 /// One end's socket, its peer, and the transfer's clock (microseconds since the transfer
 /// started; every channel of a transfer shares it, so times compare across channels).
@@ -52,9 +53,11 @@ impl Port {
         self.start.elapsed().as_micros() as u64
     }
 
-    /// Datagrams of `segment_bytes` one batch may carry.
+    /// Datagrams of `segment_bytes` one batch may carry: what one system call takes, within
+    /// [`BATCH_BYTES`].
     pub(super) fn batch_segments(&self, segment_bytes: usize) -> usize {
-        self.socket.max_segments().min(MAX_BATCH_BYTES / segment_bytes.max(1)).max(1)
+        let per_call = self.socket.segments_per_call(segment_bytes);
+        per_call.min(BATCH_BYTES / segment_bytes.max(1)).max(1)
     }
 
     /// Takes what is waiting (one batch) into `batch`; returns the number of datagrams.
@@ -71,7 +74,8 @@ impl Port {
         cancel: &AtomicBool,
     ) -> Result<(), DataError> {
         while !data.is_empty() {
-            let sent = self.socket.send_batch(data, segment).map_err(|e| send_error(e, segment))?;
+            let sent =
+                self.socket.send_batch(data, segment).map_err(|e| self.send_error(e, segment))?;
             data = &data[(sent * segment).min(data.len())..];
             if sent == 0 {
                 self.send_waits.set(self.send_waits.get() + 1);
@@ -97,6 +101,18 @@ impl Port {
         }
         Ok(())
     }
+
+    /// A send error as the user should read it: a datagram the path refuses as too large
+    /// (`EMSGSIZE`: the kernel learned a smaller path MTU since the start) names the size that
+    /// fits now.
+    fn send_error(&self, e: io::Error, segment: usize) -> DataError {
+        if !sluice_udp::is_too_big(&e) {
+            return DataError::Socket(e);
+        }
+        too_large(self.socket.socket(), self.socket.peer(), segment).unwrap_or(
+            DataError::PacketTooLarge { packet_bytes: segment, max_bytes: None, path_mtu: None },
+        )
+    }
 }
 
 /// The path MTU check at the start of a sending channel: datagrams of `packet_bytes` must fit
@@ -107,23 +123,17 @@ pub(super) fn check_path_mtu(
     peer: SocketAddr,
     packet_bytes: usize,
 ) -> Result<(), DataError> {
-    let Some(mtu) = sluice_udp::path_mtu(socket, peer) else { return Ok(()) };
-    let max_bytes = sluice_udp::max_payload(mtu, peer);
-    if packet_bytes > max_bytes {
-        return Err(DataError::PacketTooLarge { packet_bytes, max_bytes, path_mtu: Some(mtu) });
-    }
-    Ok(())
+    too_large(socket, peer, packet_bytes).map_or(Ok(()), Err)
 }
 
-/// A send error as the user should read it: a datagram the path refuses as too large names the
-/// packet size.
-fn send_error(e: io::Error, segment: usize) -> DataError {
-    if sluice_udp::is_too_big(&e) {
-        return DataError::PacketTooLarge {
-            packet_bytes: segment,
-            max_bytes: segment.saturating_sub(1),
-            path_mtu: None,
-        };
-    }
-    DataError::Socket(e)
+/// [`DataError::PacketTooLarge`] if the kernel knows a path MTU toward `peer` that datagrams of
+/// `packet_bytes` exceed.
+fn too_large(socket: &UdpSocket, peer: SocketAddr, packet_bytes: usize) -> Option<DataError> {
+    let mtu = sluice_udp::path_mtu(socket, peer)?;
+    let max_bytes = sluice_udp::max_payload(mtu, peer);
+    (packet_bytes > max_bytes).then_some(DataError::PacketTooLarge {
+        packet_bytes,
+        max_bytes: Some(max_bytes),
+        path_mtu: Some(mtu),
+    })
 }

@@ -11,7 +11,7 @@ use sluice_udp::RecvBatch;
 
 use super::blocks::ReadAhead;
 use super::plan::{Plan, Taken};
-use super::port::{MAX_SLEEP_US, Port, check_path_mtu};
+use super::port::{BATCH_BYTES, MAX_SLEEP_US, Port, check_path_mtu};
 use super::transfer::{ChannelEnd, Shared};
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
@@ -102,7 +102,8 @@ impl Run<'_, '_> {
         idle_secs: u64,
     ) -> Result<(), DataError> {
         let mut batch = RecvBatch::new();
-        let mut out = vec![0u8; 64_000 + 2 * self.segment];
+        // A batch is at most `batch_segments` packets of `segment` bytes, within BATCH_BYTES.
+        let mut out = vec![0u8; BATCH_BYTES.max(self.segment)];
         let mut finished = false;
         let mut next_trace_us = 0;
         loop {
