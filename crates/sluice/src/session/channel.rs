@@ -167,35 +167,29 @@ impl ChannelSetup<'_> {
     }
 }
 
-/// Binds `count` data sockets on `ip` (this end's address on the QUIC connection), any port.
+/// Binds `count` data sockets on `ip` (this end's address on the QUIC connection), any port;
+/// returns them with their ports, in order (what `Ready` and `FileInfo` announce).
 pub(crate) fn bind_data_sockets(
     count: u32,
     ip: Option<IpAddr>,
     peer: IpAddr,
-) -> Result<Vec<UdpSocket>, SessionError> {
+) -> Result<(Vec<UdpSocket>, Vec<u16>), SessionError> {
     let ip = ip.unwrap_or(match peer {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     });
     (0..count)
         .map(|_| {
-            UdpSocket::bind(SocketAddr::new(ip, 0))
-                .map_err(|e| SessionError::io(format!("binding a data socket on {ip}"), e))
-        })
-        .collect()
-}
-
-/// The ports data sockets are bound to, in order.
-pub(crate) fn ports_of(sockets: &[UdpSocket]) -> Result<Vec<u16>, SessionError> {
-    sockets
-        .iter()
-        .map(|socket| {
-            socket
+            let socket = UdpSocket::bind(SocketAddr::new(ip, 0))
+                .map_err(|e| SessionError::io(format!("binding a data socket on {ip}"), e))?;
+            let port = socket
                 .local_addr()
-                .map(|a| a.port())
-                .map_err(|e| SessionError::io("reading a data socket's address", e))
+                .map_err(|e| SessionError::io("reading a data socket's address", e))?
+                .port();
+            Ok((socket, port))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .map(|bound| bound.into_iter().unzip())
 }
 
 /// A data channel running on the blocking pool. Dropping it cancels the channel, so a request

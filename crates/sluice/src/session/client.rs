@@ -16,7 +16,6 @@ use tracing::{debug, info};
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, HASH_TIMEOUT, Negotiated, REPLY_TIMEOUT,
     bind_data_sockets, blocking, data_error, default_channel_config, frame_error, hash_budget,
-    ports_of,
 };
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
@@ -401,9 +400,8 @@ impl Client {
         req: &mut Request<'_>,
     ) -> Result<Vec<std::net::UdpSocket>, SessionError> {
         let local = self.conn.local_ip().map(|ip| ip.to_canonical());
-        let bound = bind_data_sockets(self.negotiated.channels, local, self.server_ip())
-            .and_then(|sockets| Ok((ports_of(&sockets)?, sockets)));
-        let (udp_ports, sockets) = match bound {
+        let bound = bind_data_sockets(self.negotiated.channels, local, self.server_ip());
+        let (sockets, udp_ports) = match bound {
             Ok(bound) => bound,
             Err(err) => return Err(req.fail(err).await),
         };

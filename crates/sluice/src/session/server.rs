@@ -21,7 +21,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
-    blocking, data_error, default_channel_config, frame_error, hash_budget, ports_of,
+    blocking, data_error, default_channel_config, frame_error, hash_budget,
 };
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
@@ -400,9 +400,7 @@ impl RequestCtx<'_> {
     /// One data socket per negotiated channel, and their ports.
     fn data_sockets(&self) -> Result<(Vec<std::net::UdpSocket>, Vec<u16>), SessionError> {
         let local = self.conn.local_ip().map(|ip| ip.to_canonical());
-        let sockets = bind_data_sockets(self.session.negotiated.channels, local, self.client_ip())?;
-        let ports = ports_of(&sockets)?;
-        Ok((sockets, ports))
+        bind_data_sockets(self.session.negotiated.channels, local, self.client_ip())
     }
 
     async fn stat(&mut self, requested: &str) -> Result<(), SessionError> {
