@@ -6,7 +6,9 @@
 //! call, and stamping all of it with the time of the call makes the intervals between its
 //! datagrams zero: a packet pair then reads as an infinitely fast link. The kernel stamps each
 //! datagram when it reaches the socket (`SO_TIMESTAMPNS`); a GRO message, which the kernel
-//! joined from several datagrams, carries one stamp for all of them.
+//! joined from several datagrams, carries one stamp for all of them. The kernel turns stamping
+//! on lazily when the first socket of the system asks for it: datagrams that arrive in that
+//! first moment are stamped when they are read (their age is then about zero).
 
 use std::io;
 use std::mem::{MaybeUninit, size_of};

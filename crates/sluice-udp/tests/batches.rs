@@ -284,6 +284,13 @@ fn every_datagram_carries_its_own_kernel_receive_time() {
     // Three datagrams 20 ms apart, read in one batch: each keeps the time it arrived, so the
     // first is at least 2 x 20 ms older than the last (sleeps never end early).
     let (tx, rx) = pair();
+    // The kernel turns receive timestamps on system-wide lazily (a deferred work item) when the
+    // first socket asks; a datagram that arrives before then is stamped when it is read. One
+    // datagram through first, and a pause, so the timed ones below are stamped on arrival.
+    assert_eq!(tx.send_batch(&[9; 100], 100).unwrap(), 1);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut batch = RecvBatch::new();
+    assert_eq!(rx.recv_batch(&mut batch).unwrap(), 1);
     for i in 0..3u8 {
         if i > 0 {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -291,7 +298,6 @@ fn every_datagram_carries_its_own_kernel_receive_time() {
         assert_eq!(tx.send_batch(&[i; 100], 100).unwrap(), 1);
     }
     std::thread::sleep(std::time::Duration::from_millis(5));
-    let mut batch = RecvBatch::new();
     assert_eq!(rx.recv_batch(&mut batch).unwrap(), 3);
     let mut ages = Vec::new();
     batch.datagrams_timed(|age_us, d| ages.push((d[0], age_us.expect("a kernel timestamp"))));
