@@ -145,10 +145,11 @@ pub struct ReceiverEnd {
 /// Either end of a simulated channel.
 #[derive(Debug)]
 pub enum ChannelEndpoint {
-    /// Data source.
-    Sender(SenderEnd),
+    /// Data source (both ends boxed: each is over a kilobyte of state, and they differ by
+    /// hundreds of bytes).
+    Sender(Box<SenderEnd>),
     /// Data sink.
-    Receiver(ReceiverEnd),
+    Receiver(Box<ReceiverEnd>),
 }
 
 /// Builds the two ends of a channel that moves `total_bytes` starting at `now_us`.
@@ -192,8 +193,8 @@ pub fn channel_pair_part(
     let mut end = SenderEnd { sender, payload_seed, pn_check: PnCheck::default(), coupling };
     end.update_coupling();
     Ok((
-        ChannelEndpoint::Sender(end),
-        ChannelEndpoint::Receiver(ReceiverEnd {
+        ChannelEndpoint::Sender(Box::new(end)),
+        ChannelEndpoint::Receiver(Box::new(ReceiverEnd {
             receiver,
             payload_seed,
             offset: range.start,
@@ -203,7 +204,7 @@ pub fn channel_pair_part(
             corrupt_deliveries: 0,
             completed_us: None,
             pn_check: PnCheck::default(),
-        }),
+        })),
     ))
 }
 
@@ -211,7 +212,7 @@ impl ChannelEndpoint {
     /// The sender side, if this is one.
     pub fn as_sender(&self) -> Option<&SenderEnd> {
         match self {
-            ChannelEndpoint::Sender(s) => Some(s),
+            ChannelEndpoint::Sender(s) => Some(s.as_ref()),
             ChannelEndpoint::Receiver(_) => None,
         }
     }
@@ -219,7 +220,7 @@ impl ChannelEndpoint {
     /// The receiver side, if this is one.
     pub fn as_receiver(&self) -> Option<&ReceiverEnd> {
         match self {
-            ChannelEndpoint::Receiver(r) => Some(r),
+            ChannelEndpoint::Receiver(r) => Some(r.as_ref()),
             ChannelEndpoint::Sender(_) => None,
         }
     }

@@ -22,7 +22,7 @@ use crate::SYN_US;
 use crate::config::ChannelConfig;
 use crate::crypto::PacketKey;
 use crate::delay::QueueDelay;
-use crate::estimate::{ArrivalSpeed, CapacityEstimator, RttEstimator};
+use crate::estimate::{ArrivalSpeed, CapacityEstimator, DeliveryRate, RttEstimator};
 use crate::intervals::IntervalSet;
 use crate::seq::Seq31;
 use crate::timer::{Timer, TimerTable};
@@ -117,6 +117,7 @@ pub struct Receiver {
     rcv_next: u64,
     loss: IntervalSet,
     arrival: ArrivalSpeed,
+    delivery: DeliveryRate,
     capacity: CapacityEstimator,
     rtt: RttEstimator,
     queue_delay: QueueDelay,
@@ -153,6 +154,7 @@ impl Receiver {
             rcv_next: initial,
             loss: IntervalSet::new(),
             arrival: ArrivalSpeed::new(),
+            delivery: DeliveryRate::new(),
             capacity: CapacityEstimator::new(),
             rtt,
             queue_delay: QueueDelay::default(),
@@ -239,6 +241,7 @@ impl Receiver {
             return Err(Rejected::OutOfWindow);
         }
         self.arrival.on_arrival(now_us);
+        self.delivery.on_arrival(now_us);
         if header.flags & wire::flags::PAIR_FIRST != 0 {
             self.capacity.on_pair_first(now_us);
         } else if header.flags & wire::flags::PAIR_SECOND != 0 {
@@ -452,6 +455,7 @@ impl Receiver {
             queue_delay_us: self.queue_delay.take_mean_us(),
             rcv_next_dsn: Seq31::from_ext(self.rcv_next),
             missing_pkts: clamp_u32(self.loss.len()),
+            delivery_rate_pps: self.delivery.pkts_per_sec(),
         }
     }
 }

@@ -113,6 +113,7 @@ pub struct Sender {
     queue_delay_us: u32,
     peer_recv_rate_pps: u32,
     peer_capacity_pps: u32,
+    peer_delivery_rate_pps: u32,
     /// Since the previous ACK: data packets sent, first-time losses, and whether the sender was
     /// ever held back by anything but its own speed: no data, the flow window, or a freeze. Only
     /// an interval without any of these measures the real sending period (UDT section 4.4: the
@@ -183,6 +184,7 @@ impl Sender {
             queue_delay_us: 0,
             peer_recv_rate_pps: 0,
             peer_capacity_pps: 0,
+            peer_delivery_rate_pps: 0,
             interval_sent: 0,
             interval_lost: 0,
             interval_starved: false,
@@ -243,10 +245,10 @@ impl Sender {
         self.queue_delay_us
     }
 
-    /// The receiver's last reports of its arrival speed and of the link capacity (packet
-    /// pairs), in packets per second (0: not measured yet).
-    pub fn peer_rates_pps(&self) -> (u32, u32) {
-        (self.peer_recv_rate_pps, self.peer_capacity_pps)
+    /// The receiver's last reports of its arrival speed, of the link capacity (packet pairs)
+    /// and of its delivery rate, in packets per second (0: not measured yet).
+    pub fn peer_rates_pps(&self) -> (u32, u32, u32) {
+        (self.peer_recv_rate_pps, self.peer_capacity_pps, self.peer_delivery_rate_pps)
     }
 
     /// Packets sent and not yet acknowledged.
@@ -335,6 +337,7 @@ impl Sender {
         self.queue_delay_us = ack.queue_delay_us;
         self.peer_recv_rate_pps = ack.recv_rate_pps;
         self.peer_capacity_pps = ack.capacity_pps;
+        self.peer_delivery_rate_pps = ack.delivery_rate_pps;
         self.peer_window_pkts = u64::from(ack.avail_window_pkts);
         let rcv_next = ack.rcv_next_dsn.extend(self.snd_una);
         if rcv_next >= self.snd_una && rcv_next <= self.next_dsn {
@@ -367,6 +370,7 @@ impl Sender {
             min_rtt_us: self.rtt_floor.min_rtt_us().unwrap_or(self.rtt.rtt_us()),
             recv_rate_pps: ack.recv_rate_pps,
             capacity_pps: ack.capacity_pps,
+            delivery_rate_pps: ack.delivery_rate_pps,
             queue_delay_us: ack.queue_delay_us,
             real_period_us,
             sent_pkts: self.interval_sent,

@@ -276,7 +276,7 @@ fn spec() -> impl Strategy<Value = Spec> {
     let body = prop_oneof![
         (seq.clone(), any::<u64>(), prop::collection::vec(any::<u8>(), 1..48))
             .prop_map(|(dsn, offset, payload)| Decoded::Data { dsn, offset, payload }),
-        (any::<[u32; 8]>(), seq.clone(), seq.clone()).prop_map(|(v, ack_dsn, rcv_next)| {
+        (any::<[u32; 9]>(), seq.clone(), seq.clone()).prop_map(|(v, ack_dsn, rcv_next)| {
             Decoded::Ack(Ack {
                 ack_no: v[0],
                 ack_dsn: Seq31::new(ack_dsn),
@@ -288,6 +288,7 @@ fn spec() -> impl Strategy<Value = Spec> {
                 queue_delay_us: v[6],
                 rcv_next_dsn: Seq31::new(rcv_next),
                 missing_pkts: v[7],
+                delivery_rate_pps: v[8],
             })
         }),
         any::<u32>().prop_map(Decoded::Ack2),

@@ -68,6 +68,8 @@ struct Slot {
     sharing: AtomicBool,
     /// The receiver's latest arrival speed, 0 if none yet.
     recv_rate_pps: AtomicU32,
+    /// The receiver's latest delivery rate, 0 if none yet.
+    delivery_rate_pps: AtomicU32,
 }
 
 /// The group controller and the sequence-number mapping, behind the mutex.
@@ -258,14 +260,15 @@ impl CouplingGroup {
         self.elect(&inner)
     }
 
-    /// The transfer's arrival speed: the sum of the sharing channels' latest reports, scaled up
-    /// for those that have not reported yet; `own` (times the share count) if none has.
-    fn recv_rate_pps(&self, own: u32) -> u32 {
+    /// The transfer's arrival speed or delivery rate (`rate` picks which): the sum of the
+    /// sharing channels' latest reports, scaled up for those that have not reported yet; `own`
+    /// (times the share count) if none has.
+    fn summed_rate_pps(&self, own: u32, rate: fn(&Slot) -> &AtomicU32) -> u32 {
         let (mut sum, mut known, mut counted) = (0u64, 0u64, 0u64);
         for s in &self.slots {
             if s.sharing.load(Relaxed) {
                 counted += 1;
-                let r = s.recv_rate_pps.load(Relaxed);
+                let r = rate(s).load(Relaxed);
                 if r > 0 {
                     sum += u64::from(r);
                     known += 1;
@@ -303,6 +306,9 @@ impl CongestionControl for Member {
         if ack.recv_rate_pps > 0 {
             slot.recv_rate_pps.store(ack.recv_rate_pps, Relaxed);
         }
+        if ack.delivery_rate_pps > 0 {
+            slot.delivery_rate_pps.store(ack.delivery_rate_pps, Relaxed);
+        }
         g.pending_sent.fetch_add(ack.sent_pkts, Relaxed);
         g.pending_lost.fetch_add(ack.lost_pkts, Relaxed);
         g.pending_acked.fetch_add(ack.acked_pkts, Relaxed);
@@ -319,7 +325,12 @@ impl CongestionControl for Member {
         let signal = AckSignal {
             acked_pkts: g.pending_acked.swap(0, Relaxed),
             recv_rate_pps: if ack.recv_rate_pps > 0 {
-                g.recv_rate_pps(ack.recv_rate_pps)
+                g.summed_rate_pps(ack.recv_rate_pps, |s| &s.recv_rate_pps)
+            } else {
+                0
+            },
+            delivery_rate_pps: if ack.delivery_rate_pps > 0 {
+                g.summed_rate_pps(ack.delivery_rate_pps, |s| &s.delivery_rate_pps)
             } else {
                 0
             },
@@ -404,6 +415,7 @@ mod tests {
             min_rtt_us: 100_000,
             recv_rate_pps,
             capacity_pps: 80_000,
+            delivery_rate_pps: recv_rate_pps,
             queue_delay_us,
             real_period_us: Some(20.0),
             sent_pkts: 500,

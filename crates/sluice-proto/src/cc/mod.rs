@@ -22,6 +22,7 @@
 
 pub mod adaptive;
 pub mod coupled;
+mod filters;
 pub mod fixed;
 pub mod udt;
 
@@ -86,6 +87,9 @@ pub struct AckSignal {
     pub recv_rate_pps: u32,
     /// Receiver's packet-pair link capacity estimate, 0 if unknown.
     pub capacity_pps: u32,
+    /// Receiver's delivery rate over the last 40 ms or more (robust to bunched delivery,
+    /// counts idle time), 0 if unknown.
+    pub delivery_rate_pps: u32,
     /// Receiver's estimate of the forward queuing delay over the last ACK interval.
     pub queue_delay_us: u32,
     /// The real sending period over the last interval, when the sender had data to send all

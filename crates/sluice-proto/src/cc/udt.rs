@@ -178,6 +178,7 @@ mod tests {
             min_rtt_us: 100_000,
             recv_rate_pps: 40_000,
             capacity_pps,
+            delivery_rate_pps: 40_000,
             queue_delay_us: 0,
             real_period_us: None,
             sent_pkts: 0,

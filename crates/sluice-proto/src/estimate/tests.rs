@@ -267,3 +267,86 @@ fn capacity_zero_interval_counts_as_one_microsecond() {
     capacity.on_pair_second(0);
     assert_eq!(capacity.pkts_per_sec(), 1_000_000);
 }
+
+/// Feeds `DeliveryRate` packets every `interval_us` in bunches of `bunch` that arrive at the
+/// same microsecond (as an emulator or NIC waking every `bunch × interval_us` delivers them),
+/// closing an ACK interval every 10 ms; returns the last estimate.
+fn deliver_bunched(rate: &mut DeliveryRate, pkts: u64, interval_us: u64, bunch: u64) -> u32 {
+    let mut last = 0;
+    let mut next_ack_us = 10_000;
+    for i in 0..pkts {
+        let at_us = (i / bunch) * bunch * interval_us;
+        if at_us >= next_ack_us {
+            last = rate.pkts_per_sec();
+            next_ack_us += 10_000;
+        }
+        rate.on_arrival(at_us);
+    }
+    last
+}
+
+#[test]
+fn delivery_rate_of_steady_arrivals() {
+    let mut rate = DeliveryRate::new();
+    // 100,000 packets per second for 200 ms.
+    let pps = deliver_bunched(&mut rate, 20_000, 10, 1);
+    assert!((99_000..=101_000).contains(&pps), "{pps}");
+}
+
+#[test]
+fn delivery_rate_sees_through_bunched_delivery_where_intervals_do_not() {
+    // The same 100,000 packets per second, delivered 40 at a time every 400 us.
+    let mut rate = DeliveryRate::new();
+    let pps = deliver_bunched(&mut rate, 20_000, 10, 40);
+    assert!((98_000..=102_000).contains(&pps), "delivery rate {pps}");
+    let mut speed = ArrivalSpeed::new();
+    for i in 0..20_000u64 {
+        speed.on_arrival((i / 40) * 400);
+    }
+    let read = speed.pkts_per_sec();
+    assert!(!(90_000..=110_000).contains(&read), "inter-arrival median read {read}");
+}
+
+#[test]
+fn delivery_rate_needs_a_few_milliseconds_and_counts_idle_time() {
+    let mut rate = DeliveryRate::new();
+    assert_eq!(rate.pkts_per_sec(), 0, "nothing arrived");
+    for t in 0..100 {
+        rate.on_arrival(t * 10);
+    }
+    assert_eq!(rate.pkts_per_sec(), 0, "1 ms of arrivals is too short to tell");
+    // 100 packets per ms for 50 ms, then 50 ms of nothing, then 20 ms of the same again.
+    let mut rate = DeliveryRate::new();
+    let mut t = 0;
+    for phase in 0..3u64 {
+        for _ in 0..(if phase == 2 { 2 } else { 5 }) {
+            for _ in 0..(if phase == 1 { 0 } else { 1_000 }) {
+                rate.on_arrival(t);
+                t += 10;
+            }
+            if phase == 1 {
+                t += 10_000;
+            }
+            rate.pkts_per_sec();
+        }
+    }
+    let pps = rate.pkts_per_sec();
+    // The window (at least 40 ms) now reaches back over the gap into the first burst.
+    assert!(pps < 95_000, "idle time counts: {pps}");
+    assert!(pps > 20_000, "{pps}");
+}
+
+#[test]
+fn delivery_rate_ignores_time_going_backwards() {
+    let mut rate = DeliveryRate::new();
+    for i in 0..10_000u64 {
+        // Every tenth stamp is 50 us early (a reordered timestamp).
+        let t = i * 10;
+        rate.on_arrival(if i % 10 == 9 { t.saturating_sub(50) } else { t });
+        if i % 1_000 == 999 {
+            rate.pkts_per_sec();
+        }
+    }
+    let pps = rate.pkts_per_sec();
+    assert!((99_000..=101_000).contains(&pps), "{pps}");
+}

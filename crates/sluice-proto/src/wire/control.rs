@@ -30,6 +30,9 @@ pub struct Ack {
     pub rcv_next_dsn: Seq31,
     /// Packets before `rcv_next_dsn` still missing (the receiver's loss list length).
     pub missing_pkts: u32,
+    /// Packets delivered per second over the last 40 ms or more (`estimate::DeliveryRate`), 0
+    /// if unknown.
+    pub delivery_rate_pps: u32,
 }
 
 impl Ack {
@@ -54,6 +57,7 @@ impl Ack {
                 "received sequence number has the top bit set",
             )?,
             missing_pkts: read_u32(body, field::ACK_MISSING.start),
+            delivery_rate_pps: read_u32(body, field::ACK_DELIVERY_RATE.start),
         })
     }
 
@@ -68,6 +72,7 @@ impl Ack {
         write_u32(out, field::ACK_QUEUE_DELAY.start, self.queue_delay_us);
         write_u32(out, field::ACK_RCV_NEXT.start, seq_bits(self.rcv_next_dsn));
         write_u32(out, field::ACK_MISSING.start, self.missing_pkts);
+        write_u32(out, field::ACK_DELIVERY_RATE.start, self.delivery_rate_pps);
     }
 }
 

@@ -50,6 +50,8 @@ pub const ACK_QUEUE_DELAY: Field = 28..32;
 pub const ACK_RCV_NEXT: Field = 32..36;
 /// ACK body: packets missing before it.
 pub const ACK_MISSING: Field = 36..40;
+/// ACK body: packets delivered per second over the last tens of milliseconds.
+pub const ACK_DELIVERY_RATE: Field = 40..44;
 
 /// ACK2 body: the ACK number it echoes.
 pub const ACK2_ACK_NO: Field = 0..4;

@@ -39,7 +39,7 @@
 //! | 4..12  | offset  | u64, where the payload belongs in the byte space       |
 //! | 12..   | payload | at least one byte                                      |
 //!
-//! # ACK body (kind 1): exactly 40 bytes
+//! # ACK body (kind 1): exactly 44 bytes
 //!
 //! | bytes  | field              | notes                                          |
 //! |--------|--------------------|------------------------------------------------|
@@ -48,11 +48,12 @@
 //! | 8..12  | rtt_us             | u32                                            |
 //! | 12..16 | rtt_var_us         | u32                                            |
 //! | 16..20 | avail_window_pkts  | u32                                            |
-//! | 20..24 | recv_rate_pps      | u32                                            |
+//! | 20..24 | recv_rate_pps      | u32, UDT's median-filtered arrival speed       |
 //! | 24..28 | capacity_pps       | u32                                            |
 //! | 28..32 | queue_delay_us     | u32, mean one-way delay above its minimum      |
 //! | 32..36 | rcv_next_dsn       | u32, top bit zero; one past the largest seen   |
 //! | 36..40 | missing_pkts       | u32, holes before rcv_next_dsn                 |
+//! | 40..44 | delivery_rate_pps  | u32, packets delivered per second over ≥ 40 ms |
 //!
 //! # ACK2 body (kind 2): exactly 4 bytes
 //!
@@ -116,7 +117,7 @@ pub const DATA_PREFIX_LEN: usize = 12;
 /// Bytes of the whole packet that are not payload, for a data packet.
 pub const DATA_OVERHEAD: usize = HEADER_LEN + DATA_PREFIX_LEN + TAG_LEN;
 /// Bytes of an ACK body.
-pub const ACK_LEN: usize = 40;
+pub const ACK_LEN: usize = 44;
 
 /// Data packet flags.
 pub mod flags {

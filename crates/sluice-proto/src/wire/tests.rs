@@ -222,9 +222,10 @@ fn ack_round_trip_and_layout() {
         queue_delay_us: 7,
         rcv_next_dsn: seq(8),
         missing_pkts: 9,
+        delivery_rate_pps: 10,
     };
     let bytes = emit_control(&Control::Ack(ack));
-    assert_eq!(bytes, nak_bytes(&[1, 0x7FFF_FFFE, 3, 4, 5, 6, u32::MAX, 7, 8, 9]));
+    assert_eq!(bytes, nak_bytes(&[1, 0x7FFF_FFFE, 3, 4, 5, 6, u32::MAX, 7, 8, 9, 10]));
     assert_eq!(bytes.len(), ACK_LEN);
     match Control::parse(Kind::Ack, &bytes).unwrap() {
         Control::Ack(parsed) => assert_eq!(parsed, ack),

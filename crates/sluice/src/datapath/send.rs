@@ -146,7 +146,7 @@ impl Run<'_, '_> {
     /// The channel's state, for `RUST_LOG=sluice=debug` (four times a second).
     fn trace(&self, now_us: u64) {
         let s = self.sender.stats();
-        let (recv_pps, capacity_pps) = self.sender.peer_rates_pps();
+        let (recv_pps, capacity_pps, delivery_pps) = self.sender.peer_rates_pps();
         let mbit = |pps: u32| (f64::from(pps) * self.segment as f64 * 8.0 / 1e6) as u64;
         tracing::debug!(
             channel = self.index,
@@ -156,6 +156,7 @@ impl Run<'_, '_> {
             queue_ms = f64::from(self.sender.queue_delay_us()) / 1000.0,
             arrival_mbit = mbit(recv_pps),
             capacity_mbit = mbit(capacity_pps),
+            delivery_mbit = mbit(delivery_pps),
             in_flight = self.sender.in_flight_pkts(),
             unreceived = self.sender.unreceived_pkts(),
             acked_mib = s.acked_bytes >> 20,

@@ -82,8 +82,9 @@ pub use server::{Server, ServerConfig};
 
 /// The ALPN protocol identifier of the session plane.
 pub const ALPN: &[u8] = b"sluice/1";
-/// The control-protocol version carried in `Hello` (2: several data channels per transfer).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The control-protocol version carried in `Hello` (2: several data channels per transfer; 3:
+/// the data channels' ACK carries the delivery rate, 44 bytes).
+pub const PROTOCOL_VERSION: u32 = 3;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;
 /// The most channels chosen automatically (one per core, up to this).
