@@ -89,7 +89,7 @@ pub fn resolve_under_root(root: &Path, requested: &str) -> Result<PathBuf, PathE
 
 /// Bytes read per call while hashing: large enough that BLAKE3's SIMD lanes stay full and the
 /// syscall cost vanishes.
-const HASH_BLOCK_BYTES: usize = 1 << 20;
+pub(crate) const HASH_BLOCK_BYTES: usize = 1 << 20;
 
 /// BLAKE3 of a whole file, read from its start.
 ///

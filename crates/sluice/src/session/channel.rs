@@ -258,6 +258,7 @@ pub(crate) fn data_error(err: DataError, conn: &quinn::Connection) -> SessionErr
     }
     match err {
         DataError::File(e) => SessionError::io("data channel file I/O", e),
+        DataError::Hash(e) => SessionError::io("hashing the received file", e),
         DataError::Config(e) => SessionError::Config(e.to_string()),
         e @ DataError::PacketTooLarge { .. } => SessionError::Config(e.to_string()),
         other => SessionError::Network(format!("data channel: {other}")),

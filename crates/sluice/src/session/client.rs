@@ -262,7 +262,7 @@ impl Client {
                 done = task.join() => {
                     let (partial, done) = done?;
                     match done {
-                        Ok(report) => (partial, Some(report)),
+                        Ok(received) => (partial, Some(received.report)),
                         Err(e) => return Err(req.fail(data_error(e, &self.conn)).await),
                     }
                 }

@@ -512,7 +512,7 @@ impl RequestCtx<'_> {
             tokio::select! {
                 done = task.join() => {
                     let (partial, done) = done?;
-                    log_channel("received", &done.map_err(|e| data_error(e, self.conn))?);
+                    log_channel("received", &done.map_err(|e| data_error(e, self.conn))?.report);
                     partial
                 }
                 msg = early => {
