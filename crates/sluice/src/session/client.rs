@@ -8,6 +8,7 @@ use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use sluice_proto::config::ChannelConfig;
@@ -244,10 +245,10 @@ impl Client {
         let sockets = self.announce_data_sockets(&mut req).await?;
         debug!(remote_path, size, channels = sockets.len(), "receiving");
 
-        let (partial, channel) = if size == 0 {
+        let (partial, channel, actual) = if size == 0 {
             let mut progress = progress;
             progress(Progress { bytes: 0, total: 0 });
-            (partial, None)
+            (partial, None, blake3::hash(b""))
         } else {
             let params = self.channel_params(&mut req, sockets, &server_ports).await?;
             let mut progress = progress;
@@ -262,7 +263,7 @@ impl Client {
                 done = task.join() => {
                     let (partial, done) = done?;
                     match done {
-                        Ok(received) => (partial, Some(received.report)),
+                        Ok(received) => (partial, Some(received.report), received.blake3),
                         Err(e) => return Err(req.fail(data_error(e, &self.conn)).await),
                     }
                 }
@@ -276,7 +277,7 @@ impl Client {
             }
         };
         let committed = blocking(move || {
-            partial.commit(expected.as_bytes()).map_err(|e| match e {
+            partial.commit(&expected, &actual).map_err(|e| match e {
                 CommitError::Mismatch { .. } => SessionError::Integrity(e.to_string()),
                 CommitError::Io(_, source) => SessionError::io("storing the download", source),
             })
@@ -318,9 +319,10 @@ impl Client {
                     std::io::Error::other("not a regular file"),
                 ));
             }
-            let hash =
-                crate::files::hash_file(&file).map_err(|e| SessionError::io(ctx("hashing"), e))?;
-            Ok((file, meta.len(), blake3::Hash::from(hash)))
+            let hash = crate::files::hash_prefix(&file, meta.len(), &AtomicBool::new(false))
+                .map_err(|e| SessionError::io(ctx("hashing"), e))?
+                .unwrap_or_else(|| blake3::hash(b""));
+            Ok((file, meta.len(), hash))
         })
         .await?;
         let mut req = self.request().await?;

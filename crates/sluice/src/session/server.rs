@@ -12,6 +12,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime};
 
 use sluice_proto::config::ChannelConfig;
@@ -434,13 +435,14 @@ impl RequestCtx<'_> {
             if !meta.is_file() {
                 return Err(SessionError::Refused(format!("{req} is not a regular file")));
             }
-            let hash = files::hash_file(&file)
-                .map_err(|e| SessionError::io(format!("hashing {req}"), e))?;
+            let hash = files::hash_prefix(&file, meta.len(), &AtomicBool::new(false))
+                .map_err(|e| SessionError::io(format!("hashing {req}"), e))?
+                .unwrap_or_else(|| blake3::hash(b""));
             Ok((file, meta.len(), mtime_secs(&meta), hash))
         })
         .await?;
         let (sockets, udp_ports) = self.data_sockets()?;
-        let blake3 = blake3::Hash::from(hash).to_hex().to_string();
+        let blake3 = hash.to_hex().to_string();
         self.write(&ServerMsg::FileInfo { size, blake3, mtime, udp_ports }).await?;
         let peer_ports = self.client_ready().await?;
         info!(path = requested, size, channels = sockets.len(), "sending");
@@ -499,8 +501,8 @@ impl RequestCtx<'_> {
         let peer_ports = self.client_ready().await?;
         info!(path = requested, size, channels = sockets.len(), "receiving");
 
-        let partial = if size == 0 {
-            partial
+        let (partial, actual) = if size == 0 {
+            (partial, blake3::hash(b""))
         } else {
             let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
             let mut task = DataTask::spawn(move |cancel| {
@@ -512,8 +514,9 @@ impl RequestCtx<'_> {
             tokio::select! {
                 done = task.join() => {
                     let (partial, done) = done?;
-                    log_channel("received", &done.map_err(|e| data_error(e, self.conn))?.report);
-                    partial
+                    let received = done.map_err(|e| data_error(e, self.conn))?;
+                    log_channel("received", &received.report);
+                    (partial, received.blake3)
                 }
                 msg = early => {
                     task.stop().await;
@@ -526,7 +529,7 @@ impl RequestCtx<'_> {
         };
         let req = requested.to_owned();
         blocking(move || {
-            partial.commit(expected.as_bytes()).map_err(|e| match e {
+            partial.commit(&expected, &actual).map_err(|e| match e {
                 CommitError::Mismatch { .. } => SessionError::Integrity(format!("{req}: {e}")),
                 CommitError::Io(_, source) => SessionError::io(format!("storing {req}"), source),
             })
