@@ -121,7 +121,7 @@ pub fn hash_prefix(
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
     /// The received bytes do not hash to what the sender announced.
-    #[error("integrity check failed: expected BLAKE3 {expected}, got {actual}")]
+    #[error("the sender's BLAKE3 is {expected}, but the bytes received hash to {actual}")]
     Mismatch {
         /// Announced hash (hex).
         expected: String,
