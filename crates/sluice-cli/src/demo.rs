@@ -140,6 +140,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         tokens_file: tokens.clone(),
         idle_timeout: std::time::Duration::from_secs(30),
         max_channels: args.channels,
+        digest_timeout: None,
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();

@@ -42,6 +42,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tokens_file: args.tokens,
         idle_timeout: std::time::Duration::from_secs(30),
         max_channels: args.max_channels,
+        digest_timeout: None,
     };
     let server = Server::bind(config).context("cannot start the server")?;
     #[allow(clippy::print_stdout)]

@@ -157,6 +157,30 @@ impl IntervalSet {
     pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.ranges.iter().map(|(&lo, &hi)| (lo, hi))
     }
+    /// The values of `lo..=hi` that are not in the set, as inclusive `(lo, hi)` ranges in
+    /// ascending order. O(log n) plus one step per range of the set inside `lo..=hi`.
+    pub fn gaps(&self, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        // The smallest value of `lo..=hi` not examined yet; `None` once past `hi`.
+        let mut next = (lo <= hi).then_some(lo);
+        if let Some((_, &e)) = self.ranges.range(..=lo).next_back()
+            && e >= lo
+        {
+            next = e.checked_add(1).filter(|&after| after <= hi);
+        }
+        let mut inside = self.ranges.range(lo..=hi.max(lo));
+        std::iter::from_fn(move || {
+            let from = next?;
+            // Ranges starting below `from` were covered by the one found before the loop.
+            for (&s, &e) in inside.by_ref() {
+                if s > from {
+                    next = e.checked_add(1).filter(|&after| after <= hi);
+                    return Some((from, s - 1));
+                }
+            }
+            next = None;
+            Some((from, hi))
+        })
+    }
     /// Removes every value.
     pub fn clear(&mut self) {
         self.ranges.clear();

@@ -1,5 +1,5 @@
-//! The file plane: paths confined to a root, whole-file BLAKE3, and partial files that only
-//! reach their final name after verification.
+//! The file plane: paths confined to a root, the sender's BLAKE3 of what it announced, and
+//! partial files that only reach their final name once the receiver's hash matched.
 //!
 //! Path confinement is checked once, by resolving the path as it stands on disk
 //! ([`resolve_under_root`]). That leaves a time-of-check to time-of-use window: whoever can write
@@ -14,6 +14,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why a requested path was refused.
 #[derive(Debug, thiserror::Error)]
@@ -89,40 +90,45 @@ pub fn resolve_under_root(root: &Path, requested: &str) -> Result<PathBuf, PathE
 
 /// Bytes read per call while hashing: large enough that BLAKE3's SIMD lanes stay full and the
 /// syscall cost vanishes.
-const HASH_BLOCK_BYTES: usize = 1 << 20;
+pub(crate) const HASH_BLOCK_BYTES: usize = 1 << 20;
 
-/// BLAKE3 of a whole file, read from its start.
+/// BLAKE3 of the first `len` bytes of `file`: the sender's digest of exactly the bytes it
+/// announced and sends, whatever the file grew to since. A file now shorter than `len` is an
+/// `UnexpectedEof` error. Returns `None` once `cancel` is set (the transfer was given up).
 ///
 /// Reads with positional reads, so the file's cursor is left where it was.
-pub fn hash_file(file: &File) -> std::io::Result<[u8; 32]> {
+pub fn hash_prefix(
+    file: &File,
+    len: u64,
+    cancel: &AtomicBool,
+) -> std::io::Result<Option<blake3::Hash>> {
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; HASH_BLOCK_BYTES];
     let mut offset = 0u64;
-    loop {
-        let n = match file.read_at(&mut buf, offset) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+    while offset < len {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let n = (len - offset).min(HASH_BLOCK_BYTES as u64) as usize;
+        file.read_exact_at(&mut buf[..n], offset)?;
         hasher.update(&buf[..n]);
         offset += n as u64;
     }
-    Ok(*hasher.finalize().as_bytes())
+    Ok(Some(hasher.finalize()))
 }
 
 /// Why a partial file could not be committed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
     /// The received bytes do not hash to what the sender announced.
-    #[error("integrity check failed: expected BLAKE3 {expected}, got {actual}")]
+    #[error("the sender's BLAKE3 is {expected}, but the bytes received hash to {actual}")]
     Mismatch {
         /// Announced hash (hex).
         expected: String,
         /// Hash of what arrived (hex).
         actual: String,
     },
-    /// Hashing, syncing or renaming failed.
+    /// Syncing or renaming failed.
     #[error("could not finish {0}: {1}")]
     Io(String, #[source] std::io::Error),
 }
@@ -197,21 +203,27 @@ impl PartialFile {
     pub fn temp_path(&self) -> &Path {
         &self.temp_path
     }
-    /// Hashes the temporary file, compares with `expected`, syncs it, renames it onto the final
-    /// path and syncs the directory. On a mismatch the temporary file is removed.
+    /// Compares `actual`, the BLAKE3 of what was written into [`PartialFile::file`] (the
+    /// receiver hashes it while it arrives: `datapath::Received::blake3`), with `expected`, the
+    /// sender's; then syncs the file, renames it onto the final path and syncs the directory.
+    /// The file is not read again. On a mismatch the temporary file is removed.
     ///
     /// An existing file at the final path is replaced (the overwrite policy is the caller's).
     /// On any other error the temporary file is removed as well (by Drop).
-    pub fn commit(mut self, expected: &[u8; 32]) -> Result<(), CommitError> {
-        let temp = self.temp_path.display().to_string();
-        let actual = hash_file(&self.file).map_err(|e| CommitError::Io(temp.clone(), e))?;
-        if &actual != expected {
+    pub fn commit(
+        mut self,
+        expected: &blake3::Hash,
+        actual: &blake3::Hash,
+    ) -> Result<(), CommitError> {
+        // `blake3::Hash` compares in constant time.
+        if actual != expected {
             return Err(CommitError::Mismatch {
-                expected: blake3::Hash::from_bytes(*expected).to_hex().to_string(),
-                actual: blake3::Hash::from_bytes(actual).to_hex().to_string(),
+                expected: expected.to_hex().to_string(),
+                actual: actual.to_hex().to_string(),
             });
         }
-        self.file.sync_all().map_err(|e| CommitError::Io(temp.clone(), e))?;
+        let temp = self.temp_path.display().to_string();
+        self.file.sync_all().map_err(|e| CommitError::Io(temp, e))?;
         std::fs::rename(&self.temp_path, &self.final_path)
             .map_err(|e| CommitError::Io(self.final_path.display().to_string(), e))?;
         self.finished = true;

@@ -91,6 +91,8 @@ fn file_with(dir: &tempfile::TempDir, name: &str, data: &[u8]) -> File {
 /// What one end did: its result, its progress reports and when it returned.
 struct End {
     result: Result<ChannelReport, DataError>,
+    /// The receiver's BLAKE3 of the range as written (`None` for the sender or a failure).
+    blake3: Option<blake3::Hash>,
     progress: Vec<(Instant, Progress)>,
     ended: Instant,
 }
@@ -113,12 +115,16 @@ fn run_pair(
             progress.push((Instant::now(), p));
             on_progress(is_sender, p);
         };
+        let mut blake3 = None;
         let result = if is_sender {
             send_file(params, file, range.clone(), &mut note, cancel)
         } else {
-            receive_file(params, file, range.clone(), &mut note, cancel)
+            receive_file(params, file, range.clone(), &mut note, cancel).map(|received| {
+                blake3 = Some(received.blake3);
+                received.report
+            })
         };
-        End { result, progress, ended: Instant::now() }
+        End { result, blake3, progress, ended: Instant::now() }
     };
     let run = &run;
     std::thread::scope(|s| {
@@ -227,7 +233,10 @@ fn exact_transfer_over(
     let mut expected = filler;
     let (lo, hi) = (range.start as usize, range.end as usize);
     expected[lo..hi].copy_from_slice(&data[lo..hi]);
-    partial.commit(blake3::hash(&expected).as_bytes()).unwrap();
+    // The receiver hashed the range as it wrote it.
+    assert_eq!(r.blake3, Some(blake3::hash(&data[lo..hi])));
+    let whole = blake3::hash(&expected);
+    partial.commit(&whole, &whole).unwrap();
     let got = std::fs::read(&final_path).unwrap();
     assert!(got == expected, "the received file differs");
 }
@@ -248,6 +257,7 @@ fn an_empty_range_returns_at_once_without_packets() {
     assert!(started.elapsed() < Duration::from_secs(1), "empty ranges must not wait");
     assert_eq!(s.result.unwrap().bytes, 0);
     assert_eq!(r.result.unwrap().bytes, 0);
+    assert_eq!(r.blake3, Some(blake3::hash(b"")));
     assert_eq!(s.progress.len(), 1);
     assert_eq!(r.progress.len(), 1);
     for probe in [s_probe, r_probe] {
@@ -431,6 +441,7 @@ fn a_lossy_reordering_relay_is_repaired_over_real_sockets() {
     let mut got = vec![0u8; len];
     dst.read_exact_at(&mut got, 0).unwrap();
     assert!(got == data, "the received file differs");
+    assert_eq!(r.blake3, Some(blake3::hash(&data)));
 }
 
 /// Sets `cancel` at the first progress report of the chosen end and notes when.
@@ -587,4 +598,5 @@ fn a_channel_whose_socket_dies_mid_way_hands_its_chunks_to_the_others() {
     let mut got = vec![0u8; len];
     dst.read_exact_at(&mut got, 0).unwrap();
     assert!(got == data, "the received file differs");
+    assert_eq!(r.blake3, Some(blake3::hash(&data)));
 }

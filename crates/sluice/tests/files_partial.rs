@@ -1,10 +1,11 @@
 //! Partial files: bytes reach the final name only after the hash matches, and nothing is left
-//! behind otherwise.
+//! behind otherwise; the sender's hash of the bytes it announced.
 
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
-use sluice::files::{CommitError, PartialFile, hash_file};
+use sluice::files::{CommitError, PartialFile, hash_prefix};
 
 /// Names in `dir`, sorted.
 fn entries(dir: &Path) -> Vec<String> {
@@ -21,18 +22,23 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 #[test]
-fn hash_file_is_plain_blake3_and_ignores_the_cursor() {
+fn hash_prefix_is_plain_blake3_of_the_announced_bytes_and_ignores_the_cursor() {
     let dir = tempfile::tempdir().unwrap();
     let data = pattern(3 << 20 | 12345);
     let path = dir.path().join("f");
     std::fs::write(&path, &data).unwrap();
     let mut file = std::fs::File::open(&path).unwrap();
     std::io::Read::read_exact(&mut file, &mut [0u8; 100]).unwrap();
-    assert_eq!(hash_file(&file).unwrap(), *blake3::hash(&data).as_bytes());
-    let empty = dir.path().join("e");
-    std::fs::write(&empty, b"").unwrap();
-    let empty = std::fs::File::open(&empty).unwrap();
-    assert_eq!(hash_file(&empty).unwrap(), *blake3::hash(b"").as_bytes());
+    let no = AtomicBool::new(false);
+    let len = data.len() as u64;
+    assert_eq!(hash_prefix(&file, len, &no).unwrap(), Some(blake3::hash(&data)));
+    // A file that grew since its size was announced: only the announced bytes count.
+    assert_eq!(hash_prefix(&file, 1000, &no).unwrap(), Some(blake3::hash(&data[..1000])));
+    assert_eq!(hash_prefix(&file, 0, &no).unwrap(), Some(blake3::hash(b"")));
+    // One that shrank cannot give the announced bytes.
+    let err = hash_prefix(&file, len + 1, &no).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    assert_eq!(hash_prefix(&file, len, &AtomicBool::new(true)).unwrap(), None);
 }
 
 #[test]
@@ -57,7 +63,8 @@ fn commit_puts_the_exact_bytes_under_the_final_name() {
     let half = data.len() / 2;
     partial.file().write_all_at(&data[half..], half as u64).unwrap();
     partial.file().write_all_at(&data[..half], 0).unwrap();
-    partial.commit(blake3::hash(&data).as_bytes()).unwrap();
+    let hash = blake3::hash(&data);
+    partial.commit(&hash, &hash).unwrap();
 
     assert_eq!(std::fs::read(&final_path).unwrap(), data);
     assert_eq!(entries(dir.path()), vec!["out.bin".to_owned()]);
@@ -70,7 +77,7 @@ fn commit_replaces_an_existing_final_file() {
     std::fs::write(&final_path, b"old contents").unwrap();
     let partial = PartialFile::create(&final_path, 3).unwrap();
     partial.file().write_all_at(b"new", 0).unwrap();
-    partial.commit(blake3::hash(b"new").as_bytes()).unwrap();
+    partial.commit(&blake3::hash(b"new"), &blake3::hash(b"new")).unwrap();
     assert_eq!(std::fs::read(&final_path).unwrap(), b"new");
     assert_eq!(entries(dir.path()), vec!["f".to_owned()]);
 }
@@ -82,15 +89,17 @@ fn a_mismatch_leaves_no_final_file_and_no_temp_file() {
     let data = pattern(70_000);
     let partial = PartialFile::create(&final_path, data.len() as u64).unwrap();
     let temp = partial.temp_path().to_owned();
-    partial.file().write_all_at(&data, 0).unwrap();
-    partial.file().write_all_at(b"X", 4096).unwrap(); // one corrupted byte
+    let mut corrupted = data.clone();
+    corrupted[4096] = b'X'; // one corrupted byte
+    partial.file().write_all_at(&corrupted, 0).unwrap();
 
     let expected = blake3::hash(&data);
-    match partial.commit(expected.as_bytes()) {
-        Err(CommitError::Mismatch { expected: e, actual }) => {
-            assert_eq!(e, expected.to_hex().as_str());
-            assert_eq!(actual.len(), 64);
-            assert_ne!(actual, e);
+    let written = blake3::hash(&corrupted);
+    match partial.commit(&expected, &written) {
+        Err(err @ CommitError::Mismatch { .. }) => {
+            let message = err.to_string();
+            assert!(message.contains(expected.to_hex().as_str()), "{message}");
+            assert!(message.contains(written.to_hex().as_str()), "{message}");
         }
         other => panic!("expected a mismatch, got {other:?}"),
     }
@@ -119,7 +128,7 @@ fn long_names_get_a_temp_name_the_file_system_accepts() {
     let final_path = dir.path().join(&name);
     let partial = PartialFile::create(&final_path, 1).unwrap();
     partial.file().write_all_at(b"z", 0).unwrap();
-    partial.commit(blake3::hash(b"z").as_bytes()).unwrap();
+    partial.commit(&blake3::hash(b"z"), &blake3::hash(b"z")).unwrap();
     assert_eq!(entries(dir.path()), vec![name]);
 }
 

@@ -16,7 +16,8 @@ async fn messages_round_trip_through_a_stream() {
     let (mut a, mut b) = tokio::io::duplex(4096);
     let sent = vec![
         ClientMsg::Get { path: "dir/file".into() },
-        ClientMsg::Put { path: "x".into(), size: 1 << 40, blake3: "ab".repeat(32) },
+        ClientMsg::Put { path: "x".into(), size: 1 << 40 },
+        ClientMsg::Digest { blake3: "ab".repeat(32) },
         ClientMsg::Failed { code: ErrorCode::Integrity, message: "bad".into() },
         ClientMsg::Verified,
     ];
@@ -40,6 +41,9 @@ fn wire_form_is_a_big_endian_length_and_tagged_json() {
     let error =
         encode(&ServerMsg::Error { code: ErrorCode::NotFound, message: "m".into() }).unwrap();
     assert_eq!(&error[4..], br#"{"type":"error","code":"not-found","message":"m"}"#);
+    let digest = encode(&ServerMsg::Digest { blake3: "0f".repeat(32) }).unwrap();
+    let body = format!(r#"{{"type":"digest","blake3":"{}"}}"#, "0f".repeat(32));
+    assert_eq!(&digest[4..], body.as_bytes());
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@ mod common;
 
 use std::fs;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use sluice::datapath::{ChannelParams, Progress};
 use sluice::session::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
 use sluice::session::messages::{ClientMsg, ErrorCode, ServerMsg, read_message, write_message};
 use sluice::session::{Client, SessionError, default_channel_config};
+use sluice_proto::cc::CcKind;
 use sluice_proto::crypto::Algorithm;
 
 const SIZES: [usize; 3] = [0, 1, (1 << 20) + 1];
@@ -146,12 +148,24 @@ async fn a_missing_local_file_fails_before_any_request() {
     server.stop().await;
 }
 
-/// Speaks the protocol by hand to upload `data` while announcing `announced` as its BLAKE3.
+/// When the hand-made client of [`put_by_hand`] sends its `Digest`.
+#[derive(Debug, Clone, Copy)]
+enum DigestAt {
+    /// Right after `Ready`, before any data.
+    BeforeData,
+    /// Once the data channels have delivered everything.
+    AfterData,
+    /// Not at all.
+    Never,
+}
+
+/// Speaks the protocol by hand to upload `data`, sending `digest` as its BLAKE3 at `at`.
 async fn put_by_hand(
     server: &TestServer,
     path: &str,
     data: Vec<u8>,
-    announced: String,
+    digest: String,
+    at: DigestAt,
 ) -> ServerMsg {
     let (_endpoint, conn) = common::raw_connect(server).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
@@ -166,9 +180,7 @@ async fn put_by_hand(
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let request_id = u64::from(send.id());
     let size = data.len() as u64;
-    write_message(&mut send, &ClientMsg::Put { path: path.into(), size, blake3: announced })
-        .await
-        .unwrap();
+    write_message(&mut send, &ClientMsg::Put { path: path.into(), size }).await.unwrap();
     let ServerMsg::Ready { udp_ports } = read_message(&mut recv, SECOND).await.unwrap() else {
         panic!("no Ready")
     };
@@ -178,6 +190,10 @@ async fn put_by_hand(
         udp_ports.iter().map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
     let ports = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
     write_message(&mut send, &ClientMsg::Ready { udp_ports: ports }).await.unwrap();
+    let digest = ClientMsg::Digest { blake3: digest };
+    if let DigestAt::BeforeData = at {
+        write_message(&mut send, &digest).await.unwrap();
+    }
 
     let params: Vec<ChannelParams> = sockets
         .into_iter()
@@ -199,32 +215,115 @@ async fn put_by_hand(
         .collect();
     let file = tempfile::tempfile().unwrap();
     std::io::Write::write_all(&mut &file, &data).unwrap();
+    // An empty range returns at once without a packet, as the server expects.
     let sender = tokio::task::spawn_blocking(move || {
         let cancel = AtomicBool::new(false);
         sluice::datapath::send_file(params, &file, 0..size, &mut |_| {}, &cancel)
     });
+    if let DigestAt::AfterData = at {
+        let sent = sender.await.unwrap().unwrap();
+        assert_eq!(sent.bytes, size);
+        write_message(&mut send, &digest).await.unwrap();
+        return read_message(&mut recv, Duration::from_secs(20)).await.unwrap();
+    }
     let reply = read_message(&mut recv, Duration::from_secs(20)).await.unwrap();
     sender.abort();
     reply
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn put_with_a_wrong_hash_is_refused_as_integrity_and_not_stored() {
-    let server = TestServer::start().await;
-    let data = pattern(200_000, 7);
-    let wrong = blake3_hex(b"something else");
-    match put_by_hand(&server, "bad.bin", data.clone(), wrong).await {
+/// Expects an integrity error naming `path`, and nothing of it in the server's root.
+fn assert_refused_as_integrity(reply: ServerMsg, path: &str, root: &Path) {
+    match reply {
         ServerMsg::Error { code: ErrorCode::Integrity, message } => {
-            assert!(message.contains("bad.bin"), "{message}")
+            assert!(message.contains(path), "{message}")
         }
         other => panic!("expected an integrity error, got {other:?}"),
     }
     // Neither the file nor its temporary is left in the root.
+    assert!(!common::listing(root).iter().any(|name| name.contains(path)), "{path} was left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_with_a_wrong_digest_is_refused_as_integrity_and_not_stored() {
+    let server = TestServer::start().await;
+    let data = pattern(200_000, 7);
+    let wrong = blake3_hex(b"something else");
+    for at in [DigestAt::BeforeData, DigestAt::AfterData] {
+        let path = format!("bad-{at:?}.bin");
+        let reply = put_by_hand(&server, &path, data.clone(), wrong.clone(), at).await;
+        assert_refused_as_integrity(reply, &path, &server.root());
+    }
     assert!(common::listing(&server.root()).is_empty());
 
-    // The same bytes with the right hash are stored: the channel was not the problem.
+    // The same bytes with the right digest are stored, whether it comes before the data or
+    // after it: the channel was not the problem.
     let right = blake3_hex(&data);
-    assert_eq!(put_by_hand(&server, "good.bin", data.clone(), right).await, ServerMsg::Verified);
-    assert_eq!(fs::read(server.root().join("good.bin")).unwrap(), data);
+    for at in [DigestAt::BeforeData, DigestAt::AfterData] {
+        let path = format!("good-{at:?}.bin");
+        let reply = put_by_hand(&server, &path, data.clone(), right.clone(), at).await;
+        assert_eq!(reply, ServerMsg::Verified, "digest {at:?}");
+        assert_eq!(fs::read(server.root().join(&path)).unwrap(), data);
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_put_checks_the_digest_of_nothing() {
+    let server = TestServer::start().await;
+    let wrong = blake3_hex(b"x");
+    let reply = put_by_hand(&server, "empty-bad", Vec::new(), wrong, DigestAt::AfterData).await;
+    assert_refused_as_integrity(reply, "empty-bad", &server.root());
+    let right = blake3_hex(b"");
+    let reply = put_by_hand(&server, "empty", Vec::new(), right, DigestAt::BeforeData).await;
+    assert_eq!(reply, ServerMsg::Verified);
+    assert_eq!(fs::read(server.root().join("empty")).unwrap(), b"");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_whose_digest_never_comes_fails_with_a_timeout_and_stores_nothing() {
+    let wait = Duration::from_millis(300);
+    let server = TestServer::start_with(|config| config.digest_timeout = Some(wait)).await;
+    let data = pattern(100_000, 9);
+    let digest = blake3_hex(&data);
+    for data in [data, Vec::new()] {
+        let reply = put_by_hand(&server, "never", data, digest.clone(), DigestAt::Never).await;
+        match reply {
+            ServerMsg::Error { code: ErrorCode::Network, message } => {
+                assert!(message.contains("Digest did not come within 0.3 s"), "{message}")
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert!(common::listing(&server.root()).is_empty());
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_of_a_file_changed_while_it_moves_fails_as_integrity_and_leaves_nothing() {
+    let server = TestServer::start().await;
+    // 8 MiB at 40 Mbit/s: the data takes about 1.7 s; the server's hash of the file, started
+    // with it, takes milliseconds, so it describes the file before the change below.
+    let size = 8 << 20;
+    fs::write(server.root().join("moving"), pattern(size, 5)).unwrap();
+    let mut config = server.client_config();
+    config.channel.cc = CcKind::Fixed;
+    config.channel.rate_bps = 40_000_000;
+    let client = Client::connect(config).await.unwrap();
+    let local = tempfile::tempdir().unwrap();
+    // A quarter in, the last MiB changes: the channels read it only later.
+    let source = server.root().join("moving");
+    let mut changed = false;
+    let change = move |p: Progress| {
+        if !changed && p.bytes >= p.total / 4 && p.total > 0 {
+            let file = fs::OpenOptions::new().write(true).open(&source).unwrap();
+            file.write_all_at(&vec![0xA5; 1 << 20], (size - (1 << 20)) as u64).unwrap();
+            changed = true;
+        }
+    };
+    let err = client.get("moving", &local.path().join("got"), change).await.unwrap_err();
+    assert!(matches!(err, SessionError::Integrity(_)), "{err:?}");
+    assert!(common::listing(local.path()).is_empty());
+    client.close().await;
     server.stop().await;
 }

@@ -169,6 +169,23 @@ enum Op {
     PopFirst,
 }
 
+#[test]
+fn gaps_lists_what_is_missing_in_a_span() {
+    let set = set_of(&[(10, 20), (30, 40), (50, 50)]);
+    let gaps = |lo, hi| set.gaps(lo, hi).collect::<Vec<_>>();
+    assert_eq!(gaps(0, 100), [(0, 9), (21, 29), (41, 49), (51, 100)]);
+    assert_eq!(gaps(10, 20), []);
+    assert_eq!(gaps(15, 35), [(21, 29)]);
+    assert_eq!(gaps(20, 30), [(21, 29)]);
+    assert_eq!(gaps(21, 29), [(21, 29)]);
+    assert_eq!(gaps(45, 55), [(45, 49), (51, 55)]);
+    assert_eq!(gaps(5, 4), []);
+    assert_eq!(IntervalSet::new().gaps(3, 7).collect::<Vec<_>>(), [(3, 7)]);
+    let edge = set_of(&[(MAX - 5, MAX)]);
+    assert_eq!(edge.gaps(MAX - 9, MAX).collect::<Vec<_>>(), [(MAX - 9, MAX - 6)]);
+    assert_eq!(edge.gaps(MAX - 3, MAX).collect::<Vec<_>>(), []);
+}
+
 /// Values in two small regions, at 0 and at u64::MAX, so that the oracle stays small while the
 /// edges of u64 are exercised.
 fn value() -> impl Strategy<Value = u64> {
@@ -264,6 +281,13 @@ fn prop_matches_btreeset_oracle() {
             prop_assert_eq!(set.last(), oracle.last().copied());
             let edges =
                 runs.iter().flat_map(|&(lo, hi)| [lo.wrapping_sub(1), lo, hi, hi.wrapping_add(1)]);
+            // What is missing around the operation's span (PopFirst's span is everything).
+            let (lo, hi) = (probes(op)[0], probes(op)[5]);
+            if hi.checked_sub(lo).is_some_and(|w| w < 64) {
+                let missing: Vec<u64> = (lo..=hi).filter(|v| !oracle.contains(v)).collect();
+                let listed: Vec<u64> = set.gaps(lo, hi).flat_map(|(a, b)| a..=b).collect();
+                prop_assert_eq!(listed, missing, "gaps({}, {})", lo, hi);
+            }
             for v in probes(op).into_iter().chain(edges) {
                 prop_assert_eq!(set.contains(v), oracle.contains(&v), "contains({})", v);
             }

@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::Mutex;
+
+use super::written::SharedFile;
 
 /// Bytes the sender reads ahead at once for new data.
 pub const READ_BLOCK_BYTES: usize = 256 << 10;
@@ -83,26 +84,6 @@ fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         }
     }
     Ok(got)
-}
-
-/// The receiving side's file, which every channel writes into, one write at a time. Writes
-/// into one file from several threads contend for its inode lock, on which the kernel spins:
-/// on the LAN path two receiving channels spent a fifth of their CPU time spinning there
-/// (`rwsem_spin_on_owner`) and moved 2.0 Gbit/s where one channel moved 3.5. This lock sleeps.
-pub(super) struct SharedFile<'f> {
-    file: &'f File,
-    turn: Mutex<()>,
-}
-
-impl<'f> SharedFile<'f> {
-    pub(super) fn new(file: &'f File) -> Self {
-        Self { file, turn: Mutex::new(()) }
-    }
-
-    fn write_all_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
-        let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
-        self.file.write_all_at(data, offset)
-    }
 }
 
 /// Gathers the receiver's payloads into large writes: a payload that continues the current run

@@ -15,7 +15,11 @@
 //!   other traffic as one flow.
 //! - On the receiving side every channel writes into the one file at the offsets the packets
 //!   carry, and one shared record of what arrived (a chunk handed from a dead channel to another
-//!   may arrive twice) says when the range is complete.
+//!   may arrive twice) says when the range is complete. Each byte goes to disk once (a second
+//!   copy is dropped where the first is written).
+//! - The receiver hashes the range while it arrives: a thread of its own reads back the
+//!   contiguous prefix already written ([`written`]) and feeds BLAKE3, so when the last byte
+//!   is on disk only the tail remains to hash. [`receive_file`] returns the hash.
 //!
 //! Each channel's thread drives its state machine in a loop:
 //! 1. receive what the socket holds, one batch (`recvmmsg`, with GRO where the kernel has it);
@@ -71,6 +75,7 @@ mod send;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod written;
 
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
 pub use plan::CHUNK_BYTES;
@@ -132,6 +137,16 @@ pub struct ChannelReport {
     pub lost_channels: u32,
 }
 
+/// What a finished receive did.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The channels' report.
+    pub report: ChannelReport,
+    /// BLAKE3 of the range's bytes as they are in the file (for a range covering the whole
+    /// file, the file's BLAKE3).
+    pub blake3: blake3::Hash,
+}
+
 /// Why a channel failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -141,6 +156,9 @@ pub enum DataError {
     /// Reading or writing the file failed.
     #[error("file I/O failed: {0}")]
     File(#[source] std::io::Error),
+    /// Reading the received bytes back to hash them failed.
+    #[error("reading the received bytes back to hash them failed: {0}")]
+    Hash(#[source] std::io::Error),
     /// The socket failed.
     #[error("data socket failed: {0}")]
     Socket(#[source] std::io::Error),
@@ -206,27 +224,61 @@ pub fn send_file(
 }
 
 /// Receives `range` into `file` (written at the file offsets the packets carry) over
-/// `channels`. Blocks until every byte arrived (then each channel lingers briefly so its sender
-/// sees the final ACK), every channel failed, or `cancel` is set.
+/// `channels`, hashing the range on a thread of its own as it is written. Blocks until every
+/// byte arrived and is hashed (each channel lingers briefly so its sender sees the final ACK),
+/// every channel failed, or `cancel` is set.
 pub fn receive_file(
     channels: Vec<ChannelParams>,
     file: &File,
     range: Range<u64>,
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
-) -> Result<ChannelReport, DataError> {
+) -> Result<Received, DataError> {
     if nothing_to_move(&channels, &range, progress)? {
-        return Ok(ChannelReport::default());
+        return Ok(Received { report: ChannelReport::default(), blake3: blake3::hash(b"") });
     }
     let total = range.end - range.start;
     let ctx = recv::RecvShared::new(file, range);
     let bytes = || ctx.bytes();
     let run = |index, params, start| recv::channel(index, params, &ctx, start);
-    let ends = transfer::supervise(channels, &ctx.shared, cancel, total, &bytes, progress, &run);
+    let (ends, hashed) = std::thread::scope(|s| {
+        let hasher = std::thread::Builder::new()
+            .name("sluice-hash".into())
+            .spawn_scoped(s, || match ctx.file.hash_written(cancel) {
+                Ok(hash) => hash,
+                Err(e) => {
+                    // No use receiving what cannot be verified.
+                    ctx.shared.fatal(DataError::Hash(e));
+                    None
+                }
+            })
+            .map_err(DataError::Hash)?;
+        // The hasher must hear the end on every path, a panicking channel's included.
+        let ending = EndOnDrop(&ctx.file);
+        let ends =
+            transfer::supervise(channels, &ctx.shared, cancel, total, &bytes, progress, &run);
+        ctx.file.finish(ctx.complete());
+        drop(ending);
+        let hashed = hasher
+            .join()
+            .map_err(|_| DataError::Hash(std::io::Error::other("the hashing thread panicked")))?;
+        Ok::<_, DataError>((ends, hashed))
+    })?;
     let mut report = transfer::verdict(ends, ctx.complete(), &ctx.shared, cancel)?;
     report.bytes = ctx.bytes();
     report.rejected_pkts += ctx.out_of_range();
-    Ok(report)
+    // Complete, so the hasher read everything unless it was cancelled.
+    let blake3 = hashed.ok_or(DataError::Cancelled)?;
+    Ok(Received { report, blake3 })
+}
+
+/// Tells the hasher the transfer ended incomplete, unless it heard otherwise first.
+struct EndOnDrop<'a, 'f>(&'a written::SharedFile<'f>);
+
+impl Drop for EndOnDrop<'_, '_> {
+    fn drop(&mut self) {
+        self.0.finish(false);
+    }
 }
 
 /// Checks the configurations; for an empty range, reports the (empty) progress once and says

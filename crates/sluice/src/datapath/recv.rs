@@ -11,9 +11,10 @@ use sluice_proto::intervals::IntervalSet;
 use sluice_proto::receiver::{Receiver, State};
 use sluice_udp::RecvBatch;
 
-use super::blocks::{SharedFile, WriteBehind};
+use super::blocks::WriteBehind;
 use super::port::{MAX_SLEEP_US, Port};
 use super::transfer::{ChannelEnd, Shared};
+use super::written::SharedFile;
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
 /// While datagrams kept coming within this long, the receiver takes them in timed turns
@@ -32,7 +33,9 @@ const LINGER_MIN_US: u64 = 500_000;
 
 /// What every receiving channel of a transfer shares: the file and what arrived.
 pub(super) struct RecvShared<'a> {
-    file: SharedFile<'a>,
+    /// The file, with the record of what is on disk (which trails `arrived` by what the
+    /// channels' write-behind buffers hold).
+    pub(super) file: SharedFile<'a>,
     pub(super) range: Range<u64>,
     /// Byte ranges of `range` that arrived, on any channel (a chunk handed from a dead channel
     /// to another may arrive twice).
@@ -47,7 +50,7 @@ pub(super) struct RecvShared<'a> {
 impl<'a> RecvShared<'a> {
     pub(super) fn new(file: &'a File, range: Range<u64>) -> Self {
         Self {
-            file: SharedFile::new(file),
+            file: SharedFile::new(file, range.clone()),
             range,
             arrived: Mutex::new(IntervalSet::new()),
             arrived_bytes: AtomicU64::new(0),
@@ -157,8 +160,8 @@ fn drive(
             let mut write_error = None;
             // Each datagram at the time the kernel received it: the estimators measure the
             // intervals between arrivals, which one time for the whole batch would make zero.
-            // A payload that arrived before (a chunk handed from a dead channel to another) is
-            // written again: the same bytes at the same place.
+            // A payload that arrived before (a chunk handed from a dead channel to another)
+            // goes to the writer again; the shared file skips what is already on disk.
             batch.datagrams_timed(|age_us, d| {
                 let arrived = at.saturating_sub(age_us.unwrap_or(0));
                 if let Ok(Some(delivered)) = receiver.handle_datagram(arrived, d) {
@@ -212,6 +215,9 @@ fn drive(
             // so waiting costs the estimators nothing) instead of waking for every datagram.
             std::thread::sleep(std::time::Duration::from_micros(COALESCE_US));
         } else {
+            // Idle: what is gathered goes to disk now, so the hasher following the written
+            // prefix does not wait for this channel's next datagram.
+            writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
             port.wait(deadline)?;
         }
     }

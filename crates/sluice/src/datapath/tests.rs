@@ -1,9 +1,12 @@
-//! Unit tests of the block reader and writer (the socket loops are tested over loopback in
-//! `tests/datapath_*.rs`).
+//! Unit tests of the block reader and writer and of the receiver's shared file and its hasher
+//! (the socket loops are tested over loopback in `tests/datapath_*.rs`).
 
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::AtomicBool;
 
-use super::blocks::{READ_BLOCK_BYTES, ReadAhead, SharedFile, WRITE_BLOCK_BYTES, WriteBehind};
+use super::blocks::{READ_BLOCK_BYTES, ReadAhead, WRITE_BLOCK_BYTES, WriteBehind};
+use super::written::SharedFile;
+use crate::files::HASH_BLOCK_BYTES;
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 13 + i / 509) as u8).collect()
@@ -57,7 +60,7 @@ fn read_ahead_reports_a_short_file() {
 fn write_behind_gathers_runs_and_writes_repairs_in_place() {
     let data = pattern(2 * WRITE_BLOCK_BYTES + 5000);
     let file = temp_file(&vec![0u8; data.len()]);
-    let shared = SharedFile::new(&file);
+    let shared = SharedFile::new(&file, 0..data.len() as u64);
     let mut writer = WriteBehind::new(&shared);
     let chunks: Vec<(usize, usize)> =
         (0..data.len()).step_by(1400).map(|o| (o, (o + 1400).min(data.len()))).collect();
@@ -72,4 +75,88 @@ fn write_behind_gathers_runs_and_writes_repairs_in_place() {
     let mut back = vec![0u8; data.len()];
     file.read_exact_at(&mut back, 0).unwrap();
     assert!(back == data);
+}
+
+#[test]
+fn the_shared_file_writes_each_byte_once() {
+    let file = temp_file(&[0u8; 100]);
+    let shared = SharedFile::new(&file, 0..100);
+    shared.write_all_at(&[1; 30], 10).unwrap();
+    // A second copy that differs (the sender's file changed): only the new bytes land.
+    shared.write_all_at(&[2; 50], 0).unwrap();
+    shared.write_all_at(&[3; 5], 60).unwrap();
+    shared.write_all_at(&[4; 10], 58).unwrap();
+    shared.write_all_at(&[], 99).unwrap();
+    let mut expected = [0u8; 100];
+    expected[..10].fill(2);
+    expected[10..40].fill(1);
+    expected[40..50].fill(2);
+    expected[58..60].fill(4);
+    expected[60..65].fill(3);
+    expected[65..68].fill(4);
+    let mut back = [0u8; 100];
+    file.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(back, expected);
+    let err = shared.write_all_at(&[5; 2], u64::MAX).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+#[test]
+fn the_hasher_follows_the_written_prefix_to_the_end_of_the_range() {
+    let data = pattern(3 * HASH_BLOCK_BYTES + 777);
+    let range = 1000..data.len() as u64 - 3;
+    let file = temp_file(&vec![0u8; data.len()]);
+    let shared = SharedFile::new(&file, range.clone());
+    let no = AtomicBool::new(false);
+    let piece = 64 << 10;
+    let hashed = std::thread::scope(|s| {
+        let hasher = s.spawn(|| shared.hash_written(&no));
+        // Pieces in pairs, the second of each pair first; then the first piece again.
+        let starts: Vec<u64> = (range.start..range.end).step_by(piece).collect();
+        for pair in starts.chunks(2) {
+            for &at in pair.iter().rev() {
+                let end = (at + piece as u64).min(range.end);
+                shared.write_all_at(&data[at as usize..end as usize], at).unwrap();
+            }
+        }
+        shared.write_all_at(&data[1000..2000], 1000).unwrap();
+        // No `finish`: the hasher ends on its own once the whole range is written.
+        hasher.join().unwrap()
+    });
+    let expected = blake3::hash(&data[range.start as usize..range.end as usize]);
+    assert_eq!(hashed.unwrap(), Some(expected));
+}
+
+#[test]
+fn the_hasher_stops_when_the_transfer_ends_incomplete_or_is_cancelled() {
+    let data = pattern(2 * HASH_BLOCK_BYTES);
+    let file = temp_file(&vec![0u8; data.len()]);
+    let no = AtomicBool::new(false);
+    let shared = SharedFile::new(&file, 0..data.len() as u64);
+    shared.write_all_at(&data[..HASH_BLOCK_BYTES + 5], 0).unwrap();
+    let hashed = std::thread::scope(|s| {
+        let hasher = s.spawn(|| shared.hash_written(&no));
+        shared.finish(false);
+        // Only the first end counts.
+        shared.finish(true);
+        hasher.join().unwrap()
+    });
+    assert_eq!(hashed.unwrap(), None);
+
+    let cancelled = AtomicBool::new(true);
+    let shared = SharedFile::new(&file, 0..data.len() as u64);
+    shared.write_all_at(&data, 0).unwrap();
+    assert_eq!(shared.hash_written(&cancelled).unwrap(), None);
+}
+
+#[test]
+fn a_complete_end_with_an_unwritten_byte_is_an_error() {
+    let file = temp_file(&[0u8; 100]);
+    let shared = SharedFile::new(&file, 0..100);
+    shared.write_all_at(&[1; 40], 0).unwrap();
+    shared.write_all_at(&[1; 59], 41).unwrap();
+    shared.finish(true);
+    let no = AtomicBool::new(false);
+    let err = shared.hash_written(&no).unwrap_err();
+    assert!(err.to_string().contains("byte 40 was never written"), "{err}");
 }

@@ -20,11 +20,8 @@ use crate::datapath::{ChannelParams, DataError};
 pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Deadline for the handshake's messages.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Deadline for a reply that follows hashing a whole file: generous, because a dead peer is
-/// noticed by the QUIC idle timeout anyway (the client keeps the connection alive).
-pub(crate) const HASH_TIMEOUT: Duration = Duration::from_secs(3600);
-
-/// Deadline for the peer to hash `size_bytes` and answer, at a pessimistic 50 MB/s.
+/// Deadline for the peer to hash `size_bytes` and answer, at a pessimistic 50 MB/s: how long
+/// a receiver waits for the sender's `Digest` after the last byte, and a sender for the answer.
 pub(crate) fn hash_budget(size_bytes: u64) -> Duration {
     REPLY_TIMEOUT + Duration::from_secs(size_bytes / 50_000_000)
 }
@@ -227,7 +224,7 @@ impl<T: Send + 'static> DataTask<T> {
     }
 
     /// Cancels the channel and waits for its thread to stop (at once if it was joined).
-    pub(crate) async fn stop(mut self) {
+    pub(crate) async fn stop(&mut self) {
         self.cancel();
         if self.handle.is_some() {
             let _ = self.join().await;
@@ -258,6 +255,7 @@ pub(crate) fn data_error(err: DataError, conn: &quinn::Connection) -> SessionErr
     }
     match err {
         DataError::File(e) => SessionError::io("data channel file I/O", e),
+        DataError::Hash(e) => SessionError::io("hashing the received file", e),
         DataError::Config(e) => SessionError::Config(e.to_string()),
         e @ DataError::PacketTooLarge { .. } => SessionError::Config(e.to_string()),
         other => SessionError::Network(format!("data channel: {other}")),

@@ -14,13 +14,14 @@ use sluice_proto::config::ChannelConfig;
 use tracing::{debug, info};
 
 use super::channel::{
-    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, HASH_TIMEOUT, Negotiated, REPLY_TIMEOUT,
-    bind_data_sockets, blocking, data_error, default_channel_config, frame_error, hash_budget,
+    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
+    blocking, default_channel_config, frame_error, hash_budget,
 };
+use super::digest::{self, Messages};
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
-use super::messages::{ClientMsg, FrameError, ServerMsg, StatInfo, read_message, write_message};
+use super::messages::{ClientMsg, ServerMsg, StatInfo, read_message, write_message};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
@@ -32,9 +33,6 @@ use crate::files::{CommitError, PartialFile};
 pub const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(8);
 /// How often the client keeps the connection alive while nothing else is sent.
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(2);
-/// After the peer confirmed a transfer, how long the sending channel may take to see its last
-/// ACK before it is stopped.
-const SENDER_GRACE: Duration = Duration::from_secs(2);
 
 /// Settings of a client.
 #[derive(Debug, Clone)]
@@ -223,13 +221,10 @@ impl Client {
         let started = Instant::now();
         let mut req = self.request().await?;
         req.write(&ClientMsg::Get { path: remote_path.to_owned() }).await?;
-        let (size, blake3, server_ports) = match req.read(HASH_TIMEOUT).await? {
-            ServerMsg::FileInfo { size, blake3, udp_ports, .. } => (size, blake3, udp_ports),
+        let (size, server_ports) = match req.read(REPLY_TIMEOUT).await? {
+            ServerMsg::FileInfo { size, udp_ports, .. } => (size, udp_ports),
             other => return Err(unexpected(other)),
         };
-        let expected = blake3::Hash::from_hex(&blake3).map_err(|_| {
-            SessionError::Protocol(format!("bad BLAKE3 {blake3:?} from the server"))
-        })?;
         let local = local_path.to_owned();
         let partial = match blocking(move || {
             PartialFile::create(&local, size).map_err(|e| {
@@ -243,48 +238,49 @@ impl Client {
         };
         let sockets = self.announce_data_sockets(&mut req).await?;
         debug!(remote_path, size, channels = sockets.len(), "receiving");
-
-        let (partial, channel) = if size == 0 {
-            let mut progress = progress;
-            progress(Progress { bytes: 0, total: 0 });
-            (partial, None)
-        } else {
-            let params = self.channel_params(&mut req, sockets, &server_ports).await?;
-            let mut progress = progress;
-            let mut task = DataTask::spawn(move |cancel| {
-                let done =
-                    datapath::receive_file(params, partial.file(), 0..size, &mut progress, cancel);
-                (partial, done)
-            });
-            // The server speaks during the transfer only to give up.
-            let early = read_message::<_, ServerMsg>(&mut req.recv, Duration::MAX);
-            tokio::select! {
-                done = task.join() => {
-                    let (partial, done) = done?;
-                    match done {
-                        Ok(report) => (partial, Some(report)),
-                        Err(e) => return Err(req.fail(data_error(e, &self.conn)).await),
-                    }
-                }
-                msg = early => {
-                    task.stop().await;
-                    return Err(match msg.map_err(|e| frame_error(e, &self.conn))? {
-                        ServerMsg::Error { code, message } => SessionError::from_remote(code, message),
-                        other => unexpected(other),
-                    });
-                }
-            }
+        let params = match size {
+            0 => None,
+            _ => Some(self.channel_params(&mut req, sockets, &server_ports).await?),
         };
-        let committed = blocking(move || {
-            partial.commit(expected.as_bytes()).map_err(|e| match e {
-                CommitError::Mismatch { .. } => SessionError::Integrity(e.to_string()),
-                CommitError::Io(_, source) => SessionError::io("storing the download", source),
+
+        let conn = &self.conn;
+        let mut messages = Messages::<ServerMsg>::new(&mut req.recv);
+        let mut progress = progress;
+        let received = async {
+            let (partial, channel, actual, early) = match params {
+                None => {
+                    progress(Progress { bytes: 0, total: 0 });
+                    (partial, None, blake3::hash(b""), None)
+                }
+                Some(params) => {
+                    let mut task = DataTask::spawn(move |cancel| {
+                        let file = partial.file();
+                        let received =
+                            datapath::receive_file(params, file, 0..size, &mut progress, cancel)?;
+                        Ok((partial, received))
+                    });
+                    let ((partial, received), early) =
+                        digest::run_receiving(&mut task, &mut messages, conn).await?;
+                    (partial, Some(received.report), received.blake3, early)
+                }
+            };
+            let expected =
+                digest::await_digest(&mut messages, early, conn, hash_budget(size)).await?;
+            blocking(move || {
+                partial.commit(&expected, &actual).map_err(|e| match e {
+                    CommitError::Mismatch { .. } => SessionError::Integrity(e.to_string()),
+                    CommitError::Io(_, source) => SessionError::io("storing the download", source),
+                })
             })
-        })
-        .await;
-        if let Err(err) = committed {
-            return Err(req.fail(err).await);
+            .await?;
+            Ok::<_, SessionError>((channel, expected))
         }
+        .await;
+        drop(messages);
+        let (channel, expected) = match received {
+            Ok(received) => received,
+            Err(err) => return Err(req.fail(err).await),
+        };
         req.write(&ClientMsg::Verified).await?;
         req.finish();
         req.await_server_done().await;
@@ -308,7 +304,7 @@ impl Client {
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         let local = local_path.to_owned();
-        let (file, size, hash) = blocking(move || {
+        let (file, size) = blocking(move || {
             let ctx = |what: &str| format!("{what} {}", local.display());
             let file = File::open(&local).map_err(|e| SessionError::io(ctx("opening"), e))?;
             let meta = file.metadata().map_err(|e| SessionError::io(ctx("reading"), e))?;
@@ -318,18 +314,11 @@ impl Client {
                     std::io::Error::other("not a regular file"),
                 ));
             }
-            let hash =
-                crate::files::hash_file(&file).map_err(|e| SessionError::io(ctx("hashing"), e))?;
-            Ok((file, meta.len(), blake3::Hash::from(hash)))
+            Ok((Arc::new(file), meta.len()))
         })
         .await?;
         let mut req = self.request().await?;
-        let put = ClientMsg::Put {
-            path: remote_path.to_owned(),
-            size,
-            blake3: hash.to_hex().to_string(),
-        };
-        req.write(&put).await?;
+        req.write(&ClientMsg::Put { path: remote_path.to_owned(), size }).await?;
         let server_ports = match req.read(REPLY_TIMEOUT).await? {
             ServerMsg::Ready { udp_ports } => udp_ports,
             other => return Err(unexpected(other)),
@@ -337,54 +326,46 @@ impl Client {
         let sockets = self.announce_data_sockets(&mut req).await?;
         debug!(remote_path, size, channels = sockets.len(), "sending");
 
-        let (reply, channel) = if size == 0 {
-            let mut progress = progress;
+        let mut progress = progress;
+        let data = if size == 0 {
             progress(Progress { bytes: 0, total: 0 });
-            (req.read(hash_budget(0)).await, None)
+            None
         } else {
             let params = self.channel_params(&mut req, sockets, &server_ports).await?;
-            let mut progress = progress;
-            let mut task = DataTask::spawn(move |cancel| {
+            let file = file.clone();
+            Some(DataTask::spawn(move |cancel| {
                 datapath::send_file(params, &file, 0..size, &mut progress, cancel)
-            });
-            let conn = &self.conn;
-            let early = read_message::<_, ServerMsg>(&mut req.recv, Duration::MAX);
-            let mut early = std::pin::pin!(early);
-            tokio::select! {
-                done = task.join() => {
-                    let report = match done? {
-                        Ok(report) => report,
-                        Err(e) => return Err(req_fail(&mut req.send, data_error(e, conn)).await),
-                    };
-                    let reply = tokio::time::timeout(hash_budget(size), early)
-                        .await
-                        .unwrap_or(Err(FrameError::Timeout(hash_budget(size))))
-                        .map_err(|e| frame_error(e, conn));
-                    (reply, Some(report))
-                }
-                msg = &mut early => {
-                    // The server may confirm before our last ACK arrived: let the channel see
-                    // it briefly, for its report, then stop it.
-                    let report = match tokio::time::timeout(SENDER_GRACE, task.join()).await {
-                        Ok(Ok(Ok(report))) => Some(report),
-                        _ => None,
-                    };
-                    task.stop().await;
-                    (msg.map_err(|e| frame_error(e, conn)), report)
-                }
-            }
+            }))
         };
-        match reply? {
-            ServerMsg::Verified => {}
-            other => return Err(unexpected(other)),
-        }
+        let streams = (&mut req.send, &mut req.recv);
+        let sent = digest::run_sending::<ClientMsg, ServerMsg>(
+            data,
+            file,
+            size,
+            streams,
+            &self.conn,
+            hash_budget(size),
+        )
+        .await;
+        let sent = match sent {
+            Ok(sent) => sent,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        let digest = match (sent.reply, sent.digest) {
+            (ServerMsg::Verified, Some(digest)) => digest,
+            (ServerMsg::Verified, None) => {
+                let err = "the server verified the file before it had the digest";
+                return Err(SessionError::Protocol(err.into()));
+            }
+            (other, _) => return Err(unexpected(other)),
+        };
         req.finish();
         info!(remote_path, size, "uploaded and verified by the server");
         Ok(TransferReport {
             bytes: size,
             seconds: started.elapsed().as_secs_f64(),
-            blake3: hash.to_hex().to_string(),
-            channel,
+            blake3: digest.to_hex().to_string(),
+            channel: sent.report,
         })
     }
 

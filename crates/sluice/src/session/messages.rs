@@ -56,7 +56,11 @@ pub enum ClientMsg {
         path: String,
         /// Size in bytes.
         size: u64,
-        /// BLAKE3 of the whole file, hex.
+    },
+    /// BLAKE3 of the `size` bytes the client sends (Put), hex: sent once, when the client's
+    /// hash is done, which may be before, during or after the data.
+    Digest {
+        /// The hash, 64 hex digits.
         blake3: String,
     },
     /// Size, modification time and kind of a path.
@@ -103,13 +107,17 @@ pub enum ServerMsg {
     FileInfo {
         /// Size in bytes.
         size: u64,
-        /// BLAKE3 of the whole file, hex.
-        blake3: String,
         /// Modification time, seconds since the Unix epoch.
         mtime: i64,
         /// The server's data ports, one per negotiated channel, in channel order (the address
         /// is the server's address on this connection).
         udp_ports: Vec<u16>,
+    },
+    /// BLAKE3 of the `size` bytes the server sends (Get), hex: sent once, when the server's
+    /// hash is done, which may be before, during or after the data.
+    Digest {
+        /// The hash, 64 hex digits.
+        blake3: String,
     },
     /// Answer to `Stat`.
     StatInfo(StatInfo),
@@ -164,7 +172,7 @@ pub enum ErrorCode {
     Refused,
     /// A file operation failed.
     Io,
-    /// The data does not hash to the announced BLAKE3.
+    /// The data does not hash to the sender's `Digest`.
     Integrity,
     /// No capacity for another transfer now.
     Busy,

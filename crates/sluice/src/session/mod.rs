@@ -31,18 +31,29 @@
 //!    | stream n: Stat {path}  ------------------------->  |
 //!    |  <--------  StatInfo {size, mtime, kind} | Error {code, message}
 //!    |                                                   |
-//!    | stream n: Get {path}  -------------------------->  |  resolve under root, open, BLAKE3
-//!    |  <--------  FileInfo {size, blake3, mtime, udp_ports} | Error
-//!    | Ready {udp_ports}  ----------------------------->  |
+//!    | stream n: Get {path}  -------------------------->  |  resolve under root, open
+//!    |  <--------  FileInfo {size, mtime, udp_ports} | Error
+//!    | Ready {udp_ports}  ----------------------------->  |  starts the channels and hashing
 //!    |  <=======  N data channels: server UDP -> client UDP (sealed, ACK/NAK back)
-//!    | Verified | Failed {code, message}  ------------->  |  the client hashed what it wrote
+//!    |  <--------  Digest {blake3}  (when its hash is done: before, during or after the data)
+//!    | Verified | Failed {code, message}  ------------->  |  the client compared its hash
 //!    |                                                   |
-//!    | stream n: Put {path, size, blake3}  ------------>  |  resolve parent under root,
+//!    | stream n: Put {path, size}  -------------------->  |  resolve parent under root,
 //!    |  <--------  Ready {udp_ports} | Error              |  create a partial file
 //!    | Ready {udp_ports}  ----------------------------->  |
-//!    |  =======>  N data channels: client UDP -> server UDP
-//!    |  <--------  Verified | Error {integrity | io}      |  the server hashed and committed
+//!    |  =======>  N data channels: client UDP -> server UDP (the client hashes beside them)
+//!    | Digest {blake3}  ------------------------------->  |  (before, during or after the data)
+//!    |  <--------  Verified | Error {integrity | io}      |  the server compared and committed
 //! ```
+//!
+//! Integrity (protocol 3): neither end reads the file for its hash before or after the data.
+//! The sender hashes exactly the `size` bytes it announced on a thread of its own, started
+//! with the data channels, and sends `Digest` as soon as that is done; the receiver hashes the
+//! bytes as it writes them ([`crate::datapath::receive_file`]). The receiver keeps a `Digest`
+//! that comes early, waits for one that has not come when the last byte arrived (30 s plus 1 s
+//! per 50 MB, then a network error), and renames the file into place only if the two hashes
+//! match; otherwise the request fails as `integrity` and nothing is left under the final name
+//! ([`digest`]).
 //!
 //! Channel count (MCDTP's specification handshake): the client offers `spec.max_channels` (its
 //! `--channels`, or one per core), the server answers with the smaller of that and its own
@@ -53,7 +64,7 @@
 //! while the data channels run; the other side then cancels its channel. A data channel is also
 //! cancelled when the QUIC connection closes, and gives up on its own after about 5 s of silence,
 //! so a dead peer is noticed within seconds. A file of 0 bytes has no data channel: both ends
-//! know the size and skip it.
+//! know the size and skip it, and the `Digest` (of no bytes) is still sent and checked.
 //!
 //! # Entry points
 //!
@@ -62,6 +73,7 @@
 
 mod channel;
 pub mod client;
+mod digest;
 pub mod handle;
 pub mod identity;
 pub mod keys;
@@ -82,8 +94,9 @@ pub use server::{Server, ServerConfig};
 
 /// The ALPN protocol identifier of the session plane.
 pub const ALPN: &[u8] = b"sluice/1";
-/// The control-protocol version carried in `Hello` (2: several data channels per transfer; 3:
-/// the data channels' ACK carries the delivery rate, 44 bytes).
+/// The control-protocol version carried in `Hello` (2: several data channels per transfer;
+/// 3: the sender's hash comes in `Digest`, while or after the data moves, instead of in `Put`
+/// and `FileInfo`, and the data channels' ACK carries the delivery rate, 44 bytes).
 pub const PROTOCOL_VERSION: u32 = 3;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;

@@ -21,12 +21,13 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
-    blocking, data_error, default_channel_config, frame_error, hash_budget,
+    blocking, default_channel_config, frame_error, hash_budget,
 };
+use super::digest::{self, Messages};
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
 use super::messages::{
-    ClientMsg, ErrorCode, FileKind, FrameError, ServerMsg, StatInfo, read_message, write_message,
+    ClientMsg, ErrorCode, FileKind, ServerMsg, StatInfo, read_message, write_message,
 };
 use super::tokens::TokenSet;
 use super::{
@@ -63,6 +64,9 @@ pub struct ServerConfig {
     /// The most data channels a transfer may use (a client offering more gets this many);
     /// `None` is one per core ([`auto_channels`]).
     pub max_channels: Option<u32>,
+    /// How long an upload waits for the client's `Digest` after its last byte arrived; `None`
+    /// allows for a slow disk at the client: 30 s plus 1 s per 50 MB.
+    pub digest_timeout: Option<Duration>,
 }
 
 /// What every session task needs.
@@ -74,6 +78,8 @@ struct Shared {
     channel: ChannelConfig,
     /// The most data channels per transfer.
     max_channels: u32,
+    /// See [`ServerConfig::digest_timeout`].
+    digest_timeout: Option<Duration>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -136,6 +142,7 @@ impl Server {
                 transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
                 channel: default_channel_config(),
                 max_channels: config.max_channels.unwrap_or_else(auto_channels),
+                digest_timeout: config.digest_timeout,
             }),
             fingerprint: identity.fingerprint().clone(),
             local_addr,
@@ -338,7 +345,7 @@ async fn serve_request(
     let outcome = match request {
         ClientMsg::Stat { path } => ctx.stat(&path).await,
         ClientMsg::Get { path } => ctx.get(&path).await,
-        ClientMsg::Put { path, size, blake3 } => ctx.put(&path, size, &blake3).await,
+        ClientMsg::Put { path, size } => ctx.put(&path, size).await,
         other => Err(SessionError::Protocol(format!("unexpected message {other:?}"))),
     };
     match outcome {
@@ -427,65 +434,55 @@ impl RequestCtx<'_> {
         let _permit = self.acquire_transfer()?;
         let root = self.shared.root.clone();
         let req = requested.to_owned();
-        let (file, size, mtime, hash) = blocking(move || {
+        let (file, size, mtime) = blocking(move || {
             let path = resolve(&root, &req)?;
             let file = File::open(&path).map_err(|e| open_error(&req, e))?;
             let meta = file.metadata().map_err(|e| SessionError::io(req.clone(), e))?;
             if !meta.is_file() {
                 return Err(SessionError::Refused(format!("{req} is not a regular file")));
             }
-            let hash = files::hash_file(&file)
-                .map_err(|e| SessionError::io(format!("hashing {req}"), e))?;
-            Ok((file, meta.len(), mtime_secs(&meta), hash))
+            Ok((Arc::new(file), meta.len(), mtime_secs(&meta)))
         })
         .await?;
         let (sockets, udp_ports) = self.data_sockets()?;
-        let blake3 = blake3::Hash::from(hash).to_hex().to_string();
-        self.write(&ServerMsg::FileInfo { size, blake3, mtime, udp_ports }).await?;
+        self.write(&ServerMsg::FileInfo { size, mtime, udp_ports }).await?;
         let peer_ports = self.client_ready().await?;
         info!(path = requested, size, channels = sockets.len(), "sending");
 
-        let reply = if size == 0 {
-            read_message(self.recv, hash_budget(0)).await
+        let data = if size == 0 {
+            None
         } else {
             let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
-            let mut task = DataTask::spawn(move |cancel| {
+            let file = file.clone();
+            Some(DataTask::spawn(move |cancel| {
                 datapath::send_file(params, &file, 0..size, &mut |_| {}, cancel)
-            });
-            // The client may answer before the last ACK reaches us (it has everything), or
-            // give up; keep its message if it comes first.
-            let early = read_message::<_, ClientMsg>(self.recv, Duration::MAX);
-            let mut early = std::pin::pin!(early);
-            tokio::select! {
-                done = task.join() => {
-                    let report = done?.map_err(|e| data_error(e, self.conn))?;
-                    log_channel("sent", &report);
-                    tokio::time::timeout(hash_budget(size), early)
-                        .await
-                        .unwrap_or(Err(FrameError::Timeout(hash_budget(size))))
-                }
-                msg = &mut early => {
-                    task.stop().await;
-                    msg
-                }
-            }
+            }))
         };
-        match reply.map_err(|e| frame_error(e, self.conn))? {
-            ClientMsg::Verified => {
+        let streams = (&mut *self.send, &mut *self.recv);
+        let wait = hash_budget(size);
+        let sent =
+            digest::run_sending::<ServerMsg, ClientMsg>(data, file, size, streams, self.conn, wait)
+                .await?;
+        if let Some(report) = &sent.report {
+            log_channel("sent", report);
+        }
+        match (sent.reply, sent.digest) {
+            (ClientMsg::Verified, Some(_)) => {
                 info!(path = requested, size, "client verified the file");
                 Ok(())
             }
-            ClientMsg::Failed { code, message } => {
+            (ClientMsg::Failed { code, message }, _) => {
                 warn!(path = requested, ?code, message, "client could not take the file");
                 Ok(())
             }
-            other => Err(SessionError::Protocol(format!("expected Verified, got {other:?}"))),
+            (ClientMsg::Verified, None) => {
+                Err(SessionError::Protocol("Verified before the digest was sent".into()))
+            }
+            (other, _) => Err(SessionError::Protocol(format!("expected Verified, got {other:?}"))),
         }
     }
 
-    async fn put(&mut self, requested: &str, size: u64, blake3: &str) -> Result<(), SessionError> {
-        let expected = blake3::Hash::from_hex(blake3)
-            .map_err(|_| SessionError::Protocol(format!("bad BLAKE3 {blake3:?}")))?;
+    async fn put(&mut self, requested: &str, size: u64) -> Result<(), SessionError> {
         let _permit = self.acquire_transfer()?;
         let root = self.shared.root.clone();
         let req = requested.to_owned();
@@ -498,40 +495,39 @@ impl RequestCtx<'_> {
         self.write(&ServerMsg::Ready { udp_ports }).await?;
         let peer_ports = self.client_ready().await?;
         info!(path = requested, size, channels = sockets.len(), "receiving");
+        let params = match size {
+            0 => None,
+            _ => Some(self.setup().params(sockets, self.client_ip(), &peer_ports)?),
+        };
 
-        let partial = if size == 0 {
-            partial
-        } else {
-            let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
-            let mut task = DataTask::spawn(move |cancel| {
-                let done =
-                    datapath::receive_file(params, partial.file(), 0..size, &mut |_| {}, cancel);
-                (partial, done)
-            });
-            let early = read_message::<_, ClientMsg>(self.recv, Duration::MAX);
-            tokio::select! {
-                done = task.join() => {
-                    let (partial, done) = done?;
-                    log_channel("received", &done.map_err(|e| data_error(e, self.conn))?);
-                    partial
-                }
-                msg = early => {
-                    task.stop().await;
-                    return Err(match msg.map_err(|e| frame_error(e, self.conn))? {
-                        ClientMsg::Failed { code, message } => SessionError::from_remote(code, message),
-                        other => SessionError::Protocol(format!("unexpected {other:?} during the transfer")),
-                    });
-                }
+        let conn = self.conn;
+        let wait = self.shared.digest_timeout.unwrap_or_else(|| hash_budget(size));
+        let mut messages = Messages::<ClientMsg>::new(self.recv);
+        let (partial, actual, early) = match params {
+            None => (partial, blake3::hash(b""), None),
+            Some(params) => {
+                let mut task = DataTask::spawn(move |cancel| {
+                    let file = partial.file();
+                    let received =
+                        datapath::receive_file(params, file, 0..size, &mut |_| {}, cancel)?;
+                    Ok((partial, received))
+                });
+                let ((partial, received), early) =
+                    digest::run_receiving(&mut task, &mut messages, conn).await?;
+                log_channel("received", &received.report);
+                (partial, received.blake3, early)
             }
         };
+        let expected = digest::await_digest(&mut messages, early, conn, wait).await?;
         let req = requested.to_owned();
         blocking(move || {
-            partial.commit(expected.as_bytes()).map_err(|e| match e {
+            partial.commit(&expected, &actual).map_err(|e| match e {
                 CommitError::Mismatch { .. } => SessionError::Integrity(format!("{req}: {e}")),
                 CommitError::Io(_, source) => SessionError::io(format!("storing {req}"), source),
             })
         })
         .await?;
+        drop(messages);
         info!(path = requested, size, "stored and verified");
         self.write(&ServerMsg::Verified).await
     }

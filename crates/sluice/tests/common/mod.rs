@@ -39,6 +39,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         tokens_file,
         idle_timeout: Duration::from_secs(30),
         max_channels: None,
+        digest_timeout: None,
     }
 }
 
