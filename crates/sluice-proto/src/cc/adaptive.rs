@@ -58,6 +58,7 @@ pub struct Adaptive {
     queue_delay_us: f64,
     /// The queue that stood over the last [`STANDING_US`] (what steady state reacts to).
     standing: RecentMin,
+    /// What gets through: the receiver's delivery rate, or UDT's arrival speed until it has one.
     recv_rate_pps: f64,
     capacity_pps: f64,
     /// The highest delivery rate reported during startup (what the bottleneck carried once a
@@ -120,7 +121,6 @@ impl Adaptive {
             queue_delay_us: 0.0,
             standing: RecentMin::new(STANDING_US),
             recv_rate_pps: 0.0,
-
             capacity_pps: 0.0,
             startup_delivery_pps: 0.0,
             restore: None,
@@ -151,9 +151,10 @@ impl Adaptive {
     /// the bottleneck; cutting again for a queue just above target answered the same overshoot
     /// twice (on our 100 ms emulated path it did, every time: 1/1.125 twice, 980 Mbit/s to 780).
     /// The cut is UDT's 1/9, or more when the queue is long: enough that the excess queue
-    /// drains in about one round trip. It applies to the lower of the sending rate and the
-    /// arrival speed (what actually gets through). Every flow through the bottleneck sees the same
-    /// queue and so cuts by the same factor: the decrease stays multiplicative, hence fair.
+    /// drains in about one round trip. It applies to the sending rate, or to the delivery rate
+    /// (what actually gets through) when that is lower and the queue is above target. Every flow
+    /// through the bottleneck sees the same queue and so cuts by the same factor: the decrease
+    /// stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64) {
         let since_us = now_us.saturating_sub(self.last_decrease_us) as f64;
         let far_above = self.queue_delay_us > 2.0 * self.target_queue_delay_us();
@@ -408,8 +409,8 @@ mod tests {
         assert!(!cc.in_startup());
         let r = cc.rate_pps();
         assert!(r > 10_000.0);
-        // 60 ms of queue, 50 ms above target: cut by 50 / 160, applied to min(rate, arrival).
-        cc.on_ack(&ack(250_000, 60_000, 80_000));
+        // 60 ms of queue, 50 ms above target: cut by 50 / 160, applied to min(rate, delivery).
+        cc.on_ack(&ack(200_000, 60_000, 80_000));
         let expected = r.min(50_000.0) * (1.0 - 50.0 / 160.0);
         assert!((cc.rate_pps() - expected).abs() < 1e-6, "{} vs {expected}", cc.rate_pps());
         // Far too long a queue: never more than halved at once.
