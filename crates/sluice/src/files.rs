@@ -102,19 +102,52 @@ pub fn hash_prefix(
     len: u64,
     cancel: &AtomicBool,
 ) -> std::io::Result<Option<blake3::Hash>> {
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; HASH_BLOCK_BYTES];
-    let mut offset = 0u64;
-    while offset < len {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        let n = (len - offset).min(HASH_BLOCK_BYTES as u64) as usize;
-        file.read_exact_at(&mut buf[..n], offset)?;
-        hasher.update(&buf[..n]);
-        offset += n as u64;
+    let mut hashing = FileHasher::new(0);
+    Ok(hashing.read_to(file, len, cancel)?.then(|| hashing.finalize()))
+}
+
+/// BLAKE3 of a file's bytes from a start offset on, fed by positional reads of
+/// [`HASH_BLOCK_BYTES`] as far as the caller says the bytes are there.
+pub(crate) struct FileHasher {
+    hasher: blake3::Hasher,
+    buf: Vec<u8>,
+    offset: u64,
+}
+
+impl FileHasher {
+    /// Hashing from `start`.
+    pub(crate) fn new(start: u64) -> Self {
+        Self { hasher: blake3::Hasher::new(), buf: vec![0u8; HASH_BLOCK_BYTES], offset: start }
     }
-    Ok(Some(hasher.finalize()))
+
+    /// Where the next read starts.
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Reads and hashes the bytes up to `end`; false if `cancel` was set on the way.
+    pub(crate) fn read_to(
+        &mut self,
+        file: &File,
+        end: u64,
+        cancel: &AtomicBool,
+    ) -> std::io::Result<bool> {
+        while self.offset < end {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let n = (end - self.offset).min(HASH_BLOCK_BYTES as u64) as usize;
+            file.read_exact_at(&mut self.buf[..n], self.offset)?;
+            self.hasher.update(&self.buf[..n]);
+            self.offset += n as u64;
+        }
+        Ok(true)
+    }
+
+    /// The hash of everything read.
+    pub(crate) fn finalize(&self) -> blake3::Hash {
+        self.hasher.finalize()
+    }
 }
 
 /// Why a partial file could not be committed.

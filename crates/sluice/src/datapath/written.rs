@@ -12,12 +12,12 @@ use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use sluice_proto::intervals::IntervalSet;
 
-use crate::files::HASH_BLOCK_BYTES;
+use crate::files::{FileHasher, HASH_BLOCK_BYTES};
 
 /// The file every receiving channel writes into, one write at a time. Writes into one file from
 /// several threads contend for its inode lock, on which the kernel spins: on the LAN path two
@@ -90,10 +90,9 @@ impl<'f> SharedFile<'f> {
     /// there) and sleeps until it grows. Returns `None` when the transfer ended incomplete
     /// ([`SharedFile::finish`] with `false`) or `cancel` was set.
     pub(super) fn hash_written(&self, cancel: &AtomicBool) -> io::Result<Option<blake3::Hash>> {
-        let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; HASH_BLOCK_BYTES];
-        let mut offset = self.range.start;
-        while offset < self.range.end {
+        let mut hashing = FileHasher::new(self.range.start);
+        while hashing.offset() < self.range.end {
+            let offset = hashing.offset();
             let ready = {
                 let mut written = self.lock();
                 loop {
@@ -113,16 +112,10 @@ impl<'f> SharedFile<'f> {
                     }
                 }
             };
-            while offset < ready {
-                if cancel.load(Ordering::Relaxed) {
-                    return Ok(None);
-                }
-                let n = (ready - offset).min(HASH_BLOCK_BYTES as u64) as usize;
-                self.file.read_exact_at(&mut buf[..n], offset)?;
-                hasher.update(&buf[..n]);
-                offset += n as u64;
+            if !hashing.read_to(self.file, ready, cancel)? {
+                return Ok(None);
             }
         }
-        Ok(Some(hasher.finalize()))
+        Ok(Some(hashing.finalize()))
     }
 }
