@@ -1,8 +1,8 @@
 """Sluice, default settings: `sluice serve` in namespace b, `sluice cp` (an upload) in namespace a.
 
 The server gets a fresh token file (0600) and state directory per run set; the client pins the
-server on first contact (`--accept-new-host`) in a known-hosts file of its own. Trees need
-`sluice cp -r` (issue 6): until then the tree workload is reported as unsupported.
+server on first contact (`--accept-new-host`) in a known-hosts file of its own. Trees go with
+`sluice cp -r`: one request, one manifest, the files end to end on the same data channels.
 """
 
 import os
@@ -18,7 +18,7 @@ TOKEN = "bench-token-0123456789abcdef"
 class Sluice(Tool):
     packages = []
     binaries = []
-    workloads = ("file",)
+    workloads = ("file", "tree")
     server_proto = "udp"
 
     def __init__(self, channels=None):
@@ -31,11 +31,6 @@ class Sluice(Tool):
     def missing(self):
         if not os.access(BIN, os.X_OK):
             return "not built: run `cargo build --release -p sluice-cli`"
-        return None
-
-    def unsupported(self, work):
-        if work.name not in self.workloads:
-            return "trees need `sluice cp -r` (issue 6)"
         return None
 
     def prepare(self, ctx):
@@ -55,6 +50,8 @@ class Sluice(Tool):
 
     def client_argv(self, ctx):
         extra = [] if self.channels is None else ["--channels", str(self.channels)]
+        if ctx.work.is_dir:
+            extra.append("-r")
         return [BIN, "cp", "-q", "-P", str(ctx.port), "--token-file", self.tokens,
                 "--known-hosts", self.known_hosts, "--accept-new-host", *extra,
                 ctx.work.src.rstrip("/"), f"{B_ADDR}:"]

@@ -1,13 +1,14 @@
-//! `sluice cp`: copy a file to or from a server, scp style.
+//! `sluice cp`: copy files and trees to or from a server, scp style.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
 use sluice::session::known_hosts::KnownHosts;
 use sluice::session::{
-    Client, ClientConfig, HostKeyError, SessionError, TransferReport, TrustPolicy,
+    Client, ClientConfig, CopyOptions, HostKeyError, Links, Overwrite, SessionError,
+    TransferReport, TrustPolicy,
 };
 use sluice_proto::cc::CcKind;
 
@@ -17,10 +18,34 @@ use crate::remote::{Location, parse_location};
 /// Arguments of `sluice cp`.
 #[derive(Args, Debug)]
 pub(crate) struct CpArgs {
-    /// Source: a local path or `host:path` (`[v6addr]:path`).
-    src: String,
-    /// Destination: a local path or `host:path`; a directory keeps the source's file name.
-    dst: String,
+    /// Sources then the destination: local paths or `host:path` (`[v6addr]:path`), and
+    /// exactly one side remote. An existing destination directory receives the sources under
+    /// their own names; otherwise a single source takes the destination's name.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    paths: Vec<String>,
+    /// Copy directories with everything in them.
+    #[arg(short = 'r', long)]
+    recursive: bool,
+    /// What to do with files that exist at the destination: never (keep them), always,
+    /// if-newer (source modified later) or if-different (size or time differ; with
+    /// --checksum, the content). Without it, existing files stop the copy before anything
+    /// moves.
+    #[arg(long, value_name = "POLICY")]
+    overwrite: Option<String>,
+    /// With --overwrite if-different, compare files by BLAKE3 instead of size and time
+    /// (both ends read their files once more).
+    #[arg(long)]
+    checksum: bool,
+    /// Show what would be copied and copy nothing.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+    /// Keep permission bits (not setuid, setgid or sticky) and modification times.
+    #[arg(short = 'p', long)]
+    preserve: bool,
+    /// Symbolic links inside directories: copy (recreate the link, the default), follow
+    /// (copy what it points to) or skip.
+    #[arg(long, value_name = "POLICY", default_value = "copy")]
+    links: String,
     /// Server port.
     #[arg(short = 'P', long = "port", default_value_t = crate::DEFAULT_PORT)]
     port: u16,
@@ -76,10 +101,6 @@ fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
         .ok_or_else(|| anyhow::anyhow!("{host} has no address"))
 }
 
-fn file_name_of(path: &str) -> Option<&str> {
-    path.rsplit('/').find(|s| !s.is_empty())
-}
-
 /// Connects; on first contact with an unknown server and a person at the terminal, shows the
 /// fingerprint and asks (as ssh does). A "yes" pins exactly the fingerprint shown.
 async fn connect_asking(config: ClientConfig) -> anyhow::Result<Client> {
@@ -119,10 +140,84 @@ fn ask_yes(question: &str) -> anyhow::Result<bool> {
     Ok(answer.trim().eq_ignore_ascii_case("yes"))
 }
 
+/// Which way a copy goes.
+enum Direction {
+    /// Remote sources into a local destination.
+    Download { sources: Vec<String>, dest: PathBuf },
+    /// Local sources into a remote destination.
+    Upload { sources: Vec<PathBuf>, dest: String },
+}
+
+/// Reads the sources and destination: one host, one side remote.
+fn direction(paths: &[String]) -> anyhow::Result<(String, Direction)> {
+    let (dst, srcs) =
+        paths.split_last().ok_or_else(|| exit::usage("a source and a destination are needed"))?;
+    let dst = parse_location(dst).map_err(exit::usage)?;
+    let srcs = srcs
+        .iter()
+        .map(|s| parse_location(s).map_err(exit::usage))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    match dst {
+        Location::Local(dest) => {
+            let mut host = None;
+            let mut sources = Vec::new();
+            for src in srcs {
+                let Location::Remote { host: h, path } = src else {
+                    return Err(exit::usage("neither side is remote; one must be host:path"));
+                };
+                if host.as_ref().is_some_and(|known| known != &h) {
+                    return Err(exit::usage("all remote sources must be on one host"));
+                }
+                host = Some(h);
+                sources.push(if path.is_empty() { ".".to_owned() } else { path });
+            }
+            let host = host.ok_or_else(|| exit::usage("no source"))?;
+            Ok((host, Direction::Download { sources, dest: PathBuf::from(dest) }))
+        }
+        Location::Remote { host, path } => {
+            let mut sources = Vec::new();
+            for src in srcs {
+                match src {
+                    Location::Local(local) => sources.push(PathBuf::from(local)),
+                    Location::Remote { .. } => {
+                        return Err(exit::usage(
+                            "both sides are remote; exactly one must be host:path",
+                        ));
+                    }
+                }
+            }
+            Ok((host, Direction::Upload { sources, dest: path }))
+        }
+    }
+}
+
+/// The copy options from the flags.
+fn copy_options(args: &CpArgs) -> anyhow::Result<CopyOptions> {
+    let overwrite = match &args.overwrite {
+        None => Overwrite::Refuse,
+        Some(name) => Overwrite::from_name(name).ok_or_else(|| {
+            exit::usage(format!("--overwrite {name}: use never, always, if-newer or if-different"))
+        })?,
+    };
+    let links = Links::from_name(&args.links)
+        .ok_or_else(|| exit::usage(format!("--links {}: use copy, follow or skip", args.links)))?;
+    if args.checksum && overwrite != Overwrite::IfDifferent {
+        return Err(exit::usage("--checksum goes with --overwrite if-different"));
+    }
+    Ok(CopyOptions {
+        recursive: args.recursive,
+        links,
+        overwrite,
+        checksum: args.checksum,
+        preserve: args.preserve,
+        dry_run: args.dry_run,
+    })
+}
+
 /// Runs one copy.
 pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
-    let src = parse_location(&args.src).map_err(exit::usage)?;
-    let dst = parse_location(&args.dst).map_err(exit::usage)?;
+    let (host, direction) = direction(&args.paths)?;
+    let options = copy_options(&args)?;
     let mut channel = sluice::session::default_channel_config();
     channel.cc = CcKind::from_name(&args.cc)
         .ok_or_else(|| exit::usage(format!("--cc {}: use adaptive, udt or fixed", args.cc)))?;
@@ -136,17 +231,17 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
         channel.packet_size = size;
     }
     channel.validate().map_err(|e| exit::usage(e.to_string()))?;
+    if let Direction::Upload { sources, .. } = &direction {
+        for source in sources {
+            if !source.exists() {
+                return Err(exit::local_io(format!(
+                    "{}: no such file or directory",
+                    source.display()
+                )));
+            }
+        }
+    }
 
-    let (host, remote_path, local, download) = match (src, dst) {
-        (Location::Remote { host, path }, Location::Local(local)) => (host, path, local, true),
-        (Location::Local(local), Location::Remote { host, path }) => (host, path, local, false),
-        (Location::Remote { .. }, Location::Remote { .. }) => {
-            return Err(exit::usage("both sides are remote; exactly one must be host:path"));
-        }
-        (Location::Local(_), Location::Local(_)) => {
-            return Err(exit::usage("neither side is remote; one must be host:path"));
-        }
-    };
     let trust = match (&args.fingerprint, args.accept_new_host) {
         (Some(fp), _) => {
             TrustPolicy::Pinned(fp.parse().map_err(|e| exit::usage(format!("--fingerprint: {e}")))?)
@@ -168,39 +263,51 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
 
     let started = std::time::Instant::now();
     let client = connect_asking(config).await?;
-    let report: TransferReport = if download {
-        let mut target = PathBuf::from(&local);
-        if target.is_dir() {
-            let name = file_name_of(&remote_path)
-                .ok_or_else(|| exit::usage(format!("{remote_path:?} has no file name")))?;
-            target.push(name);
+    let report: TransferReport = match &direction {
+        Direction::Download { sources, dest } => {
+            client.download(sources, dest, &options, |_| {}).await?
         }
-        client.get(&remote_path, &target, |_| {}).await?
-    } else {
-        let local_path = Path::new(&local);
-        if !local_path.is_file() {
-            return Err(exit::local_io(format!("{local}: not a readable file")));
+        Direction::Upload { sources, dest } => {
+            client.upload(sources, dest, &options, |_| {}).await?
         }
-        let mut remote = remote_path.clone();
-        if remote.is_empty() || remote.ends_with('/') {
-            let name = file_name_of(&local)
-                .ok_or_else(|| exit::usage(format!("{local:?} has no file name")))?;
-            remote.push_str(name);
-        }
-        client.put(local_path, &remote, |_| {}).await?
     };
     client.close().await;
     let secs = started.elapsed().as_secs_f64();
-    if !args.quiet {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!(
-                "sluice: {} bytes in {:.2} s, {:.1} Mbit/s, BLAKE3 verified",
-                report.bytes,
-                secs,
-                report.bytes as f64 * 8.0 / secs.max(1e-9) / 1e6
-            );
+    print_summary(&args, &options, &report, secs);
+    Ok(())
+}
+
+/// What the copy did (a dry run: what it would do), on stderr unless `-q`; a dry run's list
+/// of files on stdout.
+#[allow(clippy::print_stderr, clippy::print_stdout)]
+fn print_summary(args: &CpArgs, options: &CopyOptions, report: &TransferReport, secs: f64) {
+    if options.dry_run {
+        for path in &report.planned {
+            println!("{}", path.escape_debug());
         }
     }
-    Ok(())
+    if args.quiet {
+        return;
+    }
+    for skipped in &report.skipped {
+        eprintln!("sluice: skipped {}", skipped.escape_debug());
+    }
+    let mut existing = String::new();
+    if report.replaced > 0 {
+        existing.push_str(&format!(", {} replaced", report.replaced));
+    }
+    if report.kept > 0 {
+        existing.push_str(&format!(", {} kept", report.kept));
+    }
+    let files = format!("{} file{}", report.files, if report.files == 1 { "" } else { "s" });
+    if options.dry_run {
+        eprintln!("sluice: dry run: would copy {files}, {} bytes{existing}", report.bytes);
+        return;
+    }
+    eprintln!(
+        "sluice: {files}, {} bytes in {:.2} s, {:.1} Mbit/s{existing}, BLAKE3 verified",
+        report.bytes,
+        secs,
+        report.bytes as f64 * 8.0 / secs.max(1e-9) / 1e6
+    );
 }

@@ -35,9 +35,12 @@ enum Command {
     ///
     /// Example: sluice serve --root /data --tokens /etc/sluice/tokens
     Serve(serve::ServeArgs),
-    /// Copy a file to or from a server, scp style: exactly one side is `host:path`.
+    /// Copy files and trees to or from a server, scp style: exactly one side is `host:path`.
     ///
-    /// Example: SLUICE_TOKEN=... sluice cp server:data/big.bin ./big.bin
+    /// Examples:
+    ///   SLUICE_TOKEN=... sluice cp server:data/big.bin ./big.bin
+    ///   sluice cp -r --token-file tok ./results a.bin server:incoming/
+    ///   sluice cp -r --overwrite if-different server:projects/run7 /scratch/
     Cp(cp::CpArgs),
     /// Run a local server, move a test file through it, verify it, and compare with TCP.
     ///

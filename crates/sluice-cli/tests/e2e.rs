@@ -176,6 +176,60 @@ fn files_of_every_size_arrive_byte_exact_both_ways() {
 }
 
 #[test]
+fn cp_r_moves_trees_and_files_together_and_a_dry_run_only_lists() {
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    let src = client.dir.path().join("proj");
+    std::fs::create_dir_all(src.join("data/deep")).unwrap();
+    std::fs::create_dir_all(src.join("empty")).unwrap();
+    for i in 0..50u64 {
+        random_file(&src.join(format!("data/f{i:02} with space")), 3000 + i, i);
+    }
+    random_file(&src.join("data/deep/-big"), 3 << 20, 99);
+    let single = client.dir.path().join("note.txt");
+    std::fs::write(&single, b"hello\n").unwrap();
+    let accept = ["-q", "--accept-new-host", "-r"];
+    let (s, f) = (src.to_str().unwrap(), single.to_str().unwrap());
+
+    // A dry run lists the files on stdout and creates nothing.
+    let o = client
+        .cmd(&server, Some(TOKEN))
+        .args(accept)
+        .arg("-n")
+        .args([s, f, "127.0.0.1:"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let listed = String::from_utf8_lossy(&o.stdout).lines().count();
+    assert_eq!(listed, 52, "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(std::fs::read_dir(&server.root).unwrap().next().is_none());
+
+    // Without -r a directory is a usage-level refusal naming -r.
+    let o = client.cp(&server, Some(TOKEN), &["-q"], s, "127.0.0.1:");
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("-r"), "{}", stderr(&o));
+
+    let o = client.cmd(&server, Some(TOKEN)).args(accept).args([s, f, "127.0.0.1:"]).output();
+    let o = o.unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&single, &server.root.join("note.txt")));
+    assert!(same_file(&src.join("data/deep/-big"), &server.root.join("proj/data/deep/-big")));
+    assert!(server.root.join("proj/empty").is_dir());
+
+    let back = client.dir.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o =
+        client.cp(&server, Some(TOKEN), &["-q", "-r"], "127.0.0.1:proj", back.to_str().unwrap());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for i in 0..50u64 {
+        let name = format!("data/f{i:02} with space");
+        assert!(same_file(&src.join(&name), &back.join("proj").join(&name)), "{name}");
+    }
+    assert!(same_file(&src.join("data/deep/-big"), &back.join("proj/data/deep/-big")));
+    assert!(no_partial_files(&back.join("proj/data")));
+}
+
+#[test]
 fn one_gib_both_ways() {
     let server = ServerProc::start();
     let client = ClientEnv::new();
@@ -397,8 +451,13 @@ fn first_contact_asks_on_a_terminal_and_pins_only_on_yes() {
         "{pinned}"
     );
 
-    // Known now: no question, even without a terminal.
+    // Known now: no question, even without a terminal. The file is there already: refused
+    // (exit 4) with a clear message, unless --overwrite says what to do.
     let o = client.cp(&server, Some(TOKEN), &["-q"], "127.0.0.1:t.bin", dst.to_str().unwrap());
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(stderr(&o).contains("already exists at the destination (t.bin)"), "{}", stderr(&o));
+    let always = ["-q", "--overwrite", "always"];
+    let o = client.cp(&server, Some(TOKEN), &always, "127.0.0.1:t.bin", dst.to_str().unwrap());
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 

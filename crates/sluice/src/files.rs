@@ -1,5 +1,5 @@
-//! The file plane: paths confined to a root, the sender's BLAKE3 of what it announced, and
-//! partial files that only reach their final name once the receiver's hash matched.
+//! The file plane: paths confined to a root, the sender's BLAKE3 of what it announced, and the
+//! names of the temporary files a receiver writes into ([`crate::tree::Incoming`]).
 //!
 //! Path confinement is checked once, by resolving the path as it stands on disk
 //! ([`resolve_under_root`]). That leaves a time-of-check to time-of-use window: whoever can write
@@ -9,12 +9,13 @@
 //! anyone the server does not trust.
 
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::datapath::{Store, read_exact_at};
 
 /// Why a requested path was refused.
 #[derive(Debug, thiserror::Error)]
@@ -102,22 +103,47 @@ pub fn hash_prefix(
     len: u64,
     cancel: &AtomicBool,
 ) -> std::io::Result<Option<blake3::Hash>> {
-    let mut hashing = FileHasher::new(0);
-    Ok(hashing.read_to(file, len, cancel)?.then(|| hashing.finalize()))
+    Ok(hash_extents(file, 0, vec![len], cancel)?.and_then(|hashes| hashes.first().copied()))
 }
 
-/// BLAKE3 of a file's bytes from a start offset on, fed by positional reads of
-/// [`HASH_BLOCK_BYTES`] as far as the caller says the bytes are there.
+/// BLAKE3 of each of the consecutive extents of `store` that start at `start` and end at
+/// `ends` (increasing; an extent may be empty): one hash per extent, in order. `None` once
+/// `cancel` is set.
+pub fn hash_extents(
+    store: &dyn Store,
+    start: u64,
+    ends: Vec<u64>,
+    cancel: &AtomicBool,
+) -> std::io::Result<Option<Vec<blake3::Hash>>> {
+    let end = ends.last().copied().unwrap_or(start);
+    let mut hashing = FileHasher::new(start, ends);
+    Ok(hashing.read_to(store, end, cancel)?.then(|| hashing.finish()))
+}
+
+/// BLAKE3 of consecutive extents of a store, one hash each, fed by positional reads of
+/// [`HASH_BLOCK_BYTES`] as far as the caller says the bytes are there. A read never spans two
+/// extents' hashes: it is split at the extent's end.
 pub(crate) struct FileHasher {
     hasher: blake3::Hasher,
     buf: Vec<u8>,
     offset: u64,
+    /// Ends of the extents, increasing; `hashes` holds one hash per extent already passed.
+    ends: Vec<u64>,
+    hashes: Vec<blake3::Hash>,
 }
 
 impl FileHasher {
-    /// Hashing from `start`.
-    pub(crate) fn new(start: u64) -> Self {
-        Self { hasher: blake3::Hasher::new(), buf: vec![0u8; HASH_BLOCK_BYTES], offset: start }
+    /// Hashing from `start`, an extent ending at each of `ends`.
+    pub(crate) fn new(start: u64, ends: Vec<u64>) -> Self {
+        let mut hasher = Self {
+            hasher: blake3::Hasher::new(),
+            buf: vec![0u8; HASH_BLOCK_BYTES],
+            offset: start,
+            hashes: Vec::with_capacity(ends.len()),
+            ends,
+        };
+        hasher.close_extents();
+        hasher
     }
 
     /// Where the next read starts.
@@ -128,7 +154,7 @@ impl FileHasher {
     /// Reads and hashes the bytes up to `end`; false if `cancel` was set on the way.
     pub(crate) fn read_to(
         &mut self,
-        file: &File,
+        store: &dyn Store,
         end: u64,
         cancel: &AtomicBool,
     ) -> std::io::Result<bool> {
@@ -136,56 +162,35 @@ impl FileHasher {
             if cancel.load(Ordering::Relaxed) {
                 return Ok(false);
             }
-            let n = (end - self.offset).min(HASH_BLOCK_BYTES as u64) as usize;
-            file.read_exact_at(&mut self.buf[..n], self.offset)?;
+            let extent_end = self.ends.get(self.hashes.len()).copied().unwrap_or(end);
+            let n = (end.min(extent_end) - self.offset).min(HASH_BLOCK_BYTES as u64) as usize;
+            read_exact_at(store, &mut self.buf[..n], self.offset)?;
             self.hasher.update(&self.buf[..n]);
             self.offset += n as u64;
+            self.close_extents();
         }
         Ok(true)
     }
 
-    /// The hash of everything read.
-    pub(crate) fn finalize(&self) -> blake3::Hash {
-        self.hasher.finalize()
+    /// Finishes every extent that ends where the reads have got to.
+    fn close_extents(&mut self) {
+        while self.ends.get(self.hashes.len()).is_some_and(|&e| e <= self.offset) {
+            self.hashes.push(self.hasher.finalize());
+            self.hasher.reset();
+        }
     }
-}
 
-/// Why a partial file could not be committed.
-#[derive(Debug, thiserror::Error)]
-pub enum CommitError {
-    /// The received bytes do not hash to what the sender announced.
-    #[error("the sender's BLAKE3 is {expected}, but the bytes received hash to {actual}")]
-    Mismatch {
-        /// Announced hash (hex).
-        expected: String,
-        /// Hash of what arrived (hex).
-        actual: String,
-    },
-    /// Syncing or renaming failed.
-    #[error("could not finish {0}: {1}")]
-    Io(String, #[source] std::io::Error),
-}
-
-/// A file being received under a temporary name beside its final path (owner-only
-/// permissions). Dropped without `commit`, the temporary file is removed.
-///
-/// The temporary name is `.<final-name>.sluice-part-<16 hex digits>` in the final path's
-/// directory, so the rename is atomic (same file system). The committed file keeps mode 0600;
-/// whoever wants other permissions sets them after the commit.
-#[derive(Debug)]
-pub struct PartialFile {
-    file: File,
-    temp_path: PathBuf,
-    final_path: PathBuf,
-    /// Set once the temporary file is gone (renamed or removed), so Drop leaves things alone.
-    finished: bool,
+    /// The hashes of the extents read to their end.
+    pub(crate) fn finish(self) -> Vec<blake3::Hash> {
+        self.hashes
+    }
 }
 
 /// Longest file name most Linux file systems accept (NAME_MAX).
 const NAME_MAX_BYTES: usize = 255;
 
 /// `.<name>.sluice-part-<hex>`, with `name` shortened if the whole would exceed NAME_MAX.
-fn temp_name(final_name: &std::ffi::OsStr, random: u64) -> OsString {
+pub(crate) fn temp_name(final_name: &std::ffi::OsStr, random: u64) -> OsString {
     let suffix = format!(".sluice-part-{random:016x}");
     let room = NAME_MAX_BYTES - 1 - suffix.len();
     let name = final_name.as_bytes();
@@ -196,83 +201,16 @@ fn temp_name(final_name: &std::ffi::OsStr, random: u64) -> OsString {
     OsString::from_vec(bytes)
 }
 
-fn random_u64() -> io::Result<u64> {
+pub(crate) fn random_u64() -> io::Result<u64> {
     let mut bytes = [0u8; 8];
     aws_lc_rs::rand::fill(&mut bytes).map_err(|_| io::Error::other("no system randomness"))?;
     Ok(u64::from_le_bytes(bytes))
 }
 
 /// The directory `path` lives in (`.` for a bare name).
-fn parent_dir(path: &Path) -> &Path {
+pub(crate) fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
-    }
-}
-
-impl PartialFile {
-    /// Creates the temporary file for `final_path`, sized to `size` bytes.
-    pub fn create(final_path: &Path, size: u64) -> std::io::Result<Self> {
-        let name = final_path.file_name().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "the final path names no file")
-        })?;
-        let temp_path = parent_dir(final_path).join(temp_name(name, random_u64()?));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp_path)?;
-        let partial = Self { file, temp_path, final_path: final_path.to_owned(), finished: false };
-        // On failure `partial` drops here and removes the file it just made.
-        partial.file.set_len(size)?;
-        Ok(partial)
-    }
-    /// The open temporary file (write at offsets).
-    pub fn file(&self) -> &File {
-        &self.file
-    }
-    /// Where the bytes are until commit.
-    pub fn temp_path(&self) -> &Path {
-        &self.temp_path
-    }
-    /// Compares `actual`, the BLAKE3 of what was written into [`PartialFile::file`] (the
-    /// receiver hashes it while it arrives: `datapath::Received::blake3`), with `expected`, the
-    /// sender's; then syncs the file, renames it onto the final path and syncs the directory.
-    /// The file is not read again. On a mismatch the temporary file is removed.
-    ///
-    /// An existing file at the final path is replaced (the overwrite policy is the caller's).
-    /// On any other error the temporary file is removed as well (by Drop).
-    pub fn commit(
-        mut self,
-        expected: &blake3::Hash,
-        actual: &blake3::Hash,
-    ) -> Result<(), CommitError> {
-        // `blake3::Hash` compares in constant time.
-        if actual != expected {
-            return Err(CommitError::Mismatch {
-                expected: expected.to_hex().to_string(),
-                actual: actual.to_hex().to_string(),
-            });
-        }
-        let temp = self.temp_path.display().to_string();
-        self.file.sync_all().map_err(|e| CommitError::Io(temp, e))?;
-        std::fs::rename(&self.temp_path, &self.final_path)
-            .map_err(|e| CommitError::Io(self.final_path.display().to_string(), e))?;
-        self.finished = true;
-        // The rename is durable only once the directory entry is on disk.
-        let dir = parent_dir(&self.final_path);
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| CommitError::Io(dir.display().to_string(), e))
-    }
-}
-
-impl Drop for PartialFile {
-    fn drop(&mut self) {
-        if !self.finished {
-            // Nothing useful to do if it is already gone.
-            let _ = std::fs::remove_file(&self.temp_path);
-        }
     }
 }

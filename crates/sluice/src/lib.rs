@@ -7,3 +7,4 @@
 pub mod datapath;
 pub mod files;
 pub mod session;
+pub mod tree;

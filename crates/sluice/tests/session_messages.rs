@@ -6,7 +6,9 @@ use sluice::session::messages::{
     ClientMsg, ErrorCode, FrameError, MAX_MESSAGE_BYTES, ServerMsg, encode, read_message,
     write_message,
 };
-use sluice::session::{FileKind, StatInfo};
+use sluice::session::messages::{ManifestPart, Want};
+use sluice::session::{FileKind, Links, Overwrite, StatInfo};
+use sluice::tree::{Entry, EntryKind};
 use tokio::io::AsyncWriteExt;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -15,9 +17,33 @@ const SECOND: Duration = Duration::from_secs(1);
 async fn messages_round_trip_through_a_stream() {
     let (mut a, mut b) = tokio::io::duplex(4096);
     let sent = vec![
-        ClientMsg::Get { path: "dir/file".into() },
-        ClientMsg::Put { path: "x".into(), size: 1 << 40 },
-        ClientMsg::Digest { blake3: "ab".repeat(32) },
+        ClientMsg::Get {
+            paths: vec!["dir/file".into(), "a b\n-c".into()],
+            recursive: true,
+            links: Links::Follow,
+            checksum: true,
+        },
+        ClientMsg::Put {
+            dest: "x".into(),
+            overwrite: Overwrite::IfNewer,
+            checksum: false,
+            preserve: true,
+            dry_run: true,
+        },
+        ClientMsg::Manifest(ManifestPart {
+            entries: vec![Entry {
+                path: "t/big".into(),
+                kind: EntryKind::File,
+                size: 1 << 40,
+                mtime: -3,
+                mode: 0o755,
+                target: None,
+                blake3: None,
+            }],
+            last: false,
+        }),
+        ClientMsg::Want(Want { files: vec![[0, 3], [7, 9]], replaced: 1, kept: 2 }),
+        ClientMsg::Digests { blake3: vec!["ab".repeat(32), "cd".repeat(32)] },
         ClientMsg::Failed { code: ErrorCode::Integrity, message: "bad".into() },
         ClientMsg::Verified,
     ];
@@ -41,9 +67,22 @@ fn wire_form_is_a_big_endian_length_and_tagged_json() {
     let error =
         encode(&ServerMsg::Error { code: ErrorCode::NotFound, message: "m".into() }).unwrap();
     assert_eq!(&error[4..], br#"{"type":"error","code":"not-found","message":"m"}"#);
-    let digest = encode(&ServerMsg::Digest { blake3: "0f".repeat(32) }).unwrap();
-    let body = format!(r#"{{"type":"digest","blake3":"{}"}}"#, "0f".repeat(32));
+    let digest = encode(&ServerMsg::Digests { blake3: vec!["0f".repeat(32)] }).unwrap();
+    let body = format!(r#"{{"type":"digests","blake3":["{}"]}}"#, "0f".repeat(32));
     assert_eq!(&digest[4..], body.as_bytes());
+    // A manifest part: the entry's fields beside the tag; absent options are left out.
+    let entry = Entry {
+        path: "d/f".into(),
+        kind: EntryKind::Symlink,
+        size: 0,
+        mtime: 1,
+        mode: 0o777,
+        target: Some("../x".into()),
+        blake3: None,
+    };
+    let part = encode(&ServerMsg::Manifest(ManifestPart { entries: vec![entry], last: true }));
+    let body = r#"{"type":"manifest","entries":[{"path":"d/f","kind":"symlink","size":0,"mtime":1,"mode":511,"target":"../x"}],"last":true}"#;
+    assert_eq!(&part.unwrap()[4..], body.as_bytes());
 }
 
 #[tokio::test]
@@ -55,7 +94,7 @@ async fn an_oversized_length_is_refused_before_reading_the_body() {
         other => panic!("expected TooLarge, got {other:?}"),
     }
     assert!(matches!(
-        encode(&ClientMsg::Get { path: "x".repeat(MAX_MESSAGE_BYTES) }),
+        encode(&ClientMsg::Stat { path: "x".repeat(MAX_MESSAGE_BYTES) }),
         Err(FrameError::TooLarge(_))
     ));
 }

@@ -2,10 +2,9 @@
 //! holds one fixed buffer, so memory does not grow with the file.
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
+use super::store::{Store, read_exact_at, read_up_to};
 use super::written::SharedFile;
 
 /// Bytes the sender reads ahead at once for new data.
@@ -18,7 +17,7 @@ pub const WRITE_BLOCK_BYTES: usize = 256 << 10;
 /// outside the block that is not the start of a chunk) reads just its bytes, because loss is
 /// scattered and a block per lost packet would multiply the reads.
 pub(super) struct ReadAhead<'f> {
-    file: &'f File,
+    store: &'f dyn Store,
     buf: Box<[u8]>,
     /// File offset of `buf[0]`, and how many bytes of `buf` are valid.
     start: u64,
@@ -31,9 +30,9 @@ pub(super) struct ReadAhead<'f> {
 }
 
 impl<'f> ReadAhead<'f> {
-    pub(super) fn new(file: &'f File, start: u64, end: u64) -> Self {
+    pub(super) fn new(store: &'f dyn Store, start: u64, end: u64) -> Self {
         let buf = vec![0; READ_BLOCK_BYTES].into_boxed_slice();
-        Self { file, buf, start, valid: 0, end, expected: VecDeque::new() }
+        Self { store, buf, start, valid: 0, end, expected: VecDeque::new() }
     }
 
     /// Says that new data will next be read from `offset` (the start of a chunk queued after
@@ -42,7 +41,7 @@ impl<'f> ReadAhead<'f> {
         self.expected.push_back(offset);
     }
 
-    /// Writes the file's bytes at `offset` into `dst` (exactly `dst.len()` bytes).
+    /// Writes the store's bytes at `offset` into `dst` (exactly `dst.len()` bytes).
     pub(super) fn fill(&mut self, offset: u64, dst: &mut [u8]) -> io::Result<()> {
         let len = dst.len() as u64;
         let fresh = self.expected.front() == Some(&offset);
@@ -53,13 +52,13 @@ impl<'f> ReadAhead<'f> {
         let cached = offset >= self.start && offset + len <= cached_end;
         let continues = offset >= self.start && offset <= cached_end;
         if len > self.buf.len() as u64 || !(cached || continues || fresh) {
-            return self.file.read_exact_at(dst, offset);
+            return read_exact_at(self.store, dst, offset);
         }
         if !cached {
             // The next new data: read the block that starts with it.
             let want = (self.end.saturating_sub(offset).min(self.buf.len() as u64)).max(len);
             self.valid = 0;
-            let got = read_up_to(self.file, &mut self.buf[..want as usize], offset)?;
+            let got = read_up_to(self.store, &mut self.buf[..want as usize], offset)?;
             self.start = offset;
             self.valid = got;
             if (got as u64) < len {
@@ -70,20 +69,6 @@ impl<'f> ReadAhead<'f> {
         dst.copy_from_slice(&self.buf[at..at + dst.len()]);
         Ok(())
     }
-}
-
-/// Reads into `buf` at `offset` until it is full or the file ends; returns the bytes read.
-fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// Gathers the receiver's payloads into large writes: a payload that continues the current run

@@ -72,6 +72,7 @@ mod plan;
 mod port;
 mod recv;
 mod send;
+mod store;
 #[cfg(test)]
 mod tests;
 mod transfer;
@@ -80,6 +81,7 @@ mod written;
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
 pub use plan::CHUNK_BYTES;
 pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
+pub use store::{Store, read_exact_at, read_up_to, write_all_at};
 
 /// A `max_burst_pkts` for channels on real sockets: room for one send batch plus as much again
 /// of catch-up for a thread woken late, small enough (93 kB of 1452-byte packets) for the queue
@@ -147,6 +149,15 @@ pub struct Received {
     pub blake3: blake3::Hash,
 }
 
+/// What a finished receive of several extents did.
+#[derive(Debug, Clone)]
+pub struct ReceivedExtents {
+    /// The channels' report.
+    pub report: ChannelReport,
+    /// BLAKE3 of each extent's bytes as they are in the store, in order.
+    pub hashes: Vec<blake3::Hash>,
+}
+
 /// Why a channel failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -204,12 +215,24 @@ pub fn send_file(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
+    send(channels, file, range, progress, cancel)
+}
+
+/// Sends `range` of `store` (payload offsets are the store's offsets) over `channels`. Blocks
+/// until every byte is acknowledged, every channel failed, or `cancel` is set.
+pub fn send(
+    channels: Vec<ChannelParams>,
+    store: &dyn Store,
+    range: Range<u64>,
+    progress: &mut dyn FnMut(Progress),
+    cancel: &AtomicBool,
+) -> Result<ChannelReport, DataError> {
     if nothing_to_move(&channels, &range, progress)? {
         return Ok(ChannelReport::default());
     }
     let total = range.end - range.start;
     let ctx = send::SendShared {
-        file,
+        store,
         end: range.end,
         plan: plan::Plan::new(range, CHUNK_BYTES),
         group: CouplingGroup::new(&channels[0].config, channels.len()),
@@ -234,17 +257,35 @@ pub fn receive_file(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<Received, DataError> {
+    let ends = vec![range.end.max(range.start)];
+    let received = receive(channels, file, range, ends, progress, cancel)?;
+    let blake3 = received.hashes.first().copied().unwrap_or_else(|| blake3::hash(b""));
+    Ok(Received { report: received.report, blake3 })
+}
+
+/// Receives `range` into `store` over `channels`, and hashes each extent of the range (one
+/// from `range.start` to `ends[0]`, the next to `ends[1]`, ...; `ends` increasing, the last
+/// `range.end`) on a thread of its own as it is written. Blocks like [`receive_file`].
+pub fn receive(
+    channels: Vec<ChannelParams>,
+    store: &dyn Store,
+    range: Range<u64>,
+    ends: Vec<u64>,
+    progress: &mut dyn FnMut(Progress),
+    cancel: &AtomicBool,
+) -> Result<ReceivedExtents, DataError> {
     if nothing_to_move(&channels, &range, progress)? {
-        return Ok(Received { report: ChannelReport::default(), blake3: blake3::hash(b"") });
+        let hashes = vec![blake3::hash(b""); ends.len()];
+        return Ok(ReceivedExtents { report: ChannelReport::default(), hashes });
     }
     let total = range.end - range.start;
-    let ctx = recv::RecvShared::new(file, range);
+    let ctx = recv::RecvShared::new(store, range);
     let bytes = || ctx.bytes();
     let run = |index, params, start| recv::channel(index, params, &ctx, start);
     let (ends, hashed) = std::thread::scope(|s| {
         let hasher = std::thread::Builder::new()
             .name("sluice-hash".into())
-            .spawn_scoped(s, || match ctx.file.hash_written(cancel) {
+            .spawn_scoped(s, || match ctx.file.hash_written(ends, cancel) {
                 Ok(hash) => hash,
                 Err(e) => {
                     // No use receiving what cannot be verified.
@@ -268,8 +309,8 @@ pub fn receive_file(
     report.bytes = ctx.bytes();
     report.rejected_pkts += ctx.out_of_range();
     // Complete, so the hasher read everything unless it was cancelled.
-    let blake3 = hashed.ok_or(DataError::Cancelled)?;
-    Ok(Received { report, blake3 })
+    let hashes = hashed.ok_or(DataError::Cancelled)?;
+    Ok(ReceivedExtents { report, hashes })
 }
 
 /// Tells the hasher the transfer ended incomplete, unless it heard otherwise first.

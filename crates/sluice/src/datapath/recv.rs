@@ -1,7 +1,6 @@
 //! The receiving end: one thread per channel, all writing into one file and one shared record
 //! of what arrived.
 
-use std::fs::File;
 use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +12,7 @@ use sluice_udp::RecvBatch;
 
 use super::blocks::WriteBehind;
 use super::port::{MAX_SLEEP_US, Port};
+use super::store::Store;
 use super::transfer::{ChannelEnd, Shared};
 use super::written::SharedFile;
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
@@ -48,9 +48,9 @@ pub(super) struct RecvShared<'a> {
 }
 
 impl<'a> RecvShared<'a> {
-    pub(super) fn new(file: &'a File, range: Range<u64>) -> Self {
+    pub(super) fn new(store: &'a dyn Store, range: Range<u64>) -> Self {
         Self {
-            file: SharedFile::new(file, range.clone()),
+            file: SharedFile::new(store, range.clone()),
             range,
             arrived: Mutex::new(IntervalSet::new()),
             arrived_bytes: AtomicU64::new(0),

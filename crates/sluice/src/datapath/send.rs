@@ -1,6 +1,5 @@
 //! The sending end: one thread per channel, fed chunk by chunk from the shared [`Plan`].
 
-use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,6 +11,7 @@ use sluice_udp::RecvBatch;
 use super::blocks::ReadAhead;
 use super::plan::{Plan, Taken};
 use super::port::{BATCH_BYTES, MAX_SLEEP_US, Port, check_path_mtu};
+use super::store::Store;
 use super::transfer::{ChannelEnd, Shared};
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
@@ -27,7 +27,7 @@ const TRACE_EVERY_US: u64 = 250_000;
 
 /// What every sending channel of a transfer shares.
 pub(super) struct SendShared<'a> {
-    pub(super) file: &'a File,
+    pub(super) store: &'a dyn Store,
     pub(super) end: u64,
     pub(super) plan: Plan,
     pub(super) group: Arc<CouplingGroup>,
@@ -53,7 +53,7 @@ pub(super) fn channel(
         let segment = config.packet_size;
         let max_burst_pkts = config.max_burst_pkts;
         let mut sender = Sender::with_controller(config, cc, keys.seal, keys.open, port.now_us())?;
-        let mut reader = ReadAhead::new(ctx.file, 0, ctx.end);
+        let mut reader = ReadAhead::new(ctx.store, 0, ctx.end);
         let mut run = Run {
             index,
             sender: &mut sender,

@@ -102,15 +102,18 @@ fn the_shared_file_writes_each_byte_once() {
 }
 
 #[test]
-fn the_hasher_follows_the_written_prefix_to_the_end_of_the_range() {
+fn the_hasher_follows_the_written_prefix_to_the_end_of_the_range_one_hash_per_extent() {
     let data = pattern(3 * HASH_BLOCK_BYTES + 777);
     let range = 1000..data.len() as u64 - 3;
     let file = temp_file(&vec![0u8; data.len()]);
     let shared = SharedFile::new(&file, range.clone());
     let no = AtomicBool::new(false);
     let piece = 64 << 10;
+    // Extents: a small one, an empty one, one across a hash block's end, the rest.
+    let block = HASH_BLOCK_BYTES as u64;
+    let ends = vec![range.start + 5000, range.start + 5000, range.start + block + 3, range.end];
     let hashed = std::thread::scope(|s| {
-        let hasher = s.spawn(|| shared.hash_written(&no));
+        let hasher = s.spawn(|| shared.hash_written(ends.clone(), &no));
         // Pieces in pairs, the second of each pair first; then the first piece again.
         let starts: Vec<u64> = (range.start..range.end).step_by(piece).collect();
         for pair in starts.chunks(2) {
@@ -123,7 +126,15 @@ fn the_hasher_follows_the_written_prefix_to_the_end_of_the_range() {
         // No `finish`: the hasher ends on its own once the whole range is written.
         hasher.join().unwrap()
     });
-    let expected = blake3::hash(&data[range.start as usize..range.end as usize]);
+    let mut from = range.start as usize;
+    let expected: Vec<blake3::Hash> = ends
+        .iter()
+        .map(|&end| {
+            let hash = blake3::hash(&data[from..end as usize]);
+            from = end as usize;
+            hash
+        })
+        .collect();
     assert_eq!(hashed.unwrap(), Some(expected));
 }
 
@@ -135,7 +146,7 @@ fn the_hasher_stops_when_the_transfer_ends_incomplete_or_is_cancelled() {
     let shared = SharedFile::new(&file, 0..data.len() as u64);
     shared.write_all_at(&data[..HASH_BLOCK_BYTES + 5], 0).unwrap();
     let hashed = std::thread::scope(|s| {
-        let hasher = s.spawn(|| shared.hash_written(&no));
+        let hasher = s.spawn(|| shared.hash_written(vec![data.len() as u64], &no));
         shared.finish(false);
         // Only the first end counts.
         shared.finish(true);
@@ -146,7 +157,7 @@ fn the_hasher_stops_when_the_transfer_ends_incomplete_or_is_cancelled() {
     let cancelled = AtomicBool::new(true);
     let shared = SharedFile::new(&file, 0..data.len() as u64);
     shared.write_all_at(&data, 0).unwrap();
-    assert_eq!(shared.hash_written(&cancelled).unwrap(), None);
+    assert_eq!(shared.hash_written(vec![data.len() as u64], &cancelled).unwrap(), None);
 }
 
 #[test]
@@ -157,6 +168,6 @@ fn a_complete_end_with_an_unwritten_byte_is_an_error() {
     shared.write_all_at(&[1; 59], 41).unwrap();
     shared.finish(true);
     let no = AtomicBool::new(false);
-    let err = shared.hash_written(&no).unwrap_err();
+    let err = shared.hash_written(vec![100], &no).unwrap_err();
     assert!(err.to_string().contains("byte 40 was never written"), "{err}");
 }

@@ -8,15 +8,14 @@
 //! bytes unless the sender's file changed in between; either way nothing the hasher has read is
 //! overwritten, so its hash is the hash of what the file holds at the end.
 
-use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use sluice_proto::intervals::IntervalSet;
 
+use super::store::{Store, write_all_at};
 use crate::files::{FileHasher, HASH_BLOCK_BYTES};
 
 /// The file every receiving channel writes into, one write at a time. Writes into one file from
@@ -24,7 +23,7 @@ use crate::files::{FileHasher, HASH_BLOCK_BYTES};
 /// receiving channels spent a fifth of their CPU time spinning there (`rwsem_spin_on_owner`)
 /// and moved 2.0 Gbit/s where one channel moved 3.5. This lock sleeps.
 pub(super) struct SharedFile<'f> {
-    file: &'f File,
+    store: &'f dyn Store,
     range: Range<u64>,
     /// What is on disk. Holding the lock is a writer's turn.
     written: Mutex<Written>,
@@ -44,9 +43,9 @@ struct Written {
 
 impl<'f> SharedFile<'f> {
     /// A file about to receive `range` (nothing of it written yet).
-    pub(super) fn new(file: &'f File, range: Range<u64>) -> Self {
+    pub(super) fn new(store: &'f dyn Store, range: Range<u64>) -> Self {
         let written = Written { bytes: IntervalSet::new(), prefix_end: range.start, ended: None };
-        Self { file, range, written: Mutex::new(written), changed: Condvar::new() }
+        Self { store, range, written: Mutex::new(written), changed: Condvar::new() }
     }
 
     fn lock(&self) -> MutexGuard<'_, Written> {
@@ -63,7 +62,7 @@ impl<'f> SharedFile<'f> {
         let mut written = self.lock();
         for (lo, hi) in written.bytes.gaps(offset, last) {
             let (from, to) = ((lo - offset) as usize, (hi - offset) as usize + 1);
-            self.file.write_all_at(&data[from..to], lo)?;
+            write_all_at(self.store, &data[from..to], lo)?;
         }
         written.bytes.insert(offset, last);
         let before = written.prefix_end;
@@ -85,12 +84,17 @@ impl<'f> SharedFile<'f> {
         self.changed.notify_all();
     }
 
-    /// BLAKE3 of the range's bytes, read back from the file as they are written: reads the
-    /// contiguous prefix on disk in blocks of [`HASH_BLOCK_BYTES`] (a block once it is all
-    /// there) and sleeps until it grows. Returns `None` when the transfer ended incomplete
+    /// BLAKE3 of each extent of the range (the first from the range's start to `ends[0]`, the
+    /// next to `ends[1]`, ...), read back from the store as it is written: reads the contiguous
+    /// prefix on disk in blocks of [`HASH_BLOCK_BYTES`] (a block once it is all there) and
+    /// sleeps until it grows. Returns `None` when the transfer ended incomplete
     /// ([`SharedFile::finish`] with `false`) or `cancel` was set.
-    pub(super) fn hash_written(&self, cancel: &AtomicBool) -> io::Result<Option<blake3::Hash>> {
-        let mut hashing = FileHasher::new(self.range.start);
+    pub(super) fn hash_written(
+        &self,
+        ends: Vec<u64>,
+        cancel: &AtomicBool,
+    ) -> io::Result<Option<Vec<blake3::Hash>>> {
+        let mut hashing = FileHasher::new(self.range.start, ends);
         while hashing.offset() < self.range.end {
             let offset = hashing.offset();
             let ready = {
@@ -112,10 +116,10 @@ impl<'f> SharedFile<'f> {
                     }
                 }
             };
-            if !hashing.read_to(self.file, ready, cancel)? {
+            if !hashing.read_to(self.store, ready, cancel)? {
                 return Ok(None);
             }
         }
-        Ok(Some(hashing.finalize()))
+        Ok(Some(hashing.finish()))
     }
 }

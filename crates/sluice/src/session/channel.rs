@@ -165,7 +165,7 @@ impl ChannelSetup<'_> {
 }
 
 /// Binds `count` data sockets on `ip` (this end's address on the QUIC connection), any port;
-/// returns them with their ports, in order (what `Ready` and `FileInfo` announce).
+/// returns them with their ports, in order (what `Ready` announces).
 pub(crate) fn bind_data_sockets(
     count: u32,
     ip: Option<IpAddr>,

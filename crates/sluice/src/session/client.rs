@@ -1,10 +1,10 @@
 //! The requesting end: connects, checks the server's fingerprint, authenticates with its token,
 //! and runs `Stat`, `Get` and `Put` requests (several may run at once on one [`Client`]).
 //!
-//! A download lands in a [`PartialFile`] beside its final name and is renamed there only after
-//! its BLAKE3 matched: any failure leaves nothing under the final name.
+//! A download lands in temporary files beside their final names ([`crate::tree::Incoming`]),
+//! each renamed there only after its BLAKE3 matched: a failed file leaves nothing under its
+//! final name.
 
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,16 +17,21 @@ use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
     blocking, default_channel_config, frame_error, hash_budget,
 };
+use super::copy::{CopyOptions, local_walk_error};
 use super::digest::{self, Messages};
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
+use super::manifest_io::{recv_manifest, send_manifest};
+use super::messages::Want;
 use super::messages::{ClientMsg, ServerMsg, StatInfo, read_message, write_message};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
+use super::{add_checksums, mismatch_error, plan_error, wanted_files};
 use crate::datapath::{self, ChannelReport, Progress};
-use crate::files::{CommitError, PartialFile};
+use crate::tree::manifest::{from_ranges, to_ranges};
+use crate::tree::{EntryKind, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk};
 
 /// QUIC idle timeout of the client's connection: with keep-alives every
 /// [`KEEP_ALIVE_INTERVAL`], a server that vanished is noticed within this time.
@@ -77,17 +82,66 @@ impl ClientConfig {
 }
 
 /// What a finished transfer did.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TransferReport {
-    /// Bytes of the file.
+    /// Files moved (or, in a dry run, that would move).
+    pub files: u64,
+    /// Bytes of those files.
     pub bytes: u64,
     /// Seconds from the request to the verified end.
     pub seconds: f64,
-    /// BLAKE3 of the file, hex.
-    pub blake3: String,
-    /// This end's data channel report (`None` for an empty file, which needs no channel, or a
-    /// sender stopped after the receiver confirmed).
+    /// BLAKE3 of the file, hex, when exactly one file moved.
+    pub blake3: Option<String>,
+    /// Existing files replaced (or that would be).
+    pub replaced: u64,
+    /// Existing files kept by the overwrite policy.
+    pub kept: u64,
+    /// What the sending end left out, and why (links skipped, special files, ...); only an
+    /// upload knows.
+    pub skipped: Vec<String>,
+    /// A dry run's files that would move (manifest paths).
+    pub planned: Vec<String>,
+    /// This end's data channel report (`None` when no byte moved, or a sender stopped after
+    /// the receiver confirmed).
     pub channel: Option<ChannelReport>,
+}
+
+impl TransferReport {
+    /// The counts of a receiving end's plan.
+    fn planned(plan: &Plan, dry_run: bool) -> TransferReport {
+        TransferReport {
+            files: plan.wanted().len() as u64,
+            bytes: if dry_run { plan.wanted_bytes() } else { 0 },
+            replaced: plan.replaced,
+            kept: plan.kept,
+            planned: if dry_run {
+                plan.wanted_paths().map(str::to_owned).collect()
+            } else {
+                Vec::new()
+            },
+            ..TransferReport::default()
+        }
+    }
+
+    fn finished(mut self, started: Instant) -> TransferReport {
+        self.seconds = started.elapsed().as_secs_f64();
+        self
+    }
+}
+
+/// The manifest paths of the files `want` names.
+fn wanted_paths(outgoing: &Outgoing, want: &Want) -> Vec<String> {
+    let files: Vec<&str> = outgoing
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .map(|e| e.path.as_str())
+        .collect();
+    from_ranges(&want.files, files.len())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|n| files[n as usize].to_owned())
+        .collect()
 }
 
 /// A connected, authenticated session with a server. Cloning shares the connection.
@@ -210,138 +264,220 @@ impl Client {
         }
     }
 
-    /// Downloads `remote_path` to `local_path`, calling `progress` as bytes arrive. The file is
-    /// written beside `local_path` and renamed onto it only once its BLAKE3 matched.
+    /// Downloads the one file `remote_path` to `local_path` (replacing a file there), calling
+    /// `progress` as bytes arrive: [`Client::download`] of one file with
+    /// [`Overwrite::Always`]. The file is written beside `local_path` and renamed onto it only
+    /// once its BLAKE3 matched.
     pub async fn get(
         &self,
         remote_path: &str,
         local_path: &Path,
         progress: impl FnMut(Progress) + Send + 'static,
     ) -> Result<TransferReport, SessionError> {
-        let started = Instant::now();
-        let mut req = self.request().await?;
-        req.write(&ClientMsg::Get { path: remote_path.to_owned() }).await?;
-        let (size, server_ports) = match req.read(REPLY_TIMEOUT).await? {
-            ServerMsg::FileInfo { size, udp_ports, .. } => (size, udp_ports),
-            other => return Err(unexpected(other)),
-        };
-        let local = local_path.to_owned();
-        let partial = match blocking(move || {
-            PartialFile::create(&local, size).map_err(|e| {
-                SessionError::io(format!("creating a file beside {}", local.display()), e)
-            })
-        })
-        .await
-        {
-            Ok(partial) => partial,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        let sockets = self.announce_data_sockets(&mut req).await?;
-        debug!(remote_path, size, channels = sockets.len(), "receiving");
-        let params = match size {
-            0 => None,
-            _ => Some(self.channel_params(&mut req, sockets, &server_ports).await?),
-        };
-
-        let conn = &self.conn;
-        let mut messages = Messages::<ServerMsg>::new(&mut req.recv);
-        let mut progress = progress;
-        let received = async {
-            let (partial, channel, actual, early) = match params {
-                None => {
-                    progress(Progress { bytes: 0, total: 0 });
-                    (partial, None, blake3::hash(b""), None)
-                }
-                Some(params) => {
-                    let mut task = DataTask::spawn(move |cancel| {
-                        let file = partial.file();
-                        let received =
-                            datapath::receive_file(params, file, 0..size, &mut progress, cancel)?;
-                        Ok((partial, received))
-                    });
-                    let ((partial, received), early) =
-                        digest::run_receiving(&mut task, &mut messages, conn).await?;
-                    (partial, Some(received.report), received.blake3, early)
-                }
-            };
-            let expected =
-                digest::await_digest(&mut messages, early, conn, hash_budget(size)).await?;
-            blocking(move || {
-                partial.commit(&expected, &actual).map_err(|e| match e {
-                    CommitError::Mismatch { .. } => SessionError::Integrity(e.to_string()),
-                    CommitError::Io(_, source) => SessionError::io("storing the download", source),
-                })
-            })
-            .await?;
-            Ok::<_, SessionError>((channel, expected))
-        }
-        .await;
-        drop(messages);
-        let (channel, expected) = match received {
-            Ok(received) => received,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        req.write(&ClientMsg::Verified).await?;
-        req.finish();
-        req.await_server_done().await;
-        info!(remote_path, size, "downloaded and verified");
-        Ok(TransferReport {
-            bytes: size,
-            seconds: started.elapsed().as_secs_f64(),
-            blake3: expected.to_hex().to_string(),
-            channel,
-        })
+        let options = CopyOptions { overwrite: Overwrite::Always, ..CopyOptions::default() };
+        self.download(&[remote_path.to_owned()], local_path, &options, progress).await
     }
 
-    /// Uploads `local_path` to `remote_path` (its parent directory must exist on the server),
-    /// calling `progress` as bytes are acknowledged. Succeeds once the server verified and
-    /// stored the file.
+    /// Uploads the one file `local_path` to `remote_path` (replacing a file there; its parent
+    /// directory must exist on the server): [`Client::upload`] of one file with
+    /// [`Overwrite::Always`]. Succeeds once the server verified and stored the file.
     pub async fn put(
         &self,
         local_path: &Path,
         remote_path: &str,
         progress: impl FnMut(Progress) + Send + 'static,
     ) -> Result<TransferReport, SessionError> {
+        let options = CopyOptions { overwrite: Overwrite::Always, ..CopyOptions::default() };
+        self.upload(&[local_path.to_owned()], remote_path, &options, progress).await
+    }
+
+    /// Downloads `remote_paths` (files, or with `options.recursive` whole trees) to `dest`:
+    /// into it when it is a directory, else onto it (one source only). Calls `progress` as
+    /// bytes arrive. Each file lands beside its final name and is renamed there only once its
+    /// BLAKE3 matched the server's.
+    pub async fn download(
+        &self,
+        remote_paths: &[String],
+        dest: &Path,
+        options: &CopyOptions,
+        progress: impl FnMut(Progress) + Send + 'static,
+    ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
-        let local = local_path.to_owned();
-        let (file, size) = blocking(move || {
-            let ctx = |what: &str| format!("{what} {}", local.display());
-            let file = File::open(&local).map_err(|e| SessionError::io(ctx("opening"), e))?;
-            let meta = file.metadata().map_err(|e| SessionError::io(ctx("reading"), e))?;
-            if !meta.is_file() {
-                return Err(SessionError::io(
-                    ctx("uploading"),
-                    std::io::Error::other("not a regular file"),
-                ));
+        let mut req = self.request().await?;
+        let get = ClientMsg::Get {
+            paths: remote_paths.to_vec(),
+            recursive: options.recursive,
+            links: options.links,
+            checksum: options.checksum,
+        };
+        req.write(&get).await?;
+        let entries = recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
+            ServerMsg::Manifest(part) => Ok(part),
+            other => Err(unexpected(other)),
+        })
+        .await?;
+        let receive = ReceiveOptions {
+            overwrite: options.overwrite,
+            checksum: options.checksum,
+            preserve: options.preserve,
+            confine: None,
+        };
+        let target = dest.to_owned();
+        let planned = blocking(move || plan(&target, entries, &receive).map_err(plan_error)).await;
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        let mut report = TransferReport::planned(&plan, options.dry_run);
+        let wanted = if options.dry_run { Vec::new() } else { plan.wanted().to_vec() };
+        let want = Want { files: to_ranges(wanted), replaced: plan.replaced, kept: plan.kept };
+        req.write(&ClientMsg::Want(want)).await?;
+        if options.dry_run {
+            req.write(&ClientMsg::Verified).await?;
+            req.finish();
+            return Ok(report.finished(started));
+        }
+        let incoming = match blocking(move || plan.prepare().map_err(plan_error)).await {
+            Ok(incoming) => incoming,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        let files = incoming.store();
+        let (size, ends) = (files.total(), files.ends());
+        let count = ends.len();
+        let params = match size {
+            0 => None,
+            _ => {
+                let server_ports = match req.read(REPLY_TIMEOUT).await? {
+                    ServerMsg::Ready { udp_ports } => udp_ports,
+                    other => return Err(unexpected(other)),
+                };
+                let sockets = self.announce_data_sockets(&mut req).await?;
+                Some(self.channel_params(&mut req, sockets, &server_ports).await?)
             }
-            Ok((Arc::new(file), meta.len()))
+        };
+        debug!(?remote_paths, files = count, size, "receiving");
+
+        let conn = &self.conn;
+        let mut messages = Messages::<ServerMsg>::new(&mut req.recv);
+        let mut progress = progress;
+        let received = async {
+            let (channel, actual, early) = match params {
+                None => {
+                    progress(Progress { bytes: 0, total: 0 });
+                    (None, vec![blake3::hash(b""); count], Vec::new())
+                }
+                Some(params) => {
+                    let mut task = DataTask::spawn(move |cancel| {
+                        datapath::receive(params, &files, 0..size, ends, &mut progress, cancel)
+                    });
+                    let (received, early) =
+                        digest::run_receiving(&mut task, &mut messages, count, conn).await?;
+                    (Some(received.report), received.hashes, early)
+                }
+            };
+            let expected =
+                digest::await_digests(&mut messages, early, count, conn, hash_budget(size)).await?;
+            let single = (count == 1).then(|| expected[0].to_hex().to_string());
+            let committed =
+                blocking(move || incoming.commit(&expected, &actual).map_err(plan_error)).await?;
+            if let Some(err) = mismatch_error(&committed) {
+                return Err(err);
+            }
+            Ok::<_, SessionError>((channel, single))
+        }
+        .await;
+        drop(messages);
+        let (channel, single) = match received {
+            Ok(received) => received,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        req.write(&ClientMsg::Verified).await?;
+        req.finish();
+        req.await_server_done().await;
+        info!(?remote_paths, files = count, size, "downloaded and verified");
+        report.bytes = size;
+        report.blake3 = single;
+        report.channel = channel;
+        Ok(report.finished(started))
+    }
+
+    /// Uploads `local_paths` (files, or with `options.recursive` whole trees) to `dest` on the
+    /// server: into it when it is a directory, else onto it (one source only). Calls
+    /// `progress` as bytes are acknowledged. Succeeds once the server verified and stored
+    /// every file.
+    pub async fn upload(
+        &self,
+        local_paths: &[PathBuf],
+        dest: &str,
+        options: &CopyOptions,
+        progress: impl FnMut(Progress) + Send + 'static,
+    ) -> Result<TransferReport, SessionError> {
+        let started = Instant::now();
+        let sources = local_paths.to_vec();
+        let walk_options =
+            WalkOptions { recursive: options.recursive, links: options.links, confine: None };
+        let checksum = options.checksum;
+        let outgoing = blocking(move || {
+            let mut outgoing = walk(&sources, &walk_options).map_err(local_walk_error)?;
+            if checksum {
+                add_checksums(&mut outgoing)?;
+            }
+            Ok(outgoing)
         })
         .await?;
         let mut req = self.request().await?;
-        req.write(&ClientMsg::Put { path: remote_path.to_owned(), size }).await?;
-        let server_ports = match req.read(REPLY_TIMEOUT).await? {
-            ServerMsg::Ready { udp_ports } => udp_ports,
+        let put = ClientMsg::Put {
+            dest: dest.to_owned(),
+            overwrite: options.overwrite,
+            checksum: options.checksum,
+            preserve: options.preserve,
+            dry_run: options.dry_run,
+        };
+        req.write(&put).await?;
+        send_manifest(&mut req.send, &self.conn, &outgoing.entries, ClientMsg::Manifest).await?;
+        let want = match req.read(REPLY_TIMEOUT).await? {
+            ServerMsg::Want(want) => want,
             other => return Err(unexpected(other)),
         };
-        let sockets = self.announce_data_sockets(&mut req).await?;
-        debug!(remote_path, size, channels = sockets.len(), "sending");
-
+        let files = match wanted_files(&outgoing, &want) {
+            Ok(files) => Arc::new(files),
+            Err(err) => return Err(req.fail(err).await),
+        };
+        let mut report = TransferReport {
+            files: files.ends().len() as u64,
+            replaced: want.replaced,
+            kept: want.kept,
+            skipped: outgoing.skipped.clone(),
+            ..TransferReport::default()
+        };
+        if options.dry_run {
+            report.planned = wanted_paths(&outgoing, &want);
+            report.bytes = files.total();
+            req.finish();
+            return Ok(report.finished(started));
+        }
+        let size = files.total();
+        debug!(dest, files = report.files, size, "sending");
         let mut progress = progress;
         let data = if size == 0 {
             progress(Progress { bytes: 0, total: 0 });
             None
         } else {
+            let server_ports = match req.read(REPLY_TIMEOUT).await? {
+                ServerMsg::Ready { udp_ports } => udp_ports,
+                other => return Err(unexpected(other)),
+            };
+            let sockets = self.announce_data_sockets(&mut req).await?;
             let params = self.channel_params(&mut req, sockets, &server_ports).await?;
-            let file = file.clone();
+            let store = files.clone();
             Some(DataTask::spawn(move |cancel| {
-                datapath::send_file(params, &file, 0..size, &mut progress, cancel)
+                datapath::send(params, &*store, 0..size, &mut progress, cancel)
             }))
         };
         let streams = (&mut req.send, &mut req.recv);
         let sent = digest::run_sending::<ClientMsg, ServerMsg>(
             data,
-            file,
-            size,
+            files,
             streams,
             &self.conn,
             hash_budget(size),
@@ -351,22 +487,20 @@ impl Client {
             Ok(sent) => sent,
             Err(err) => return Err(req.fail(err).await),
         };
-        let digest = match (sent.reply, sent.digest) {
-            (ServerMsg::Verified, Some(digest)) => digest,
+        let digests = match (sent.reply, sent.digests) {
+            (ServerMsg::Verified, Some(digests)) => digests,
             (ServerMsg::Verified, None) => {
-                let err = "the server verified the file before it had the digest";
+                let err = "the server verified the files before it had the digests";
                 return Err(SessionError::Protocol(err.into()));
             }
             (other, _) => return Err(unexpected(other)),
         };
         req.finish();
-        info!(remote_path, size, "uploaded and verified by the server");
-        Ok(TransferReport {
-            bytes: size,
-            seconds: started.elapsed().as_secs_f64(),
-            blake3: digest.to_hex().to_string(),
-            channel: sent.report,
-        })
+        info!(dest, files = report.files, size, "uploaded and verified by the server");
+        report.bytes = size;
+        report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
+        report.channel = sent.report;
+        Ok(report.finished(started))
     }
 
     async fn request(&self) -> Result<Request<'_>, SessionError> {

@@ -1,18 +1,18 @@
-//! The sender's BLAKE3 beside the data (protocol 3): each end hashes while the data moves
-//! instead of before and after it.
+//! The sender's BLAKE3 beside the data: each end hashes while the data moves instead of before
+//! and after it.
 //!
-//! - The sending end starts hashing the announced bytes on the blocking pool when its data
-//!   channels start ([`run_sending`]) and sends `Digest` on the request's stream when the hash
-//!   is done: before, during or after the data, whichever the disk and the network make it.
-//! - The receiving end hashes what it writes as it writes it ([`crate::datapath::receive_file`]),
-//!   listens for `Digest` while the data moves ([`run_receiving`]), and once the data is all
-//!   there waits a bounded time for a `Digest` that has not come ([`await_digest`]).
+//! - The sending end starts hashing the files it sends on the blocking pool when its data
+//!   channels start ([`run_sending`]) and sends `Digests` (one BLAKE3 per file, in batches) on
+//!   the request's stream when the hashes are done: before, during or after the data,
+//!   whichever the disk and the network make it.
+//! - The receiving end hashes what it writes as it writes it ([`crate::datapath::receive`]),
+//!   keeps the `Digests` that come while the data moves ([`run_receiving`]), and once the data
+//!   is all there waits a bounded time for those that have not come ([`await_digests`]).
 //!
 //! Two reads of the request's stream can be pending across `select!` rounds, so the stream is
 //! read through [`Messages`], which never loses a message half read when a round ends.
 
 use std::fmt::Debug;
-use std::fs::File;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -25,51 +25,59 @@ use super::SessionError;
 use super::channel::{DataTask, data_error, frame_error};
 use super::messages::{ClientMsg, FrameError, ServerMsg, read_message, write_message};
 use crate::datapath::{ChannelReport, DataError};
-use crate::files::hash_prefix;
+use crate::files::hash_extents;
+use crate::tree::FileSet;
 
 /// After the receiver answered, how long the sending channels may take to see their last ACK
 /// (for their report) before they are stopped.
 const SENDER_GRACE: Duration = Duration::from_secs(2);
+/// Hashes per `Digests` message (about 540 kB of JSON, under the 1 MiB frame limit).
+const DIGESTS_PER_MESSAGE: usize = 8192;
 
-/// One end's control messages, as far as the digest goes.
+/// One end's control messages, as far as the digests go.
 pub(crate) trait Control: Serialize + DeserializeOwned + Debug + Send + 'static {
-    /// The `Digest` message carrying `blake3` (hex).
-    fn digest(blake3: String) -> Self;
-    /// What the other end makes of this message while it waits for a digest: the hash, or
+    /// The `Digests` message carrying `blake3` (hex).
+    fn digests(blake3: Vec<String>) -> Self;
+    /// What the other end makes of this message while it waits for digests: the hashes, or
     /// the error that ends the request (the sender gave up, or broke the protocol).
-    fn into_digest(self) -> Result<blake3::Hash, SessionError>;
+    fn into_digests(self) -> Result<Vec<blake3::Hash>, SessionError>;
 }
 
-/// Reads a hex BLAKE3 from the wire.
-fn parse_hex(hex: &str) -> Result<blake3::Hash, SessionError> {
-    blake3::Hash::from_hex(hex)
-        .map_err(|_| SessionError::Protocol(format!("bad BLAKE3 {hex:?} in Digest")))
+/// Reads hex BLAKE3s from the wire.
+fn parse_hex(hexes: &[String]) -> Result<Vec<blake3::Hash>, SessionError> {
+    hexes
+        .iter()
+        .map(|hex| {
+            blake3::Hash::from_hex(hex)
+                .map_err(|_| SessionError::Protocol(format!("bad BLAKE3 {hex:?} in Digests")))
+        })
+        .collect()
 }
 
 impl Control for ClientMsg {
-    fn digest(blake3: String) -> Self {
-        ClientMsg::Digest { blake3 }
+    fn digests(blake3: Vec<String>) -> Self {
+        ClientMsg::Digests { blake3 }
     }
 
-    fn into_digest(self) -> Result<blake3::Hash, SessionError> {
+    fn into_digests(self) -> Result<Vec<blake3::Hash>, SessionError> {
         match self {
-            ClientMsg::Digest { blake3 } => parse_hex(&blake3),
+            ClientMsg::Digests { blake3 } => parse_hex(&blake3),
             ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
-            other => Err(SessionError::Protocol(format!("expected Digest, got {other:?}"))),
+            other => Err(SessionError::Protocol(format!("expected Digests, got {other:?}"))),
         }
     }
 }
 
 impl Control for ServerMsg {
-    fn digest(blake3: String) -> Self {
-        ServerMsg::Digest { blake3 }
+    fn digests(blake3: Vec<String>) -> Self {
+        ServerMsg::Digests { blake3 }
     }
 
-    fn into_digest(self) -> Result<blake3::Hash, SessionError> {
+    fn into_digests(self) -> Result<Vec<blake3::Hash>, SessionError> {
         match self {
-            ServerMsg::Digest { blake3 } => parse_hex(&blake3),
+            ServerMsg::Digests { blake3 } => parse_hex(&blake3),
             ServerMsg::Error { code, message } => Err(SessionError::from_remote(code, message)),
-            other => Err(SessionError::Protocol(format!("expected Digest, got {other:?}"))),
+            other => Err(SessionError::Protocol(format!("expected Digests, got {other:?}"))),
         }
     }
 }
@@ -118,35 +126,35 @@ async fn join_some<T: Send + 'static>(task: &mut Option<DataTask<T>>) -> Result<
 /// How the sending end's transfer ended.
 #[derive(Debug)]
 pub(crate) struct Sent<R> {
-    /// The data channels' report: `None` for an empty file, or channels stopped because the
+    /// The data channels' report: `None` when no byte moved, or channels stopped because the
     /// answer came before their last ACK.
     pub(crate) report: Option<ChannelReport>,
-    /// The digest sent: `None` if the answer came before the hash was done (then the answer
-    /// can only be an error).
-    pub(crate) digest: Option<blake3::Hash>,
+    /// The digests sent: `None` if the answer came before the hashes were done (then the
+    /// answer can only be an error).
+    pub(crate) digests: Option<Vec<blake3::Hash>>,
     /// The receiver's answer.
     pub(crate) reply: R,
 }
 
-/// The sending end of a transfer: runs `data` (`None` for an empty file), hashes the first
-/// `size` bytes of `file` beside it, sends `W::digest` on `send` when the hash is done, and
-/// returns with the receiver's answer (waiting up to `wait` for it once both are done).
+/// The sending end of a transfer: runs `data` (`None` when no byte moves), hashes each file of
+/// `files` beside it, sends `W::digests` on `send` when the hashes are done, and returns with
+/// the receiver's answer (waiting up to `wait` for it once both are done).
 ///
-/// An answer that comes first (the receiver gave up, or has every byte and the digest before
+/// An answer that comes first (the receiver gave up, or has every byte and the digests before
 /// the last ACK reached this end) ends the hashing at once and the channels after a short
-/// grace. The error is this end's failure (data channel, reading the file) or the stream's.
+/// grace. The error is this end's failure (data channel, reading the files) or the stream's.
 pub(crate) async fn run_sending<W: Control, R: DeserializeOwned + Send + 'static>(
     mut data: Option<DataTask<Result<ChannelReport, DataError>>>,
-    file: Arc<File>,
-    size: u64,
+    files: Arc<FileSet>,
     (send, recv): (&mut quinn::SendStream, &mut quinn::RecvStream),
     conn: &quinn::Connection,
     wait: Duration,
 ) -> Result<Sent<R>, SessionError> {
-    let mut hashing = Some(DataTask::spawn(move |cancel| hash_prefix(&file, size, cancel)));
+    let mut hashing =
+        Some(DataTask::spawn(move |cancel| hash_extents(&*files, 0, files.ends(), cancel)));
     let mut messages = Messages::<R>::new(recv);
     let mut report = None;
-    let mut digest = None;
+    let mut digests = None;
     while data.is_some() || hashing.is_some() {
         tokio::select! {
             done = join_some(&mut data) => {
@@ -155,12 +163,14 @@ pub(crate) async fn run_sending<W: Control, R: DeserializeOwned + Send + 'static
             }
             hashed = join_some(&mut hashing) => {
                 hashing = None;
-                let hash = hashed?
-                    .map_err(|e| SessionError::io("hashing the file being sent", e))?
+                let hashes = hashed?
+                    .map_err(|e| SessionError::io("hashing the files being sent", e))?
                     .ok_or_else(|| SessionError::Network("hashing was cancelled".into()))?;
-                let msg = W::digest(hash.to_hex().to_string());
-                write_message(send, &msg).await.map_err(|e| frame_error(e, conn))?;
-                digest = Some(hash);
+                for batch in hashes.chunks(DIGESTS_PER_MESSAGE) {
+                    let hex = batch.iter().map(|h| h.to_hex().to_string()).collect();
+                    write_message(send, &W::digests(hex)).await.map_err(|e| frame_error(e, conn))?;
+                }
+                digests = Some(hashes);
             }
             reply = messages.next() => {
                 if let Some(mut task) = data {
@@ -171,7 +181,7 @@ pub(crate) async fn run_sending<W: Control, R: DeserializeOwned + Send + 'static
                 }
                 // Dropping `hashing` cancels it.
                 let reply = reply.map_err(|e| frame_error(e, conn))?;
-                return Ok(Sent { report, digest, reply });
+                return Ok(Sent { report, digests, reply });
             }
         }
     }
@@ -179,56 +189,76 @@ pub(crate) async fn run_sending<W: Control, R: DeserializeOwned + Send + 'static
         .await
         .unwrap_or(Err(FrameError::Timeout(wait)))
         .map_err(|e| frame_error(e, conn))?;
-    Ok(Sent { report, digest, reply })
+    Ok(Sent { report, digests, reply })
 }
 
-/// The receiving end while the data moves: runs `task` to its end, keeping a `Digest` that
-/// comes meanwhile. Returns the task's output and the digest if it came. Any other message
-/// (the sender gave up, or broke the protocol) stops the task and is the error; so is a
-/// failed data channel.
+/// Adds a `Digests` batch to `have`, refusing more than `count` in all.
+fn add_digests(
+    have: &mut Vec<blake3::Hash>,
+    more: Vec<blake3::Hash>,
+    count: usize,
+) -> Result<(), SessionError> {
+    if have.len() + more.len() > count {
+        return Err(SessionError::Protocol(format!(
+            "{} digests for {count} files",
+            have.len() + more.len()
+        )));
+    }
+    have.extend(more);
+    Ok(())
+}
+
+/// The receiving end while the data moves: runs `task` to its end, keeping the `Digests`
+/// (at most `count`) that come meanwhile. Returns the task's output and the digests so far.
+/// Any other message (the sender gave up, or broke the protocol) stops the task and is the
+/// error; so is a failed data channel.
 pub(crate) async fn run_receiving<M: Control, T: Send + 'static>(
     task: &mut DataTask<Result<T, DataError>>,
     messages: &mut Messages<'_, M>,
+    count: usize,
     conn: &quinn::Connection,
-) -> Result<(T, Option<blake3::Hash>), SessionError> {
-    let mut digest = None;
+) -> Result<(T, Vec<blake3::Hash>), SessionError> {
+    let mut digests = Vec::new();
     loop {
         tokio::select! {
-            done = task.join() => return Ok((done?.map_err(|e| data_error(e, conn))?, digest)),
+            done = task.join() => return Ok((done?.map_err(|e| data_error(e, conn))?, digests)),
             msg = messages.next() => {
-                let heard = msg.map_err(|e| frame_error(e, conn)).and_then(M::into_digest);
-                match heard {
-                    Ok(hash) if digest.is_none() => digest = Some(hash),
-                    Ok(_) => {
-                        task.stop().await;
-                        return Err(SessionError::Protocol("a second Digest".into()));
-                    }
-                    Err(err) => {
-                        task.stop().await;
-                        return Err(err);
-                    }
+                let heard = msg
+                    .map_err(|e| frame_error(e, conn))
+                    .and_then(M::into_digests)
+                    .and_then(|more| add_digests(&mut digests, more, count));
+                if let Err(err) = heard {
+                    task.stop().await;
+                    return Err(err);
                 }
             }
         }
     }
 }
 
-/// The sender's digest once the data is all there: `have` if it came already, else the next
-/// message, within `wait`.
-pub(crate) async fn await_digest<M: Control>(
+/// The sender's `count` digests once the data is all there: `have` are those that came
+/// already; the rest must come within `wait`.
+pub(crate) async fn await_digests<M: Control>(
     messages: &mut Messages<'_, M>,
-    have: Option<blake3::Hash>,
+    mut have: Vec<blake3::Hash>,
+    count: usize,
     conn: &quinn::Connection,
     wait: Duration,
-) -> Result<blake3::Hash, SessionError> {
-    if let Some(hash) = have {
-        return Ok(hash);
+) -> Result<Vec<blake3::Hash>, SessionError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    while have.len() < count {
+        match tokio::time::timeout_at(deadline, messages.next()).await {
+            Ok(msg) => {
+                let more = msg.map_err(|e| frame_error(e, conn)).and_then(M::into_digests)?;
+                add_digests(&mut have, more, count)?;
+            }
+            Err(_) => {
+                return Err(SessionError::Network(format!(
+                    "the sender's Digests did not come within {} s of the last byte",
+                    wait.as_secs_f64()
+                )));
+            }
+        }
     }
-    match tokio::time::timeout(wait, messages.next()).await {
-        Ok(msg) => msg.map_err(|e| frame_error(e, conn)).and_then(M::into_digest),
-        Err(_) => Err(SessionError::Network(format!(
-            "the sender's Digest did not come within {} s of the last byte",
-            wait.as_secs_f64()
-        ))),
-    }
+    Ok(have)
 }

@@ -13,6 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use sluice_proto::crypto::Algorithm;
 
+use crate::tree::{Entry, Links, Overwrite};
+
 /// The largest frame body accepted or sent.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
@@ -45,23 +47,47 @@ pub enum ClientMsg {
         /// The client's proposal.
         spec: Spec,
     },
-    /// Download a file.
+    /// Download files: the server answers with their `Manifest`, the client with `Want`.
     Get {
-        /// Path relative to the server's root.
-        path: String,
+        /// Paths relative to the server's root (`.` is the root itself).
+        paths: Vec<String>,
+        /// Directories are copied with everything in them (else a directory is refused).
+        #[serde(default)]
+        recursive: bool,
+        /// Symbolic links inside the trees.
+        #[serde(default)]
+        links: Links,
+        /// Put each file's BLAKE3 in the manifest (the client compares by content).
+        #[serde(default)]
+        checksum: bool,
     },
-    /// Upload a file.
+    /// Upload files: `Manifest` follows; the server answers with `Want`.
     Put {
-        /// Path relative to the server's root (its parent must exist).
-        path: String,
-        /// Size in bytes.
-        size: u64,
+        /// Where, relative to the server's root: into it when it is a directory, else the one
+        /// top-level entry takes its name.
+        dest: String,
+        /// Files that exist at the destination.
+        #[serde(default)]
+        overwrite: Overwrite,
+        /// Compare existing files by BLAKE3 (the manifest carries the client's).
+        #[serde(default)]
+        checksum: bool,
+        /// Keep the client's permission bits and modification times.
+        #[serde(default)]
+        preserve: bool,
+        /// Answer `Want` and stop: nothing is created.
+        #[serde(default)]
+        dry_run: bool,
     },
-    /// BLAKE3 of the `size` bytes the client sends (Put), hex: sent once, when the client's
-    /// hash is done, which may be before, during or after the data.
-    Digest {
-        /// The hash, 64 hex digits.
-        blake3: String,
+    /// Part of the manifest of a `Put`.
+    Manifest(ManifestPart),
+    /// The files of the server's manifest the client wants (a `Get`).
+    Want(Want),
+    /// BLAKE3 of each file sent (a `Put`), in order, in one or more batches: sent when the
+    /// client's hashing is done, which may be before, during or after the data.
+    Digests {
+        /// The hashes, 64 hex digits each.
+        blake3: Vec<String>,
     },
     /// Size, modification time and kind of a path.
     Stat {
@@ -74,7 +100,7 @@ pub enum ClientMsg {
         /// client's address on this connection).
         udp_ports: Vec<u16>,
     },
-    /// The client received and verified the file (Get).
+    /// The client received, verified and stored the files (Get).
     Verified,
     /// The client gives up on this request.
     Failed {
@@ -103,30 +129,24 @@ pub enum ServerMsg {
         /// For the user.
         message: String,
     },
-    /// The file of a `Get`: the data channel will carry it.
-    FileInfo {
-        /// Size in bytes.
-        size: u64,
-        /// Modification time, seconds since the Unix epoch.
-        mtime: i64,
-        /// The server's data ports, one per negotiated channel, in channel order (the address
-        /// is the server's address on this connection).
-        udp_ports: Vec<u16>,
-    },
-    /// BLAKE3 of the `size` bytes the server sends (Get), hex: sent once, when the server's
-    /// hash is done, which may be before, during or after the data.
-    Digest {
-        /// The hash, 64 hex digits.
-        blake3: String,
+    /// Part of the manifest of a `Get`.
+    Manifest(ManifestPart),
+    /// The files of the client's manifest the server wants (a `Put`).
+    Want(Want),
+    /// BLAKE3 of each file sent (a `Get`), in order, in one or more batches: sent when the
+    /// server's hashing is done, which may be before, during or after the data.
+    Digests {
+        /// The hashes, 64 hex digits each.
+        blake3: Vec<String>,
     },
     /// Answer to `Stat`.
     StatInfo(StatInfo),
-    /// The server's data sockets for a `Put` are bound.
+    /// The server's data sockets are bound (sent after `Want` when any wanted file has bytes).
     Ready {
         /// Their UDP ports, one per negotiated channel, in channel order.
         udp_ports: Vec<u16>,
     },
-    /// The server received, verified and stored the file (Put).
+    /// The server received, verified and stored the files (Put).
     Verified,
     /// The request failed.
     Error {
@@ -135,6 +155,29 @@ pub enum ServerMsg {
         /// For the user.
         message: String,
     },
+}
+
+/// Part of a manifest: entries in order; the last part says so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestPart {
+    /// The next entries.
+    pub entries: Vec<Entry>,
+    /// Whether the manifest ends here.
+    pub last: bool,
+}
+
+/// The receiver's choice of the files of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Want {
+    /// Numbers of the files that move (counting the manifest's files in order) as ranges
+    /// `[start, end)`.
+    pub files: Vec<[u32; 2]>,
+    /// Existing files that will be replaced.
+    #[serde(default)]
+    pub replaced: u64,
+    /// Existing files kept by the overwrite policy.
+    #[serde(default)]
+    pub kept: u64,
 }
 
 /// What a `Stat` found.
@@ -172,7 +215,7 @@ pub enum ErrorCode {
     Refused,
     /// A file operation failed.
     Io,
-    /// The data does not hash to the sender's `Digest`.
+    /// The data does not hash to the sender's `Digests`.
     Integrity,
     /// No capacity for another transfer now.
     Busy,

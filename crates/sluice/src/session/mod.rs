@@ -31,29 +31,37 @@
 //!    | stream n: Stat {path}  ------------------------->  |
 //!    |  <--------  StatInfo {size, mtime, kind} | Error {code, message}
 //!    |                                                   |
-//!    | stream n: Get {path}  -------------------------->  |  resolve under root, open
-//!    |  <--------  FileInfo {size, mtime, udp_ports} | Error
+//!    | stream n: Get {paths, recursive, links, checksum} >|  resolve under root, list
+//!    |  <--------  Manifest {entries, last} ... | Error   |
+//!    | Want {files, replaced, kept}  ------------------>  |  the client's overwrite policy
+//!    |  <--------  Ready {udp_ports}    (only when the wanted files hold any byte)
 //!    | Ready {udp_ports}  ----------------------------->  |  starts the channels and hashing
 //!    |  <=======  N data channels: server UDP -> client UDP (sealed, ACK/NAK back)
-//!    |  <--------  Digest {blake3}  (when its hash is done: before, during or after the data)
-//!    | Verified | Failed {code, message}  ------------->  |  the client compared its hash
+//!    |  <--------  Digests {blake3: [...]} ... (when its hashes are done)
+//!    | Verified | Failed {code, message}  ------------->  |  the client compared and stored
 //!    |                                                   |
-//!    | stream n: Put {path, size}  -------------------->  |  resolve parent under root,
-//!    |  <--------  Ready {udp_ports} | Error              |  create a partial file
+//!    | stream n: Put {dest, overwrite, checksum, preserve, dry_run}
+//!    | Manifest {entries, last} ... ------------------->  |  resolve dest under root, plan
+//!    |  <--------  Want {files, replaced, kept} | Error   |  (a dry run ends here)
+//!    |  <--------  Ready {udp_ports}    (only when the wanted files hold any byte)
 //!    | Ready {udp_ports}  ----------------------------->  |
 //!    |  =======>  N data channels: client UDP -> server UDP (the client hashes beside them)
-//!    | Digest {blake3}  ------------------------------->  |  (before, during or after the data)
-//!    |  <--------  Verified | Error {integrity | io}      |  the server compared and committed
+//!    | Digests {blake3: [...]} ... -------------------->  |  (before, during or after the data)
+//!    |  <--------  Verified | Error {integrity | io}      |  the server compared and stored
 //! ```
 //!
-//! Integrity (protocol 3): neither end reads the file for its hash before or after the data.
-//! The sender hashes exactly the `size` bytes it announced on a thread of its own, started
-//! with the data channels, and sends `Digest` as soon as that is done; the receiver hashes the
-//! bytes as it writes them ([`crate::datapath::receive_file`]). The receiver keeps a `Digest`
-//! that comes early, waits for one that has not come when the last byte arrived (30 s plus 1 s
-//! per 50 MB, then a network error), and renames the file into place only if the two hashes
-//! match; otherwise the request fails as `integrity` and nothing is left under the final name
-//! ([`digest`]).
+//! A transfer moves a manifest ([`crate::tree`]): one file, or many files, directories and
+//! links. The wanted files are laid end to end in one offset space and the data channels move
+//! it as one range, so a tree of small files costs no round trip per file.
+//!
+//! Integrity: neither end reads a file for its hash before or after the data. The sender
+//! hashes exactly the bytes it announced, one BLAKE3 per file, on a thread of its own started
+//! with the data channels, and sends `Digests` as soon as that is done; the receiver hashes
+//! the bytes as it writes them ([`crate::datapath::receive`]). The receiver keeps digests that
+//! come early, waits for those that have not come when the last byte arrived (30 s plus 1 s
+//! per 50 MB, then a network error), and renames each file into place only if the two hashes
+//! match; a file that does not match is not stored and the request fails as `integrity`,
+//! naming it ([`digest`]).
 //!
 //! Channel count (MCDTP's specification handshake): the client offers `spec.max_channels` (its
 //! `--channels`, or one per core), the server answers with the smaller of that and its own
@@ -63,29 +71,36 @@
 //! Either side may send its error message (`Failed` from the client, `Error` from the server)
 //! while the data channels run; the other side then cancels its channel. A data channel is also
 //! cancelled when the QUIC connection closes, and gives up on its own after about 5 s of silence,
-//! so a dead peer is noticed within seconds. A file of 0 bytes has no data channel: both ends
-//! know the size and skip it, and the `Digest` (of no bytes) is still sent and checked.
+//! so a dead peer is noticed within seconds. When the wanted files hold no byte at all there is
+//! no data channel: both ends know the sizes and skip it, and the `Digests` (of no bytes) are
+//! still sent and checked.
 //!
 //! # Entry points
 //!
 //! [`Server::bind`] then [`Server::run`] on the serving side; [`Client::connect`] then
-//! [`Client::get`], [`Client::put`] and [`Client::stat`] on the other.
+//! [`Client::download`], [`Client::upload`] (or [`Client::get`] and [`Client::put`] for one
+//! file) and [`Client::stat`] on the other.
 
 mod channel;
 pub mod client;
+mod copy;
 mod digest;
 pub mod handle;
 pub mod identity;
 pub mod keys;
 pub mod known_hosts;
+mod manifest_io;
 pub mod messages;
 pub mod server;
 pub mod tokens;
 
 use std::time::Duration;
 
+pub use crate::tree::{Links, Overwrite};
 pub use channel::default_channel_config;
 pub use client::{Client, ClientConfig, TransferReport};
+pub use copy::CopyOptions;
+pub(crate) use copy::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
 pub use handle::{ClientBuilder, Transfer, TransferEvent};
 pub use identity::{Fingerprint, Identity};
 pub use known_hosts::{HostKeyError, TrustPolicy};
@@ -96,8 +111,9 @@ pub use server::{Server, ServerConfig};
 pub const ALPN: &[u8] = b"sluice/1";
 /// The control-protocol version carried in `Hello` (2: several data channels per transfer;
 /// 3: the sender's hash comes in `Digest`, while or after the data moves, instead of in `Put`
-/// and `FileInfo`, and the data channels' ACK carries the delivery rate, 44 bytes).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// and `FileInfo`, and the data channels' ACK carries the delivery rate, 44 bytes; 4: a
+/// transfer moves a manifest of files, directories and links, with `Want` and `Digests`).
+pub const PROTOCOL_VERSION: u32 = 4;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;
 /// The most channels chosen automatically (one per core, up to this).

@@ -7,7 +7,6 @@
 //! session, and [`MAX_TRANSFERS`] data channels in the whole server (beyond it a request is
 //! answered `busy`).
 
-use std::fs::File;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -26,6 +25,8 @@ use super::channel::{
 use super::digest::{self, Messages};
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
+use super::manifest_io::{recv_manifest, send_manifest};
+use super::messages::Want;
 use super::messages::{
     ClientMsg, ErrorCode, FileKind, ServerMsg, StatInfo, read_message, write_message,
 };
@@ -33,8 +34,11 @@ use super::tokens::TokenSet;
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
+use super::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
 use crate::datapath::{self, ChannelReport};
-use crate::files::{self, CommitError, PartialFile, PathError};
+use crate::files::{self, PathError};
+use crate::tree::manifest::to_ranges;
+use crate::tree::{ReceiveOptions, WalkOptions, plan, walk};
 
 /// Sessions served at once; further connection attempts are refused.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -344,8 +348,13 @@ async fn serve_request(
     };
     let outcome = match request {
         ClientMsg::Stat { path } => ctx.stat(&path).await,
-        ClientMsg::Get { path } => ctx.get(&path).await,
-        ClientMsg::Put { path, size } => ctx.put(&path, size).await,
+        ClientMsg::Get { paths, recursive, links, checksum } => {
+            ctx.get(&paths, WalkOptions { recursive, links, confine: None }, checksum).await
+        }
+        ClientMsg::Put { dest, overwrite, checksum, preserve, dry_run } => {
+            let options = ReceiveOptions { overwrite, checksum, preserve, confine: None };
+            ctx.put(&dest, options, dry_run).await
+        }
         other => Err(SessionError::Protocol(format!("unexpected message {other:?}"))),
     };
     match outcome {
@@ -430,105 +439,159 @@ impl RequestCtx<'_> {
         self.write(&ServerMsg::StatInfo(info)).await
     }
 
-    async fn get(&mut self, requested: &str) -> Result<(), SessionError> {
+    /// Binds the data sockets, sends `Ready`, and reads the client's: the channels' parameters.
+    async fn exchange_ready(&mut self) -> Result<Vec<datapath::ChannelParams>, SessionError> {
+        let (sockets, udp_ports) = self.data_sockets()?;
+        self.write(&ServerMsg::Ready { udp_ports }).await?;
+        let peer_ports = self.client_ready().await?;
+        self.setup().params(sockets, self.client_ip(), &peer_ports)
+    }
+
+    async fn get(
+        &mut self,
+        requested: &[String],
+        mut walk_options: WalkOptions,
+        checksum: bool,
+    ) -> Result<(), SessionError> {
         let _permit = self.acquire_transfer()?;
         let root = self.shared.root.clone();
-        let req = requested.to_owned();
-        let (file, size, mtime) = blocking(move || {
-            let path = resolve(&root, &req)?;
-            let file = File::open(&path).map_err(|e| open_error(&req, e))?;
-            let meta = file.metadata().map_err(|e| SessionError::io(req.clone(), e))?;
-            if !meta.is_file() {
-                return Err(SessionError::Refused(format!("{req} is not a regular file")));
+        walk_options.confine = Some(root.clone());
+        let paths = requested.to_vec();
+        let outgoing = blocking(move || {
+            let sources = paths
+                .iter()
+                .map(|p| resolve(&root, if p.is_empty() { "." } else { p }))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut outgoing = walk(&sources, &walk_options).map_err(walk_error)?;
+            if checksum {
+                add_checksums(&mut outgoing)?;
             }
-            Ok((Arc::new(file), meta.len(), mtime_secs(&meta)))
+            Ok(outgoing)
         })
         .await?;
-        let (sockets, udp_ports) = self.data_sockets()?;
-        self.write(&ServerMsg::FileInfo { size, mtime, udp_ports }).await?;
-        let peer_ports = self.client_ready().await?;
-        info!(path = requested, size, channels = sockets.len(), "sending");
-
+        for skipped in &outgoing.skipped {
+            debug!(skipped, "not sent");
+        }
+        send_manifest(self.send, self.conn, &outgoing.entries, ServerMsg::Manifest).await?;
+        let want = match read_message(self.recv, REPLY_TIMEOUT)
+            .await
+            .map_err(|e| frame_error(e, self.conn))?
+        {
+            ClientMsg::Want(want) => want,
+            ClientMsg::Failed { code, message } => {
+                info!(?code, message, "the client declined the manifest");
+                return Ok(());
+            }
+            other => return Err(SessionError::Protocol(format!("expected Want, got {other:?}"))),
+        };
+        let files = wanted_files(&outgoing, &want)?;
+        let size = files.total();
+        let count = files.ends().len();
+        info!(paths = ?requested, files = count, size, channels = self.session.negotiated.channels, "sending");
+        let files = Arc::new(files);
         let data = if size == 0 {
             None
         } else {
-            let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
-            let file = file.clone();
+            let params = self.exchange_ready().await?;
+            let store = files.clone();
             Some(DataTask::spawn(move |cancel| {
-                datapath::send_file(params, &file, 0..size, &mut |_| {}, cancel)
+                datapath::send(params, &*store, 0..size, &mut |_| {}, cancel)
             }))
         };
         let streams = (&mut *self.send, &mut *self.recv);
         let wait = hash_budget(size);
         let sent =
-            digest::run_sending::<ServerMsg, ClientMsg>(data, file, size, streams, self.conn, wait)
+            digest::run_sending::<ServerMsg, ClientMsg>(data, files, streams, self.conn, wait)
                 .await?;
         if let Some(report) = &sent.report {
             log_channel("sent", report);
         }
-        match (sent.reply, sent.digest) {
+        match (sent.reply, sent.digests) {
             (ClientMsg::Verified, Some(_)) => {
-                info!(path = requested, size, "client verified the file");
+                info!(files = count, size, "client verified the files");
                 Ok(())
             }
             (ClientMsg::Failed { code, message }, _) => {
-                warn!(path = requested, ?code, message, "client could not take the file");
+                warn!(?code, message, "client could not take the files");
                 Ok(())
             }
             (ClientMsg::Verified, None) => {
-                Err(SessionError::Protocol("Verified before the digest was sent".into()))
+                Err(SessionError::Protocol("Verified before the digests were sent".into()))
             }
             (other, _) => Err(SessionError::Protocol(format!("expected Verified, got {other:?}"))),
         }
     }
 
-    async fn put(&mut self, requested: &str, size: u64) -> Result<(), SessionError> {
+    async fn put(
+        &mut self,
+        requested: &str,
+        mut options: ReceiveOptions,
+        dry_run: bool,
+    ) -> Result<(), SessionError> {
         let _permit = self.acquire_transfer()?;
-        let root = self.shared.root.clone();
-        let req = requested.to_owned();
-        let partial = blocking(move || {
-            let path = resolve(&root, &req)?;
-            PartialFile::create(&path, size).map_err(|e| open_error(&req, e))
+        let entries = recv_manifest(self.recv, self.conn, |msg| match msg {
+            ClientMsg::Manifest(part) => Ok(part),
+            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            other => Err(SessionError::Protocol(format!("expected Manifest, got {other:?}"))),
         })
         .await?;
-        let (sockets, udp_ports) = self.data_sockets()?;
-        self.write(&ServerMsg::Ready { udp_ports }).await?;
-        let peer_ports = self.client_ready().await?;
-        info!(path = requested, size, channels = sockets.len(), "receiving");
+        let root = self.shared.root.clone();
+        options.confine = Some(root.clone());
+        let req = requested.to_owned();
+        let plan = blocking(move || {
+            let dest = resolve(&root, if req.is_empty() { "." } else { &req })?;
+            plan(&dest, entries, &options).map_err(plan_error)
+        })
+        .await?;
+        let want = Want {
+            files: to_ranges(plan.wanted().iter().copied()),
+            replaced: plan.replaced,
+            kept: plan.kept,
+        };
+        self.write(&ServerMsg::Want(want)).await?;
+        if dry_run {
+            return Ok(());
+        }
+        let incoming = blocking(move || plan.prepare().map_err(plan_error)).await?;
+        let files = incoming.store();
+        let size = files.total();
+        let ends = files.ends();
+        let count = ends.len();
+        info!(path = requested, files = count, size, "receiving");
         let params = match size {
             0 => None,
-            _ => Some(self.setup().params(sockets, self.client_ip(), &peer_ports)?),
+            _ => Some(self.exchange_ready().await?),
         };
 
         let conn = self.conn;
         let wait = self.shared.digest_timeout.unwrap_or_else(|| hash_budget(size));
         let mut messages = Messages::<ClientMsg>::new(self.recv);
-        let (partial, actual, early) = match params {
-            None => (partial, blake3::hash(b""), None),
+        let (actual, early) = match params {
+            None => (vec![blake3::hash(b""); count], Vec::new()),
             Some(params) => {
                 let mut task = DataTask::spawn(move |cancel| {
-                    let file = partial.file();
-                    let received =
-                        datapath::receive_file(params, file, 0..size, &mut |_| {}, cancel)?;
-                    Ok((partial, received))
+                    datapath::receive(params, &files, 0..size, ends, &mut |_| {}, cancel)
                 });
-                let ((partial, received), early) =
-                    digest::run_receiving(&mut task, &mut messages, conn).await?;
+                let (received, early) =
+                    digest::run_receiving(&mut task, &mut messages, count, conn).await?;
                 log_channel("received", &received.report);
-                (partial, received.blake3, early)
+                (received.hashes, early)
             }
         };
-        let expected = digest::await_digest(&mut messages, early, conn, wait).await?;
-        let req = requested.to_owned();
-        blocking(move || {
-            partial.commit(&expected, &actual).map_err(|e| match e {
-                CommitError::Mismatch { .. } => SessionError::Integrity(format!("{req}: {e}")),
-                CommitError::Io(_, source) => SessionError::io(format!("storing {req}"), source),
-            })
-        })
-        .await?;
+        let expected = digest::await_digests(&mut messages, early, count, conn, wait).await?;
         drop(messages);
-        info!(path = requested, size, "stored and verified");
+        let committed =
+            blocking(move || incoming.commit(&expected, &actual).map_err(plan_error)).await?;
+        if let Some(err) = mismatch_error(&committed) {
+            return Err(err);
+        }
+        info!(
+            path = requested,
+            files = committed.files,
+            links = committed.links,
+            size,
+            "stored and verified"
+        );
         self.write(&ServerMsg::Verified).await
     }
 }

@@ -1,0 +1,67 @@
+//! Where a transfer's bytes live. A transfer moves a range of one offset space: the offsets of
+//! one file, or of many files laid end to end (a tree, [`crate::tree::FileSet`]). The channels
+//! read and write through [`Store`] and never know which.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Positional reads and writes in a transfer's offset space. Calls come from every channel's
+/// thread at once.
+pub trait Store: Sync {
+    /// Reads into `buf` at `offset`; returns the bytes read, fewer than `buf.len()` only at
+    /// the end of a file (0 past the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes `buf` at `offset`; returns the bytes written, fewer than `buf.len()` only at the
+    /// end of a file of a tree (never 0 for a non-empty `buf`).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+}
+
+impl Store for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(self, buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        FileExt::write_at(self, buf, offset)
+    }
+}
+
+/// Reads into `buf` at `offset` until it is full or the store ends; returns the bytes read.
+pub fn read_up_to(store: &dyn Store, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match store.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads exactly `buf.len()` bytes at `offset`; a store that ends first is `UnexpectedEof`.
+pub fn read_exact_at(store: &dyn Store, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    if read_up_to(store, buf, offset)? < buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the data ends before offset {}", offset + buf.len() as u64),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` at `offset`.
+pub fn write_all_at(store: &dyn Store, buf: &[u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match store.write_at(&buf[done..], offset + done as u64) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

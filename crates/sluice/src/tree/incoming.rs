@@ -1,0 +1,482 @@
+//! The receiving end of a manifest: where each entry goes, what the overwrite policy keeps,
+//! the temporary files the data lands in, and the commit once the hashes are known.
+//!
+//! Nothing is written under a final name before its BLAKE3 matched: files arrive in
+//! `.<name>.sluice-part-<hex>` beside their final path and are renamed there one by one in
+//! [`Incoming::commit`]; links are made after every file, so no write ever goes through a link
+//! this transfer made. One `syncfs` makes the whole commit durable.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::fileset::FileSet;
+use super::manifest::{self, BadEntry, Entry, EntryKind};
+use crate::files::{hash_prefix, parent_dir, random_u64, temp_name};
+
+/// What to do when a file of the manifest exists at the destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overwrite {
+    /// Refuse the whole transfer, naming the files that exist (the default).
+    #[default]
+    Refuse,
+    /// Keep the existing file; move the others.
+    Never,
+    /// Replace it.
+    Always,
+    /// Replace it when the source's modification time is later.
+    IfNewer,
+    /// Replace it unless size and modification time (or, with `checksum`, the BLAKE3) match.
+    IfDifferent,
+}
+
+impl Overwrite {
+    /// Parses `never`, `always`, `if-newer` or `if-different`.
+    pub fn from_name(name: &str) -> Option<Overwrite> {
+        match name {
+            "never" => Some(Overwrite::Never),
+            "always" => Some(Overwrite::Always),
+            "if-newer" => Some(Overwrite::IfNewer),
+            "if-different" => Some(Overwrite::IfDifferent),
+            _ => None,
+        }
+    }
+}
+
+/// The receiving end's choices.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiveOptions {
+    /// Existing files.
+    pub overwrite: Overwrite,
+    /// `IfDifferent` compares BLAKE3 (the manifest carries the sender's) instead of size and
+    /// modification time.
+    pub checksum: bool,
+    /// Keep the sender's permission bits (without setuid, setgid and sticky) and
+    /// modification times; else files get 0644 (0755 if the source was executable) and
+    /// directories 0755, and the time of their arrival.
+    pub preserve: bool,
+    /// Everything must stay inside this directory (a server's root): existing directories
+    /// that lead elsewhere and links whose target leaves it are refused.
+    pub confine: Option<PathBuf>,
+}
+
+/// Why a manifest cannot be received.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The peer's manifest is malformed.
+    #[error(transparent)]
+    Bad(#[from] BadEntry),
+    /// Several top-level names and a destination that is not a directory.
+    #[error("{0}")]
+    NotADirectory(String),
+    /// The destination's directory does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// Files exist and the policy refuses to replace them, or an entry collides with
+    /// something of another kind, or leaves the confining directory.
+    #[error("{0}")]
+    Refused(String),
+    /// Reading the destination failed.
+    #[error("{0}: {1}")]
+    Io(String, #[source] io::Error),
+}
+
+/// The decisions for one manifest: where each entry goes and which files move.
+#[derive(Debug)]
+pub struct Plan {
+    entries: Vec<Entry>,
+    targets: Vec<PathBuf>,
+    /// Entry index of each file of the manifest (the file numbering), in order.
+    files: Vec<usize>,
+    /// Numbers of the files that move.
+    wanted: Vec<u32>,
+    /// Links to make (entry indices).
+    links: Vec<usize>,
+    /// Existing files that will be replaced.
+    pub replaced: u64,
+    /// Existing files kept by the policy.
+    pub kept: u64,
+    /// Directories to create or keep (entry indices).
+    dirs: Vec<usize>,
+    preserve: bool,
+}
+
+/// Decides where every entry of `entries` goes under `dest` and which files move.
+///
+/// Placement is scp's: into `dest` when it is an existing directory; else, for a manifest with
+/// one top-level name, `dest` takes that name's place (a single file lands at `dest`).
+pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Result<Plan, PlanError> {
+    manifest::check(&entries)?;
+    let shown = |p: &Path| p.display().to_string();
+    let tops: HashSet<&str> =
+        entries.iter().map(|e| e.path.split('/').next().unwrap_or("")).collect();
+    let into_dir = dest.is_dir();
+    if !into_dir {
+        if tops.len() > 1 {
+            return Err(PlanError::NotADirectory(format!(
+                "{} is not a directory, and {} sources need one",
+                shown(dest),
+                tops.len()
+            )));
+        }
+        if !parent_dir(dest).is_dir() {
+            return Err(PlanError::NotFound(format!(
+                "{}: its directory does not exist",
+                shown(dest)
+            )));
+        }
+    }
+    let mut plan = Plan {
+        targets: Vec::with_capacity(entries.len()),
+        files: Vec::new(),
+        wanted: Vec::new(),
+        links: Vec::new(),
+        replaced: 0,
+        kept: 0,
+        dirs: Vec::new(),
+        preserve: options.preserve,
+        entries: Vec::new(),
+    };
+    let mut existing = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let target = if into_dir {
+            dest.join(&entry.path)
+        } else {
+            match entry.path.split_once('/') {
+                Some((_, rest)) => dest.join(rest),
+                None => dest.to_owned(),
+            }
+        };
+        let found = match target.symlink_metadata() {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(PlanError::Io(entry.path.clone(), e)),
+        };
+        let refused = |why: &str| PlanError::Refused(format!("{}: {why}", entry.path));
+        match entry.kind {
+            EntryKind::Dir => {
+                if let Some(meta) = &found {
+                    let is_dir = if meta.file_type().is_symlink() {
+                        let real = target.canonicalize().ok();
+                        if let (Some(root), Some(real)) = (&options.confine, &real)
+                            && !real.starts_with(root)
+                        {
+                            return Err(refused("a link leading outside the served directory"));
+                        }
+                        real.is_some_and(|r| r.is_dir())
+                    } else {
+                        meta.is_dir()
+                    };
+                    if !is_dir {
+                        return Err(refused("exists and is not a directory"));
+                    }
+                }
+                plan.dirs.push(i);
+            }
+            EntryKind::File | EntryKind::Symlink => {
+                let number = plan.files.len() as u32;
+                let move_it = match &found {
+                    None => true,
+                    Some(meta) if meta.is_dir() => {
+                        return Err(refused("exists and is a directory"));
+                    }
+                    Some(meta) => match options.overwrite {
+                        Overwrite::Refuse => {
+                            existing.push(entry.path.clone());
+                            false
+                        }
+                        Overwrite::Never => false,
+                        Overwrite::Always => true,
+                        Overwrite::IfNewer => entry.mtime > meta.mtime(),
+                        Overwrite::IfDifferent => differs(entry, &target, meta, options.checksum),
+                    },
+                };
+                if entry.kind == EntryKind::Symlink
+                    && let Some(root) = &options.confine
+                    && !stays_inside(
+                        root,
+                        parent_dir(&target),
+                        entry.target.as_deref().unwrap_or(""),
+                    )
+                {
+                    return Err(refused("a link whose target leaves the served directory"));
+                }
+                match (move_it, found.is_some()) {
+                    (true, true) => plan.replaced += 1,
+                    (false, true) => plan.kept += 1,
+                    _ => {}
+                }
+                if entry.kind == EntryKind::File {
+                    plan.files.push(i);
+                    if move_it {
+                        plan.wanted.push(number);
+                    }
+                } else if move_it {
+                    plan.links.push(i);
+                }
+            }
+        }
+        plan.targets.push(target);
+    }
+    if !existing.is_empty() {
+        let shown: Vec<&str> = existing.iter().take(3).map(String::as_str).collect();
+        return Err(PlanError::Refused(format!(
+            "{} file{} already exist{} at the destination ({}{}): choose --overwrite \
+             never|always|if-newer|if-different",
+            existing.len(),
+            if existing.len() == 1 { "" } else { "s" },
+            if existing.len() == 1 { "s" } else { "" },
+            shown.join(", "),
+            if existing.len() > 3 { ", ..." } else { "" }
+        )));
+    }
+    plan.entries = entries;
+    Ok(plan)
+}
+
+/// Whether `IfDifferent` replaces the existing file at `target`.
+fn differs(entry: &Entry, target: &Path, meta: &std::fs::Metadata, checksum: bool) -> bool {
+    if entry.kind == EntryKind::Symlink {
+        let same = meta.file_type().is_symlink()
+            && std::fs::read_link(target)
+                .is_ok_and(|t| Some(t.as_os_str()) == entry.target.as_deref().map(|t| t.as_ref()));
+        return !same;
+    }
+    if !meta.is_file() || meta.len() != entry.size {
+        return true;
+    }
+    if !checksum {
+        return meta.mtime() != entry.mtime;
+    }
+    let Some(theirs) = entry.blake3.as_deref().and_then(|h| blake3::Hash::from_hex(h).ok()) else {
+        return true;
+    };
+    let ours = File::open(target)
+        .and_then(|f| hash_prefix(&f, entry.size, &std::sync::atomic::AtomicBool::new(false)));
+    !matches!(ours, Ok(Some(h)) if h == theirs)
+}
+
+/// Whether a link at `link_dir` with `target` resolves (lexically) inside `root`.
+fn stays_inside(root: &Path, link_dir: &Path, target: &str) -> bool {
+    if target.starts_with('/') {
+        return false;
+    }
+    // The link's directory may not exist yet (this transfer makes it): resolve the part that
+    // exists, then add the rest, which is the manifest's checked components.
+    let mut existing = link_dir;
+    let mut rest = Vec::new();
+    let mut at = loop {
+        match existing.canonicalize() {
+            Ok(dir) => break dir,
+            Err(_) => match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name);
+                    existing = parent;
+                }
+                _ => return false,
+            },
+        }
+    };
+    at.extend(rest.iter().rev());
+    for part in Path::new(target).components() {
+        match part {
+            Component::Normal(p) => at.push(p),
+            Component::ParentDir => {
+                if !at.pop() {
+                    return false;
+                }
+            }
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    at.starts_with(root)
+}
+
+impl Plan {
+    /// Numbers of the files that move, in order.
+    pub fn wanted(&self) -> &[u32] {
+        &self.wanted
+    }
+
+    /// Bytes the wanted files hold.
+    pub fn wanted_bytes(&self) -> u64 {
+        self.wanted.iter().map(|&n| self.entries[self.files[n as usize]].size).sum()
+    }
+
+    /// Files in the manifest.
+    pub fn file_count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// The manifest's paths of the wanted files (for a dry run).
+    pub fn wanted_paths(&self) -> impl Iterator<Item = &str> {
+        self.wanted.iter().map(|&n| self.entries[self.files[n as usize]].path.as_str())
+    }
+
+    /// Creates the directories and a temporary file for every wanted file.
+    pub fn prepare(self) -> Result<Incoming, PlanError> {
+        let io_err = |p: &Path, e| PlanError::Io(p.display().to_string(), e);
+        for &i in &self.dirs {
+            let target = &self.targets[i];
+            match std::fs::create_dir(target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && target.is_dir() => {}
+                Err(e) => return Err(io_err(target, e)),
+            }
+        }
+        let mut incoming =
+            Incoming { temps: Vec::with_capacity(self.wanted.len()), committed: 0, plan: self };
+        for &n in &incoming.plan.wanted {
+            let i = incoming.plan.files[n as usize];
+            let target = &incoming.plan.targets[i];
+            let name = target.file_name().unwrap_or(target.as_os_str());
+            let temp = parent_dir(target)
+                .join(temp_name(name, random_u64().map_err(|e| io_err(target, e))?));
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)
+                .map_err(|e| io_err(target, e))?;
+            incoming.temps.push(temp);
+            file.set_len(incoming.plan.entries[i].size).map_err(|e| io_err(target, e))?;
+        }
+        Ok(incoming)
+    }
+}
+
+/// A manifest being received: its directories exist, its wanted files are temporary files.
+/// Dropped before [`Incoming::commit`] finished, the temporary files left are removed.
+#[derive(Debug)]
+pub struct Incoming {
+    plan: Plan,
+    /// One per wanted file.
+    temps: Vec<PathBuf>,
+    /// Temporary files at the front of `temps` already renamed or removed.
+    committed: usize,
+}
+
+/// What a commit stored.
+#[derive(Debug, Default, Clone)]
+pub struct Committed {
+    /// Files renamed into place.
+    pub files: u64,
+    /// Links made.
+    pub links: u64,
+    /// Files whose bytes did not match the sender's BLAKE3 (their paths), not stored.
+    pub mismatched: Vec<String>,
+}
+
+impl Incoming {
+    /// The temporary files as one store, in the order the data moves.
+    pub fn store(&self) -> FileSet {
+        let sizes =
+            self.plan.wanted.iter().map(|&n| self.plan.entries[self.plan.files[n as usize]].size);
+        FileSet::new(self.temps.iter().cloned().zip(sizes).collect(), true)
+    }
+
+    /// Renames every file whose received bytes (`actual`) hash to the sender's `expected`
+    /// into place (mode and, with `preserve`, time applied first), makes the links, applies
+    /// the directories' modes and times, and syncs the file system once. A mismatched file
+    /// is removed and listed; the others are stored.
+    pub fn commit(
+        mut self,
+        expected: &[blake3::Hash],
+        actual: &[blake3::Hash],
+    ) -> Result<Committed, PlanError> {
+        let mut done = Committed::default();
+        let count = self.temps.len();
+        if expected.len() != count || actual.len() != count {
+            return Err(PlanError::Refused(format!(
+                "{} digests for {count} files",
+                expected.len().min(actual.len())
+            )));
+        }
+        let preserve = self.plan.preserve;
+        for k in 0..count {
+            let entry = &self.plan.entries[self.plan.files[self.plan.wanted[k] as usize]];
+            let target = &self.plan.targets[self.plan.files[self.plan.wanted[k] as usize]];
+            let temp = &self.temps[k];
+            // `blake3::Hash` compares in constant time.
+            if expected[k] != actual[k] {
+                let _ = std::fs::remove_file(temp);
+                done.mismatched.push(entry.path.clone());
+                self.committed = k + 1;
+                continue;
+            }
+            let io_err = |e| PlanError::Io(target.display().to_string(), e);
+            let file = OpenOptions::new().write(true).open(temp).map_err(io_err)?;
+            file.set_permissions(std::fs::Permissions::from_mode(file_mode(entry.mode, preserve)))
+                .map_err(io_err)?;
+            if preserve {
+                file.set_modified(system_time(entry.mtime)).map_err(io_err)?;
+            }
+            drop(file);
+            std::fs::rename(temp, target).map_err(io_err)?;
+            self.committed = k + 1;
+            done.files += 1;
+        }
+        for &i in &self.plan.links {
+            let (entry, target) = (&self.plan.entries[i], &self.plan.targets[i]);
+            let io_err = |e| PlanError::Io(target.display().to_string(), e);
+            if target.symlink_metadata().is_ok() {
+                std::fs::remove_file(target).map_err(io_err)?;
+            }
+            std::os::unix::fs::symlink(entry.target.as_deref().unwrap_or(""), target)
+                .map_err(io_err)?;
+            done.links += 1;
+        }
+        // Deepest first: setting a directory's time after its contents changed.
+        for &i in self.plan.dirs.iter().rev() {
+            let (entry, target) = (&self.plan.entries[i], &self.plan.targets[i]);
+            let mode = if preserve { entry.mode & 0o777 } else { 0o755 };
+            let io_err = |e| PlanError::Io(target.display().to_string(), e);
+            if preserve {
+                std::fs::set_permissions(target, std::fs::Permissions::from_mode(mode))
+                    .map_err(io_err)?;
+                File::open(target)
+                    .and_then(|d| d.set_modified(system_time(entry.mtime)))
+                    .map_err(io_err)?;
+            }
+        }
+        if let Some(&i) = self.plan.files.first().or(self.plan.dirs.first()) {
+            let dir = parent_dir(&self.plan.targets[i]);
+            let synced =
+                File::open(dir).and_then(|d| rustix::fs::syncfs(&d).map_err(io::Error::from));
+            synced.map_err(|e| PlanError::Io(dir.display().to_string(), e))?;
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        for temp in &self.temps[self.committed..] {
+            let _ = std::fs::remove_file(temp);
+        }
+    }
+}
+
+/// A file's permission bits at the destination.
+fn file_mode(source_mode: u32, preserve: bool) -> u32 {
+    match (preserve, source_mode & 0o111 != 0) {
+        (true, _) => source_mode & 0o777,
+        (false, true) => 0o755,
+        (false, false) => 0o644,
+    }
+}
+
+fn system_time(secs: i64) -> SystemTime {
+    if secs >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64)
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs())
+    }
+}

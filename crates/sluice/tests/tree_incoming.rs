@@ -1,0 +1,161 @@
+//! The receiving end's file plane without a network: bytes reach a final name only after the
+//! hash matches, nothing is left behind otherwise, and the overwrite and placement rules.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use sluice::datapath::write_all_at;
+use sluice::tree::{Entry, EntryKind, Overwrite, PlanError, ReceiveOptions, plan};
+
+/// Names in `dir`, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+fn file(path: &str, size: u64) -> Entry {
+    Entry {
+        path: path.into(),
+        kind: EntryKind::File,
+        size,
+        mtime: 0,
+        mode: 0o644,
+        target: None,
+        blake3: None,
+    }
+}
+
+fn always() -> ReceiveOptions {
+    ReceiveOptions { overwrite: Overwrite::Always, ..ReceiveOptions::default() }
+}
+
+#[test]
+fn commit_puts_the_exact_bytes_under_the_final_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let final_path = dir.path().join("out.bin");
+    let data = pattern(1_000_003);
+    let planned = plan(&final_path, vec![file("src.bin", data.len() as u64)], &always()).unwrap();
+    assert_eq!(planned.wanted(), &[0]);
+    let incoming = planned.prepare().unwrap();
+
+    let temps = entries(dir.path());
+    assert_eq!(temps.len(), 1);
+    let temp_name = &temps[0];
+    assert!(temp_name.starts_with(".out.bin.sluice-part-"), "{temp_name}");
+    let hex = temp_name.trim_start_matches(".out.bin.sluice-part-");
+    assert!(hex.len() == 16 && hex.chars().all(|c| c.is_ascii_hexdigit()), "{temp_name}");
+    let meta = std::fs::metadata(dir.path().join(temp_name)).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.len(), data.len() as u64);
+    assert!(!final_path.exists());
+
+    // Written out of order, as packets arrive.
+    let store = incoming.store();
+    let half = data.len() / 2;
+    write_all_at(&store, &data[half..], half as u64).unwrap();
+    write_all_at(&store, &data[..half], 0).unwrap();
+    drop(store);
+    let hash = blake3::hash(&data);
+    let done = incoming.commit(&[hash], &[hash]).unwrap();
+    assert_eq!(done.files, 1);
+
+    assert_eq!(std::fs::read(&final_path).unwrap(), data);
+    assert_eq!(entries(dir.path()), vec!["out.bin".to_owned()]);
+    assert_eq!(std::fs::metadata(&final_path).unwrap().permissions().mode() & 0o777, 0o644);
+}
+
+#[test]
+fn commit_replaces_an_existing_final_file_only_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let final_path = dir.path().join("f");
+    std::fs::write(&final_path, b"old contents").unwrap();
+    let refused = plan(&final_path, vec![file("f", 3)], &ReceiveOptions::default()).unwrap_err();
+    assert!(matches!(&refused, PlanError::Refused(m) if m.contains("--overwrite")), "{refused}");
+    let kept = plan(
+        &final_path,
+        vec![file("f", 3)],
+        &ReceiveOptions { overwrite: Overwrite::Never, ..ReceiveOptions::default() },
+    )
+    .unwrap();
+    assert!(kept.wanted().is_empty());
+    assert_eq!(kept.kept, 1);
+
+    let incoming = plan(&final_path, vec![file("f", 3)], &always()).unwrap().prepare().unwrap();
+    write_all_at(&incoming.store(), b"new", 0).unwrap();
+    incoming.commit(&[blake3::hash(b"new")], &[blake3::hash(b"new")]).unwrap();
+    assert_eq!(std::fs::read(&final_path).unwrap(), b"new");
+    assert_eq!(entries(dir.path()), vec!["f".to_owned()]);
+}
+
+#[test]
+fn a_mismatch_leaves_no_final_file_and_no_temp_file_and_the_others_are_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(70_000);
+    let manifest = vec![
+        Entry { kind: EntryKind::Dir, size: 0, ..file("t", 0) },
+        file("t/bad.bin", data.len() as u64),
+        file("t/good.bin", 4),
+    ];
+    let incoming = plan(dir.path(), manifest, &always()).unwrap().prepare().unwrap();
+    let mut corrupted = data.clone();
+    corrupted[4096] = b'X'; // one corrupted byte
+    let store = incoming.store();
+    write_all_at(&store, &corrupted, 0).unwrap();
+    write_all_at(&store, b"good", data.len() as u64).unwrap();
+    drop(store);
+
+    let expected = [blake3::hash(&data), blake3::hash(b"good")];
+    let written = [blake3::hash(&corrupted), blake3::hash(b"good")];
+    let done = incoming.commit(&expected, &written).unwrap();
+    assert_eq!(done.mismatched, vec!["t/bad.bin".to_owned()]);
+    assert_eq!(done.files, 1);
+    assert_eq!(entries(&dir.path().join("t")), vec!["good.bin".to_owned()]);
+}
+
+#[test]
+fn dropping_without_commit_removes_the_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = vec![file("a", 12345), file("b", 0)];
+    let incoming = plan(dir.path(), manifest, &always()).unwrap().prepare().unwrap();
+    assert_eq!(entries(dir.path()).len(), 2);
+    drop(incoming);
+    assert!(entries(dir.path()).is_empty());
+}
+
+#[test]
+fn long_names_get_a_temp_name_the_file_system_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "n".repeat(255);
+    let incoming = plan(dir.path(), vec![file(&name, 1)], &always()).unwrap().prepare().unwrap();
+    write_all_at(&incoming.store(), b"z", 0).unwrap();
+    incoming.commit(&[blake3::hash(b"z")], &[blake3::hash(b"z")]).unwrap();
+    assert_eq!(entries(dir.path()), vec![name]);
+}
+
+#[test]
+fn a_missing_directory_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = plan(&dir.path().join("nope/out.bin"), vec![file("x", 10)], &always()).unwrap_err();
+    assert!(matches!(err, PlanError::NotFound(_)), "{err}");
+}
+
+#[test]
+fn a_hostile_manifest_is_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["../escape", "/abs", "a/../../b", "a//b", ""] {
+        let err = plan(dir.path(), vec![file(bad, 1)], &always()).unwrap_err();
+        assert!(matches!(err, PlanError::Bad(_)), "{bad:?}: {err}");
+    }
+    // A file inside a directory the manifest does not list first.
+    let err = plan(dir.path(), vec![file("d/x", 1)], &always()).unwrap_err();
+    assert!(matches!(err, PlanError::Bad(_)), "{err}");
+    assert!(entries(dir.path()).is_empty());
+}
