@@ -16,6 +16,22 @@ use super::messages::{FrameError, Spec, cipher_from_name, cipher_name};
 use super::{DATA_IDLE_TIMEOUT, MAX_CHANNELS, SessionError, connection_error};
 use crate::datapath::{ChannelParams, DataError};
 
+/// Initial congestion window of the session's QUIC connection. A manifest of 10,000 files is
+/// about 1 MB of JSON sent before any data moves: from quinn's default window (about 14 kB) slow
+/// start needs 7 round trips for it, 0.7 s on a 100 ms path; from 256 KiB it needs 3. The burst
+/// is 2 ms of a 1 Gbit/s link.
+pub(crate) const CONTROL_INITIAL_WINDOW_BYTES: u64 = 256 << 10;
+
+/// The QUIC transport settings both ends start from: a larger initial window (see
+/// [`CONTROL_INITIAL_WINDOW_BYTES`]).
+pub(crate) fn control_transport() -> quinn::TransportConfig {
+    let mut transport = quinn::TransportConfig::default();
+    let mut cubic = quinn::congestion::CubicConfig::default();
+    cubic.initial_window(CONTROL_INITIAL_WINDOW_BYTES);
+    transport.congestion_controller_factory(Arc::new(cubic));
+    transport
+}
+
 /// Deadline for a reply that needs no real work from the peer.
 pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Deadline for the handshake's messages.

@@ -15,7 +15,7 @@ use tracing::{debug, info};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
-    blocking, default_channel_config, frame_error, hash_budget,
+    blocking, control_transport, default_channel_config, frame_error, hash_budget,
 };
 use super::copy::{CopyOptions, local_walk_error};
 use super::digest::{self, Messages};
@@ -170,7 +170,7 @@ impl Client {
         let host = host_key(&config.host, config.server.port());
         let verifier = HostVerifier::new(config.trust.clone(), known, host.clone());
 
-        let mut transport = quinn::TransportConfig::default();
+        let mut transport = control_transport();
         let idle = quinn::IdleTimeout::try_from(CONNECTION_IDLE_TIMEOUT)
             .map_err(|_| SessionError::Config("idle timeout out of range".into()))?;
         transport

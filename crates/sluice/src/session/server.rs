@@ -20,7 +20,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
-    blocking, default_channel_config, frame_error, hash_budget,
+    blocking, control_transport, default_channel_config, frame_error, hash_budget,
 };
 use super::digest::{self, Messages};
 use super::identity::{Fingerprint, Identity};
@@ -122,7 +122,7 @@ impl Server {
         let identity = Identity::load_or_create(&config.state_dir)?;
         let tokens = TokenSet::load(&config.tokens_file)?;
 
-        let mut transport = quinn::TransportConfig::default();
+        let mut transport = control_transport();
         let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
             .map_err(|_| SessionError::Config("idle_timeout is too large".into()))?;
         transport
@@ -535,6 +535,7 @@ impl RequestCtx<'_> {
             other => Err(SessionError::Protocol(format!("expected Manifest, got {other:?}"))),
         })
         .await?;
+        debug!(entries = entries.len(), "manifest received");
         let root = self.shared.root.clone();
         options.confine = Some(root.clone());
         let req = requested.to_owned();
@@ -552,6 +553,7 @@ impl RequestCtx<'_> {
         if dry_run {
             return Ok(());
         }
+        debug!(files = plan.wanted().len(), "planned");
         let incoming = blocking(move || plan.prepare().map_err(plan_error)).await?;
         let files = incoming.store();
         let size = files.total();
