@@ -13,6 +13,7 @@ use sluice::session::{
 use sluice_proto::cc::CcKind;
 
 use crate::exit;
+use crate::rate::parse_rate;
 use crate::remote::{Location, parse_location};
 
 /// Arguments of `sluice cp`.
@@ -64,9 +65,19 @@ pub(crate) struct CpArgs {
     /// Congestion control: adaptive (default), udt, or fixed (needs --rate-mbit).
     #[arg(long, default_value = "adaptive")]
     cc: String,
-    /// Sending rate of `--cc fixed`, and a cap for the others, in Mbit/s.
-    #[arg(long)]
+    /// Sending rate of `--cc fixed`, and a cap for the others, in Mbit/s (the same as
+    /// --limit-rate NMbit).
+    #[arg(long, conflicts_with = "limit_rate")]
     rate_mbit: Option<f64>,
+    /// The most the transfer may send, with its unit: bits (800Mbit, 1.5Gbit) or bytes per
+    /// second (100MB, 64MiB).
+    #[arg(long, value_name = "RATE")]
+    limit_rate: Option<String>,
+    /// Rate policy: fair (share the path like one TCP flow, the default) or fixed (blast at
+    /// --limit-rate whatever the path says and repair from loss lists: RBUDP/Tsunami, for
+    /// dedicated links).
+    #[arg(long, value_name = "POLICY", default_value = "fair")]
+    policy: String,
     /// Largest UDP datagram in bytes (the default, 1452, fits a 1500-byte MTU; up to 65000
     /// where the path carries jumbo frames).
     #[arg(long)]
@@ -227,6 +238,18 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
         }
         channel.rate_bps = (rate * 1e6) as u64;
     }
+    if let Some(rate) = &args.limit_rate {
+        channel.rate_bps =
+            parse_rate(rate).map_err(|e| exit::usage(format!("--limit-rate: {e}")))?;
+    }
+    match args.policy.as_str() {
+        "fair" => {}
+        "fixed" if channel.rate_bps == 0 => {
+            return Err(exit::usage("--policy fixed sends at --limit-rate: give one"));
+        }
+        "fixed" => channel.cc = CcKind::Fixed,
+        other => return Err(exit::usage(format!("--policy {other}: use fair or fixed"))),
+    }
     if let Some(size) = args.packet_size {
         channel.packet_size = size;
     }
@@ -299,15 +322,21 @@ fn print_summary(args: &CpArgs, options: &CopyOptions, report: &TransferReport, 
     if report.kept > 0 {
         existing.push_str(&format!(", {} kept", report.kept));
     }
+    if report.resumed > 0 {
+        let moved = report.bytes - report.resumed;
+        existing.push_str(&format!(", resumed: {moved} bytes moved, {} kept", report.resumed));
+    }
     let files = format!("{} file{}", report.files, if report.files == 1 { "" } else { "s" });
     if options.dry_run {
         eprintln!("sluice: dry run: would copy {files}, {} bytes{existing}", report.bytes);
         return;
     }
+    // The rate of what moved (a resumed transfer's kept bytes did not).
+    let moved = report.bytes - report.resumed;
     eprintln!(
         "sluice: {files}, {} bytes in {:.2} s, {:.1} Mbit/s{existing}, BLAKE3 verified",
         report.bytes,
         secs,
-        report.bytes as f64 * 8.0 / secs.max(1e-9) / 1e6
+        moved as f64 * 8.0 / secs.max(1e-9) / 1e6
     );
 }

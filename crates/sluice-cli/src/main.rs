@@ -6,6 +6,7 @@
 mod cp;
 mod demo;
 mod exit;
+mod rate;
 mod remote;
 mod serve;
 mod size;

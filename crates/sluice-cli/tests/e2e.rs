@@ -229,6 +229,105 @@ fn cp_r_moves_trees_and_files_together_and_a_dry_run_only_lists() {
     assert!(no_partial_files(&back.join("proj/data")));
 }
 
+/// The prefix a download's resume record claims (0 while there is none).
+fn recorded_prefix(record: &Path) -> u64 {
+    let Ok(text) = std::fs::read_to_string(record) else { return 0 };
+    let at = text.find("\"prefix\":").map(|i| i + 9);
+    at.and_then(|i| text[i..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// "N bytes moved" from a summary (all of the file when nothing was resumed).
+fn moved_bytes(summary: &str, size: u64) -> u64 {
+    match summary.find("resumed: ") {
+        Some(i) => summary[i + 9..].split(' ').next().unwrap().parse().unwrap(),
+        None => size,
+    }
+}
+
+#[test]
+fn a_killed_download_resumes_and_moves_only_what_is_missing() {
+    let server = ServerProc::start();
+    let size: u64 = 96 << 20;
+    random_file(&server.root.join("big.bin"), size, 21);
+    let client = ClientEnv::new();
+    let dst = client.dir.path().join("big.bin");
+    let record = client.dir.path().join(".big.bin.sluice-resume");
+    let run = |extra: &[&str]| {
+        let mut c = client.cmd(&server, Some(TOKEN));
+        // Slow enough to be interrupted at a chosen point.
+        c.args(["--accept-new-host", "--rate-mbit", "250"]).args(extra);
+        c.args(["127.0.0.1:big.bin", dst.to_str().unwrap()]);
+        c
+    };
+    // Killed (SIGKILL: no chance to clean up) at about a third, then at about two thirds.
+    let mut moved = Vec::new();
+    for stop_at in [size / 3, 2 * size / 3] {
+        let mut child = run(&[]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while recorded_prefix(&record) < stop_at && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        let out = child.wait_with_output().unwrap();
+        let prefix = recorded_prefix(&record);
+        println!("killed with {prefix} of {size} bytes recorded: {}", stderr_text(&out.stderr));
+        assert!(prefix >= stop_at && prefix < size, "record says {prefix}");
+        assert!(!dst.exists(), "nothing under the final name before verification");
+        moved.push(prefix);
+    }
+    let o = run(&[]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&server.root.join("big.bin"), &dst));
+    let last = moved_bytes(&stderr(&o), size);
+    println!("the last run moved {last} of {size} bytes: {}", stderr(&o));
+    // What was recorded stays (whole 4 MiB blocks): the last run moves the rest and little more.
+    assert!(last <= size - moved[1] + (4 << 20), "moved {last}");
+    assert!(!record.exists());
+    assert!(no_partial_files(client.dir.path()));
+
+    // A corrupted block on disk and a garbage record are not trusted.
+    std::fs::remove_file(&dst).unwrap();
+    let mut child = run(&[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    while recorded_prefix(&record) < size / 2 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let temp = std::fs::read_dir(client.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("sluice-part"))
+        .expect("the partial file is kept");
+    // Flip one byte in the second block: that block and everything after it move again.
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&temp).unwrap();
+    let mut byte = [0u8; 1];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut byte, (4 << 20) + 10).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[byte[0] ^ 0xff], (4 << 20) + 10).unwrap();
+    let o = run(&[]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&server.root.join("big.bin"), &dst));
+    assert_eq!(moved_bytes(&stderr(&o), size), size - (4 << 20), "{}", stderr(&o));
+
+    std::fs::remove_file(&dst).unwrap();
+    let mut child = run(&[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    while recorded_prefix(&record) < size / 2 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::write(&record, b"{not a record").unwrap();
+    let o = run(&[]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&server.root.join("big.bin"), &dst));
+    assert_eq!(moved_bytes(&stderr(&o), size), size, "{}", stderr(&o));
+    assert!(no_partial_files(client.dir.path()));
+}
+
+fn stderr_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 #[test]
 fn one_gib_both_ways() {
     let server = ServerProc::start();
@@ -400,7 +499,16 @@ fn killing_the_server_mid_transfer_fails_cleanly_within_ten_seconds() {
     assert_ne!(code(&out), 0);
     assert!(!stderr(&out).trim().is_empty(), "no message");
     assert!(!dst.exists(), "nothing may stand under the final name");
-    assert!(no_partial_files(client.dir.path()), "the partial file must be removed");
+    // The partial file stays, with its resume record, for the same command to continue.
+    let left: Vec<String> = std::fs::read_dir(client.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(
+        left.iter().all(|n| n.contains(".sluice-part-") || n.ends_with(".sluice-resume")),
+        "{left:?}"
+    );
 }
 
 /// Runs `sluice cp` on a pseudo-terminal (through `script`) and answers its host-key question.

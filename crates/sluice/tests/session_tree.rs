@@ -274,3 +274,60 @@ async fn preserve_keeps_modes_and_times_without_setuid() {
     assert_eq!(server.root().join("p").metadata().unwrap().permissions().mode() & 0o777, 0o710);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_small_files_and_large_ones_in_one_request() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let tree = make_tree(local.path(), "many", 10_000);
+    fs::write(tree.join("large-2"), pattern(3 << 20, 77)).unwrap();
+    let want = describe(&tree);
+    let report = up(&client, &tree, recursive()).await.unwrap();
+    assert_eq!(report.files, 10_009);
+    assert_eq!(describe(&server.root().join("many")), want);
+    let back = tempfile::tempdir().unwrap();
+    let down = client.download(&["many".into()], back.path(), &recursive(), |_| {}).await;
+    assert_eq!(down.unwrap().files, 10_009);
+    assert_eq!(describe(&back.path().join("many")), want);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_corrupted_at_the_sender_after_hashing_is_caught_and_not_stored() {
+    let server = TestServer::start().await;
+    let mut config = server.client_config();
+    // 40 Mbit/s: 24 MiB take about 5 s, time enough to change the file while it moves.
+    config.channel.rate_bps = 40_000_000;
+    let client = Client::connect(config).await.unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("victim.bin");
+    let size = 24 << 20;
+    fs::write(&src, pattern(size, 5)).unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let upload = {
+        let (client, src) = (client.clone(), src.clone());
+        tokio::spawn(async move {
+            let options = CopyOptions::default();
+            client
+                .upload(&[src], "", &options, move |p| {
+                    let _ = tx.send(p.bytes);
+                })
+                .await
+        })
+    };
+    // Once 2 MiB are acknowledged the sender's hash (of the original bytes) is long done: the
+    // last MiB changes on disk before it is read for sending.
+    while rx.recv().await.is_some_and(|bytes| bytes < 2 << 20) {}
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let f = fs::File::options().write(true).open(&src).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0xA5; 1 << 20], (size - (1 << 20)) as u64)
+        .unwrap();
+    let err = upload.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, SessionError::Integrity(m) if m.contains("victim.bin") && m.contains("not stored")),
+        "{err}"
+    );
+    assert!(common::listing(&server.root()).is_empty(), "{:?}", common::listing(&server.root()));
+    server.stop().await;
+}

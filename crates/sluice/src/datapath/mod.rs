@@ -116,8 +116,11 @@ pub struct ChannelParams {
 pub struct Progress {
     /// Payload bytes acknowledged (sender) or received (receiver) so far.
     pub bytes: u64,
-    /// Total payload bytes of the range.
+    /// Total payload bytes to move.
     pub total: u64,
+    /// Receiver: the end of the run of bytes on disk from the range's start, without a gap
+    /// (what a resumed transfer can keep); sender: 0.
+    pub prefix: u64,
 }
 
 /// What a finished transfer's channels did, summed over the channels.
@@ -215,32 +218,33 @@ pub fn send_file(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
-    send(channels, file, range, progress, cancel)
+    send(channels, file, &[range], progress, cancel)
 }
 
-/// Sends `range` of `store` (payload offsets are the store's offsets) over `channels`. Blocks
-/// until every byte is acknowledged, every channel failed, or `cancel` is set.
+/// Sends `ranges` of `store` (in order; payload offsets are the store's offsets) over
+/// `channels`. Blocks until every byte is acknowledged, every channel failed, or `cancel` is
+/// set.
 pub fn send(
     channels: Vec<ChannelParams>,
     store: &dyn Store,
-    range: Range<u64>,
+    ranges: &[Range<u64>],
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
-    if nothing_to_move(&channels, &range, progress)? {
+    let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+    if nothing_to_move(&channels, total, progress)? {
         return Ok(ChannelReport::default());
     }
-    let total = range.end - range.start;
     let ctx = send::SendShared {
         store,
-        end: range.end,
-        plan: plan::Plan::new(range, CHUNK_BYTES),
+        end: ranges.iter().map(|r| r.end).max().unwrap_or(0),
+        plan: plan::Plan::new(ranges, CHUNK_BYTES),
         group: CouplingGroup::new(&channels[0].config, channels.len()),
         shared: transfer::Shared::default(),
     };
-    let bytes = || ctx.plan.acked_bytes();
+    let now = || Progress { bytes: ctx.plan.acked_bytes(), total, prefix: 0 };
     let run = |index, params, start| send::channel(index, params, &ctx, start);
-    let ends = transfer::supervise(channels, &ctx.shared, cancel, total, &bytes, progress, &run);
+    let ends = transfer::supervise(channels, &ctx.shared, cancel, &now, progress, &run);
     let mut report = transfer::verdict(ends, ctx.plan.done(), &ctx.shared, cancel)?;
     report.bytes = ctx.plan.acked_bytes();
     Ok(report)
@@ -258,29 +262,38 @@ pub fn receive_file(
     cancel: &AtomicBool,
 ) -> Result<Received, DataError> {
     let ends = vec![range.end.max(range.start)];
-    let received = receive(channels, file, range, ends, progress, cancel)?;
+    let received = receive(channels, file, range, &[], ends, progress, cancel)?;
     let blake3 = received.hashes.first().copied().unwrap_or_else(|| blake3::hash(b""));
     Ok(Received { report: received.report, blake3 })
 }
 
-/// Receives `range` into `store` over `channels`, and hashes each extent of the range (one
-/// from `range.start` to `ends[0]`, the next to `ends[1]`, ...; `ends` increasing, the last
-/// `range.end`) on a thread of its own as it is written. Blocks like [`receive_file`].
+/// Receives `range` into `store` over `channels`, except the parts in `present` (already in
+/// the store: a resumed transfer's), and hashes each extent of the range (one from
+/// `range.start` to `ends[0]`, the next to `ends[1]`, ...; `ends` increasing, the last
+/// `range.end`) on a thread of its own as it is written, the present parts included. Blocks
+/// like [`receive_file`].
 pub fn receive(
     channels: Vec<ChannelParams>,
     store: &dyn Store,
     range: Range<u64>,
+    present: &[Range<u64>],
     ends: Vec<u64>,
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ReceivedExtents, DataError> {
-    if nothing_to_move(&channels, &range, progress)? {
-        let hashes = vec![blake3::hash(b""); ends.len()];
+    let ctx = recv::RecvShared::new(store, range.clone(), present);
+    let total = ctx.missing();
+    if nothing_to_move(&channels, total, progress)? {
+        // Nothing moves, but what is present is hashed.
+        ctx.file.finish(true);
+        let hashes = match ctx.file.hash_written(ends, cancel) {
+            Ok(Some(hashes)) => hashes,
+            Ok(None) => return Err(DataError::Cancelled),
+            Err(e) => return Err(DataError::Hash(e)),
+        };
         return Ok(ReceivedExtents { report: ChannelReport::default(), hashes });
     }
-    let total = range.end - range.start;
-    let ctx = recv::RecvShared::new(store, range);
-    let bytes = || ctx.bytes();
+    let now = || Progress { bytes: ctx.bytes(), total, prefix: ctx.file.prefix() };
     let run = |index, params, start| recv::channel(index, params, &ctx, start);
     let (ends, hashed) = std::thread::scope(|s| {
         let hasher = std::thread::Builder::new()
@@ -296,8 +309,7 @@ pub fn receive(
             .map_err(DataError::Hash)?;
         // The hasher must hear the end on every path, a panicking channel's included.
         let ending = EndOnDrop(&ctx.file);
-        let ends =
-            transfer::supervise(channels, &ctx.shared, cancel, total, &bytes, progress, &run);
+        let ends = transfer::supervise(channels, &ctx.shared, cancel, &now, progress, &run);
         ctx.file.finish(ctx.complete());
         drop(ending);
         let hashed = hasher
@@ -322,22 +334,22 @@ impl Drop for EndOnDrop<'_, '_> {
     }
 }
 
-/// Checks the configurations; for an empty range, reports the (empty) progress once and says
-/// there is nothing to move, so neither end sends a packet.
+/// With no byte to move, reports the (empty) progress once and says there is nothing to move,
+/// so neither end sends a packet (and no channel is needed); else checks the channels.
 fn nothing_to_move(
     channels: &[ChannelParams],
-    range: &Range<u64>,
+    total: u64,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<bool, DataError> {
+    if total == 0 {
+        progress(Progress { bytes: 0, total: 0, prefix: 0 });
+        return Ok(true);
+    }
     if channels.is_empty() {
         return Err(DataError::NoChannels);
     }
     for params in channels {
         params.config.validate()?;
-    }
-    if range.end <= range.start {
-        progress(Progress { bytes: 0, total: 0 });
-        return Ok(true);
     }
     Ok(false)
 }

@@ -1,6 +1,6 @@
 //! The sending side's chunk plan, shared by the channels of one transfer.
 //!
-//! The byte range is cut into chunks of [`CHUNK_BYTES`]. A channel takes the next chunk when
+//! The byte ranges to send are cut into chunks of [`CHUNK_BYTES`]. A channel takes the next chunk when
 //! its own queue runs low (first come, first served, so a slow channel simply takes fewer);
 //! chunks are acknowledged in the order a channel took them, so a channel knows exactly which of
 //! its chunks are done from its cumulative acknowledged byte count. A channel that dies hands
@@ -25,16 +25,20 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    pub(super) fn new(range: Range<u64>, chunk_bytes: u64) -> Self {
+    /// The chunks of `ranges` (in order; each cut into chunks of at most `chunk_bytes`).
+    pub(super) fn new(ranges: &[Range<u64>], chunk_bytes: u64) -> Self {
         let chunk = chunk_bytes.max(1);
         let mut pending = VecDeque::new();
-        let mut at = range.start;
-        while at < range.end {
-            let end = range.end.min(at.saturating_add(chunk));
-            pending.push_back(at..end);
-            at = end;
+        let mut total = 0;
+        for range in ranges {
+            let mut at = range.start;
+            while at < range.end {
+                let end = range.end.min(at.saturating_add(chunk));
+                pending.push_back(at..end);
+                total += end - at;
+                at = end;
+            }
         }
-        let total = range.end.saturating_sub(range.start);
         Self { pending: Mutex::new(pending), unacked: AtomicU64::new(total), total }
     }
 

@@ -40,27 +40,40 @@ pub(super) struct RecvShared<'a> {
     /// Byte ranges of `range` that arrived, on any channel (a chunk handed from a dead channel
     /// to another may arrive twice).
     arrived: Mutex<IntervalSet>,
-    /// Bytes of `arrived`, readable without the lock.
+    /// Bytes of `arrived` that arrived (not present before), readable without the lock.
     arrived_bytes: AtomicU64,
+    /// Bytes of the range present before the transfer.
+    present_bytes: u64,
     /// Authenticated payloads outside `range` (a peer's bug): dropped.
     out_of_range: AtomicU64,
     pub(super) shared: Shared,
 }
 
 impl<'a> RecvShared<'a> {
-    pub(super) fn new(store: &'a dyn Store, range: Range<u64>) -> Self {
+    /// Receiving `range` of `store`, of which the parts in `present` are there already.
+    pub(super) fn new(store: &'a dyn Store, range: Range<u64>, present: &[Range<u64>]) -> Self {
+        let mut arrived = IntervalSet::new();
+        let mut had = 0;
+        for part in present {
+            let (lo, hi) = (part.start.max(range.start), part.end.min(range.end));
+            if lo < hi {
+                had += arrived.insert(lo, hi - 1);
+            }
+        }
         Self {
-            file: SharedFile::new(store, range.clone()),
+            file: SharedFile::new(store, range.clone(), &arrived),
             range,
-            arrived: Mutex::new(IntervalSet::new()),
+            arrived: Mutex::new(arrived),
             arrived_bytes: AtomicU64::new(0),
+            present_bytes: had,
             out_of_range: AtomicU64::new(0),
             shared: Shared::default(),
         }
     }
 
-    fn total(&self) -> u64 {
-        self.range.end - self.range.start
+    /// Bytes that must arrive.
+    pub(super) fn missing(&self) -> u64 {
+        self.range.end - self.range.start - self.present_bytes
     }
 
     /// Bytes arrived so far.
@@ -68,9 +81,9 @@ impl<'a> RecvShared<'a> {
         self.arrived_bytes.load(Ordering::Acquire)
     }
 
-    /// Whether every byte of the range arrived.
+    /// Whether every byte of the range arrived (or was present).
     pub(super) fn complete(&self) -> bool {
-        self.bytes() == self.total()
+        self.bytes() == self.missing()
     }
 
     /// Whether a payload lies inside the range (one outside is a peer's bug: counted, dropped).

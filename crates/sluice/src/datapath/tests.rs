@@ -4,6 +4,8 @@
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::AtomicBool;
 
+use sluice_proto::intervals::IntervalSet;
+
 use super::blocks::{READ_BLOCK_BYTES, ReadAhead, WRITE_BLOCK_BYTES, WriteBehind};
 use super::written::SharedFile;
 use crate::files::HASH_BLOCK_BYTES;
@@ -60,7 +62,7 @@ fn read_ahead_reports_a_short_file() {
 fn write_behind_gathers_runs_and_writes_repairs_in_place() {
     let data = pattern(2 * WRITE_BLOCK_BYTES + 5000);
     let file = temp_file(&vec![0u8; data.len()]);
-    let shared = SharedFile::new(&file, 0..data.len() as u64);
+    let shared = SharedFile::new(&file, 0..data.len() as u64, &IntervalSet::new());
     let mut writer = WriteBehind::new(&shared);
     let chunks: Vec<(usize, usize)> =
         (0..data.len()).step_by(1400).map(|o| (o, (o + 1400).min(data.len()))).collect();
@@ -80,7 +82,7 @@ fn write_behind_gathers_runs_and_writes_repairs_in_place() {
 #[test]
 fn the_shared_file_writes_each_byte_once() {
     let file = temp_file(&[0u8; 100]);
-    let shared = SharedFile::new(&file, 0..100);
+    let shared = SharedFile::new(&file, 0..100, &IntervalSet::new());
     shared.write_all_at(&[1; 30], 10).unwrap();
     // A second copy that differs (the sender's file changed): only the new bytes land.
     shared.write_all_at(&[2; 50], 0).unwrap();
@@ -106,7 +108,7 @@ fn the_hasher_follows_the_written_prefix_to_the_end_of_the_range_one_hash_per_ex
     let data = pattern(3 * HASH_BLOCK_BYTES + 777);
     let range = 1000..data.len() as u64 - 3;
     let file = temp_file(&vec![0u8; data.len()]);
-    let shared = SharedFile::new(&file, range.clone());
+    let shared = SharedFile::new(&file, range.clone(), &IntervalSet::new());
     let no = AtomicBool::new(false);
     let piece = 64 << 10;
     // Extents: a small one, an empty one, one across a hash block's end, the rest.
@@ -143,7 +145,7 @@ fn the_hasher_stops_when_the_transfer_ends_incomplete_or_is_cancelled() {
     let data = pattern(2 * HASH_BLOCK_BYTES);
     let file = temp_file(&vec![0u8; data.len()]);
     let no = AtomicBool::new(false);
-    let shared = SharedFile::new(&file, 0..data.len() as u64);
+    let shared = SharedFile::new(&file, 0..data.len() as u64, &IntervalSet::new());
     shared.write_all_at(&data[..HASH_BLOCK_BYTES + 5], 0).unwrap();
     let hashed = std::thread::scope(|s| {
         let hasher = s.spawn(|| shared.hash_written(vec![data.len() as u64], &no));
@@ -155,15 +157,34 @@ fn the_hasher_stops_when_the_transfer_ends_incomplete_or_is_cancelled() {
     assert_eq!(hashed.unwrap(), None);
 
     let cancelled = AtomicBool::new(true);
-    let shared = SharedFile::new(&file, 0..data.len() as u64);
+    let shared = SharedFile::new(&file, 0..data.len() as u64, &IntervalSet::new());
     shared.write_all_at(&data, 0).unwrap();
     assert_eq!(shared.hash_written(vec![data.len() as u64], &cancelled).unwrap(), None);
 }
 
 #[test]
+fn bytes_present_before_the_transfer_are_hashed_and_not_awaited() {
+    let data = pattern(HASH_BLOCK_BYTES + 5000);
+    // The first 5000 bytes are on disk already (a resumed file); the rest is zeros until written.
+    let mut on_disk = vec![0u8; data.len()];
+    on_disk[..5000].copy_from_slice(&data[..5000]);
+    let file = temp_file(&on_disk);
+    let mut present = IntervalSet::new();
+    present.insert(0, 4999);
+    let shared = SharedFile::new(&file, 0..data.len() as u64, &present);
+    assert_eq!(shared.prefix(), 5000);
+    // A second copy of present bytes is not written over them.
+    shared.write_all_at(&[9u8; 100], 0).unwrap();
+    shared.write_all_at(&data[5000..], 5000).unwrap();
+    let no = AtomicBool::new(false);
+    let hashed = shared.hash_written(vec![data.len() as u64], &no).unwrap();
+    assert_eq!(hashed, Some(vec![blake3::hash(&data)]));
+}
+
+#[test]
 fn a_complete_end_with_an_unwritten_byte_is_an_error() {
     let file = temp_file(&[0u8; 100]);
-    let shared = SharedFile::new(&file, 0..100);
+    let shared = SharedFile::new(&file, 0..100, &IntervalSet::new());
     shared.write_all_at(&[1; 40], 0).unwrap();
     shared.write_all_at(&[1; 59], 41).unwrap();
     shared.finish(true);

@@ -53,14 +53,13 @@ pub(super) struct ChannelEnd {
 }
 
 /// Runs `run(index, params, start)` for every channel on a thread of its own and waits for all
-/// of them, reporting `bytes()` as progress meanwhile and setting `shared.stop` when `cancel`
+/// of them, reporting `now()` as progress meanwhile and setting `shared.stop` when `cancel`
 /// is set. `start` is the transfer's clock origin, common to all channels.
 pub(super) fn supervise(
     channels: Vec<ChannelParams>,
     shared: &Shared,
     cancel: &AtomicBool,
-    total: u64,
-    bytes: &(dyn Fn() -> u64 + Sync),
+    now: &(dyn Fn() -> Progress + Sync),
     progress: &mut dyn FnMut(Progress),
     run: &(dyn Fn(usize, ChannelParams, Instant) -> ChannelEnd + Sync),
 ) -> Vec<ChannelEnd> {
@@ -80,10 +79,10 @@ pub(super) fn supervise(
             if cancel.load(Ordering::Relaxed) {
                 shared.stop.store(true, Ordering::Relaxed);
             }
-            let now = Instant::now();
-            if now >= next_report {
-                progress(Progress { bytes: bytes(), total });
-                next_report = now + REPORT_EVERY;
+            let at = Instant::now();
+            if at >= next_report {
+                progress(now());
+                next_report = at + REPORT_EVERY;
             }
             std::thread::sleep(SUPERVISE_EVERY);
         }
@@ -101,7 +100,7 @@ pub(super) fn supervise(
             })
             .collect()
     });
-    progress(Progress { bytes: bytes(), total });
+    progress(now());
     ends
 }
 

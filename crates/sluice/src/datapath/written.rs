@@ -42,10 +42,20 @@ struct Written {
 }
 
 impl<'f> SharedFile<'f> {
-    /// A file about to receive `range` (nothing of it written yet).
-    pub(super) fn new(store: &'f dyn Store, range: Range<u64>) -> Self {
-        let written = Written { bytes: IntervalSet::new(), prefix_end: range.start, ended: None };
+    /// A store about to receive `range`, of which `present` is on disk already.
+    pub(super) fn new(store: &'f dyn Store, range: Range<u64>, present: &IntervalSet) -> Self {
+        let bytes = present.clone();
+        let prefix_end = match range.end > range.start {
+            true => bytes.gaps(range.start, range.end - 1).next().map_or(range.end, |(lo, _)| lo),
+            false => range.start,
+        };
+        let written = Written { bytes, prefix_end, ended: None };
         Self { store, range, written: Mutex::new(written), changed: Condvar::new() }
+    }
+
+    /// The end of the run on disk from the range's start.
+    pub(super) fn prefix(&self) -> u64 {
+        self.lock().prefix_end
     }
 
     fn lock(&self) -> MutexGuard<'_, Written> {

@@ -17,7 +17,7 @@ use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
     blocking, control_transport, default_channel_config, frame_error, hash_budget,
 };
-use super::copy::{CopyOptions, local_walk_error};
+use super::copy::{CopyOptions, kept_pairs, local_walk_error, resume_offers, resume_verdict};
 use super::digest::{self, Messages};
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
@@ -96,6 +96,9 @@ pub struct TransferReport {
     pub replaced: u64,
     /// Existing files kept by the overwrite policy.
     pub kept: u64,
+    /// Bytes an interrupted transfer had left at the receiver that were checked against the
+    /// sender's blocks and kept: they did not move again.
+    pub resumed: u64,
     /// What the sending end left out, and why (links skipped, special files, ...); only an
     /// upload knows.
     pub skipped: Vec<String>,
@@ -300,7 +303,7 @@ impl Client {
         remote_paths: &[String],
         dest: &Path,
         options: &CopyOptions,
-        progress: impl FnMut(Progress) + Send + 'static,
+        mut progress: impl FnMut(Progress) + Send + 'static,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         let mut req = self.request().await?;
@@ -329,22 +332,44 @@ impl Client {
             Err(err) => return Err(req.fail(err).await),
         };
         let mut report = TransferReport::planned(&plan, options.dry_run);
-        let wanted = if options.dry_run { Vec::new() } else { plan.wanted().to_vec() };
-        let want = Want { files: to_ranges(wanted), replaced: plan.replaced, kept: plan.kept };
-        req.write(&ClientMsg::Want(want)).await?;
         if options.dry_run {
+            let want = Want { files: Vec::new(), replaced: 0, kept: 0, resume: Vec::new() };
+            req.write(&ClientMsg::Want(want)).await?;
             req.write(&ClientMsg::Verified).await?;
             req.finish();
             return Ok(report.finished(started));
         }
+        let want_files = to_ranges(plan.wanted().iter().copied());
+        let (replaced, kept) = (plan.replaced, plan.kept);
         let incoming = match blocking(move || plan.prepare().map_err(plan_error)).await {
             Ok(incoming) => incoming,
             Err(err) => return Err(req.fail(err).await),
         };
+        let resume = resume_offers(incoming.offers());
+        let offered = !resume.is_empty();
+        req.write(&ClientMsg::Want(Want { files: want_files, replaced, kept, resume })).await?;
+        let present = match offered {
+            false => Vec::new(),
+            true => match req.read(REPLY_TIMEOUT).await? {
+                ServerMsg::Resumed { kept } => {
+                    let kept = match kept_pairs(&kept) {
+                        Ok(kept) => kept,
+                        Err(err) => return Err(req.fail(err).await),
+                    };
+                    match incoming.present(&kept) {
+                        Ok(present) => present,
+                        Err(e) => return Err(req.fail(SessionError::Protocol(e)).await),
+                    }
+                }
+                other => return Err(unexpected(other)),
+            },
+        };
         let files = incoming.store();
         let (size, ends) = (files.total(), files.ends());
         let count = ends.len();
-        let params = match size {
+        let moving = size - present.iter().map(|r| r.end - r.start).sum::<u64>();
+        report.resumed = size - moving;
+        let params = match moving {
             0 => None,
             _ => {
                 let server_ports = match req.read(REPLY_TIMEOUT).await? {
@@ -359,22 +384,20 @@ impl Client {
 
         let conn = &self.conn;
         let mut messages = Messages::<ServerMsg>::new(&mut req.recv);
-        let mut progress = progress;
         let received = async {
-            let (channel, actual, early) = match params {
-                None => {
-                    progress(Progress { bytes: 0, total: 0 });
-                    (None, vec![blake3::hash(b""); count], Vec::new())
-                }
-                Some(params) => {
-                    let mut task = DataTask::spawn(move |cancel| {
-                        datapath::receive(params, &files, 0..size, ends, &mut progress, cancel)
-                    });
-                    let (received, early) =
-                        digest::run_receiving(&mut task, &mut messages, count, conn).await?;
-                    (Some(received.report), received.hashes, early)
-                }
-            };
+            let mut keeper = incoming.keeper();
+            let mut task = DataTask::spawn(move |cancel| {
+                let mut progress = |p: Progress| {
+                    keeper.update(p.prefix, false);
+                    progress(p);
+                };
+                let params = params.unwrap_or_default();
+                datapath::receive(params, &files, 0..size, &present, ends, &mut progress, cancel)
+            });
+            let (received, early) =
+                digest::run_receiving(&mut task, &mut messages, count, conn).await?;
+            let channel = (received.report.channels > 0).then_some(received.report);
+            let actual = received.hashes;
             let expected =
                 digest::await_digests(&mut messages, early, count, conn, hash_budget(size)).await?;
             let single = (count == 1).then(|| expected[0].to_hex().to_string());
@@ -457,10 +480,21 @@ impl Client {
             return Ok(report.finished(started));
         }
         let size = files.total();
-        debug!(dest, files = report.files, size, "sending");
+        let (store, offers) = (files.clone(), want.resume.clone());
+        let verdict = match blocking(move || resume_verdict(&store, &offers)).await {
+            Ok(verdict) => verdict,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        if !want.resume.is_empty() {
+            req.write(&ClientMsg::Resumed { kept: verdict.kept.clone() }).await?;
+        }
+        let moving = verdict.moving();
+        let ranges = verdict.ranges;
+        report.resumed = size - moving;
+        debug!(dest, files = report.files, size, moving, "sending");
         let mut progress = progress;
-        let data = if size == 0 {
-            progress(Progress { bytes: 0, total: 0 });
+        let data = if moving == 0 {
+            progress(Progress { bytes: 0, total: 0, prefix: 0 });
             None
         } else {
             let server_ports = match req.read(REPLY_TIMEOUT).await? {
@@ -471,7 +505,7 @@ impl Client {
             let params = self.channel_params(&mut req, sockets, &server_ports).await?;
             let store = files.clone();
             Some(DataTask::spawn(move |cancel| {
-                datapath::send(params, &*store, 0..size, &mut progress, cancel)
+                datapath::send(params, &*store, &ranges, &mut progress, cancel)
             }))
         };
         let streams = (&mut req.send, &mut req.recv);

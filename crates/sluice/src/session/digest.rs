@@ -150,11 +150,13 @@ pub(crate) async fn run_sending<W: Control, R: DeserializeOwned + Send + 'static
     conn: &quinn::Connection,
     wait: Duration,
 ) -> Result<Sent<R>, SessionError> {
-    let mut hashing =
-        Some(DataTask::spawn(move |cancel| hash_extents(&*files, 0, files.ends(), cancel)));
+    // With no file wanted there is nothing to hash and no digest to send: the receiver may
+    // answer at once.
+    let mut digests = files.is_empty().then(Vec::new);
+    let mut hashing = (!files.is_empty())
+        .then(|| DataTask::spawn(move |cancel| hash_extents(&*files, 0, files.ends(), cancel)));
     let mut messages = Messages::<R>::new(recv);
     let mut report = None;
-    let mut digests = None;
     while data.is_some() || hashing.is_some() {
         tokio::select! {
             done = join_some(&mut data) => {

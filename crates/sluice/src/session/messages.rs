@@ -83,6 +83,11 @@ pub enum ClientMsg {
     Manifest(ManifestPart),
     /// The files of the server's manifest the client wants (a `Get`).
     Want(Want),
+    /// The sender's verdict on the server's resume offers (a `Put`).
+    Resumed {
+        /// `[file, bytes]`: the leading bytes of each offered file that match and stay.
+        kept: Vec<[u64; 2]>,
+    },
     /// BLAKE3 of each file sent (a `Put`), in order, in one or more batches: sent when the
     /// client's hashing is done, which may be before, during or after the data.
     Digests {
@@ -133,6 +138,11 @@ pub enum ServerMsg {
     Manifest(ManifestPart),
     /// The files of the client's manifest the server wants (a `Put`).
     Want(Want),
+    /// The sender's verdict on the client's resume offers (a `Get`).
+    Resumed {
+        /// `[file, bytes]`: the leading bytes of each offered file that match and stay.
+        kept: Vec<[u64; 2]>,
+    },
     /// BLAKE3 of each file sent (a `Get`), in order, in one or more batches: sent when the
     /// server's hashing is done, which may be before, during or after the data.
     Digests {
@@ -178,6 +188,18 @@ pub struct Want {
     /// Existing files kept by the overwrite policy.
     #[serde(default)]
     pub kept: u64,
+    /// Files an interrupted transfer left partly on disk: the sender answers `Resumed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resume: Vec<ResumeOffer>,
+}
+
+/// The leading blocks of a wanted file the receiver has already.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeOffer {
+    /// Which file, counting the wanted files in order from 0.
+    pub file: u32,
+    /// BLAKE3 of each 4 MiB block from the file's start, hex.
+    pub blocks: Vec<String>,
 }
 
 /// What a `Stat` found.

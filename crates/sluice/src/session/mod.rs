@@ -33,8 +33,9 @@
 //!    |                                                   |
 //!    | stream n: Get {paths, recursive, links, checksum} >|  resolve under root, list
 //!    |  <--------  Manifest {entries, last} ... | Error   |
-//!    | Want {files, replaced, kept}  ------------------>  |  the client's overwrite policy
-//!    |  <--------  Ready {udp_ports}    (only when the wanted files hold any byte)
+//!    | Want {files, replaced, kept, resume}  ---------->  |  the client's overwrite policy
+//!    |  <--------  Resumed {kept}       (only when Want offered partial files to resume)
+//!    |  <--------  Ready {udp_ports}    (only when any byte is left to move)
 //!    | Ready {udp_ports}  ----------------------------->  |  starts the channels and hashing
 //!    |  <=======  N data channels: server UDP -> client UDP (sealed, ACK/NAK back)
 //!    |  <--------  Digests {blake3: [...]} ... (when its hashes are done)
@@ -42,8 +43,9 @@
 //!    |                                                   |
 //!    | stream n: Put {dest, overwrite, checksum, preserve, dry_run}
 //!    | Manifest {entries, last} ... ------------------->  |  resolve dest under root, plan
-//!    |  <--------  Want {files, replaced, kept} | Error   |  (a dry run ends here)
-//!    |  <--------  Ready {udp_ports}    (only when the wanted files hold any byte)
+//!    |  <--------  Want {files, replaced, kept, resume} | Error  (a dry run ends here)
+//!    | Resumed {kept}  -------------------------------->  |  (only when Want offered any)
+//!    |  <--------  Ready {udp_ports}    (only when any byte is left to move)
 //!    | Ready {udp_ports}  ----------------------------->  |
 //!    |  =======>  N data channels: client UDP -> server UDP (the client hashes beside them)
 //!    | Digests {blake3: [...]} ... -------------------->  |  (before, during or after the data)
@@ -52,7 +54,10 @@
 //!
 //! A transfer moves a manifest ([`crate::tree`]): one file, or many files, directories and
 //! links. The wanted files are laid end to end in one offset space and the data channels move
-//! it as one range, so a tree of small files costs no round trip per file.
+//! it as one range, so a tree of small files costs no round trip per file. A file that an
+//! interrupted transfer left partly on the receiver is offered in `Want` as the BLAKE3 of each
+//! 4 MiB block it has; the sender keeps the leading blocks that match its own and sends the
+//! rest ([`crate::tree::resume`]).
 //!
 //! Integrity: neither end reads a file for its hash before or after the data. The sender
 //! hashes exactly the bytes it announced, one BLAKE3 per file, on a thread of its own started

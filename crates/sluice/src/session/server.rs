@@ -22,6 +22,7 @@ use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
     blocking, control_transport, default_channel_config, frame_error, hash_budget,
 };
+use super::copy::{kept_pairs, resume_offers, resume_verdict};
 use super::digest::{self, Messages};
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
@@ -484,18 +485,24 @@ impl RequestCtx<'_> {
             }
             other => return Err(SessionError::Protocol(format!("expected Want, got {other:?}"))),
         };
-        let files = wanted_files(&outgoing, &want)?;
+        let files = Arc::new(wanted_files(&outgoing, &want)?);
         let size = files.total();
-        let count = files.ends().len();
-        info!(paths = ?requested, files = count, size, channels = self.session.negotiated.channels, "sending");
-        let files = Arc::new(files);
-        let data = if size == 0 {
+        let count = files.len();
+        let (store, offers) = (files.clone(), want.resume.clone());
+        let verdict = blocking(move || resume_verdict(&store, &offers)).await?;
+        if !want.resume.is_empty() {
+            self.write(&ServerMsg::Resumed { kept: verdict.kept.clone() }).await?;
+        }
+        let moving = verdict.moving();
+        let ranges = verdict.ranges;
+        info!(paths = ?requested, files = count, size, moving, channels = self.session.negotiated.channels, "sending");
+        let data = if moving == 0 {
             None
         } else {
             let params = self.exchange_ready().await?;
             let store = files.clone();
             Some(DataTask::spawn(move |cancel| {
-                datapath::send(params, &*store, 0..size, &mut |_| {}, cancel)
+                datapath::send(params, &*store, &ranges, &mut |_| {}, cancel)
             }))
         };
         let streams = (&mut *self.send, &mut *self.recv);
@@ -544,23 +551,47 @@ impl RequestCtx<'_> {
             plan(&dest, entries, &options).map_err(plan_error)
         })
         .await?;
-        let want = Want {
-            files: to_ranges(plan.wanted().iter().copied()),
-            replaced: plan.replaced,
-            kept: plan.kept,
-        };
-        self.write(&ServerMsg::Want(want)).await?;
         if dry_run {
-            return Ok(());
+            let want = Want {
+                files: to_ranges(plan.wanted().iter().copied()),
+                replaced: plan.replaced,
+                kept: plan.kept,
+                resume: Vec::new(),
+            };
+            return self.write(&ServerMsg::Want(want)).await;
         }
         debug!(files = plan.wanted().len(), "planned");
+        let want_files = to_ranges(plan.wanted().iter().copied());
+        let (replaced, kept) = (plan.replaced, plan.kept);
         let incoming = blocking(move || plan.prepare().map_err(plan_error)).await?;
+        let resume = resume_offers(incoming.offers());
+        let offered = !resume.is_empty();
+        self.write(&ServerMsg::Want(Want { files: want_files, replaced, kept, resume })).await?;
+        let present = if offered {
+            match read_message(self.recv, REPLY_TIMEOUT)
+                .await
+                .map_err(|e| frame_error(e, self.conn))?
+            {
+                ClientMsg::Resumed { kept } => {
+                    incoming.present(&kept_pairs(&kept)?).map_err(SessionError::Protocol)?
+                }
+                ClientMsg::Failed { code, message } => {
+                    return Err(SessionError::from_remote(code, message));
+                }
+                other => {
+                    return Err(SessionError::Protocol(format!("expected Resumed, got {other:?}")));
+                }
+            }
+        } else {
+            Vec::new()
+        };
         let files = incoming.store();
         let size = files.total();
         let ends = files.ends();
         let count = ends.len();
-        info!(path = requested, files = count, size, "receiving");
-        let params = match size {
+        let moving = size - present.iter().map(|r| r.end - r.start).sum::<u64>();
+        info!(path = requested, files = count, size, moving, "receiving");
+        let params = match moving {
             0 => None,
             _ => Some(self.exchange_ready().await?),
         };
@@ -568,18 +599,18 @@ impl RequestCtx<'_> {
         let conn = self.conn;
         let wait = self.shared.digest_timeout.unwrap_or_else(|| hash_budget(size));
         let mut messages = Messages::<ClientMsg>::new(self.recv);
-        let (actual, early) = match params {
-            None => (vec![blake3::hash(b""); count], Vec::new()),
-            Some(params) => {
-                let mut task = DataTask::spawn(move |cancel| {
-                    datapath::receive(params, &files, 0..size, ends, &mut |_| {}, cancel)
-                });
-                let (received, early) =
-                    digest::run_receiving(&mut task, &mut messages, count, conn).await?;
-                log_channel("received", &received.report);
-                (received.hashes, early)
-            }
-        };
+        let mut keeper = incoming.keeper();
+        let mut task = DataTask::spawn(move |cancel| {
+            let mut progress = |p: datapath::Progress| keeper.update(p.prefix, false);
+            let params = params.unwrap_or_default();
+            datapath::receive(params, &files, 0..size, &present, ends, &mut progress, cancel)
+        });
+        let (received, early) =
+            digest::run_receiving(&mut task, &mut messages, count, conn).await?;
+        if received.report.channels > 0 {
+            log_channel("received", &received.report);
+        }
+        let actual = received.hashes;
         let expected = digest::await_digests(&mut messages, early, count, conn, wait).await?;
         drop(messages);
         let committed =

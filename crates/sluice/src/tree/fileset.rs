@@ -51,6 +51,21 @@ impl FileSet {
         self.bases.last().map_or(0, |b| b + self.sizes[self.sizes.len() - 1])
     }
 
+    /// File `i`: its path, size and first offset in the offset space.
+    pub fn file_at(&self, i: usize) -> Option<(&std::path::Path, u64, u64)> {
+        Some((self.paths.get(i)?.as_path(), self.sizes[i], self.bases[i]))
+    }
+
+    /// Files in the set.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether the set has no file.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
     /// Where each file ends in the offset space (the extents a receiver hashes).
     pub fn ends(&self) -> Vec<u64> {
         self.bases.iter().zip(&self.sizes).map(|(b, s)| b + s).collect()

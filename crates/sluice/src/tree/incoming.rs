@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fileset::FileSet;
 use super::manifest::{self, BadEntry, Entry, EntryKind};
+use super::resume::{self, RECORD_EVERY, RESUME_MIN_BYTES, Resumable};
 use crate::files::{hash_prefix, parent_dir, random_u64, temp_name};
 
 /// What to do when a file of the manifest exists at the destination.
@@ -96,6 +97,8 @@ pub struct Plan {
     files: Vec<usize>,
     /// Numbers of the files that move.
     wanted: Vec<u32>,
+    /// For each wanted file, a temporary file an interrupted transfer left to continue.
+    resume: Vec<Option<Resumable>>,
     /// Links to make (entry indices).
     links: Vec<usize>,
     /// Existing files that will be replaced.
@@ -136,6 +139,7 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
         targets: Vec::with_capacity(entries.len()),
         files: Vec::new(),
         wanted: Vec::new(),
+        resume: Vec::new(),
         links: Vec::new(),
         replaced: 0,
         kept: 0,
@@ -216,6 +220,8 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
                     plan.files.push(i);
                     if move_it {
                         plan.wanted.push(number);
+                        let resumable = entry.size >= RESUME_MIN_BYTES;
+                        plan.resume.push(resumable.then(|| resume::find(&target, entry)).flatten());
                     }
                 } else if move_it {
                     plan.links.push(i);
@@ -310,6 +316,12 @@ impl Plan {
         self.wanted.iter().map(|&n| self.entries[self.files[n as usize]].size).sum()
     }
 
+    /// Bytes of the wanted files that interrupted transfers left on disk (to be checked
+    /// against the sender's before they count).
+    pub fn resumable_bytes(&self) -> u64 {
+        self.resume.iter().flatten().map(|r| r.prefix).sum()
+    }
+
     /// Files in the manifest.
     pub fn file_count(&self) -> usize {
         self.files.len()
@@ -331,14 +343,26 @@ impl Plan {
                 Err(e) => return Err(io_err(target, e)),
             }
         }
-        let mut incoming =
-            Incoming { temps: Vec::with_capacity(self.wanted.len()), committed: 0, plan: self };
-        for &n in &incoming.plan.wanted {
+        let mut incoming = Incoming {
+            temps: Vec::with_capacity(self.wanted.len()),
+            offers: Vec::new(),
+            committed: 0,
+            plan: self,
+        };
+        for (k, &n) in incoming.plan.wanted.iter().enumerate() {
             let i = incoming.plan.files[n as usize];
             let target = &incoming.plan.targets[i];
+            if let Some(resumable) = &incoming.plan.resume[k] {
+                let hashes = File::open(&resumable.temp)
+                    .and_then(|f| resume::block_hashes(&f, resumable.prefix))
+                    .map_err(|e| io_err(target, e))?;
+                incoming.temps.push(resumable.temp.clone());
+                incoming.offers.push((k as u32, hashes));
+                continue;
+            }
             let name = target.file_name().unwrap_or(target.as_os_str());
-            let temp = parent_dir(target)
-                .join(temp_name(name, random_u64().map_err(|e| io_err(target, e))?));
+            let random = random_u64().map_err(|e| io_err(target, e))?;
+            let temp = parent_dir(target).join(temp_name(name, random));
             let file = OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -359,6 +383,8 @@ pub struct Incoming {
     plan: Plan,
     /// One per wanted file.
     temps: Vec<PathBuf>,
+    /// Resumed files: (index among the wanted files, hashes of the blocks on disk).
+    offers: Vec<(u32, Vec<blake3::Hash>)>,
     /// Temporary files at the front of `temps` already renamed or removed.
     committed: usize,
 }
@@ -375,6 +401,58 @@ pub struct Committed {
 }
 
 impl Incoming {
+    /// What an interrupted transfer left: (index among the wanted files, BLAKE3 of each block
+    /// of its leading bytes on disk), for the sender to check.
+    pub fn offers(&self) -> &[(u32, Vec<blake3::Hash>)] {
+        &self.offers
+    }
+
+    /// The ranges of the offset space already on disk, from the sender's verdict on the offers:
+    /// `(index among the wanted files, leading bytes kept)`. A verdict that claims more than was
+    /// offered is refused.
+    pub fn present(&self, kept: &[(u32, u64)]) -> Result<Vec<std::ops::Range<u64>>, String> {
+        let store = self.store();
+        let mut ranges = Vec::new();
+        for &(k, bytes) in kept {
+            let offered = self.offers.iter().find(|(o, _)| *o == k).map(|(_, h)| h.len() as u64);
+            let (_, size, base) =
+                store.file_at(k as usize).ok_or("a kept file that is not wanted")?;
+            let most = offered
+                .ok_or("a kept file that was not offered")?
+                .saturating_mul(resume::RESUME_BLOCK_BYTES);
+            if bytes > most.min(size) {
+                return Err(format!("{bytes} bytes kept of file {k}, more than offered"));
+            }
+            if bytes > 0 {
+                ranges.push(base..base + bytes);
+            }
+        }
+        Ok(ranges)
+    }
+
+    /// Keeps resume records of the large files up to date as the written prefix of the
+    /// offset space grows (call [`ResumeKeeper::update`] with it).
+    pub fn keeper(&self) -> ResumeKeeper {
+        let store = self.store();
+        let mut files = Vec::new();
+        for (k, &n) in self.plan.wanted.iter().enumerate() {
+            let i = self.plan.files[n as usize];
+            let entry = &self.plan.entries[i];
+            if entry.size >= RESUME_MIN_BYTES {
+                let base = store.file_at(k).map_or(0, |(_, _, base)| base);
+                let temp = self.temps[k].clone();
+                files.push(Tracked {
+                    base,
+                    entry: entry.clone(),
+                    target: self.plan.targets[i].clone(),
+                    temp,
+                    recorded: 0,
+                });
+            }
+        }
+        ResumeKeeper { files, last: None }
+    }
+
     /// The temporary files as one store, in the order the data moves.
     pub fn store(&self) -> FileSet {
         let sizes =
@@ -405,6 +483,7 @@ impl Incoming {
             let target = &self.plan.targets[self.plan.files[self.plan.wanted[k] as usize]];
             let temp = &self.temps[k];
             // `blake3::Hash` compares in constant time.
+            resume::forget(target);
             if expected[k] != actual[k] {
                 let _ = std::fs::remove_file(temp);
                 done.mismatched.push(entry.path.clone());
@@ -457,9 +536,52 @@ impl Incoming {
 }
 
 impl Drop for Incoming {
+    /// Removes the temporary files not committed, except those a resume record names.
     fn drop(&mut self) {
-        for temp in &self.temps[self.committed..] {
-            let _ = std::fs::remove_file(temp);
+        for (k, temp) in self.temps.iter().enumerate().skip(self.committed) {
+            let target = &self.plan.targets[self.plan.files[self.plan.wanted[k] as usize]];
+            if !resume::record_path(target).exists() {
+                let _ = std::fs::remove_file(temp);
+            }
+        }
+    }
+}
+
+/// A large wanted file whose progress is recorded for a resume.
+#[derive(Debug)]
+struct Tracked {
+    base: u64,
+    entry: Entry,
+    target: PathBuf,
+    temp: PathBuf,
+    /// The prefix last recorded.
+    recorded: u64,
+}
+
+/// Writes the resume records of an incoming transfer's large files as their bytes reach the
+/// disk ([`Incoming::keeper`]).
+#[derive(Debug)]
+pub struct ResumeKeeper {
+    files: Vec<Tracked>,
+    last: Option<std::time::Instant>,
+}
+
+impl ResumeKeeper {
+    /// The offset space is on disk without a gap up to `prefix`: records the files it covers
+    /// further than last time (at most every [`RECORD_EVERY`], unless `now` is set). A record
+    /// that cannot be written only costs the resume.
+    pub fn update(&mut self, prefix: u64, now: bool) {
+        if !now && self.last.is_some_and(|t| t.elapsed() < RECORD_EVERY) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        for file in &mut self.files {
+            let have = prefix.saturating_sub(file.base).min(file.entry.size);
+            if have > file.recorded
+                && resume::save(&file.target, &file.temp, &file.entry, have).is_ok()
+            {
+                file.recorded = have;
+            }
         }
     }
 }

@@ -14,9 +14,12 @@
 pub mod fileset;
 pub mod incoming;
 pub mod manifest;
+pub mod resume;
 pub mod walk;
 
 pub use fileset::FileSet;
-pub use incoming::{Committed, Incoming, Overwrite, Plan, PlanError, ReceiveOptions, plan};
+pub use incoming::{
+    Committed, Incoming, Overwrite, Plan, PlanError, ReceiveOptions, ResumeKeeper, plan,
+};
 pub use manifest::{Entry, EntryKind};
 pub use walk::{Links, Outgoing, WalkError, WalkOptions, walk};

@@ -158,3 +158,10 @@ pub fn hello(token: &str) -> sluice::session::messages::ClientMsg {
         },
     }
 }
+
+/// Whether everything in `dir` is what an interrupted transfer keeps for a resume: partial
+/// files (`.<name>.sluice-part-<hex>`) and their records (`.<name>.sluice-resume`), nothing
+/// under a final name.
+pub fn only_resumable_leftovers(dir: &Path) -> bool {
+    listing(dir).iter().all(|n| n.contains(".sluice-part-") || n.ends_with(".sluice-resume"))
+}

@@ -1,0 +1,180 @@
+//! Resuming a file whose transfer was interrupted.
+//!
+//! While a file of at least [`RESUME_MIN_BYTES`] arrives, the receiver keeps a small record
+//! beside its temporary file (`.<name>.sluice-resume`, rewritten atomically at most every
+//! [`RECORD_EVERY`]): which temporary file, the source's size, time and manifest path, and how
+//! far from its start the file is on disk without a gap. A transfer that stops (client killed,
+//! server restarted, path gone) leaves both behind. When the same copy runs again the record is
+//! read, but not trusted: the receiver hashes its bytes in blocks of [`RESUME_BLOCK_BYTES`]
+//! and offers the hashes; the sender hashes the same blocks of its file and keeps the leading
+//! run that matches. Only the rest moves, and the whole file's BLAKE3 is still checked at the
+//! end. A record that does not parse, names another file, or disagrees with the source is
+//! dropped with its temporary file, and the file moves whole.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::manifest::Entry;
+use crate::files::{parent_dir, temp_name};
+
+/// Blocks a resume offers and checks (a mismatch costs at most one block more).
+pub const RESUME_BLOCK_BYTES: u64 = 4 << 20;
+/// Files smaller than this are moved again whole rather than resumed.
+pub const RESUME_MIN_BYTES: u64 = 8 << 20;
+/// A file's record is rewritten at most this often.
+pub const RECORD_EVERY: Duration = Duration::from_millis(500);
+/// Records are small; a larger file is not a record.
+const RECORD_MAX_BYTES: u64 = 4096;
+const RECORD_VERSION: u32 = 1;
+
+/// What a record says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    /// File name of the temporary file, in the target's directory.
+    temp: String,
+    /// The source as the manifest described it.
+    path: String,
+    size: u64,
+    mtime: i64,
+    /// Bytes on disk from the start without a gap.
+    prefix: u64,
+}
+
+/// A temporary file a new transfer of the same source can continue.
+#[derive(Debug, Clone)]
+pub(crate) struct Resumable {
+    /// The temporary file.
+    pub(crate) temp: PathBuf,
+    /// Bytes the record claims from the start (a whole number of blocks, or the size).
+    pub(crate) prefix: u64,
+}
+
+/// Where the record of `target` lives.
+pub(crate) fn record_path(target: &Path) -> PathBuf {
+    let name = target.file_name().unwrap_or(target.as_os_str()).as_bytes();
+    let suffix = b".sluice-resume";
+    let room = 255 - 1 - suffix.len();
+    let mut bytes = Vec::with_capacity(255);
+    bytes.push(b'.');
+    bytes.extend_from_slice(&name[..name.len().min(room)]);
+    bytes.extend_from_slice(suffix);
+    parent_dir(target).join(OsString::from_vec(bytes))
+}
+
+/// The resumable temporary file of `target` for the source `entry`, if a record names one that
+/// fits; a record that does not is removed with the temporary file it names.
+pub(crate) fn find(target: &Path, entry: &Entry) -> Option<Resumable> {
+    let path = record_path(target);
+    path.symlink_metadata().ok()?;
+    let Some(record) = read_record(&path) else {
+        // Unreadable: which temporary file it meant is unknown, so every one of this target
+        // goes (they are ours by their name).
+        remove_temps_of(target);
+        let _ = std::fs::remove_file(&path);
+        return None;
+    };
+    let temp_ok = !record.temp.contains('/')
+        && record.temp.starts_with('.')
+        && record.temp.contains(".sluice-part-");
+    let temp = parent_dir(target).join(&record.temp);
+    let fits = record.version == RECORD_VERSION
+        && temp_ok
+        && record.path == entry.path
+        && record.size == entry.size
+        && record.mtime == entry.mtime
+        && temp.symlink_metadata().is_ok_and(|m| m.file_type().is_file() && m.len() == entry.size);
+    if !fits {
+        if temp_ok {
+            let _ = std::fs::remove_file(&temp);
+        }
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
+    let whole_blocks = record.prefix.min(entry.size) / RESUME_BLOCK_BYTES * RESUME_BLOCK_BYTES;
+    let prefix = if record.prefix >= entry.size { entry.size } else { whole_blocks };
+    Some(Resumable { temp, prefix })
+}
+
+/// Removes the temporary files (`.<name>.sluice-part-<hex>`) beside `target`.
+fn remove_temps_of(target: &Path) {
+    let name = target.file_name().unwrap_or(target.as_os_str());
+    let sample = temp_name(name, 0);
+    let prefix = &sample.as_bytes()[..sample.len() - 16];
+    let Ok(dir) = std::fs::read_dir(parent_dir(target)) else { return };
+    for child in dir.flatten() {
+        let file_name = child.file_name();
+        let bytes = file_name.as_bytes();
+        let is_temp = bytes.len() == sample.len()
+            && bytes.starts_with(prefix)
+            && bytes[prefix.len()..].iter().all(u8::is_ascii_hexdigit);
+        if is_temp && child.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(child.path());
+        }
+    }
+}
+
+fn read_record(path: &Path) -> Option<Record> {
+    let meta = path.symlink_metadata().ok()?;
+    if !meta.file_type().is_file() || meta.len() > RECORD_MAX_BYTES {
+        return None;
+    }
+    let mut text = Vec::new();
+    File::open(path).ok()?.take(RECORD_MAX_BYTES).read_to_end(&mut text).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Writes (atomically replaces) the record of `target`.
+pub(crate) fn save(target: &Path, temp: &Path, entry: &Entry, prefix: u64) -> io::Result<()> {
+    let temp_name = temp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let record = Record {
+        version: RECORD_VERSION,
+        temp: temp_name,
+        path: entry.path.clone(),
+        size: entry.size,
+        mtime: entry.mtime,
+        prefix,
+    };
+    let path = record_path(target);
+    let mut staging = path.clone().into_os_string();
+    staging.push(".new");
+    std::fs::write(&staging, serde_json::to_vec(&record).map_err(io::Error::other)?)?;
+    std::fs::rename(&staging, &path)
+}
+
+/// Removes the record of `target`, if any.
+pub(crate) fn forget(target: &Path) {
+    let _ = std::fs::remove_file(record_path(target));
+}
+
+/// BLAKE3 of each [`RESUME_BLOCK_BYTES`] block of the first `len` bytes of `file` (the last
+/// block may be shorter).
+pub fn block_hashes(file: &File, len: u64) -> io::Result<Vec<blake3::Hash>> {
+    let mut buf = vec![0u8; RESUME_BLOCK_BYTES as usize];
+    let mut hashes = Vec::new();
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(RESUME_BLOCK_BYTES) as usize;
+        file.read_exact_at(&mut buf[..n], at)?;
+        hashes.push(blake3::hash(&buf[..n]));
+        at += n as u64;
+    }
+    Ok(hashes)
+}
+
+/// The sender's side: how many leading bytes of its `size`-byte file match the receiver's
+/// `offered` block hashes (whole blocks; all of the file when every block matches).
+pub fn matching_prefix(file: &File, size: u64, offered: &[blake3::Hash]) -> io::Result<u64> {
+    let len = (offered.len() as u64).saturating_mul(RESUME_BLOCK_BYTES).min(size);
+    let mine = block_hashes(file, len)?;
+    // `blake3::Hash` compares in constant time.
+    let same = mine.iter().zip(offered).take_while(|(a, b)| a == b).count() as u64;
+    Ok((same * RESUME_BLOCK_BYTES).min(size))
+}
