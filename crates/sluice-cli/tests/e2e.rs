@@ -287,13 +287,16 @@ fn a_killed_download_resumes_and_moves_only_what_is_missing() {
     assert!(no_partial_files(client.dir.path()));
 
     // A corrupted block on disk and a garbage record are not trusted.
-    std::fs::remove_file(&dst).unwrap();
-    let mut child = run(&[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    while recorded_prefix(&record) < size / 2 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let interrupt_at_half = || {
+        std::fs::remove_file(&dst).unwrap();
+        let mut child = run(&[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        while recorded_prefix(&record) < size / 2 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    };
+    interrupt_at_half();
     let temp = std::fs::read_dir(client.dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -309,13 +312,7 @@ fn a_killed_download_resumes_and_moves_only_what_is_missing() {
     assert!(same_file(&server.root.join("big.bin"), &dst));
     assert_eq!(moved_bytes(&stderr(&o), size), size - (4 << 20), "{}", stderr(&o));
 
-    std::fs::remove_file(&dst).unwrap();
-    let mut child = run(&[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    while recorded_prefix(&record) < size / 2 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    interrupt_at_half();
     std::fs::write(&record, b"{not a record").unwrap();
     let o = run(&[]).output().unwrap();
     assert_eq!(code(&o), 0, "{}", stderr(&o));

@@ -316,17 +316,6 @@ impl Plan {
         self.wanted.iter().map(|&n| self.entries[self.files[n as usize]].size).sum()
     }
 
-    /// Bytes of the wanted files that interrupted transfers left on disk (to be checked
-    /// against the sender's before they count).
-    pub fn resumable_bytes(&self) -> u64 {
-        self.resume.iter().flatten().map(|r| r.prefix).sum()
-    }
-
-    /// Files in the manifest.
-    pub fn file_count(&self) -> usize {
-        self.files.len()
-    }
-
     /// The manifest's paths of the wanted files (for a dry run).
     pub fn wanted_paths(&self) -> impl Iterator<Item = &str> {
         self.wanted.iter().map(|&n| self.entries[self.files[n as usize]].path.as_str())
@@ -377,7 +366,8 @@ impl Plan {
 }
 
 /// A manifest being received: its directories exist, its wanted files are temporary files.
-/// Dropped before [`Incoming::commit`] finished, the temporary files left are removed.
+/// Dropped before [`Incoming::commit`] finished, the temporary files left are removed, except
+/// those a resume record names (an interrupted transfer's, for the next run to continue).
 #[derive(Debug)]
 pub struct Incoming {
     plan: Plan,

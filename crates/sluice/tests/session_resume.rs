@@ -1,0 +1,65 @@
+//! An interrupted upload continues where it stopped: the server keeps the partial file and its
+//! record, and the next upload of the same file moves only what is missing. The data is a fixed
+//! pattern (seed 31), so every run is the same.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::{TestServer, pattern};
+use sluice::session::{Client, CopyOptions};
+
+/// The prefix the server's resume record of `name` claims (0 while there is none).
+fn recorded(server: &TestServer, name: &str) -> u64 {
+    let record = server.root().join(format!(".{name}.sluice-resume"));
+    let Ok(text) = fs::read_to_string(record) else { return 0 };
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    value["prefix"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_upload_resumes_from_the_servers_partial_file() {
+    println!("seed 31");
+    let server = TestServer::start().await;
+    let mut config = server.client_config();
+    // 200 Mbit/s: 48 MiB take 2 s, time enough to stop the upload half way.
+    config.channel.rate_bps = 200_000_000;
+    let client = Client::connect(config).await.unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("up.bin");
+    let data = pattern(48 << 20, 31);
+    fs::write(&src, &data).unwrap();
+
+    let upload = {
+        let (client, src) = (client.clone(), src.clone());
+        tokio::spawn(
+            async move { client.upload(&[src], "", &CopyOptions::default(), |_| {}).await },
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while recorded(&server, "up.bin") < 16 << 20 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    upload.abort();
+    let _ = upload.await;
+    let kept_before = recorded(&server, "up.bin");
+    assert!(kept_before >= 16 << 20, "record says {kept_before}");
+    // The server gives the request up and keeps the partial file with its record.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !common::only_resumable_leftovers(&server.root()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = common::listing(&server.root());
+    assert!(left.iter().any(|n| n.contains(".sluice-part-")), "{left:?}");
+    assert!(!server.root().join("up.bin").exists());
+
+    let client = server.client().await;
+    let report = client.upload(&[src], "", &CopyOptions::default(), |_| {}).await.unwrap();
+    println!("resumed {} of {} bytes (record said {kept_before})", report.resumed, data.len());
+    assert!(report.resumed >= 16 << 20 && report.resumed <= kept_before, "{report:?}");
+    assert_eq!(report.resumed % (4 << 20), 0);
+    assert_eq!(fs::read(server.root().join("up.bin")).unwrap(), data);
+    assert_eq!(common::listing(&server.root()), vec!["up.bin".to_owned()]);
+    server.stop().await;
+}
