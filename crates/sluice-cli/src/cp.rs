@@ -73,6 +73,10 @@ pub(crate) struct CpArgs {
     /// second (100MB, 64MiB).
     #[arg(long, value_name = "RATE")]
     limit_rate: Option<String>,
+    /// Never send slower than this (same units as --limit-rate), whatever the path's
+    /// congestion says: for links with a guaranteed share.
+    #[arg(long, value_name = "RATE")]
+    min_rate: Option<String>,
     /// Rate policy: fair (share the path like one TCP flow, the default) or fixed (blast at
     /// --limit-rate whatever the path says and repair from loss lists: RBUDP/Tsunami, for
     /// dedicated links).
@@ -241,6 +245,10 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     if let Some(rate) = &args.limit_rate {
         channel.rate_bps =
             parse_rate(rate).map_err(|e| exit::usage(format!("--limit-rate: {e}")))?;
+    }
+    if let Some(rate) = &args.min_rate {
+        channel.min_rate_bps =
+            parse_rate(rate).map_err(|e| exit::usage(format!("--min-rate: {e}")))?;
     }
     match args.policy.as_str() {
         "fair" => {}

@@ -14,6 +14,9 @@ pub struct ChannelConfig {
     /// Rate of the `fixed` controller, and a cap for the others when non-zero (bits per second of
     /// UDP payload).
     pub rate_bps: u64,
+    /// A floor for the sending rate whatever the controller says, when non-zero (bits per
+    /// second of UDP payload): the transfer never paces slower than this (`--min-rate`).
+    pub min_rate_bps: u64,
     /// RTT assumed before the first measurement.
     pub initial_rtt_us: u64,
     /// Upper bound on unacknowledged data packets the sender keeps track of (its buffer bound).
@@ -41,6 +44,7 @@ impl Default for ChannelConfig {
             packet_size: 1452,
             cc: CcKind::Adaptive,
             rate_bps: 0,
+            min_rate_bps: 0,
             initial_rtt_us: 100_000,
             max_flight_pkts: 1 << 18,
             recv_window_pkts: 1 << 18,
@@ -65,6 +69,17 @@ impl ChannelConfig {
         self.packet_size.saturating_sub(crate::wire::DATA_OVERHEAD)
     }
 
+    /// The sending period's bounds in microseconds per packet: at least the period of
+    /// `rate_bps` (the cap; 0 without one), at most that of `min_rate_bps` (the floor; infinite
+    /// without one). Whatever the controller says is clamped to them.
+    pub fn period_bounds_us(&self) -> (f64, f64) {
+        let period_of = |bps: u64| 1e6 / (bps as f64 / (self.packet_size as f64 * 8.0));
+        let shortest = if self.rate_bps > 0 { period_of(self.rate_bps) } else { 0.0 };
+        let longest =
+            if self.min_rate_bps > 0 { period_of(self.min_rate_bps) } else { f64::INFINITY };
+        (shortest, longest.max(shortest))
+    }
+
     /// Checks the settings; the error names the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(Self::MIN_PACKET_SIZE..=Self::MAX_PACKET_SIZE).contains(&self.packet_size) {
@@ -72,6 +87,9 @@ impl ChannelConfig {
         }
         if self.cc == CcKind::Fixed && self.rate_bps == 0 {
             return Err(ConfigError("the fixed controller needs rate_bps"));
+        }
+        if self.rate_bps > 0 && self.min_rate_bps > self.rate_bps {
+            return Err(ConfigError("min_rate_bps must not be above rate_bps"));
         }
         if self.max_flight_pkts < 32 || self.recv_window_pkts < 32 {
             return Err(ConfigError("max_flight_pkts and recv_window_pkts must be at least 32"));

@@ -262,12 +262,8 @@ impl Sender {
     }
 
     fn period_us(&self) -> f64 {
-        let mut period = self.cc.period_us().max(0.01);
-        if self.config.rate_bps > 0 {
-            let cap_pps = self.config.rate_bps as f64 / (self.config.packet_size as f64 * 8.0);
-            period = period.max(1e6 / cap_pps);
-        }
-        period
+        let (shortest, longest) = self.config.period_bounds_us();
+        self.cc.period_us().max(0.01).max(shortest).min(longest)
     }
 
     /// Packets the receiver has not got, as of its last ACK (sent beyond its highest, plus holes).

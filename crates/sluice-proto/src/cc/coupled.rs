@@ -111,6 +111,8 @@ pub struct CouplingGroup {
     name: &'static str,
     /// The configured cap as a minimum period, 0 if none.
     min_period_us: f64,
+    /// The group's longest period (the configured floor rate), infinite without one.
+    max_period_us: f64,
     inner: Mutex<Inner>,
     slots: Vec<Slot>,
     /// The group controller's period (after the cap) and window, as `f64` bits.
@@ -131,18 +133,15 @@ impl CouplingGroup {
     pub fn new(config: &ChannelConfig, channels: usize) -> Arc<Self> {
         let channels = channels.max(1);
         let cc = super::build(config);
-        // The same expression as the sender's own cap.
-        let min_period_us = if config.rate_bps > 0 {
-            1e6 / (config.rate_bps as f64 / (config.packet_size as f64 * 8.0))
-        } else {
-            0.0
-        };
+        // The same bounds as a lone sender's.
+        let (min_period_us, max_period_us) = config.period_bounds_us();
         let group = Self {
             config: config.clone(),
             channels,
             basis: cc.window_basis(),
             name: cc.name(),
             min_period_us,
+            max_period_us,
             period_bits: AtomicU64::new(0),
             window_bits: AtomicU64::new(0),
             frozen_until_us: AtomicU64::new(0),
@@ -224,7 +223,7 @@ impl CouplingGroup {
 
     /// Copies the controller's outputs to the atomics the members read per packet.
     fn publish(&self, inner: &Inner) {
-        let period = inner.cc.period_us().max(self.min_period_us);
+        let period = inner.cc.period_us().max(self.min_period_us).min(self.max_period_us);
         self.period_bits.store(period.to_bits(), Relaxed);
         self.window_bits.store(inner.cc.window_pkts().to_bits(), Relaxed);
         self.frozen_until_us.store(inner.cc.frozen_until_us(), Relaxed);
@@ -426,6 +425,42 @@ mod tests {
 
     fn loss(now_us: u64, largest_lost: u64, snd_next: u64, queue_delay_us: u32) -> LossSignal {
         LossSignal { now_us, largest_lost, lost_pkts: 3, snd_next, queue_delay_us }
+    }
+
+    /// A floor rate holds the whole group however hard the controller cuts; two channels share
+    /// it (each at twice the group period), and a cap above it still caps.
+    #[test]
+    fn the_rate_floor_holds_the_group_through_congestion() {
+        let cfg = ChannelConfig {
+            cc: CcKind::Adaptive,
+            rate_bps: 400_000_000,
+            min_rate_bps: 100_000_000,
+            ..ChannelConfig::default()
+        };
+        let (shortest, longest) = cfg.period_bounds_us();
+        assert!((longest / shortest - 4.0).abs() < 1e-9);
+        let group = CouplingGroup::new(&cfg, 2);
+        let (mut a, b) = (group.member(0), group.member(1));
+        let mut snd_next = 1_000;
+        for step in 0..300u64 {
+            let now = 10_000 * (step + 1);
+            snd_next += 200;
+            // A deep queue and losses every step: the controller cuts again and again.
+            a.on_ack(&ack(now, 80_000, 5_000, snd_next));
+            a.on_loss(&loss(now + 1, snd_next - 100, snd_next, 80_000));
+            for member in [&a, &b] {
+                let period = member.period_us();
+                assert!(
+                    period <= 2.0 * longest + 1e-9,
+                    "step {step}: {period} > {}",
+                    2.0 * longest
+                );
+                assert!(period >= 2.0 * shortest - 1e-9, "step {step}: {period}");
+            }
+        }
+        assert!((a.period_us() - 2.0 * longest).abs() < 1e-6, "the floor binds: {}", a.period_us());
+        let bad = ChannelConfig { rate_bps: 1_000_000, min_rate_bps: 2_000_000, ..cfg };
+        assert!(bad.validate().is_err());
     }
 
     /// Startup, growth, congestion, losses, a timeout: the same signals to a plain controller and

@@ -50,6 +50,10 @@ pub(super) fn channel(
         check_path_mtu(&socket, peer, config.packet_size).map_err(|e| ctx.shared.fatal(e))?;
         let port = Port::new(socket, peer, true, start)?;
         let cc = ctx.group.member(index);
+        // The group holds the transfer to its rate floor; each channel's own share of it is
+        // then inert (a channel's period is the group's times the active channels).
+        let mut config = config;
+        config.min_rate_bps /= ctx.group.channels() as u64;
         let segment = config.packet_size;
         let max_burst_pkts = config.max_burst_pkts;
         let mut sender = Sender::with_controller(config, cc, keys.seal, keys.open, port.now_us())?;

@@ -50,6 +50,7 @@ pub(crate) struct Negotiated {
     pub(crate) cc: CcKind,
     pub(crate) aead: Algorithm,
     pub(crate) rate_bps: u64,
+    pub(crate) min_rate_bps: u64,
 }
 
 impl Negotiated {
@@ -61,6 +62,7 @@ impl Negotiated {
             cc: config.cc.name().to_owned(),
             cipher: cipher_name(config.aead).to_owned(),
             rate_bps: config.rate_bps,
+            min_rate_bps: config.min_rate_bps,
         }
     }
 
@@ -79,6 +81,7 @@ impl Negotiated {
             cc,
             aead,
             rate_bps: spec.rate_bps,
+            min_rate_bps: spec.min_rate_bps,
         };
         negotiated.apply(&ChannelConfig::default()).validate().map_err(|e| e.to_string())?;
         Ok(negotiated)
@@ -96,6 +99,7 @@ impl Negotiated {
             cc: self.cc.name().to_owned(),
             cipher: cipher_name(self.aead).to_owned(),
             rate_bps: self.rate_bps,
+            min_rate_bps: self.min_rate_bps,
         }
     }
 
@@ -105,6 +109,7 @@ impl Negotiated {
             packet_size: self.packet_size,
             cc: self.cc,
             rate_bps: self.rate_bps,
+            min_rate_bps: self.min_rate_bps,
             aead: self.aead,
             ..base.clone()
         }

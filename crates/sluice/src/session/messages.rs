@@ -32,6 +32,9 @@ pub struct Spec {
     /// Rate of the `fixed` controller and a cap for the others when non-zero (bit/s).
     #[serde(default)]
     pub rate_bps: u64,
+    /// A floor for the transfer's sending rate when non-zero (bit/s).
+    #[serde(default)]
+    pub min_rate_bps: u64,
 }
 
 /// Message of the client.

@@ -155,6 +155,7 @@ pub fn hello(token: &str) -> sluice::session::messages::ClientMsg {
             cc: "adaptive".into(),
             cipher: "aes-256-gcm".into(),
             rate_bps: 0,
+            min_rate_bps: 0,
         },
     }
 }
