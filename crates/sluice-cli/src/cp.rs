@@ -22,7 +22,7 @@ pub(crate) struct CpArgs {
     /// Sources then the destination: local paths or `host:path` (`[v6addr]:path`), and
     /// exactly one side remote. An existing destination directory receives the sources under
     /// their own names; otherwise a single source takes the destination's name.
-    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    #[arg(required = true, num_args = 2.., value_name = "PATH")]
     paths: Vec<String>,
     /// Copy directories with everything in them.
     #[arg(short = 'r', long)]

@@ -36,12 +36,13 @@ enum Command {
     ///
     /// Example: sluice serve --root /data --tokens /etc/sluice/tokens
     Serve(serve::ServeArgs),
-    /// Copy files and trees to or from a server, scp style: exactly one side is `host:path`.
+    /// Copy files and trees to or from a server, scp style: exactly one side is `host:path`
     ///
     /// Examples:
     ///   SLUICE_TOKEN=... sluice cp server:data/big.bin ./big.bin
     ///   sluice cp -r --token-file tok ./results a.bin server:incoming/
     ///   sluice cp -r --overwrite if-different server:projects/run7 /scratch/
+    #[command(verbatim_doc_comment)]
     Cp(cp::CpArgs),
     /// Run a local server, move a test file through it, verify it, and compare with TCP.
     ///
