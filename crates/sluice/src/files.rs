@@ -191,7 +191,12 @@ const NAME_MAX_BYTES: usize = 255;
 
 /// `.<name>.sluice-part-<hex>`, with `name` shortened if the whole would exceed NAME_MAX.
 pub(crate) fn temp_name(final_name: &std::ffi::OsStr, random: u64) -> OsString {
-    let suffix = format!(".sluice-part-{random:016x}");
+    side_name(final_name, &format!(".sluice-part-{random:016x}"))
+}
+
+/// `.<name><suffix>`, a hidden name beside a file's final name, with `name` shortened if the
+/// whole would exceed NAME_MAX.
+pub(crate) fn side_name(final_name: &std::ffi::OsStr, suffix: &str) -> OsString {
     let room = NAME_MAX_BYTES - 1 - suffix.len();
     let name = final_name.as_bytes();
     let mut bytes = Vec::with_capacity(NAME_MAX_BYTES);

@@ -1,10 +1,10 @@
 //! The sending side's chunk plan, shared by the channels of one transfer.
 //!
-//! The byte ranges to send are cut into chunks of [`CHUNK_BYTES`]. A channel takes the next chunk when
-//! its own queue runs low (first come, first served, so a slow channel simply takes fewer);
-//! chunks are acknowledged in the order a channel took them, so a channel knows exactly which of
-//! its chunks are done from its cumulative acknowledged byte count. A channel that dies hands
-//! the unacknowledged rest of its chunks back, and the others take them.
+//! The byte ranges to send are cut into chunks of [`CHUNK_BYTES`]. A channel takes the next
+//! chunk when its own queue runs low (first come, first served, so a slow channel simply takes
+//! fewer); chunks are acknowledged in the order a channel took them, so a channel knows exactly
+//! which of its chunks are done from its cumulative acknowledged byte count. A channel that
+//! dies hands the unacknowledged rest of its chunks back, and the others take them.
 
 use std::collections::VecDeque;
 use std::ops::Range;

@@ -60,7 +60,7 @@ pub struct ReceiveOptions {
     pub checksum: bool,
     /// Keep the sender's permission bits (without setuid, setgid and sticky) and
     /// modification times; else files get 0644 (0755 if the source was executable) and
-    /// directories 0755, and the time of their arrival.
+    /// directories the process's default (0777 less the umask), and the time of their arrival.
     pub preserve: bool,
     /// Everything must stay inside this directory (a server's root): existing directories
     /// that lead elsewhere and links whose target leaves it are refused.
@@ -472,8 +472,8 @@ impl Incoming {
             let entry = &self.plan.entries[self.plan.files[self.plan.wanted[k] as usize]];
             let target = &self.plan.targets[self.plan.files[self.plan.wanted[k] as usize]];
             let temp = &self.temps[k];
-            // `blake3::Hash` compares in constant time.
             resume::forget(target);
+            // `blake3::Hash` compares in constant time.
             if expected[k] != actual[k] {
                 let _ = std::fs::remove_file(temp);
                 done.mismatched.push(entry.path.clone());
@@ -503,17 +503,14 @@ impl Incoming {
             done.links += 1;
         }
         // Deepest first: setting a directory's time after its contents changed.
-        for &i in self.plan.dirs.iter().rev() {
+        for &i in self.plan.dirs.iter().rev().filter(|_| preserve) {
             let (entry, target) = (&self.plan.entries[i], &self.plan.targets[i]);
-            let mode = if preserve { entry.mode & 0o777 } else { 0o755 };
             let io_err = |e| PlanError::Io(target.display().to_string(), e);
-            if preserve {
-                std::fs::set_permissions(target, std::fs::Permissions::from_mode(mode))
-                    .map_err(io_err)?;
-                File::open(target)
-                    .and_then(|d| d.set_modified(system_time(entry.mtime)))
-                    .map_err(io_err)?;
-            }
+            let mode = std::fs::Permissions::from_mode(entry.mode & 0o777);
+            std::fs::set_permissions(target, mode).map_err(io_err)?;
+            File::open(target)
+                .and_then(|d| d.set_modified(system_time(entry.mtime)))
+                .map_err(io_err)?;
         }
         if let Some(&i) = self.plan.files.first().or(self.plan.dirs.first()) {
             let dir = parent_dir(&self.plan.targets[i]);

@@ -11,18 +11,17 @@
 //! end. A record that does not parse, names another file, or disagrees with the source is
 //! dropped with its temporary file, and the file moves whole.
 
-use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::FileExt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::manifest::Entry;
-use crate::files::{parent_dir, temp_name};
+use crate::files::{hash_extents, parent_dir, side_name, temp_name};
 
 /// Blocks a resume offers and checks (a mismatch costs at most one block more).
 pub const RESUME_BLOCK_BYTES: u64 = 4 << 20;
@@ -59,14 +58,8 @@ pub(crate) struct Resumable {
 
 /// Where the record of `target` lives.
 pub(crate) fn record_path(target: &Path) -> PathBuf {
-    let name = target.file_name().unwrap_or(target.as_os_str()).as_bytes();
-    let suffix = b".sluice-resume";
-    let room = 255 - 1 - suffix.len();
-    let mut bytes = Vec::with_capacity(255);
-    bytes.push(b'.');
-    bytes.extend_from_slice(&name[..name.len().min(room)]);
-    bytes.extend_from_slice(suffix);
-    parent_dir(target).join(OsString::from_vec(bytes))
+    let name = target.file_name().unwrap_or(target.as_os_str());
+    parent_dir(target).join(side_name(name, ".sluice-resume"))
 }
 
 /// The resumable temporary file of `target` for the source `entry`, if a record names one that
@@ -157,16 +150,11 @@ pub(crate) fn forget(target: &Path) {
 /// BLAKE3 of each [`RESUME_BLOCK_BYTES`] block of the first `len` bytes of `file` (the last
 /// block may be shorter).
 pub fn block_hashes(file: &File, len: u64) -> io::Result<Vec<blake3::Hash>> {
-    let mut buf = vec![0u8; RESUME_BLOCK_BYTES as usize];
-    let mut hashes = Vec::new();
-    let mut at = 0;
-    while at < len {
-        let n = (len - at).min(RESUME_BLOCK_BYTES) as usize;
-        file.read_exact_at(&mut buf[..n], at)?;
-        hashes.push(blake3::hash(&buf[..n]));
-        at += n as u64;
-    }
-    Ok(hashes)
+    let ends: Vec<u64> = (1..=len.div_ceil(RESUME_BLOCK_BYTES))
+        .map(|block| (block * RESUME_BLOCK_BYTES).min(len))
+        .collect();
+    let never = AtomicBool::new(false);
+    Ok(hash_extents(file, 0, ends, &never)?.unwrap_or_default())
 }
 
 /// The sender's side: how many leading bytes of its `size`-byte file match the receiver's
