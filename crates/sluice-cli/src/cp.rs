@@ -290,6 +290,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
         trust,
         channel,
         channels: args.channels,
+        fault: None,
     };
 
     let started = std::time::Instant::now();
@@ -333,6 +334,10 @@ fn print_summary(args: &CpArgs, options: &CopyOptions, report: &TransferReport, 
     if report.resumed > 0 {
         let moved = report.bytes - report.resumed;
         existing.push_str(&format!(", resumed: {moved} bytes moved, {} kept", report.resumed));
+    }
+    if report.repaired > 0 {
+        let blocks = if report.repaired == 1 { "block" } else { "blocks" };
+        existing.push_str(&format!(", {} {blocks} repaired", report.repaired));
     }
     let files = format!("{} file{}", report.files, if report.files == 1 { "" } else { "s" });
     if options.dry_run {

@@ -141,6 +141,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         idle_timeout: std::time::Duration::from_secs(30),
         max_channels: args.channels,
         digest_timeout: None,
+        fault: None,
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();
@@ -161,6 +162,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         trust: TrustPolicy::Pinned(fingerprint),
         channel: sluice::session::default_channel_config(),
         channels: args.channels,
+        fault: None,
     })
     .await?;
     let channels = client.channels();

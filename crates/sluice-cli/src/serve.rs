@@ -43,6 +43,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         idle_timeout: std::time::Duration::from_secs(30),
         max_channels: args.max_channels,
         digest_timeout: None,
+        fault: None,
     };
     let server = Server::bind(config).context("cannot start the server")?;
     #[allow(clippy::print_stdout)]

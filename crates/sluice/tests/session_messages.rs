@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
+use sluice::session::messages::{BlockHashes, ManifestPart, Want};
 use sluice::session::messages::{
     ClientMsg, ErrorCode, FrameError, MAX_MESSAGE_BYTES, ServerMsg, encode, read_message,
     write_message,
 };
-use sluice::session::messages::{ManifestPart, ResumeOffer, Want};
 use sluice::session::{FileKind, Links, Overwrite, StatInfo};
 use sluice::tree::{Entry, EntryKind};
 use tokio::io::AsyncWriteExt;
@@ -46,7 +46,7 @@ async fn messages_round_trip_through_a_stream() {
             files: vec![[0, 3], [7, 9]],
             replaced: 1,
             kept: 2,
-            resume: vec![ResumeOffer { file: 1, blocks: vec!["ef".repeat(32)] }],
+            resume: vec![BlockHashes { file: 1, blocks: vec!["ef".repeat(32)] }],
         }),
         ClientMsg::Resumed { kept: vec![[1, 4 << 20]] },
         ClientMsg::Digests { blake3: vec!["ab".repeat(32), "cd".repeat(32)] },

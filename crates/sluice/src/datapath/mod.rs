@@ -81,7 +81,7 @@ mod written;
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
 pub use plan::CHUNK_BYTES;
 pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
-pub use store::{Store, read_exact_at, read_up_to, write_all_at};
+pub use store::{Fault, Faulty, Store, read_exact_at, read_up_to, write_all_at};
 
 /// A `max_burst_pkts` for channels on real sockets: room for one send batch plus as much again
 /// of catch-up for a thread woken late, small enough (93 kB of 1452-byte packets) for the queue

@@ -65,3 +65,68 @@ pub fn write_all_at(store: &dyn Store, buf: &[u8], offset: u64) -> io::Result<()
     }
     Ok(())
 }
+
+impl<S: Store + Send + ?Sized> Store for std::sync::Arc<S> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        (**self).read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        (**self).write_at(buf, offset)
+    }
+}
+
+/// A fault to inject into one end's data path, standing in for a disk or memory fault in
+/// tests of repair: the byte at `offset` of the transfer's offset space is inverted, the first
+/// `times` times it is read to be sent (on a sending end) or written (on a receiving end).
+/// The ends' own hashing reads the files directly and never sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// Offset of the byte in the transfer's offset space.
+    pub offset: u64,
+    /// How many reads or writes of that byte are corrupted.
+    pub times: u32,
+}
+
+/// A [`Store`] whose reads and writes of one byte go wrong a few times ([`Fault`]).
+#[derive(Debug)]
+pub struct Faulty<S> {
+    inner: S,
+    offset: u64,
+    left: std::sync::atomic::AtomicU32,
+}
+
+impl<S: Store> Faulty<S> {
+    /// `inner` with `fault`.
+    pub fn new(inner: S, fault: Fault) -> Self {
+        Self { inner, offset: fault.offset, left: fault.times.into() }
+    }
+
+    /// Where in `len` bytes at `offset` the faulty byte is, if there and not spent.
+    fn strikes(&self, offset: u64, len: usize) -> Option<usize> {
+        use std::sync::atomic::Ordering;
+        let at = self.offset.checked_sub(offset).filter(|&at| at < len as u64)?;
+        self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).ok()?;
+        Some(at as usize)
+    }
+}
+
+impl<S: Store> Store for Faulty<S> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let n = self.inner.read_at(buf, offset)?;
+        if let Some(at) = self.strikes(offset, n) {
+            buf[at] = !buf[at];
+        }
+        Ok(n)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let Some(at) = self.strikes(offset, buf.len()) else {
+            return self.inner.write_at(buf, offset);
+        };
+        let mut bad = buf.to_vec();
+        bad[at] = !bad[at];
+        write_all_at(&self.inner, &bad, offset)?;
+        Ok(buf.len())
+    }
+}

@@ -127,6 +127,7 @@ pub fn default_channel_config() -> ChannelConfig {
 }
 
 /// Everything one end needs to start the data channels of a request.
+#[derive(Clone, Copy)]
 pub(crate) struct ChannelSetup<'a> {
     pub(crate) conn: &'a quinn::Connection,
     pub(crate) role: Role,
@@ -134,6 +135,9 @@ pub(crate) struct ChannelSetup<'a> {
     pub(crate) negotiated: Negotiated,
     pub(crate) base: &'a ChannelConfig,
     pub(crate) request_id: u64,
+    /// The data phase within the request: 0 for the transfer, then one per repair round. Each
+    /// phase's channels have keys of their own, so no packet number is used twice under a key.
+    pub(crate) phase: u32,
 }
 
 impl ChannelSetup<'_> {
@@ -168,6 +172,7 @@ impl ChannelSetup<'_> {
         socket: UdpSocket,
         peer: SocketAddr,
     ) -> Result<ChannelParams, SessionError> {
+        let channel = self.phase * MAX_CHANNELS + channel;
         let at = ChannelRef { session_id: self.session_id, request_id: self.request_id, channel };
         let secrets = ChannelSecrets::derive(self.conn, &at)?;
         let mut config = self.negotiated.apply(self.base);

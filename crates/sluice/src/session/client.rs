@@ -25,11 +25,12 @@ use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, ho
 use super::manifest_io::{recv_manifest, send_manifest};
 use super::messages::Want;
 use super::messages::{ClientMsg, ServerMsg, StatInfo, read_message, write_message};
+use super::repair::{self, Link, data_store};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
 use super::{add_checksums, mismatch_error, plan_error, wanted_files};
-use crate::datapath::{self, ChannelReport, Progress};
+use crate::datapath::{self, ChannelReport, Fault, Progress};
 use crate::tree::manifest::{from_ranges, to_ranges};
 use crate::tree::{EntryKind, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk};
 
@@ -58,6 +59,9 @@ pub struct ClientConfig {
     /// Data channels per transfer to offer (the server may lower it); `None` offers one per
     /// core ([`auto_channels`]).
     pub channels: Option<u32>,
+    /// For tests of repair: a fault in this end's data path ([`Fault`]).
+    #[doc(hidden)]
+    pub fault: Option<Fault>,
 }
 
 impl ClientConfig {
@@ -77,6 +81,7 @@ impl ClientConfig {
             trust,
             channel: default_channel_config(),
             channels: None,
+            fault: None,
         }
     }
 }
@@ -104,6 +109,9 @@ pub struct TransferReport {
     pub skipped: Vec<String>,
     /// A dry run's files that would move (manifest paths).
     pub planned: Vec<String>,
+    /// Blocks of 4 MiB whose bytes did not match the sender's at the end and moved again
+    /// (a disk or memory fault on either end, repaired).
+    pub repaired: u64,
     /// This end's data channel report (`None` when no byte moved, or a sender stopped after
     /// the receiver confirmed).
     pub channel: Option<ChannelReport>,
@@ -155,6 +163,7 @@ pub struct Client {
     session_id: SessionId,
     negotiated: Negotiated,
     channel: ChannelConfig,
+    fault: Option<Fault>,
     fingerprint: Fingerprint,
     host_decision: HostDecision,
 }
@@ -226,6 +235,7 @@ impl Client {
             session_id,
             negotiated,
             channel: config.channel,
+            fault: config.fault,
             fingerprint,
             host_decision,
         })
@@ -364,7 +374,7 @@ impl Client {
                 other => return Err(unexpected(other)),
             },
         };
-        let files = incoming.store();
+        let files = Arc::new(incoming.store());
         let (size, ends) = (files.total(), files.ends());
         let count = ends.len();
         let moving = size - present.iter().map(|r| r.end - r.start).sum::<u64>();
@@ -383,34 +393,44 @@ impl Client {
         debug!(?remote_paths, files = count, size, "receiving");
 
         let conn = &self.conn;
-        let mut messages = Messages::<ServerMsg>::new(&mut req.recv);
+        let messages = Messages::<ServerMsg>::new(&mut req.recv);
+        let mut link = Link { setup: self.setup(req.id), send: &mut req.send, messages };
+        let data = data_store(&files, self.fault);
         let received = async {
             let mut keeper = incoming.keeper();
+            let store = data.clone();
             let mut task = DataTask::spawn(move |cancel| {
                 let mut progress = |p: Progress| {
                     keeper.update(p.prefix, false);
                     progress(p);
                 };
                 let params = params.unwrap_or_default();
-                datapath::receive(params, &files, 0..size, &present, ends, &mut progress, cancel)
+                datapath::receive(params, &*store, 0..size, &present, ends, &mut progress, cancel)
             });
-            let (received, early) =
-                digest::run_receiving(&mut task, &mut messages, count, conn).await?;
+            let messages = &mut link.messages;
+            let (received, early) = digest::run_receiving(&mut task, messages, count, conn).await?;
             let channel = (received.report.channels > 0).then_some(received.report);
-            let actual = received.hashes;
             let expected =
-                digest::await_digests(&mut messages, early, count, conn, hash_budget(size)).await?;
+                digest::await_digests(messages, early, count, conn, hash_budget(size)).await?;
+            let (actual, repaired) = repair::receive_repairs::<ClientMsg, _>(
+                &mut link,
+                &files,
+                &data,
+                &expected,
+                received.hashes,
+            )
+            .await?;
             let single = (count == 1).then(|| expected[0].to_hex().to_string());
             let committed =
                 blocking(move || incoming.commit(&expected, &actual).map_err(plan_error)).await?;
             if let Some(err) = mismatch_error(&committed) {
                 return Err(err);
             }
-            Ok::<_, SessionError>((channel, single))
+            Ok::<_, SessionError>((channel, single, repaired))
         }
         .await;
-        drop(messages);
-        let (channel, single) = match received {
+        drop(link);
+        let (channel, single, repaired) = match received {
             Ok(received) => received,
             Err(err) => return Err(req.fail(err).await),
         };
@@ -421,6 +441,7 @@ impl Client {
         report.bytes = size;
         report.blake3 = single;
         report.channel = channel;
+        report.repaired = repaired;
         Ok(report.finished(started))
     }
 
@@ -493,7 +514,8 @@ impl Client {
         report.resumed = size - moving;
         debug!(dest, files = report.files, size, moving, "sending");
         let mut progress = progress;
-        let data = if moving == 0 {
+        let data = data_store(&files, self.fault);
+        let sending = if moving == 0 {
             progress(Progress { bytes: 0, total: 0, prefix: 0 });
             None
         } else {
@@ -503,15 +525,15 @@ impl Client {
             };
             let sockets = self.announce_data_sockets(&mut req).await?;
             let params = self.channel_params(&mut req, sockets, &server_ports).await?;
-            let store = files.clone();
+            let store = data.clone();
             Some(DataTask::spawn(move |cancel| {
                 datapath::send(params, &*store, &ranges, &mut progress, cancel)
             }))
         };
         let streams = (&mut req.send, &mut req.recv);
         let sent = digest::run_sending::<ClientMsg, ServerMsg>(
-            data,
-            files,
+            sending,
+            files.clone(),
             streams,
             &self.conn,
             hash_budget(size),
@@ -521,7 +543,19 @@ impl Client {
             Ok(sent) => sent,
             Err(err) => return Err(req.fail(err).await),
         };
-        let digests = match (sent.reply, sent.digests) {
+        let mut link = Link {
+            setup: self.setup(req.id),
+            send: &mut req.send,
+            messages: Messages::new(&mut req.recv),
+        };
+        let served =
+            repair::serve_repairs::<ClientMsg, _>(&mut link, &files, &data, sent.reply).await;
+        drop(link);
+        let (reply, repaired, _) = match served {
+            Ok(served) => served,
+            Err(err) => return Err(req.fail(err).await),
+        };
+        let digests = match (reply, sent.digests) {
             (ServerMsg::Verified, Some(digests)) => digests,
             (ServerMsg::Verified, None) => {
                 let err = "the server verified the files before it had the digests";
@@ -534,6 +568,7 @@ impl Client {
         report.bytes = size;
         report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
         report.channel = sent.report;
+        report.repaired = repaired;
         Ok(report.finished(started))
     }
 
@@ -580,6 +615,7 @@ impl Client {
             negotiated: self.negotiated,
             base: &self.channel,
             request_id,
+            phase: 0,
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::ops::Range;
 
 use super::SessionError;
-use super::messages::{ResumeOffer, Want};
+use super::messages::{BlockHashes, Want};
 use crate::files::hash_prefix;
 use crate::tree::manifest::from_ranges;
 use crate::tree::resume::matching_prefix;
@@ -118,7 +118,7 @@ impl Verdict {
 /// offers, everything is to send.
 pub(crate) fn resume_verdict(
     files: &FileSet,
-    offers: &[ResumeOffer],
+    offers: &[BlockHashes],
 ) -> Result<Verdict, SessionError> {
     let mut kept = vec![0u64; files.len()];
     let mut verdict = Vec::new();
@@ -146,10 +146,10 @@ pub(crate) fn resume_verdict(
 }
 
 /// The receiving end's resume offers, for `Want`.
-pub(crate) fn resume_offers(offers: &[(u32, Vec<blake3::Hash>)]) -> Vec<ResumeOffer> {
+pub(crate) fn resume_offers(offers: &[(u32, Vec<blake3::Hash>)]) -> Vec<BlockHashes> {
     offers
         .iter()
-        .map(|(file, hashes)| ResumeOffer {
+        .map(|(file, hashes)| BlockHashes {
             file: *file,
             blocks: hashes.iter().map(|h| h.to_hex().to_string()).collect(),
         })

@@ -91,7 +91,8 @@ pub struct ChannelRef {
     pub session_id: SessionId,
     /// The request: its QUIC stream id.
     pub request_id: u64,
-    /// The channel's index within the request.
+    /// The channel's number within the request: its index, plus 64 ([`super::MAX_CHANNELS`])
+    /// for each repair round before (each data phase has keys of its own).
     pub channel: u32,
 }
 

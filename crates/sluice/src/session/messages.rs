@@ -110,6 +110,18 @@ pub enum ClientMsg {
     },
     /// The client received, verified and stored the files (Get).
     Verified,
+    /// Some files of a `Get` did not hash to the server's BLAKE3: the blocks of each as the
+    /// client has them. The server answers `Repairing`.
+    Repair {
+        /// Each such file's block hashes.
+        files: Vec<BlockHashes>,
+    },
+    /// The client's answer to the server's `Repair` (a `Put`): the blocks it sends again, as
+    /// `[file, block]`, then a new `Ready` exchange when there are any.
+    Repairing {
+        /// The blocks whose hashes differ from the server's.
+        blocks: Vec<[u64; 2]>,
+    },
     /// The client gives up on this request.
     Failed {
         /// Class of the failure.
@@ -161,6 +173,18 @@ pub enum ServerMsg {
     },
     /// The server received, verified and stored the files (Put).
     Verified,
+    /// Some files of a `Put` did not hash to the client's BLAKE3: the blocks of each as the
+    /// server has them. The client answers `Repairing`.
+    Repair {
+        /// Each such file's block hashes.
+        files: Vec<BlockHashes>,
+    },
+    /// The server's answer to the client's `Repair` (a `Get`): the blocks it sends again, as
+    /// `[file, block]`, then a new `Ready` exchange when there are any.
+    Repairing {
+        /// The blocks whose hashes differ from the client's.
+        blocks: Vec<[u64; 2]>,
+    },
     /// The request failed.
     Error {
         /// Class of the failure.
@@ -193,12 +217,14 @@ pub struct Want {
     pub kept: u64,
     /// Files an interrupted transfer left partly on disk: the sender answers `Resumed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resume: Vec<ResumeOffer>,
+    pub resume: Vec<BlockHashes>,
 }
 
-/// The leading blocks of a wanted file the receiver has already.
+/// BLAKE3 of a wanted file's 4 MiB blocks at the receiver: the leading blocks it has already
+/// (a resume offer in `Want`), or all of a file that did not hash to the sender's BLAKE3 (in
+/// `Repair`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResumeOffer {
+pub struct BlockHashes {
     /// Which file, counting the wanted files in order from 0.
     pub file: u32,
     /// BLAKE3 of each 4 MiB block from the file's start, hex.

@@ -96,6 +96,7 @@ pub mod keys;
 pub mod known_hosts;
 mod manifest_io;
 pub mod messages;
+mod repair;
 pub mod server;
 pub mod tokens;
 
@@ -118,7 +119,7 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// 3: the sender's hash comes in `Digest`, while or after the data moves, instead of in `Put`
 /// and `FileInfo`, and the data channels' ACK carries the delivery rate, 44 bytes; 4: a
 /// transfer moves a manifest of files, directories and links, with `Want` and `Digests`).
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;
 /// The most channels chosen automatically (one per core, up to this).

@@ -31,12 +31,13 @@ use super::messages::Want;
 use super::messages::{
     ClientMsg, ErrorCode, FileKind, ServerMsg, StatInfo, read_message, write_message,
 };
+use super::repair::{self, Link, data_store};
 use super::tokens::TokenSet;
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
 use super::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
-use crate::datapath::{self, ChannelReport};
+use crate::datapath::{self, ChannelReport, Fault};
 use crate::files::{self, PathError};
 use crate::tree::manifest::to_ranges;
 use crate::tree::{ReceiveOptions, WalkOptions, plan, walk};
@@ -72,6 +73,9 @@ pub struct ServerConfig {
     /// How long an upload waits for the client's `Digest` after its last byte arrived; `None`
     /// allows for a slow disk at the client: 30 s plus 1 s per 50 MB.
     pub digest_timeout: Option<Duration>,
+    /// For tests of repair: a fault in this end's data path ([`Fault`]).
+    #[doc(hidden)]
+    pub fault: Option<Fault>,
 }
 
 /// What every session task needs.
@@ -85,6 +89,8 @@ struct Shared {
     max_channels: u32,
     /// See [`ServerConfig::digest_timeout`].
     digest_timeout: Option<Duration>,
+    /// See [`ServerConfig::fault`].
+    fault: Option<Fault>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -148,6 +154,7 @@ impl Server {
                 channel: default_channel_config(),
                 max_channels: config.max_channels.unwrap_or_else(auto_channels),
                 digest_timeout: config.digest_timeout,
+                fault: config.fault,
             }),
             fingerprint: identity.fingerprint().clone(),
             local_addr,
@@ -379,19 +386,21 @@ struct RequestCtx<'a> {
     recv: &'a mut quinn::RecvStream,
 }
 
-impl RequestCtx<'_> {
+impl<'a> RequestCtx<'a> {
     async fn write(&mut self, msg: &ServerMsg) -> Result<(), SessionError> {
         write_message(self.send, msg).await.map_err(|e| frame_error(e, self.conn))
     }
 
-    fn setup(&self) -> ChannelSetup<'_> {
+    fn setup(&self) -> ChannelSetup<'a> {
+        let shared: &'a Shared = self.shared;
         ChannelSetup {
             conn: self.conn,
             role: Role::Server,
             session_id: self.session.id,
             negotiated: self.session.negotiated,
-            base: &self.shared.channel,
+            base: &shared.channel,
             request_id: self.request_id,
+            phase: 0,
         }
     }
 
@@ -496,24 +505,38 @@ impl RequestCtx<'_> {
         let moving = verdict.moving();
         let ranges = verdict.ranges;
         info!(paths = ?requested, files = count, size, moving, channels = self.session.negotiated.channels, "sending");
-        let data = if moving == 0 {
+        let data = data_store(&files, self.shared.fault);
+        let sending = if moving == 0 {
             None
         } else {
             let params = self.exchange_ready().await?;
-            let store = files.clone();
+            let store = data.clone();
             Some(DataTask::spawn(move |cancel| {
                 datapath::send(params, &*store, &ranges, &mut |_| {}, cancel)
             }))
         };
         let streams = (&mut *self.send, &mut *self.recv);
         let wait = hash_budget(size);
-        let sent =
-            digest::run_sending::<ServerMsg, ClientMsg>(data, files, streams, self.conn, wait)
-                .await?;
+        let sent = digest::run_sending::<ServerMsg, ClientMsg>(
+            sending,
+            files.clone(),
+            streams,
+            self.conn,
+            wait,
+        )
+        .await?;
         if let Some(report) = &sent.report {
             log_channel("sent", report);
         }
-        match (sent.reply, sent.digests) {
+        let mut link =
+            Link { setup: self.setup(), send: &mut *self.send, messages: Messages::new(self.recv) };
+        let (reply, repaired, report) =
+            repair::serve_repairs::<ServerMsg, _>(&mut link, &files, &data, sent.reply).await?;
+        if let Some(report) = &report {
+            log_channel("sent again", report);
+            info!(blocks = repaired, "repaired");
+        }
+        match (reply, sent.digests) {
             (ClientMsg::Verified, Some(_)) => {
                 info!(files = count, size, "client verified the files");
                 Ok(())
@@ -585,7 +608,7 @@ impl RequestCtx<'_> {
         } else {
             Vec::new()
         };
-        let files = incoming.store();
+        let files = Arc::new(incoming.store());
         let size = files.total();
         let ends = files.ends();
         let count = ends.len();
@@ -598,21 +621,35 @@ impl RequestCtx<'_> {
 
         let conn = self.conn;
         let wait = self.shared.digest_timeout.unwrap_or_else(|| hash_budget(size));
+        let setup = self.setup();
         let mut messages = Messages::<ClientMsg>::new(self.recv);
         let mut keeper = incoming.keeper();
+        let data = data_store(&files, self.shared.fault);
+        let store = data.clone();
         let mut task = DataTask::spawn(move |cancel| {
             let mut progress = |p: datapath::Progress| keeper.update(p.prefix, false);
             let params = params.unwrap_or_default();
-            datapath::receive(params, &files, 0..size, &present, ends, &mut progress, cancel)
+            datapath::receive(params, &*store, 0..size, &present, ends, &mut progress, cancel)
         });
         let (received, early) =
             digest::run_receiving(&mut task, &mut messages, count, conn).await?;
         if received.report.channels > 0 {
             log_channel("received", &received.report);
         }
-        let actual = received.hashes;
         let expected = digest::await_digests(&mut messages, early, count, conn, wait).await?;
-        drop(messages);
+        let mut link = Link { setup, send: &mut *self.send, messages };
+        let (actual, repaired) = repair::receive_repairs::<ServerMsg, _>(
+            &mut link,
+            &files,
+            &data,
+            &expected,
+            received.hashes,
+        )
+        .await?;
+        drop(link);
+        if repaired > 0 {
+            info!(blocks = repaired, "repaired");
+        }
         let committed =
             blocking(move || incoming.commit(&expected, &actual).map_err(plan_error)).await?;
         if let Some(err) = mismatch_error(&committed) {

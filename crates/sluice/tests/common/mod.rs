@@ -40,6 +40,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         idle_timeout: Duration::from_secs(30),
         max_channels: None,
         digest_timeout: None,
+        fault: None,
     }
 }
 
