@@ -43,6 +43,19 @@ pub(crate) struct CpArgs {
     /// Keep permission bits (not setuid, setgid or sticky) and modification times.
     #[arg(short = 'p', long)]
     preserve: bool,
+    /// Compress with zstd at LEVEL (1 to 19; 3 when only --compress is given): the sending
+    /// end compresses each 256 KiB piece, and sends the pieces that do not shrink as they are
+    /// (after one that does not, it tries less and less often), so data that does not compress
+    /// costs almost nothing.
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "3",
+        value_parser = clap::value_parser!(i32).range(1..=19)
+    )]
+    compress: Option<i32>,
     /// Symbolic links inside directories: copy (recreate the link, the default), follow
     /// (copy what it points to) or skip.
     #[arg(long, value_name = "POLICY", default_value = "copy")]
@@ -226,6 +239,7 @@ fn copy_options(args: &CpArgs) -> anyhow::Result<CopyOptions> {
         checksum: args.checksum,
         preserve: args.preserve,
         dry_run: args.dry_run,
+        compress: args.compress,
     })
 }
 
@@ -334,6 +348,11 @@ fn print_summary(args: &CpArgs, options: &CopyOptions, report: &TransferReport, 
     if report.resumed > 0 {
         let moved = report.bytes - report.resumed;
         existing.push_str(&format!(", resumed: {moved} bytes moved, {} kept", report.resumed));
+    }
+    let compressed = report.channel.as_ref().filter(|c| options.compress.is_some() && c.bytes > 0);
+    if let Some(channel) = compressed {
+        let share = channel.payload_bytes as f64 / channel.bytes as f64 * 100.0;
+        existing.push_str(&format!(", compressed to {share:.1} % on the wire"));
     }
     if report.repaired > 0 {
         let blocks = if report.repaired == 1 { "block" } else { "blocks" };

@@ -176,6 +176,38 @@ fn files_of_every_size_arrive_byte_exact_both_ways() {
 }
 
 #[test]
+fn compress_shrinks_text_on_the_wire_and_a_bad_level_is_a_usage_error() {
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    // Text that compresses: numbered lines.
+    let text: String =
+        (0..400_000).map(|i| format!("line {i} of a log that compresses\n")).collect();
+    std::fs::write(server.root.join("log.txt"), &text).unwrap();
+    let local = client.dir.path().join("log.txt");
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--accept-new-host", "--compress"],
+        "127.0.0.1:log.txt",
+        local.to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&server.root.join("log.txt"), &local));
+    let summary = stderr(&o);
+    let share: f64 = summary
+        .split("compressed to ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no compression share in {summary:?}"));
+    assert!(share < 50.0, "{summary}");
+    for bad in ["--compress=0", "--compress=20", "--compress=fast"] {
+        let o = client.cp(&server, Some(TOKEN), &[bad], "127.0.0.1:log.txt", "/nonexistent/x");
+        assert_eq!(code(&o), 2, "{bad}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn cp_r_moves_trees_and_files_together_and_a_dry_run_only_lists() {
     let server = ServerProc::start();
     let client = ClientEnv::new();

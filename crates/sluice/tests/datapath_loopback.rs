@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use sluice::datapath::{
     ChannelKeys, ChannelParams, ChannelReport, DataError, Progress, REAL_TIME_BURST_PKTS,
-    receive_file, send_file,
+    receive_file, send,
 };
 use sluice_proto::cc::CcKind;
 use sluice_proto::config::ChannelConfig;
@@ -81,6 +81,26 @@ fn content(len: usize, seed: u64) -> Vec<u8> {
     data
 }
 
+/// Seeded contents that partly compress: log-like text, then a quarter of random bytes, then
+/// text again, so compressed frames and raw pieces alternate.
+fn mixed_content(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut data = Vec::with_capacity(len + 100);
+    let mut line = 0u64;
+    while data.len() < len {
+        let at = data.len();
+        if at >= len / 2 && at < len * 3 / 4 {
+            data.extend_from_slice(&rng.next_u64().to_le_bytes());
+        } else {
+            line += 1;
+            let value = rng.next_u64() % 1000;
+            data.extend_from_slice(format!("{line} transfer value {value} status ok\n").as_bytes());
+        }
+    }
+    data.truncate(len);
+    data
+}
+
 fn file_with(dir: &tempfile::TempDir, name: &str, data: &[u8]) -> File {
     let path = dir.path().join(name);
     std::fs::write(&path, data).unwrap();
@@ -98,14 +118,27 @@ struct End {
 
 /// Runs both ends on their own threads until both return. `on_progress` sees each end's
 /// reports (sender: `true`) and may set that end's cancel flag.
-#[allow(clippy::too_many_arguments)]
 fn run_pair(
-    (sender, receiver): (Vec<ChannelParams>, Vec<ChannelParams>),
+    ends: (Vec<ChannelParams>, Vec<ChannelParams>),
     src: &File,
     dst: &File,
     range: Range<u64>,
     cancel_sender: &AtomicBool,
     cancel_receiver: &AtomicBool,
+    on_progress: &(dyn Fn(bool, Progress) + Sync),
+) -> (End, End) {
+    let cancel = (cancel_sender, cancel_receiver);
+    run_pair_compressed(ends, src, dst, range, None, cancel, on_progress)
+}
+
+/// [`run_pair`] with the sender compressing at zstd level `compress`.
+fn run_pair_compressed(
+    (sender, receiver): (Vec<ChannelParams>, Vec<ChannelParams>),
+    src: &File,
+    dst: &File,
+    range: Range<u64>,
+    compress: Option<i32>,
+    (cancel_sender, cancel_receiver): (&AtomicBool, &AtomicBool),
     on_progress: &(dyn Fn(bool, Progress) + Sync),
 ) -> (End, End) {
     let run = |is_sender: bool, params: Vec<ChannelParams>, file: &File, cancel: &AtomicBool| {
@@ -116,7 +149,7 @@ fn run_pair(
         };
         let mut blake3 = None;
         let result = if is_sender {
-            send_file(params, file, range.clone(), &mut note, cancel)
+            send(params, file, std::slice::from_ref(&range), compress, &mut note, cancel)
         } else {
             receive_file(params, file, range.clone(), &mut note, cancel).map(|received| {
                 blake3 = Some(received.blake3);
@@ -378,12 +411,22 @@ impl Relay {
 
 #[test]
 fn a_lossy_reordering_relay_is_repaired_over_real_sockets() {
+    lossy_relay("lossy_relay", None);
+}
+
+#[test]
+fn compressed_frames_through_a_lossy_reordering_relay_arrive_exactly() {
+    lossy_relay("lossy_relay_compressed", Some(3));
+}
+
+/// A transfer through a relay that drops 2 % each way and reorders 1 %.
+fn lossy_relay(test: &str, compress: Option<i32>) {
     let _serial = serial();
-    let seed = seed("lossy_relay", 16);
+    let seed = seed(test, 16);
     // Long enough for a few hundred ACKs and NAKs, so the reverse direction loses some too.
     let len = 24 << 20;
     let dir = tempfile::tempdir().unwrap();
-    let data = content(len, seed);
+    let data = if compress.is_some() { mixed_content(len, seed) } else { content(len, seed) };
     let src = file_with(&dir, "src", &data);
     let dst = file_with(&dir, "dst", &vec![0u8; len]);
 
@@ -416,18 +459,20 @@ fn a_lossy_reordering_relay_is_repaired_over_real_sockets() {
         let t0 = Instant::now();
         let show = |is_sender: bool, p: Progress| {
             if is_sender && std::env::var("SLUICE_TEST_TRACE").is_ok() {
-                println!("lossy_relay: {:?} sender acked {} bytes", t0.elapsed(), p.bytes);
+                println!("{test}: {:?} sender acked {} bytes", t0.elapsed(), p.bytes);
             }
         };
-        let (s, r) = run_pair(ends, &src, &dst, 0..len as u64, &no, &no, &show);
+        let range = 0..len as u64;
+        let (s, r) = run_pair_compressed(ends, &src, &dst, range, compress, (&no, &no), &show);
         stop.store(true, Ordering::Relaxed);
         (s, r, relay.join().unwrap())
     });
-    println!("lossy_relay: relay {stats:?}");
+    println!("{test}: relay {stats:?}");
+    println!("{test}: sender {:?}", s.result);
+    println!("{test}: receiver {:?}", r.result);
     let sent = s.result.unwrap();
     let received = r.result.unwrap();
-    println!("lossy_relay: sender {sent:?}");
-    println!("lossy_relay: receiver {received:?}");
+    check_wire(compress, &sent, len);
     assert!(stats.dropped[0] > 0 && stats.dropped[1] > 0, "the relay must drop both ways");
     assert!(stats.reordered[0] > 0, "the relay must reorder data");
     assert!(sent.retransmitted_pkts > 0, "dropped data must be retransmitted");
@@ -545,11 +590,30 @@ fn four_channels_move_a_file_exactly() {
 
 #[test]
 fn a_channel_whose_socket_dies_mid_way_hands_its_chunks_to_the_others() {
+    dead_channel("dead_channel", None);
+}
+
+#[test]
+fn a_dying_channel_hands_its_compressed_pieces_to_the_others() {
+    dead_channel("dead_channel_compressed", Some(3));
+}
+
+/// With compression, the text parts must have gone as frames: fewer payload bytes than the
+/// file's; without, exactly the file's.
+fn check_wire(compress: Option<i32>, sent: &ChannelReport, len: usize) {
+    match compress {
+        Some(_) => assert!(sent.payload_bytes < len as u64 * 3 / 4, "{sent:?}"),
+        None => assert_eq!(sent.payload_bytes, len as u64, "{sent:?}"),
+    }
+}
+
+/// Three channels, one of which dies mid-way.
+fn dead_channel(test: &str, compress: Option<i32>) {
     let _serial = serial();
-    let seed = seed("dead_channel", 21);
+    let seed = seed(test, 21);
     let len = 12 * sluice::datapath::CHUNK_BYTES as usize;
     let dir = tempfile::tempdir().unwrap();
-    let data = content(len, seed);
+    let data = if compress.is_some() { mixed_content(len, seed) } else { content(len, seed) };
     let src = file_with(&dir, "src", &data);
     let dst = file_with(&dir, "dst", &vec![0u8; len]);
     // Three channels, each end silent-tolerant for 2 s; channel 1 goes through a relay that
@@ -573,16 +637,18 @@ fn a_channel_whose_socket_dies_mid_way_hands_its_chunks_to_the_others() {
     let no = AtomicBool::new(false);
     let (s, r, stats) = std::thread::scope(|scope| {
         let relay = scope.spawn(|| relay.run(&stop));
-        let (s, r) = run_pair((senders, receivers), &src, &dst, 0..len as u64, &no, &no, &never);
+        let ends = (senders, receivers);
+        let range = 0..len as u64;
+        let (s, r) = run_pair_compressed(ends, &src, &dst, range, compress, (&no, &no), &never);
         stop.store(true, Ordering::Relaxed);
         (s, r, relay.join().unwrap())
     });
-    println!("dead_channel: relay {stats:?}");
+    println!("{test}: relay {stats:?}");
     assert!(stats.forwarded[0] >= 2_000, "the relay died before carrying anything");
     let sent = s.result.unwrap();
     let received = r.result.unwrap();
-    println!("dead_channel: sender {sent:?}");
-    println!("dead_channel: receiver {received:?}");
+    println!("{test}: sender {sent:?}");
+    println!("{test}: receiver {received:?}");
     assert_eq!((sent.channels, sent.lost_channels), (3, 1), "the sender lost channel 1 alone");
     // The receiver's channel 1 counts as lost only if its idle timeout ran out before the
     // others completed the file: a race, so either is right.

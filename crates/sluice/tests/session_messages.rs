@@ -22,6 +22,7 @@ async fn messages_round_trip_through_a_stream() {
             recursive: true,
             links: Links::Follow,
             checksum: true,
+            compress: Some(7),
         },
         ClientMsg::Put {
             dest: "x".into(),

@@ -68,6 +68,7 @@ use sluice_proto::config::ChannelConfig;
 use sluice_proto::crypto::PacketKey;
 
 mod blocks;
+mod compress;
 mod plan;
 mod port;
 mod recv;
@@ -79,6 +80,7 @@ mod transfer;
 mod written;
 
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
+pub use compress::{COMPRESS_BLOCK_BYTES, LEVELS as COMPRESS_LEVELS};
 pub use plan::CHUNK_BYTES;
 pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
 pub use store::{Fault, Faulty, Store, read_exact_at, read_up_to, write_all_at};
@@ -126,8 +128,11 @@ pub struct Progress {
 /// What a finished transfer's channels did, summed over the channels.
 #[derive(Debug, Clone, Default)]
 pub struct ChannelReport {
-    /// Payload bytes of the range moved.
+    /// Bytes of the range moved.
     pub bytes: u64,
+    /// Payload bytes on the wire for them, retransmissions not counted: fewer than `bytes`
+    /// when pieces were compressed.
+    pub payload_bytes: u64,
     /// Seconds from start to finish.
     pub seconds: f64,
     /// Data packets sent for the first time (sender) or accepted (receiver).
@@ -204,6 +209,9 @@ pub enum DataError {
         /// The path MTU, when the kernel knows it.
         path_mtu: Option<usize>,
     },
+    /// A compressed frame from the peer broke the rules or did not decompress.
+    #[error("a compressed block from the peer is broken: {0}")]
+    Compression(String),
     /// No channels were given.
     #[error("a transfer needs at least one data channel")]
     NoChannels,
@@ -218,16 +226,17 @@ pub fn send_file(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
-    send(channels, file, &[range], progress, cancel)
+    send(channels, file, &[range], None, progress, cancel)
 }
 
 /// Sends `ranges` of `store` (in order; payload offsets are the store's offsets) over
-/// `channels`. Blocks until every byte is acknowledged, every channel failed, or `cancel` is
-/// set.
+/// `channels`, with `compress`, each piece compressed at that zstd level when it shrinks.
+/// Blocks until every byte is acknowledged, every channel failed, or `cancel` is set.
 pub fn send(
     channels: Vec<ChannelParams>,
     store: &dyn Store,
     ranges: &[Range<u64>],
+    compress: Option<i32>,
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
@@ -241,6 +250,7 @@ pub fn send(
         plan: plan::Plan::new(ranges, CHUNK_BYTES),
         group: CouplingGroup::new(&channels[0].config, channels.len()),
         shared: transfer::Shared::default(),
+        compress,
     };
     let now = || Progress { bytes: ctx.plan.acked_bytes(), total, prefix: 0 };
     let run = |index, params, start| send::channel(index, params, &ctx, start);

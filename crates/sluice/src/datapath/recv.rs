@@ -11,6 +11,7 @@ use sluice_proto::receiver::{Receiver, State};
 use sluice_udp::RecvBatch;
 
 use super::blocks::WriteBehind;
+use super::compress::{COMPRESSED, Inflater, piece_at};
 use super::port::{MAX_SLEEP_US, Port};
 use super::store::Store;
 use super::transfer::{ChannelEnd, Shared};
@@ -37,6 +38,9 @@ pub(super) struct RecvShared<'a> {
     /// channels' write-behind buffers hold).
     pub(super) file: SharedFile<'a>,
     pub(super) range: Range<u64>,
+    /// The parts of `range` that move (not present before), increasing: where compressed
+    /// frames' pieces lie.
+    parts: Vec<Range<u64>>,
     /// Byte ranges of `range` that arrived, on any channel (a chunk handed from a dead channel
     /// to another may arrive twice).
     arrived: Mutex<IntervalSet>,
@@ -60,9 +64,14 @@ impl<'a> RecvShared<'a> {
                 had += arrived.insert(lo, hi - 1);
             }
         }
+        let parts = match range.end.checked_sub(1).filter(|&last| last >= range.start) {
+            Some(last) => arrived.gaps(range.start, last).map(|(lo, hi)| lo..hi + 1).collect(),
+            None => Vec::new(),
+        };
         Self {
             file: SharedFile::new(store, range.clone(), &arrived),
             range,
+            parts,
             arrived: Mutex::new(arrived),
             arrived_bytes: AtomicU64::new(0),
             present_bytes: had,
@@ -124,7 +133,9 @@ pub(super) fn channel(
     let mut result = (|| {
         let port = Port::new(socket, peer, false, start)?;
         let mut receiver = Receiver::new(config, keys.seal, keys.open, port.now_us())?;
-        let result = drive(&mut receiver, &port, &mut writer, ctx, idle_secs);
+        let mut inflater = Inflater::new().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
+        let mut sink = Sink { writer: &mut writer, inflater: &mut inflater, ctx };
+        let result = drive(&mut receiver, &port, &mut sink, idle_secs);
         stats = Some(receiver.stats().clone());
         result
     })();
@@ -134,6 +145,7 @@ pub(super) fn channel(
     }
     let report = stats.map(|s| ChannelReport {
         bytes: s.delivered_bytes,
+        payload_bytes: s.delivered_bytes,
         seconds: start.elapsed().as_secs_f64(),
         data_pkts: s.data_pkts,
         retransmitted_pkts: 0,
@@ -144,14 +156,51 @@ pub(super) fn channel(
     ChannelEnd { report: report.unwrap_or_default(), result }
 }
 
+/// Where a channel's payloads go: raw ones to the file at their offsets, those of compressed
+/// frames to the inflater until their frame is whole.
+struct Sink<'s, 'f> {
+    writer: &'s mut WriteBehind<'f>,
+    inflater: &'s mut Inflater,
+    ctx: &'s RecvShared<'f>,
+}
+
+impl Sink<'_, '_> {
+    /// Takes one delivered payload; pushes what reached the file onto `payloads`.
+    fn take(
+        &mut self,
+        offset: u64,
+        payload: &[u8],
+        payloads: &mut Vec<(u64, u64)>,
+    ) -> Result<(), DataError> {
+        let ctx = self.ctx;
+        if offset & COMPRESSED == 0 {
+            let len = payload.len() as u64;
+            if ctx.inside(offset, len) {
+                self.writer.write(offset, payload).map_err(DataError::File)?;
+                payloads.push((offset, len));
+            }
+            return Ok(());
+        }
+        let Some(piece) = piece_at(&ctx.parts, offset & !COMPRESSED) else {
+            ctx.inside(offset, payload.len() as u64);
+            return Ok(());
+        };
+        if let Some(bytes) = self.inflater.accept(piece.clone(), offset, payload)? {
+            self.writer.write(piece.start, bytes).map_err(DataError::File)?;
+            payloads.push((piece.start, piece.end - piece.start));
+        }
+        Ok(())
+    }
+}
+
 /// The channel loop.
 fn drive(
     receiver: &mut Receiver,
     port: &Port,
-    writer: &mut WriteBehind<'_>,
-    ctx: &RecvShared<'_>,
+    sink: &mut Sink<'_, '_>,
     idle_secs: u64,
 ) -> Result<(), DataError> {
+    let ctx = sink.ctx;
     let mut batch = RecvBatch::new();
     let mut out = vec![0u8; 2048];
     let mut last_datagram_us = None;
@@ -170,28 +219,26 @@ fn drive(
             }
             let at = port.now_us();
             last_datagram_us = Some(at);
-            let mut write_error = None;
+            let mut take_error = None;
             // Each datagram at the time the kernel received it: the estimators measure the
             // intervals between arrivals, which one time for the whole batch would make zero.
             // A payload that arrived before (a chunk handed from a dead channel to another)
             // goes to the writer again; the shared file skips what is already on disk.
             batch.datagrams_timed(|age_us, d| {
                 let arrived = at.saturating_sub(age_us.unwrap_or(0));
-                if let Ok(Some(delivered)) = receiver.handle_datagram(arrived, d) {
+                if let Ok(Some(delivered)) = receiver.handle_datagram(arrived, d)
+                    && take_error.is_none()
+                {
                     let payload = &d[delivered.range];
-                    let len = payload.len() as u64;
-                    if ctx.inside(delivered.offset, len) {
-                        if let Err(e) = writer.write(delivered.offset, payload) {
-                            write_error.get_or_insert(e);
-                        }
-                        payloads.push((delivered.offset, len));
+                    if let Err(e) = sink.take(delivered.offset, payload, &mut payloads) {
+                        take_error = Some(e);
                     }
                 }
             });
             ctx.record(&payloads);
             payloads.clear();
-            if let Some(e) = write_error {
-                return Err(ctx.shared.fatal(DataError::File(e)));
+            if let Some(e) = take_error {
+                return Err(ctx.shared.fatal(e));
             }
             if batch.messages() < sluice_udp::RECV_BATCH {
                 break;
@@ -199,7 +246,7 @@ fn drive(
         }
         let now = port.now_us();
         if complete_at_us.is_none() && ctx.complete() {
-            writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
+            sink.writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
             complete_at_us = Some(now);
         }
         receiver.handle_timeout(now);
@@ -230,7 +277,7 @@ fn drive(
         } else {
             // Idle: what is gathered goes to disk now, so the hasher following the written
             // prefix does not wait for this channel's next datagram.
-            writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
+            sink.writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
             port.wait(deadline)?;
         }
     }

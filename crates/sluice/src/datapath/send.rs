@@ -9,9 +9,10 @@ use sluice_proto::sender::{REASON_DONE, Sender};
 use sluice_udp::RecvBatch;
 
 use super::blocks::ReadAhead;
+use super::compress::{COMPRESS_BLOCK_BYTES, COMPRESSED, Deflater};
 use super::plan::{Plan, Taken};
 use super::port::{BATCH_BYTES, MAX_SLEEP_US, Port, check_path_mtu};
-use super::store::Store;
+use super::store::{Store, read_exact_at};
 use super::transfer::{ChannelEnd, Shared};
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 
@@ -22,6 +23,9 @@ const LOW_WATER_BYTES: u64 = 1 << 20;
 /// one GSO batch, and half the pacer's catch-up allowance, so a late wake-up is made up) and
 /// sends it with one system call.
 const BATCH_INTERVAL_US: f64 = 250.0;
+/// With compression, pieces compressed per turn of the loop at most (unless the sender has
+/// nothing to send): a piece takes about a millisecond, which the pacer then catches up on.
+const PIECES_PER_TURN: usize = 2;
 /// How often a channel logs its state at debug level.
 const TRACE_EVERY_US: u64 = 250_000;
 
@@ -32,6 +36,8 @@ pub(super) struct SendShared<'a> {
     pub(super) plan: Plan,
     pub(super) group: Arc<CouplingGroup>,
     pub(super) shared: Shared,
+    /// zstd level of per-piece compression, if any.
+    pub(super) compress: Option<i32>,
 }
 
 /// Runs channel `index` until the whole plan is acknowledged, or it fails. On failure its
@@ -46,7 +52,12 @@ pub(super) fn channel(
     let idle_secs = idle_secs(&config);
     let mut taken = Taken::default();
     let mut stats = None;
+    let mut deflater = None;
     let result = (|| {
+        if let Some(level) = ctx.compress {
+            deflater =
+                Some(Deflater::new(level).map_err(|e| ctx.shared.fatal(DataError::File(e)))?);
+        }
         check_path_mtu(&socket, peer, config.packet_size).map_err(|e| ctx.shared.fatal(e))?;
         let port = Port::new(socket, peer, true, start)?;
         let cc = ctx.group.member(index);
@@ -63,12 +74,13 @@ pub(super) fn channel(
             sender: &mut sender,
             port: &port,
             reader: &mut reader,
+            deflater: deflater.as_mut(),
             segment,
             max_burst_pkts,
         };
         let result = run.drive(ctx, &mut taken, idle_secs);
         // What the last ACK acknowledged is done, whatever ended the loop.
-        taken.credit(sender.stats().acked_bytes, &ctx.plan);
+        taken.credit(sender.stats().acked_bytes, &ctx.plan, &mut |_| {});
         stats = Some(sender.stats().clone());
         result
     })();
@@ -78,6 +90,7 @@ pub(super) fn channel(
     }
     let report = stats.map(|s| ChannelReport {
         bytes: s.acked_bytes,
+        payload_bytes: s.acked_bytes,
         seconds: start.elapsed().as_secs_f64(),
         data_pkts: s.new_pkts,
         retransmitted_pkts: s.retransmitted_pkts,
@@ -93,6 +106,7 @@ struct Run<'r, 'f> {
     sender: &'r mut Sender,
     port: &'r Port,
     reader: &'r mut ReadAhead<'f>,
+    deflater: Option<&'r mut Deflater>,
     segment: usize,
     max_burst_pkts: u32,
 }
@@ -118,15 +132,15 @@ impl Run<'_, '_> {
             }
             let now = self.port.now_us();
             self.sender.handle_timeout(now);
-            taken.credit(self.sender.stats().acked_bytes, &ctx.plan);
+            self.credit(ctx, taken);
             if !finished {
-                finished = self.refill(ctx, taken);
+                finished = self.refill(ctx, taken)?;
             }
             self.transmit(&mut out, now, ctx)?;
             match self.sender.state() {
                 State::Open => {}
                 State::Closed(REASON_DONE) if self.sender.all_acked() => {
-                    taken.credit(self.sender.stats().acked_bytes, &ctx.plan);
+                    self.credit(ctx, taken);
                     return Ok(());
                 }
                 State::Closed(reason) => return Err(DataError::ClosedEarly(reason)),
@@ -173,22 +187,58 @@ impl Run<'_, '_> {
         );
     }
 
-    /// Keeps the sender fed from the plan; returns true once it was told to finish (the whole
-    /// plan is acknowledged).
-    fn refill(&mut self, ctx: &SendShared<'_>, taken: &mut Taken) -> bool {
+    /// Credits the plan with what the sender had acknowledged; forgets the frames done.
+    fn credit(&mut self, ctx: &SendShared<'_>, taken: &mut Taken) {
+        let deflater = &mut self.deflater;
+        taken.credit(self.sender.stats().acked_bytes, &ctx.plan, &mut |start| {
+            if let Some(d) = deflater {
+                d.done(start);
+            }
+        });
+    }
+
+    /// Keeps the sender fed from the plan: whole chunks, or with compression piece by piece,
+    /// each a frame if it shrinks. Returns true once it was told to finish (the whole plan is
+    /// acknowledged).
+    fn refill(&mut self, ctx: &SendShared<'_>, taken: &mut Taken) -> Result<bool, DataError> {
+        let grid = if self.deflater.is_some() { COMPRESS_BLOCK_BYTES } else { u64::MAX };
+        let mut compressed = 0;
         while self.sender.unsent_bytes() < LOW_WATER_BYTES {
-            let Some(chunk) = ctx.plan.take() else { break };
-            self.reader.expect(chunk.start);
-            self.sender.push(chunk.start, chunk.end - chunk.start);
-            taken.push(chunk);
+            let Some(next) = taken.next(grid) else {
+                let Some(chunk) = ctx.plan.take() else { break };
+                taken.take(chunk);
+                continue;
+            };
+            let frame = match self.deflater.as_deref_mut() {
+                // A piece handed back partly acknowledged is not one the receiver knows: raw.
+                Some(deflater) if ctx.plan.whole_piece(&next) => {
+                    let read = |at: u64, dst: &mut [u8]| read_exact_at(ctx.store, dst, at);
+                    compressed += 1;
+                    deflater
+                        .piece(next.clone(), read)
+                        .map_err(|e| ctx.shared.fatal(DataError::File(e)))?
+                }
+                _ => None,
+            };
+            match frame {
+                Some(wire) => self.sender.push(COMPRESSED | next.start, wire),
+                None => {
+                    self.reader.expect(next.start);
+                    self.sender.push(next.start, next.end - next.start);
+                }
+            }
+            taken.pushed(next, frame);
+            if compressed >= PIECES_PER_TURN && self.sender.unsent_bytes() > 0 {
+                break;
+            }
         }
         ctx.group.set_active(self.index, !taken.all_acked());
         if taken.all_acked() && ctx.plan.done() {
             // Every byte of the transfer is acknowledged (by this channel or the others).
             self.sender.finish();
-            return true;
+            return Ok(true);
         }
-        false
+        Ok(false)
     }
 
     /// Sends everything due at `now` in batches of equal-sized datagrams. A packet whose
@@ -205,8 +255,13 @@ impl Run<'_, '_> {
         loop {
             let room = &mut out[used..used + self.segment];
             let reader = &mut *self.reader;
+            let deflater = self.deflater.as_deref();
             let mut fill = |offset: u64, dst: &mut [u8]| {
-                if let Err(e) = reader.fill(offset, dst) {
+                let filled = match deflater {
+                    Some(d) if offset & COMPRESSED != 0 => d.fill(offset, dst),
+                    _ => reader.fill(offset, dst),
+                };
+                if let Err(e) = filled {
                     dst.fill(0);
                     read_error.get_or_insert(e);
                 }

@@ -119,6 +119,7 @@ pub(super) fn verdict(
     let mut first_error = None;
     for end in ends {
         sum.bytes += end.report.bytes;
+        sum.payload_bytes += end.report.payload_bytes;
         sum.seconds = sum.seconds.max(end.report.seconds);
         sum.data_pkts += end.report.data_pkts;
         sum.retransmitted_pkts += end.report.retransmitted_pkts;

@@ -316,12 +316,14 @@ impl Client {
         mut progress: impl FnMut(Progress) + Send + 'static,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
+        options.check()?;
         let mut req = self.request().await?;
         let get = ClientMsg::Get {
             paths: remote_paths.to_vec(),
             recursive: options.recursive,
             links: options.links,
             checksum: options.checksum,
+            compress: options.compress,
         };
         req.write(&get).await?;
         let entries = recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
@@ -457,6 +459,7 @@ impl Client {
         progress: impl FnMut(Progress) + Send + 'static,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
+        options.check()?;
         let sources = local_paths.to_vec();
         let walk_options =
             WalkOptions { recursive: options.recursive, links: options.links, confine: None };
@@ -515,6 +518,7 @@ impl Client {
         debug!(dest, files = report.files, size, moving, "sending");
         let mut progress = progress;
         let data = data_store(&files, self.fault);
+        let compress = options.compress;
         let sending = if moving == 0 {
             progress(Progress { bytes: 0, total: 0, prefix: 0 });
             None
@@ -527,7 +531,7 @@ impl Client {
             let params = self.channel_params(&mut req, sockets, &server_ports).await?;
             let store = data.clone();
             Some(DataTask::spawn(move |cancel| {
-                datapath::send(params, &*store, &ranges, &mut progress, cancel)
+                datapath::send(params, &*store, &ranges, compress, &mut progress, cancel)
             }))
         };
         let streams = (&mut req.send, &mut req.recv);
@@ -549,7 +553,8 @@ impl Client {
             messages: Messages::new(&mut req.recv),
         };
         let served =
-            repair::serve_repairs::<ClientMsg, _>(&mut link, &files, &data, sent.reply).await;
+            repair::serve_repairs::<ClientMsg, _>(&mut link, &files, &data, compress, sent.reply)
+                .await;
         drop(link);
         let (reply, repaired, _) = match served {
             Ok(served) => served,

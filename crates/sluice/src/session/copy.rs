@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use super::SessionError;
 use super::messages::{BlockHashes, Want};
+use crate::datapath::COMPRESS_LEVELS;
 use crate::files::hash_prefix;
 use crate::tree::manifest::from_ranges;
 use crate::tree::resume::matching_prefix;
@@ -30,6 +31,29 @@ pub struct CopyOptions {
     pub preserve: bool,
     /// Decide and report, move nothing.
     pub dry_run: bool,
+    /// The sending end compresses each piece of 256 KiB that shrinks with zstd at this level
+    /// (1 to 19, [`crate::datapath::COMPRESS_LEVELS`]); pieces that do not shrink go as they
+    /// are.
+    pub compress: Option<i32>,
+}
+
+impl CopyOptions {
+    /// Refuses a compression level zstd does not take here.
+    pub(crate) fn check(&self) -> Result<(), SessionError> {
+        check_level(self.compress)
+    }
+}
+
+/// Refuses a compression level outside [`COMPRESS_LEVELS`].
+pub(crate) fn check_level(level: Option<i32>) -> Result<(), SessionError> {
+    match level.filter(|l| !COMPRESS_LEVELS.contains(l)) {
+        Some(level) => Err(SessionError::Refused(format!(
+            "compression level {level}: use {} to {}",
+            COMPRESS_LEVELS.start(),
+            COMPRESS_LEVELS.end()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Puts each file's BLAKE3 into the manifest (reads every file once, before the transfer).

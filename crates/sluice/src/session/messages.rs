@@ -63,6 +63,9 @@ pub enum ClientMsg {
         /// Put each file's BLAKE3 in the manifest (the client compares by content).
         #[serde(default)]
         checksum: bool,
+        /// Compress each piece that shrinks with zstd at this level (1 to 19).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compress: Option<i32>,
     },
     /// Upload files: `Manifest` follows; the server answers with `Want`.
     Put {

@@ -152,6 +152,7 @@ pub(crate) async fn serve_repairs<W: RepairControl, R: RepairControl>(
     link: &mut Link<'_, '_, R>,
     files: &Arc<FileSet>,
     data: &DataStore,
+    compress: Option<i32>,
     mut reply: R,
 ) -> Result<(R, u64, Option<ChannelReport>), SessionError> {
     let (mut repaired, mut report) = (0, None);
@@ -178,7 +179,7 @@ pub(crate) async fn serve_repairs<W: RepairControl, R: RepairControl>(
             let store = data.clone();
             let moving = ranges.clone();
             let mut task = DataTask::spawn(move |cancel| {
-                datapath::send(params, &*store, &moving, &mut |_| {}, cancel)
+                datapath::send(params, &*store, &moving, compress, &mut |_| {}, cancel)
             });
             report = Some(task.join().await?.map_err(|e| data_error(e, link.setup.conn))?);
             repaired += blocks.len() as u64;

@@ -22,7 +22,7 @@ use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
     blocking, control_transport, default_channel_config, frame_error, hash_budget,
 };
-use super::copy::{kept_pairs, resume_offers, resume_verdict};
+use super::copy::{check_level, kept_pairs, resume_offers, resume_verdict};
 use super::digest::{self, Messages};
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
@@ -356,8 +356,9 @@ async fn serve_request(
     };
     let outcome = match request {
         ClientMsg::Stat { path } => ctx.stat(&path).await,
-        ClientMsg::Get { paths, recursive, links, checksum } => {
-            ctx.get(&paths, WalkOptions { recursive, links, confine: None }, checksum).await
+        ClientMsg::Get { paths, recursive, links, checksum, compress } => {
+            let walk = WalkOptions { recursive, links, confine: None };
+            ctx.get(&paths, walk, checksum, compress).await
         }
         ClientMsg::Put { dest, overwrite, checksum, preserve, dry_run } => {
             let options = ReceiveOptions { overwrite, checksum, preserve, confine: None };
@@ -462,7 +463,9 @@ impl<'a> RequestCtx<'a> {
         requested: &[String],
         mut walk_options: WalkOptions,
         checksum: bool,
+        compress: Option<i32>,
     ) -> Result<(), SessionError> {
+        check_level(compress)?;
         let _permit = self.acquire_transfer()?;
         let root = self.shared.root.clone();
         walk_options.confine = Some(root.clone());
@@ -512,7 +515,7 @@ impl<'a> RequestCtx<'a> {
             let params = self.exchange_ready().await?;
             let store = data.clone();
             Some(DataTask::spawn(move |cancel| {
-                datapath::send(params, &*store, &ranges, &mut |_| {}, cancel)
+                datapath::send(params, &*store, &ranges, compress, &mut |_| {}, cancel)
             }))
         };
         let streams = (&mut *self.send, &mut *self.recv);
@@ -531,7 +534,8 @@ impl<'a> RequestCtx<'a> {
         let mut link =
             Link { setup: self.setup(), send: &mut *self.send, messages: Messages::new(self.recv) };
         let (reply, repaired, report) =
-            repair::serve_repairs::<ServerMsg, _>(&mut link, &files, &data, sent.reply).await?;
+            repair::serve_repairs::<ServerMsg, _>(&mut link, &files, &data, compress, sent.reply)
+                .await?;
         if let Some(report) = &report {
             log_channel("sent again", report);
             info!(blocks = repaired, "repaired");
