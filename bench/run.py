@@ -147,6 +147,8 @@ def main():
     ap.add_argument("--cap", type=float, help="per-run time cap in seconds (quick 20, otherwise 120)")
     ap.add_argument("--file-size", type=size_arg, help="single-file size for every path "
                     "(default: quick 128MiB; otherwise 1GiB WAN, 4GiB LAN)")
+    ap.add_argument("--content", choices=("random", "text"), default="random",
+                    help="single-file content: random bytes, or log-like text that compresses ~4:1")
     ap.add_argument("--tree", choices=("auto", "all", "none"), default="auto",
                     help="tree workload: auto = LAN and 100 ms / 1 %% in full mode only")
     ap.add_argument("--iperf-seconds", type=float, help="iperf3 duration (quick 5, otherwise 15)")
@@ -209,7 +211,7 @@ def main():
             key = (name, size if name == "file" else 0)
             if key not in works:
                 log(f"creating workload {name} ({size // MIB} MiB)" if name == "file" else "creating tree")
-                works[key] = make_file(src, size) if name == "file" else make_tree(src)
+                works[key] = make_file(src, size, args.content) if name == "file" else make_tree(src)
             return works[key]
 
         for n, cell in enumerate(cells):

@@ -16,6 +16,34 @@ def _write_random(path, size):
             left -= n
 
 
+def _text_block(seed=7, size=16 * MIB):
+    """Seeded log-like text (compresses about 4:1 with zstd or zlib)."""
+    import random
+    rng = random.Random(seed)
+    levels = ("INFO", "WARN", "DEBUG", "ERROR")
+    lines, n = [], 0
+    while n < size:
+        line = (f"2026-11-22T{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d} "
+                f"{rng.choice(levels)} transfer {rng.randrange(10**6)} moved block {rng.randrange(4096)} "
+                f"of file {rng.randrange(97)} in {rng.randrange(99999)} us\n")
+        lines.append(line)
+        n += len(line)
+    return "".join(lines).encode()[:size]
+
+
+def _write_text(path, size):
+    """`size` bytes of log-like text: one 16 MiB seeded block repeated. Every tool compresses in
+    windows far smaller than the block (zlib 32 KiB, Sluice 256 KiB pieces), so the repetition
+    helps none of them."""
+    block = _text_block()
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, len(block))
+            f.write(block[:n])
+            left -= n
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -37,7 +65,8 @@ class Workload:
 
     def describe(self):
         if self.name == "file":
-            return f"one random file of {self.bytes / MIB:.0f} MiB"
+            kind = "text" if self.src.endswith(".txt") else "random"
+            return f"one {kind} file of {self.bytes / MIB:.0f} MiB"
         return f"tree of {self.files} files, {self.bytes / MIB:.0f} MiB"
 
     def verify(self, dst_dir):
@@ -81,11 +110,12 @@ def received_bytes(dst_dir):
     return total
 
 
-def make_file(root, size):
+def make_file(root, size, content="random"):
     os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, f"random-{size // MIB}MiB.bin")
+    name = f"text-{size // MIB}MiB.txt" if content == "text" else f"random-{size // MIB}MiB.bin"
+    path = os.path.join(root, name)
     if not (os.path.isfile(path) and os.path.getsize(path) == size):
-        _write_random(path, size)
+        (_write_text if content == "text" else _write_random)(path, size)
     return Workload("file", path, {"": (size, sha256(path))})
 
 

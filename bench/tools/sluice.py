@@ -21,12 +21,16 @@ class Sluice(Tool):
     workloads = ("file", "tree")
     server_proto = "udp"
 
-    def __init__(self, channels=None):
-        """`channels`: None for the default (one per core, as negotiated), else `--channels N`."""
-        self.channels = channels
+    def __init__(self, channels=None, compress=None):
+        """`channels`: None for the default (one per core, as negotiated), else `--channels N`;
+        `compress`: a zstd level for `--compress=LEVEL`, or None."""
+        self.channels, self.compress = channels, compress
         self.name = "sluice" if channels is None else f"sluice-c{channels}"
+        if compress is not None:
+            self.name += "-z"
         count = "one per core (negotiated)" if channels is None else str(channels)
-        self.note = (f"sluice cp (upload), adaptive, encrypted UDP channels: {count}, BLAKE3")
+        zstd = f", zstd level {compress} per 256 KiB piece" if compress is not None else ""
+        self.note = (f"sluice cp (upload), adaptive, encrypted UDP channels: {count}, BLAKE3{zstd}")
 
     def missing(self):
         if not os.access(BIN, os.X_OK):
@@ -50,6 +54,8 @@ class Sluice(Tool):
 
     def client_argv(self, ctx):
         extra = [] if self.channels is None else ["--channels", str(self.channels)]
+        if self.compress is not None:
+            extra.append(f"--compress={self.compress}")
         if ctx.work.is_dir:
             extra.append("-r")
         return [BIN, "cp", "-q", "-P", str(ctx.port), "--token-file", self.tokens,

@@ -53,11 +53,15 @@ class Scp(_SshTool):
 
 
 class Rsync(_SshTool):
-    name = "rsync"
     packages = _SshTool.packages + ["rsync"]
     binaries = ["rsync", "ssh", "/usr/sbin/sshd"]
-    note = f"rsync -a over ssh ({CIPHER}), empty destination"
+
+    def __init__(self, compress=False):
+        """`compress`: rsync -z (zlib on the stream)."""
+        self.compress = compress
+        self.name = "rsync-z" if compress else "rsync"
+        self.note = f"rsync -a{'z' if compress else ''} over ssh ({CIPHER}), empty destination"
 
     def client_argv(self, ctx):
-        return ["rsync", "-a", "-e", f"ssh -F {os.path.join(self.dir, 'ssh_config')}",
+        return ["rsync", "-az" if self.compress else "-a", "-e", f"ssh -F {os.path.join(self.dir, 'ssh_config')}",
                 ctx.work.src.rstrip("/"), f"root@{B_ADDR}:{ctx.dst_dir}/"]

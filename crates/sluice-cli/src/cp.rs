@@ -43,7 +43,7 @@ pub(crate) struct CpArgs {
     /// Keep permission bits (not setuid, setgid or sticky) and modification times.
     #[arg(short = 'p', long)]
     preserve: bool,
-    /// Compress with zstd at LEVEL (1 to 19; 3 when only --compress is given): the sending
+    /// Compress with zstd at LEVEL (1 to 19; 1 when only --compress is given): the sending
     /// end compresses each 256 KiB piece, and sends the pieces that do not shrink as they are
     /// (after one that does not, it tries less and less often), so data that does not compress
     /// costs almost nothing.
@@ -52,7 +52,7 @@ pub(crate) struct CpArgs {
         value_name = "LEVEL",
         num_args = 0..=1,
         require_equals = true,
-        default_missing_value = "3",
+        default_missing_value = "1",
         value_parser = clap::value_parser!(i32).range(1..=19)
     )]
     compress: Option<i32>,
