@@ -75,7 +75,7 @@ pub(crate) struct CpArgs {
     /// Require exactly this server fingerprint (SHA256:...).
     #[arg(long, conflicts_with = "accept_new_host")]
     fingerprint: Option<String>,
-    /// Congestion control: adaptive (default), udt, or fixed (needs --rate-mbit).
+    /// Congestion control: adaptive (default), udt, low, or fixed (needs --rate-mbit).
     #[arg(long, default_value = "adaptive")]
     cc: String,
     /// Sending rate of `--cc fixed`, and a cap for the others, in Mbit/s (the same as
@@ -90,9 +90,10 @@ pub(crate) struct CpArgs {
     /// congestion says: for links with a guaranteed share.
     #[arg(long, value_name = "RATE")]
     min_rate: Option<String>,
-    /// Rate policy: fair (share the path like one TCP flow, the default) or fixed (blast at
-    /// --limit-rate whatever the path says and repair from loss lists: RBUDP/Tsunami, for
-    /// dedicated links).
+    /// Rate policy: fair (share the path like one TCP flow, the default), low (yield to other
+    /// traffic as soon as a queue builds: a background copy that takes what is left), or
+    /// fixed (blast at --limit-rate whatever the path says and repair from loss lists:
+    /// RBUDP/Tsunami, for dedicated links).
     #[arg(long, value_name = "POLICY", default_value = "fair")]
     policy: String,
     /// Largest UDP datagram in bytes (the default, 1452, fits a 1500-byte MTU; up to 65000
@@ -249,7 +250,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     let options = copy_options(&args)?;
     let mut channel = sluice::session::default_channel_config();
     channel.cc = CcKind::from_name(&args.cc)
-        .ok_or_else(|| exit::usage(format!("--cc {}: use adaptive, udt or fixed", args.cc)))?;
+        .ok_or_else(|| exit::usage(format!("--cc {}: use adaptive, udt, low or fixed", args.cc)))?;
     if let Some(rate) = args.rate_mbit {
         if rate.is_nan() || rate <= 0.0 {
             return Err(exit::usage("--rate-mbit must be positive"));
@@ -270,7 +271,8 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
             return Err(exit::usage("--policy fixed sends at --limit-rate: give one"));
         }
         "fixed" => channel.cc = CcKind::Fixed,
-        other => return Err(exit::usage(format!("--policy {other}: use fair or fixed"))),
+        "low" => channel.cc = CcKind::Low,
+        other => return Err(exit::usage(format!("--policy {other}: use fair, low or fixed"))),
     }
     if let Some(size) = args.packet_size {
         channel.packet_size = size;

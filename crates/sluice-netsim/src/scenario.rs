@@ -48,6 +48,8 @@ pub struct Scenario {
     pub flow_stagger_ms: u64,
     /// Congestion controller.
     pub cc: CcKind,
+    /// Controller of each transfer, overriding [`Scenario::cc`] for the transfers it lists.
+    pub flow_cc: Vec<CcKind>,
     /// Rate of the `fixed` controller (and cap of the others) in Mbit/s of UDP payload; 0 = none.
     pub cc_rate_mbit: f64,
     /// Seed of everything random.
@@ -89,6 +91,7 @@ impl Default for Scenario {
             coupled: true,
             flow_stagger_ms: 0,
             cc: CcKind::Adaptive,
+            flow_cc: Vec::new(),
             cc_rate_mbit: 0.0,
             seed: 1,
             queue_bdp: 1.0,
@@ -153,6 +156,9 @@ pub struct ScenarioResult {
     pub sim_seconds: f64,
     /// Jain's fairness index over the flows (only with more than one flow).
     pub jain_index: Option<f64>,
+    /// Each transfer's delivery rate over [`Scenario::fairness_window_s`], in Mbit/s.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub window_mbit: Vec<f64>,
     /// Every flow delivered every byte exactly once and intact.
     pub delivered_ok: bool,
     /// Forward queuing delay: median, 99th percentile and maximum, in ms.
@@ -198,12 +204,29 @@ impl Scenario {
         self.flow_channels.get(flow).copied().unwrap_or(self.channels).max(1)
     }
 
+    /// The controller of transfer `t`.
+    pub fn cc_of(&self, t: usize) -> CcKind {
+        self.flow_cc.get(t).copied().unwrap_or(self.cc)
+    }
+
+    /// The transfer channel `k` (numbered over all transfers in order) belongs to.
+    fn transfer_of(&self, k: usize) -> usize {
+        let mut first = 0;
+        for t in 0..self.flows {
+            first += self.channels_of(t);
+            if k < first {
+                return t;
+            }
+        }
+        self.flows.saturating_sub(1)
+    }
+
     /// The channel configuration of channel `flow`, numbered over all transfers in order (with
     /// one channel per transfer, channel `t` is transfer `t`'s).
     pub fn channel_config(&self, flow: usize) -> ChannelConfig {
         ChannelConfig {
             packet_size: self.packet_size,
-            cc: self.cc,
+            cc: self.cc_of(self.transfer_of(flow)),
             rate_bps: (self.cc_rate_mbit * 1e6) as u64,
             seed: self.seed ^ flow as u64,
             initial_dsn: ((self.seed.wrapping_mul(0x9E37_79B9) >> 8) as u32 ^ flow as u32)
@@ -372,11 +395,16 @@ impl Scenario {
         let secs = (last_completion_us.saturating_sub(first_start)).max(1) as f64 / 1e6;
         let goodput = all_bytes as f64 * 8.0 / secs / 1e6;
 
+        let window_mbit: Vec<f64> = match self.fairness_window_s {
+            Some((from, to)) => window_rates(&delivered_at, from, to)
+                .into_iter()
+                .map(|bytes_per_us| round1(bytes_per_us * 8.0))
+                .collect(),
+            None => Vec::new(),
+        };
         let jain_index = (self.flows > 1).then(|| {
-            let shares = match self.fairness_window_s {
-                Some((from, to)) => window_rates(&delivered_at, from, to),
-                None => goodputs.clone(),
-            };
+            let shares =
+                if window_mbit.is_empty() { goodputs.clone() } else { window_mbit.clone() };
             round3(jain(&shares))
         });
         let qd = &sim.forward_stats().queue_delay;
@@ -386,6 +414,7 @@ impl Scenario {
             retransmitted_pct: pct(retx_pkts, new_pkts),
             sim_seconds: round3(end_us as f64 / 1e6),
             jain_index,
+            window_mbit,
             delivered_ok: flows.iter().all(|f| f.delivered_ok),
             queue_delay_ms: [qd.p50_ns(), qd.quantile_ns(0.99), qd.max_ns()]
                 .map(|ns| round1(ns as f64 / 1e6)),

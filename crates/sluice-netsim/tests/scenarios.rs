@@ -299,3 +299,62 @@ fn coupled_channels_deliver_the_whole_file_under_impairments() {
     let r = run_delivered("coupled_impaired", s);
     assert_eq!(r.flows[0].channel_goodput_mbit.len(), 3);
 }
+
+/// The mean of transfer `t`'s delivery rate over the trace samples in `from..to` seconds.
+fn trace_mean(r: &ScenarioResult, t: usize, from: f64, to: f64) -> f64 {
+    let samples: Vec<f64> =
+        r.trace.iter().filter(|p| p.t_s > from && p.t_s <= to).map(|p| p.goodput_mbit[t]).collect();
+    samples.iter().sum::<f64>() / samples.len().max(1) as f64
+}
+
+/// `low` alone fills the link, with and without random loss.
+#[test]
+fn low_alone_fills_the_link() {
+    for (name, loss_pct, seed, floor) in
+        [("low_100ms_0pct", 0.0, 61, 0.90), ("low_100ms_1pct", 1.0, 62, 0.80)]
+    {
+        let s =
+            Scenario { cc: CcKind::Low, loss_pct, size_mib: 1024.0, seed, ..Scenario::default() };
+        let r = run_delivered(name, s);
+        assert!(r.utilization >= floor, "{name}: utilization {} < {floor}", r.utilization);
+        let [_, p99_ms, _] = r.queue_delay_ms;
+        println!("{name}: queue p99 {p99_ms} ms");
+    }
+}
+
+/// A `low` transfer running alone yields to a fair one that starts later (the fair one takes
+/// the link, the low one a trickle), and takes the link back once the fair one has finished.
+#[test]
+fn low_yields_to_a_fair_transfer_and_takes_the_link_back_after_it() {
+    let s = Scenario {
+        flows: 2,
+        flow_cc: vec![CcKind::Low, CcKind::Adaptive],
+        flow_stagger_ms: 3_000,
+        size_mib: 1_536.0,
+        deadline_s: 45.0,
+        sample_ms: 500,
+        fairness_window_s: Some((8.0, 14.0)),
+        seed: 63,
+        ..Scenario::default()
+    };
+    let ceiling = s.ceiling_mbit();
+    let r = run_delivered("low_beside_fair", s);
+    let (low, fair) = (r.window_mbit[0], r.window_mbit[1]);
+    println!("low_beside_fair: 8-14 s low {low} Mbit/s, fair {fair} Mbit/s, ceiling {ceiling:.1}");
+    assert!(fair >= 0.80 * ceiling, "the fair transfer gets {fair} of {ceiling:.1} Mbit/s");
+    assert!(low <= 0.15 * fair, "the low transfer keeps {low} Mbit/s beside {fair}");
+    // The fair transfer's last sample with data; a little later the low one runs alone.
+    let fair_done =
+        r.trace.iter().filter(|p| p.goodput_mbit[1] > 0.0).map(|p| p.t_s).fold(0.0, f64::max);
+    let low_done =
+        r.trace.iter().filter(|p| p.goodput_mbit[0] > 0.0).map(|p| p.t_s).fold(0.0, f64::max);
+    assert!(low_done > fair_done + 4.0, "low finished at {low_done} s, fair at {fair_done} s");
+    let climb: Vec<f64> = (0..6)
+        .map(|k| trace_mean(&r, 0, fair_done + 2.0 * k as f64, fair_done + 2.0 * (k + 1) as f64))
+        .collect();
+    println!(
+        "low_beside_fair: fair done at {fair_done} s; low over the next 2 s windows {climb:?}"
+    );
+    let after = trace_mean(&r, 0, fair_done + 6.0, fair_done + 8.0);
+    assert!(after >= 0.60 * ceiling, "6-8 s after the fair transfer the low one gets {after:.1}");
+}

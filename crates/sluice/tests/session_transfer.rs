@@ -369,3 +369,20 @@ async fn a_get_of_a_file_changed_while_it_moves_fails_as_integrity_and_leaves_no
     client.close().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_low_policy_is_negotiated_and_moves_files_exactly_both_ways() {
+    let server = TestServer::start().await;
+    let data = pattern(12 << 20, 11);
+    fs::write(server.root().join("bg.bin"), &data).unwrap();
+    let mut config = server.client_config();
+    config.channel.cc = CcKind::Low;
+    let client = Client::connect(config).await.unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("bg.bin");
+    client.get("bg.bin", &dest, |_| {}).await.expect("download under low");
+    assert!(fs::read(&dest).unwrap() == data);
+    client.put(&dest, "bg2.bin", |_| {}).await.expect("upload under low");
+    assert!(fs::read(server.root().join("bg2.bin")).unwrap() == data);
+    server.stop().await;
+}

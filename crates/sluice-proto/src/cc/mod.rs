@@ -10,6 +10,9 @@
 //! - [`fixed::Fixed`]: RBUDP-style blast at a set rate; loss only triggers repair.
 //! - [`adaptive::Adaptive`]: Sluice's default; UDT's structure, but it tells random loss from
 //!   congestion (see `adaptive.md` beside this file).
+//! - `low`: [`adaptive::Adaptive::scavenger`], the same controller with a queuing-delay target a
+//!   quarter of the fair one, so it yields to every flow that tolerates more queue (LEDBAT's
+//!   idea; see "The `low` policy" in `adaptive.md`).
 //! - [`coupled::CouplingGroup`]: not a controller of its own: the channels of one transfer share
 //!   one controller of any of the kinds above, so N channels are as fair as one flow (see
 //!   `coupled.md` beside this file).
@@ -38,6 +41,8 @@ pub enum CcKind {
     /// Sluice's default: rate-based, delay-aware, tolerant of random loss.
     #[default]
     Adaptive,
+    /// A scavenger: `Adaptive` with a lower queuing-delay target, so it yields to other traffic.
+    Low,
 }
 
 impl CcKind {
@@ -47,6 +52,7 @@ impl CcKind {
             CcKind::Udt => "udt",
             CcKind::Fixed => "fixed",
             CcKind::Adaptive => "adaptive",
+            CcKind::Low => "low",
         }
     }
 
@@ -56,6 +62,7 @@ impl CcKind {
             "udt" => Some(CcKind::Udt),
             "fixed" => Some(CcKind::Fixed),
             "adaptive" => Some(CcKind::Adaptive),
+            "low" => Some(CcKind::Low),
             _ => None,
         }
     }
@@ -165,6 +172,11 @@ pub fn build(config: &ChannelConfig) -> Box<dyn CongestionControl> {
             config.max_flight_pkts,
         )),
         CcKind::Adaptive => Box::new(adaptive::Adaptive::new(
+            config.packet_size,
+            config.max_flight_pkts,
+            config.initial_rtt_us,
+        )),
+        CcKind::Low => Box::new(adaptive::Adaptive::scavenger(
             config.packet_size,
             config.max_flight_pkts,
             config.initial_rtt_us,
