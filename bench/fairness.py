@@ -36,6 +36,8 @@ from workload import MIB, make_file, received_bytes
 
 DEFAULT_CELLS = "wan-rtt100-loss0,wan-rtt100-loss1"
 PAIRS = ("cubic+cubic", "sluice+cubic", "sluice+sluice")
+# More pairs, run when named (--fairness-pairs): Sluice's `--policy low` beside a fair flow.
+EXTRA_PAIRS = ("sluice-low+sluice", "sluice-low+cubic")
 TICK_S = 0.2
 
 
@@ -69,11 +71,15 @@ class _Flow:
         for d in (self.dst, scratch):
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d)
-        self.work = work if kind == "sluice" else None
-        self.total = work.bytes if kind == "sluice" else None
+        self.sluice = kind.startswith("sluice")
+        self.work = work if self.sluice else None
+        self.total = work.bytes if self.sluice else None
         self.ctx = Ctx(path, work, cap, scratch, self.dst, port, seed, root)
         self.ctx.iperf_s = seconds
-        self.tool = Sluice() if kind == "sluice" else Iperf3("cubic")
+        if self.sluice:
+            self.tool = Sluice(policy="low" if kind == "sluice-low" else None)
+        else:
+            self.tool = Iperf3("cubic")
         self.tool.prepare(self.ctx)
         self.log_base = os.path.join(root, f"{self.name}")
         self.server = self.client = None
@@ -87,7 +93,7 @@ class _Flow:
 
     def start_server(self, ns_b):
         self.server = Proc(ns_b, self.server_argv(), self.log_base + "-server.log", cwd=self.ctx.scratch)
-        proto = "udp" if self.kind == "sluice" else "tcp"
+        proto = "udp" if self.sluice else "tcp"
         if not wait_listening(ns_b, self.ctx.port, proto, proc=self.server):
             raise _PairFailed(f"{self.name}: server did not start: {self.server.output(400)}")
 
@@ -112,7 +118,7 @@ def run_pair(path, pair, works, seconds, seed, root, port_base):
     flows = []
     for i, kind in enumerate(kinds, 1):
         work = None
-        if kind == "sluice":
+        if kind.startswith("sluice"):
             work = works[n_sluice]    # the two Sluice flows of a pair send different files
             n_sluice += 1
         flows.append(_Flow(kind, i, pair_root, path, work, port_base + i, seed, cap, seconds))
@@ -189,7 +195,7 @@ def _judge(f, t_launch, seconds):
     ok, why = True, ""
     if f.client is None or f.client.returncode is None:
         ok, why = False, "client did not run to its end"
-    elif f.kind == "sluice":
+    elif f.sluice:
         done = completion_time(f.samples, f.total)
         out["complete_s"] = done
         ends = [x for x in (done, exit_s) if x is not None]
@@ -229,8 +235,8 @@ def _iperf_json(p):
         return None
 
 
-def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, missing):
-    """Every pair of every cell; on_row(row) after each (to save). missing: {"sluice": reason or
+def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, missing, pairs=PAIRS):
+    """Every pair (of `pairs`) of every cell; on_row(row) after each (to save). missing: {"sluice": reason or
     None, "iperf3-cubic": reason or None}. Namespaces are removed even on failure."""
     rows = []
     works = None
@@ -241,7 +247,7 @@ def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, 
         try:
             path.up()
             cell_rows = {}
-            for pair in PAIRS:
+            for pair in pairs:
                 base = {"cell": name, "path": "fairness", "path_label": path.label, "rate_mbit": rate_mbit,
                         "rtt_ms": rtt, "loss_pct": loss, "queue_bytes": path.queue_bytes, "seed": seed + n}
                 why = None

@@ -136,6 +136,9 @@ def main():
     mode.add_argument("--cells", help="comma-separated cell ids (lan, wan-rtt100-loss1, ...)")
     mode.add_argument("--fairness-only", action="store_true", help="only the fairness cells, no grid")
     ap.add_argument("--fairness", action="store_true", help="run the fairness cells after the grid")
+    ap.add_argument("--fairness-pairs", default=",".join(fairness.PAIRS),
+                    help="comma-separated pairs of the fairness cells, of: "
+                         + ", ".join(fairness.PAIRS + fairness.EXTRA_PAIRS))
     ap.add_argument("--fairness-cells", default=fairness.DEFAULT_CELLS,
                     help=f"WAN cells of the fairness pairs, wan-rtt<ms>-loss<pct> (default {fairness.DEFAULT_CELLS})")
     ap.add_argument("--fairness-seconds", type=float, default=30.0,
@@ -166,6 +169,9 @@ def main():
     fair_cells = fairness.parse_cells(args.fairness_cells) if do_fair else []
     cells = [] if args.fairness_only else grid.quick_grid() if quick else grid.full_grid() if args.full \
         else grid.parse(args.cells.split(","))
+    for pair in args.fairness_pairs.split(","):
+        if pair not in fairness.PAIRS + fairness.EXTRA_PAIRS:
+            raise SystemExit(f"--fairness-pairs: unknown pair {pair!r}")
     tools = [] if args.fairness_only else ALL if not args.tools else [BY_NAME[t] for t in args.tools.split(",")]
     cap = args.cap or (20.0 if quick else 120.0)
     iperf_s = args.iperf_seconds or (5.0 if quick else 15.0)
@@ -269,7 +275,8 @@ def main():
                 _save(results, meta, stamp, not_run, paths_out)
             fairness.run_cells(fair_cells, LINKEM, grid.RATE_MBIT, args.fairness_seconds, args.fairness_size,
                                args.seed, root, log, on_row,
-                               {"sluice": availability["sluice"], "iperf3-cubic": availability["iperf3-cubic"]})
+                               {"sluice": availability["sluice"], "iperf3-cubic": availability["iperf3-cubic"]},
+                               pairs=args.fairness_pairs.split(","))
     except Interrupted as e:
         meta["interrupted"] = str(e)
         log(f"interrupted: {e}")

@@ -21,16 +21,20 @@ class Sluice(Tool):
     workloads = ("file", "tree")
     server_proto = "udp"
 
-    def __init__(self, channels=None, compress=None):
+    def __init__(self, channels=None, compress=None, policy=None):
         """`channels`: None for the default (one per core, as negotiated), else `--channels N`;
-        `compress`: a zstd level for `--compress=LEVEL`, or None."""
-        self.channels, self.compress = channels, compress
+        `compress`: a zstd level for `--compress=LEVEL`, or None; `policy`: `--policy` (None:
+        the default, fair)."""
+        self.channels, self.compress, self.policy = channels, compress, policy
         self.name = "sluice" if channels is None else f"sluice-c{channels}"
         if compress is not None:
             self.name += "-z"
+        if policy is not None:
+            self.name += f"-{policy}"
         count = "one per core (negotiated)" if channels is None else str(channels)
         zstd = f", zstd level {compress} per 256 KiB piece" if compress is not None else ""
-        self.note = (f"sluice cp (upload), adaptive, encrypted UDP channels: {count}, BLAKE3{zstd}")
+        cc = f"--policy {policy}" if policy is not None else "adaptive"
+        self.note = (f"sluice cp (upload), {cc}, encrypted UDP channels: {count}, BLAKE3{zstd}")
 
     def missing(self):
         if not os.access(BIN, os.X_OK):
@@ -56,6 +60,8 @@ class Sluice(Tool):
         extra = [] if self.channels is None else ["--channels", str(self.channels)]
         if self.compress is not None:
             extra.append(f"--compress={self.compress}")
+        if self.policy is not None:
+            extra += ["--policy", self.policy]
         if ctx.work.is_dir:
             extra.append("-r")
         return [BIN, "cp", "-q", "-P", str(ctx.port), "--token-file", self.tokens,
