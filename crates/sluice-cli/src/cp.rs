@@ -15,6 +15,7 @@ use sluice_proto::cc::CcKind;
 use crate::exit;
 use crate::rate::parse_rate;
 use crate::remote::{Location, parse_location};
+use crate::show::{self, Mode, Show};
 
 /// Arguments of `sluice cp`.
 #[derive(Args, Debug)]
@@ -106,6 +107,10 @@ pub(crate) struct CpArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     quiet: bool,
+    /// Report on stdout as JSON lines (start, progress at most once a second, file_done,
+    /// warning, summary, error), for scripts and GUIs; the schema is docs/json-events.md.
+    #[arg(long)]
+    json: bool,
 }
 
 fn read_token(args: &CpArgs) -> anyhow::Result<String> {
@@ -244,10 +249,20 @@ fn copy_options(args: &CpArgs) -> anyhow::Result<CopyOptions> {
     })
 }
 
-/// Runs one copy.
+/// Runs one copy; with `--json`, a failure is an `error` line too.
 pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
+    let mode = Mode::choose(args.json, args.quiet);
+    let result = copy(&args, mode).await;
+    if let (Err(err), Mode::Json) = (&result, mode) {
+        let code = exit::code_of(err);
+        show::json_error(code, exit::kind_of(code), &format!("{err:#}"));
+    }
+    result
+}
+
+async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
     let (host, direction) = direction(&args.paths)?;
-    let options = copy_options(&args)?;
+    let options = copy_options(args)?;
     let mut channel = sluice::session::default_channel_config();
     channel.cc = CcKind::from_name(&args.cc)
         .ok_or_else(|| exit::usage(format!("--cc {}: use adaptive, udt, low or fixed", args.cc)))?;
@@ -296,7 +311,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
         (None, true) => TrustPolicy::AcceptNew,
         (None, false) => TrustPolicy::KnownOnly,
     };
-    let token = read_token(&args)?;
+    let token = read_token(args)?;
     let server = resolve(&host, args.port)?;
     let config = ClientConfig {
         server,
@@ -311,66 +326,32 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
 
     let started = std::time::Instant::now();
     let client = connect_asking(config).await?;
+    let way = match &direction {
+        Direction::Download { .. } => "download",
+        Direction::Upload { .. } => "upload",
+    };
+    let show = Show::new(mode, client.channels(), way);
     let report: TransferReport = match &direction {
         Direction::Download { sources, dest } => {
-            client.download(sources, dest, &options, |_| {}).await?
+            client.download_observed(sources, dest, &options, show.clone()).await?
         }
         Direction::Upload { sources, dest } => {
-            client.upload(sources, dest, &options, |_| {}).await?
+            client.upload_observed(sources, dest, &options, show.clone()).await?
         }
     };
     client.close().await;
     let secs = started.elapsed().as_secs_f64();
-    print_summary(&args, &options, &report, secs);
+    if options.dry_run && mode != Mode::Json {
+        print_planned(&report);
+    }
+    show.finished(&report, options.dry_run, secs);
     Ok(())
 }
 
-/// What the copy did (a dry run: what it would do), on stderr unless `-q`; a dry run's list
-/// of files on stdout.
-#[allow(clippy::print_stderr, clippy::print_stdout)]
-fn print_summary(args: &CpArgs, options: &CopyOptions, report: &TransferReport, secs: f64) {
-    if options.dry_run {
-        for path in &report.planned {
-            println!("{}", path.escape_debug());
-        }
+/// A dry run's files that would move, one per line on stdout (names escaped).
+#[allow(clippy::print_stdout)]
+fn print_planned(report: &TransferReport) {
+    for path in &report.planned {
+        println!("{}", path.escape_debug());
     }
-    if args.quiet {
-        return;
-    }
-    for skipped in &report.skipped {
-        eprintln!("sluice: skipped {}", skipped.escape_debug());
-    }
-    let mut existing = String::new();
-    if report.replaced > 0 {
-        existing.push_str(&format!(", {} replaced", report.replaced));
-    }
-    if report.kept > 0 {
-        existing.push_str(&format!(", {} kept", report.kept));
-    }
-    if report.resumed > 0 {
-        let moved = report.bytes - report.resumed;
-        existing.push_str(&format!(", resumed: {moved} bytes moved, {} kept", report.resumed));
-    }
-    let compressed = report.channel.as_ref().filter(|c| options.compress.is_some() && c.bytes > 0);
-    if let Some(channel) = compressed {
-        let share = channel.payload_bytes as f64 / channel.bytes as f64 * 100.0;
-        existing.push_str(&format!(", compressed to {share:.1} % on the wire"));
-    }
-    if report.repaired > 0 {
-        let blocks = if report.repaired == 1 { "block" } else { "blocks" };
-        existing.push_str(&format!(", {} {blocks} repaired", report.repaired));
-    }
-    let files = format!("{} file{}", report.files, if report.files == 1 { "" } else { "s" });
-    if options.dry_run {
-        eprintln!("sluice: dry run: would copy {files}, {} bytes{existing}", report.bytes);
-        return;
-    }
-    // The rate of what moved (a resumed transfer's kept bytes did not).
-    let moved = report.bytes - report.resumed;
-    eprintln!(
-        "sluice: {files}, {} bytes in {:.2} s, {:.1} Mbit/s{existing}, BLAKE3 verified",
-        report.bytes,
-        secs,
-        moved as f64 * 8.0 / secs.max(1e-9) / 1e6
-    );
 }

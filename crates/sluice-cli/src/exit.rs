@@ -10,6 +10,7 @@
 //! | 5 | network failure (retry may help) |
 //! | 6 | integrity failure (data did not verify) |
 //! | 7 | local file error (e.g. disk full, permission) |
+//! | 8 | partial success: some files were stored, others failed (named) |
 
 use std::process::ExitCode;
 
@@ -29,6 +30,20 @@ pub(crate) const NETWORK: u8 = 5;
 pub(crate) const INTEGRITY: u8 = 6;
 /// Local file.
 pub(crate) const LOCAL_IO: u8 = 7;
+/// Some files stored, others failed.
+pub(crate) const PARTIAL: u8 = 8;
+
+/// The exit codes, for `--help`.
+pub(crate) const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  other failure
+  2  usage error (bad arguments)
+  3  authentication or host-key failure
+  4  not found, or refused (outside the served directory, existing files without --overwrite)
+  5  network failure (a retry may help; an interrupted copy resumes)
+  6  integrity failure (the data did not verify; nothing was stored)
+  7  local file error (disk full, permission, not a directory)
+  8  partial success (some files were stored, others failed; each is named)";
 
 /// An error that carries its exit code.
 #[derive(Debug)]
@@ -57,7 +72,22 @@ pub(crate) fn local_io(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Coded { code: LOCAL_IO, message: message.into() })
 }
 
-fn code_of(err: &anyhow::Error) -> u8 {
+/// The name of an exit code's class, as `--json` reports it.
+pub(crate) fn kind_of(code: u8) -> &'static str {
+    match code {
+        USAGE => "usage",
+        AUTH => "auth",
+        NOT_FOUND => "not_found",
+        NETWORK => "network",
+        INTEGRITY => "integrity",
+        LOCAL_IO => "local_io",
+        PARTIAL => "partial",
+        _ => "other",
+    }
+}
+
+/// The exit code of `err`.
+pub(crate) fn code_of(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if let Some(c) = cause.downcast_ref::<Coded>() {
             return c.code;
@@ -68,6 +98,7 @@ fn code_of(err: &anyhow::Error) -> u8 {
                 SessionError::NotFound(_) | SessionError::Refused(_) => NOT_FOUND,
                 SessionError::Network(_) => NETWORK,
                 SessionError::Integrity(_) => INTEGRITY,
+                SessionError::Partial(_) => PARTIAL,
                 SessionError::Io { .. } => LOCAL_IO,
                 SessionError::Busy(_) => NETWORK,
                 _ => OTHER,

@@ -9,6 +9,7 @@ mod exit;
 mod rate;
 mod remote;
 mod serve;
+mod show;
 mod size;
 
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ pub(crate) const DEFAULT_PORT: u16 = 7733;
 
 /// Sluice: fast, reliable, encrypted file transfer over UDP for long, lossy, fast paths.
 #[derive(Parser, Debug)]
-#[command(name = "sluice", version, about, long_about = None)]
+#[command(name = "sluice", version, about, long_about = None, after_help = exit::EXIT_CODES)]
 struct Cli {
     /// More log output (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -42,7 +43,7 @@ enum Command {
     ///   SLUICE_TOKEN=... sluice cp server:data/big.bin ./big.bin
     ///   sluice cp -r --token-file tok ./results a.bin server:incoming/
     ///   sluice cp -r --overwrite if-different server:projects/run7 /scratch/
-    #[command(verbatim_doc_comment)]
+    #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
     Cp(cp::CpArgs),
     /// Run a local server, move a test file through it, verify it, and compare with TCP.
     ///

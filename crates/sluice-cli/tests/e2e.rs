@@ -207,6 +207,191 @@ fn compress_shrinks_text_on_the_wire_and_a_bad_level_is_a_usage_error() {
     }
 }
 
+/// The JSON lines of `--json`, read strictly: an unknown or missing field fails the test
+/// (docs/json-events.md is the schema they check).
+mod events {
+    use serde::Deserialize;
+
+    #[derive(Deserialize, Debug)]
+    #[serde(tag = "event", rename_all = "snake_case")]
+    pub(crate) enum Event {
+        Start(Start),
+        Progress(Progress),
+        FileDone(FileDone),
+        Warning(Warning),
+        Summary(Summary),
+        Error(Error),
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Start {
+        pub schema: u32,
+        pub direction: String,
+        pub files: u64,
+        pub bytes: u64,
+        pub channels: u32,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Progress {
+        pub bytes: u64,
+        pub total: u64,
+        pub rate_bps: Option<f64>,
+        pub eta_s: Option<f64>,
+        pub file: Option<String>,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct FileDone {
+        pub path: String,
+        pub bytes: u64,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Warning {
+        pub message: String,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Summary {
+        pub dry_run: bool,
+        pub files: u64,
+        pub bytes: u64,
+        pub seconds: f64,
+        pub goodput_bps: f64,
+        pub retransmitted_share: Option<f64>,
+        pub wire_share: Option<f64>,
+        pub blocks_repaired: u64,
+        pub resumed_bytes: u64,
+        pub replaced: u64,
+        pub kept: u64,
+        pub blake3: Option<String>,
+        pub would_copy: Option<Vec<String>>,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Error {
+        pub exit_code: u8,
+        pub kind: String,
+        pub message: String,
+    }
+
+    /// Every line of `stdout`, each one event.
+    pub(crate) fn parse(stdout: &[u8]) -> Vec<Event> {
+        let text = String::from_utf8(stdout.to_vec()).expect("UTF-8 JSON lines");
+        text.lines()
+            .map(|line| {
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: not an event: {line}"))
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn json_lines_follow_their_schema() {
+    use events::Event;
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    let tree = server.root.join("t");
+    std::fs::create_dir(&tree).unwrap();
+    let sizes = [(3 << 20) + 5, 0, 70_000];
+    for (i, size) in sizes.iter().enumerate() {
+        println!("e2e json: seed={i} size={size}");
+        random_file(&tree.join(format!("f{i}")), *size, 40 + i as u64);
+    }
+    // The reading is strict: an extra field or a missing one is refused.
+    assert!(serde_json::from_str::<Event>(r#"{"event":"warning","message":"m","x":1}"#).is_err());
+    assert!(serde_json::from_str::<Event>(r#"{"event":"file_done","path":"p"}"#).is_err());
+    let total: u64 = sizes.iter().sum();
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--accept-new-host", "--json", "-r"],
+        "127.0.0.1:t",
+        client.dir.path().to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let events = events::parse(&o.stdout);
+    let Some(Event::Start(start)) = events.first() else { panic!("{events:?}") };
+    assert_eq!(
+        (start.schema, start.direction.as_str(), start.files, start.bytes),
+        (1, "download", 3, total)
+    );
+    assert!(start.channels >= 1);
+    let Some(Event::Summary(summary)) = events.last() else { panic!("{events:?}") };
+    assert!(!summary.dry_run && summary.files == 3 && summary.bytes == total, "{summary:?}");
+    assert!(summary.seconds > 0.0 && summary.goodput_bps > 0.0 && summary.would_copy.is_none());
+    assert_eq!((summary.blocks_repaired, summary.resumed_bytes), (0, 0));
+    assert_eq!((summary.replaced, summary.kept, summary.wire_share), (0, 0, None));
+    assert!(summary.retransmitted_share.is_some_and(|r| (0.0..1.0).contains(&r)), "{summary:?}");
+    assert_eq!(summary.blake3, None, "three files: no single BLAKE3");
+    let progress: Vec<_> = events
+        .iter()
+        .filter_map(|e| if let Event::Progress(p) = e { Some(p) } else { None })
+        .collect();
+    assert!(!progress.is_empty());
+    assert!(progress.windows(2).all(|w| w[0].bytes <= w[1].bytes), "progress went back");
+    for p in &progress {
+        assert!(p.rate_bps.is_none_or(|r| r >= 0.0) && p.eta_s.is_none_or(|e| e >= 0.0), "{p:?}");
+        let file = p.file.as_deref().unwrap_or("");
+        assert!(["t/f0", "t/f1", "t/f2"].contains(&file), "{p:?}");
+    }
+    let last = progress.last().unwrap();
+    assert_eq!((last.bytes, last.total), (total, total));
+    let mut done: Vec<(String, u64)> = events
+        .iter()
+        .filter_map(
+            |e| if let Event::FileDone(f) = e { Some((f.path.clone(), f.bytes)) } else { None },
+        )
+        .collect();
+    done.sort();
+    let want: Vec<(String, u64)> =
+        sizes.iter().enumerate().map(|(i, s)| (format!("t/f{i}"), *s)).collect();
+    assert_eq!(done, want);
+    assert!(events.iter().all(|e| !matches!(e, Event::Error(_))));
+
+    // A dry run: the summary alone, with the files it would copy.
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--json", "-r", "-n", "--overwrite", "always"],
+        "127.0.0.1:t",
+        client.dir.path().to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let events = events::parse(&o.stdout);
+    let [Event::Summary(summary)] = events.as_slice() else { panic!("{events:?}") };
+    assert!(summary.dry_run);
+    assert_eq!(summary.would_copy.as_ref().map(Vec::len), Some(3));
+
+    // An upload of a directory holding a FIFO: the FIFO is skipped, with a warning line.
+    let up = client.dir.path().join("up");
+    std::fs::create_dir(&up).unwrap();
+    std::fs::write(up.join("x.txt"), b"x").unwrap();
+    let made = Command::new("mkfifo").arg(up.join("pipe")).status().unwrap();
+    assert!(made.success());
+    let o = client.cp(&server, Some(TOKEN), &["--json", "-r"], up.to_str().unwrap(), "127.0.0.1:");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let events = events::parse(&o.stdout);
+    let warned =
+        events.iter().any(|e| matches!(e, Event::Warning(w) if w.message.contains("pipe")));
+    assert!(warned, "{events:?}");
+
+    // A failure: one error line with the exit code the process has.
+    let o = client.cp(&server, Some("wrong-token"), &["--json"], "127.0.0.1:t/f0", "/tmp/never");
+    assert_eq!(code(&o), 3);
+    let events = events::parse(&o.stdout);
+    let [Event::Error(err)] = events.as_slice() else { panic!("{events:?}") };
+    assert_eq!((err.exit_code, err.kind.as_str()), (3, "auth"));
+    assert!(err.message.contains("token"), "{}", err.message);
+}
+
 #[test]
 fn cp_r_moves_trees_and_files_together_and_a_dry_run_only_lists() {
     let server = ServerProc::start();
@@ -682,4 +867,91 @@ fn a_packet_size_the_path_cannot_carry_is_refused_with_the_size_that_fits() {
     assert!(!root.join("big.bin").exists());
     assert_eq!(code(&fits), 0, "{}", stderr(&fits));
     assert!(same_file(&src, &root.join("fits.bin")));
+}
+
+/// Uploads `src` (with `extra` flags) at 40 Mbit/s with `--json`, and once the progress lines
+/// say a quarter has moved, overwrites the last MiB of `victim`; returns the exit code and the
+/// events.
+fn upload_changing(
+    server: &ServerProc,
+    client: &ClientEnv,
+    extra: &[&str],
+    src: &Path,
+    victim: &Path,
+) -> (i32, Vec<events::Event>) {
+    let mut child = client
+        .cmd(server, Some(TOKEN))
+        .args(["--accept-new-host", "--json", "--limit-rate", "40Mbit"])
+        .args(extra)
+        .arg(src)
+        .arg("127.0.0.1:")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    let mut changed = false;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let (bytes, total) = (value["bytes"].as_u64(), value["total"].as_u64());
+        let event = value["event"].as_str().unwrap_or("");
+        if let (false, "progress", Some(b), Some(t)) = (changed, event, bytes, total)
+            && b * 4 >= t
+            && b < t
+        {
+            let len = std::fs::metadata(victim).unwrap().len();
+            let f = std::fs::OpenOptions::new().write(true).open(victim).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&f, &vec![0xA5; 1 << 20], len - (1 << 20))
+                .unwrap();
+            changed = true;
+        }
+        lines.push(line);
+    }
+    let status = child.wait().unwrap();
+    assert!(changed, "the file was never changed in flight: {lines:?}");
+    let events = events::parse(lines.join("\n").as_bytes());
+    (status.code().unwrap_or(-1), events)
+}
+
+#[test]
+fn exit_codes_6_7_and_8_come_from_their_causes() {
+    use events::Event;
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    // 7: a local source that does not exist.
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--accept-new-host"],
+        "/nonexistent/src.bin",
+        "127.0.0.1:x",
+    );
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    assert!(stderr(&o).contains("/nonexistent/src.bin"), "{}", stderr(&o));
+
+    // 6: one file whose last MiB changes while it moves: it verifies against neither.
+    let one = client.dir.path().join("one.bin");
+    println!("e2e exit codes: seed=61 size=12 MiB");
+    random_file(&one, 12 << 20, 61);
+    let (code6, events) = upload_changing(&server, &client, &[], &one, &one);
+    assert_eq!(code6, 6, "{events:?}");
+    assert!(
+        matches!(events.last(), Some(Event::Error(e)) if e.kind == "integrity" && e.message.contains("one.bin"))
+    );
+    assert!(!server.root.join("one.bin").exists());
+
+    // 8: a tree in which one file changes while it moves: the other is stored.
+    let tree = client.dir.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    println!("e2e exit codes: seeds 62, 63");
+    random_file(&tree.join("a.bin"), 100_000, 62);
+    random_file(&tree.join("b.bin"), 12 << 20, 63);
+    let (code8, events) = upload_changing(&server, &client, &["-r"], &tree, &tree.join("b.bin"));
+    assert_eq!(code8, 8, "{events:?}");
+    assert!(
+        matches!(events.last(), Some(Event::Error(e)) if e.kind == "partial" && e.message.contains("b.bin"))
+    );
+    assert!(same_file(&tree.join("a.bin"), &server.root.join("tree/a.bin")));
+    assert!(!server.root.join("tree/b.bin").exists());
 }

@@ -119,3 +119,31 @@ async fn a_fault_that_strikes_every_time_ends_in_an_integrity_error_after_two_ro
     assert!(common::only_resumable_leftovers(local.path()), "{:?}", common::listing(local.path()));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_with_one_file_beyond_repair_is_a_partial_success_naming_it() {
+    let seed = 35;
+    println!("pattern seed {seed}");
+    let server = TestServer::start().await;
+    let tree = server.root().join("two");
+    fs::create_dir(&tree).unwrap();
+    let good = pattern(3 * MIB as usize, seed);
+    fs::write(tree.join("a.bin"), &good).unwrap();
+    fs::write(tree.join("b.bin"), pattern(5 * MIB as usize, seed + 1)).unwrap();
+    // The client corrupts every write of a byte of b.bin (offsets after a.bin's 3 MiB).
+    let fault = Fault { offset: 4 * MIB, times: u32::MAX };
+    let client = client(&server, Some(fault)).await;
+    let local = tempfile::tempdir().unwrap();
+    let options = CopyOptions { recursive: true, ..always() };
+    let err = client
+        .download(&["two".into()], local.path(), &options, |_| {})
+        .await
+        .expect_err("b.bin cannot be repaired");
+    assert!(
+        matches!(&err, SessionError::Partial(m) if m.contains("b.bin") && m.contains("1 stored")),
+        "{err}"
+    );
+    assert!(fs::read(local.path().join("two/a.bin")).unwrap() == good, "a.bin is stored");
+    assert!(!local.path().join("two/b.bin").exists(), "b.bin is not");
+    server.stop().await;
+}

@@ -88,18 +88,28 @@ pub struct Fault {
     pub times: u32,
 }
 
-/// A [`Store`] whose reads and writes of one byte go wrong a few times ([`Fault`]).
+/// A [`Store`] whose reads (a sending end's) or writes (a receiving end's) of one byte go
+/// wrong a few times ([`Fault`]).
 #[derive(Debug)]
 pub struct Faulty<S> {
     inner: S,
     offset: u64,
     left: std::sync::atomic::AtomicU32,
+    /// Whether writes go wrong (else reads).
+    on_write: bool,
 }
 
 impl<S: Store> Faulty<S> {
-    /// `inner` with `fault`.
-    pub fn new(inner: S, fault: Fault) -> Self {
-        Self { inner, offset: fault.offset, left: fault.times.into() }
+    /// `inner` with `fault` on its reads (a sending end: a memory fault between the disk and
+    /// the socket).
+    pub fn reading(inner: S, fault: Fault) -> Self {
+        Self { inner, offset: fault.offset, left: fault.times.into(), on_write: false }
+    }
+
+    /// `inner` with `fault` on its writes (a receiving end: what reaches the disk is wrong;
+    /// reading it back is not corrupted again).
+    pub fn writing(inner: S, fault: Fault) -> Self {
+        Self { inner, offset: fault.offset, left: fault.times.into(), on_write: true }
     }
 
     /// Where in `len` bytes at `offset` the faulty byte is, if there and not spent.
@@ -114,6 +124,9 @@ impl<S: Store> Faulty<S> {
 impl<S: Store> Store for Faulty<S> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let n = self.inner.read_at(buf, offset)?;
+        if self.on_write {
+            return Ok(n);
+        }
         if let Some(at) = self.strikes(offset, n) {
             buf[at] = !buf[at];
         }
@@ -121,7 +134,7 @@ impl<S: Store> Store for Faulty<S> {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let Some(at) = self.strikes(offset, buf.len()) else {
+        let Some(at) = self.strikes(offset, buf.len()).filter(|_| self.on_write) else {
             return self.inner.write_at(buf, offset);
         };
         let mut bad = buf.to_vec();

@@ -25,6 +25,7 @@ use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, ho
 use super::manifest_io::{recv_manifest, send_manifest};
 use super::messages::Want;
 use super::messages::{ClientMsg, ServerMsg, StatInfo, read_message, write_message};
+use super::observe::{CopyObserver, OnProgress, PlannedFile};
 use super::repair::{self, Link, data_store};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
@@ -32,7 +33,9 @@ use super::{
 use super::{add_checksums, mismatch_error, plan_error, wanted_files};
 use crate::datapath::{self, ChannelReport, Fault, Progress};
 use crate::tree::manifest::{from_ranges, to_ranges};
-use crate::tree::{EntryKind, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk};
+use crate::tree::{
+    EntryKind, FileSet, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk,
+};
 
 /// QUIC idle timeout of the client's connection: with keep-alives every
 /// [`KEEP_ALIVE_INTERVAL`], a server that vanished is noticed within this time.
@@ -141,6 +144,15 @@ impl TransferReport {
 }
 
 /// The manifest paths of the files `want` names.
+/// The wanted files' names with their sizes (in `files`, the same order).
+fn planned_files(names: Vec<String>, files: &FileSet) -> Vec<PlannedFile> {
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(k, path)| PlannedFile { path, size: files.file_at(k).map_or(0, |f| f.1) })
+        .collect()
+}
+
 fn wanted_paths(outgoing: &Outgoing, want: &Want) -> Vec<String> {
     let files: Vec<&str> = outgoing
         .entries
@@ -313,7 +325,18 @@ impl Client {
         remote_paths: &[String],
         dest: &Path,
         options: &CopyOptions,
-        mut progress: impl FnMut(Progress) + Send + 'static,
+        progress: impl FnMut(Progress) + Send + 'static,
+    ) -> Result<TransferReport, SessionError> {
+        self.download_observed(remote_paths, dest, options, OnProgress(progress)).await
+    }
+
+    /// [`Client::download`], telling `observer` the files that will move and the progress.
+    pub async fn download_observed(
+        &self,
+        remote_paths: &[String],
+        dest: &Path,
+        options: &CopyOptions,
+        mut observer: impl CopyObserver,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         options.check()?;
@@ -353,6 +376,7 @@ impl Client {
         }
         let want_files = to_ranges(plan.wanted().iter().copied());
         let (replaced, kept) = (plan.replaced, plan.kept);
+        let names: Vec<String> = plan.wanted_paths().map(str::to_owned).collect();
         let incoming = match blocking(move || plan.prepare().map_err(plan_error)).await {
             Ok(incoming) => incoming,
             Err(err) => return Err(req.fail(err).await),
@@ -379,6 +403,7 @@ impl Client {
         let files = Arc::new(incoming.store());
         let (size, ends) = (files.total(), files.ends());
         let count = ends.len();
+        observer.planned(&planned_files(names, &files));
         let moving = size - present.iter().map(|r| r.end - r.start).sum::<u64>();
         report.resumed = size - moving;
         let params = match moving {
@@ -397,14 +422,14 @@ impl Client {
         let conn = &self.conn;
         let messages = Messages::<ServerMsg>::new(&mut req.recv);
         let mut link = Link { setup: self.setup(req.id), send: &mut req.send, messages };
-        let data = data_store(&files, self.fault);
+        let data = data_store(&files, self.fault, false);
         let received = async {
             let mut keeper = incoming.keeper();
             let store = data.clone();
             let mut task = DataTask::spawn(move |cancel| {
                 let mut progress = |p: Progress| {
                     keeper.update(p.prefix, false);
-                    progress(p);
+                    observer.progress(p);
                 };
                 let params = params.unwrap_or_default();
                 datapath::receive(params, &*store, 0..size, &present, ends, &mut progress, cancel)
@@ -457,6 +482,17 @@ impl Client {
         dest: &str,
         options: &CopyOptions,
         progress: impl FnMut(Progress) + Send + 'static,
+    ) -> Result<TransferReport, SessionError> {
+        self.upload_observed(local_paths, dest, options, OnProgress(progress)).await
+    }
+
+    /// [`Client::upload`], telling `observer` the files that will move and the progress.
+    pub async fn upload_observed(
+        &self,
+        local_paths: &[PathBuf],
+        dest: &str,
+        options: &CopyOptions,
+        mut observer: impl CopyObserver,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         options.check()?;
@@ -516,11 +552,13 @@ impl Client {
         let ranges = verdict.ranges;
         report.resumed = size - moving;
         debug!(dest, files = report.files, size, moving, "sending");
-        let mut progress = progress;
-        let data = data_store(&files, self.fault);
+        if !files.is_empty() {
+            observer.planned(&planned_files(wanted_paths(&outgoing, &want), &files));
+        }
+        let data = data_store(&files, self.fault, true);
         let compress = options.compress;
         let sending = if moving == 0 {
-            progress(Progress { bytes: 0, total: 0, prefix: 0 });
+            observer.progress(Progress { bytes: 0, total: 0, prefix: 0 });
             None
         } else {
             let server_ports = match req.read(REPLY_TIMEOUT).await? {
@@ -531,6 +569,7 @@ impl Client {
             let params = self.channel_params(&mut req, sockets, &server_ports).await?;
             let store = data.clone();
             Some(DataTask::spawn(move |cancel| {
+                let mut progress = |p: Progress| observer.progress(p);
                 datapath::send(params, &*store, &ranges, compress, &mut progress, cancel)
             }))
         };

@@ -79,14 +79,16 @@ pub(crate) fn wanted_files(outgoing: &Outgoing, want: &Want) -> Result<FileSet, 
     Ok(FileSet::new(files.collect(), false))
 }
 
-/// The error for files whose bytes did not match (the others were stored).
+/// The error for files whose bytes did not match: an integrity failure, or a partial one when
+/// the others were stored.
 pub(crate) fn mismatch_error(committed: &Committed) -> Option<SessionError> {
     let bad = &committed.mismatched;
     if bad.is_empty() {
         return None;
     }
     let shown: Vec<&str> = bad.iter().take(5).map(String::as_str).collect();
-    Some(SessionError::Integrity(format!(
+    let failure = if committed.files > 0 { SessionError::Partial } else { SessionError::Integrity };
+    Some(failure(format!(
         "{} file{} did not hash to the sender's BLAKE3 and {} not stored ({}{}); {} stored",
         bad.len(),
         if bad.len() == 1 { "" } else { "s" },

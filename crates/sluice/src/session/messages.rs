@@ -271,6 +271,8 @@ pub enum ErrorCode {
     Io,
     /// The data does not hash to the sender's `Digests`.
     Integrity,
+    /// Some files were stored, others failed.
+    Partial,
     /// No capacity for another transfer now.
     Busy,
     /// The data channel failed.

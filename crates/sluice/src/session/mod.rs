@@ -96,6 +96,7 @@ pub mod keys;
 pub mod known_hosts;
 mod manifest_io;
 pub mod messages;
+mod observe;
 mod repair;
 pub mod server;
 pub mod tokens;
@@ -111,6 +112,7 @@ pub use handle::{ClientBuilder, Transfer, TransferEvent};
 pub use identity::{Fingerprint, Identity};
 pub use known_hosts::{HostKeyError, TrustPolicy};
 pub use messages::{ErrorCode, FileKind, StatInfo};
+pub use observe::{CopyObserver, PlannedFile};
 pub use server::{Server, ServerConfig};
 
 /// The ALPN protocol identifier of the session plane.
@@ -171,6 +173,9 @@ pub enum SessionError {
     /// The received bytes do not hash to what the sender announced.
     #[error("integrity check failed: {0}")]
     Integrity(String),
+    /// Some files of a tree were stored and verified, others failed (named in the message).
+    #[error("partly done: {0}")]
+    Partial(String),
     /// A local or remote file operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -203,6 +208,7 @@ impl SessionError {
             ErrorCode::Refused => SessionError::Refused(message),
             ErrorCode::Busy => SessionError::Busy(message),
             ErrorCode::Integrity => SessionError::Integrity(message),
+            ErrorCode::Partial => SessionError::Partial(message),
             ErrorCode::Io => SessionError::io("the peer", std::io::Error::other(message)),
             ErrorCode::Network => SessionError::Network(message),
             ErrorCode::Protocol => SessionError::Protocol(message),
@@ -218,6 +224,7 @@ impl SessionError {
             | SessionError::Busy(m)
             | SessionError::Network(m)
             | SessionError::Integrity(m)
+            | SessionError::Partial(m)
             | SessionError::Protocol(m)
             | SessionError::Config(m) => m.clone(),
             other => other.to_string(),
@@ -232,6 +239,7 @@ impl SessionError {
             SessionError::Refused(_) => ErrorCode::Refused,
             SessionError::Busy(_) => ErrorCode::Busy,
             SessionError::Integrity(_) => ErrorCode::Integrity,
+            SessionError::Partial(_) => ErrorCode::Partial,
             SessionError::Io { .. } | SessionError::Config(_) => ErrorCode::Io,
             SessionError::Network(_) | SessionError::HostKey(_) => ErrorCode::Network,
             SessionError::Protocol(_) => ErrorCode::Protocol,

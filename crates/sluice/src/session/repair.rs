@@ -266,11 +266,13 @@ impl RepairControl for ServerMsg {
 /// What the data channels read and write: a transfer's files.
 pub(crate) type DataStore = Arc<dyn Store + Send + Sync>;
 
-/// The files as the data channels see them: with the configured test fault, if any.
-pub(crate) fn data_store(files: &Arc<FileSet>, fault: Option<Fault>) -> DataStore {
-    match fault {
-        Some(fault) => Arc::new(Faulty::new(files.clone(), fault)),
-        None => files.clone(),
+/// The files as the data channels see them: with the configured test fault, if any, on the
+/// reads of a sending end (`sending`) or the writes of a receiving one.
+pub(crate) fn data_store(files: &Arc<FileSet>, fault: Option<Fault>, sending: bool) -> DataStore {
+    match (fault, sending) {
+        (Some(fault), true) => Arc::new(Faulty::reading(files.clone(), fault)),
+        (Some(fault), false) => Arc::new(Faulty::writing(files.clone(), fault)),
+        (None, _) => files.clone(),
     }
 }
 

@@ -508,7 +508,7 @@ impl<'a> RequestCtx<'a> {
         let moving = verdict.moving();
         let ranges = verdict.ranges;
         info!(paths = ?requested, files = count, size, moving, channels = self.session.negotiated.channels, "sending");
-        let data = data_store(&files, self.shared.fault);
+        let data = data_store(&files, self.shared.fault, true);
         let sending = if moving == 0 {
             None
         } else {
@@ -628,7 +628,7 @@ impl<'a> RequestCtx<'a> {
         let setup = self.setup();
         let mut messages = Messages::<ClientMsg>::new(self.recv);
         let mut keeper = incoming.keeper();
-        let data = data_store(&files, self.shared.fault);
+        let data = data_store(&files, self.shared.fault, false);
         let store = data.clone();
         let mut task = DataTask::spawn(move |cancel| {
             let mut progress = |p: datapath::Progress| keeper.update(p.prefix, false);

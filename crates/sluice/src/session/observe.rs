@@ -1,0 +1,35 @@
+//! What a copy tells its caller while it runs: the files it will move, then its progress.
+
+use crate::datapath::Progress;
+
+/// A file a copy will move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    /// Its path as the manifest names it (relative, `/`-separated).
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// Follows a copy ([`super::Client::download_observed`], [`super::Client::upload_observed`]).
+pub trait CopyObserver: Send + 'static {
+    /// The files that will move, in the order their bytes follow one another, once the ends
+    /// agreed on them and before any data moves. Not called by a dry run or a copy that moves
+    /// no file.
+    fn planned(&mut self, files: &[PlannedFile]) {
+        let _ = files;
+    }
+
+    /// Bytes moved so far (received, or acknowledged for an upload) of the total: at most
+    /// every 100 ms while the data moves, from the data's thread, and once at its end.
+    fn progress(&mut self, progress: Progress);
+}
+
+/// A progress callback as an observer.
+pub(crate) struct OnProgress<F>(pub(crate) F);
+
+impl<F: FnMut(Progress) + Send + 'static> CopyObserver for OnProgress<F> {
+    fn progress(&mut self, progress: Progress) {
+        (self.0)(progress);
+    }
+}
