@@ -1,17 +1,12 @@
 //! `sluice cp`: copy files and trees to or from a server, scp style.
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use sluice::session::known_hosts::KnownHosts;
-use sluice::session::{
-    Client, ClientConfig, CopyOptions, HostKeyError, Links, Overwrite, SessionError,
-    TransferReport, TrustPolicy,
-};
+use sluice::session::{CopyOptions, Links, Overwrite, TransferReport};
 use sluice_proto::cc::CcKind;
 
+use crate::connect::{ConnectArgs, connect_asking};
 use crate::exit;
 use crate::rate::parse_rate;
 use crate::remote::{Location, parse_location};
@@ -61,21 +56,8 @@ pub(crate) struct CpArgs {
     /// (copy what it points to) or skip.
     #[arg(long, value_name = "POLICY", default_value = "copy")]
     links: String,
-    /// Server port.
-    #[arg(short = 'P', long = "port", default_value_t = crate::DEFAULT_PORT)]
-    port: u16,
-    /// Read the access token from this file (else from the SLUICE_TOKEN environment variable).
-    #[arg(long)]
-    token_file: Option<PathBuf>,
-    /// Known-hosts file holding pinned server fingerprints.
-    #[arg(long)]
-    known_hosts: Option<PathBuf>,
-    /// On first contact, pin the server's fingerprint without asking.
-    #[arg(long)]
-    accept_new_host: bool,
-    /// Require exactly this server fingerprint (SHA256:...).
-    #[arg(long, conflicts_with = "accept_new_host")]
-    fingerprint: Option<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
     /// Congestion control: adaptive (default), udt, low, or fixed (needs --rate-mbit).
     #[arg(long, default_value = "adaptive")]
     cc: String,
@@ -111,67 +93,6 @@ pub(crate) struct CpArgs {
     /// warning, summary, error), for scripts and GUIs; the schema is docs/json-events.md.
     #[arg(long)]
     json: bool,
-}
-
-fn read_token(args: &CpArgs) -> anyhow::Result<String> {
-    let token = match &args.token_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read token file {}", path.display()))?,
-        None => std::env::var("SLUICE_TOKEN").map_err(|_| {
-            anyhow::Error::new(exit::Coded {
-                code: exit::AUTH,
-                message: "no access token: set SLUICE_TOKEN or pass --token-file".into(),
-            })
-        })?,
-    };
-    Ok(token.trim().to_string())
-}
-
-fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
-    (host, port)
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve {host}"))?
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("{host} has no address"))
-}
-
-/// Connects; on first contact with an unknown server and a person at the terminal, shows the
-/// fingerprint and asks (as ssh does). A "yes" pins exactly the fingerprint shown.
-async fn connect_asking(config: ClientConfig) -> anyhow::Result<Client> {
-    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
-    match Client::connect(config.clone()).await {
-        Err(SessionError::HostKey(HostKeyError::Unknown { host, file, presented }))
-            if interactive && config.trust == TrustPolicy::KnownOnly =>
-        {
-            let question = format!(
-                "The authenticity of {host} can't be established.\n\
-                 Its fingerprint is {presented}.\n\
-                 Pin it in {} and continue (yes/no)? ",
-                file.display()
-            );
-            if !ask_yes(&question)? {
-                return Err(anyhow::Error::new(exit::Coded {
-                    code: exit::AUTH,
-                    message: format!("{host} not trusted: nothing pinned, nothing copied"),
-                }));
-            }
-            let pinned = ClientConfig { trust: TrustPolicy::Pinned(presented.clone()), ..config };
-            let client = Client::connect(pinned).await?;
-            KnownHosts::append(&file, &host, &presented)?;
-            Ok(client)
-        }
-        other => Ok(other?),
-    }
-}
-
-fn ask_yes(question: &str) -> anyhow::Result<bool> {
-    use std::io::Write;
-    let mut err = std::io::stderr();
-    err.write_all(question.as_bytes())?;
-    err.flush()?;
-    let mut answer = String::new();
-    std::io::stdin().read_line(&mut answer)?;
-    Ok(answer.trim().eq_ignore_ascii_case("yes"))
 }
 
 /// Which way a copy goes.
@@ -304,25 +225,7 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         }
     }
 
-    let trust = match (&args.fingerprint, args.accept_new_host) {
-        (Some(fp), _) => {
-            TrustPolicy::Pinned(fp.parse().map_err(|e| exit::usage(format!("--fingerprint: {e}")))?)
-        }
-        (None, true) => TrustPolicy::AcceptNew,
-        (None, false) => TrustPolicy::KnownOnly,
-    };
-    let token = read_token(args)?;
-    let server = resolve(&host, args.port)?;
-    let config = ClientConfig {
-        server,
-        host: host.clone(),
-        token,
-        known_hosts: args.known_hosts.clone().unwrap_or_else(crate::default_known_hosts),
-        trust,
-        channel,
-        channels: args.channels,
-        fault: None,
-    };
+    let config = args.connect.client_config(&host, channel, args.channels)?;
 
     let started = std::time::Instant::now();
     let client = connect_asking(config).await?;

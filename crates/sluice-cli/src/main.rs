@@ -3,6 +3,8 @@
 //! Arguments are parsed in two stages: clap validates their shape, then each command checks what
 //! needs the system (files, addresses) before any network activity.
 
+mod browse;
+mod connect;
 mod cp;
 mod demo;
 mod exit;
@@ -45,6 +47,19 @@ enum Command {
     ///   sluice cp -r --overwrite if-different server:projects/run7 /scratch/
     #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
     Cp(cp::CpArgs),
+    /// List a directory on a server (one level), or show a file: the server's view within its
+    /// root.
+    ///
+    /// Examples:
+    ///   sluice ls server:
+    ///   sluice ls -l server:projects/run7
+    #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
+    Ls(browse::LsArgs),
+    /// Show the kind, size and modification time of a path on a server.
+    ///
+    /// Example: sluice stat server:data/big.bin
+    #[command(after_help = exit::EXIT_CODES)]
+    Stat(browse::StatArgs),
     /// Run a local server, move a test file through it, verify it, and compare with TCP.
     ///
     /// Example: sluice demo --size 1GiB
@@ -90,6 +105,8 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Cp(args) => cp::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Ls(args) => browse::ls(args).await,
+            Command::Stat(args) => browse::stat(args).await,
         }
     });
     match result {

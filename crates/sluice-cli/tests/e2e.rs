@@ -955,3 +955,81 @@ fn exit_codes_6_7_and_8_come_from_their_causes() {
     assert!(same_file(&tree.join("a.bin"), &server.root.join("tree/a.bin")));
     assert!(!server.root.join("tree/b.bin").exists());
 }
+
+/// Runs `sluice <command> <args...>` against `server` with the test's token and known hosts.
+fn browse(server: &ServerProc, client: &ClientEnv, command: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg(command)
+        .args(["-P", &server.port.to_string(), "--accept-new-host"])
+        .arg("--known-hosts")
+        .arg(client.known_hosts())
+        .env("SLUICE_TOKEN", TOKEN)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn ls_and_stat_show_the_servers_view_within_its_root() {
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    let dir = server.root.join("d");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("b.txt"), b"12345").unwrap();
+    std::fs::write(dir.join("a name\nwith newline"), b"").unwrap();
+    symlink("b.txt", dir.join("link")).unwrap();
+    std::fs::set_permissions(
+        dir.join("b.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+
+    let o = browse(&server, &client, "ls", &["127.0.0.1:d"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(text(&o), "a name\\nwith newline\nb.txt\nlink\nsub/\n");
+
+    let o = browse(&server, &client, "ls", &["-l", "127.0.0.1:d"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let long = text(&o);
+    let b_line = long.lines().find(|l| l.ends_with(" b.txt")).unwrap_or_else(|| panic!("{long}"));
+    assert!(b_line.starts_with("-rw-r----- ") && b_line.contains(" 5 "), "{b_line}");
+    assert!(long.lines().any(|l| l.starts_with('l') && l.ends_with("link -> b.txt")), "{long}");
+    assert!(long.lines().any(|l| l.starts_with('d') && l.ends_with(" sub/")), "{long}");
+
+    let o = browse(&server, &client, "ls", &["--json", "127.0.0.1:d"]);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let entries = doc["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 4);
+    let b = entries.iter().find(|e| e["name"] == "b.txt").unwrap();
+    assert_eq!(
+        (b["kind"].as_str(), b["size"].as_u64(), b["mode"].as_u64()),
+        (Some("file"), Some(5), Some(0o640))
+    );
+
+    // The root itself, and a file on its own.
+    let o = browse(&server, &client, "ls", &["127.0.0.1:"]);
+    assert_eq!(text(&o), "d/\n", "{}", stderr(&o));
+    let o = browse(&server, &client, "ls", &["127.0.0.1:d/b.txt"]);
+    assert_eq!(text(&o), "b.txt\n");
+
+    let o = browse(&server, &client, "stat", &["127.0.0.1:d/b.txt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(text(&o).starts_with("d/b.txt: file, 5 bytes, modified 20"), "{}", text(&o));
+    let o = browse(&server, &client, "stat", &["--json", "127.0.0.1:d"]);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["kind"], "directory");
+
+    // Outside the root, missing, and a local path.
+    let o = browse(&server, &client, "ls", &["127.0.0.1:../"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let o = browse(&server, &client, "ls", &["127.0.0.1:nope"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not found: nope") && !stderr(&o).contains("root"),
+        "{}",
+        stderr(&o)
+    );
+    let o = browse(&server, &client, "stat", &["./local"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+}

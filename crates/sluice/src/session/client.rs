@@ -34,7 +34,7 @@ use super::{add_checksums, mismatch_error, plan_error, wanted_files};
 use crate::datapath::{self, ChannelReport, Fault, Progress};
 use crate::tree::manifest::{from_ranges, to_ranges};
 use crate::tree::{
-    EntryKind, FileSet, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk,
+    Entry, EntryKind, FileSet, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk,
 };
 
 /// QUIC idle timeout of the client's connection: with keep-alives every
@@ -287,6 +287,18 @@ impl Client {
             ServerMsg::StatInfo(info) => Ok(info),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// The entries of the directory `path` on the server (one level, sorted by name; each
+    /// entry's path is its name), or the file `path` itself. Links are listed, not followed.
+    pub async fn list(&self, path: &str) -> Result<Vec<Entry>, SessionError> {
+        let mut req = self.request().await?;
+        req.write(&ClientMsg::List { path: path.to_owned() }).await?;
+        recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
+            ServerMsg::Manifest(part) => Ok(part),
+            other => Err(unexpected(other)),
+        })
+        .await
     }
 
     /// Downloads the one file `remote_path` to `local_path` (replacing a file there), calling

@@ -100,6 +100,12 @@ pub enum ClientMsg {
         /// The hashes, 64 hex digits each.
         blake3: Vec<String>,
     },
+    /// The entries of a directory (one level), or a file itself: the server answers with
+    /// `Manifest` parts (each entry's path a single name).
+    List {
+        /// Path relative to the server's root.
+        path: String,
+    },
     /// Size, modification time and kind of a path.
     Stat {
         /// Path relative to the server's root.
@@ -152,7 +158,7 @@ pub enum ServerMsg {
         /// For the user.
         message: String,
     },
-    /// Part of the manifest of a `Get`.
+    /// Part of the manifest of a `Get`, or of the listing of a `List`.
     Manifest(ManifestPart),
     /// The files of the client's manifest the server wants (a `Put`).
     Want(Want),

@@ -40,7 +40,7 @@ use super::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files}
 use crate::datapath::{self, ChannelReport, Fault};
 use crate::files::{self, PathError};
 use crate::tree::manifest::to_ranges;
-use crate::tree::{ReceiveOptions, WalkOptions, plan, walk};
+use crate::tree::{ReceiveOptions, WalkError, WalkOptions, plan, walk};
 
 /// Sessions served at once; further connection attempts are refused.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -356,6 +356,7 @@ async fn serve_request(
     };
     let outcome = match request {
         ClientMsg::Stat { path } => ctx.stat(&path).await,
+        ClientMsg::List { path } => ctx.list(&path).await,
         ClientMsg::Get { paths, recursive, links, checksum, compress } => {
             let walk = WalkOptions { recursive, links, confine: None };
             ctx.get(&paths, walk, checksum, compress).await
@@ -448,6 +449,28 @@ impl<'a> RequestCtx<'a> {
         .await?;
         debug!(path = requested, ?info, "stat");
         self.write(&ServerMsg::StatInfo(info)).await
+    }
+
+    /// The listing of `requested`, as manifest parts.
+    async fn list(&mut self, requested: &str) -> Result<(), SessionError> {
+        let root = self.shared.root.clone();
+        let req = requested.to_owned();
+        let listing = blocking(move || {
+            let path = resolve(&root, if req.is_empty() { "." } else { &req })?;
+            // Errors name the requested path, never the server's own layout.
+            crate::tree::list(&path).map_err(|e| match e {
+                WalkError::Io(_, source) => open_error(&req, source),
+                other => walk_error(other),
+            })
+        })
+        .await?;
+        debug!(
+            path = requested,
+            entries = listing.entries.len(),
+            skipped = listing.skipped,
+            "list"
+        );
+        send_manifest(self.send, self.conn, &listing.entries, ServerMsg::Manifest).await
     }
 
     /// Binds the data sockets, sends `Ready`, and reads the client's: the channels' parameters.

@@ -13,6 +13,7 @@
 
 pub mod fileset;
 pub mod incoming;
+pub mod list;
 pub mod manifest;
 pub mod resume;
 pub mod walk;
@@ -21,5 +22,6 @@ pub use fileset::FileSet;
 pub use incoming::{
     Committed, Incoming, Overwrite, Plan, PlanError, ReceiveOptions, ResumeKeeper, plan,
 };
+pub use list::{Listing, list};
 pub use manifest::{Entry, EntryKind};
 pub use walk::{Links, Outgoing, WalkError, WalkOptions, walk};

@@ -1,0 +1,183 @@
+//! `sluice ls` and `sluice stat`: the server's view of a path within its root.
+
+use clap::Args;
+use serde_json::json;
+use sluice::session::{FileKind, StatInfo};
+use sluice::tree::EntryKind;
+
+use crate::connect::{ConnectArgs, connect_asking};
+use crate::exit;
+use crate::remote::{Location, parse_location};
+
+/// Arguments of `sluice ls`.
+#[derive(Args, Debug)]
+pub(crate) struct LsArgs {
+    /// `host:path` (`host:` is the served directory itself).
+    #[arg(value_name = "HOST:PATH")]
+    location: String,
+    /// Long format: kind and permissions, size, modification time (UTC), name.
+    #[arg(short = 'l')]
+    long: bool,
+    /// Print one JSON document: {"path", "entries": [{name, kind, size, mtime, mode, target}]}.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Arguments of `sluice stat`.
+#[derive(Args, Debug)]
+pub(crate) struct StatArgs {
+    /// `host:path`.
+    #[arg(value_name = "HOST:PATH")]
+    location: String,
+    /// Print one JSON object: {"path", "kind", "size", "mtime"}.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// The host and path of a `host:path` argument; a local path is a usage error.
+fn remote(location: &str) -> anyhow::Result<(String, String)> {
+    match parse_location(location).map_err(exit::usage)? {
+        Location::Remote { host, path } => Ok((host, path)),
+        Location::Local(path) => {
+            Err(exit::usage(format!("{path}: give a remote path, host:path (host: for the root)")))
+        }
+    }
+}
+
+async fn client(connect: &ConnectArgs, host: &str) -> anyhow::Result<sluice::session::Client> {
+    let channel = sluice::session::default_channel_config();
+    connect_asking(connect.client_config(host, channel, None)?).await
+}
+
+/// Runs `sluice ls`.
+#[allow(clippy::print_stdout)]
+pub(crate) async fn ls(args: LsArgs) -> anyhow::Result<()> {
+    let (host, path) = remote(&args.location)?;
+    let client = client(&args.connect, &host).await?;
+    let entries = client.list(&path).await?;
+    client.close().await;
+    if args.json {
+        let entries: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                json!({"name": e.path, "kind": kind_name(e.kind), "size": e.size,
+                       "mtime": e.mtime, "mode": e.mode, "target": e.target})
+            })
+            .collect();
+        println!("{}", json!({"path": path, "entries": entries}));
+        return Ok(());
+    }
+    for entry in &entries {
+        let name = entry.path.escape_debug().to_string();
+        let shown = match entry.kind {
+            EntryKind::Dir => format!("{name}/"),
+            _ => name,
+        };
+        if !args.long {
+            println!("{shown}");
+            continue;
+        }
+        let target = entry.target.as_deref().map(|t| format!(" -> {}", t.escape_debug()));
+        println!(
+            "{}{} {:>14} {} {shown}{}",
+            kind_char(entry.kind),
+            mode_string(entry.mode),
+            entry.size,
+            utc(entry.mtime),
+            target.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `sluice stat`.
+#[allow(clippy::print_stdout)]
+pub(crate) async fn stat(args: StatArgs) -> anyhow::Result<()> {
+    let (host, path) = remote(&args.location)?;
+    let client = client(&args.connect, &host).await?;
+    let StatInfo { size, mtime, kind } =
+        client.stat(if path.is_empty() { "." } else { &path }).await?;
+    client.close().await;
+    let kind = match kind {
+        FileKind::File => "file",
+        FileKind::Directory => "directory",
+        FileKind::Other => "other",
+    };
+    if args.json {
+        println!("{}", json!({"path": path, "kind": kind, "size": size, "mtime": mtime}));
+    } else {
+        println!("{}: {kind}, {size} bytes, modified {}", path.escape_debug(), utc(mtime));
+    }
+    Ok(())
+}
+
+fn kind_name(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::File => "file",
+        EntryKind::Dir => "directory",
+        EntryKind::Symlink => "link",
+    }
+}
+
+fn kind_char(kind: EntryKind) -> char {
+    match kind {
+        EntryKind::File => '-',
+        EntryKind::Dir => 'd',
+        EntryKind::Symlink => 'l',
+    }
+}
+
+/// `rwxr-xr-x` of the permission bits.
+fn mode_string(mode: u32) -> String {
+    (0..9)
+        .map(|i| {
+            let bit = 1 << (8 - i);
+            match (mode & bit != 0, i % 3) {
+                (false, _) => '-',
+                (true, 0) => 'r',
+                (true, 1) => 'w',
+                (true, _) => 'x',
+            }
+        })
+        .collect()
+}
+
+/// `YYYY-MM-DD HH:MM:SS` UTC of seconds since the Unix epoch (the civil calendar from a day
+/// count, after Howard Hinnant's `civil_from_days`).
+fn utc(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates_are_the_calendars() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_795_305_600 + 3_723), "2026-11-22 01:02:03");
+        assert_eq!(utc(-1), "1969-12-31 23:59:59");
+    }
+
+    #[test]
+    fn modes_read_like_ls() {
+        assert_eq!(mode_string(0o755), "rwxr-xr-x");
+        assert_eq!(mode_string(0o640), "rw-r-----");
+        assert_eq!(mode_string(0), "---------");
+    }
+}
