@@ -60,6 +60,25 @@ enum Command {
     /// Example: sluice stat server:data/big.bin
     #[command(after_help = exit::EXIT_CODES)]
     Stat(browse::StatArgs),
+    /// Print a shell completion script, generated from this command line's definition.
+    ///
+    /// Example: sluice completions bash > /etc/bash_completion.d/sluice
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), generated from this command line's definition; with
+    /// --dir, write one page per command there (sluice.1, sluice-cp.1, ...).
+    ///
+    /// Examples:
+    ///   sluice man > /usr/local/share/man/man1/sluice.1
+    ///   sluice man --dir /usr/local/share/man/man1
+    #[command(verbatim_doc_comment)]
+    Man {
+        /// Write every page into this directory instead.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Run a local server, move a test file through it, verify it, and compare with TCP.
     ///
     /// Example: sluice demo --size 1GiB
@@ -78,6 +97,24 @@ pub(crate) fn default_known_hosts() -> PathBuf {
     directories::ProjectDirs::from("", "", "sluice")
         .map(|d| d.config_dir().join("known_hosts"))
         .unwrap_or_else(|| PathBuf::from(".sluice/known_hosts"))
+}
+
+/// Writes `shell`'s completion script for the whole command line on stdout.
+fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
+    Ok(())
+}
+
+/// Writes the manual page of `sluice` on stdout, or every page into `dir`.
+fn man(dir: Option<PathBuf>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let command = <Cli as clap::CommandFactory>::command();
+    match dir {
+        Some(dir) => clap_mangen::generate_to(command, &dir)
+            .with_context(|| format!("cannot write the manual pages into {}", dir.display())),
+        None => Ok(clap_mangen::Man::new(command).render(&mut std::io::stdout())?),
+    }
 }
 
 fn main() -> ExitCode {
@@ -107,6 +144,8 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::run(args).await,
             Command::Ls(args) => browse::ls(args).await,
             Command::Stat(args) => browse::stat(args).await,
+            Command::Completions { shell } => print_completions(shell),
+            Command::Man { dir } => man(dir),
         }
     });
     match result {

@@ -1033,3 +1033,30 @@ fn ls_and_stat_show_the_servers_view_within_its_root() {
     let o = browse(&server, &client, "stat", &["./local"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
 }
+
+#[test]
+fn completions_and_manual_pages_come_from_the_command_line_definition() {
+    let run = |args: &[&str]| Command::new(BIN).args(args).output().unwrap();
+    let o = run(&["completions", "bash"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let bash = String::from_utf8_lossy(&o.stdout);
+    assert!(bash.contains("_sluice()") && bash.contains("--compress") && bash.contains("ls"));
+    let o = run(&["completions", "zsh"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("#compdef sluice"));
+    let o = run(&["completions", "tcsh"]);
+    assert_eq!(code(&o), 2, "an unknown shell is a usage error");
+
+    let o = run(&["man"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(page.contains(".TH sluice 1") && page.contains("sluice\\-cp"), "{page}");
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for page in ["sluice.1", "sluice-cp.1", "sluice-serve.1", "sluice-ls.1", "sluice-stat.1"] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        assert!(text.contains(".TH"), "{page}");
+    }
+    let cp = std::fs::read_to_string(dir.path().join("sluice-cp.1")).unwrap();
+    assert!(cp.contains("overwrite") && cp.contains("Exit codes"), "{cp}");
+}
