@@ -1060,3 +1060,78 @@ fn completions_and_manual_pages_come_from_the_command_line_definition() {
     let cp = std::fs::read_to_string(dir.path().join("sluice-cp.1")).unwrap();
     assert!(cp.contains("overwrite") && cp.contains("Exit codes"), "{cp}");
 }
+
+#[test]
+fn sigterm_stops_the_server_cleanly_and_the_upload_resumes() {
+    use events::Event;
+    let mut server = ServerProc::start();
+    let client = ClientEnv::new();
+    let src = client.dir.path().join("big.bin");
+    println!("e2e sigterm: seed=71 size=64 MiB");
+    random_file(&src, 64 << 20, 71);
+    let mut child = client
+        .cmd(&server, Some(TOKEN))
+        .args(["--accept-new-host", "--json", "--limit-rate", "100Mbit"])
+        .arg(&src)
+        .arg("127.0.0.1:")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A quarter in, SIGTERM to the server (its process id: the one this test started).
+    let mut signalled = false;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let (bytes, total) = (value["bytes"].as_u64(), value["total"].as_u64());
+        if let (false, Some("progress"), Some(b), Some(t)) =
+            (signalled, value["event"].as_str(), bytes, total)
+            && b * 4 >= t
+        {
+            let pid = server.child.id().to_string();
+            assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+            signalled = true;
+        }
+    }
+    assert!(signalled, "the upload ended before it could be interrupted");
+    assert_eq!(code(&child.wait_with_output().unwrap()), 5, "a network failure: retry");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop within 10 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "the server's exit after SIGTERM: {status:?}");
+    // What stays is the partial file and its resume record, nothing under the final name.
+    let listing: Vec<String> = std::fs::read_dir(&server.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(listing.iter().any(|n| n.ends_with(".sluice-resume")), "{listing:?}");
+    assert!(listing.iter().any(|n| n.contains(".sluice-part-")), "{listing:?}");
+    assert!(
+        listing.iter().all(|n| n.contains(".sluice-part-") || n.ends_with(".sluice-resume")),
+        "{listing:?}"
+    );
+
+    // The same server again (same directory, same identity, a new port): the same command
+    // moves only what is missing.
+    let dir = std::mem::replace(&mut server._dir, tempfile::tempdir().unwrap());
+    drop(server);
+    let server = ServerProc::start_in(dir, None);
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--accept-new-host", "--json"],
+        src.to_str().unwrap(),
+        "127.0.0.1:",
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let events = events::parse(&o.stdout);
+    let Some(Event::Summary(summary)) = events.last() else { panic!("{events:?}") };
+    println!("e2e sigterm: resumed {} of {} bytes", summary.resumed_bytes, summary.bytes);
+    assert!(summary.resumed_bytes > 0 && summary.resumed_bytes < summary.bytes, "{summary:?}");
+    assert!(same_file(&src, &server.root.join("big.bin")));
+    assert_eq!(std::fs::read_dir(&server.root).unwrap().count(), 1, "only the file is left");
+}
