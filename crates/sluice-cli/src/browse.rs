@@ -5,6 +5,7 @@ use serde_json::json;
 use sluice::session::{FileKind, StatInfo};
 use sluice::tree::EntryKind;
 
+use crate::config::ClientFile;
 use crate::connect::{ConnectArgs, connect_asking};
 use crate::exit;
 use crate::remote::{Location, parse_location};
@@ -50,7 +51,8 @@ fn remote(location: &str) -> anyhow::Result<(String, String)> {
 
 async fn client(connect: &ConnectArgs, host: &str) -> anyhow::Result<sluice::session::Client> {
     let channel = sluice::session::default_channel_config();
-    connect_asking(connect.client_config(host, channel, None)?).await
+    let prefs = ClientFile::load()?.prefs(host);
+    connect_asking(connect.client_config(host, &prefs, channel, None)?).await
 }
 
 /// Runs `sluice ls`.

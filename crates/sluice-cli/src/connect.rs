@@ -10,68 +10,83 @@ use sluice::session::known_hosts::KnownHosts;
 use sluice::session::{Client, ClientConfig, HostKeyError, SessionError, TrustPolicy};
 use sluice_proto::config::ChannelConfig;
 
+use crate::config::Prefs;
 use crate::exit;
 
 /// Flags that say how to reach and trust a server.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct ConnectArgs {
-    /// Server port.
-    #[arg(short = 'P', long = "port", default_value_t = crate::DEFAULT_PORT)]
-    pub(crate) port: u16,
+    /// Server port [default: 7733, or the config file's].
+    #[arg(short = 'P', long = "port", env = "SLUICE_PORT")]
+    pub(crate) port: Option<u16>,
     /// Read the access token from this file (else from the SLUICE_TOKEN environment variable).
-    #[arg(long)]
+    #[arg(long, env = "SLUICE_TOKEN_FILE")]
     pub(crate) token_file: Option<PathBuf>,
     /// Known-hosts file holding pinned server fingerprints.
-    #[arg(long)]
+    #[arg(long, env = "SLUICE_KNOWN_HOSTS")]
     pub(crate) known_hosts: Option<PathBuf>,
     /// On first contact, pin the server's fingerprint without asking.
     #[arg(long)]
     pub(crate) accept_new_host: bool,
     /// Require exactly this server fingerprint (SHA256:...).
-    #[arg(long, conflicts_with = "accept_new_host")]
+    #[arg(long, conflicts_with = "accept_new_host", env = "SLUICE_FINGERPRINT")]
     pub(crate) fingerprint: Option<String>,
 }
 
 impl ConnectArgs {
-    /// The client settings for `host` with these flags, `channel` and `channels`.
+    /// The client settings for `host` (as the command line names it: an alias of the config
+    /// file, or a name or address) with these flags over the file's `prefs`, `channel` and
+    /// `channels`. The known-hosts entry is keyed by the name as written.
     pub(crate) fn client_config(
         &self,
         host: &str,
+        prefs: &Prefs,
         channel: ChannelConfig,
         channels: Option<u32>,
     ) -> anyhow::Result<ClientConfig> {
-        let trust = match (&self.fingerprint, self.accept_new_host) {
-            (Some(fp), _) => TrustPolicy::Pinned(
-                fp.parse().map_err(|e| exit::usage(format!("--fingerprint: {e}")))?,
-            ),
-            (None, true) => TrustPolicy::AcceptNew,
-            (None, false) => TrustPolicy::KnownOnly,
+        let fingerprint = |fp: &String| {
+            fp.parse()
+                .map(TrustPolicy::Pinned)
+                .map_err(|e| exit::usage(format!("fingerprint {fp}: {e}")))
         };
+        let trust = match (&self.fingerprint, self.accept_new_host, &prefs.fingerprint) {
+            (Some(fp), _, _) => fingerprint(fp)?,
+            (None, true, _) => TrustPolicy::AcceptNew,
+            (None, false, Some(fp)) => fingerprint(fp)?,
+            (None, false, None) => TrustPolicy::KnownOnly,
+        };
+        let address = prefs.address.as_deref().unwrap_or(host);
+        let port = self.port.or(prefs.port).unwrap_or(crate::DEFAULT_PORT);
+        let token_file = self.token_file.as_ref().or(prefs.token_file.as_ref());
+        let known_hosts = self.known_hosts.as_ref().or(prefs.known_hosts.as_ref());
         let mut config = ClientConfig::new(
-            resolve(host, self.port)?,
+            resolve(address, port)?,
             host,
-            self.read_token()?,
-            self.known_hosts.clone().unwrap_or_else(crate::default_known_hosts),
+            read_token(token_file)?,
+            known_hosts.cloned().unwrap_or_else(crate::default_known_hosts),
             trust,
         );
         config.channel = channel;
         config.channels = channels;
         Ok(config)
     }
+}
 
-    fn read_token(&self) -> anyhow::Result<String> {
-        let token = match &self.token_file {
-            Some(path) => std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read token file {}", path.display()))?,
-            None => std::env::var("SLUICE_TOKEN").map_err(|_| {
-                anyhow::Error::new(exit::Coded {
-                    code: exit::AUTH,
-                    message: "no access token: set SLUICE_TOKEN or pass --token-file".into(),
-                })
-            })?,
-        };
-        Ok(token.trim().to_string())
-    }
+/// The token: from `token_file`, else `SLUICE_TOKEN`.
+fn read_token(token_file: Option<&PathBuf>) -> anyhow::Result<String> {
+    let token = match token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read token file {}", path.display()))?,
+        None => std::env::var("SLUICE_TOKEN").map_err(|_| {
+            anyhow::Error::new(exit::Coded {
+                code: exit::AUTH,
+                message: "no access token: set SLUICE_TOKEN, pass --token-file, or name a \
+                          token_file in the config file"
+                    .into(),
+            })
+        })?,
+    };
+    Ok(token.trim().to_string())
 }
 
 fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {

@@ -6,6 +6,7 @@ use clap::Args;
 use sluice::session::{CopyOptions, Links, Overwrite, TransferReport};
 use sluice_proto::cc::CcKind;
 
+use crate::config::{ClientFile, Prefs};
 use crate::connect::{ConnectArgs, connect_asking};
 use crate::exit;
 use crate::rate::parse_rate;
@@ -13,7 +14,7 @@ use crate::remote::{Location, parse_location};
 use crate::show::{self, Mode, Show};
 
 /// Arguments of `sluice cp`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct CpArgs {
     /// Sources then the destination: local paths or `host:path` (`[v6addr]:path`), and
     /// exactly one side remote. An existing destination directory receives the sources under
@@ -49,6 +50,7 @@ pub(crate) struct CpArgs {
         num_args = 0..=1,
         require_equals = true,
         default_missing_value = "1",
+        env = "SLUICE_COMPRESS",
         value_parser = clap::value_parser!(i32).range(1..=19)
     )]
     compress: Option<i32>,
@@ -67,7 +69,7 @@ pub(crate) struct CpArgs {
     rate_mbit: Option<f64>,
     /// The most the transfer may send, with its unit: bits (800Mbit, 1.5Gbit) or bytes per
     /// second (100MB, 64MiB).
-    #[arg(long, value_name = "RATE")]
+    #[arg(long, value_name = "RATE", env = "SLUICE_LIMIT_RATE")]
     limit_rate: Option<String>,
     /// Never send slower than this (same units as --limit-rate), whatever the path's
     /// congestion says: for links with a guaranteed share.
@@ -77,14 +79,14 @@ pub(crate) struct CpArgs {
     /// traffic as soon as a queue builds: a background copy that takes what is left), or
     /// fixed (blast at --limit-rate whatever the path says and repair from loss lists:
     /// RBUDP/Tsunami, for dedicated links).
-    #[arg(long, value_name = "POLICY", default_value = "fair")]
-    policy: String,
+    #[arg(long, value_name = "POLICY", env = "SLUICE_POLICY")]
+    policy: Option<String>,
     /// Largest UDP datagram in bytes (the default, 1452, fits a 1500-byte MTU; up to 65000
     /// where the path carries jumbo frames).
-    #[arg(long)]
+    #[arg(long, env = "SLUICE_PACKET_SIZE")]
     packet_size: Option<usize>,
     /// Data channels per transfer (default: one per core, as many as the server allows).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, env = "SLUICE_CHANNELS", value_parser = clap::value_parser!(u32).range(1..=64))]
     channels: Option<u32>,
     /// Print nothing but errors.
     #[arg(short, long)]
@@ -170,6 +172,18 @@ fn copy_options(args: &CpArgs) -> anyhow::Result<CopyOptions> {
     })
 }
 
+impl CpArgs {
+    /// These arguments with what they leave open taken from the config file's `prefs`.
+    fn with_prefs(mut self, prefs: &Prefs) -> CpArgs {
+        self.channels = self.channels.or(prefs.channels);
+        self.limit_rate = self.limit_rate.or_else(|| prefs.limit_rate.clone());
+        self.compress = self.compress.or(prefs.compress);
+        self.policy = self.policy.or_else(|| prefs.policy.clone());
+        self.packet_size = self.packet_size.or(prefs.packet_size);
+        self
+    }
+}
+
 /// Runs one copy; with `--json`, a failure is an `error` line too.
 pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     let mode = Mode::choose(args.json, args.quiet);
@@ -183,6 +197,8 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
 
 async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
     let (host, direction) = direction(&args.paths)?;
+    let prefs = ClientFile::load()?.prefs(&host);
+    let args = &args.clone().with_prefs(&prefs);
     let options = copy_options(args)?;
     let mut channel = sluice::session::default_channel_config();
     channel.cc = CcKind::from_name(&args.cc)
@@ -201,7 +217,7 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         channel.min_rate_bps =
             parse_rate(rate).map_err(|e| exit::usage(format!("--min-rate: {e}")))?;
     }
-    match args.policy.as_str() {
+    match args.policy.as_deref().unwrap_or("fair") {
         "fair" => {}
         "fixed" if channel.rate_bps == 0 => {
             return Err(exit::usage("--policy fixed sends at --limit-rate: give one"));
@@ -225,7 +241,7 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         }
     }
 
-    let config = args.connect.client_config(&host, channel, args.channels)?;
+    let config = args.connect.client_config(&host, &prefs, channel, args.channels)?;
 
     let started = std::time::Instant::now();
     let client = connect_asking(config).await?;

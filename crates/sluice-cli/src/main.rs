@@ -4,6 +4,7 @@
 //! needs the system (files, addresses) before any network activity.
 
 mod browse;
+mod config;
 mod connect;
 mod cp;
 mod demo;

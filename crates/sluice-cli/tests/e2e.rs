@@ -79,6 +79,27 @@ struct ClientEnv {
     dir: tempfile::TempDir,
 }
 
+/// Keeps a client command from this machine's configuration and `SLUICE_*` environment: its
+/// config directory is `dir`, where no config file is unless a test writes one.
+fn isolate(c: &mut Command, dir: &Path) {
+    for var in [
+        "SLUICE_TOKEN",
+        "SLUICE_CONFIG",
+        "SLUICE_PORT",
+        "SLUICE_TOKEN_FILE",
+        "SLUICE_KNOWN_HOSTS",
+        "SLUICE_FINGERPRINT",
+        "SLUICE_CHANNELS",
+        "SLUICE_LIMIT_RATE",
+        "SLUICE_COMPRESS",
+        "SLUICE_POLICY",
+        "SLUICE_PACKET_SIZE",
+    ] {
+        c.env_remove(var);
+    }
+    c.env("XDG_CONFIG_HOME", dir).env("HOME", dir);
+}
+
 impl ClientEnv {
     fn new() -> Self {
         Self { dir: tempfile::tempdir().unwrap() }
@@ -92,7 +113,7 @@ impl ClientEnv {
             .args(["-P", &server.port.to_string()])
             .arg("--known-hosts")
             .arg(self.known_hosts());
-        c.env_remove("SLUICE_TOKEN");
+        isolate(&mut c, self.dir.path());
         if let Some(t) = token {
             c.env("SLUICE_TOKEN", t);
         }
@@ -958,8 +979,9 @@ fn exit_codes_6_7_and_8_come_from_their_causes() {
 
 /// Runs `sluice <command> <args...>` against `server` with the test's token and known hosts.
 fn browse(server: &ServerProc, client: &ClientEnv, command: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg(command)
+    let mut c = Command::new(BIN);
+    isolate(&mut c, client.dir.path());
+    c.arg(command)
         .args(["-P", &server.port.to_string(), "--accept-new-host"])
         .arg("--known-hosts")
         .arg(client.known_hosts())
@@ -1134,4 +1156,74 @@ fn sigterm_stops_the_server_cleanly_and_the_upload_resumes() {
     assert!(summary.resumed_bytes > 0 && summary.resumed_bytes < summary.bytes, "{summary:?}");
     assert!(same_file(&src, &server.root.join("big.bin")));
     assert_eq!(std::fs::read_dir(&server.root).unwrap().count(), 1, "only the file is left");
+}
+
+#[test]
+fn the_config_file_and_the_environment_fill_in_what_flags_leave_open_in_that_order() {
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    random_file(&server.root.join("f.bin"), 300_000, 81);
+    let token_file = client.dir.path().join("lab.token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let config = client.dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[defaults]\npolicy = \"from-the-file\"\n\n[hosts.lab]\naddress = \"127.0.0.1\"\n\
+             port = {}\ntoken_file = \"{}\"\n",
+            server.port,
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let dst = client.dir.path().join("got.bin");
+    let run = |env: &[(&str, &str)], flags: &[&str]| {
+        let mut c = Command::new(BIN);
+        isolate(&mut c, client.dir.path());
+        c.env("SLUICE_CONFIG", &config).args(["cp", "--accept-new-host", "--known-hosts"]);
+        c.arg(client.known_hosts()).envs(env.iter().copied()).args(flags);
+        c.args(["lab:f.bin", dst.to_str().unwrap()]).output().unwrap()
+    };
+    // The file's default applies (and is checked) when neither a flag nor the environment
+    // says otherwise.
+    let o = run(&[], &[]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--policy from-the-file"), "{}", stderr(&o));
+    // The environment wins over the file: the alias gives address, port and token.
+    let o = run(&[("SLUICE_POLICY", "fair")], &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&server.root.join("f.bin"), &dst));
+    // A flag wins over the environment.
+    let o = run(&[("SLUICE_POLICY", "fair")], &["--policy", "from-the-flag"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--policy from-the-flag"), "{}", stderr(&o));
+    // ls through the alias too.
+    let mut c = Command::new(BIN);
+    isolate(&mut c, client.dir.path());
+    let o = c
+        .env("SLUICE_CONFIG", &config)
+        .args(["ls", "--known-hosts"])
+        .arg(client.known_hosts())
+        .arg("lab:")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "f.bin\n", "{}", stderr(&o));
+
+    // A secret in the file, an unknown key, and a named file that is missing: usage errors.
+    std::fs::write(&config, "[hosts.lab]\ntoken = \"x\"\n").unwrap();
+    let o = run(&[], &[]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("token_file") && stderr(&o).contains("sluice.toml"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&config, "[defaults]\nchanels = 2\n").unwrap();
+    let o = run(&[], &[]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("chanels"), "{}", stderr(&o));
+    std::fs::remove_file(&config).unwrap();
+    let o = run(&[], &[]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("sluice.toml"), "{}", stderr(&o));
 }
