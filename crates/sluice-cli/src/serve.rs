@@ -9,39 +9,77 @@ use sluice::session::{Server, ServerConfig};
 
 use crate::exit;
 
-/// Arguments of `sluice serve`.
+/// Arguments of `sluice serve`. Each flag may come from its environment variable, else from
+/// the server's config file (`--config`, keys named like the flags: `root`, `listen`,
+/// `state_dir`, `tokens`, `max_channels`).
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
     /// Directory to serve; clients cannot read or write outside it.
-    #[arg(long)]
-    root: PathBuf,
-    /// Address and port to listen on.
-    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], crate::DEFAULT_PORT)))]
-    listen: SocketAddr,
+    #[arg(long, env = "SLUICE_ROOT")]
+    root: Option<PathBuf>,
+    /// Address and port to listen on [default: 0.0.0.0:7733].
+    #[arg(long, env = "SLUICE_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Where the server keeps its identity key and certificate (created on first start).
-    #[arg(long)]
+    #[arg(long, env = "SLUICE_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// File of accepted client tokens, one per line (must not be readable by others).
-    #[arg(long)]
-    tokens: PathBuf,
+    #[arg(long, env = "SLUICE_TOKENS")]
+    tokens: Option<PathBuf>,
     /// The most data channels one transfer may use (default: one per core).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, env = "SLUICE_MAX_CHANNELS", value_parser = clap::value_parser!(u32).range(1..=64))]
     max_channels: Option<u32>,
+    /// The server's config file (TOML; flags and their environment variables win over it).
+    #[arg(long, env = "SLUICE_SERVER_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+/// The server's config file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerFile {
+    root: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    state_dir: Option<PathBuf>,
+    tokens: Option<PathBuf>,
+    max_channels: Option<u32>,
+}
+
+impl ServerFile {
+    fn load(path: Option<&PathBuf>) -> anyhow::Result<ServerFile> {
+        let Some(path) = path else { return Ok(ServerFile::default()) };
+        let named = |why: String| exit::usage(format!("config file {}: {why}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| named(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| named(e.to_string().trim().to_owned()))
+    }
 }
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let root = args.root;
+    let file = ServerFile::load(args.config.as_ref())?;
+    let root = args.root.or(file.root).ok_or_else(|| {
+        exit::usage("no directory to serve: pass --root, set SLUICE_ROOT, or put root in --config")
+    })?;
     if !root.is_dir() {
         return Err(exit::usage(format!("--root {}: not a directory", root.display())));
     }
+    let tokens = args.tokens.or(file.tokens).ok_or_else(|| {
+        exit::usage("no tokens file: pass --tokens, set SLUICE_TOKENS, or put tokens in --config")
+    })?;
+    let max_channels = args.max_channels.or(file.max_channels);
+    if max_channels.is_some_and(|n| !(1..=64).contains(&n)) {
+        return Err(exit::usage("max_channels must be between 1 and 64"));
+    }
     let config = ServerConfig {
         root,
-        listen: args.listen,
-        state_dir: args.state_dir.unwrap_or_else(crate::default_state_dir),
-        tokens_file: args.tokens,
+        listen: args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], crate::DEFAULT_PORT))),
+        state_dir: args.state_dir.or(file.state_dir).unwrap_or_else(crate::default_state_dir),
+        tokens_file: tokens,
         idle_timeout: std::time::Duration::from_secs(30),
-        max_channels: args.max_channels,
+        max_channels,
         digest_timeout: None,
         fault: None,
     };

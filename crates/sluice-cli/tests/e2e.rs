@@ -1227,3 +1227,65 @@ fn the_config_file_and_the_environment_fill_in_what_flags_leave_open_in_that_ord
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("sluice.toml"), "{}", stderr(&o));
 }
+
+#[test]
+fn the_server_reads_its_config_file_under_its_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let tokens = dir.path().join("tokens");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tokens)
+        .unwrap();
+    writeln!(f, "{TOKEN}").unwrap();
+    let config = dir.path().join("server.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "root = \"{}\"\ntokens = \"{}\"\nstate_dir = \"{}\"\nlisten = \"127.0.0.2:0\"\n",
+            root.display(),
+            tokens.display(),
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    // Starts `sluice serve --config FILE EXTRA...`; returns the line it announced itself with.
+    let serve = |extra: &[&str]| {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(extra)
+            .env_remove("SLUICE_ROOT")
+            .env_remove("SLUICE_LISTEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        line
+    };
+    assert!(serve(&[]).starts_with("sluice: serving on 127.0.0.2:"), "the file's listen");
+    let line = serve(&["--listen", "127.0.0.1:0"]);
+    assert!(line.starts_with("sluice: serving on 127.0.0.1:"), "the flag wins: {line}");
+
+    std::fs::write(&config, "root = \"/nonexistent\"\nport = 1\n").unwrap();
+    let o = Command::new(BIN).args(["serve", "--config"]).arg(&config).output().unwrap();
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("port") && stderr(&o).contains("server.toml"), "{}", stderr(&o));
+    std::fs::write(&config, "listen = \"127.0.0.1:0\"\n").unwrap();
+    let o = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("SLUICE_ROOT")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("no directory to serve"), "{}", stderr(&o));
+}
