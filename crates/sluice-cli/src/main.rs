@@ -9,6 +9,7 @@ mod connect;
 mod cp;
 mod demo;
 mod exit;
+mod metrics_http;
 mod rate;
 mod remote;
 mod serve;

@@ -29,6 +29,10 @@ pub(crate) struct ServeArgs {
     /// The most data channels one transfer may use (default: one per core).
     #[arg(long, env = "SLUICE_MAX_CHANNELS", value_parser = clap::value_parser!(u32).range(1..=64))]
     max_channels: Option<u32>,
+    /// Serve the counters (sessions, transfers, bytes, retransmissions, errors) in the
+    /// Prometheus text format over HTTP on this address, at /metrics.
+    #[arg(long, env = "SLUICE_METRICS", value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// The server's config file (TOML; flags and their environment variables win over it).
     #[arg(long, env = "SLUICE_SERVER_CONFIG")]
     config: Option<PathBuf>,
@@ -43,6 +47,7 @@ struct ServerFile {
     state_dir: Option<PathBuf>,
     tokens: Option<PathBuf>,
     max_channels: Option<u32>,
+    metrics: Option<SocketAddr>,
 }
 
 impl ServerFile {
@@ -83,7 +88,12 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         digest_timeout: None,
         fault: None,
     };
+    let metrics_addr = args.metrics.or(file.metrics);
     let server = Server::bind(config).context("cannot start the server")?;
+    let metrics = match metrics_addr {
+        Some(addr) => Some(crate::metrics_http::bind(addr, server.metrics()).await?),
+        None => None,
+    };
     #[allow(clippy::print_stdout)]
     {
         println!(
@@ -91,8 +101,20 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             server.local_addr(),
             server.fingerprint()
         );
+        if let Some((addr, _)) = &metrics {
+            println!("sluice: metrics on http://{addr}/metrics");
+        }
     }
-    server.run(shutdown_signal()).await?;
+    let serving = server.run(shutdown_signal());
+    match metrics {
+        Some((_, exporter)) => {
+            tokio::select! {
+                result = serving => result?,
+                () = exporter => {}
+            }
+        }
+        None => serving.await?,
+    }
     Ok(())
 }
 

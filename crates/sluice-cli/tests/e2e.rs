@@ -1289,3 +1289,90 @@ fn the_server_reads_its_config_file_under_its_flags() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("no directory to serve"), "{}", stderr(&o));
 }
+
+/// `GET path` over HTTP from `addr`: the status line and the body.
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
+}
+
+#[test]
+fn the_metrics_endpoint_counts_sessions_transfers_bytes_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let tokens = dir.path().join("tokens");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tokens)
+        .unwrap();
+    writeln!(f, "{TOKEN}").unwrap();
+    random_file(&root.join("m.bin"), 1_000_003, 91);
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--root"])
+        .arg(&root)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--tokens")
+        .arg(&tokens)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut first, mut second) = (String::new(), String::new());
+    out.read_line(&mut first).unwrap();
+    out.read_line(&mut second).unwrap();
+    let port: u16 =
+        first.split_whitespace().nth(3).unwrap().rsplit(':').next().unwrap().parse().unwrap();
+    let metrics = second
+        .trim()
+        .strip_prefix("sluice: metrics on http://")
+        .unwrap()
+        .strip_suffix("/metrics")
+        .unwrap()
+        .to_owned();
+    let server = ServerProc {
+        child,
+        port,
+        fingerprint: first.split_whitespace().last().unwrap().to_owned(),
+        root: root.clone(),
+        _dir: dir,
+    };
+    let client = ClientEnv::new();
+    let dst = client.dir.path().join("m.bin");
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--accept-new-host", "-q"],
+        "127.0.0.1:m.bin",
+        dst.to_str().unwrap(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = client.cp(&server, Some(TOKEN), &["-q"], "127.0.0.1:missing.bin", "/tmp/never.bin");
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let o = client.cp(&server, Some("not-the-token"), &["-q"], "127.0.0.1:m.bin", "/tmp/never.bin");
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+
+    let (status, body) = http_get(&metrics, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    for line in [
+        "sluice_sessions_total 2",
+        "sluice_sessions_refused_total 1",
+        "sluice_transfers_total{direction=\"get\"} 1",
+        "sluice_file_bytes_total{direction=\"sent\"} 1000003",
+        "sluice_request_errors_total{class=\"not_found\"} 1",
+        "sluice_transfers_active 0",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line:?} in\n{body}");
+    }
+    let (status, _) = http_get(&metrics, "/elsewhere");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+}

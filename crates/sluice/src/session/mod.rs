@@ -96,6 +96,7 @@ pub mod keys;
 pub mod known_hosts;
 mod manifest_io;
 pub mod messages;
+mod metrics;
 mod observe;
 mod repair;
 pub mod server;
@@ -112,6 +113,7 @@ pub use handle::{ClientBuilder, Transfer, TransferEvent};
 pub use identity::{Fingerprint, Identity};
 pub use known_hosts::{HostKeyError, TrustPolicy};
 pub use messages::{ErrorCode, FileKind, StatInfo};
+pub use metrics::Metrics;
 pub use observe::{CopyObserver, PlannedFile};
 pub use server::{Server, ServerConfig};
 

@@ -31,6 +31,7 @@ use super::messages::Want;
 use super::messages::{
     ClientMsg, ErrorCode, FileKind, ServerMsg, StatInfo, read_message, write_message,
 };
+use super::metrics::Metrics;
 use super::repair::{self, Link, data_store};
 use super::tokens::TokenSet;
 use super::{
@@ -91,6 +92,8 @@ struct Shared {
     digest_timeout: Option<Duration>,
     /// See [`ServerConfig::fault`].
     fault: Option<Fault>,
+    /// What the server has done, for `--metrics`.
+    metrics: Arc<Metrics>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -155,10 +158,16 @@ impl Server {
                 max_channels: config.max_channels.unwrap_or_else(auto_channels),
                 digest_timeout: config.digest_timeout,
                 fault: config.fault,
+                metrics: Arc::default(),
             }),
             fingerprint: identity.fingerprint().clone(),
             local_addr,
         })
+    }
+
+    /// The server's counters (live: they keep counting while it runs).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// The fingerprint clients pin.
@@ -220,6 +229,7 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
         }
     };
     let Some(session) = handshake(&conn, &shared).await else { return };
+    let _open = shared.metrics.session();
     info!(session_id = %session.id, "session open");
     let session = Arc::new(session);
     let mut requests = JoinSet::new();
@@ -260,7 +270,8 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
             return None;
         }
         Err(_) => {
-            refuse_connection(conn, None, ErrorCode::Auth, "no Hello within the deadline").await;
+            refuse_connection(shared, conn, None, ErrorCode::Auth, "no Hello within the deadline")
+                .await;
             return None;
         }
     };
@@ -268,36 +279,42 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
         Ok(msg) => msg,
         Err(e) => {
             let message = format!("bad handshake: {}", frame_error(e, conn));
-            refuse_connection(conn, Some(&mut send), ErrorCode::Protocol, &message).await;
+            refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
             return None;
         }
     };
     let ClientMsg::Hello { version, token, spec } = hello else {
         let message = "the first message must be Hello with a token";
-        refuse_connection(conn, Some(&mut send), ErrorCode::Auth, message).await;
+        refuse_connection(shared, conn, Some(&mut send), ErrorCode::Auth, message).await;
         return None;
     };
     if !shared.tokens.verify(&token) {
-        refuse_connection(conn, Some(&mut send), ErrorCode::Auth, "the token was not accepted")
-            .await;
+        refuse_connection(
+            shared,
+            conn,
+            Some(&mut send),
+            ErrorCode::Auth,
+            "the token was not accepted",
+        )
+        .await;
         return None;
     }
     if version != PROTOCOL_VERSION {
         let message = format!("protocol version {version} is not spoken here ({PROTOCOL_VERSION})");
-        refuse_connection(conn, Some(&mut send), ErrorCode::Protocol, &message).await;
+        refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
         return None;
     }
     let negotiated = match Negotiated::from_spec(&spec) {
         Ok(n) => n.choose(shared.max_channels),
         Err(message) => {
-            refuse_connection(conn, Some(&mut send), ErrorCode::Protocol, &message).await;
+            refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
             return None;
         }
     };
     let id = match SessionId::random() {
         Ok(id) => id,
         Err(e) => {
-            refuse_connection(conn, Some(&mut send), ErrorCode::Io, &e.detail()).await;
+            refuse_connection(shared, conn, Some(&mut send), ErrorCode::Io, &e.detail()).await;
             return None;
         }
     };
@@ -313,12 +330,14 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
 /// Tells the client why (when a stream is open), gives it a moment to read that, and closes the
 /// connection with the matching close code.
 async fn refuse_connection(
+    shared: &Shared,
     conn: &quinn::Connection,
     send: Option<&mut quinn::SendStream>,
     code: ErrorCode,
     message: &str,
 ) {
     warn!(?code, message, "session refused");
+    shared.metrics.refused();
     if let Some(send) = send {
         let refused = ServerMsg::Refused { code, message: message.to_owned() };
         if write_message(send, &refused).await.is_ok() {
@@ -371,6 +390,7 @@ async fn serve_request(
         Ok(()) => {}
         Err(err) => {
             warn!(error = %err, "request failed");
+            shared.metrics.failed(err.code());
             let reply = ServerMsg::Error { code: err.code(), message: err.detail() };
             let _ = write_message(&mut send, &reply).await;
         }
@@ -505,6 +525,8 @@ impl<'a> RequestCtx<'a> {
             Ok(outgoing)
         })
         .await?;
+        // A transfer from here on: the sources were found.
+        let _running = self.shared.metrics.transfer(true);
         for skipped in &outgoing.skipped {
             debug!(skipped, "not sent");
         }
@@ -554,6 +576,9 @@ impl<'a> RequestCtx<'a> {
         if let Some(report) = &sent.report {
             log_channel("sent", report);
         }
+        // The channels' packet counts when they reported (they may have been stopped by the
+        // client's answer before their last ACK).
+        let packets = sent.report.as_ref().map_or((0, 0), |r| (r.data_pkts, r.retransmitted_pkts));
         let mut link =
             Link { setup: self.setup(), send: &mut *self.send, messages: Messages::new(self.recv) };
         let (reply, repaired, report) =
@@ -562,10 +587,12 @@ impl<'a> RequestCtx<'a> {
         if let Some(report) = &report {
             log_channel("sent again", report);
             info!(blocks = repaired, "repaired");
+            self.shared.metrics.repaired(repaired);
         }
         match (reply, sent.digests) {
             (ClientMsg::Verified, Some(_)) => {
                 info!(files = count, size, "client verified the files");
+                self.shared.metrics.moved(true, moving, packets.0, packets.1);
                 Ok(())
             }
             (ClientMsg::Failed { code, message }, _) => {
@@ -593,6 +620,7 @@ impl<'a> RequestCtx<'a> {
         })
         .await?;
         debug!(entries = entries.len(), "manifest received");
+        let _running = self.shared.metrics.transfer(false);
         let root = self.shared.root.clone();
         options.confine = Some(root.clone());
         let req = requested.to_owned();
@@ -662,6 +690,8 @@ impl<'a> RequestCtx<'a> {
             digest::run_receiving(&mut task, &mut messages, count, conn).await?;
         if received.report.channels > 0 {
             log_channel("received", &received.report);
+            let r = &received.report;
+            self.shared.metrics.moved(false, r.bytes, r.data_pkts, r.retransmitted_pkts);
         }
         let expected = digest::await_digests(&mut messages, early, count, conn, wait).await?;
         let mut link = Link { setup, send: &mut *self.send, messages };
@@ -676,6 +706,7 @@ impl<'a> RequestCtx<'a> {
         drop(link);
         if repaired > 0 {
             info!(blocks = repaired, "repaired");
+            self.shared.metrics.repaired(repaired);
         }
         let committed =
             blocking(move || incoming.commit(&expected, &actual).map_err(plan_error)).await?;
