@@ -87,6 +87,16 @@ impl ClientFile {
         }
     }
 
+    /// Where the configuration is read from: `SLUICE_CONFIG`, else the default file.
+    pub(crate) fn path() -> Option<PathBuf> {
+        std::env::var_os("SLUICE_CONFIG").map(PathBuf::from).or_else(default_path)
+    }
+
+    /// Whether the file has a section for `host`.
+    pub(crate) fn has_host(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
+    }
+
     fn read(path: &Path, must_exist: bool) -> anyhow::Result<ClientFile> {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,

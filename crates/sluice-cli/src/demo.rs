@@ -45,7 +45,8 @@ impl Drop for Scratch {
     }
 }
 
-fn write_random_file(path: &Path, size: u64) -> std::io::Result<()> {
+/// Writes `size` pseudo-random bytes (incompressible) to `path`.
+pub(crate) fn write_random_file(path: &Path, size: u64) -> std::io::Result<()> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);

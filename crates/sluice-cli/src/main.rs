@@ -15,6 +15,7 @@ mod remote;
 mod serve;
 mod show;
 mod size;
+mod sweep;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,6 +63,15 @@ enum Command {
     /// Example: sluice stat server:data/big.bin
     #[command(after_help = exit::EXIT_CODES)]
     Stat(browse::StatArgs),
+    /// Measure the path to a server: upload random test data with each packet size and channel
+    /// count, print goodput and retransmissions, and recommend the best (--save puts them in
+    /// the config file). The test file .sluice-sweep.bin stays on the server.
+    ///
+    /// Examples:
+    ///   sluice sweep server
+    ///   sluice sweep --size 256MiB --packet-sizes 1452,8952 --channels 1,2,4,8 --save lab:scratch
+    #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
+    Sweep(sweep::SweepArgs),
     /// Print a shell completion script, generated from this command line's definition.
     ///
     /// Example: sluice completions bash > /etc/bash_completion.d/sluice
@@ -148,6 +158,7 @@ fn main() -> ExitCode {
             Command::Stat(args) => browse::stat(args).await,
             Command::Completions { shell } => print_completions(shell),
             Command::Man { dir } => man(dir),
+            Command::Sweep(args) => sweep::run(args).await,
         }
     });
     match result {

@@ -1376,3 +1376,55 @@ fn the_metrics_endpoint_counts_sessions_transfers_bytes_and_errors() {
     let (status, _) = http_get(&metrics, "/elsewhere");
     assert_eq!(status, "HTTP/1.1 404 Not Found");
 }
+
+#[test]
+fn sweep_measures_each_setting_and_saves_the_best_to_the_config_file() {
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    let config = client.dir.path().join("sweep.toml");
+    std::fs::write(&config, "[defaults]\ncompress = 1\n").unwrap();
+    let sweep = || {
+        let mut c = Command::new(BIN);
+        isolate(&mut c, client.dir.path());
+        c.env("SLUICE_CONFIG", &config).env("SLUICE_TOKEN", TOKEN);
+        c.args(["sweep", "--accept-new-host", "--size", "2MiB", "--packet-sizes", "1200,1452"]);
+        c.args(["--channels", "1,2", "--save", "-P", &server.port.to_string(), "--known-hosts"]);
+        c.arg(client.known_hosts()).arg("127.0.0.1").output().unwrap()
+    };
+    let o = sweep();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() >= 4 && w[0].parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    for row in &rows {
+        let mbit: f64 = row[2].parse().unwrap_or_else(|_| panic!("{out}"));
+        assert!(mbit > 0.0, "{out}");
+    }
+    assert!(out.contains("best: --packet-size "), "{out}");
+    // The best settings went into the config file, which still reads (cp uses it).
+    let saved = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        saved.starts_with("[defaults]\ncompress = 1\n") && saved.contains("[hosts.\"127.0.0.1\"]"),
+        "{saved}"
+    );
+    assert!(server.root.join(".sluice-sweep.bin").exists());
+    let mut c = Command::new(BIN);
+    isolate(&mut c, client.dir.path());
+    let o = c
+        .env("SLUICE_CONFIG", &config)
+        .env("SLUICE_TOKEN", TOKEN)
+        .args(["ls", "-P", &server.port.to_string(), "--known-hosts"])
+        .arg(client.known_hosts())
+        .arg("127.0.0.1:")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A second --save does not overwrite the section.
+    let o = sweep();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("already"), "{}", stderr(&o));
+}
