@@ -129,22 +129,61 @@ fn man(dir: Option<PathBuf>) -> anyhow::Result<()> {
     }
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let default_level = match cli.verbose {
+/// Logs on stderr at the level `-v` or `RUST_LOG` asks; with `event_log`, also the data
+/// channels' counters as JSON lines in that file.
+fn init_logs(verbose: u8, event_log: Option<PathBuf>) -> anyhow::Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, filter, fmt};
+    let default_level = match verbose {
         0 => "warn",
         1 => "info",
         2 => "debug",
         _ => "trace",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
+    let stderr = fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
+        );
+    let events = match event_log {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| exit::local_io(format!("--event-log {}: {e}", path.display())))?;
+            let channels =
+                // The channels' counters, and the sessions' and requests' own events and spans
+                // (which say what each counter belongs to).
+                filter::Targets::new()
+                    .with_target("sluice::datapath", tracing::Level::DEBUG)
+                    .with_target("sluice::session", tracing::Level::INFO);
+            Some(
+                fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(true)
+                    .with_writer(std::sync::Mutex::new(file))
+                    .with_filter(channels),
+            )
+        }
+        None => None,
+    };
+    tracing_subscriber::registry().with(stderr).with(events).init();
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let event_log = match &cli.command {
+        Command::Serve(args) => args.event_log.clone(),
+        _ => None,
+    };
+    if let Err(e) = init_logs(cli.verbose, event_log) {
+        return exit::report(&e);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return exit::report(&anyhow::anyhow!("cannot start the async runtime: {e}")),

@@ -33,6 +33,11 @@ pub(crate) struct ServeArgs {
     /// Prometheus text format over HTTP on this address, at /metrics.
     #[arg(long, env = "SLUICE_METRICS", value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Append a per-transfer event log here: each data channel's counters (rate, RTT, queue,
+    /// packets sent, retransmitted and lost, or received, duplicated and NAKed) four times a
+    /// second, as JSON lines naming the session and request (MCDTP's network log).
+    #[arg(long, env = "SLUICE_EVENT_LOG", value_name = "FILE")]
+    pub(crate) event_log: Option<PathBuf>,
     /// The server's config file (TOML; flags and their environment variables win over it).
     #[arg(long, env = "SLUICE_SERVER_CONFIG")]
     config: Option<PathBuf>,

@@ -1302,7 +1302,7 @@ fn http_get(addr: &str, path: &str) -> (String, String) {
 }
 
 #[test]
-fn the_metrics_endpoint_counts_sessions_transfers_bytes_and_errors() {
+fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
@@ -1316,6 +1316,7 @@ fn the_metrics_endpoint_counts_sessions_transfers_bytes_and_errors() {
         .unwrap();
     writeln!(f, "{TOKEN}").unwrap();
     random_file(&root.join("m.bin"), 1_000_003, 91);
+    let event_log = dir.path().join("events.jsonl");
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--root"])
         .arg(&root)
@@ -1323,6 +1324,8 @@ fn the_metrics_endpoint_counts_sessions_transfers_bytes_and_errors() {
         .arg(dir.path().join("state"))
         .arg("--tokens")
         .arg(&tokens)
+        .arg("--event-log")
+        .arg(&event_log)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1375,6 +1378,23 @@ fn the_metrics_endpoint_counts_sessions_transfers_bytes_and_errors() {
     }
     let (status, _) = http_get(&metrics, "/elsewhere");
     assert_eq!(status, "HTTP/1.1 404 Not Found");
+
+    // The event log: each sending channel's counters, as JSON lines naming the request.
+    let log = std::fs::read_to_string(&event_log).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let channels: Vec<&serde_json::Value> =
+        lines.iter().filter(|v| v["target"] == "sluice::datapath::send").collect();
+    assert!(!channels.is_empty(), "{log}");
+    for v in &channels {
+        let f = &v["fields"];
+        assert_eq!(f["message"], "sending");
+        assert!(f["channel"].is_u64() && f["rate_mbit"].is_u64() && f["sent"].is_u64(), "{v}");
+        let spans = v["spans"].as_array().unwrap();
+        assert!(spans.iter().any(|s| s["name"] == "request"), "{v}");
+    }
 }
 
 #[test]

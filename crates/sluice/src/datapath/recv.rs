@@ -121,7 +121,7 @@ impl<'a> RecvShared<'a> {
 /// Runs channel `index` until the whole range arrived (and its sender shut down or the linger
 /// passed), or it fails. What it gathered is written out either way.
 pub(super) fn channel(
-    _index: usize,
+    index: usize,
     params: ChannelParams,
     ctx: &RecvShared<'_>,
     start: Instant,
@@ -134,7 +134,7 @@ pub(super) fn channel(
         let port = Port::new(socket, peer, false, start)?;
         let mut receiver = Receiver::new(config, keys.seal, keys.open, port.now_us())?;
         let mut inflater = Inflater::new().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
-        let mut sink = Sink { writer: &mut writer, inflater: &mut inflater, ctx };
+        let mut sink = Sink { index, writer: &mut writer, inflater: &mut inflater, ctx };
         let result = drive(&mut receiver, &port, &mut sink, idle_secs);
         stats = Some(receiver.stats().clone());
         result
@@ -159,6 +159,8 @@ pub(super) fn channel(
 /// Where a channel's payloads go: raw ones to the file at their offsets, those of compressed
 /// frames to the inflater until their frame is whole.
 struct Sink<'s, 'f> {
+    /// The channel's index (for its traces).
+    index: usize,
     writer: &'s mut WriteBehind<'f>,
     inflater: &'s mut Inflater,
     ctx: &'s RecvShared<'f>,
@@ -265,7 +267,7 @@ fn drive(
             (State::Broken, None) => return Err(DataError::PeerSilent(idle_secs)),
         }
         if now >= next_trace_us {
-            trace(receiver, &batch, now);
+            trace(sink.index, receiver, &batch, now);
             next_trace_us = now + TRACE_EVERY_US;
         }
         let deadline = receiver.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
@@ -284,9 +286,10 @@ fn drive(
 }
 
 /// The channel's state, for `RUST_LOG=sluice=debug` (four times a second).
-fn trace(receiver: &Receiver, batch: &RecvBatch, now_us: u64) {
+fn trace(index: usize, receiver: &Receiver, batch: &RecvBatch, now_us: u64) {
     let s = receiver.stats();
     tracing::debug!(
+        channel = index,
         t_ms = now_us / 1000,
         received_mib = s.delivered_bytes >> 20,
         data_pkts = s.data_pkts,

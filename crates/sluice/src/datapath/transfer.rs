@@ -63,15 +63,18 @@ pub(super) fn supervise(
     progress: &mut dyn FnMut(Progress),
     run: &(dyn Fn(usize, ChannelParams, Instant) -> ChannelEnd + Sync),
 ) -> Vec<ChannelEnd> {
+    // Each channel's thread logs within the caller's span.
+    let span = tracing::Span::current();
     let start = Instant::now();
     let ends = std::thread::scope(|s| {
         let handles: Vec<_> = channels
             .into_iter()
             .enumerate()
             .map(|(index, params)| {
-                std::thread::Builder::new()
-                    .name(format!("sluice-ch{index}"))
-                    .spawn_scoped(s, move || run(index, params, start))
+                std::thread::Builder::new().name(format!("sluice-ch{index}")).spawn_scoped(s, {
+                    let span = span.clone();
+                    move || span.in_scope(|| run(index, params, start))
+                })
             })
             .collect();
         let mut next_report = start + REPORT_EVERY;

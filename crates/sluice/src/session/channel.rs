@@ -227,7 +227,9 @@ impl<T: Send + 'static> DataTask<T> {
     pub(crate) fn spawn(run: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Self {
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = cancel.clone();
-        let handle = tokio::task::spawn_blocking(move || run(&flag));
+        // The request's span follows the data onto its thread (logs and event logs name it).
+        let span = tracing::Span::current();
+        let handle = tokio::task::spawn_blocking(move || span.in_scope(|| run(&flag)));
         DataTask { handle: Some(handle), cancel }
     }
 
