@@ -14,6 +14,18 @@ use sluice_proto::rng::Rng;
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 const TOKEN: &str = "e2e-test-token-7f3a";
 
+/// Writes the test's token file (owner-only, as a server requires).
+fn write_tokens(path: &Path) {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    writeln!(f, "# test tokens\n\n{TOKEN}").unwrap();
+}
+
 /// A server process with its own root, state and tokens; killed on drop.
 struct ServerProc {
     child: Child,
@@ -35,14 +47,7 @@ impl ServerProc {
         std::fs::create_dir_all(&root).unwrap();
         let tokens = dir.path().join("tokens");
         if !tokens.exists() {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tokens)
-                .unwrap();
-            writeln!(f, "# test tokens\n\n{TOKEN}").unwrap();
+            write_tokens(&tokens);
         }
         let state = dir.path().join(format!("state-{}", port.unwrap_or(0)));
         let mut child = Command::new(BIN)
@@ -1234,14 +1239,7 @@ fn the_server_reads_its_config_file_under_its_flags() {
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
     let tokens = dir.path().join("tokens");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tokens)
-        .unwrap();
-    writeln!(f, "{TOKEN}").unwrap();
+    write_tokens(&tokens);
     let config = dir.path().join("server.toml");
     std::fs::write(
         &config,
@@ -1307,14 +1305,7 @@ fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
     let tokens = dir.path().join("tokens");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tokens)
-        .unwrap();
-    writeln!(f, "{TOKEN}").unwrap();
+    write_tokens(&tokens);
     random_file(&root.join("m.bin"), 1_000_003, 91);
     let event_log = dir.path().join("events.jsonl");
     let mut child = Command::new(BIN)
