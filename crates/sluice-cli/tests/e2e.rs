@@ -1352,6 +1352,11 @@ fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = client.cp(&server, Some(TOKEN), &["-q"], "127.0.0.1:missing.bin", "/tmp/never.bin");
     assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(
+        said.contains("not found: missing.bin") && !said.contains(root.to_str().unwrap()),
+        "{said}"
+    );
     let o = client.cp(&server, Some("not-the-token"), &["-q"], "127.0.0.1:m.bin", "/tmp/never.bin");
     assert_eq!(code(&o), 3, "{}", stderr(&o));
 

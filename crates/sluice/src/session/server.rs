@@ -516,8 +516,14 @@ impl<'a> RequestCtx<'a> {
         let outgoing = blocking(move || {
             let sources = paths
                 .iter()
-                .map(|p| resolve(&root, if p.is_empty() { "." } else { p }))
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(|p| {
+                    let source = resolve(&root, if p.is_empty() { "." } else { p })?;
+                    // A missing source is named as the client asked for it, never by the
+                    // server's own path.
+                    source.symlink_metadata().map_err(|e| open_error(p, e))?;
+                    Ok(source)
+                })
+                .collect::<Result<Vec<_>, SessionError>>()?;
             let mut outgoing = walk(&sources, &walk_options).map_err(walk_error)?;
             if checksum {
                 add_checksums(&mut outgoing)?;
