@@ -48,6 +48,9 @@ pub const LEVELS: std::ops::RangeInclusive<i32> = 1..=19;
 pub(super) struct Deflater {
     compressor: zstd::bulk::Compressor<'static>,
     input: Vec<u8>,
+    /// Where a piece is compressed to, after the header's room (reused: a piece that does not
+    /// shrink costs no allocation).
+    output: Vec<u8>,
     frames: BTreeMap<u64, Box<[u8]>>,
     /// Bytes of pieces read, and of what they became on the wire.
     pub(super) piece_bytes: u64,
@@ -59,6 +62,7 @@ impl Deflater {
         Ok(Self {
             compressor: zstd::bulk::Compressor::new(level)?,
             input: vec![0; COMPRESS_BLOCK_BYTES as usize],
+            output: vec![0; COMPRESS_BLOCK_BYTES as usize],
             frames: BTreeMap::new(),
             piece_bytes: 0,
             wire_bytes: 0,
@@ -75,15 +79,14 @@ impl Deflater {
     ) -> io::Result<Option<u64>> {
         let len = (range.end - range.start) as usize;
         self.piece_bytes += len as u64;
-        let mut frame = vec![0u8; (len * WORTH_64THS / 64).max(HEADER_BYTES)];
         let probe = len.min(PROBE_BYTES);
         read(range.start, &mut self.input[..probe])?;
-        let sample = self.shrinks(probe, &mut frame);
+        let sample = self.shrinks(probe);
         let fits = match sample {
             Some(_) if probe == len => sample,
             Some(_) => {
                 read(range.start + probe as u64, &mut self.input[probe..len])?;
-                self.shrinks(len, &mut frame)
+                self.shrinks(len)
             }
             None => None,
         };
@@ -91,23 +94,24 @@ impl Deflater {
             self.wire_bytes += len as u64;
             return Ok(None);
         };
-        frame.truncate(frame_len);
+        // Only a frame that is kept is allocated: one of its own size.
+        let mut frame = self.output[..frame_len].to_vec().into_boxed_slice();
         frame[..4].copy_from_slice(&(frame_len as u32).to_be_bytes());
         frame[4..8].copy_from_slice(&(len as u32).to_be_bytes());
-        self.frames.insert(range.start, frame.into_boxed_slice());
+        self.frames.insert(range.start, frame);
         self.wire_bytes += frame_len as u64;
         Ok(Some(frame_len as u64))
     }
 
-    /// Compresses the first `len` bytes of the input into `frame` after its header; returns
-    /// the frame's length if it is at most [`WORTH_64THS`] of `len`.
-    fn shrinks(&mut self, len: usize, frame: &mut [u8]) -> Option<usize> {
+    /// Compresses the first `len` bytes of the input into the output buffer after the header
+    /// room; returns the frame's length if it is at most [`WORTH_64THS`] of `len`.
+    fn shrinks(&mut self, len: usize) -> Option<usize> {
         let limit = len * WORTH_64THS / 64;
-        let room = limit.saturating_sub(HEADER_BYTES).min(frame.len() - HEADER_BYTES);
+        let room = limit.saturating_sub(HEADER_BYTES);
         // Output that would not fit is an error from zstd: the piece goes raw.
         let n = self
             .compressor
-            .compress_to_buffer(&self.input[..len], &mut frame[HEADER_BYTES..][..room]);
+            .compress_to_buffer(&self.input[..len], &mut self.output[HEADER_BYTES..][..room]);
         n.ok().map(|n| HEADER_BYTES + n).filter(|&n| n <= limit)
     }
 
