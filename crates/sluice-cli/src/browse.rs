@@ -6,9 +6,10 @@ use sluice::session::{FileKind, StatInfo};
 use sluice::tree::EntryKind;
 
 use crate::config::ClientFile;
-use crate::connect::{ConnectArgs, connect_asking};
+use crate::connect::{ConnectArgs, Reached, reach};
 use crate::exit;
 use crate::remote::{Location, parse_location};
+use crate::ssh::SshArgs;
 
 /// Arguments of `sluice ls`.
 #[derive(Args, Debug)]
@@ -24,6 +25,8 @@ pub(crate) struct LsArgs {
     json: bool,
     #[command(flatten)]
     connect: ConnectArgs,
+    #[command(flatten)]
+    ssh: SshArgs,
 }
 
 /// Arguments of `sluice stat`.
@@ -37,6 +40,8 @@ pub(crate) struct StatArgs {
     json: bool,
     #[command(flatten)]
     connect: ConnectArgs,
+    #[command(flatten)]
+    ssh: SshArgs,
 }
 
 /// The host and path of a `host:path` argument; a local path is a usage error.
@@ -49,19 +54,20 @@ fn remote(location: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
-async fn client(connect: &ConnectArgs, host: &str) -> anyhow::Result<sluice::session::Client> {
+async fn reach_host(connect: &ConnectArgs, ssh: &SshArgs, host: &str) -> anyhow::Result<Reached> {
     let channel = sluice::session::default_channel_config();
     let prefs = ClientFile::load()?.prefs(host);
-    connect_asking(connect.client_config(host, &prefs, channel, None)?).await
+    reach(connect, ssh, host, &prefs, channel, None).await
 }
 
 /// Runs `sluice ls`.
 #[allow(clippy::print_stdout)]
 pub(crate) async fn ls(args: LsArgs) -> anyhow::Result<()> {
     let (host, path) = remote(&args.location)?;
-    let client = client(&args.connect, &host).await?;
-    let entries = client.list(&path).await?;
-    client.close().await;
+    let reached = reach_host(&args.connect, &args.ssh, &host).await?;
+    let entries = reached.client.list(&reached.remote_path(&path)).await;
+    reached.close().await;
+    let entries = entries?;
     if args.json {
         let entries: Vec<_> = entries
             .iter()
@@ -100,10 +106,11 @@ pub(crate) async fn ls(args: LsArgs) -> anyhow::Result<()> {
 #[allow(clippy::print_stdout)]
 pub(crate) async fn stat(args: StatArgs) -> anyhow::Result<()> {
     let (host, path) = remote(&args.location)?;
-    let client = client(&args.connect, &host).await?;
-    let StatInfo { size, mtime, kind } =
-        client.stat(if path.is_empty() { "." } else { &path }).await?;
-    client.close().await;
+    let reached = reach_host(&args.connect, &args.ssh, &host).await?;
+    let asked = reached.remote_path(if path.is_empty() { "." } else { &path });
+    let info = reached.client.stat(if asked.is_empty() { "." } else { &asked }).await;
+    reached.close().await;
+    let StatInfo { size, mtime, kind } = info?;
     let kind = match kind {
         FileKind::File => "file",
         FileKind::Directory => "directory",

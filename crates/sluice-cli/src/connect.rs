@@ -12,6 +12,7 @@ use sluice_proto::config::ChannelConfig;
 
 use crate::config::Prefs;
 use crate::exit;
+use crate::ssh::{SshArgs, SshServer};
 
 /// Flags that say how to reach and trust a server.
 #[derive(Args, Debug, Clone)]
@@ -95,6 +96,53 @@ fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("cannot resolve {host}"))?
         .next()
         .ok_or_else(|| anyhow::anyhow!("{host} has no address"))
+}
+
+/// A session with a server, and the one-shot server ssh started for it, if any.
+pub(crate) struct Reached {
+    /// The session.
+    pub(crate) client: Client,
+    ssh: Option<SshServer>,
+}
+
+impl Reached {
+    /// `path` as the server names it (with `--ssh`, relative paths are under the remote home).
+    pub(crate) fn remote_path(&self, path: &str) -> String {
+        match &self.ssh {
+            Some(server) => server.remote_path(path),
+            None => path.to_owned(),
+        }
+    }
+
+    /// Ends the session, and the ssh connection behind it.
+    pub(crate) async fn close(self) {
+        self.client.close().await;
+        if let Some(server) = self.ssh {
+            server.finish().await;
+        }
+    }
+}
+
+/// Connects to `host` with these settings: through a one-shot server started over ssh when
+/// `ssh` asks for one, else to its daemon (asking about an unknown fingerprint).
+pub(crate) async fn reach(
+    connect: &ConnectArgs,
+    ssh: &SshArgs,
+    host: &str,
+    prefs: &Prefs,
+    channel: ChannelConfig,
+    channels: Option<u32>,
+) -> anyhow::Result<Reached> {
+    if !ssh.ssh {
+        let config = connect.client_config(host, prefs, channel, channels)?;
+        return Ok(Reached { client: connect_asking(config).await?, ssh: None });
+    }
+    let server = ssh.start(host).await?;
+    let known_hosts = connect.known_hosts.clone().unwrap_or_else(crate::default_known_hosts);
+    let mut config = server.client_config(known_hosts)?;
+    config.channel = channel;
+    config.channels = channels;
+    Ok(Reached { client: Client::connect(config).await?, ssh: Some(server) })
 }
 
 /// Connects; on first contact with an unknown server and a person at the terminal, shows the

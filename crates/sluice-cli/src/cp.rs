@@ -7,11 +7,12 @@ use sluice::session::{CopyOptions, Links, Overwrite, TransferReport};
 use sluice_proto::cc::CcKind;
 
 use crate::config::{ClientFile, Prefs};
-use crate::connect::{ConnectArgs, connect_asking};
+use crate::connect::{ConnectArgs, reach};
 use crate::exit;
 use crate::rate::parse_rate;
 use crate::remote::{Location, parse_location};
 use crate::show::{self, Mode, Show};
+use crate::ssh::SshArgs;
 
 /// Arguments of `sluice cp`.
 #[derive(Args, Debug, Clone)]
@@ -60,6 +61,8 @@ pub(crate) struct CpArgs {
     links: String,
     #[command(flatten)]
     connect: ConnectArgs,
+    #[command(flatten)]
+    ssh: SshArgs,
     /// Congestion control: adaptive (default), udt, low, or fixed (needs --rate-mbit).
     #[arg(long, default_value = "adaptive")]
     cc: String,
@@ -103,6 +106,20 @@ enum Direction {
     Download { sources: Vec<String>, dest: PathBuf },
     /// Local sources into a remote destination.
     Upload { sources: Vec<PathBuf>, dest: String },
+}
+
+impl Direction {
+    /// Renames the remote side's paths with `rename`.
+    fn map_remote(&mut self, rename: impl Fn(&str) -> String) {
+        match self {
+            Direction::Download { sources, .. } => {
+                for source in sources {
+                    *source = rename(source);
+                }
+            }
+            Direction::Upload { dest, .. } => *dest = rename(dest),
+        }
+    }
 }
 
 /// Reads the sources and destination: one host, one side remote.
@@ -196,7 +213,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
 }
 
 async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
-    let (host, direction) = direction(&args.paths)?;
+    let (host, mut direction) = direction(&args.paths)?;
     let prefs = ClientFile::load()?.prefs(&host);
     let args = &args.clone().with_prefs(&prefs);
     let options = copy_options(args)?;
@@ -241,10 +258,10 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         }
     }
 
-    let config = args.connect.client_config(&host, &prefs, channel, args.channels)?;
-
     let started = std::time::Instant::now();
-    let client = connect_asking(config).await?;
+    let reached = reach(&args.connect, &args.ssh, &host, &prefs, channel, args.channels).await?;
+    direction.map_remote(|p| reached.remote_path(p));
+    let client = &reached.client;
     let way = match &direction {
         Direction::Download { .. } => "download",
         Direction::Upload { .. } => "upload",
@@ -258,7 +275,7 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
             client.upload_observed(sources, dest, &options, show.clone()).await?
         }
     };
-    client.close().await;
+    reached.close().await;
     let secs = started.elapsed().as_secs_f64();
     if options.dry_run && mode != Mode::Json {
         print_planned(&report);

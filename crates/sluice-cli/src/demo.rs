@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use sluice::session::{Client, ClientConfig, Server, ServerConfig, TrustPolicy};
+use sluice::session::{Client, ClientConfig, Credentials, Server, ServerConfig, TrustPolicy};
 use sluice_proto::rng::Rng;
 
 use crate::exit;
@@ -137,8 +137,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let server = Server::bind(ServerConfig {
         root: root.clone(),
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        state_dir: state.clone(),
-        tokens_file: tokens.clone(),
+        credentials: Credentials::Stored { state_dir: state.clone(), tokens_file: tokens.clone() },
         idle_timeout: std::time::Duration::from_secs(30),
         max_channels: args.channels,
         digest_timeout: None,

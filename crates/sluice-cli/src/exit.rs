@@ -72,6 +72,11 @@ pub(crate) fn local_io(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Coded { code: LOCAL_IO, message: message.into() })
 }
 
+/// A network failure.
+pub(crate) fn network(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Coded { code: NETWORK, message: message.into() })
+}
+
 /// The name of an exit code's class, as `--json` reports it.
 pub(crate) fn kind_of(code: u8) -> &'static str {
     match code {

@@ -15,6 +15,7 @@ mod remote;
 mod serve;
 mod show;
 mod size;
+mod ssh;
 mod sweep;
 
 use std::path::PathBuf;

@@ -1,11 +1,12 @@
 //! `sluice serve`: serve one directory to many clients.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use sluice::session::{Server, ServerConfig};
+use sluice::session::{Credentials, Server, ServerConfig};
 
 use crate::exit;
 
@@ -41,7 +42,23 @@ pub(crate) struct ServeArgs {
     /// The server's config file (TOML; flags and their environment variables win over it).
     #[arg(long, env = "SLUICE_SERVER_CONFIG")]
     config: Option<PathBuf>,
+    /// Serve one session, as `sluice cp --ssh` asks over ssh: make a new identity (in memory
+    /// only) and a one-time token, print them on stdout as one line, serve the first client
+    /// presenting the token, and stop when its session ends, when stdin closes (the ssh
+    /// connection is gone), or when no client came within 60 s. The root defaults to `/`; the
+    /// address to the one the ssh connection came in on ($SSH_CONNECTION), any port.
+    #[arg(long, conflicts_with_all = ["tokens", "state_dir", "config", "metrics", "event_log"])]
+    once: bool,
 }
+
+/// The first word of the line a one-shot server prints: `sluice-once 1 ADDR FINGERPRINT TOKEN
+/// CWD` (the version of this line, the server's address, its fingerprint, the token, and the
+/// directory it runs in, to which the client's relative paths refer).
+pub(crate) const HANDOFF: &str = "sluice-once";
+/// The version of the handoff line.
+pub(crate) const HANDOFF_VERSION: &str = "1";
+/// How long a one-shot server waits for its client.
+const ONCE_WAIT: Duration = Duration::from_secs(60);
 
 /// The server's config file.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -66,6 +83,9 @@ impl ServerFile {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.once {
+        return once(args).await;
+    }
     let file = ServerFile::load(args.config.as_ref())?;
     let root = args.root.or(file.root).ok_or_else(|| {
         exit::usage("no directory to serve: pass --root, set SLUICE_ROOT, or put root in --config")
@@ -86,8 +106,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .listen
             .or(file.listen)
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], crate::DEFAULT_PORT))),
-        state_dir: args.state_dir.or(file.state_dir).unwrap_or_else(crate::default_state_dir),
-        tokens_file: tokens,
+        credentials: Credentials::Stored {
+            state_dir: args.state_dir.or(file.state_dir).unwrap_or_else(crate::default_state_dir),
+            tokens_file: tokens,
+        },
         idle_timeout: std::time::Duration::from_secs(30),
         max_channels,
         digest_timeout: None,
@@ -121,6 +143,75 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => serving.await?,
     }
     Ok(())
+}
+
+/// `serve --once`: one session for a client that started this over ssh.
+async fn once(args: ServeArgs) -> anyhow::Result<()> {
+    let root = args.root.unwrap_or_else(|| PathBuf::from("/"));
+    let listen = args.listen.unwrap_or_else(|| SocketAddr::new(ssh_local_ip(), 0));
+    let mut secret = [0u8; 32];
+    aws_lc_rs::rand::fill(&mut secret)
+        .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
+    let token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let config = ServerConfig {
+        root,
+        listen,
+        credentials: Credentials::OneTime { token: token.clone(), wait: ONCE_WAIT },
+        idle_timeout: Duration::from_secs(30),
+        max_channels: args.max_channels,
+        digest_timeout: None,
+        fault: None,
+    };
+    let server = Server::bind(config).context("cannot start the one-shot server")?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{HANDOFF} {HANDOFF_VERSION} {} {} {token} {}",
+            server.local_addr(),
+            server.fingerprint(),
+            cwd.display()
+        )
+        .and_then(|()| out.flush())
+        .context("cannot hand the server's address to the client")?;
+    }
+    let stop = async {
+        tokio::select! {
+            () = stdin_closed() => {}
+            () = shutdown_signal() => {}
+        }
+    };
+    server.run(stop).await?;
+    Ok(())
+}
+
+/// The local address of the ssh connection this runs under (the third word of
+/// `SSH_CONNECTION`), else every IPv4 address.
+fn ssh_local_ip() -> IpAddr {
+    std::env::var("SSH_CONNECTION")
+        .ok()
+        .and_then(|v| v.split_whitespace().nth(2).and_then(|ip| ip.parse().ok()))
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+/// Completes when stdin reaches its end. A plain thread reads it: a blocking read cannot be
+/// cancelled, and Tokio's stdin would hold the runtime's shutdown until it returned.
+async fn stdin_closed() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 256];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        drop(tx);
+    });
+    if spawned.is_ok() {
+        let _ = rx.await;
+    } else {
+        std::future::pending::<()>().await;
+    }
 }
 
 async fn shutdown_signal() {

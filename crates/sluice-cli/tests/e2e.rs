@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_proto::rng::Rng;
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+use common::{BIN, Netns, code, isolate, random_file, same_file, stderr};
+
 const TOKEN: &str = "e2e-test-token-7f3a";
 
 /// Writes the test's token file (owner-only, as a server requires).
@@ -84,27 +85,6 @@ struct ClientEnv {
     dir: tempfile::TempDir,
 }
 
-/// Keeps a client command from this machine's configuration and `SLUICE_*` environment: its
-/// config directory is `dir`, where no config file is unless a test writes one.
-fn isolate(c: &mut Command, dir: &Path) {
-    for var in [
-        "SLUICE_TOKEN",
-        "SLUICE_CONFIG",
-        "SLUICE_PORT",
-        "SLUICE_TOKEN_FILE",
-        "SLUICE_KNOWN_HOSTS",
-        "SLUICE_FINGERPRINT",
-        "SLUICE_CHANNELS",
-        "SLUICE_LIMIT_RATE",
-        "SLUICE_COMPRESS",
-        "SLUICE_POLICY",
-        "SLUICE_PACKET_SIZE",
-    ] {
-        c.env_remove(var);
-    }
-    c.env("XDG_CONFIG_HOME", dir).env("HOME", dir);
-}
-
 impl ClientEnv {
     fn new() -> Self {
         Self { dir: tempfile::tempdir().unwrap() }
@@ -134,32 +114,6 @@ impl ClientEnv {
     ) -> Output {
         self.cmd(server, token).args(extra).args([src, dst]).output().unwrap()
     }
-}
-
-fn random_file(path: &Path, size: u64, seed: u64) {
-    let mut rng = Rng::new(seed);
-    let mut f = std::fs::File::create(path).unwrap();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        buf.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
-        let n = left.min(buf.len() as u64) as usize;
-        f.write_all(&buf[..n]).unwrap();
-        left -= n as u64;
-    }
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    let h = |p: &Path| blake3::hash(&std::fs::read(p).unwrap());
-    std::fs::metadata(a).unwrap().len() == std::fs::metadata(b).unwrap().len() && h(a) == h(b)
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn no_partial_files(dir: &Path) -> bool {
@@ -807,40 +761,6 @@ fn first_contact_asks_on_a_terminal_and_pins_only_on_yes() {
     let always = ["-q", "--overwrite", "always"];
     let o = client.cp(&server, Some(TOKEN), &always, "127.0.0.1:t.bin", dst.to_str().unwrap());
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-}
-
-/// A network namespace of this test's own (loopback only), removed on drop.
-struct Netns(String);
-
-impl Netns {
-    /// Creates it with loopback up at `mtu`; `None` when this is not root or `ip` is missing.
-    fn with_loopback_mtu(tag: &str, mtu: u32) -> Option<Netns> {
-        let name = format!("sluice-e2e-{tag}-{}", std::process::id());
-        let ok = Command::new("ip").args(["netns", "add", &name]).status().ok()?.success();
-        if !ok {
-            return None;
-        }
-        let ns = Netns(name);
-        let up = ns
-            .cmd("ip")
-            .args(["link", "set", "lo", "up", "mtu", &mtu.to_string()])
-            .status()
-            .unwrap();
-        assert!(up.success(), "could not set up loopback in {}", ns.0);
-        Some(ns)
-    }
-
-    fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0, program]);
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
 }
 
 #[test]

@@ -85,7 +85,10 @@ async fn server_keeps_its_fingerprint_across_restarts() {
     let first = Server::bind(config.clone()).unwrap().fingerprint().clone();
     let second = Server::bind(config.clone()).unwrap().fingerprint().clone();
     assert_eq!(first, second);
-    assert_eq!(&first, Identity::load_or_create(&config.state_dir).unwrap().fingerprint());
+    assert_eq!(
+        &first,
+        Identity::load_or_create(&common::state_dir(dir.path())).unwrap().fingerprint()
+    );
 }
 
 #[tokio::test]
@@ -93,7 +96,7 @@ async fn server_refuses_an_exposed_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = common::server_config(dir.path());
     Server::bind(config.clone()).unwrap();
-    let key = config.state_dir.join(KEY_FILE);
+    let key = common::state_dir(dir.path()).join(KEY_FILE);
     fs::set_permissions(&key, fs::Permissions::from_mode(0o640)).unwrap();
     let err = Server::bind(config).unwrap_err();
     assert!(matches!(err, SessionError::Config(_)), "{err:?}");

@@ -163,12 +163,13 @@ fn token_comparison_is_constant_time() {
 async fn token_file_readable_by_others_or_empty_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let config = common::server_config(dir.path());
-    fs::set_permissions(&config.tokens_file, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(common::tokens_file(dir.path()), fs::Permissions::from_mode(0o644))
+        .unwrap();
     match Server::bind(config.clone()) {
         Err(SessionError::Config(message)) => assert!(message.contains("chmod 600"), "{message}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
-    common::write_private(&config.tokens_file, "# nobody\n\n");
+    common::write_private(&common::tokens_file(dir.path()), "# nobody\n\n");
     match Server::bind(config) {
         Err(SessionError::Config(message)) => assert!(message.contains("no token"), "{message}"),
         other => panic!("expected a refusal, got {other:?}"),

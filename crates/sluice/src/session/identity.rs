@@ -143,23 +143,30 @@ impl Identity {
             .mode(0o700)
             .create(state_dir)
             .map_err(|e| SessionError::io(format!("creating {}", state_dir.display()), e))?;
-        let key_pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-            .map_err(|e| SessionError::Config(format!("generating the server key: {e}")))?;
-        let cert = rcgen::CertificateParams::new(vec![CERT_NAME.to_owned()])
-            .and_then(|params| params.self_signed(&key_pair))
-            .map_err(|e| SessionError::Config(format!("making the server certificate: {e}")))?;
+        let (key_pair, cert) = generate()?;
         // Key first: a crash between the two writes leaves a key without a certificate, which
         // load_or_create reports instead of silently making a second identity.
         write_private(key_path, key_pair.serialize_pem().as_bytes())?;
         write_private(cert_path, cert.pem().as_bytes())?;
         sync_dir(state_dir);
-        let identity = Identity {
+        let identity = Identity::from_generated(&key_pair, &cert);
+        tracing::info!(fingerprint = %identity.fingerprint, dir = %state_dir.display(), "made a new server identity");
+        Ok(identity)
+    }
+
+    /// A new identity that lives only in memory: for a one-shot server, whose clients learn the
+    /// fingerprint over another authenticated channel (ssh) and never pin it.
+    pub fn ephemeral() -> Result<Identity, SessionError> {
+        let (key_pair, cert) = generate()?;
+        Ok(Identity::from_generated(&key_pair, &cert))
+    }
+
+    fn from_generated(key_pair: &rcgen::KeyPair, cert: &rcgen::Certificate) -> Identity {
+        Identity {
             cert: cert.der().clone(),
             key: PrivatePkcs8KeyDer::from(key_pair.serialize_der()),
             fingerprint: Fingerprint::of_der(cert.der()),
-        };
-        tracing::info!(fingerprint = %identity.fingerprint, dir = %state_dir.display(), "made a new server identity");
-        Ok(identity)
+        }
     }
 
     /// The fingerprint clients pin.
@@ -188,6 +195,16 @@ impl Identity {
         quinn::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|e| SessionError::Config(format!("QUIC TLS setup: {e}")))
     }
+}
+
+/// A new P-256 key and a self-signed certificate for it.
+fn generate() -> Result<(rcgen::KeyPair, rcgen::Certificate), SessionError> {
+    let key_pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(|e| SessionError::Config(format!("generating the server key: {e}")))?;
+    let cert = rcgen::CertificateParams::new(vec![CERT_NAME.to_owned()])
+        .and_then(|params| params.self_signed(&key_pair))
+        .map_err(|e| SessionError::Config(format!("making the server certificate: {e}")))?;
+    Ok((key_pair, cert))
 }
 
 /// Refuses a secret file that group or others may access, or that is not a regular file.

@@ -115,7 +115,7 @@ pub use known_hosts::{HostKeyError, TrustPolicy};
 pub use messages::{ErrorCode, FileKind, StatInfo};
 pub use metrics::Metrics;
 pub use observe::{CopyObserver, PlannedFile};
-pub use server::{Server, ServerConfig};
+pub use server::{Credentials, Server, ServerConfig};
 
 /// The ALPN protocol identifier of the session plane.
 pub const ALPN: &[u8] = b"sluice/1";

@@ -61,10 +61,8 @@ pub struct ServerConfig {
     pub root: PathBuf,
     /// The UDP address of the QUIC endpoint (data sockets use the same IP, port 0).
     pub listen: SocketAddr,
-    /// Where the identity lives (created with mode 0700 if missing).
-    pub state_dir: PathBuf,
-    /// The file of accepted tokens (must not be readable by group or others).
-    pub tokens_file: PathBuf,
+    /// Who the server is and whom it admits.
+    pub credentials: Credentials,
     /// A session silent for this long is closed (QUIC idle timeout; the effective value is the
     /// smaller of this and the client's).
     pub idle_timeout: Duration,
@@ -77,6 +75,41 @@ pub struct ServerConfig {
     /// For tests of repair: a fault in this end's data path ([`Fault`]).
     #[doc(hidden)]
     pub fault: Option<Fault>,
+}
+
+/// Who a server is and whom it admits.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// A daemon's: the identity kept in `state_dir` (made, mode 0700, on first start) and the
+    /// tokens of `tokens_file` (which must not be readable by group or others).
+    Stored {
+        /// Where the identity lives.
+        state_dir: PathBuf,
+        /// The file of accepted tokens.
+        tokens_file: PathBuf,
+    },
+    /// A one-shot server's (`sluice cp --ssh` starts one): a new identity that lives only in
+    /// memory, and one token that admits one session. The server stops when that session ends,
+    /// or when none began within `wait`; a second client is refused even with the token.
+    OneTime {
+        /// The token.
+        token: String,
+        /// How long the server waits for its client.
+        wait: Duration,
+    },
+}
+
+impl Credentials {
+    fn load(&self) -> Result<(Identity, TokenSet), SessionError> {
+        match self {
+            Credentials::Stored { state_dir, tokens_file } => {
+                Ok((Identity::load_or_create(state_dir)?, TokenSet::load(tokens_file)?))
+            }
+            Credentials::OneTime { token, .. } => {
+                Ok((Identity::ephemeral()?, TokenSet::single(token)))
+            }
+        }
+    }
 }
 
 /// What every session task needs.
@@ -94,6 +127,10 @@ struct Shared {
     fault: Option<Fault>,
     /// What the server has done, for `--metrics`.
     metrics: Arc<Metrics>,
+    /// A one-shot server's wait for its session ([`Credentials::OneTime`]).
+    one_session: Option<Duration>,
+    /// Whether a one-shot server's session has begun.
+    claimed: std::sync::atomic::AtomicBool,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -129,8 +166,11 @@ impl Server {
                 "max_channels {n}: between 1 and {MAX_CHANNELS} are possible"
             )));
         }
-        let identity = Identity::load_or_create(&config.state_dir)?;
-        let tokens = TokenSet::load(&config.tokens_file)?;
+        let (identity, tokens) = config.credentials.load()?;
+        let one_session = match config.credentials {
+            Credentials::OneTime { wait, .. } => Some(wait),
+            Credentials::Stored { .. } => None,
+        };
 
         let mut transport = control_transport();
         let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
@@ -159,6 +199,8 @@ impl Server {
                 digest_timeout: config.digest_timeout,
                 fault: config.fault,
                 metrics: Arc::default(),
+                one_session,
+                claimed: false.into(),
             }),
             fingerprint: identity.fingerprint().clone(),
             local_addr,
@@ -181,13 +223,25 @@ impl Server {
     }
 
     /// Serves sessions until `shutdown` completes, then closes every connection (their data
-    /// channels are cancelled) and waits briefly for them to wind down.
+    /// channels are cancelled) and waits briefly for them to wind down. A one-shot server
+    /// ([`Credentials::OneTime`]) also stops when its session ends, and fails when none began
+    /// in time.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), SessionError> {
         let mut shutdown = std::pin::pin!(shutdown);
+        let wait = self.shared.one_session;
+        let deadline = tokio::time::sleep(wait.unwrap_or(Duration::MAX / 4));
+        let mut deadline = std::pin::pin!(deadline);
         let mut sessions = JoinSet::new();
+        let mut result = Ok(());
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
+                () = &mut deadline, if wait.is_some() && !self.shared.claimed() => {
+                    result = Err(SessionError::Network(format!(
+                        "no client came within {} s", wait.unwrap_or_default().as_secs()
+                    )));
+                    break;
+                }
                 incoming = self.endpoint.accept() => {
                     let Some(incoming) = incoming else { break };
                     if sessions.len() >= MAX_CONNECTIONS {
@@ -198,7 +252,12 @@ impl Server {
                     let span = info_span!("session", remote = %incoming.remote_address());
                     sessions.spawn(serve_connection(incoming, self.shared.clone()).instrument(span));
                 }
-                Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+                Some(served) = sessions.join_next(), if !sessions.is_empty() => {
+                    if wait.is_some() && served.unwrap_or(false) {
+                        info!("the one session has ended");
+                        break;
+                    }
+                }
             }
         }
         info!("shutting down");
@@ -215,20 +274,28 @@ impl Server {
             sessions.shutdown().await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
-        Ok(())
+        result
     }
 }
 
-/// One session: handshake, then requests until the connection ends.
-async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
+impl Shared {
+    /// Whether a one-shot server's session has begun.
+    fn claimed(&self) -> bool {
+        self.claimed.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// One session: handshake, then requests until the connection ends. Returns whether a session
+/// was established.
+async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) -> bool {
     let conn = match incoming.await {
         Ok(conn) => conn,
         Err(e) => {
             debug!(error = %e, "handshake failed");
-            return;
+            return false;
         }
     };
-    let Some(session) = handshake(&conn, &shared).await else { return };
+    let Some(session) = handshake(&conn, &shared).await else { return false };
     let _open = shared.metrics.session();
     info!(session_id = %session.id, "session open");
     let session = Arc::new(session);
@@ -251,6 +318,7 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
     }
     // The requests see the closed connection on their next read and stop their channels.
     while requests.join_next().await.is_some() {}
+    true
 }
 
 /// What an accepted session agreed on.
@@ -318,6 +386,13 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
             return None;
         }
     };
+    if shared.one_session.is_some()
+        && shared.claimed.swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        let message = "this one-shot server already serves its session";
+        refuse_connection(shared, conn, Some(&mut send), ErrorCode::Auth, message).await;
+        return None;
+    }
     let welcome = ServerMsg::Welcome { session_id: id.to_string(), spec: negotiated.to_spec() };
     if let Err(e) = write_message(&mut send, &welcome).await {
         debug!(error = %frame_error(e, conn), "could not answer the handshake");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sluice::session::{
-    Client, ClientConfig, Fingerprint, Server, ServerConfig, SessionError, TrustPolicy,
+    Client, ClientConfig, Credentials, Fingerprint, Server, ServerConfig, SessionError, TrustPolicy,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -24,19 +24,28 @@ pub fn write_private(path: &Path, text: &str) {
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// The state directory of [`server_config`]'s server in `dir`.
+pub fn state_dir(dir: &Path) -> PathBuf {
+    dir.join("state")
+}
+
+/// The token file of [`server_config`]'s server in `dir`.
+pub fn tokens_file(dir: &Path) -> PathBuf {
+    dir.join("tokens")
+}
+
 /// Settings of a server in `dir`: `dir/root` served, `dir/state`, `dir/tokens`.
 pub fn server_config(dir: &Path) -> ServerConfig {
     let root = dir.join("root");
     fs::create_dir_all(&root).unwrap();
-    let tokens_file = dir.join("tokens");
+    let tokens_file = tokens_file(dir);
     if !tokens_file.exists() {
         write_private(&tokens_file, &format!("# test tokens\n\n{TOKEN}\n"));
     }
     ServerConfig {
         root,
         listen: "127.0.0.1:0".parse().unwrap(),
-        state_dir: dir.join("state"),
-        tokens_file,
+        credentials: Credentials::Stored { state_dir: state_dir(dir), tokens_file },
         idle_timeout: Duration::from_secs(30),
         max_channels: None,
         digest_timeout: None,

@@ -1,0 +1,100 @@
+//! Helpers shared by the tests of the real binary: the binary, an isolated client
+//! environment, test files, and network namespaces of a test's own.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use sluice_proto::rng::Rng;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// Keeps a client command from this machine's configuration and `SLUICE_*` environment: its
+/// config directory is `dir`, where no config file is unless a test writes one.
+pub fn isolate(c: &mut Command, dir: &Path) {
+    for var in [
+        "SLUICE_TOKEN",
+        "SLUICE_CONFIG",
+        "SLUICE_PORT",
+        "SLUICE_TOKEN_FILE",
+        "SLUICE_KNOWN_HOSTS",
+        "SLUICE_FINGERPRINT",
+        "SLUICE_CHANNELS",
+        "SLUICE_LIMIT_RATE",
+        "SLUICE_COMPRESS",
+        "SLUICE_POLICY",
+        "SLUICE_PACKET_SIZE",
+        "SLUICE_SSH",
+        "SLUICE_REMOTE_SLUICE",
+    ] {
+        c.env_remove(var);
+    }
+    c.env("XDG_CONFIG_HOME", dir).env("HOME", dir);
+}
+
+/// Writes `size` bytes of seeded random data to `path`.
+pub fn random_file(path: &Path, size: u64, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        buf.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+        let n = left.min(buf.len() as u64) as usize;
+        f.write_all(&buf[..n]).unwrap();
+        left -= n as u64;
+    }
+}
+
+/// Whether the two files hold the same bytes.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    let h = |p: &Path| blake3::hash(&std::fs::read(p).unwrap());
+    std::fs::metadata(a).unwrap().len() == std::fs::metadata(b).unwrap().len() && h(a) == h(b)
+}
+
+/// The exit code (-1 for a signal).
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+/// The process's stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A network namespace of this test's own (loopback only), removed on drop.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Creates it with loopback up at `mtu`; `None` when this is not root or `ip` is missing.
+    pub fn with_loopback_mtu(tag: &str, mtu: u32) -> Option<Netns> {
+        let name = format!("sluice-e2e-{tag}-{}", std::process::id());
+        let ok = Command::new("ip").args(["netns", "add", &name]).status().ok()?.success();
+        if !ok {
+            return None;
+        }
+        let ns = Netns(name);
+        let up = ns
+            .cmd("ip")
+            .args(["link", "set", "lo", "up", "mtu", &mtu.to_string()])
+            .status()
+            .unwrap();
+        assert!(up.success(), "could not set up loopback in {}", ns.0);
+        Some(ns)
+    }
+
+    pub fn cmd(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0, program]);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
