@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use sluice::session::identity::check_private;
 use sluice::session::known_hosts::KnownHosts;
 use sluice::session::{Client, ClientConfig, HostKeyError, SessionError, TrustPolicy};
 use sluice_proto::config::ChannelConfig;
@@ -76,8 +77,14 @@ impl ConnectArgs {
 /// The token: from `token_file`, else `SLUICE_TOKEN`.
 fn read_token(token_file: Option<&PathBuf>) -> anyhow::Result<String> {
     let token = match token_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read token file {}", path.display()))?,
+        Some(path) => {
+            // A secret others can read is refused, as ssh refuses such a private key.
+            check_private(path, "token file").map_err(|e| {
+                anyhow::Error::new(exit::Coded { code: exit::AUTH, message: e.to_string() })
+            })?;
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read token file {}", path.display()))?
+        }
         None => std::env::var("SLUICE_TOKEN").map_err(|_| {
             anyhow::Error::new(exit::Coded {
                 code: exit::AUTH,

@@ -9,10 +9,10 @@ use sluice_proto::cc::CcKind;
 use crate::config::{ClientFile, Prefs};
 use crate::connect::{ConnectArgs, reach};
 use crate::exit;
-use crate::rate::parse_rate;
 use crate::remote::{Location, parse_location};
 use crate::show::{self, Mode, Show};
 use crate::ssh::SshArgs;
+use sluice::units::parse_rate;
 
 /// Arguments of `sluice cp`.
 #[derive(Args, Debug, Clone)]

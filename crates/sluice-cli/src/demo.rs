@@ -18,7 +18,7 @@ use crate::exit;
 #[derive(Args, Debug)]
 pub(crate) struct DemoArgs {
     /// Size of the test file (e.g. 1GiB, 200MiB).
-    #[arg(long, default_value = "1GiB", value_parser = crate::size::parse_size)]
+    #[arg(long, default_value = "1GiB", value_parser = sluice::units::parse_size)]
     size: u64,
     /// Where to put the test files (default: /dev/shm when present, else the temp directory).
     #[arg(long)]

@@ -10,11 +10,9 @@ mod cp;
 mod demo;
 mod exit;
 mod metrics_http;
-mod rate;
 mod remote;
 mod serve;
 mod show;
-mod size;
 mod ssh;
 mod sweep;
 

@@ -11,7 +11,7 @@ use sluice::session::{CopyOptions, Overwrite};
 use crate::config::ClientFile;
 use crate::connect::{ConnectArgs, connect_asking};
 use crate::exit;
-use crate::size::parse_size;
+use sluice::units::parse_size;
 
 /// Arguments of `sluice sweep`.
 #[derive(Args, Debug)]

@@ -1090,6 +1090,8 @@ fn the_config_file_and_the_environment_fill_in_what_flags_leave_open_in_that_ord
     random_file(&server.root.join("f.bin"), 300_000, 81);
     let token_file = client.dir.path().join("lab.token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let mode = |bits| std::os::unix::fs::PermissionsExt::from_mode(bits);
+    std::fs::set_permissions(&token_file, mode(0o600)).unwrap();
     let config = client.dir.path().join("sluice.toml");
     std::fs::write(
         &config,
@@ -1118,6 +1120,12 @@ fn the_config_file_and_the_environment_fill_in_what_flags_leave_open_in_that_ord
     let o = run(&[("SLUICE_POLICY", "fair")], &[]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(same_file(&server.root.join("f.bin"), &dst));
+    // A token file others could read is refused before anything is sent (exit 3).
+    std::fs::set_permissions(&token_file, mode(0o644)).unwrap();
+    let o = run(&[("SLUICE_POLICY", "fair")], &[]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
+    std::fs::set_permissions(&token_file, mode(0o600)).unwrap();
     // A flag wins over the environment.
     let o = run(&[("SLUICE_POLICY", "fair")], &["--policy", "from-the-flag"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));

@@ -412,6 +412,10 @@ impl Receiver {
                 (Kind::Nak, n)
             }
         };
+        if self.next_pn == u64::MAX {
+            // Never reuse a packet number under this key (2^64 packets: not in practice).
+            return None;
+        }
         let header = Header { kind, flags: 0, pn: self.next_pn, timestamp_us: now_us as u32 };
         header.emit(buf).ok()?;
         let len = self.tx_key.seal(&mut buf[..limit], body_len).ok()?;

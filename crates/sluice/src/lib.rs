@@ -6,5 +6,8 @@
 
 pub mod datapath;
 pub mod files;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod session;
 pub mod tree;
+pub mod units;

@@ -125,3 +125,21 @@ fn session_ids_round_trip_as_hex() {
     assert_eq!(SessionId::from_hex(&"g".repeat(32)), None);
     assert_ne!(SessionId::random().unwrap(), id);
 }
+
+#[tokio::test]
+async fn keys_never_show_in_debug_output() {
+    let identity = Identity::ephemeral().unwrap();
+    let (_c, _s, client, _server) = connection_pair(&identity).await;
+    let secrets = ChannelSecrets::derive(&client, &at(3, 1, 0)).unwrap();
+    let keys = secrets.keys(Role::Client, Algorithm::Aes256Gcm);
+    let shown = format!("{secrets:?} {:?} {:?}", keys.seal, keys.open);
+    for secret in [&secrets.client_to_server, &secrets.server_to_client] {
+        let hex: String = secret.key.iter().map(|b| format!("{b:02x}")).collect();
+        let list = format!("{:?}", secret.key);
+        let first = secret.key[0].to_string() + ", " + &secret.key[1].to_string();
+        for form in [hex.as_str(), &hex[..8], list.as_str(), first.as_str()] {
+            assert!(!shown.contains(form), "a key shows in {shown}");
+        }
+    }
+    assert!(!format!("{identity:?}").contains("PRIVATE"), "{identity:?}");
+}

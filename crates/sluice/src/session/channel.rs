@@ -87,9 +87,24 @@ impl Negotiated {
         Ok(negotiated)
     }
 
-    /// The server's choice: the smaller channel count, the client's other settings.
-    pub(crate) fn choose(self, server_max_channels: u32) -> Negotiated {
-        Negotiated { channels: self.channels.min(server_max_channels.max(1)), ..self }
+    /// The server's choice: the smaller channel count, the client's rate under the token's
+    /// `rate_cap` (a floor above the cap comes down to it), the client's other settings.
+    pub(crate) fn choose(self, server_max_channels: u32, rate_cap: Option<u64>) -> Negotiated {
+        let rate_bps = match (self.rate_bps, rate_cap) {
+            (0, Some(cap)) => cap,
+            (rate, Some(cap)) => rate.min(cap),
+            (rate, None) => rate,
+        };
+        Negotiated {
+            channels: self.channels.min(server_max_channels.max(1)),
+            rate_bps,
+            min_rate_bps: if rate_bps == 0 {
+                self.min_rate_bps
+            } else {
+                self.min_rate_bps.min(rate_bps)
+            },
+            ..self
+        }
     }
 
     pub(crate) fn to_spec(self) -> Spec {
@@ -113,6 +128,22 @@ impl Negotiated {
             aead: self.aead,
             ..base.clone()
         }
+    }
+}
+
+/// For fuzzing: a client's proposal is refused, or every choice the server can make from it
+/// stays within bounds and is a proposal the client accepts in `Welcome`.
+pub(crate) fn check_spec(spec: &Spec) {
+    let Ok(proposed) = Negotiated::from_spec(spec) else { return };
+    for (max, cap) in [(1, None), (MAX_CHANNELS, Some(1_000_000)), (4, Some(u64::MAX))] {
+        let chosen = proposed.choose(max, cap);
+        assert!((1..=max).contains(&chosen.channels), "{chosen:?}");
+        if let Some(cap) = cap {
+            assert!(chosen.rate_bps > 0 && chosen.rate_bps <= cap, "{chosen:?}");
+        }
+        assert!(chosen.rate_bps == 0 || chosen.min_rate_bps <= chosen.rate_bps, "{chosen:?}");
+        let welcome = chosen.to_spec();
+        assert_eq!(Negotiated::from_spec(&welcome), Ok(chosen), "the client refuses {welcome:?}");
     }
 }
 

@@ -208,7 +208,7 @@ fn generate() -> Result<(rcgen::KeyPair, rcgen::Certificate), SessionError> {
 }
 
 /// Refuses a secret file that group or others may access, or that is not a regular file.
-pub(crate) fn check_private(path: &Path, what: &str) -> Result<(), SessionError> {
+pub fn check_private(path: &Path, what: &str) -> Result<(), SessionError> {
     let meta = fs::metadata(path)
         .map_err(|e| SessionError::io(format!("reading {what} {}", path.display()), e))?;
     if !meta.is_file() {

@@ -118,6 +118,11 @@ impl KnownHosts {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(SessionError::io(format!("reading {}", path.display()), e)),
         };
+        Ok(KnownHosts::parse(path, &text))
+    }
+
+    /// The entries of `text`, the contents of the file at `path`.
+    pub fn parse(path: &Path, text: &str) -> KnownHosts {
         let mut entries = Vec::new();
         for (index, raw) in text.lines().enumerate() {
             let line = raw.trim();
@@ -136,7 +141,7 @@ impl KnownHosts {
                 }
             }
         }
-        Ok(KnownHosts { path: path.to_owned(), entries })
+        KnownHosts { path: path.to_owned(), entries }
     }
 
     /// The file these entries came from.

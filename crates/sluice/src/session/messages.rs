@@ -337,6 +337,20 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
     Ok(frame)
 }
 
+/// Decodes one whole frame (the inverse of [`encode`]): the length must be within the limit and
+/// match the bytes that follow it exactly.
+pub fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, FrameError> {
+    let (len, body) = frame.split_first_chunk::<4>().ok_or(FrameError::Eof)?;
+    let len = u32::from_be_bytes(*len) as usize;
+    if len > MAX_MESSAGE_BYTES {
+        return Err(FrameError::TooLarge(len));
+    }
+    if body.len() != len {
+        return Err(FrameError::Eof);
+    }
+    Ok(serde_json::from_slice(body)?)
+}
+
 /// Writes one message.
 pub async fn write_message<W, T>(writer: &mut W, msg: &T) -> Result<(), FrameError>
 where

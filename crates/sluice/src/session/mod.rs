@@ -105,6 +105,7 @@ pub mod tokens;
 use std::time::Duration;
 
 pub use crate::tree::{Links, Overwrite};
+pub(crate) use channel::check_spec;
 pub use channel::default_channel_config;
 pub use client::{Client, ClientConfig, TransferReport};
 pub use copy::CopyOptions;

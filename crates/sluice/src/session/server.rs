@@ -33,7 +33,7 @@ use super::messages::{
 };
 use super::metrics::Metrics;
 use super::repair::{self, Link, data_store};
-use super::tokens::TokenSet;
+use super::tokens::{Grant, Rights, TokenSet};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
@@ -45,6 +45,13 @@ use crate::tree::{ReceiveOptions, WalkError, WalkOptions, plan, walk};
 
 /// Sessions served at once; further connection attempts are refused.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Connections not yet authenticated (QUIC handshake or `Hello` pending), in all.
+pub const MAX_UNAUTHENTICATED: usize = 64;
+/// Connections not yet authenticated from one IP address.
+pub const MAX_UNAUTHENTICATED_PER_IP: usize = 8;
+/// Beyond this many unauthenticated connections, a new peer must first prove its address with
+/// a QUIC Retry (stateless: a spoofed source cannot take a place).
+const RETRY_ABOVE: usize = 16;
 /// Requests one session may have in flight (the QUIC stream limit).
 pub const MAX_REQUESTS_PER_SESSION: u32 = 16;
 /// Data channels the whole server runs at once; further transfers are answered `busy`.
@@ -112,10 +119,56 @@ impl Credentials {
     }
 }
 
+/// What one token may do, resolved against the served directory.
+#[derive(Debug)]
+struct Access {
+    rights: Rights,
+    /// The directory the token sees (canonical, under the served one).
+    root: PathBuf,
+    /// Its transfers at once, when limited.
+    transfers: Option<(u32, Arc<Semaphore>)>,
+    /// The most each transfer may send, in bits per second.
+    rate_bps: Option<u64>,
+}
+
+impl Access {
+    /// `grant` with its root resolved under `served`: the directory must exist there, and
+    /// stay there once symbolic links are followed.
+    fn resolve(served: &Path, grant: &Grant, line: usize) -> Result<Access, SessionError> {
+        let root = match &grant.root {
+            None => served.to_owned(),
+            Some(sub) => {
+                let bad = |why: String| {
+                    SessionError::Config(format!(
+                        "token {line} of the token file: root {sub:?} {why}"
+                    ))
+                };
+                let path = std::fs::canonicalize(served.join(sub))
+                    .map_err(|e| bad(format!("cannot be opened: {e}")))?;
+                if !path.starts_with(served) {
+                    return Err(bad("leads outside the served directory".into()));
+                }
+                if !path.is_dir() {
+                    return Err(bad("is not a directory".into()));
+                }
+                path
+            }
+        };
+        Ok(Access {
+            rights: grant.rights,
+            root,
+            transfers: grant.transfers.map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
+            rate_bps: grant.rate_bps,
+        })
+    }
+}
+
 /// What every session task needs.
 struct Shared {
     root: PathBuf,
     tokens: TokenSet,
+    /// What each token may do, in the order of `tokens`.
+    access: Vec<Arc<Access>>,
     transfers: Arc<Semaphore>,
     /// Local settings of the server's data channels.
     channel: ChannelConfig,
@@ -131,6 +184,8 @@ struct Shared {
     one_session: Option<Duration>,
     /// Whether a one-shot server's session has begun.
     claimed: std::sync::atomic::AtomicBool,
+    /// Unauthenticated connections by source address.
+    unauthenticated: std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -187,12 +242,19 @@ impl Server {
         let local_addr = endpoint
             .local_addr()
             .map_err(|e| SessionError::io("reading the endpoint's address", e))?;
+        let access = tokens
+            .grants()
+            .iter()
+            .enumerate()
+            .map(|(i, grant)| Access::resolve(&root, grant, i + 1).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         info!(%local_addr, fingerprint = %identity.fingerprint(), root = %root.display(), tokens = tokens.len(), "server bound");
         Ok(Server {
             endpoint,
             shared: Arc::new(Shared {
                 root,
                 tokens,
+                access,
                 transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
                 channel: default_channel_config(),
                 max_channels: config.max_channels.unwrap_or_else(auto_channels),
@@ -201,6 +263,7 @@ impl Server {
                 metrics: Arc::default(),
                 one_session,
                 claimed: false.into(),
+                unauthenticated: Default::default(),
             }),
             fingerprint: identity.fingerprint().clone(),
             local_addr,
@@ -249,8 +312,21 @@ impl Server {
                         incoming.refuse();
                         continue;
                     }
+                    let ip = incoming.remote_address().ip().to_canonical();
+                    let (from_ip, all) = self.shared.unauthenticated_counts(ip);
+                    if !incoming.remote_address_validated() && all >= RETRY_ABOVE {
+                        let _ = incoming.retry();
+                        continue;
+                    }
+                    if from_ip >= MAX_UNAUTHENTICATED_PER_IP || all >= MAX_UNAUTHENTICATED {
+                        debug!(%ip, from_ip, all, "too many unauthenticated connections: refusing one");
+                        self.shared.metrics.refused();
+                        incoming.refuse();
+                        continue;
+                    }
+                    let pending = Unauthenticated::new(self.shared.clone(), ip);
                     let span = info_span!("session", remote = %incoming.remote_address());
-                    sessions.spawn(serve_connection(incoming, self.shared.clone()).instrument(span));
+                    sessions.spawn(serve_connection(incoming, pending).instrument(span));
                 }
                 Some(served) = sessions.join_next(), if !sessions.is_empty() => {
                     if wait.is_some() && served.unwrap_or(false) {
@@ -278,7 +354,39 @@ impl Server {
     }
 }
 
+/// A place among the unauthenticated connections, given back on drop.
+struct Unauthenticated {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Unauthenticated {
+    fn new(shared: Arc<Shared>, ip: IpAddr) -> Unauthenticated {
+        *shared.unauthenticated.lock().unwrap_or_else(|e| e.into_inner()).entry(ip).or_default() +=
+            1;
+        Unauthenticated { shared, ip }
+    }
+}
+
+impl Drop for Unauthenticated {
+    fn drop(&mut self) {
+        let mut counts = self.shared.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
 impl Shared {
+    /// Unauthenticated connections from `ip`, and in all.
+    fn unauthenticated_counts(&self, ip: IpAddr) -> (usize, usize) {
+        let counts = self.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
+        (counts.get(&ip).copied().unwrap_or(0), counts.values().sum())
+    }
+
     /// Whether a one-shot server's session has begun.
     fn claimed(&self) -> bool {
         self.claimed.load(std::sync::atomic::Ordering::Acquire)
@@ -286,16 +394,23 @@ impl Shared {
 }
 
 /// One session: handshake, then requests until the connection ends. Returns whether a session
-/// was established.
-async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) -> bool {
-    let conn = match incoming.await {
-        Ok(conn) => conn,
-        Err(e) => {
+/// was established. `pending` holds the connection's place among the unauthenticated ones
+/// until its token is accepted; the QUIC handshake and `Hello` each get [`HANDSHAKE_TIMEOUT`].
+async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -> bool {
+    let shared = pending.shared.clone();
+    let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
             debug!(error = %e, "handshake failed");
+            return false;
+        }
+        Err(_) => {
+            debug!("no QUIC handshake within the deadline");
             return false;
         }
     };
     let Some(session) = handshake(&conn, &shared).await else { return false };
+    drop(pending);
     let _open = shared.metrics.session();
     info!(session_id = %session.id, "session open");
     let session = Arc::new(session);
@@ -325,6 +440,8 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) -> boo
 struct Session {
     id: SessionId,
     negotiated: Negotiated,
+    /// What its token may do.
+    access: Arc<Access>,
 }
 
 /// Reads `Hello`, checks the token, version and spec, and answers `Welcome`; or refuses and
@@ -356,7 +473,8 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
         refuse_connection(shared, conn, Some(&mut send), ErrorCode::Auth, message).await;
         return None;
     };
-    if !shared.tokens.verify(&token) {
+    let Some(access) = shared.tokens.verify(&token).and_then(|i| shared.access.get(i).cloned())
+    else {
         refuse_connection(
             shared,
             conn,
@@ -366,14 +484,14 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
         )
         .await;
         return None;
-    }
+    };
     if version != PROTOCOL_VERSION {
         let message = format!("protocol version {version} is not spoken here ({PROTOCOL_VERSION})");
         refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
         return None;
     }
     let negotiated = match Negotiated::from_spec(&spec) {
-        Ok(n) => n.choose(shared.max_channels),
+        Ok(n) => n.choose(shared.max_channels, access.rate_bps),
         Err(message) => {
             refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
             return None;
@@ -399,7 +517,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
         return None;
     }
     let _ = send.finish();
-    Some(Session { id, negotiated })
+    Some(Session { id, negotiated, access })
 }
 
 /// Tells the client why (when a stream is open), gives it a moment to read that, and closes the
@@ -473,6 +591,10 @@ async fn serve_request(
     let _ = send.finish();
 }
 
+/// Held while a transfer runs: its place among the server's transfers and the token's.
+type TransferPermits =
+    (tokio::sync::OwnedSemaphorePermit, Option<tokio::sync::OwnedSemaphorePermit>);
+
 /// The streams and context of one request.
 struct RequestCtx<'a> {
     conn: &'a quinn::Connection,
@@ -501,10 +623,29 @@ impl<'a> RequestCtx<'a> {
         }
     }
 
-    fn acquire_transfer(&self) -> Result<tokio::sync::OwnedSemaphorePermit, SessionError> {
-        self.shared.transfers.clone().try_acquire_owned().map_err(|_| {
+    /// A place among the server's transfers, and among the token's when it is limited.
+    fn acquire_transfer(&self) -> Result<TransferPermits, SessionError> {
+        let token = match &self.session.access.transfers {
+            None => None,
+            Some((n, places)) => Some(places.clone().try_acquire_owned().map_err(|_| {
+                SessionError::Busy(format!(
+                    "this token's {n} transfers at once are all running; try again when one ends"
+                ))
+            })?),
+        };
+        let server = self.shared.transfers.clone().try_acquire_owned().map_err(|_| {
             SessionError::Busy(format!("{MAX_TRANSFERS} transfers are running; try again later"))
-        })
+        })?;
+        Ok((server, token))
+    }
+
+    /// Refuses the request unless the session's token has `right`.
+    fn require(&self, right: fn(&Rights) -> bool, what: &str) -> Result<(), SessionError> {
+        if right(&self.session.access.rights) {
+            Ok(())
+        } else {
+            Err(SessionError::Refused(format!("this token may not {what}")))
+        }
     }
 
     /// Reads the client's `Ready` and returns its data ports.
@@ -527,7 +668,8 @@ impl<'a> RequestCtx<'a> {
     }
 
     async fn stat(&mut self, requested: &str) -> Result<(), SessionError> {
-        let root = self.shared.root.clone();
+        self.require(|r| r.list || r.read, "look at files (it has neither list nor read)")?;
+        let root = self.session.access.root.clone();
         let req = requested.to_owned();
         let info = blocking(move || {
             let path = resolve(&root, &req)?;
@@ -548,7 +690,8 @@ impl<'a> RequestCtx<'a> {
 
     /// The listing of `requested`, as manifest parts.
     async fn list(&mut self, requested: &str) -> Result<(), SessionError> {
-        let root = self.shared.root.clone();
+        self.require(|r| r.list, "list directories")?;
+        let root = self.session.access.root.clone();
         let req = requested.to_owned();
         let listing = blocking(move || {
             let path = resolve(&root, if req.is_empty() { "." } else { &req })?;
@@ -583,9 +726,10 @@ impl<'a> RequestCtx<'a> {
         checksum: bool,
         compress: Option<i32>,
     ) -> Result<(), SessionError> {
+        self.require(|r| r.read, "read (download)")?;
         check_level(compress)?;
         let _permit = self.acquire_transfer()?;
-        let root = self.shared.root.clone();
+        let root = self.session.access.root.clone();
         walk_options.confine = Some(root.clone());
         let paths = requested.to_vec();
         let outgoing = blocking(move || {
@@ -693,6 +837,7 @@ impl<'a> RequestCtx<'a> {
         mut options: ReceiveOptions,
         dry_run: bool,
     ) -> Result<(), SessionError> {
+        self.require(|r| r.write, "write (upload)")?;
         let _permit = self.acquire_transfer()?;
         let entries = recv_manifest(self.recv, self.conn, |msg| match msg {
             ClientMsg::Manifest(part) => Ok(part),
@@ -702,7 +847,7 @@ impl<'a> RequestCtx<'a> {
         .await?;
         debug!(entries = entries.len(), "manifest received");
         let _running = self.shared.metrics.transfer(false);
-        let root = self.shared.root.clone();
+        let root = self.session.access.root.clone();
         options.confine = Some(root.clone());
         let req = requested.to_owned();
         let plan = blocking(move || {

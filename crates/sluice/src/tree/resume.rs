@@ -35,16 +35,16 @@ const RECORD_VERSION: u32 = 1;
 
 /// What a record says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Record {
-    version: u32,
+pub(crate) struct Record {
+    pub(crate) version: u32,
     /// File name of the temporary file, in the target's directory.
-    temp: String,
+    pub(crate) temp: String,
     /// The source as the manifest described it.
-    path: String,
-    size: u64,
-    mtime: i64,
+    pub(crate) path: String,
+    pub(crate) size: u64,
+    pub(crate) mtime: i64,
     /// Bytes on disk from the start without a gap.
-    prefix: u64,
+    pub(crate) prefix: u64,
 }
 
 /// A temporary file a new transfer of the same source can continue.
@@ -74,9 +74,7 @@ pub(crate) fn find(target: &Path, entry: &Entry) -> Option<Resumable> {
         let _ = std::fs::remove_file(&path);
         return None;
     };
-    let temp_ok = !record.temp.contains('/')
-        && record.temp.starts_with('.')
-        && record.temp.contains(".sluice-part-");
+    let temp_ok = record.temp_is_ours();
     let temp = parent_dir(target).join(&record.temp);
     let fits = record.version == RECORD_VERSION
         && temp_ok
@@ -91,9 +89,27 @@ pub(crate) fn find(target: &Path, entry: &Entry) -> Option<Resumable> {
         let _ = std::fs::remove_file(&path);
         return None;
     }
-    let whole_blocks = record.prefix.min(entry.size) / RESUME_BLOCK_BYTES * RESUME_BLOCK_BYTES;
-    let prefix = if record.prefix >= entry.size { entry.size } else { whole_blocks };
-    Some(Resumable { temp, prefix })
+    Some(Resumable { temp, prefix: record.usable_prefix(entry.size) })
+}
+
+impl Record {
+    /// Whether the temporary file the record names is one of ours, in the target's directory:
+    /// a hidden `.sluice-part-` name with no `/` (so never `..` or a path elsewhere).
+    pub(crate) fn temp_is_ours(&self) -> bool {
+        !self.temp.contains('/')
+            && self.temp.starts_with('.')
+            && self.temp.contains(".sluice-part-")
+    }
+
+    /// The bytes a resume may keep of a file of `size`: the whole file if the record claims all
+    /// of it, else the whole blocks of its claim.
+    pub(crate) fn usable_prefix(&self, size: u64) -> u64 {
+        if self.prefix >= size {
+            size
+        } else {
+            self.prefix / RESUME_BLOCK_BYTES * RESUME_BLOCK_BYTES
+        }
+    }
 }
 
 /// Removes the temporary files (`.<name>.sluice-part-<hex>`) beside `target`.
@@ -121,7 +137,15 @@ fn read_record(path: &Path) -> Option<Record> {
     }
     let mut text = Vec::new();
     File::open(path).ok()?.take(RECORD_MAX_BYTES).read_to_end(&mut text).ok()?;
-    serde_json::from_slice(&text).ok()
+    decode_record(&text)
+}
+
+/// A record from its bytes; `None` for anything else.
+pub(crate) fn decode_record(bytes: &[u8]) -> Option<Record> {
+    if bytes.len() as u64 > RECORD_MAX_BYTES {
+        return None;
+    }
+    serde_json::from_slice(bytes).ok()
 }
 
 /// Writes (atomically replaces) the record of `target`.

@@ -140,6 +140,14 @@ pub fn listing(dir: &Path) -> Vec<String> {
 /// A bare QUIC connection to `server` that trusts it, for tests that speak the control protocol
 /// by hand.
 pub async fn raw_connect(server: &TestServer) -> (quinn::Endpoint, quinn::Connection) {
+    let endpoint = raw_endpoint(server, "127.0.0.1:0".parse().unwrap());
+    let conn = endpoint.connect(server.addr, "sluice").unwrap().await.unwrap();
+    (endpoint, conn)
+}
+
+/// A bare QUIC client endpoint on `bind` that trusts `server` (its connections are made with
+/// `endpoint.connect(server.addr, "sluice")`).
+pub fn raw_endpoint(server: &TestServer, bind: SocketAddr) -> quinn::Endpoint {
     use sluice::session::known_hosts::{HostVerifier, KnownHosts, host_key};
     use std::sync::Arc;
     let known = KnownHosts::load(&server.known_hosts()).unwrap();
@@ -149,9 +157,9 @@ pub async fn raw_connect(server: &TestServer) -> (quinn::Endpoint, quinn::Connec
         host_key("127.0.0.1", server.addr.port()),
     );
     let config = quinn::ClientConfig::new(Arc::new(verifier.client_tls().unwrap()));
-    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let conn = endpoint.connect_with(config, server.addr, "sluice").unwrap().await.unwrap();
-    (endpoint, conn)
+    let mut endpoint = quinn::Endpoint::client(bind).unwrap();
+    endpoint.set_default_client_config(config);
+    endpoint
 }
 
 /// A `Hello` with `token` and the default proposal (4 channels offered).

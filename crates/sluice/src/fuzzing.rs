@@ -1,0 +1,183 @@
+//! What every decoder of bytes from a peer or from disk must keep, checked on arbitrary input:
+//! the fuzz targets in `fuzz/` call these on what libFuzzer makes, and `tests/fuzz_corpus.rs`
+//! replays the corpora kept in the repository on every test run. Each function panics when an
+//! invariant breaks (a panic is what the fuzzer reports); none returns anything.
+//!
+//! Not an API: it is public only so that the fuzz crate can reach it.
+
+use std::path::{Component, Path};
+
+use sluice_proto::crypto::{Algorithm, PacketKey};
+use sluice_proto::wire::{Control, DataPrefix, HEADER_LEN, Header, Kind, Packet, emit_nak};
+
+use crate::session::identity::Fingerprint;
+use crate::session::known_hosts::KnownHosts;
+use crate::session::messages::{ClientMsg, ManifestPart, ServerMsg, decode, encode};
+use crate::session::tokens::TokenSet;
+use crate::tree::manifest::{self, Entry, from_ranges, to_ranges};
+
+/// A datagram from the network: the header and every body decoder re-emit exactly the bytes
+/// they accepted, and no key opens bytes that were not sealed with it.
+pub fn datagram(bytes: &[u8]) {
+    if let Ok(header) = Header::parse(bytes) {
+        let mut again = [0u8; HEADER_LEN];
+        header.emit(&mut again).expect("a parsed header emits");
+        assert_eq!(&again[..], &bytes[..HEADER_LEN], "header round trip");
+        let view = Packet::new_checked(bytes).expect("a parsed header is a packet");
+        assert_eq!(view.pn(), header.pn);
+        body(header.kind, view.body());
+    }
+    for kind in Kind::ALL {
+        body(kind, bytes);
+    }
+    for alg in [Algorithm::Aes256Gcm, Algorithm::ChaCha20Poly1305] {
+        let key = PacketKey::new(alg, &[0x42; 32], [0x24; 12]);
+        assert!(key.open(&mut bytes.to_vec()).is_err(), "{alg:?} opened unsealed bytes");
+    }
+}
+
+fn body(kind: Kind, body: &[u8]) {
+    if kind == Kind::Data {
+        if let Ok((prefix, payload)) = DataPrefix::parse(body) {
+            let mut again = vec![0u8; body.len()];
+            prefix.emit(&mut again).expect("a parsed prefix emits");
+            let at = body.len() - payload.len();
+            again[at..].copy_from_slice(payload);
+            assert_eq!(again, body, "data prefix round trip");
+        }
+        return;
+    }
+    let Ok(control) = Control::parse(kind, body) else { return };
+    assert_eq!(control.kind(), kind);
+    let mut again = vec![0u8; body.len()];
+    assert_eq!(control.emit(&mut again), Ok(body.len()), "{kind:?} emits its length");
+    assert_eq!(again, body, "{kind:?} round trip");
+    if let Control::Nak(ranges) = control {
+        let list: Vec<_> = ranges.take(body.len() / 4 + 1).collect();
+        assert!(!list.is_empty() && list.len() <= body.len() / 4, "NAK range count");
+        let mut again = vec![0u8; body.len()];
+        assert_eq!(emit_nak(list.iter().copied(), &mut again), (body.len(), list.len()));
+        assert_eq!(again, body, "NAK ranges round trip");
+    }
+}
+
+/// A control-stream frame: a message that decodes encodes to a frame that decodes to the same
+/// message, and a client's proposal is either refused or yields settings within bounds.
+pub fn message(frame: &[u8]) {
+    if let Ok(msg) = decode::<ClientMsg>(frame) {
+        let again = encode(&msg).expect("a decoded message encodes");
+        assert_eq!(decode::<ClientMsg>(&again).expect("re-decodes"), msg);
+        if let ClientMsg::Hello { spec, .. } = &msg {
+            crate::session::check_spec(spec);
+        }
+    }
+    if let Ok(msg) = decode::<ServerMsg>(frame) {
+        let again = encode(&msg).expect("a decoded message encodes");
+        assert_eq!(decode::<ServerMsg>(&again).expect("re-decodes"), msg);
+    }
+}
+
+/// A manifest part from a peer: what [`manifest::check`] accepts names only places under the
+/// destination, and the range coding of file indices round-trips.
+pub fn manifest(body: &[u8]) {
+    if let Ok(part) = serde_json::from_slice::<ManifestPart>(body) {
+        if manifest::check(&part.entries).is_ok() {
+            accepted_paths_stay_inside(&part.entries);
+        }
+        let again = serde_json::to_vec(&part).expect("a part encodes");
+        let back: ManifestPart = serde_json::from_slice(&again).expect("re-decodes");
+        assert_eq!(back, part);
+    }
+    let mut indices: Vec<u32> =
+        body.chunks_exact(2).map(|c| u32::from(u16::from_le_bytes([c[0], c[1]]))).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    let count = indices.last().map_or(0, |&last| last as usize + 1);
+    let ranges = to_ranges(indices.iter().copied());
+    assert_eq!(from_ranges(&ranges, count).expect("own ranges decode"), indices);
+    // Ranges from a peer: whatever decodes is sorted, unique and below the count.
+    let raw: Vec<[u32; 2]> = body
+        .chunks_exact(8)
+        .map(|c| {
+            let w = |i: usize| u32::from_le_bytes([c[i], c[i + 1], c[i + 2], c[i + 3]]) % 4096;
+            [w(0), w(4)]
+        })
+        .collect();
+    if let Ok(decoded) = from_ranges(&raw, 2048) {
+        assert!(decoded.windows(2).all(|w| w[0] < w[1]), "decoded indices are sorted, unique");
+        assert!(decoded.iter().all(|&i| i < 2048), "decoded indices are below the count");
+    }
+}
+
+fn accepted_paths_stay_inside(entries: &[Entry]) {
+    let dest = Path::new("/dest");
+    for entry in entries {
+        let joined = dest.join(&entry.path);
+        assert!(joined.starts_with(dest), "{:?} leaves the destination", entry.path);
+        assert!(
+            joined.components().skip(2).all(|c| matches!(c, Component::Normal(_))),
+            "{:?} has a component that is not a name",
+            entry.path
+        );
+    }
+}
+
+/// A resume record read from disk: it round-trips, the temporary file it may name is a plain
+/// name in the target's directory, and the prefix it lets a resume keep is within the file.
+pub fn resume_record(bytes: &[u8]) {
+    let Some(record) = crate::tree::resume::decode_record(bytes) else { return };
+    let again = serde_json::to_vec(&record).expect("a record encodes");
+    assert_eq!(crate::tree::resume::decode_record(&again), Some(record.clone()));
+    if record.temp_is_ours() {
+        let temp = Path::new(&record.temp);
+        assert_eq!(temp.components().count(), 1, "{:?} is not a plain name", record.temp);
+        assert!(matches!(temp.components().next(), Some(Component::Normal(_))));
+    }
+    for size in [0, 1, record.size, record.prefix, record.prefix.saturating_add(1), u64::MAX] {
+        let kept = record.usable_prefix(size);
+        assert!(kept <= size, "keeps {kept} of {size}");
+        assert!(kept == size || kept % crate::tree::resume::RESUME_BLOCK_BYTES == 0);
+    }
+}
+
+/// The text files an operator or user writes: the token file, the known-hosts file, and a
+/// fingerprint. Every token a token file accepts verifies as its own line and no other; no
+/// grant's root is absolute or climbs; a known-hosts file yields at most one entry per line;
+/// a fingerprint that parses prints as it was written.
+pub fn config_text(bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    if let Ok(set) = TokenSet::parse(&text) {
+        let tokens: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.split_whitespace().next().unwrap_or_default())
+            .collect();
+        assert_eq!(tokens.len(), set.len());
+        for (index, token) in tokens.iter().enumerate() {
+            assert_eq!(set.verify(token), Some(index), "token {index}");
+            let longer = format!("{token}x");
+            if let Some(other) = set.verify(&longer) {
+                assert_eq!(tokens[other], longer, "{longer:?} verified as another token");
+            }
+        }
+        for grant in set.grants() {
+            if let Some(root) = &grant.root {
+                assert!(manifest::components(root).is_ok(), "root {root:?} escapes");
+            }
+        }
+    }
+    let known = KnownHosts::parse(Path::new("known_hosts"), &text);
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if let (Some(host), Some(_), None, false) =
+            (words.next(), words.next(), words.next(), line.trim().starts_with('#'))
+        {
+            assert!(known.get(host).is_some(), "{host:?} was not read");
+        }
+    }
+    let first = text.lines().next().unwrap_or_default();
+    if let Ok(fingerprint) = first.parse::<Fingerprint>() {
+        assert_eq!(fingerprint.as_str(), first);
+    }
+}
