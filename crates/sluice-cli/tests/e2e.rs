@@ -649,6 +649,8 @@ fn paths_outside_the_root_are_refused() {
         );
         assert_eq!(code(&o), 4, "{path}: {}", stderr(&o));
         assert!(!dst.exists(), "{path}");
+        let served = server.root.to_str().unwrap();
+        assert!(!stderr(&o).contains(served), "the server's layout shows: {}", stderr(&o));
     }
     let src = client.dir.path().join("up.txt");
     std::fs::write(&src, b"x").unwrap();
@@ -661,6 +663,8 @@ fn paths_outside_the_root_are_refused() {
             &format!("127.0.0.1:{path}"),
         );
         assert_eq!(code(&o), 4, "upload {path}: {}", stderr(&o));
+        let served = server.root.to_str().unwrap();
+        assert!(!stderr(&o).contains(served), "the server's layout shows: {}", stderr(&o));
     }
     assert_eq!(std::fs::read(&outside).unwrap(), b"secret");
 }

@@ -584,7 +584,9 @@ async fn serve_request(
         Err(err) => {
             warn!(error = %err, "request failed");
             shared.metrics.failed(err.code());
-            let reply = ServerMsg::Error { code: err.code(), message: err.detail() };
+            // The client learns paths as it named them, not where the server keeps them.
+            let message = unrooted(&err.detail(), &session.access.root);
+            let reply = ServerMsg::Error { code: err.code(), message };
             let _ = write_message(&mut send, &reply).await;
         }
     }
@@ -968,6 +970,14 @@ fn resolve(root: &Path, requested: &str) -> Result<PathBuf, SessionError> {
         PathError::Io(_, source) => open_error(requested, source),
         other => SessionError::Refused(other.to_string()),
     })
+}
+
+/// `message` with the server's own path of `root` taken out of every path in it, so that paths
+/// read as the client names them (relative to the token's root).
+fn unrooted(message: &str, root: &Path) -> String {
+    let root = root.to_string_lossy();
+    let within = format!("{}/", root.trim_end_matches('/'));
+    message.replace(&within, "").replace(root.as_ref(), ".")
 }
 
 /// `not-found` for a missing file, `io` otherwise; names the requested path, never the server's
