@@ -1,12 +1,13 @@
 //! The file plane: paths confined to a root, the sender's BLAKE3 of what it announced, and the
 //! names of the temporary files a receiver writes into ([`crate::tree::Incoming`]).
 //!
-//! Path confinement is checked once, by resolving the path as it stands on disk
+//! Path confinement is checked by resolving the path as it stands on disk
 //! ([`resolve_under_root`]). That leaves a time-of-check to time-of-use window: whoever can write
 //! inside the root can swap a directory for a symlink to elsewhere between the check and the
-//! `open`. The fix is to open relative to a directory handle of the root with
-//! `openat2(RESOLVE_BENEATH)` (a later issue); until then, a served root must not be writable by
-//! anyone the server does not trust.
+//! use. The file contents a server reads and writes are therefore opened again, relative to a
+//! handle of the root, by the kernel's `openat2(RESOLVE_BENEATH)` ([`Beneath`]): a path that
+//! has come to lead outside by then is refused. Metadata steps (walking a tree, renames, links)
+//! still go by path.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -16,6 +17,59 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::datapath::{Store, read_exact_at};
+
+/// A directory that files are opened beneath, by the kernel's rules: no `..` above it, no
+/// absolute symbolic link, no link that leads out (`openat2` with `RESOLVE_BENEATH`).
+#[derive(Debug)]
+pub struct Beneath {
+    dir: File,
+    path: PathBuf,
+}
+
+impl Beneath {
+    /// A handle of the directory `root` (canonical).
+    pub fn new(root: &Path) -> io::Result<Beneath> {
+        Ok(Beneath { dir: File::open(root)?, path: root.to_owned() })
+    }
+
+    /// Opens `path` (under the root, as resolved when it was checked), for reading or also for
+    /// writing. A path that now leads out of the root is refused (`PermissionDenied`). A path
+    /// through an absolute link that stays inside is resolved again and opened beneath too.
+    pub fn open(&self, path: &Path, write: bool) -> io::Result<File> {
+        let xdev = |e: &io::Error| e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error());
+        match self.open_relative(path, write) {
+            // An absolute link on the way: where it leads now, if that is still inside.
+            Err(e) if xdev(&e) => match self.open_relative(&path.canonicalize()?, write) {
+                Err(e) if xdev(&e) => Err(self.outside(path)),
+                other => other,
+            },
+            other => other,
+        }
+    }
+
+    fn outside(&self, path: &Path) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} leads outside the served directory", path.display()),
+        )
+    }
+
+    fn open_relative(&self, path: &Path, write: bool) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let relative = path.strip_prefix(&self.path).map_err(|_| self.outside(path))?;
+        let relative = if relative.as_os_str().is_empty() { Path::new(".") } else { relative };
+        let flags = if write { OFlags::RDWR } else { OFlags::RDONLY } | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(&self.dir, relative, flags, Mode::empty(), resolve) {
+            Ok(fd) => Ok(File::from(fd)),
+            // Kernels before 5.6 have no openat2: open by path, as checked.
+            Err(rustix::io::Errno::NOSYS) => {
+                std::fs::OpenOptions::new().read(true).write(write).open(path)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
 
 /// Why a requested path was refused.
 #[derive(Debug, thiserror::Error)]

@@ -39,7 +39,7 @@ use super::{
 };
 use super::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
 use crate::datapath::{self, ChannelReport, Fault};
-use crate::files::{self, PathError};
+use crate::files::{self, Beneath, PathError};
 use crate::tree::manifest::to_ranges;
 use crate::tree::{ReceiveOptions, WalkError, WalkOptions, plan, walk};
 
@@ -641,6 +641,14 @@ impl<'a> RequestCtx<'a> {
         Ok((server, token))
     }
 
+    /// A handle of the token's root that file contents are opened beneath.
+    fn beneath(&self) -> Result<Arc<Beneath>, SessionError> {
+        let root = &self.session.access.root;
+        Beneath::new(root)
+            .map(Arc::new)
+            .map_err(|e| SessionError::io("opening the served directory", e))
+    }
+
     /// Refuses the request unless the session's token has `right`.
     fn require(&self, right: fn(&Rights) -> bool, what: &str) -> Result<(), SessionError> {
         if right(&self.session.access.rights) {
@@ -769,7 +777,7 @@ impl<'a> RequestCtx<'a> {
             }
             other => return Err(SessionError::Protocol(format!("expected Want, got {other:?}"))),
         };
-        let files = Arc::new(wanted_files(&outgoing, &want)?);
+        let files = Arc::new(wanted_files(&outgoing, &want)?.beneath(self.beneath()?));
         let size = files.total();
         let count = files.len();
         let (store, offers) = (files.clone(), want.resume.clone());
@@ -891,7 +899,7 @@ impl<'a> RequestCtx<'a> {
         } else {
             Vec::new()
         };
-        let files = Arc::new(incoming.store());
+        let files = Arc::new(incoming.store().beneath(self.beneath()?));
         let size = files.total();
         let ends = files.ends();
         let count = ends.len();

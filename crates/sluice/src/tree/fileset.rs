@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::datapath::Store;
+use crate::files::Beneath;
 
 /// Files kept open at once: a tree of a million files must not need a million descriptors.
 /// Reads and writes move through the offset space mostly in order, so a small window of open
@@ -24,6 +25,8 @@ pub struct FileSet {
     bases: Vec<u64>,
     writable: bool,
     open: Mutex<OpenFiles>,
+    /// Opens the files beneath this directory only (a server's root).
+    beneath: Option<Arc<Beneath>>,
 }
 
 #[derive(Debug, Default)]
@@ -43,7 +46,13 @@ impl FileSet {
             bases.push(at);
             at = at.saturating_add(size);
         }
-        Self { paths, sizes, bases, writable, open: Mutex::default() }
+        Self { paths, sizes, bases, writable, open: Mutex::default(), beneath: None }
+    }
+
+    /// These files, opened only beneath `dir` (by the kernel's rules: see [`Beneath`]).
+    pub fn beneath(mut self, dir: Arc<Beneath>) -> Self {
+        self.beneath = Some(dir);
+        self
     }
 
     /// Bytes of all files.
@@ -83,11 +92,11 @@ impl FileSet {
         if let Some(file) = open.by_index.get(&i) {
             return Ok(file.clone());
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(self.writable)
-            .open(&self.paths[i])
-            .map_err(|e| self.context(i, e))?;
+        let file = match &self.beneath {
+            Some(dir) => dir.open(&self.paths[i], self.writable),
+            None => OpenOptions::new().read(true).write(self.writable).open(&self.paths[i]),
+        }
+        .map_err(|e| self.context(i, e))?;
         let file = Arc::new(file);
         open.by_index.insert(i, file.clone());
         open.order.push_back(i);

@@ -1,0 +1,78 @@
+//! Opening beneath a root (`openat2(RESOLVE_BENEATH)`): what a server reads or writes is opened
+//! again relative to its root, so a path checked earlier that has since been made to lead out
+//! (a directory swapped for a symbolic link) is refused, while links that stay inside work.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::sync::Arc;
+
+use sluice::datapath::Store;
+use sluice::files::Beneath;
+use sluice::tree::FileSet;
+
+struct Layout {
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    root: std::path::PathBuf,
+}
+
+/// `root/dir/f.txt` ("inside"), `outside/secret.txt` ("secret"), and links in the root: `rel`
+/// -> `dir` (relative), `abs` -> `root/dir` (absolute, inside), `swapped` -> `outside`.
+fn layout() -> Layout {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let root = a.path().canonicalize().unwrap();
+    let outside = b.path().canonicalize().unwrap();
+    fs::create_dir(root.join("dir")).unwrap();
+    fs::write(root.join("dir/f.txt"), b"inside").unwrap();
+    fs::write(outside.join("secret.txt"), b"secret").unwrap();
+    symlink("dir", root.join("rel")).unwrap();
+    symlink(root.join("dir"), root.join("abs")).unwrap();
+    symlink(&outside, root.join("swapped")).unwrap();
+    Layout { _dirs: (a, b), root }
+}
+
+fn read(beneath: &Beneath, path: &std::path::Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut beneath.open(path, false)?, &mut text)?;
+    Ok(text)
+}
+
+#[test]
+fn paths_that_stay_inside_open_and_paths_that_lead_out_are_refused() {
+    let l = layout();
+    let beneath = Beneath::new(&l.root).unwrap();
+    for inside in ["dir/f.txt", "rel/f.txt", "abs/f.txt"] {
+        assert_eq!(read(&beneath, &l.root.join(inside)).unwrap(), "inside", "{inside}");
+    }
+    // Both temporary directories are in the same place: `..` from the root reaches the other.
+    let sibling = fs::read_link(l.root.join("swapped")).unwrap();
+    let climb = format!("dir/../../{}/secret.txt", sibling.file_name().unwrap().to_str().unwrap());
+    for out in ["swapped/secret.txt", climb.as_str()] {
+        assert!(l.root.join(out).exists(), "{out} exists, reached by path");
+        let err = read(&beneath, &l.root.join(out)).expect_err(out);
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{out}: {err}");
+        assert!(err.to_string().contains("leads outside the served directory"), "{err}");
+    }
+    // A path that was never under the root is refused without a look.
+    let err = read(&beneath, std::path::Path::new("/etc/hostname")).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+}
+
+#[test]
+fn a_file_set_beneath_the_root_refuses_a_path_swapped_after_its_check() {
+    let l = layout();
+    // The server checked `dir/f.txt` and will read it; someone then swaps `dir` for a link out.
+    let checked = l.root.join("dir/f.txt");
+    let set = FileSet::new(vec![(checked.clone(), 6)], false)
+        .beneath(Arc::new(Beneath::new(&l.root).unwrap()));
+    fs::rename(l.root.join("dir"), l.root.join("dir.old")).unwrap();
+    let outside = fs::read_link(l.root.join("swapped")).unwrap();
+    fs::write(outside.join("f.txt"), b"SECRET").unwrap();
+    symlink(&outside, l.root.join("dir")).unwrap();
+    let mut buf = [0u8; 6];
+    let err = set.read_at(&mut buf, 0).expect_err("the swapped path is refused");
+    assert!(err.to_string().contains("leads outside the served directory"), "{err}");
+    // Without the handle, the same read would have returned the outside file.
+    let plain = FileSet::new(vec![(checked, 6)], false);
+    assert_eq!(plain.read_at(&mut buf, 0).unwrap(), 6);
+    assert_eq!(&buf, b"SECRET");
+}
