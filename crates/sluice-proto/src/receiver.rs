@@ -471,3 +471,40 @@ fn seq_pair((lo, hi): (u64, u64)) -> (Seq31, Seq31) {
 fn clamp_u32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::Algorithm;
+
+    /// A receiver that got one data packet and owes an acknowledgement, with its next packet
+    /// number at `pn`; what it sends within a second.
+    fn owed_ack(pn: u64) -> Vec<u64> {
+        let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
+        let config = ChannelConfig::default();
+        let mut sender = crate::sender::Sender::new(config.clone(), key(1), key(2), 0).unwrap();
+        let mut receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
+        sender.push(0, 100);
+        sender.finish();
+        let mut buf = vec![0u8; 2048];
+        let n = sender.poll_transmit(0, &mut buf, &mut |_, out| out.fill(7)).unwrap();
+        receiver.handle_datagram(10, &mut buf[..n]).unwrap();
+        receiver.next_pn = pn;
+        let mut sent = Vec::new();
+        for now in (20..1_000_000).step_by(1000) {
+            receiver.handle_timeout(now);
+            while let Some(n) = receiver.poll_transmit(now, &mut buf) {
+                sent.push(Header::parse(&buf[..n]).unwrap().pn);
+            }
+        }
+        sent
+    }
+
+    #[test]
+    fn the_last_packet_number_is_never_used() {
+        // The same receiver with numbers to spare acknowledges; at the last number it is silent.
+        let sent = owed_ack(u64::MAX - 1);
+        assert_eq!(sent, vec![u64::MAX - 1], "one acknowledgement, then silence");
+        assert_eq!(owed_ack(u64::MAX), Vec::<u64>::new());
+    }
+}

@@ -654,3 +654,31 @@ impl Sender {
 
 /// Shutdown reason: every byte was delivered and acknowledged.
 pub const REASON_DONE: u32 = 0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::Algorithm;
+
+    #[test]
+    fn the_last_packet_number_is_never_used_the_sender_breaks_instead() {
+        let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
+        let mut sender = Sender::new(ChannelConfig::default(), key(1), key(2), 0).unwrap();
+        sender.push(0, 1 << 20);
+        let mut buf = vec![0u8; 2048];
+        let mut fill = |_: u64, out: &mut [u8]| out.fill(7);
+        let first = sender.poll_transmit(0, &mut buf, &mut fill);
+        assert!(first.is_some(), "an open sender sends");
+        sender.next_pn = u64::MAX - 1;
+        assert!(sender.poll_transmit(1, &mut buf, &mut fill).is_some(), "u64::MAX - 1 is used");
+        assert_eq!(Header::parse(&buf).unwrap().pn, u64::MAX - 1);
+        // Whenever the pacer next allows a packet, there is none: the sender breaks.
+        for now in (2..2_000_000).step_by(1000) {
+            assert_eq!(sender.poll_transmit(now, &mut buf, &mut fill), None, "at {now} us");
+            if sender.state() == State::Broken {
+                return;
+            }
+        }
+        panic!("the sender neither sent nor broke: {:?}", sender.state());
+    }
+}
