@@ -15,6 +15,7 @@ const FULL: &str = "full-token-0a1b";
 const READER: &str = "reader-token-2c3d";
 const DROPBOX: &str = "dropbox-token-4e5f";
 const SLOW: &str = "slow-token-6a7b";
+const PACED: &str = "paced-token-8c9d";
 
 /// A server whose token file grants: everything, read and list, write into `incoming` only, and
 /// one 40 Mbit/s transfer at a time within `projects`.
@@ -25,7 +26,7 @@ async fn server() -> TestServer {
             tokens_file,
             &format!(
                 "{FULL}\n{READER} rights=read,list\n{DROPBOX} rights=write root=incoming\n\
-                 {SLOW} root=projects transfers=1 rate=40Mbit\n"
+                 {SLOW} root=projects transfers=1 rate=40Mbit\n{PACED} rate=40Mbit\n"
             ),
         );
         for dir in ["incoming", "projects"] {
@@ -199,4 +200,41 @@ async fn a_token_file_granting_the_impossible_is_refused_at_start() {
             other => panic!("{text:?} must be refused, got {:?}", other.map(|_| ())),
         }
     }
+}
+
+#[tokio::test]
+async fn one_session_runs_at_most_four_transfers_at_once() {
+    use sluice::session::server::MAX_TRANSFERS_PER_SESSION;
+    let server = server().await;
+    let local = tempfile::tempdir().unwrap();
+    let paced = std::sync::Arc::new(client(&server, PACED).await);
+    let mut running = Vec::new();
+    for i in 0..MAX_TRANSFERS_PER_SESSION {
+        let (client, dest) = (paced.clone(), local.path().join(format!("d{i}.bin")));
+        running
+            .push(tokio::spawn(async move { download(&client, "projects/big.bin", &dest).await }));
+    }
+    // All four hold their places once their temporary files exist.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while common::listing(local.path()).iter().filter(|n| n.contains(".sluice-part")).count()
+        < MAX_TRANSFERS_PER_SESSION
+    {
+        assert!(running.iter().all(|t| !t.is_finished()), "a transfer ended before all began");
+        assert!(Instant::now() < deadline, "the transfers did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    match download(&paced, "secret.txt", &local.path().join("fifth.txt")).await {
+        Err(SessionError::Busy(message)) => {
+            assert!(message.contains("this session runs 4 transfers"), "{message}")
+        }
+        other => panic!("a fifth transfer must be busy, got {other:?}"),
+    }
+    // Another session of the same token is not held up by this one.
+    let other = client(&server, PACED).await;
+    download(&other, "secret.txt", &local.path().join("other.txt")).await.unwrap();
+    other.close().await;
+    for task in running {
+        task.await.unwrap().unwrap();
+    }
+    server.stop().await;
 }

@@ -7,7 +7,7 @@ use super::SessionError;
 use super::channel::{REPLY_TIMEOUT, frame_error};
 use super::messages::{ManifestPart, read_message, write_message};
 use crate::tree::Entry;
-use crate::tree::manifest::MAX_ENTRIES;
+use crate::tree::manifest::{MAX_ENTRIES, MAX_TEXT_BYTES};
 
 /// A part's entries stop growing past this much path and target text (well under the 1 MiB
 /// frame with the fixed fields of each entry).
@@ -49,12 +49,24 @@ pub(crate) async fn recv_manifest<M: DeserializeOwned>(
     unwrap: impl Fn(M) -> Result<ManifestPart, SessionError>,
 ) -> Result<Vec<Entry>, SessionError> {
     let mut entries = Vec::new();
+    let mut text = 0;
     loop {
         let msg = read_message(recv, REPLY_TIMEOUT).await.map_err(|e| frame_error(e, conn))?;
         let part = unwrap(msg)?;
         if entries.len() + part.entries.len() > MAX_ENTRIES {
             return Err(SessionError::Protocol(format!(
                 "a manifest of more than {MAX_ENTRIES} entries"
+            )));
+        }
+        text += part
+            .entries
+            .iter()
+            .map(|e| e.path.len() + e.target.as_ref().map_or(0, String::len))
+            .sum::<usize>();
+        if text > MAX_TEXT_BYTES {
+            return Err(SessionError::Protocol(format!(
+                "a manifest of more than {} MiB of names",
+                MAX_TEXT_BYTES >> 20
             )));
         }
         entries.extend(part.entries);

@@ -3,8 +3,10 @@
 //!
 //! Every connection is a Tokio task and every request stream another; data channels run on the
 //! blocking pool (`spawn_blocking`), each with its own UDP socket on the server's address. The
-//! bounds: [`MAX_CONNECTIONS`] sessions, [`MAX_REQUESTS_PER_SESSION`] concurrent requests per
-//! session, and [`MAX_TRANSFERS`] data channels in the whole server (beyond it a request is
+//! bounds: [`MAX_CONNECTIONS`] sessions ([`MAX_UNAUTHENTICATED`] of them, and
+//! [`MAX_UNAUTHENTICATED_PER_IP`] from one address, before their token is accepted),
+//! [`MAX_REQUESTS_PER_SESSION`] concurrent requests and [`MAX_TRANSFERS_PER_SESSION`] transfers
+//! per session, and [`MAX_TRANSFERS`] transfers in the whole server (beyond them a request is
 //! answered `busy`).
 
 use std::future::Future;
@@ -54,6 +56,9 @@ pub const MAX_UNAUTHENTICATED_PER_IP: usize = 8;
 const RETRY_ABOVE: usize = 16;
 /// Requests one session may have in flight (the QUIC stream limit).
 pub const MAX_REQUESTS_PER_SESSION: u32 = 16;
+/// Transfers one session may run at once (each may hold a manifest in memory); further ones
+/// are answered `busy`.
+pub const MAX_TRANSFERS_PER_SESSION: usize = 4;
 /// Data channels the whole server runs at once; further transfers are answered `busy`.
 pub const MAX_TRANSFERS: usize = 32;
 /// How long a refused client gets to read the refusal before the server closes the connection.
@@ -442,6 +447,8 @@ struct Session {
     negotiated: Negotiated,
     /// What its token may do.
     access: Arc<Access>,
+    /// Its places for transfers at once ([`MAX_TRANSFERS_PER_SESSION`]).
+    transfers: Arc<Semaphore>,
 }
 
 /// Reads `Hello`, checks the token, version and spec, and answers `Welcome`; or refuses and
@@ -517,7 +524,8 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
         return None;
     }
     let _ = send.finish();
-    Some(Session { id, negotiated, access })
+    let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS_PER_SESSION));
+    Some(Session { id, negotiated, access, transfers })
 }
 
 /// Tells the client why (when a stream is open), gives it a moment to read that, and closes the
@@ -593,9 +601,13 @@ async fn serve_request(
     let _ = send.finish();
 }
 
-/// Held while a transfer runs: its place among the server's transfers and the token's.
-type TransferPermits =
-    (tokio::sync::OwnedSemaphorePermit, Option<tokio::sync::OwnedSemaphorePermit>);
+/// Held while a transfer runs: its places among the server's, the session's and the token's
+/// transfers.
+struct TransferPermits {
+    _server: tokio::sync::OwnedSemaphorePermit,
+    _session: tokio::sync::OwnedSemaphorePermit,
+    _token: Option<tokio::sync::OwnedSemaphorePermit>,
+}
 
 /// The streams and context of one request.
 struct RequestCtx<'a> {
@@ -635,10 +647,15 @@ impl<'a> RequestCtx<'a> {
                 ))
             })?),
         };
+        let session = self.session.transfers.clone().try_acquire_owned().map_err(|_| {
+            SessionError::Busy(format!(
+                "this session runs {MAX_TRANSFERS_PER_SESSION} transfers already; wait for one"
+            ))
+        })?;
         let server = self.shared.transfers.clone().try_acquire_owned().map_err(|_| {
             SessionError::Busy(format!("{MAX_TRANSFERS} transfers are running; try again later"))
         })?;
-        Ok((server, token))
+        Ok(TransferPermits { _server: server, _session: session, _token: token })
     }
 
     /// A handle of the token's root that file contents are opened beneath.

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 /// The most entries one transfer may list: a peer cannot make the other end hold more.
 pub const MAX_ENTRIES: usize = 2_000_000;
+/// The most path and link-target text one manifest may carry (with [`MAX_ENTRIES`], what a peer
+/// can make the other end hold for one transfer).
+pub const MAX_TEXT_BYTES: usize = 256 << 20;
 /// Longest entry path accepted (PATH_MAX).
 pub const MAX_PATH_BYTES: usize = 4096;
 
