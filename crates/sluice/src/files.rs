@@ -4,9 +4,10 @@
 //! Path confinement is checked by resolving the path as it stands on disk
 //! ([`resolve_under_root`]). That leaves a time-of-check to time-of-use window: whoever can write
 //! inside the root can swap a directory for a symlink to elsewhere between the check and the
-//! use. The file contents a server reads and writes are therefore opened again, relative to a
-//! handle of the root, by the kernel's `openat2(RESOLVE_BENEATH)` ([`Beneath`]): a path that
-//! has come to lead outside by then is refused. Metadata steps (walking a tree, renames, links)
+//! use. A server therefore opens the file contents it reads and writes, and takes every step of
+//! receiving (directories, temporary files, renames, links, removals), relative to a handle of
+//! the root opened by the kernel's `openat2(RESOLVE_BENEATH)` ([`Beneath`], [`Confined`]): a
+//! path that has come to lead outside by then is refused. Walking a tree and resume records
 //! still go by path.
 
 use std::ffi::OsString;
@@ -14,7 +15,10 @@ use std::fs::File;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fd::OwnedFd;
 
 use crate::datapath::{Store, read_exact_at};
 
@@ -36,10 +40,29 @@ impl Beneath {
     /// writing. A path that now leads out of the root is refused (`PermissionDenied`). A path
     /// through an absolute link that stays inside is resolved again and opened beneath too.
     pub fn open(&self, path: &Path, write: bool) -> io::Result<File> {
+        use rustix::fs::OFlags;
+        let flags = if write { OFlags::RDWR } else { OFlags::RDONLY } | OFlags::CLOEXEC;
+        self.resolving(path, |p| self.open_flags(p, flags)).map(File::from)
+    }
+
+    /// The directory holding `path`, opened beneath the root (as a path handle for the `*at`
+    /// calls), and `path`'s last component.
+    fn parent<'p>(&self, path: &'p Path) -> io::Result<(OwnedFd, &'p std::ffi::OsStr)> {
+        use rustix::fs::OFlags;
+        let name = path.file_name().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", path.display()))
+        })?;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = self.resolving(parent_dir(path), |p| self.open_flags(p, flags))?;
+        Ok((dir, name))
+    }
+
+    /// `open(path)`; when the kernel refuses a path through an absolute link, `open` of where
+    /// it leads now, if that is still beneath the root.
+    fn resolving<T>(&self, path: &Path, open: impl Fn(&Path) -> io::Result<T>) -> io::Result<T> {
         let xdev = |e: &io::Error| e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error());
-        match self.open_relative(path, write) {
-            // An absolute link on the way: where it leads now, if that is still inside.
-            Err(e) if xdev(&e) => match self.open_relative(&path.canonicalize()?, write) {
+        match open(path) {
+            Err(e) if xdev(&e) => match open(&path.canonicalize()?) {
                 Err(e) if xdev(&e) => Err(self.outside(path)),
                 other => other,
             },
@@ -54,19 +77,108 @@ impl Beneath {
         )
     }
 
-    fn open_relative(&self, path: &Path, write: bool) -> io::Result<File> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
+    /// `path` opened with `flags` relative to the root's handle, never resolving out of it.
+    fn open_flags(&self, path: &Path, flags: rustix::fs::OFlags) -> io::Result<OwnedFd> {
+        use rustix::fs::{Mode, ResolveFlags};
         let relative = path.strip_prefix(&self.path).map_err(|_| self.outside(path))?;
         let relative = if relative.as_os_str().is_empty() { Path::new(".") } else { relative };
-        let flags = if write { OFlags::RDWR } else { OFlags::RDONLY } | OFlags::CLOEXEC;
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
         match rustix::fs::openat2(&self.dir, relative, flags, Mode::empty(), resolve) {
-            Ok(fd) => Ok(File::from(fd)),
+            Ok(fd) => Ok(fd),
             // Kernels before 5.6 have no openat2: open by path, as checked.
-            Err(rustix::io::Errno::NOSYS) => {
-                std::fs::OpenOptions::new().read(true).write(write).open(path)
-            }
+            Err(rustix::io::Errno::NOSYS) => Ok(rustix::fs::open(path, flags, Mode::empty())?),
             Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The file-system steps of receiving files, by path, or, beneath a root (a server's), through
+/// handles of their directories opened beneath it: a directory swapped for a link out between
+/// the plan and these steps is refused rather than followed. The last component is never
+/// followed when creating.
+#[derive(Debug, Clone, Default)]
+pub struct Confined(Option<Arc<Beneath>>);
+
+impl Confined {
+    /// Steps beneath `root`, or by path when there is none.
+    pub fn new(root: Option<&Path>) -> io::Result<Confined> {
+        Ok(Confined(root.map(Beneath::new).transpose()?.map(Arc::new)))
+    }
+
+    /// Creates the directory `path` (mode 0777 less the umask).
+    pub fn create_dir(&self, path: &Path) -> io::Result<()> {
+        match &self.0 {
+            None => std::fs::create_dir(path),
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                Ok(rustix::fs::mkdirat(&dir, name, rustix::fs::Mode::from_raw_mode(0o777))?)
+            }
+        }
+    }
+
+    /// Creates the new file `path` (it must not exist), readable and writable, with `mode`.
+    pub fn create_new(&self, path: &Path, mode: u32) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags};
+        match &self.0 {
+            None => {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .open(path)
+            }
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                let flags = OFlags::RDWR
+                    | OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC;
+                Ok(File::from(rustix::fs::openat(&dir, name, flags, Mode::from_raw_mode(mode))?))
+            }
+        }
+    }
+
+    /// Opens the existing file or directory `path`, for reading or also for writing.
+    pub fn open(&self, path: &Path, write: bool) -> io::Result<File> {
+        match &self.0 {
+            None => std::fs::OpenOptions::new().read(true).write(write).open(path),
+            Some(b) => b.open(path, write),
+        }
+    }
+
+    /// Renames `from` to `to`.
+    pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        match &self.0 {
+            None => std::fs::rename(from, to),
+            Some(b) => {
+                let ((from_dir, from_name), (to_dir, to_name)) = (b.parent(from)?, b.parent(to)?);
+                Ok(rustix::fs::renameat(&from_dir, from_name, &to_dir, to_name)?)
+            }
+        }
+    }
+
+    /// Removes the file or link `path` (not a directory).
+    pub fn remove_file(&self, path: &Path) -> io::Result<()> {
+        match &self.0 {
+            None => std::fs::remove_file(path),
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                Ok(rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty())?)
+            }
+        }
+    }
+
+    /// Makes `path` a symbolic link to `target`.
+    pub fn symlink(&self, target: &str, path: &Path) -> io::Result<()> {
+        match &self.0 {
+            None => std::os::unix::fs::symlink(target, path),
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                Ok(rustix::fs::symlinkat(target, &dir, name)?)
+            }
         }
     }
 }

@@ -76,3 +76,44 @@ fn a_file_set_beneath_the_root_refuses_a_path_swapped_after_its_check() {
     assert_eq!(plain.read_at(&mut buf, 0).unwrap(), 6);
     assert_eq!(&buf, b"SECRET");
 }
+
+#[test]
+fn receiving_steps_beneath_the_root_work_inside_and_never_land_outside() {
+    use sluice::files::Confined;
+    let l = layout();
+    let fs = Confined::new(Some(&l.root)).unwrap();
+    // Inside, through a relative link and an absolute one that stays inside: every step works.
+    for dir in ["dir", "rel", "abs"] {
+        let base = l.root.join(dir);
+        let made = base.join(format!("made-{dir}"));
+        fs.create_dir(&made).unwrap();
+        let temp = made.join(".t.sluice-part-0");
+        std::io::Write::write_all(&mut fs.create_new(&temp, 0o600).unwrap(), b"data").unwrap();
+        fs.rename(&temp, &made.join("t")).unwrap();
+        fs.symlink("t", &made.join("link")).unwrap();
+        assert_eq!(fs::read(l.root.join("dir").join(format!("made-{dir}/link"))).unwrap(), b"data");
+        fs.remove_file(&made.join("link")).unwrap();
+    }
+    // An existing file is never replaced by create_new, nor followed through a final link.
+    assert!(fs.create_new(&l.root.join("dir/f.txt"), 0o600).is_err());
+    assert!(fs.create_new(&l.root.join("swapped"), 0o600).is_err());
+    // Through the directory swapped for a link out, every step is refused and nothing lands
+    // outside.
+    let outside = fs::read_link(l.root.join("swapped")).unwrap();
+    let before = fs::read_dir(&outside).unwrap().count();
+    let via = l.root.join("swapped");
+    let refused = [
+        fs.create_dir(&via.join("d")).err(),
+        fs.create_new(&via.join("f"), 0o600).err(),
+        fs.symlink("x", &via.join("l")).err(),
+        fs.rename(&l.root.join("dir/f.txt"), &via.join("moved")).err(),
+        fs.remove_file(&via.join("secret.txt")).err(),
+    ];
+    for (step, err) in refused.iter().enumerate() {
+        let err = err.as_ref().unwrap_or_else(|| panic!("step {step} went through the link"));
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "step {step}: {err}");
+    }
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), before, "something landed outside");
+    assert!(outside.join("secret.txt").exists());
+    assert!(l.root.join("dir/f.txt").exists());
+}

@@ -7,9 +7,9 @@
 //! this transfer made. One `syncfs` makes the whole commit durable.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::fileset::FileSet;
 use super::manifest::{self, BadEntry, Entry, EntryKind};
 use super::resume::{self, RECORD_EVERY, RESUME_MIN_BYTES, Resumable};
-use crate::files::{hash_prefix, parent_dir, random_u64, temp_name};
+use crate::files::{Confined, hash_prefix, parent_dir, random_u64, temp_name};
 
 /// What to do when a file of the manifest exists at the destination.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +108,8 @@ pub struct Plan {
     /// Directories to create or keep (entry indices).
     dirs: Vec<usize>,
     preserve: bool,
+    /// The steps on disk, beneath the root when confined.
+    fs: Confined,
 }
 
 /// Decides where every entry of `entries` goes under `dest` and which files move.
@@ -135,7 +137,10 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
             )));
         }
     }
+    let fs = Confined::new(options.confine.as_deref())
+        .map_err(|e| PlanError::Io("the served directory".into(), e))?;
     let mut plan = Plan {
+        fs,
         targets: Vec::with_capacity(entries.len()),
         files: Vec::new(),
         wanted: Vec::new(),
@@ -326,7 +331,7 @@ impl Plan {
         let io_err = |p: &Path, e| PlanError::Io(p.display().to_string(), e);
         for &i in &self.dirs {
             let target = &self.targets[i];
-            match std::fs::create_dir(target) {
+            match self.fs.create_dir(target) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && target.is_dir() => {}
                 Err(e) => return Err(io_err(target, e)),
@@ -342,7 +347,7 @@ impl Plan {
             let i = incoming.plan.files[n as usize];
             let target = &incoming.plan.targets[i];
             if let Some(resumable) = &incoming.plan.resume[k] {
-                let hashes = File::open(&resumable.temp)
+                let hashes = (incoming.plan.fs.open(&resumable.temp, false))
                     .and_then(|f| resume::block_hashes(&f, resumable.prefix))
                     .map_err(|e| io_err(target, e))?;
                 incoming.temps.push(resumable.temp.clone());
@@ -352,12 +357,7 @@ impl Plan {
             let name = target.file_name().unwrap_or(target.as_os_str());
             let random = random_u64().map_err(|e| io_err(target, e))?;
             let temp = parent_dir(target).join(temp_name(name, random));
-            let file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)
-                .map_err(|e| io_err(target, e))?;
+            let file = incoming.plan.fs.create_new(&temp, 0o600).map_err(|e| io_err(target, e))?;
             incoming.temps.push(temp);
             file.set_len(incoming.plan.entries[i].size).map_err(|e| io_err(target, e))?;
         }
@@ -475,20 +475,20 @@ impl Incoming {
             resume::forget(target);
             // `blake3::Hash` compares in constant time.
             if expected[k] != actual[k] {
-                let _ = std::fs::remove_file(temp);
+                let _ = self.plan.fs.remove_file(temp);
                 done.mismatched.push(entry.path.clone());
                 self.committed = k + 1;
                 continue;
             }
             let io_err = |e| PlanError::Io(target.display().to_string(), e);
-            let file = OpenOptions::new().write(true).open(temp).map_err(io_err)?;
+            let file = self.plan.fs.open(temp, true).map_err(io_err)?;
             file.set_permissions(std::fs::Permissions::from_mode(file_mode(entry.mode, preserve)))
                 .map_err(io_err)?;
             if preserve {
                 file.set_modified(system_time(entry.mtime)).map_err(io_err)?;
             }
             drop(file);
-            std::fs::rename(temp, target).map_err(io_err)?;
+            self.plan.fs.rename(temp, target).map_err(io_err)?;
             self.committed = k + 1;
             done.files += 1;
         }
@@ -496,10 +496,9 @@ impl Incoming {
             let (entry, target) = (&self.plan.entries[i], &self.plan.targets[i]);
             let io_err = |e| PlanError::Io(target.display().to_string(), e);
             if target.symlink_metadata().is_ok() {
-                std::fs::remove_file(target).map_err(io_err)?;
+                self.plan.fs.remove_file(target).map_err(io_err)?;
             }
-            std::os::unix::fs::symlink(entry.target.as_deref().unwrap_or(""), target)
-                .map_err(io_err)?;
+            self.plan.fs.symlink(entry.target.as_deref().unwrap_or(""), target).map_err(io_err)?;
             done.links += 1;
         }
         // Deepest first: setting a directory's time after its contents changed.
@@ -507,15 +506,14 @@ impl Incoming {
             let (entry, target) = (&self.plan.entries[i], &self.plan.targets[i]);
             let io_err = |e| PlanError::Io(target.display().to_string(), e);
             let mode = std::fs::Permissions::from_mode(entry.mode & 0o777);
-            std::fs::set_permissions(target, mode).map_err(io_err)?;
-            File::open(target)
-                .and_then(|d| d.set_modified(system_time(entry.mtime)))
-                .map_err(io_err)?;
+            let dir = self.plan.fs.open(target, false).map_err(io_err)?;
+            dir.set_permissions(mode).map_err(io_err)?;
+            dir.set_modified(system_time(entry.mtime)).map_err(io_err)?;
         }
         if let Some(&i) = self.plan.files.first().or(self.plan.dirs.first()) {
             let dir = parent_dir(&self.plan.targets[i]);
-            let synced =
-                File::open(dir).and_then(|d| rustix::fs::syncfs(&d).map_err(io::Error::from));
+            let synced = (self.plan.fs.open(dir, false))
+                .and_then(|d| rustix::fs::syncfs(&d).map_err(io::Error::from));
             synced.map_err(|e| PlanError::Io(dir.display().to_string(), e))?;
         }
         Ok(done)
@@ -528,7 +526,7 @@ impl Drop for Incoming {
         for (k, temp) in self.temps.iter().enumerate().skip(self.committed) {
             let target = &self.plan.targets[self.plan.files[self.plan.wanted[k] as usize]];
             if !resume::record_path(target).exists() {
-                let _ = std::fs::remove_file(temp);
+                let _ = self.plan.fs.remove_file(temp);
             }
         }
     }
