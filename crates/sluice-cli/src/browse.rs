@@ -5,7 +5,6 @@ use serde_json::json;
 use sluice::session::{FileKind, StatInfo};
 use sluice::tree::EntryKind;
 
-use crate::config::ClientFile;
 use crate::connect::{ConnectArgs, Reached, reach};
 use crate::exit;
 use crate::remote::{Location, parse_location};
@@ -56,7 +55,7 @@ fn remote(location: &str) -> anyhow::Result<(String, String)> {
 
 async fn reach_host(connect: &ConnectArgs, ssh: &SshArgs, host: &str) -> anyhow::Result<Reached> {
     let channel = sluice::session::default_channel_config();
-    let prefs = ClientFile::load()?.prefs(host);
+    let prefs = crate::config::load()?.prefs(host);
     reach(connect, ssh, host, &prefs, channel, None).await
 }
 

@@ -6,7 +6,7 @@ use clap::Args;
 use sluice::session::{CopyOptions, Links, Overwrite, TransferReport};
 use sluice_proto::cc::CcKind;
 
-use crate::config::{ClientFile, Prefs};
+use crate::config::Prefs;
 use crate::connect::{ConnectArgs, reach};
 use crate::exit;
 use crate::remote::{Location, parse_location};
@@ -214,7 +214,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
 
 async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
     let (host, mut direction) = direction(&args.paths)?;
-    let prefs = ClientFile::load()?.prefs(&host);
+    let prefs = crate::config::load()?.prefs(&host);
     let args = &args.clone().with_prefs(&prefs);
     let options = copy_options(args)?;
     let mut channel = sluice::session::default_channel_config();

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use sluice::session::{Credentials, Server, ServerConfig};
+use sluice::settings::ServerFile;
 
 use crate::exit;
 
@@ -60,25 +61,12 @@ pub(crate) const HANDOFF_VERSION: &str = "1";
 /// How long a one-shot server waits for its client.
 const ONCE_WAIT: Duration = Duration::from_secs(60);
 
-/// The server's config file.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ServerFile {
-    root: Option<PathBuf>,
-    listen: Option<SocketAddr>,
-    state_dir: Option<PathBuf>,
-    tokens: Option<PathBuf>,
-    max_channels: Option<u32>,
-    metrics: Option<SocketAddr>,
-}
-
-impl ServerFile {
-    fn load(path: Option<&PathBuf>) -> anyhow::Result<ServerFile> {
-        let Some(path) = path else { return Ok(ServerFile::default()) };
-        let named = |why: String| exit::usage(format!("config file {}: {why}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| named(e.to_string()))?;
-        toml::from_str(&text).map_err(|e| named(e.to_string().trim().to_owned()))
-    }
+/// The server's config file, or nothing when none is named.
+fn load_server_file(path: Option<&PathBuf>) -> anyhow::Result<ServerFile> {
+    let Some(path) = path else { return Ok(ServerFile::default()) };
+    let named = |why: String| exit::usage(format!("config file {}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| named(e.to_string()))?;
+    ServerFile::parse(&text).map_err(named)
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -86,7 +74,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.once {
         return once(args).await;
     }
-    let file = ServerFile::load(args.config.as_ref())?;
+    let file = load_server_file(args.config.as_ref())?;
     let root = args.root.or(file.root).ok_or_else(|| {
         exit::usage("no directory to serve: pass --root, set SLUICE_ROOT, or put root in --config")
     })?;

@@ -60,7 +60,7 @@ pub(crate) async fn run(args: SweepArgs) -> anyhow::Result<()> {
     if size == 0 || args.packet_sizes.is_empty() || args.channels.is_empty() {
         return Err(exit::usage("nothing to sweep: give a size, packet sizes and channel counts"));
     }
-    let file = ClientFile::load()?;
+    let file = crate::config::load()?;
     if args.save && file.has_host(&host) {
         return Err(exit::usage(format!(
             "the config file has a [hosts.{host}] section already: edit it by hand, or sweep \
@@ -138,7 +138,7 @@ pub(crate) async fn run(args: SweepArgs) -> anyhow::Result<()> {
 /// Appends `section` to the config file, unless it has a section for `host` already.
 #[allow(clippy::print_stdout)]
 fn save(host: &str, section: &str) -> anyhow::Result<()> {
-    let path = ClientFile::path().ok_or_else(|| anyhow::anyhow!("no config directory here"))?;
+    let path = crate::config::path().ok_or_else(|| anyhow::anyhow!("no config directory here"))?;
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),

@@ -14,6 +14,7 @@ use crate::session::identity::Fingerprint;
 use crate::session::known_hosts::KnownHosts;
 use crate::session::messages::{ClientMsg, ManifestPart, ServerMsg, decode, encode};
 use crate::session::tokens::TokenSet;
+use crate::settings::{ClientFile, ServerFile};
 use crate::tree::manifest::{self, Entry, from_ranges, to_ranges};
 
 /// A datagram from the network: the header and every body decoder re-emit exactly the bytes
@@ -140,12 +141,26 @@ pub fn resume_record(bytes: &[u8]) {
     }
 }
 
-/// The text files an operator or user writes: the token file, the known-hosts file, and a
-/// fingerprint. Every token a token file accepts verifies as its own line and no other; no
-/// grant's root is absolute or climbs; a known-hosts file yields at most one entry per line;
-/// a fingerprint that parses prints as it was written.
+/// The text files an operator or user writes: the token file, the known-hosts file, the
+/// client's and the server's config files, and a fingerprint. Every token a token file accepts
+/// verifies as its own line and no other; no grant's root is absolute or climbs; every
+/// well-formed known-hosts line is read; a client config never has a default address, and a
+/// host's settings are its section's over the defaults; a fingerprint that parses prints as it
+/// was written.
 pub fn config_text(bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
+    if let Ok(file) = ClientFile::parse(&text) {
+        assert_eq!(file.defaults.address, None, "a default address was accepted");
+        assert_eq!(file.prefs("\0not a host"), file.defaults);
+        for (host, section) in &file.hosts {
+            let prefs = file.prefs(host);
+            assert_eq!(prefs.address, section.address, "{host}");
+            assert_eq!(prefs.port, section.port.or(file.defaults.port), "{host}");
+            assert_eq!(prefs.compress, section.compress.or(file.defaults.compress), "{host}");
+            assert_eq!(prefs, section.clone().over(&file.defaults), "{host}");
+        }
+    }
+    let _ = ServerFile::parse(&text);
     if let Ok(set) = TokenSet::parse(&text) {
         let tokens: Vec<&str> = text
             .lines()

@@ -9,5 +9,6 @@ pub mod files;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod session;
+pub mod settings;
 pub mod tree;
 pub mod units;

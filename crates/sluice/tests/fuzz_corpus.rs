@@ -150,4 +150,11 @@ fn write_seed_corpora() {
                  [::1]:7733 SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nmalformed\n";
     write("config_text", "known-hosts", known.as_bytes());
     write("config_text", "fingerprint", b"SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU");
+    let client = "[defaults]\nchannels = 4\ncompress = 1\nlimit_rate = \"800Mbit\"\n\n[hosts.lab]\n\
+                  address = \"198.18.0.2\"\nport = 7733\ntoken_file = \"/k/lab.token\"\ncompress = 3\n";
+    write("config_text", "client-config", client.as_bytes());
+    write("config_text", "client-token", b"[hosts.a]\ntoken = \"secret\"\n");
+    let server = "root = \"/data\"\nlisten = \"0.0.0.0:7733\"\ntokens = \"/etc/sluice/tokens\"\n\
+                  max_channels = 8\n";
+    write("config_text", "server-config", server.as_bytes());
 }
