@@ -5,10 +5,10 @@
 //! ([`resolve_under_root`]). That leaves a time-of-check to time-of-use window: whoever can write
 //! inside the root can swap a directory for a symlink to elsewhere between the check and the
 //! use. A server therefore opens the file contents it reads and writes, and takes every step of
-//! receiving (directories, temporary files, renames, links, removals), relative to a handle of
-//! the root opened by the kernel's `openat2(RESOLVE_BENEATH)` ([`Beneath`], [`Confined`]): a
-//! path that has come to lead outside by then is refused. Walking a tree and resume records
-//! still go by path.
+//! receiving (directories, temporary files, renames, links, resume records, removals),
+//! relative to a handle of the root opened by the kernel's `openat2(RESOLVE_BENEATH)`
+//! ([`Beneath`], [`Confined`]): a path that has come to lead outside by then is refused.
+//! Walking a tree (listing and metadata) still goes by path.
 
 use std::ffi::OsString;
 use std::fs::File;

@@ -226,7 +226,9 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
                     if move_it {
                         plan.wanted.push(number);
                         let resumable = entry.size >= RESUME_MIN_BYTES;
-                        plan.resume.push(resumable.then(|| resume::find(&target, entry)).flatten());
+                        plan.resume.push(
+                            resumable.then(|| resume::find(&plan.fs, &target, entry)).flatten(),
+                        );
                     }
                 } else if move_it {
                     plan.links.push(i);
@@ -440,7 +442,7 @@ impl Incoming {
                 });
             }
         }
-        ResumeKeeper { files, last: None }
+        ResumeKeeper { files, last: None, fs: self.plan.fs.clone() }
     }
 
     /// The temporary files as one store, in the order the data moves.
@@ -472,7 +474,7 @@ impl Incoming {
             let entry = &self.plan.entries[self.plan.files[self.plan.wanted[k] as usize]];
             let target = &self.plan.targets[self.plan.files[self.plan.wanted[k] as usize]];
             let temp = &self.temps[k];
-            resume::forget(target);
+            resume::forget(&self.plan.fs, target);
             // `blake3::Hash` compares in constant time.
             if expected[k] != actual[k] {
                 let _ = self.plan.fs.remove_file(temp);
@@ -549,6 +551,8 @@ struct Tracked {
 pub struct ResumeKeeper {
     files: Vec<Tracked>,
     last: Option<std::time::Instant>,
+    /// The steps on disk (beneath the root when confined).
+    fs: Confined,
 }
 
 impl ResumeKeeper {
@@ -563,7 +567,7 @@ impl ResumeKeeper {
         for file in &mut self.files {
             let have = prefix.saturating_sub(file.base).min(file.entry.size);
             if have > file.recorded
-                && resume::save(&file.target, &file.temp, &file.entry, have).is_ok()
+                && resume::save(&self.fs, &file.target, &file.temp, &file.entry, have).is_ok()
             {
                 file.recorded = have;
             }

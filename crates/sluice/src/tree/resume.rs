@@ -12,7 +12,7 @@
 //! dropped with its temporary file, and the file moves whole.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::manifest::Entry;
-use crate::files::{hash_extents, parent_dir, side_name, temp_name};
+use crate::files::{Confined, hash_extents, parent_dir, side_name, temp_name};
 
 /// Blocks a resume offers and checks (a mismatch costs at most one block more).
 pub const RESUME_BLOCK_BYTES: u64 = 4 << 20;
@@ -64,14 +64,14 @@ pub(crate) fn record_path(target: &Path) -> PathBuf {
 
 /// The resumable temporary file of `target` for the source `entry`, if a record names one that
 /// fits; a record that does not is removed with the temporary file it names.
-pub(crate) fn find(target: &Path, entry: &Entry) -> Option<Resumable> {
+pub(crate) fn find(fs: &Confined, target: &Path, entry: &Entry) -> Option<Resumable> {
     let path = record_path(target);
     path.symlink_metadata().ok()?;
     let Some(record) = read_record(&path) else {
         // Unreadable: which temporary file it meant is unknown, so every one of this target
         // goes (they are ours by their name).
-        remove_temps_of(target);
-        let _ = std::fs::remove_file(&path);
+        remove_temps_of(fs, target);
+        let _ = fs.remove_file(&path);
         return None;
     };
     let temp_ok = record.temp_is_ours();
@@ -84,9 +84,9 @@ pub(crate) fn find(target: &Path, entry: &Entry) -> Option<Resumable> {
         && temp.symlink_metadata().is_ok_and(|m| m.file_type().is_file() && m.len() == entry.size);
     if !fits {
         if temp_ok {
-            let _ = std::fs::remove_file(&temp);
+            let _ = fs.remove_file(&temp);
         }
-        let _ = std::fs::remove_file(&path);
+        let _ = fs.remove_file(&path);
         return None;
     }
     Some(Resumable { temp, prefix: record.usable_prefix(entry.size) })
@@ -113,7 +113,7 @@ impl Record {
 }
 
 /// Removes the temporary files (`.<name>.sluice-part-<hex>`) beside `target`.
-fn remove_temps_of(target: &Path) {
+fn remove_temps_of(fs: &Confined, target: &Path) {
     let name = target.file_name().unwrap_or(target.as_os_str());
     let sample = temp_name(name, 0);
     let prefix = &sample.as_bytes()[..sample.len() - 16];
@@ -125,7 +125,7 @@ fn remove_temps_of(target: &Path) {
             && bytes.starts_with(prefix)
             && bytes[prefix.len()..].iter().all(u8::is_ascii_hexdigit);
         if is_temp && child.file_type().is_ok_and(|t| t.is_file()) {
-            let _ = std::fs::remove_file(child.path());
+            let _ = fs.remove_file(&child.path());
         }
     }
 }
@@ -149,7 +149,13 @@ pub(crate) fn decode_record(bytes: &[u8]) -> Option<Record> {
 }
 
 /// Writes (atomically replaces) the record of `target`.
-pub(crate) fn save(target: &Path, temp: &Path, entry: &Entry, prefix: u64) -> io::Result<()> {
+pub(crate) fn save(
+    fs: &Confined,
+    target: &Path,
+    temp: &Path,
+    entry: &Entry,
+    prefix: u64,
+) -> io::Result<()> {
     let temp_name = temp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let record = Record {
         version: RECORD_VERSION,
@@ -162,13 +168,18 @@ pub(crate) fn save(target: &Path, temp: &Path, entry: &Entry, prefix: u64) -> io
     let path = record_path(target);
     let mut staging = path.clone().into_os_string();
     staging.push(".new");
-    std::fs::write(&staging, serde_json::to_vec(&record).map_err(io::Error::other)?)?;
-    std::fs::rename(&staging, &path)
+    let staging = PathBuf::from(staging);
+    // A staging file left by a crash is ours to replace.
+    let _ = fs.remove_file(&staging);
+    let mut file = fs.create_new(&staging, 0o600)?;
+    file.write_all(&serde_json::to_vec(&record).map_err(io::Error::other)?)?;
+    drop(file);
+    fs.rename(&staging, &path)
 }
 
 /// Removes the record of `target`, if any.
-pub(crate) fn forget(target: &Path) {
-    let _ = std::fs::remove_file(record_path(target));
+pub(crate) fn forget(fs: &Confined, target: &Path) {
+    let _ = fs.remove_file(&record_path(target));
 }
 
 /// BLAKE3 of each [`RESUME_BLOCK_BYTES`] block of the first `len` bytes of `file` (the last
