@@ -7,8 +7,8 @@
 //! use. A server therefore opens the file contents it reads and writes, and takes every step of
 //! receiving (directories, temporary files, renames, links, resume records, removals),
 //! relative to a handle of the root opened by the kernel's `openat2(RESOLVE_BENEATH)`
-//! ([`Beneath`], [`Confined`]): a path that has come to lead outside by then is refused.
-//! Walking a tree (listing and metadata) still goes by path.
+//! ([`Beneath`], [`Confined`]), and walks and lists trees the same way: a path that has come to
+//! lead outside by then is refused.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -167,6 +167,66 @@ impl Confined {
             Some(b) => {
                 let (dir, name) = b.parent(path)?;
                 Ok(rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty())?)
+            }
+        }
+    }
+
+    /// The metadata of what `path` names, links followed (beneath the root).
+    pub fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
+        match &self.0 {
+            None => std::fs::metadata(path),
+            Some(b) => {
+                let flags = rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC;
+                File::from(b.resolving(path, |p| b.open_flags(p, flags))?).metadata()
+            }
+        }
+    }
+
+    /// The metadata of `path` itself (a link is not followed).
+    pub fn symlink_metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
+        use rustix::fs::{Mode, OFlags};
+        match &self.0 {
+            None => std::fs::symlink_metadata(path),
+            // The root itself: it is where everything is beneath.
+            Some(b) if path == b.path => {
+                File::from(b.open_flags(path, OFlags::PATH | OFlags::CLOEXEC)?).metadata()
+            }
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                File::from(rustix::fs::openat(&dir, name, flags, Mode::empty())?).metadata()
+            }
+        }
+    }
+
+    /// The names in the directory `path` (without `.` and `..`), in no particular order.
+    pub fn read_dir(&self, path: &Path) -> io::Result<Vec<OsString>> {
+        match &self.0 {
+            None => std::fs::read_dir(path)?.map(|e| e.map(|e| e.file_name())).collect(),
+            Some(b) => {
+                use rustix::fs::OFlags;
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                let dir = b.resolving(path, |p| b.open_flags(p, flags))?;
+                let mut names = Vec::new();
+                for entry in rustix::fs::Dir::read_from(&dir)? {
+                    let name = entry?.file_name().to_bytes().to_vec();
+                    if name != b"." && name != b".." {
+                        names.push(OsString::from_vec(name));
+                    }
+                }
+                Ok(names)
+            }
+        }
+    }
+
+    /// What the link `path` says.
+    pub fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        match &self.0 {
+            None => std::fs::read_link(path),
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                let target = rustix::fs::readlinkat(&dir, name, Vec::new())?;
+                Ok(PathBuf::from(OsString::from_vec(target.into_bytes())))
             }
         }
     }

@@ -117,3 +117,39 @@ fn receiving_steps_beneath_the_root_work_inside_and_never_land_outside() {
     assert!(outside.join("secret.txt").exists());
     assert!(l.root.join("dir/f.txt").exists());
 }
+
+#[test]
+fn walking_and_listing_beneath_the_root_refuse_a_directory_swapped_for_a_link_out() {
+    use sluice::files::Confined;
+    use sluice::tree::{Links, WalkOptions, list, walk};
+    let l = layout();
+    let checked = l.root.join("dir");
+    let confined =
+        WalkOptions { recursive: true, links: Links::Copy, confine: Some(l.root.clone()) };
+    // Before the swap, the walk and the listing see the tree (its links as links).
+    let before = walk(std::slice::from_ref(&checked), &confined).unwrap();
+    assert_eq!(
+        before.entries.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
+        ["dir", "dir/f.txt"]
+    );
+    let fs = Confined::new(Some(&l.root)).unwrap();
+    assert_eq!(list(&fs, &l.root).unwrap().entries.len(), 4);
+    // `dir` becomes a link out after its check.
+    fs::rename(&checked, l.root.join("dir.old")).unwrap();
+    symlink(fs::read_link(l.root.join("swapped")).unwrap(), &checked).unwrap();
+    let err =
+        walk(std::slice::from_ref(&checked), &confined).expect_err("the walk must not go out");
+    assert!(err.to_string().contains("leads outside the served directory"), "{err}");
+    // Listing it shows the link itself, never what is behind it.
+    let listed = list(&fs, &checked).unwrap().entries;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0].kind, listed[0].path.as_str()),
+        (sluice::tree::EntryKind::Symlink, "dir")
+    );
+    assert!(fs.metadata(&checked.join("secret.txt")).is_err());
+    // Without a root to stay beneath (a client's own files), the same walk follows the link.
+    let unconfined = WalkOptions { confine: None, ..confined };
+    let outside = walk(&[checked], &unconfined).unwrap();
+    assert!(outside.entries.iter().any(|e| e.path == "dir/secret.txt"));
+}

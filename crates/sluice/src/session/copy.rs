@@ -57,12 +57,16 @@ pub(crate) fn check_level(level: Option<i32>) -> Result<(), SessionError> {
 }
 
 /// Puts each file's BLAKE3 into the manifest (reads every file once, before the transfer).
-pub(crate) fn add_checksums(outgoing: &mut Outgoing) -> Result<(), SessionError> {
+/// `fs` opens the files (beneath a server's root).
+pub(crate) fn add_checksums(
+    fs: &crate::files::Confined,
+    outgoing: &mut Outgoing,
+) -> Result<(), SessionError> {
     let never = AtomicBool::new(false);
     let files = outgoing.entries.iter_mut().filter(|e| e.kind == EntryKind::File);
     for (entry, path) in files.zip(&outgoing.files) {
         let ctx = || format!("hashing {}", path.display());
-        let file = File::open(path).map_err(|e| SessionError::io(ctx(), e))?;
+        let file = fs.open(path, false).map_err(|e| SessionError::io(ctx(), e))?;
         let hash =
             hash_prefix(&file, entry.size, &never).map_err(|e| SessionError::io(ctx(), e))?;
         entry.blake3 = hash.map(|h| h.to_hex().to_string());

@@ -41,7 +41,7 @@ use super::{
 };
 use super::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
 use crate::datapath::{self, ChannelReport, Fault};
-use crate::files::{self, Beneath, PathError};
+use crate::files::{self, Beneath, Confined, PathError};
 use crate::tree::manifest::to_ranges;
 use crate::tree::{ReceiveOptions, WalkError, WalkOptions, plan, walk};
 
@@ -700,7 +700,8 @@ impl<'a> RequestCtx<'a> {
         let req = requested.to_owned();
         let info = blocking(move || {
             let path = resolve(&root, &req)?;
-            let meta = std::fs::metadata(&path).map_err(|e| open_error(&req, e))?;
+            let fs = Confined::new(Some(&root)).map_err(|e| open_error(&req, e))?;
+            let meta = fs.metadata(&path).map_err(|e| open_error(&req, e))?;
             let kind = if meta.is_file() {
                 FileKind::File
             } else if meta.is_dir() {
@@ -723,7 +724,8 @@ impl<'a> RequestCtx<'a> {
         let listing = blocking(move || {
             let path = resolve(&root, if req.is_empty() { "." } else { &req })?;
             // Errors name the requested path, never the server's own layout.
-            crate::tree::list(&path).map_err(|e| match e {
+            let fs = Confined::new(Some(&root)).map_err(|e| open_error(&req, e))?;
+            crate::tree::list(&fs, &path).map_err(|e| match e {
                 WalkError::Io(_, source) => open_error(&req, source),
                 other => walk_error(other),
             })
@@ -772,7 +774,9 @@ impl<'a> RequestCtx<'a> {
                 .collect::<Result<Vec<_>, SessionError>>()?;
             let mut outgoing = walk(&sources, &walk_options).map_err(walk_error)?;
             if checksum {
-                add_checksums(&mut outgoing)?;
+                let fs = Confined::new(walk_options.confine.as_deref())
+                    .map_err(|e| SessionError::io("opening the served directory", e))?;
+                add_checksums(&fs, &mut outgoing)?;
             }
             Ok(outgoing)
         })

@@ -7,7 +7,7 @@
 //! this transfer made. One `syncfs` makes the whole commit durable.
 
 use std::collections::HashSet;
-use std::fs::File;
+
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -162,7 +162,7 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
                 None => dest.to_owned(),
             }
         };
-        let found = match target.symlink_metadata() {
+        let found = match plan.fs.symlink_metadata(&target) {
             Ok(meta) => Some(meta),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(PlanError::Io(entry.path.clone(), e)),
@@ -203,7 +203,9 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
                         Overwrite::Never => false,
                         Overwrite::Always => true,
                         Overwrite::IfNewer => entry.mtime > meta.mtime(),
-                        Overwrite::IfDifferent => differs(entry, &target, meta, options.checksum),
+                        Overwrite::IfDifferent => {
+                            differs(&plan.fs, entry, &target, meta, options.checksum)
+                        }
                     },
                 };
                 if entry.kind == EntryKind::Symlink
@@ -254,10 +256,17 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
 }
 
 /// Whether `IfDifferent` replaces the existing file at `target`.
-fn differs(entry: &Entry, target: &Path, meta: &std::fs::Metadata, checksum: bool) -> bool {
+fn differs(
+    fs: &Confined,
+    entry: &Entry,
+    target: &Path,
+    meta: &std::fs::Metadata,
+    checksum: bool,
+) -> bool {
     if entry.kind == EntryKind::Symlink {
         let same = meta.file_type().is_symlink()
-            && std::fs::read_link(target)
+            && fs
+                .read_link(target)
                 .is_ok_and(|t| Some(t.as_os_str()) == entry.target.as_deref().map(|t| t.as_ref()));
         return !same;
     }
@@ -270,7 +279,7 @@ fn differs(entry: &Entry, target: &Path, meta: &std::fs::Metadata, checksum: boo
     let Some(theirs) = entry.blake3.as_deref().and_then(|h| blake3::Hash::from_hex(h).ok()) else {
         return true;
     };
-    let ours = File::open(target)
+    let ours = (fs.open(target, false))
         .and_then(|f| hash_prefix(&f, entry.size, &std::sync::atomic::AtomicBool::new(false)));
     !matches!(ours, Ok(Some(h)) if h == theirs)
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::manifest::{Entry, EntryKind, MAX_ENTRIES};
 use super::walk::WalkError;
+use crate::files::Confined;
 
 /// What a listing found.
 #[derive(Debug, Clone, Default)]
@@ -17,21 +18,20 @@ pub struct Listing {
 
 /// The entries of the directory `path`, one level and sorted by name, or the file (or link)
 /// `path` itself. Links are not followed: they are listed with their target as they say it.
-pub fn list(path: &Path) -> Result<Listing, WalkError> {
+///
+/// `fs` reads beneath a server's root ([`Confined`]).
+pub fn list(fs: &Confined, path: &Path) -> Result<Listing, WalkError> {
     let shown = || path.display().to_string();
-    let meta = path.symlink_metadata().map_err(|e| WalkError::Io(shown(), e))?;
+    let meta = fs.symlink_metadata(path).map_err(|e| WalkError::Io(shown(), e))?;
     let mut listing = Listing::default();
     if !meta.is_dir() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-        push(&mut listing, path, name, &meta)?;
+        push(fs, &mut listing, path, name, &meta)?;
         return Ok(listing);
     }
-    let mut names = Vec::new();
-    for child in std::fs::read_dir(path).map_err(|e| WalkError::Io(shown(), e))? {
-        names.push(child.map_err(|e| WalkError::Io(shown(), e))?.file_name());
-        if names.len() > MAX_ENTRIES {
-            return Err(WalkError::TooMany);
-        }
+    let mut names = fs.read_dir(path).map_err(|e| WalkError::Io(shown(), e))?;
+    if names.len() > MAX_ENTRIES {
+        return Err(WalkError::TooMany);
     }
     names.sort();
     for name in names {
@@ -40,13 +40,14 @@ pub fn list(path: &Path) -> Result<Listing, WalkError> {
             listing.skipped += 1;
             continue;
         };
-        let meta = child.symlink_metadata().map_err(|e| WalkError::Io(name.to_owned(), e))?;
-        push(&mut listing, &child, name, &meta)?;
+        let meta = fs.symlink_metadata(&child).map_err(|e| WalkError::Io(name.to_owned(), e))?;
+        push(fs, &mut listing, &child, name, &meta)?;
     }
     Ok(listing)
 }
 
 fn push(
+    fs: &Confined,
     listing: &mut Listing,
     path: &Path,
     name: &str,
@@ -64,7 +65,7 @@ fn push(
     };
     let target = match kind {
         EntryKind::Symlink => {
-            let target = std::fs::read_link(path).map_err(|e| WalkError::Io(name.to_owned(), e))?;
+            let target = fs.read_link(path).map_err(|e| WalkError::Io(name.to_owned(), e))?;
             match target.to_str() {
                 Some(t) if !t.is_empty() => Some(t.to_owned()),
                 _ => {

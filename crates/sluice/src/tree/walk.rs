@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{Entry, EntryKind, MAX_ENTRIES};
+use crate::files::Confined;
 
 /// What to do with symbolic links inside a tree (a source named on the command line is always
 /// followed, as `cp -r` and `scp -r` do).
@@ -80,12 +81,18 @@ pub enum WalkError {
 }
 
 /// Lists `sources` (each at its own name at the destination) under `options`.
+///
+/// With `options.confine`, every directory read and every metadata lookup goes through a handle
+/// opened beneath that root ([`Confined`]), so a directory swapped for a link out during the
+/// walk is refused rather than listed.
 pub fn walk(sources: &[PathBuf], options: &WalkOptions) -> Result<Outgoing, WalkError> {
+    let fs = Confined::new(options.confine.as_deref())
+        .map_err(|e| WalkError::Io("the served directory".into(), e))?;
     let mut out = Outgoing::default();
     let mut visited = HashSet::new();
     for source in sources {
         let shown = || source.display().to_string();
-        let meta = std::fs::metadata(source).map_err(|e| match e.kind() {
+        let meta = fs.metadata(source).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => WalkError::NotFound(shown()),
             _ => WalkError::Io(shown(), e),
         })?;
@@ -93,7 +100,7 @@ pub fn walk(sources: &[PathBuf], options: &WalkOptions) -> Result<Outgoing, Walk
         if meta.is_dir() && !options.recursive {
             return Err(WalkError::IsDirectory(shown()));
         }
-        add(&mut out, &mut visited, options, source, name, &meta)?;
+        add(&fs, &mut out, &mut visited, options, source, name, &meta)?;
     }
     Ok(out)
 }
@@ -113,6 +120,7 @@ fn source_name(source: &Path) -> Result<String, WalkError> {
 
 /// Adds `path` (whose metadata, links followed, is `meta`) as `rel`, and what it holds.
 fn add(
+    fs: &Confined,
     out: &mut Outgoing,
     visited: &mut HashSet<(u64, u64)>,
     options: &WalkOptions,
@@ -144,11 +152,7 @@ fn add(
             blake3: None,
         });
         let shown = || path.display().to_string();
-        let mut children = Vec::new();
-        for child in std::fs::read_dir(&path).map_err(|e| WalkError::Io(shown(), e))? {
-            let child = child.map_err(|e| WalkError::Io(shown(), e))?;
-            children.push(child.file_name());
-        }
+        let mut children = fs.read_dir(&path).map_err(|e| WalkError::Io(shown(), e))?;
         children.sort();
         let mut dirs = Vec::new();
         for name in children {
@@ -159,9 +163,9 @@ fn add(
             };
             let child_rel = format!("{rel}/{name}");
             let link_meta =
-                child.symlink_metadata().map_err(|e| WalkError::Io(child_rel.clone(), e))?;
+                fs.symlink_metadata(&child).map_err(|e| WalkError::Io(child_rel.clone(), e))?;
             let meta = if link_meta.file_type().is_symlink() {
-                match follow_link(out, options, &child, &child_rel, &link_meta)? {
+                match follow_link(fs, out, options, &child, &child_rel, &link_meta)? {
                     Some(meta) => meta,
                     None => continue,
                 }
@@ -210,6 +214,7 @@ fn add_leaf(
 /// A link inside a tree under the policy: `Some(meta)` of what to move in its place (its
 /// target, when followed), or `None` when it was recorded as a link or left out.
 fn follow_link(
+    fs: &Confined,
     out: &mut Outgoing,
     options: &WalkOptions,
     link: &Path,
@@ -222,7 +227,7 @@ fn follow_link(
             Ok(None)
         }
         Links::Copy => {
-            let target = std::fs::read_link(link).map_err(|e| WalkError::Io(rel.to_owned(), e))?;
+            let target = fs.read_link(link).map_err(|e| WalkError::Io(rel.to_owned(), e))?;
             match target.to_str() {
                 Some(t) => out.entries.push(Entry {
                     path: rel.to_owned(),
@@ -245,7 +250,7 @@ fn follow_link(
                     return Ok(None);
                 }
             }
-            match std::fs::metadata(link) {
+            match fs.metadata(link) {
                 Ok(meta) => Ok(Some(meta)),
                 Err(_) => {
                     out.skipped.push(format!("{rel}: a dangling symbolic link"));
