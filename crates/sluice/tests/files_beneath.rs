@@ -4,7 +4,6 @@
 
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::sync::Arc;
 
 use sluice::datapath::Store;
 use sluice::files::Beneath;
@@ -63,7 +62,7 @@ fn a_file_set_beneath_the_root_refuses_a_path_swapped_after_its_check() {
     // The server checked `dir/f.txt` and will read it; someone then swaps `dir` for a link out.
     let checked = l.root.join("dir/f.txt");
     let set = FileSet::new(vec![(checked.clone(), 6)], false)
-        .beneath(Arc::new(Beneath::new(&l.root).unwrap()));
+        .confined(sluice::files::Confined::new(Some(&l.root)).unwrap());
     fs::rename(l.root.join("dir"), l.root.join("dir.old")).unwrap();
     let outside = fs::read_link(l.root.join("swapped")).unwrap();
     fs::write(outside.join("f.txt"), b"SECRET").unwrap();

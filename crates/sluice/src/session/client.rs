@@ -515,7 +515,7 @@ impl Client {
         let outgoing = blocking(move || {
             let mut outgoing = walk(&sources, &walk_options).map_err(local_walk_error)?;
             if checksum {
-                add_checksums(&crate::files::Confined::default(), &mut outgoing)?;
+                add_checksums(&mut outgoing)?;
             }
             Ok(outgoing)
         })

@@ -57,16 +57,12 @@ pub(crate) fn check_level(level: Option<i32>) -> Result<(), SessionError> {
 }
 
 /// Puts each file's BLAKE3 into the manifest (reads every file once, before the transfer).
-/// `fs` opens the files (beneath a server's root).
-pub(crate) fn add_checksums(
-    fs: &crate::files::Confined,
-    outgoing: &mut Outgoing,
-) -> Result<(), SessionError> {
+pub(crate) fn add_checksums(outgoing: &mut Outgoing) -> Result<(), SessionError> {
     let never = AtomicBool::new(false);
     let files = outgoing.entries.iter_mut().filter(|e| e.kind == EntryKind::File);
     for (entry, path) in files.zip(&outgoing.files) {
         let ctx = || format!("hashing {}", path.display());
-        let file = fs.open(path, false).map_err(|e| SessionError::io(ctx(), e))?;
+        let file = outgoing.fs.open(path, false).map_err(|e| SessionError::io(ctx(), e))?;
         let hash =
             hash_prefix(&file, entry.size, &never).map_err(|e| SessionError::io(ctx(), e))?;
         entry.blake3 = hash.map(|h| h.to_hex().to_string());
@@ -80,7 +76,7 @@ pub(crate) fn wanted_files(outgoing: &Outgoing, want: &Want) -> Result<FileSet, 
         outgoing.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size).collect();
     let numbers = from_ranges(&want.files, sizes.len()).map_err(SessionError::Protocol)?;
     let files = numbers.iter().map(|&n| (outgoing.files[n as usize].clone(), sizes[n as usize]));
-    Ok(FileSet::new(files.collect(), false))
+    Ok(FileSet::new(files.collect(), false).confined(outgoing.fs.clone()))
 }
 
 /// The error for files whose bytes did not match: an integrity failure, or a partial one when

@@ -41,7 +41,7 @@ use super::{
 };
 use super::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
 use crate::datapath::{self, ChannelReport, Fault};
-use crate::files::{self, Beneath, Confined, PathError};
+use crate::files::{self, Confined, PathError};
 use crate::tree::manifest::to_ranges;
 use crate::tree::{ReceiveOptions, WalkError, WalkOptions, plan, walk};
 
@@ -658,14 +658,6 @@ impl<'a> RequestCtx<'a> {
         Ok(TransferPermits { _server: server, _session: session, _token: token })
     }
 
-    /// A handle of the token's root that file contents are opened beneath.
-    fn beneath(&self) -> Result<Arc<Beneath>, SessionError> {
-        let root = &self.session.access.root;
-        Beneath::new(root)
-            .map(Arc::new)
-            .map_err(|e| SessionError::io("opening the served directory", e))
-    }
-
     /// Refuses the request unless the session's token has `right`.
     fn require(&self, right: fn(&Rights) -> bool, what: &str) -> Result<(), SessionError> {
         if right(&self.session.access.rights) {
@@ -774,9 +766,7 @@ impl<'a> RequestCtx<'a> {
                 .collect::<Result<Vec<_>, SessionError>>()?;
             let mut outgoing = walk(&sources, &walk_options).map_err(walk_error)?;
             if checksum {
-                let fs = Confined::new(walk_options.confine.as_deref())
-                    .map_err(|e| SessionError::io("opening the served directory", e))?;
-                add_checksums(&fs, &mut outgoing)?;
+                add_checksums(&mut outgoing)?;
             }
             Ok(outgoing)
         })
@@ -798,7 +788,7 @@ impl<'a> RequestCtx<'a> {
             }
             other => return Err(SessionError::Protocol(format!("expected Want, got {other:?}"))),
         };
-        let files = Arc::new(wanted_files(&outgoing, &want)?.beneath(self.beneath()?));
+        let files = Arc::new(wanted_files(&outgoing, &want)?);
         let size = files.total();
         let count = files.len();
         let (store, offers) = (files.clone(), want.resume.clone());
@@ -920,7 +910,7 @@ impl<'a> RequestCtx<'a> {
         } else {
             Vec::new()
         };
-        let files = Arc::new(incoming.store().beneath(self.beneath()?));
+        let files = Arc::new(incoming.store());
         let size = files.total();
         let ends = files.ends();
         let count = ends.len();

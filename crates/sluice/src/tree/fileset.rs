@@ -3,14 +3,14 @@
 //! served, payloads placed at their offsets), with no per-file set-up on the path.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::datapath::Store;
-use crate::files::Beneath;
+use crate::files::Confined;
 
 /// Files kept open at once: a tree of a million files must not need a million descriptors.
 /// Reads and writes move through the offset space mostly in order, so a small window of open
@@ -25,8 +25,8 @@ pub struct FileSet {
     bases: Vec<u64>,
     writable: bool,
     open: Mutex<OpenFiles>,
-    /// Opens the files beneath this directory only (a server's root).
-    beneath: Option<Arc<Beneath>>,
+    /// How the files are opened (beneath a server's root, or by path).
+    fs: Confined,
 }
 
 #[derive(Debug, Default)]
@@ -46,12 +46,12 @@ impl FileSet {
             bases.push(at);
             at = at.saturating_add(size);
         }
-        Self { paths, sizes, bases, writable, open: Mutex::default(), beneath: None }
+        Self { paths, sizes, bases, writable, open: Mutex::default(), fs: Confined::default() }
     }
 
-    /// These files, opened only beneath `dir` (by the kernel's rules: see [`Beneath`]).
-    pub fn beneath(mut self, dir: Arc<Beneath>) -> Self {
-        self.beneath = Some(dir);
+    /// These files, opened through `fs` (beneath a server's root: see [`Confined`]).
+    pub fn confined(mut self, fs: Confined) -> Self {
+        self.fs = fs;
         self
     }
 
@@ -92,11 +92,7 @@ impl FileSet {
         if let Some(file) = open.by_index.get(&i) {
             return Ok(file.clone());
         }
-        let file = match &self.beneath {
-            Some(dir) => dir.open(&self.paths[i], self.writable),
-            None => OpenOptions::new().read(true).write(self.writable).open(&self.paths[i]),
-        }
-        .map_err(|e| self.context(i, e))?;
+        let file = self.fs.open(&self.paths[i], self.writable).map_err(|e| self.context(i, e))?;
         let file = Arc::new(file);
         open.by_index.insert(i, file.clone());
         open.order.push_back(i);

@@ -459,6 +459,7 @@ impl Incoming {
         let sizes =
             self.plan.wanted.iter().map(|&n| self.plan.entries[self.plan.files[n as usize]].size);
         FileSet::new(self.temps.iter().cloned().zip(sizes).collect(), true)
+            .confined(self.plan.fs.clone())
     }
 
     /// Renames every file whose received bytes (`actual`) hash to the sender's `expected`

@@ -58,6 +58,8 @@ pub struct Outgoing {
     pub files: Vec<PathBuf>,
     /// What was left out, and why (for the user).
     pub skipped: Vec<String>,
+    /// How the files are opened: beneath the walk's `confine` root, or by path.
+    pub fs: Confined,
 }
 
 /// Why the sources could not be listed.
@@ -88,7 +90,7 @@ pub enum WalkError {
 pub fn walk(sources: &[PathBuf], options: &WalkOptions) -> Result<Outgoing, WalkError> {
     let fs = Confined::new(options.confine.as_deref())
         .map_err(|e| WalkError::Io("the served directory".into(), e))?;
-    let mut out = Outgoing::default();
+    let mut out = Outgoing { fs: fs.clone(), ..Outgoing::default() };
     let mut visited = HashSet::new();
     for source in sources {
         let shown = || source.display().to_string();
