@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use sluice::fuzzing;
 
+mod common;
+
 /// An invariant check of `sluice::fuzzing`.
 type Check = fn(&[u8]);
 
@@ -50,7 +52,7 @@ fn frame<T: serde::Serialize>(msg: &T) -> Vec<u8> {
 #[test]
 #[ignore = "writes the seed corpora into fuzz/corpus; run by hand"]
 fn write_seed_corpora() {
-    use sluice::session::messages::{ClientMsg, ErrorCode, ManifestPart, ServerMsg, Spec, Want};
+    use sluice::session::messages::{ClientMsg, ErrorCode, ManifestPart, ServerMsg, Want};
     use sluice::tree::{Entry, EntryKind};
 
     let write = |target: &str, name: &str, bytes: &[u8]| {
@@ -81,15 +83,8 @@ fn write_seed_corpora() {
     write("datagram", "shutdown", &[header(5, 0), 1u32.to_be_bytes().to_vec()].concat());
     write("datagram", "drop", &[header(6, 0), vec![0, 0, 0, 4, 0, 0, 0, 8]].concat());
 
-    let spec = Spec {
-        max_channels: 4,
-        packet_size: 1452,
-        cc: "adaptive".into(),
-        cipher: "aes-256-gcm".into(),
-        rate_bps: 0,
-        min_rate_bps: 0,
-    };
-    let hello = ClientMsg::Hello { version: 5, token: "t0ken".into(), spec: spec.clone() };
+    let hello = common::hello("t0ken");
+    let ClientMsg::Hello { spec, .. } = hello.clone() else { unreachable!() };
     write("message", "hello", &frame(&hello));
     let get = r#"{"type":"get","paths":["a/b.bin","c"],"recursive":true,"links":"copy","checksum":false,"compress":3}"#;
     write("message", "get", &[(get.len() as u32).to_be_bytes().to_vec(), get.into()].concat());
