@@ -151,13 +151,24 @@ pub fn config_text(bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
     if let Ok(file) = ClientFile::parse(&text) {
         assert_eq!(file.defaults.address, None, "a default address was accepted");
-        assert_eq!(file.prefs("\0not a host"), file.defaults);
-        for (host, section) in &file.hosts {
-            let prefs = file.prefs(host);
-            assert_eq!(prefs.address, section.address, "{host}");
-            assert_eq!(prefs.port, section.port.or(file.defaults.port), "{host}");
-            assert_eq!(prefs.compress, section.compress.or(file.defaults.compress), "{host}");
-            assert_eq!(prefs, section.clone().over(&file.defaults), "{host}");
+        let stranger = "\0not a host";
+        if !file.hosts.contains_key(stranger) {
+            assert_eq!(file.prefs(stranger), file.defaults);
+        }
+        let d = &file.defaults;
+        for (host, s) in &file.hosts {
+            let p = file.prefs(host);
+            // Each setting is the section's, else the default's (an address only the section's).
+            assert_eq!(p.address, s.address, "{host}");
+            assert_eq!(p.port, s.port.or(d.port), "{host}");
+            assert_eq!(p.token_file, s.token_file.clone().or(d.token_file.clone()), "{host}");
+            assert_eq!(p.known_hosts, s.known_hosts.clone().or(d.known_hosts.clone()), "{host}");
+            assert_eq!(p.fingerprint, s.fingerprint.clone().or(d.fingerprint.clone()), "{host}");
+            assert_eq!(p.channels, s.channels.or(d.channels), "{host}");
+            assert_eq!(p.limit_rate, s.limit_rate.clone().or(d.limit_rate.clone()), "{host}");
+            assert_eq!(p.compress, s.compress.or(d.compress), "{host}");
+            assert_eq!(p.policy, s.policy.clone().or(d.policy.clone()), "{host}");
+            assert_eq!(p.packet_size, s.packet_size.or(d.packet_size), "{host}");
         }
     }
     let _ = ServerFile::parse(&text);
