@@ -175,7 +175,23 @@ fn cp_over_ssh_starts_a_one_shot_server_and_moves_files_both_ways() {
     std::fs::create_dir_all(&local).unwrap();
     let src = format!("root@127.0.0.1:{}", remote.join("big.bin").display());
     let dst = local.join("big.bin");
-    let o = cp_ssh(&ns, dir.path(), &ssh, BIN, &[&src, dst.to_str().unwrap()]);
+    // Paced so that the one-shot server is seen while it serves: the check for leftover
+    // servers below would otherwise pass without being able to see one.
+    let mut c = ns.cmd(BIN);
+    isolate(&mut c, dir.path());
+    c.args(["cp", "--ssh", "-q", "--ssh-command", &ssh, "--remote-sluice", BIN]).args([
+        "--limit-rate",
+        "64Mbit",
+        &src,
+        dst.to_str().unwrap(),
+    ]);
+    let running = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while one_shot_servers().is_empty() {
+        assert!(Instant::now() < deadline, "the one-shot server was never seen running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = running.wait_with_output().unwrap();
     assert_eq!(code(&o), 0, "{}\nsshd: {}", stderr(&o), sshd.log());
     assert!(same_file(&remote.join("big.bin"), &dst));
     assert_eq!(servers_left_after(Duration::from_secs(10)), Vec::<u32>::new(), "servers left");
