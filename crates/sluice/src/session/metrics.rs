@@ -112,7 +112,7 @@ impl Metrics {
         metric(
             "sluice_sessions_refused_total",
             "counter",
-            "Sessions refused (token, version, specification).",
+            "Sessions refused (token, version, specification, too many unauthenticated).",
             &[("", get(&self.sessions_refused))],
         );
         metric(

@@ -139,13 +139,14 @@ struct Access {
 impl Access {
     /// `grant` with its root resolved under `served`: the directory must exist there, and
     /// stay there once symbolic links are followed.
-    fn resolve(served: &Path, grant: &Grant, line: usize) -> Result<Access, SessionError> {
+    /// `number` counts the file's tokens from 1 (an error must not show the token).
+    fn resolve(served: &Path, grant: &Grant, number: usize) -> Result<Access, SessionError> {
         let root = match &grant.root {
             None => served.to_owned(),
             Some(sub) => {
                 let bad = |why: String| {
                     SessionError::Config(format!(
-                        "token {line} of the token file: root {sub:?} {why}"
+                        "token {number} of the token file: root {sub:?} {why}"
                     ))
                 };
                 let path = std::fs::canonicalize(served.join(sub))
