@@ -30,6 +30,12 @@ const UNRESOLVED_CAPACITY_PPS: f64 = 1_000_000.0;
 /// with 1 % random loss a NAK always comes with it. On our emulated 100 ms path such stalls
 /// (5-6 ms) cut the rate every second or two at 75 % of the link.
 const STANDING_US: u64 = 30_000;
+/// The link capacity is the least the packet pairs reported over this window. Bunched delivery
+/// (a host or emulator stall, interrupt coalescing) only ever makes pairs read faster: through
+/// our emulated 1 Gbit/s path the reports flip between 1 and 3-4 Gbit/s. Taken as they come,
+/// the junk readings made UDT's increase ten times too steep (a decade above the link), and at
+/// 300 ms RTT each climb overshot into a 20-40 ms queue before the feedback came back.
+const CAPACITY_WINDOW_US: u64 = 1_000_000;
 /// Loss-rate epochs needed before the loss-trend signal is trusted.
 const LOSS_EPOCHS_BEFORE_TREND: u32 = 4;
 /// The `low` policy's queuing-delay target, as a share of the fair one.
@@ -75,7 +81,13 @@ pub struct Adaptive {
     standing: RecentMin,
     /// What gets through: the receiver's delivery rate, or UDT's arrival speed until it has one.
     recv_rate_pps: f64,
+    /// The latest packet-pair capacity report (startup's guide: a pair stretched by a late
+    /// wake-up reads low, and one low reading must not end the probing).
     capacity_pps: f64,
+    /// The link capacity steady state increases toward: the least report over
+    /// [`CAPACITY_WINDOW_US`].
+    link: RecentMin,
+    link_pps: f64,
     /// The highest delivery rate reported during startup (what the bottleneck carried once a
     /// queue stood).
     startup_delivery_pps: f64,
@@ -138,6 +150,8 @@ impl Adaptive {
             standing: RecentMin::new(STANDING_US),
             recv_rate_pps: 0.0,
             capacity_pps: 0.0,
+            link: RecentMin::bucketed(CAPACITY_WINDOW_US),
+            link_pps: 0.0,
             startup_delivery_pps: 0.0,
             restore: None,
             loss: LossTrend::default(),
@@ -227,11 +241,12 @@ impl Adaptive {
     }
 
     /// UDT's increase, equations (1) and (2), with the available bandwidth estimated from the
-    /// packet-pair capacity, and `L/9` while below the rate of the last decrease.
+    /// link capacity (the least packet-pair report of the last second), and `L/9` while below
+    /// the rate of the last decrease.
     fn increase(&mut self, now_us: u64) {
-        let mut avail_pps = self.capacity_pps - self.rate_pps;
+        let mut avail_pps = self.link_pps - self.rate_pps;
         if self.rate_pps < self.last_dec_rate_pps {
-            avail_pps = avail_pps.min(self.capacity_pps / 9.0);
+            avail_pps = avail_pps.min(self.link_pps / 9.0);
         }
         self.rate_pps +=
             self.increase_share(now_us) * udt_increase_pkts(avail_pps, self.mss_bytes) * 1e6 / SYN;
@@ -266,6 +281,7 @@ impl CongestionControl for Adaptive {
         }
         if ack.capacity_pps > 0 {
             self.capacity_pps = f64::from(ack.capacity_pps);
+            self.link_pps = self.link.update(ack.now_us, self.capacity_pps);
         }
         let epoch_us = (self.rtt_us as u64).max(100_000);
         let loss_growing = self.loss.update(ack.now_us, ack.sent_pkts, ack.lost_pkts, epoch_us);
@@ -514,6 +530,31 @@ mod tests {
         let r2 = cc.rate_pps();
         cc.on_ack(&ack(630_000, 25_000, 0));
         assert!(cc.rate_pps() < r2, "a long queue is cut again after one RTT + SYN");
+    }
+
+    #[test]
+    fn pairs_read_fast_by_bunched_delivery_do_not_steepen_the_increase() {
+        let mut start = Adaptive::new(1452, 1 << 18, 100_000);
+        start.on_ack(&ack(10_000, 12_000, 0)); // leave startup on a queue, no pairs yet
+        assert!(!start.in_startup());
+        start.on_ack(&ack(200_000, 0, 0)); // the restore after the drain
+        let climb = |reports: &dyn Fn(u64) -> u32| {
+            let mut cc = start.clone();
+            let r0 = cc.rate_pps();
+            for i in 1..=50 {
+                cc.on_ack(&ack(200_000 + i * 10_000, 0, reports(i)));
+            }
+            cc.rate_pps() - r0
+        };
+        let clean = climb(&|_| 80_000);
+        // Every other report three times the link, as through our emulator.
+        let bunched = climb(&|i| if i % 2 == 0 { 240_000 } else { 80_000 });
+        let junk = climb(&|_| 240_000);
+        assert!(clean > 0.0);
+        assert!((bunched - clean).abs() < 1e-6, "bunched {bunched} vs clean {clean}");
+        // With nothing but fast readings the increase is a decade steeper (UDT's equation 1):
+        // the filter above is what keeps it down.
+        assert!(junk > 5.0 * clean, "junk {junk} vs clean {clean}");
     }
 
     #[test]

@@ -1,34 +1,53 @@
-//! A windowed minimum of a controller's queue reports, so one odd report does not steer the rate.
+//! A windowed minimum of a controller's reports, so one odd report does not steer the rate.
 //!
 //! On a busy host a receiver, an emulator or a NIC stalls for a few milliseconds now and then:
 //! for one ACK interval the reported queue jumps and the delivery rate dips, and the next
 //! interval makes up for both. A controller that cuts on one such report cuts for a queue that
 //! is not there. A standing queue is one whose minimum over a short window is high ([`RecentMin`]).
+//!
+//! The same host stalls bunch packets together: pairs delivered back to back read as a link
+//! several times faster than the real one, and never slower. The least capacity reported over
+//! a longer window ([`RecentMin::bucketed`]) is the link's.
 
-/// Reports kept by [`RecentMin`]: enough for its window at one report per SYN.
+/// Slots kept by [`RecentMin`]: one per report for the queue's short window at one report per
+/// SYN; one per eighth of the window when bucketed.
 const MIN_SLOTS: usize = 8;
 
 /// The minimum of the reports of the last `window_us` (always including the newest).
 #[derive(Debug, Clone)]
 pub(super) struct RecentMin {
     window_us: u64,
-    /// (time, value), oldest overwritten first.
+    /// Reports closer than this to the newest slot's first one share its slot (0: every report
+    /// has a slot of its own).
+    bucket_us: u64,
+    /// (time of the slot's first report, least value in the slot), oldest overwritten first.
     slots: [(u64, f64); MIN_SLOTS],
     len: usize,
     next: usize,
 }
 
 impl RecentMin {
-    /// A filter over the last `window_us`.
+    /// A filter over the last `window_us`, which holds the last [`MIN_SLOTS`] reports.
     pub(super) const fn new(window_us: u64) -> Self {
-        Self { window_us, slots: [(0, 0.0); MIN_SLOTS], len: 0, next: 0 }
+        Self { window_us, bucket_us: 0, slots: [(0, 0.0); MIN_SLOTS], len: 0, next: 0 }
+    }
+
+    /// A filter over the last `window_us` at any report rate: reports within an eighth of the
+    /// window of each other share a slot. A slot leaves the window when its first report does.
+    pub(super) const fn bucketed(window_us: u64) -> Self {
+        Self { bucket_us: window_us / MIN_SLOTS as u64, ..Self::new(window_us) }
     }
 
     /// Records `value` reported at `now_us` and returns the minimum over the window.
     pub(super) fn update(&mut self, now_us: u64, value: f64) -> f64 {
-        self.slots[self.next] = (now_us, value);
-        self.next = (self.next + 1) % MIN_SLOTS;
-        self.len = (self.len + 1).min(MIN_SLOTS);
+        let newest = (self.next + MIN_SLOTS - 1) % MIN_SLOTS;
+        if self.len > 0 && now_us < self.slots[newest].0 + self.bucket_us {
+            self.slots[newest].1 = self.slots[newest].1.min(value);
+        } else {
+            self.slots[self.next] = (now_us, value);
+            self.next = (self.next + 1) % MIN_SLOTS;
+            self.len = (self.len + 1).min(MIN_SLOTS);
+        }
         self.get(now_us)
     }
 
@@ -70,5 +89,20 @@ mod tests {
         q.update(0, 100.0);
         // The previous report is older than the window: the newest alone counts.
         assert_eq!(q.update(500_000, 9_000.0), 9_000.0);
+    }
+
+    #[test]
+    fn a_bucketed_min_spans_its_window_at_any_report_rate() {
+        // One report per 10 ms over a 1 s window: 100 reports, 8 slots of 125 ms.
+        let mut c = RecentMin::bucketed(1_000_000);
+        c.update(0, 80_000.0);
+        for t in 1..100 {
+            // Bunched pairs read three times the link; the one true reading still counts.
+            assert_eq!(c.update(t * 10_000, 240_000.0), 80_000.0, "at {} ms", t * 10);
+        }
+        // Once the true reading's slot has left the window, the junk is all there is.
+        assert_eq!(c.update(1_010_000, 240_000.0), 240_000.0);
+        // A lower reading counts at once.
+        assert_eq!(c.update(1_020_000, 70_000.0), 70_000.0);
     }
 }
