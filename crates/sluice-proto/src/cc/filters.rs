@@ -6,8 +6,9 @@
 //! is not there. A standing queue is one whose minimum over a short window is high ([`RecentMin`]).
 //!
 //! The same host stalls bunch packets together: pairs delivered back to back read as a link
-//! several times faster than the real one, and never slower. The least capacity reported over
-//! a longer window ([`RecentMin::bucketed`]) is the link's.
+//! several times faster than the real one, far more often than a late wake-up stretches a pair
+//! into a slower reading. The least capacity reported over a longer window
+//! ([`RecentMin::bucketed`]) is the link's.
 
 /// Slots kept by [`RecentMin`]: one per report for the queue's short window at one report per
 /// SYN; one per eighth of the window when bucketed.
