@@ -7,7 +7,6 @@
 //! this transfer made. One `syncfs` makes the whole commit durable.
 
 use std::collections::HashSet;
-
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -121,7 +120,10 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
     let shown = |p: &Path| p.display().to_string();
     let tops: HashSet<&str> =
         entries.iter().map(|e| e.path.split('/').next().unwrap_or("")).collect();
-    let into_dir = dest.is_dir();
+    let fs = Confined::new(options.confine.as_deref())
+        .map_err(|e| PlanError::Io("the served directory".into(), e))?;
+    let is_dir = |p: &Path| fs.metadata(p).is_ok_and(|m| m.is_dir());
+    let into_dir = is_dir(dest);
     if !into_dir {
         if tops.len() > 1 {
             return Err(PlanError::NotADirectory(format!(
@@ -130,15 +132,13 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
                 tops.len()
             )));
         }
-        if !parent_dir(dest).is_dir() {
+        if !is_dir(parent_dir(dest)) {
             return Err(PlanError::NotFound(format!(
                 "{}: its directory does not exist",
                 shown(dest)
             )));
         }
     }
-    let fs = Confined::new(options.confine.as_deref())
-        .map_err(|e| PlanError::Io("the served directory".into(), e))?;
     let mut plan = Plan {
         fs,
         targets: Vec::with_capacity(entries.len()),
@@ -344,7 +344,9 @@ impl Plan {
             let target = &self.targets[i];
             match self.fs.create_dir(target) {
                 Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && target.is_dir() => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::AlreadyExists
+                        && self.fs.metadata(target).is_ok_and(|m| m.is_dir()) => {}
                 Err(e) => return Err(io_err(target, e)),
             }
         }
@@ -507,7 +509,7 @@ impl Incoming {
         for &i in &self.plan.links {
             let (entry, target) = (&self.plan.entries[i], &self.plan.targets[i]);
             let io_err = |e| PlanError::Io(target.display().to_string(), e);
-            if target.symlink_metadata().is_ok() {
+            if self.plan.fs.symlink_metadata(target).is_ok() {
                 self.plan.fs.remove_file(target).map_err(io_err)?;
             }
             self.plan.fs.symlink(entry.target.as_deref().unwrap_or(""), target).map_err(io_err)?;
@@ -537,7 +539,7 @@ impl Drop for Incoming {
     fn drop(&mut self) {
         for (k, temp) in self.temps.iter().enumerate().skip(self.committed) {
             let target = &self.plan.targets[self.plan.files[self.plan.wanted[k] as usize]];
-            if !resume::record_path(target).exists() {
+            if self.plan.fs.symlink_metadata(&resume::record_path(target)).is_err() {
                 let _ = self.plan.fs.remove_file(temp);
             }
         }

@@ -66,8 +66,8 @@ pub(crate) fn record_path(target: &Path) -> PathBuf {
 /// fits; a record that does not is removed with the temporary file it names.
 pub(crate) fn find(fs: &Confined, target: &Path, entry: &Entry) -> Option<Resumable> {
     let path = record_path(target);
-    path.symlink_metadata().ok()?;
-    let Some(record) = read_record(&path) else {
+    fs.symlink_metadata(&path).ok()?;
+    let Some(record) = read_record(fs, &path) else {
         // Unreadable: which temporary file it meant is unknown, so every one of this target
         // goes (they are ours by their name).
         remove_temps_of(fs, target);
@@ -81,7 +81,9 @@ pub(crate) fn find(fs: &Confined, target: &Path, entry: &Entry) -> Option<Resuma
         && record.path == entry.path
         && record.size == entry.size
         && record.mtime == entry.mtime
-        && temp.symlink_metadata().is_ok_and(|m| m.file_type().is_file() && m.len() == entry.size);
+        && fs
+            .symlink_metadata(&temp)
+            .is_ok_and(|m| m.file_type().is_file() && m.len() == entry.size);
     if !fits {
         if temp_ok {
             let _ = fs.remove_file(&temp);
@@ -117,26 +119,27 @@ fn remove_temps_of(fs: &Confined, target: &Path) {
     let name = target.file_name().unwrap_or(target.as_os_str());
     let sample = temp_name(name, 0);
     let prefix = &sample.as_bytes()[..sample.len() - 16];
-    let Ok(dir) = std::fs::read_dir(parent_dir(target)) else { return };
-    for child in dir.flatten() {
-        let file_name = child.file_name();
+    let dir = parent_dir(target);
+    let Ok(names) = fs.read_dir(dir) else { return };
+    for file_name in names {
         let bytes = file_name.as_bytes();
         let is_temp = bytes.len() == sample.len()
             && bytes.starts_with(prefix)
             && bytes[prefix.len()..].iter().all(u8::is_ascii_hexdigit);
-        if is_temp && child.file_type().is_ok_and(|t| t.is_file()) {
-            let _ = fs.remove_file(&child.path());
+        let child = dir.join(&file_name);
+        if is_temp && fs.symlink_metadata(&child).is_ok_and(|m| m.file_type().is_file()) {
+            let _ = fs.remove_file(&child);
         }
     }
 }
 
-fn read_record(path: &Path) -> Option<Record> {
-    let meta = path.symlink_metadata().ok()?;
+fn read_record(fs: &Confined, path: &Path) -> Option<Record> {
+    let meta = fs.symlink_metadata(path).ok()?;
     if !meta.file_type().is_file() || meta.len() > RECORD_MAX_BYTES {
         return None;
     }
     let mut text = Vec::new();
-    File::open(path).ok()?.take(RECORD_MAX_BYTES).read_to_end(&mut text).ok()?;
+    fs.open(path, false).ok()?.take(RECORD_MAX_BYTES).read_to_end(&mut text).ok()?;
     decode_record(&text)
 }
 
