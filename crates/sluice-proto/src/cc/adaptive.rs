@@ -87,7 +87,6 @@ pub struct Adaptive {
     /// The link capacity steady state increases toward: the least report over
     /// [`CAPACITY_WINDOW_US`].
     link: RecentMin,
-    link_pps: f64,
     /// The highest delivery rate reported during startup (what the bottleneck carried once a
     /// queue stood).
     startup_delivery_pps: f64,
@@ -151,7 +150,6 @@ impl Adaptive {
             recv_rate_pps: 0.0,
             capacity_pps: 0.0,
             link: RecentMin::bucketed(CAPACITY_WINDOW_US),
-            link_pps: 0.0,
             startup_delivery_pps: 0.0,
             restore: None,
             loss: LossTrend::default(),
@@ -244,9 +242,10 @@ impl Adaptive {
     /// link capacity (the least packet-pair report of the last second), and `L/9` while below
     /// the rate of the last decrease.
     fn increase(&mut self, now_us: u64) {
-        let mut avail_pps = self.link_pps - self.rate_pps;
+        let link_pps = self.link.get(now_us);
+        let mut avail_pps = link_pps - self.rate_pps;
         if self.rate_pps < self.last_dec_rate_pps {
-            avail_pps = avail_pps.min(self.link_pps / 9.0);
+            avail_pps = avail_pps.min(link_pps / 9.0);
         }
         self.rate_pps +=
             self.increase_share(now_us) * udt_increase_pkts(avail_pps, self.mss_bytes) * 1e6 / SYN;
@@ -281,7 +280,7 @@ impl CongestionControl for Adaptive {
         }
         if ack.capacity_pps > 0 {
             self.capacity_pps = f64::from(ack.capacity_pps);
-            self.link_pps = self.link.update(ack.now_us, self.capacity_pps);
+            self.link.update(ack.now_us, self.capacity_pps);
         }
         let epoch_us = (self.rtt_us as u64).max(100_000);
         let loss_growing = self.loss.update(ack.now_us, ack.sent_pkts, ack.lost_pkts, epoch_us);
