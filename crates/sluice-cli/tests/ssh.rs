@@ -108,19 +108,23 @@ impl Drop for Sshd {
 }
 
 /// `sluice COMMAND --ssh` in `ns` with `args`, the remote sluice being `remote_sluice`.
-fn run_ssh(
+fn run_ssh(ns: &Netns, home: &Path, command: &str, ssh: (&str, &str), args: &[&str]) -> Output {
+    ssh_cmd(ns, home, command, ssh, args).output().unwrap()
+}
+
+/// The command line of `run_ssh`, not yet run.
+fn ssh_cmd(
     ns: &Netns,
     home: &Path,
     command: &str,
     (ssh_command, remote_sluice): (&str, &str),
     args: &[&str],
-) -> Output {
+) -> Command {
     let mut c = ns.cmd(BIN);
     isolate(&mut c, home);
     c.args([command, "--ssh", "--ssh-command", ssh_command, "--remote-sluice", remote_sluice])
-        .args(args)
-        .output()
-        .unwrap()
+        .args(args);
+    c
 }
 
 /// `sluice cp -q --ssh` in `ns`.
@@ -177,14 +181,8 @@ fn cp_over_ssh_starts_a_one_shot_server_and_moves_files_both_ways() {
     let dst = local.join("big.bin");
     // Paced so that the one-shot server is seen while it serves: the check for leftover
     // servers below would otherwise pass without being able to see one.
-    let mut c = ns.cmd(BIN);
-    isolate(&mut c, dir.path());
-    c.args(["cp", "--ssh", "-q", "--ssh-command", &ssh, "--remote-sluice", BIN]).args([
-        "--limit-rate",
-        "64Mbit",
-        &src,
-        dst.to_str().unwrap(),
-    ]);
+    let args = ["-q", "--limit-rate", "64Mbit", &src, dst.to_str().unwrap()];
+    let mut c = ssh_cmd(&ns, dir.path(), "cp", (&ssh, BIN), &args);
     let running = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while one_shot_servers().is_empty() {
