@@ -37,7 +37,8 @@ impl SimConfig {
 /// 3. the wire: blackout windows, then random loss (so a lost packet has consumed capacity),
 ///    then corruption and duplication;
 /// 4. propagation (`delay_us`, plus `jitter_us` that never reorders, plus the reordering
-///    hold-back for the few packets chosen for it).
+///    hold-back for the few packets chosen for it);
+/// 5. receive stalls: what would arrive during a stall arrives, in order, when it ends.
 ///
 /// The default is an ideal link: unlimited rate, no delay, no loss.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,6 +65,11 @@ pub struct LinkConfig {
     pub corrupt_prob: f64,
     /// Windows `[start_us, end_us)` during which every packet leaving the queue is lost.
     pub blackouts: Vec<(u64, u64)>,
+    /// Periodic stalls at the far end, `(every_us, length_us)`: packets due in the first
+    /// `length_us` of each `every_us` arrive together at its end, as from a host or emulator
+    /// that was not scheduled for that long. Nothing is lost; the delivery pauses, then bunches.
+    #[serde(default)]
+    pub stalls: Option<(u64, u64)>,
 }
 
 impl Default for LinkConfig {
@@ -79,6 +85,7 @@ impl Default for LinkConfig {
             duplicate_prob: 0.0,
             corrupt_prob: 0.0,
             blackouts: Vec::new(),
+            stalls: None,
         }
     }
 }
@@ -139,6 +146,12 @@ impl LinkConfig {
         self
     }
 
+    /// Stall delivery for the first `length_us` of every `every_us` (see [`Self::stalls`]).
+    pub fn with_stalls(mut self, every_us: u64, length_us: u64) -> Self {
+        self.stalls = Some((every_us, length_us));
+        self
+    }
+
     /// A description of what is wrong with the config, if anything.
     pub fn check(&self) -> Result<(), String> {
         self.loss.check()?;
@@ -153,6 +166,9 @@ impl LinkConfig {
         }
         if let Some((start, end)) = self.blackouts.iter().find(|(start, end)| start > end) {
             return Err(format!("blackout window [{start}, {end}) ends before it starts"));
+        }
+        if let Some((every, length)) = self.stalls.filter(|(every, length)| length >= every) {
+            return Err(format!("stalls of {length} us every {every} us leave no time to deliver"));
         }
         Ok(())
     }

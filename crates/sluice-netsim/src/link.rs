@@ -113,7 +113,14 @@ impl Link {
         } else {
             self.jitter_rng.below(self.config.jitter_us + 1)
         };
-        let in_order_us = (leaves_us + self.config.delay_us + jitter_us).max(self.last_arrival_us);
+        let mut in_order_us =
+            (leaves_us + self.config.delay_us + jitter_us).max(self.last_arrival_us);
+        if let Some((every_us, length_us)) = self.config.stalls {
+            let into_us = in_order_us % every_us;
+            if into_us < length_us {
+                in_order_us += length_us - into_us;
+            }
+        }
         let reorder =
             self.config.reorder_prob > 0.0 && self.reorder_rng.chance(self.config.reorder_prob);
         let at_us = if reorder {

@@ -66,6 +66,9 @@ pub struct Scenario {
     pub corrupt_pct: f64,
     /// A window `(start s, length s)` during which both directions lose everything.
     pub blackout_s: Option<(f64, f64)>,
+    /// Receive stalls `(every ms, length ms)` in both directions: delivery pauses, then what
+    /// was due arrives at once (a late host or emulator; see `LinkConfig::stalls`).
+    pub stalls_ms: Option<(f64, f64)>,
     /// Simulated time limit in seconds.
     pub deadline_s: f64,
     /// Trace sampling period in ms (0: no trace).
@@ -100,6 +103,7 @@ impl Default for Scenario {
             duplicate_pct: 0.0,
             corrupt_pct: 0.0,
             blackout_s: None,
+            stalls_ms: None,
             deadline_s: 600.0,
             sample_ms: 0,
             packet_size: 1452,
@@ -195,6 +199,9 @@ impl Scenario {
         }
         if let Some((start, len)) = self.blackout_s {
             link = link.with_blackout((start * 1e6) as u64, ((start + len) * 1e6) as u64);
+        }
+        if let Some((every, len)) = self.stalls_ms {
+            link = link.with_stalls((every * 1e3) as u64, (len * 1e3) as u64);
         }
         link
     }

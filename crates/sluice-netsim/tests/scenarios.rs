@@ -121,6 +121,22 @@ fn adaptive_utilization_300ms_3pct_2gib() {
     assert!(r.utilization >= 0.85, "utilization {} < 0.85", r.utilization);
 }
 
+/// A far end that stalls 20 ms every second, then takes the backlog at once (as a late host or
+/// emulator does): the stall is not a queue, and the rate stays near the link. With the mean
+/// queuing delay as the signal, every stall cut the rate and this was 0.82.
+#[test]
+fn adaptive_utilization_100ms_1pct_with_receive_stalls() {
+    let s = Scenario {
+        loss_pct: 1.0,
+        size_mib: 1024.0,
+        stalls_ms: Some((1000.0, 20.0)),
+        seed: 7,
+        ..Scenario::default()
+    };
+    let r = run_delivered("adaptive_100ms_1pct_stalls", s);
+    assert!(r.utilization >= 0.90, "utilization {} < 0.90", r.utilization);
+}
+
 /// Loss only from queue overflow: the queuing delay stays bounded and two flows share fairly.
 #[test]
 fn adaptive_two_flows_fair_with_bounded_queue() {

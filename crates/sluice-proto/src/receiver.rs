@@ -456,7 +456,7 @@ impl Receiver {
             ),
             recv_rate_pps: self.arrival.pkts_per_sec(),
             capacity_pps: self.capacity.pkts_per_sec(),
-            queue_delay_us: self.queue_delay.take_mean_us(),
+            queue_delay_us: self.queue_delay.take_us(),
             rcv_next_dsn: Seq31::from_ext(self.rcv_next),
             missing_pkts: clamp_u32(self.loss.len()),
             delivery_rate_pps: self.delivery.pkts_per_sec(),

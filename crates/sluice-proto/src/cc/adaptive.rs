@@ -90,8 +90,8 @@ pub struct Adaptive {
     /// The highest delivery rate reported during startup (what the bottleneck carried once a
     /// queue stood).
     startup_delivery_pps: f64,
-    /// After a congested startup: when it ended, and to what rate to come back up from the
-    /// drain one RTT + SYN later.
+    /// After a congested startup or a provisional cut: when it was, and to what rate to come
+    /// back up one RTT + SYN later if the queue is gone by then.
     restore: Option<(u64, f64)>,
     loss: LossTrend,
 }
@@ -195,7 +195,9 @@ impl Adaptive {
     /// twice (on our 100 ms emulated path it did, every time: 1/1.125 twice, 980 Mbit/s to 780).
     /// The cut is UDT's 1/9, or more when the queue is long: enough that the excess queue
     /// drains in about one round trip. It applies to the sending rate, or to the delivery rate
-    /// (what actually gets through) when that is lower and the queue is above target. Every flow
+    /// (what actually gets through) when that is lower and the queue is above target; such a cut
+    /// for a queue that did not stand is taken back to a plain 1/9 if the queue is gone one
+    /// round trip later (a stall's backlog, not a newcomer; see `adaptive.md`). Every flow
     /// through the bottleneck sees the same queue and so cuts by the same factor: the decrease
     /// stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64) {
@@ -206,6 +208,7 @@ impl Adaptive {
         }
         self.last_decrease_us = now_us;
         self.last_dec_rate_pps = self.rate_pps;
+        let standing_us = self.standing.get(now_us);
         let excess_us = (self.queue_delay_us - self.target_queue_delay_us()).max(0.0);
         let drain = 1.0 - excess_us / (self.min_rtt_us + self.queue_delay_us);
         let factor =
@@ -220,6 +223,16 @@ impl Adaptive {
             self.rate_pps
         };
         self.rate_pps = (base * factor).max(MIN_RATE_PPS);
+        // A queue that did not stand (a stall's backlog, read in one report) cuts as deep as a
+        // real one, since a newcomer's first report looks the same; if the queue is gone one
+        // round trip later, the cut went too far, and the rate comes back to a plain 1/9 cut.
+        let plain_pps = self.last_dec_rate_pps * DECREASE;
+        if !self.scavenger
+            && standing_us < self.target_queue_delay_us() / 2.0
+            && self.rate_pps < plain_pps
+        {
+            self.restore = Some((now_us, plain_pps));
+        }
     }
 
     /// Ends startup. After congestion (a queue was built) the rate drops below the delivery rate
@@ -508,6 +521,63 @@ mod tests {
         cc.on_ack(&ack(130_000, 8_000, 0));
         assert!(cc.rate_pps() < 50_000.0 * 0.9, "restored into a queue: {}", cc.rate_pps());
         assert!(cc.rate_pps() >= drained);
+    }
+
+    /// A controller in steady state after 1 s without a queue, and the time of its last report.
+    fn settled() -> (Adaptive, u64) {
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        cc.on_ack(&ack(10_000, 12_000, 0)); // leave startup on a queue
+        let mut now = 10_000;
+        while now < 1_000_000 {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 0));
+        }
+        assert!(!cc.in_startup());
+        (cc, now)
+    }
+
+    /// One report of a 20 ms queue that did not stand, with the delivery rate dipped to 20,000
+    /// packets per second (what a stall's backlog looks like), at `now`.
+    fn spike(cc: &mut Adaptive, now: u64) {
+        cc.on_ack(&AckSignal { delivery_rate_pps: 20_000, ..ack(now, 20_000, 0) });
+    }
+
+    #[test]
+    fn a_deep_cut_for_a_queue_that_did_not_stand_is_taken_back_once_it_is_gone() {
+        let (mut cc, mut now) = settled();
+        let before = cc.rate_pps();
+        assert!(before > 40_000.0, "{before}");
+        now += 10_000;
+        spike(&mut cc, now);
+        let cut = cc.rate_pps();
+        assert!((cut - 20_000.0 * DECREASE).abs() < 1e-6, "cut to the delivery rate: {cut}");
+        // The queue is gone at once; within the round trip nothing changes but the increase.
+        let spiked = now;
+        while now < spiked + 100_000 {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 0));
+        }
+        assert!(cc.rate_pps() < cut * 1.1, "restored within the round trip: {}", cc.rate_pps());
+        // One RTT + SYN after the cut: back to a plain 1/9 cut of the rate before it.
+        now += 10_000;
+        cc.on_ack(&ack(now, 0, 0));
+        assert!(cc.rate_pps() >= before * DECREASE, "{} < {}", cc.rate_pps(), before * DECREASE);
+    }
+
+    #[test]
+    fn a_deep_cut_stays_when_the_queue_stands_after_it() {
+        // The same first report from a newcomer's startup: the queue is still there one round
+        // trip later (others hold it), and the cut is kept.
+        let (mut cc, mut now) = settled();
+        now += 10_000;
+        spike(&mut cc, now);
+        let cut = cc.rate_pps();
+        let spiked = now;
+        while now < spiked + 150_000 {
+            now += 10_000;
+            cc.on_ack(&ack(now, 8_000, 0));
+        }
+        assert!(cc.rate_pps() < cut * 1.1, "restored into a standing queue: {}", cc.rate_pps());
     }
 
     #[test]
