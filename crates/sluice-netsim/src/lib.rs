@@ -4,7 +4,8 @@
 //! `a -> b` datagrams cross one shared forward link and its `b -> a` datagrams one shared reverse
 //! link; each flow may add its own one-way delay per direction. A link direction ([`LinkConfig`])
 //! has a rate limit behind a drop-tail queue, propagation delay, order-preserving jitter, random
-//! loss (Bernoulli or Gilbert-Elliott), reordering, duplication, corruption, blackout windows and receive stalls.
+//! loss (Bernoulli or Gilbert-Elliott), reordering, duplication, corruption, blackout windows and
+//! receive stalls.
 //!
 //! Nothing here reads a clock or draws ambient randomness: time is virtual microseconds and every
 //! random choice comes from the seed in [`SimConfig`], so a run is reproducible bit for bit.
