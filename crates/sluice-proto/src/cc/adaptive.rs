@@ -19,6 +19,15 @@ const DRAIN: f64 = 0.85;
 /// up to this share of the highest delivery rate measured in startup, when the queue is gone:
 /// UDT's increase alone took 4 s to climb back from the drain on a 1 Gbit/s, 100 ms path.
 const RESTORE: f64 = 0.95;
+/// How long after leaving startup on congestion the restore waits for the queue to drain, in
+/// round trips (RTT + SYN). Doubling per round trip overshoots by up to one round trip of
+/// sending at twice the link: on a 300 ms path a queue of 150-190 ms, which the drain rate empties
+/// in about a second. The further cuts that queue triggers meanwhile answer the same overshoot,
+/// so they do not cancel the restore.
+const STARTUP_DRAIN_RTTS: f64 = 5.0;
+/// Startup that ends at the capacity with the rate above this multiple of it overshot (see
+/// [`Adaptive::leave_startup`]); one step of growth (an ACK interval) is at most 7 % at 100 ms.
+const OVERSHOT: f64 = 1.1;
 /// Once the packet pairs have measured the link, startup resumes from at least this share of it.
 const STARTUP_FLOOR_OF_CAPACITY: f64 = 0.25;
 /// A capacity estimate at or above this is the receiver's clock resolution (pairs one
@@ -90,10 +99,24 @@ pub struct Adaptive {
     /// The highest delivery rate reported during startup (what the bottleneck carried once a
     /// queue stood).
     startup_delivery_pps: f64,
-    /// After a congested startup or a provisional cut: when it was, and to what rate to come
-    /// back up one RTT + SYN later if the queue is gone by then.
-    restore: Option<(u64, f64)>,
+    /// After a congested startup or a provisional cut: the rate to come back to once the queue
+    /// is gone.
+    restore: Option<Restore>,
     loss: LossTrend,
+}
+
+/// A rate to come back to once the queue has drained (see [`Adaptive::decrease`] and
+/// [`Adaptive::leave_startup`]).
+#[derive(Debug, Clone, Copy)]
+struct Restore {
+    /// When the cut was made: the restore is looked at from one RTT + SYN later.
+    cut_us: u64,
+    to_pps: f64,
+    /// The last moment to restore; the first look for a provisional cut.
+    until_us: u64,
+    /// Whether a later cut cancels it (a provisional cut), or not (startup's drain, whose queue
+    /// triggers further cuts while it drains).
+    cancelled_by_cuts: bool,
 }
 
 /// Loss rate per epoch (one RTT, at least 100 ms) against its long-run average.
@@ -231,24 +254,52 @@ impl Adaptive {
             && standing_us < self.target_queue_delay_us() / 2.0
             && self.rate_pps < plain_pps
         {
-            self.restore = Some((now_us, plain_pps));
+            let first_look_us = now_us + (self.rtt_us + SYN) as u64;
+            self.restore = Some(Restore {
+                cut_us: now_us,
+                to_pps: plain_pps,
+                until_us: first_look_us,
+                cancelled_by_cuts: true,
+            });
         }
     }
 
     /// Ends startup. After congestion (a queue was built) the rate drops below the delivery rate
-    /// so the queue drains, and comes back to near the delivery rate one RTT later (see
-    /// [`RESTORE`]); on reaching the link capacity with no queue, it holds the capacity.
+    /// so the queue drains, and comes back to near the delivery rate once it has drained (see
+    /// [`RESTORE`]); on reaching the link capacity with no queue, it holds the capacity. Having
+    /// passed the capacity by more than one step of growth is congestion too, of which no report
+    /// has come back yet: the capacity reports read too fast until then (bunched pairs), and
+    /// what was sent above the link in the last round trip is queued (through linkem at 300 ms,
+    /// startup reached twice the link and built a 70 ms queue).
     fn leave_startup(&mut self, now_us: u64, congested: bool) {
         self.phase = Phase::Steady;
-        if congested && self.recv_rate_pps > 0.0 {
-            let delivered_pps = self.startup_delivery_pps.max(self.recv_rate_pps);
-            self.last_dec_rate_pps = self.rate_pps;
-            self.rate_pps = self.rate_pps.min(delivered_pps * DRAIN).max(MIN_RATE_PPS);
-            self.last_decrease_us = now_us;
-            self.restore = Some((now_us, delivered_pps * RESTORE));
-        } else if self.capacity_pps > 0.0 {
-            self.rate_pps = self.rate_pps.min(self.capacity_pps);
+        let overshot = self.capacity_pps > 0.0 && self.rate_pps > self.capacity_pps * OVERSHOT;
+        if !(congested || overshot) || self.recv_rate_pps <= 0.0 {
+            if self.capacity_pps > 0.0 {
+                self.rate_pps = self.rate_pps.min(self.capacity_pps);
+            }
+            return;
         }
+        // What the bottleneck delivered. In startup the delivery rate lags a round trip behind
+        // the sending rate (through linkem at 300 ms it read 15-45 % of the link when startup
+        // overshot), so after an overshoot (no queue reported yet) the capacity report that
+        // ended startup counts, but no less than what was delivered: a pair stretched by a late
+        // wake-up reads slow (once 100 Mbit/s on a 1 Gbit/s link). The least report of the last
+        // second is no better here: it still holds startup's early, stretched pairs.
+        let mut delivered_pps = self.startup_delivery_pps.max(self.recv_rate_pps);
+        if overshot && !congested {
+            delivered_pps = delivered_pps.max(self.capacity_pps);
+        }
+        self.last_dec_rate_pps = self.rate_pps;
+        self.rate_pps = self.rate_pps.min(delivered_pps * DRAIN).max(MIN_RATE_PPS);
+        self.last_decrease_us = now_us;
+        let wait_us = STARTUP_DRAIN_RTTS * (self.rtt_us + SYN);
+        self.restore = Some(Restore {
+            cut_us: now_us,
+            to_pps: delivered_pps * RESTORE,
+            until_us: now_us + wait_us as u64,
+            cancelled_by_cuts: false,
+        });
     }
 
     /// UDT's increase, equations (1) and (2), with the available bandwidth estimated from the
@@ -319,16 +370,17 @@ impl CongestionControl for Adaptive {
             }
             Phase::Steady => {
                 let due_us = (self.rtt_us + SYN) as u64;
-                if let Some((left_us, to_pps)) =
-                    self.restore.filter(|&(left, _)| ack.now_us >= left + due_us)
-                {
-                    self.restore = None;
-                    // Only once the queue is gone and nothing was cut since: otherwise others
-                    // share the bottleneck (or the drain was not enough), and UDT's increase
-                    // takes it from here.
+                if let Some(r) = self.restore.filter(|r| ack.now_us >= r.cut_us + due_us) {
+                    // Only once the queue is gone (and, after a provisional cut, nothing was cut
+                    // since): otherwise others share the bottleneck (or the drain was not
+                    // enough), and UDT's increase takes it from here.
                     let drained = standing_us < self.target_queue_delay_us() / 2.0;
-                    if drained && !congested && self.last_decrease_us == left_us {
-                        self.rate_pps = self.rate_pps.max(to_pps);
+                    let cut_since = self.last_decrease_us != r.cut_us;
+                    if drained && !congested && !(cut_since && r.cancelled_by_cuts) {
+                        self.rate_pps = self.rate_pps.max(r.to_pps);
+                        self.restore = None;
+                    } else if ack.now_us >= r.until_us || (cut_since && r.cancelled_by_cuts) {
+                        self.restore = None;
                     }
                 }
                 if congested {
@@ -521,6 +573,37 @@ mod tests {
         cc.on_ack(&ack(130_000, 8_000, 0));
         assert!(cc.rate_pps() < 50_000.0 * 0.9, "restored into a queue: {}", cc.rate_pps());
         assert!(cc.rate_pps() >= drained);
+    }
+
+    #[test]
+    fn startup_past_the_capacity_drains_and_comes_back_once_the_queue_is_gone() {
+        // The capacity reports read too fast (or none came) until startup was well past the
+        // link; the delivery rate lags a round trip behind.
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let lagging = |now| AckSignal { delivery_rate_pps: 20_000, ..ack(now, 0, 0) };
+        let mut now = 0;
+        while cc.rate_pps() < 60_000.0 {
+            now += 10_000;
+            cc.on_ack(&lagging(now));
+        }
+        now += 10_000;
+        cc.on_ack(&AckSignal { capacity_pps: 50_000, ..lagging(now) });
+        assert!(!cc.in_startup());
+        let drain = 50_000.0 * DRAIN;
+        assert!((cc.rate_pps() - drain).abs() < 1e-6, "drain below the link: {}", cc.rate_pps());
+        // The overshoot's queue comes back for two round trips and is cut for meanwhile.
+        let left = now;
+        while now < left + 200_000 {
+            now += 10_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 40_000, ..ack(now, 30_000, 50_000) });
+        }
+        assert!(cc.rate_pps() < drain, "{}", cc.rate_pps());
+        // Then it is gone: back to 95 % of the link, the cuts for the same queue notwithstanding.
+        now += 10_000;
+        cc.on_ack(&ack(now, 0, 50_000));
+        now += 40_000;
+        cc.on_ack(&ack(now, 0, 50_000));
+        assert!(cc.rate_pps() >= 50_000.0 * RESTORE, "{}", cc.rate_pps());
     }
 
     /// A controller in steady state after 1 s without a queue, and the time of its last report.
