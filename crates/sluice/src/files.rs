@@ -182,6 +182,11 @@ impl Confined {
         }
     }
 
+    /// Whether `path` names a directory, links followed (beneath the root).
+    pub fn is_dir(&self, path: &Path) -> bool {
+        self.metadata(path).is_ok_and(|m| m.is_dir())
+    }
+
     /// The metadata of `path` itself (a link is not followed).
     pub fn symlink_metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
         use rustix::fs::{Mode, OFlags};

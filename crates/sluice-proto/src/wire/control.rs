@@ -23,8 +23,8 @@ pub struct Ack {
     pub recv_rate_pps: u32,
     /// Link capacity estimate from packet pairs.
     pub capacity_pps: u32,
-    /// Mean forward queuing delay over the last ACK interval (one-way delay above its recent
-    /// minimum, see `delay`).
+    /// Least forward queuing delay of the packets of the last ACK interval (one-way delay above
+    /// its recent minimum, see `delay`).
     pub queue_delay_us: u32,
     /// One past the largest sequence number received.
     pub rcv_next_dsn: Seq31,

@@ -50,7 +50,7 @@
 //! | 16..20 | avail_window_pkts  | u32                                            |
 //! | 20..24 | recv_rate_pps      | u32, UDT's median-filtered arrival speed       |
 //! | 24..28 | capacity_pps       | u32                                            |
-//! | 28..32 | queue_delay_us     | u32, mean one-way delay above its minimum      |
+//! | 28..32 | queue_delay_us     | u32, least one-way delay above its minimum     |
 //! | 32..36 | rcv_next_dsn       | u32, top bit zero; one past the largest seen   |
 //! | 36..40 | missing_pkts       | u32, holes before rcv_next_dsn                 |
 //! | 40..44 | delivery_rate_pps  | u32, packets delivered per second over ≥ 40 ms |

@@ -122,8 +122,7 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
         entries.iter().map(|e| e.path.split('/').next().unwrap_or("")).collect();
     let fs = Confined::new(options.confine.as_deref())
         .map_err(|e| PlanError::Io("the served directory".into(), e))?;
-    let is_dir = |p: &Path| fs.metadata(p).is_ok_and(|m| m.is_dir());
-    let into_dir = is_dir(dest);
+    let into_dir = fs.is_dir(dest);
     if !into_dir {
         if tops.len() > 1 {
             return Err(PlanError::NotADirectory(format!(
@@ -132,7 +131,7 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
                 tops.len()
             )));
         }
-        if !is_dir(parent_dir(dest)) {
+        if !fs.is_dir(parent_dir(dest)) {
             return Err(PlanError::NotFound(format!(
                 "{}: its directory does not exist",
                 shown(dest)
@@ -344,9 +343,7 @@ impl Plan {
             let target = &self.targets[i];
             match self.fs.create_dir(target) {
                 Ok(()) => {}
-                Err(e)
-                    if e.kind() == io::ErrorKind::AlreadyExists
-                        && self.fs.metadata(target).is_ok_and(|m| m.is_dir()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && self.fs.is_dir(target) => {}
                 Err(e) => return Err(io_err(target, e)),
             }
         }

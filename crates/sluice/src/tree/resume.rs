@@ -66,8 +66,8 @@ pub(crate) fn record_path(target: &Path) -> PathBuf {
 /// fits; a record that does not is removed with the temporary file it names.
 pub(crate) fn find(fs: &Confined, target: &Path, entry: &Entry) -> Option<Resumable> {
     let path = record_path(target);
-    fs.symlink_metadata(&path).ok()?;
-    let Some(record) = read_record(fs, &path) else {
+    let meta = fs.symlink_metadata(&path).ok()?;
+    let Some(record) = read_record(fs, &path, &meta) else {
         // Unreadable: which temporary file it meant is unknown, so every one of this target
         // goes (they are ours by their name).
         remove_temps_of(fs, target);
@@ -126,15 +126,18 @@ fn remove_temps_of(fs: &Confined, target: &Path) {
         let is_temp = bytes.len() == sample.len()
             && bytes.starts_with(prefix)
             && bytes[prefix.len()..].iter().all(u8::is_ascii_hexdigit);
+        if !is_temp {
+            continue;
+        }
         let child = dir.join(&file_name);
-        if is_temp && fs.symlink_metadata(&child).is_ok_and(|m| m.file_type().is_file()) {
+        if fs.symlink_metadata(&child).is_ok_and(|m| m.file_type().is_file()) {
             let _ = fs.remove_file(&child);
         }
     }
 }
 
-fn read_record(fs: &Confined, path: &Path) -> Option<Record> {
-    let meta = fs.symlink_metadata(path).ok()?;
+/// The record at `path`, whose metadata (not following a link) is `meta`.
+fn read_record(fs: &Confined, path: &Path, meta: &std::fs::Metadata) -> Option<Record> {
     if !meta.file_type().is_file() || meta.len() > RECORD_MAX_BYTES {
         return None;
     }
