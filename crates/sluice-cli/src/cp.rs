@@ -84,7 +84,8 @@ pub(crate) struct CpArgs {
     /// RBUDP/Tsunami, for dedicated links).
     #[arg(long, value_name = "POLICY", env = "SLUICE_POLICY")]
     policy: Option<String>,
-    /// Largest UDP datagram in bytes (the default, 1452, fits a 1500-byte MTU; up to 65000
+    /// Largest UDP datagram in bytes (the default, 1472, fits a 1500-byte MTU over IPv4 and is
+    /// lowered to fit the path toward the server, 1452 over IPv6; up to 65000
     /// where the path carries jumbo frames).
     #[arg(long, env = "SLUICE_PACKET_SIZE")]
     packet_size: Option<usize>,

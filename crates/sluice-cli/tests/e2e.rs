@@ -768,8 +768,9 @@ fn first_contact_asks_on_a_terminal_and_pins_only_on_yes() {
 }
 
 #[test]
-fn a_packet_size_the_path_cannot_carry_is_refused_with_the_size_that_fits() {
-    // Loopback with a 1500-byte MTU in a namespace of our own: UDP payloads of 1472 bytes fit.
+fn on_a_1500_byte_path_the_default_packet_size_fits_both_families_and_a_larger_one_is_refused() {
+    // Loopback with a 1500-byte MTU in a namespace of our own: UDP payloads of 1472 bytes fit
+    // over IPv4, 1452 over IPv6.
     let Some(ns) = Netns::with_loopback_mtu("mtu", 1500) else {
         println!("skipped: needs root and iproute2 to make a network namespace");
         return;
@@ -781,42 +782,65 @@ fn a_packet_size_the_path_cannot_carry_is_refused_with_the_size_that_fits() {
     std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
     std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let port = "7802";
-    let mut server = ns
-        .cmd(BIN)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-        .arg(&root)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--tokens")
-        .arg(&tokens)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.contains("serving on"), "server said {line:?}");
+    let serve = |listen: &str, state: &str| {
+        let mut server = ns
+            .cmd(BIN)
+            .args(["serve", "--listen", listen, "--root"])
+            .arg(&root)
+            .arg("--state-dir")
+            .arg(dir.path().join(state))
+            .arg("--tokens")
+            .arg(&tokens)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.contains("serving on"), "server said {line:?}");
+        server
+    };
+    let mut servers =
+        [serve(&format!("127.0.0.1:{port}"), "state4"), serve(&format!("[::1]:{port}"), "state6")];
     let src = dir.path().join("src.bin");
     random_file(&src, 300_000, 31);
-    let cp = |packet_size: &str, name: &str| {
-        ns.cmd(BIN)
-            .args(["cp", "-P", port, "--accept-new-host", "--packet-size", packet_size])
-            .arg("--known-hosts")
+    let cp = |packet_size: Option<&str>, dest: &str| {
+        let mut c = ns.cmd(BIN);
+        c.args(["cp", "-P", port, "--accept-new-host"]);
+        if let Some(size) = packet_size {
+            c.args(["--packet-size", size]);
+        }
+        c.arg("--known-hosts")
             .arg(dir.path().join("known_hosts"))
             .env("SLUICE_TOKEN", TOKEN)
+            .env("RUST_LOG", "sluice=debug")
             .arg(&src)
-            .arg(format!("127.0.0.1:{name}"))
+            .arg(dest)
             .output()
             .unwrap()
     };
-    let too_big = cp("9000", "big.bin");
-    let fits = cp("1472", "fits.bin");
-    let _ = server.kill();
-    let _ = server.wait();
+    let too_big = cp(Some("9000"), "127.0.0.1:big.bin");
+    let fits = cp(Some("1472"), "127.0.0.1:fits.bin");
+    let default4 = cp(None, "127.0.0.1:default4.bin");
+    let default6 = cp(None, "[::1]:default6.bin");
+    for server in &mut servers {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
     assert_ne!(code(&too_big), 0);
     assert!(stderr(&too_big).contains("--packet-size 1472 or less"), "{}", stderr(&too_big));
     assert!(!root.join("big.bin").exists());
-    assert_eq!(code(&fits), 0, "{}", stderr(&fits));
-    assert!(same_file(&src, &root.join("fits.bin")));
+    for (o, name) in [(&fits, "fits.bin"), (&default4, "default4.bin"), (&default6, "default6.bin")]
+    {
+        assert_eq!(code(o), 0, "{name}: {}", stderr(o));
+        assert!(same_file(&src, &root.join(name)), "{name}");
+    }
+    // IPv4 keeps the default; IPv6's 20 more bytes of header lower it to what fits.
+    assert!(!stderr(&default4).contains("fitted to the path"), "{}", stderr(&default4));
+    assert!(
+        stderr(&default6).contains("default packet size fitted to the path packet_size=1452"),
+        "{}",
+        stderr(&default6)
+    );
 }
 
 /// Uploads `src` (with `extra` flags) at 40 Mbit/s with `--json`, and once the progress lines

@@ -147,14 +147,48 @@ pub(crate) fn check_spec(spec: &Spec) {
     }
 }
 
+/// The datagram size a client proposes unless told otherwise: the largest that fits a 1500-byte
+/// path MTU over IPv4 (20 bytes of IP header, 8 of UDP). [`fit_packet_size`] lowers it where
+/// the path carries less (1452 over IPv6).
+pub const DEFAULT_PACKET_SIZE: usize = 1472;
+
 /// Local channel settings both ends start from: the protocol defaults with a short idle timeout
-/// (a dead peer is noticed in seconds) and a pacer that may catch up after a late wake-up.
+/// (a dead peer is noticed in seconds), a pacer that may catch up after a late wake-up, and
+/// [`DEFAULT_PACKET_SIZE`].
 pub fn default_channel_config() -> ChannelConfig {
     ChannelConfig {
         idle_timeout_us: DATA_IDLE_TIMEOUT.as_micros() as u64,
         max_burst_pkts: crate::datapath::REAL_TIME_BURST_PKTS,
+        packet_size: DEFAULT_PACKET_SIZE,
         ..ChannelConfig::default()
     }
+}
+
+/// The datagram size to propose toward `server`: [`DEFAULT_PACKET_SIZE`] lowered to the largest
+/// datagram that fits the path MTU the kernel knows toward `server` (the route's, or less where
+/// ICMP taught it less: 1452 over IPv6 at 1500); any other size as given, which the data
+/// channels refuse at their start, naming the size that fits, if the path cannot carry it.
+pub(crate) fn fit_packet_size(packet_size: usize, server: SocketAddr) -> usize {
+    if packet_size != DEFAULT_PACKET_SIZE {
+        return packet_size;
+    }
+    let unspecified: IpAddr = match server {
+        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let mtu = UdpSocket::bind((unspecified, 0))
+        .ok()
+        .and_then(|socket| sluice_udp::path_mtu(&socket, server));
+    let fitted =
+        mtu.map_or(packet_size, |mtu| packet_size.min(sluice_udp::max_payload(mtu, server)));
+    if fitted != packet_size {
+        tracing::debug!(
+            packet_size = fitted,
+            path_mtu = mtu,
+            "default packet size fitted to the path"
+        );
+    }
+    fitted
 }
 
 /// Everything one end needs to start the data channels of a request.

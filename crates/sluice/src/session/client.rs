@@ -15,7 +15,7 @@ use tracing::{debug, info};
 
 use super::channel::{
     ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
-    blocking, control_transport, default_channel_config, frame_error, hash_budget,
+    blocking, control_transport, default_channel_config, fit_packet_size, frame_error, hash_budget,
 };
 use super::copy::{CopyOptions, kept_pairs, local_walk_error, resume_offers, resume_verdict};
 use super::digest::{self, Messages};
@@ -186,8 +186,9 @@ pub struct Client {
 impl Client {
     /// Connects, verifies the server's identity under the trust policy (pinning it in the
     /// known-hosts file on an accepted first contact), and authenticates with the token.
-    pub async fn connect(config: ClientConfig) -> Result<Client, SessionError> {
+    pub async fn connect(mut config: ClientConfig) -> Result<Client, SessionError> {
         config.channel.validate().map_err(|e| SessionError::Config(e.to_string()))?;
+        config.channel.packet_size = fit_packet_size(config.channel.packet_size, config.server);
         if let Some(n) = config.channels.filter(|n| !(1..=MAX_CHANNELS).contains(n)) {
             return Err(SessionError::Config(format!(
                 "{n} channels asked for: between 1 and {MAX_CHANNELS} are possible"

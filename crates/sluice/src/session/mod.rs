@@ -106,7 +106,7 @@ use std::time::Duration;
 
 pub use crate::tree::{Links, Overwrite};
 pub(crate) use channel::check_spec;
-pub use channel::default_channel_config;
+pub use channel::{DEFAULT_PACKET_SIZE, default_channel_config};
 pub use client::{Client, ClientConfig, TransferReport};
 pub use copy::CopyOptions;
 pub(crate) use copy::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
