@@ -272,7 +272,7 @@ pub fn receive_file(
     cancel: &AtomicBool,
 ) -> Result<Received, DataError> {
     let ends = vec![range.end.max(range.start)];
-    let received = receive(channels, file, range, &[], ends, progress, cancel)?;
+    let received = receive(channels, file, range, &[], ends, progress, &|_| {}, cancel)?;
     let blake3 = received.hashes.first().copied().unwrap_or_else(|| blake3::hash(b""));
     Ok(Received { report: received.report, blake3 })
 }
@@ -282,6 +282,11 @@ pub fn receive_file(
 /// `range.start` to `ends[0]`, the next to `ends[1]`, ...; `ends` increasing, the last
 /// `range.end`) on a thread of its own as it is written, the present parts included. Blocks
 /// like [`receive_file`].
+///
+/// `hashed` hears the hashes from the hashing thread as soon as every byte is in the store and
+/// hashed, while the channels still linger for their senders' shutdowns (a round trip or
+/// more): the caller can answer its peer that much sooner.
+#[allow(clippy::too_many_arguments)] // each is a separate input of the one transfer
 pub fn receive(
     channels: Vec<ChannelParams>,
     store: &dyn Store,
@@ -289,6 +294,7 @@ pub fn receive(
     present: &[Range<u64>],
     ends: Vec<u64>,
     progress: &mut dyn FnMut(Progress),
+    hashed: &(dyn Fn(&[blake3::Hash]) + Sync),
     cancel: &AtomicBool,
 ) -> Result<ReceivedExtents, DataError> {
     let ctx = recv::RecvShared::new(store, range.clone(), present);
@@ -309,7 +315,12 @@ pub fn receive(
         let hasher = std::thread::Builder::new()
             .name("sluice-hash".into())
             .spawn_scoped(s, || match ctx.file.hash_written(ends, cancel) {
-                Ok(hash) => hash,
+                Ok(hash) => {
+                    if let Some(hashes) = &hash {
+                        hashed(hashes);
+                    }
+                    hash
+                }
                 Err(e) => {
                     // No use receiving what cannot be verified.
                     ctx.shared.fatal(DataError::Hash(e));

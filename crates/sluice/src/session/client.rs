@@ -18,7 +18,7 @@ use super::channel::{
     blocking, control_transport, default_channel_config, fit_packet_size, frame_error, hash_budget,
 };
 use super::copy::{CopyOptions, kept_pairs, local_walk_error, resume_offers, resume_verdict};
-use super::digest::{self, Messages};
+use super::digest::{self, Messages, Receiving};
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
@@ -458,25 +458,28 @@ impl Client {
         let received = async {
             let mut keeper = incoming.keeper();
             let store = data.clone();
-            let mut task = DataTask::spawn(move |cancel| {
+            let mut receiving = Receiving::spawn(move |hashed, cancel| {
                 let mut progress = |p: Progress| {
                     keeper.update(p.prefix, false);
                     observer.progress(p);
                 };
                 let params = params.unwrap_or_default();
-                datapath::receive(params, &*store, 0..size, &present, ends, &mut progress, cancel)
+                let (range, progress) = (0..size, &mut progress);
+                datapath::receive(params, &*store, range, &present, ends, progress, hashed, cancel)
             });
             let messages = &mut link.messages;
-            let (received, early) = digest::run_receiving(&mut task, messages, count, conn).await?;
-            let channel = (received.report.channels > 0).then_some(received.report);
+            let (arrival, early) =
+                digest::run_receiving(&mut receiving, messages, count, conn).await?;
+            // Every byte is here and hashed: the answer need not wait for the channels' linger.
+            let (hashes, mut channel) = arrival.split();
             let expected =
                 digest::await_digests(messages, early, count, conn, hash_budget(size)).await?;
+            if channel.is_none() && hashes != expected {
+                // A repair opens channels of its own: these end first.
+                channel = receiving.report().await;
+            }
             let (actual, repaired) = repair::receive_repairs::<ClientMsg, _>(
-                &mut link,
-                &files,
-                &data,
-                &expected,
-                received.hashes,
+                &mut link, &files, &data, &expected, hashes,
             )
             .await?;
             let single = (count == 1).then(|| expected[0].to_hex().to_string());
@@ -485,17 +488,25 @@ impl Client {
             if let Some(err) = mismatch_error(&committed) {
                 return Err(err);
             }
-            Ok::<_, SessionError>((channel, single, repaired))
+            Ok::<_, SessionError>((channel, receiving, single, repaired))
         }
         .await;
         drop(link);
-        let (channel, single, repaired) = match received {
+        let (mut channel, mut receiving, single, repaired) = match received {
             Ok(received) => received,
             Err(err) => return Err(req.fail(err).await),
         };
         req.write(&ClientMsg::Verified).await?;
         req.finish();
-        req.await_server_done().await;
+        // The server's end of the request and the channels' linger (their senders' shutdowns)
+        // come about together.
+        let ended = async {
+            if channel.is_none() {
+                channel = receiving.report().await;
+            }
+        };
+        tokio::join!(req.await_server_done(), ended);
+        let channel = channel.filter(|c| c.channels > 0);
         info!(?remote_paths, files = count, size, "downloaded and verified");
         report.bytes = size;
         report.blake3 = single;

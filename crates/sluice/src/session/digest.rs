@@ -15,16 +15,18 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
 
 use super::SessionError;
 use super::channel::{DataTask, data_error, frame_error};
 use super::messages::{ClientMsg, FrameError, ServerMsg, read_message, write_message};
-use crate::datapath::{ChannelReport, DataError};
+use crate::datapath::{ChannelReport, DataError, ReceivedExtents};
 use crate::files::hash_extents;
 use crate::tree::FileSet;
 
@@ -210,27 +212,106 @@ fn add_digests(
     Ok(())
 }
 
-/// The receiving end while the data moves: runs `task` to its end, keeping the `Digests`
-/// (at most `count`) that come meanwhile. Returns the task's output and the digests so far.
-/// Any other message (the sender gave up, or broke the protocol) stops the task and is the
-/// error; so is a failed data channel.
-pub(crate) async fn run_receiving<M: Control, T: Send + 'static>(
-    task: &mut DataTask<Result<T, DataError>>,
+/// A receive running on the blocking pool ([`datapath::receive`]), with the hashes it reports
+/// as soon as every byte is there, before its channels end.
+pub(crate) struct Receiving {
+    task: DataTask<Result<ReceivedExtents, DataError>>,
+    /// `None` once heard, or once the receive ended without them.
+    hashed: Option<oneshot::Receiver<Vec<blake3::Hash>>>,
+}
+
+/// The hook [`datapath::receive`] calls with the hashes.
+pub(crate) type OnHashed<'a> = &'a (dyn Fn(&[blake3::Hash]) + Sync);
+
+/// How the data of a [`Receiving`] arrived.
+pub(crate) enum Arrival {
+    /// The receive ended: its report and hashes.
+    Ended(ReceivedExtents),
+    /// Every byte is there and hashed; the channels still linger for their senders'
+    /// shutdowns ([`Receiving::report`] waits for them).
+    Hashed(Vec<blake3::Hash>),
+}
+
+impl Arrival {
+    /// The hashes, and the report if the receive ended.
+    pub(crate) fn split(self) -> (Vec<blake3::Hash>, Option<ChannelReport>) {
+        match self {
+            Arrival::Ended(received) => (received.hashes, Some(received.report)),
+            Arrival::Hashed(hashes) => (hashes, None),
+        }
+    }
+}
+
+impl Receiving {
+    /// Runs `receive` (a call of [`datapath::receive`] with the hook and the cancel flag it
+    /// is given) on the blocking pool.
+    pub(crate) fn spawn(
+        receive: impl FnOnce(OnHashed<'_>, &AtomicBool) -> Result<ReceivedExtents, DataError>
+        + Send
+        + 'static,
+    ) -> Self {
+        let (tx, rx) = oneshot::channel();
+        let tx = Mutex::new(Some(tx));
+        let task = DataTask::spawn(move |cancel| {
+            let hashed = |hashes: &[blake3::Hash]| {
+                if let Some(tx) = tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    let _ = tx.send(hashes.to_vec());
+                }
+            };
+            receive(&hashed, cancel)
+        });
+        Receiving { task, hashed: Some(rx) }
+    }
+
+    /// After [`Arrival::Hashed`], waits for the channels to end and returns their report; `None`
+    /// if the receive ended already or failed after its data was all there.
+    pub(crate) async fn report(&mut self) -> Option<ChannelReport> {
+        match self.task.join().await {
+            Ok(Ok(received)) => Some(received.report),
+            _ => None,
+        }
+    }
+}
+
+/// The hashes once reported; never if they were not (the receive's end says why).
+async fn reported(hashed: &mut Option<oneshot::Receiver<Vec<blake3::Hash>>>) -> Vec<blake3::Hash> {
+    if let Some(rx) = hashed.as_mut()
+        && let Ok(hashes) = rx.await
+    {
+        *hashed = None;
+        return hashes;
+    }
+    *hashed = None;
+    std::future::pending().await
+}
+
+/// The receiving end while the data moves: runs `receiving` until its data is all there and
+/// hashed (or it ended), keeping the `Digests` (at most `count`) that come meanwhile. Returns
+/// how the data arrived and the digests so far. Any other message (the sender gave up, or
+/// broke the protocol) stops the receive and is the error; so is a failed data channel.
+pub(crate) async fn run_receiving<M: Control>(
+    receiving: &mut Receiving,
     messages: &mut Messages<'_, M>,
     count: usize,
     conn: &quinn::Connection,
-) -> Result<(T, Vec<blake3::Hash>), SessionError> {
+) -> Result<(Arrival, Vec<blake3::Hash>), SessionError> {
     let mut digests = Vec::new();
     loop {
         tokio::select! {
-            done = task.join() => return Ok((done?.map_err(|e| data_error(e, conn))?, digests)),
+            done = receiving.task.join() => {
+                let received = done?.map_err(|e| data_error(e, conn))?;
+                return Ok((Arrival::Ended(received), digests));
+            }
+            hashes = reported(&mut receiving.hashed) => {
+                return Ok((Arrival::Hashed(hashes), digests));
+            }
             msg = messages.next() => {
                 let heard = msg
                     .map_err(|e| frame_error(e, conn))
                     .and_then(M::into_digests)
                     .and_then(|more| add_digests(&mut digests, more, count));
                 if let Err(err) = heard {
-                    task.stop().await;
+                    receiving.task.stop().await;
                     return Err(err);
                 }
             }

@@ -66,7 +66,10 @@
 //! come early, waits for those that have not come when the last byte arrived (30 s plus 1 s
 //! per 50 MB, then a network error), and renames each file into place only if the two hashes
 //! match; a file that does not match is not stored and the request fails as `integrity`,
-//! naming it ([`digest`]).
+//! naming it ([`digest`]). It answers as soon as its last byte is written and hashed, in the
+//! same instant as its final ACK: the data channels linger meanwhile until their senders shut
+//! down, so the answer does not wait the round trip that shutdown takes ([`digest::Receiving`]).
+//! The client closes the connection without waiting out QUIC's draining period.
 //!
 //! Channel count (MCDTP's specification handshake): the client offers `spec.max_channels` (its
 //! `--channels`, or one per core), the server answers with the smaller of that and its own

@@ -24,7 +24,7 @@ use std::time::Duration;
 use super::SessionError;
 use super::channel::{ChannelSetup, DataTask, REPLY_TIMEOUT, bind_data_sockets, blocking};
 use super::channel::{data_error, frame_error, hash_budget};
-use super::digest::{Control, Messages, run_receiving};
+use super::digest::{Control, Messages, Receiving, run_receiving};
 use super::keys::Role;
 use super::messages::{BlockHashes, ClientMsg, FrameError, ServerMsg, write_message};
 use crate::datapath::{self, ChannelParams, ChannelReport, Fault, Faulty, Store};
@@ -134,12 +134,17 @@ pub(crate) async fn receive_repairs<W: RepairControl, R: RepairControl>(
         let (span, ends) = extent_span(files, first..last + 1);
         let present = complement(&ranges, span.clone());
         let store = data.clone();
-        let mut task = DataTask::spawn(move |cancel| {
-            datapath::receive(params, &*store, span, &present, ends, &mut |_| {}, cancel)
+        let mut receiving = Receiving::spawn(move |hashed, cancel| {
+            datapath::receive(params, &*store, span, &present, ends, &mut |_| {}, hashed, cancel)
         });
-        let (received, _) =
-            run_receiving(&mut task, &mut link.messages, 0, link.setup.conn).await?;
-        actual.splice(first..=last, received.hashes);
+        let (arrival, _) =
+            run_receiving(&mut receiving, &mut link.messages, 0, link.setup.conn).await?;
+        let (hashes, report) = arrival.split();
+        if report.is_none() {
+            // The next round, or the caller's, may open channels again: these end first.
+            receiving.report().await;
+        }
+        actual.splice(first..=last, hashes);
         repaired += blocks.len() as u64;
     }
     Ok((actual, repaired))

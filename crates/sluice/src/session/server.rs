@@ -25,7 +25,7 @@ use super::channel::{
     blocking, control_transport, default_channel_config, frame_error, hash_budget,
 };
 use super::copy::{check_level, kept_pairs, resume_offers, resume_verdict};
-use super::digest::{self, Messages};
+use super::digest::{self, Messages, Receiving};
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
 use super::manifest_io::{recv_manifest, send_manifest};
@@ -929,28 +929,25 @@ impl<'a> RequestCtx<'a> {
         let mut keeper = incoming.keeper();
         let data = data_store(&files, self.shared.fault, false);
         let store = data.clone();
-        let mut task = DataTask::spawn(move |cancel| {
+        let mut receiving = Receiving::spawn(move |hashed, cancel| {
             let mut progress = |p: datapath::Progress| keeper.update(p.prefix, false);
             let params = params.unwrap_or_default();
-            datapath::receive(params, &*store, 0..size, &present, ends, &mut progress, cancel)
+            let (range, progress) = (0..size, &mut progress);
+            datapath::receive(params, &*store, range, &present, ends, progress, hashed, cancel)
         });
-        let (received, early) =
-            digest::run_receiving(&mut task, &mut messages, count, conn).await?;
-        if received.report.channels > 0 {
-            log_channel("received", &received.report);
-            let r = &received.report;
-            self.shared.metrics.moved(false, r.bytes, r.data_pkts, r.retransmitted_pkts);
-        }
+        let (arrival, early) =
+            digest::run_receiving(&mut receiving, &mut messages, count, conn).await?;
+        // Every byte is here and hashed: the answer need not wait for the channels' linger.
+        let (hashes, mut report) = arrival.split();
         let expected = digest::await_digests(&mut messages, early, count, conn, wait).await?;
+        if report.is_none() && hashes != expected {
+            // A repair opens channels of its own: these end first.
+            report = receiving.report().await;
+        }
         let mut link = Link { setup, send: &mut *self.send, messages };
-        let (actual, repaired) = repair::receive_repairs::<ServerMsg, _>(
-            &mut link,
-            &files,
-            &data,
-            &expected,
-            received.hashes,
-        )
-        .await?;
+        let (actual, repaired) =
+            repair::receive_repairs::<ServerMsg, _>(&mut link, &files, &data, &expected, hashes)
+                .await?;
         drop(link);
         if repaired > 0 {
             info!(blocks = repaired, "repaired");
@@ -968,7 +965,15 @@ impl<'a> RequestCtx<'a> {
             size,
             "stored and verified"
         );
-        self.write(&ServerMsg::Verified).await
+        self.write(&ServerMsg::Verified).await?;
+        if report.is_none() {
+            report = receiving.report().await;
+        }
+        if let Some(r) = report.filter(|r| r.channels > 0) {
+            log_channel("received", &r);
+            self.shared.metrics.moved(false, r.bytes, r.data_pkts, r.retransmitted_pkts);
+        }
+        Ok(())
     }
 }
 

@@ -567,7 +567,9 @@ pub struct ResumeKeeper {
 impl ResumeKeeper {
     /// The offset space is on disk without a gap up to `prefix`: records the files it covers
     /// further than last time (at most every [`RECORD_EVERY`], unless `now` is set). A record
-    /// that cannot be written only costs the resume.
+    /// that cannot be written only costs the resume. A file whose every byte is there is not
+    /// recorded: its commit comes next, and may come before this end's last progress report
+    /// (the answer goes out while the channels linger), which must not leave a record behind.
     pub fn update(&mut self, prefix: u64, now: bool) {
         if !now && self.last.is_some_and(|t| t.elapsed() < RECORD_EVERY) {
             return;
@@ -576,6 +578,7 @@ impl ResumeKeeper {
         for file in &mut self.files {
             let have = prefix.saturating_sub(file.base).min(file.entry.size);
             if have > file.recorded
+                && have < file.entry.size
                 && resume::save(&self.fs, &file.target, &file.temp, &file.entry, have).is_ok()
             {
                 file.recorded = have;
