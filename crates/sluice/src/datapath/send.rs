@@ -205,7 +205,11 @@ impl Run<'_, '_> {
         let mut compressed = 0;
         while self.sender.unsent_bytes() < LOW_WATER_BYTES {
             let Some(next) = taken.next(grid) else {
-                let Some(chunk) = ctx.plan.take() else { break };
+                // With no chunk left to take, the sender's repairs end the transfer (a dead
+                // channel's chunks may still come back).
+                let chunk = ctx.plan.take();
+                self.sender.expect_more(chunk.is_some());
+                let Some(chunk) = chunk else { break };
                 taken.take(chunk);
                 continue;
             };
