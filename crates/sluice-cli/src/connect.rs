@@ -149,14 +149,15 @@ pub(crate) async fn reach(
     let mut config = server.client_config(known_hosts)?;
     config.channel = channel;
     config.channels = channels;
-    Ok(Reached { client: Client::connect(config).await?, ssh: Some(server) })
+    Ok(Reached { client: Client::start(config).await?, ssh: Some(server) })
 }
 
-/// Connects; on first contact with an unknown server and a person at the terminal, shows the
+/// Connects ([`Client::start`]: the first request follows the token in the same round trip);
+/// on first contact with an unknown server and a person at the terminal, shows the
 /// fingerprint and asks (as ssh does). A "yes" pins exactly the fingerprint shown.
 pub(crate) async fn connect_asking(config: ClientConfig) -> anyhow::Result<Client> {
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
-    match Client::connect(config.clone()).await {
+    match Client::start(config.clone()).await {
         Err(SessionError::HostKey(HostKeyError::Unknown { host, file, presented }))
             if interactive && config.trust == TrustPolicy::KnownOnly =>
         {
@@ -173,7 +174,7 @@ pub(crate) async fn connect_asking(config: ClientConfig) -> anyhow::Result<Clien
                 }));
             }
             let pinned = ClientConfig { trust: TrustPolicy::Pinned(presented.clone()), ..config };
-            let client = Client::connect(pinned).await?;
+            let client = Client::start(pinned).await?;
             KnownHosts::append(&file, &host, &presented)?;
             Ok(client)
         }

@@ -267,7 +267,7 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         Direction::Download { .. } => "download",
         Direction::Upload { .. } => "upload",
     };
-    let show = Show::new(mode, client.channels(), way);
+    let show = Show::new(mode, way);
     let report: TransferReport = match &direction {
         Direction::Download { sources, dest } => {
             client.download_observed(sources, dest, &options, show.clone()).await?

@@ -165,7 +165,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         fault: None,
     })
     .await?;
-    let channels = client.channels();
+    let channels = client.channels().await?;
     let report = client.get("demo.bin", &target, |_| {}).await?;
     let sluice_secs = started.elapsed().as_secs_f64();
     client.close().await;

@@ -52,20 +52,21 @@ struct Seen {
     /// Recent (time, bytes) samples, for the rate.
     samples: Vec<(Instant, u64)>,
     last_json: Option<Instant>,
+    /// Data channels per transfer, once the server said.
+    channels: u32,
 }
 
 /// Shows one copy.
 #[derive(Clone)]
 pub(crate) struct Show {
     mode: Mode,
-    channels: u32,
     direction: &'static str,
     bar: Option<ProgressBar>,
     seen: Arc<Mutex<Seen>>,
 }
 
 impl Show {
-    pub(crate) fn new(mode: Mode, channels: u32, direction: &'static str) -> Show {
+    pub(crate) fn new(mode: Mode, direction: &'static str) -> Show {
         let bar = (mode == Mode::Terminal).then(|| {
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(
@@ -75,10 +76,9 @@ impl Show {
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> ");
             bar.set_style(style);
-            bar.set_prefix(format!("{channels} channel{}", if channels == 1 { "" } else { "s" }));
             bar
         });
-        Show { mode, channels, direction, bar, seen: Arc::default() }
+        Show { mode, direction, bar, seen: Arc::default() }
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -181,6 +181,13 @@ impl Show {
 }
 
 impl CopyObserver for Show {
+    fn channels(&mut self, channels: u32) {
+        self.seen().channels = channels;
+        if let Some(bar) = &self.bar {
+            bar.set_prefix(format!("{channels} channel{}", if channels == 1 { "" } else { "s" }));
+        }
+    }
+
     fn planned(&mut self, files: &[PlannedFile]) {
         let mut seen = self.seen();
         let mut at = 0;
@@ -192,7 +199,7 @@ impl CopyObserver for Show {
             })
             .collect();
         seen.files = files.to_vec();
-        let bytes = at;
+        let (bytes, channels) = (at, seen.channels);
         drop(seen);
         if let Some(bar) = &self.bar {
             bar.set_length(bytes);
@@ -204,7 +211,7 @@ impl CopyObserver for Show {
                 "direction": self.direction,
                 "files": files.len(),
                 "bytes": bytes,
-                "channels": self.channels,
+                "channels": channels,
             }));
         }
     }

@@ -92,7 +92,7 @@ pub(crate) async fn run(args: SweepArgs) -> anyhow::Result<()> {
             let sources = std::slice::from_ref(&scratch.0);
             let report = client.upload(sources, &dest, &options, |_| {}).await?;
             let seconds = started.elapsed().as_secs_f64();
-            let granted = client.channels();
+            let granted = client.channels().await?;
             client.close().await;
             let retransmitted = report.channel.as_ref().map(|c| {
                 c.retransmitted_pkts as f64 / (c.data_pkts + c.retransmitted_pkts).max(1) as f64

@@ -38,16 +38,70 @@ async fn the_right_token_opens_a_session() {
     let server = TestServer::start_with(|c| c.max_channels = Some(3)).await;
     // The client offers one per core by default; the server caps at 3.
     let client = server.client().await;
-    assert_eq!(client.channels(), sluice::session::auto_channels().min(3));
+    assert_eq!(client.channels().await.unwrap(), sluice::session::auto_channels().min(3));
     client.close().await;
     // An explicit offer above the server's cap gets the cap; below it, the offer.
     for (offer, granted) in [(5, 3), (2, 2)] {
         let mut config = server.client_config();
         config.channels = Some(offer);
         let client = sluice::session::Client::connect(config).await.unwrap();
-        assert_eq!(client.channels(), granted, "offered {offer}");
+        assert_eq!(client.channels().await.unwrap(), granted, "offered {offer}");
         client.close().await;
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_started_session_refuses_a_wrong_token_at_its_first_request() {
+    // `Client::start` sends the request behind the token without waiting for the answer: the
+    // refusal is the request's error, whatever the request (one that writes a manifest too),
+    // and nothing reaches the server's root.
+    let server = TestServer::start().await;
+    let local = tempfile::tempdir().unwrap();
+    let source = local.path().join("up.bin");
+    fs::write(&source, common::pattern(200_000, 7)).unwrap();
+    for request in ["stat", "list", "get", "put"] {
+        let mut config = server.client_config();
+        config.token = "not-the-token".into();
+        let client = Client::start(config).await.expect("nothing is refused before an answer");
+        let err = match request {
+            "stat" => client.stat("secret.txt").await.map(|_| ()),
+            "list" => client.list("").await.map(|_| ()),
+            "get" => client.get("secret.txt", &local.path().join("got"), |_| {}).await.map(|_| ()),
+            _ => client.put(&source, "up.bin", |_| {}).await.map(|_| ()),
+        }
+        .expect_err("a wrong token must be refused");
+        assert!(matches!(err, SessionError::Auth(_)), "{request}: {err:?}");
+        let err = client.ready().await.expect_err("no session");
+        assert!(matches!(err, SessionError::Auth(_)), "{request}: {err:?}");
+        assert!(!server.root().join("up.bin").exists(), "{request}");
+        assert!(!local.path().join("got").exists(), "{request}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_started_session_runs_requests_sent_before_the_answer() {
+    let server = TestServer::start_with(|c| c.max_channels = Some(2)).await;
+    let local = tempfile::tempdir().unwrap();
+    let source = local.path().join("up.bin");
+    let data = common::pattern(3_000_000, 11);
+    fs::write(&source, &data).unwrap();
+    let mut config = server.client_config();
+    config.channels = Some(3);
+    let client = Client::start(config).await.unwrap();
+    // Both requests leave before the server's Welcome can have come back.
+    let (put, stat) = tokio::join!(client.put(&source, "up.bin", |_| {}), client.stat("up.bin"),);
+    put.unwrap();
+    // The stat ran beside the upload: it saw the file, or not yet.
+    match stat {
+        Ok(_) | Err(SessionError::NotFound(_)) => {}
+        Err(other) => panic!("stat: {other:?}"),
+    }
+    assert_eq!(fs::read(server.root().join("up.bin")).unwrap(), data);
+    assert_eq!(client.channels().await.unwrap(), 2);
+    client.ready().await.unwrap();
+    client.close().await;
     server.stop().await;
 }
 

@@ -129,7 +129,7 @@ async fn two_clients_at_once_each_with_a_get_and_a_put_in_flight() {
     let server = TestServer::start().await;
     let first = server.client().await;
     let second = server.client().await;
-    assert_ne!(first.session_id(), second.session_id());
+    assert_ne!(first.session_id().await.unwrap(), second.session_id().await.unwrap());
     let local = tempfile::tempdir().unwrap();
     let root = server.root();
     tokio::join!(

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_proto::config::ChannelConfig;
+use tokio::sync::watch;
 use tracing::{debug, info};
 
 use super::channel::{
@@ -24,7 +25,7 @@ use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
 use super::manifest_io::{recv_manifest, send_manifest};
 use super::messages::Want;
-use super::messages::{ClientMsg, ServerMsg, StatInfo, read_message, write_message};
+use super::messages::{ClientMsg, ErrorCode, ServerMsg, StatInfo, read_message, write_message};
 use super::observe::{CopyObserver, OnProgress, PlannedFile};
 use super::repair::{self, Link, data_store};
 use super::{
@@ -169,14 +170,18 @@ fn wanted_paths(outgoing: &Outgoing, want: &Want) -> Vec<String> {
         .collect()
 }
 
-/// A connected, authenticated session with a server. Cloning shares the connection.
+/// A session with a server. Cloning shares the connection.
+///
+/// [`Client::connect`] returns once the server accepted the token; [`Client::start`] returns
+/// as soon as `Hello` is sent, and the first request goes out behind it in the same round trip
+/// (its answer waits for the server's `Welcome`, and a refusal is that request's error).
 #[derive(Debug, Clone)]
 pub struct Client {
     /// Held for the session's life: the endpoint's socket and driver carry the connection.
     _endpoint: quinn::Endpoint,
     conn: quinn::Connection,
-    session_id: SessionId,
-    negotiated: Negotiated,
+    /// The server's answer to `Hello`, once it came ([`read_welcome`]).
+    welcome: watch::Receiver<Option<Result<Welcomed, (ErrorCode, String)>>>,
     channel: ChannelConfig,
     fault: Option<Fault>,
     fingerprint: Fingerprint,
@@ -185,8 +190,20 @@ pub struct Client {
 
 impl Client {
     /// Connects, verifies the server's identity under the trust policy (pinning it in the
-    /// known-hosts file on an accepted first contact), and authenticates with the token.
-    pub async fn connect(mut config: ClientConfig) -> Result<Client, SessionError> {
+    /// known-hosts file on an accepted first contact), and authenticates with the token:
+    /// [`Client::start`], then [`Client::ready`].
+    pub async fn connect(config: ClientConfig) -> Result<Client, SessionError> {
+        let client = Client::start(config).await?;
+        client.ready().await?;
+        Ok(client)
+    }
+
+    /// Connects and verifies the server's identity as [`Client::connect`] does, and sends the
+    /// token without waiting for the answer: the session's first request follows at once, and
+    /// each request waits for the answer before it reads its own (a refused token is the first
+    /// request's error). This saves the round trip of the handshake: on a 300 ms path, 0.3 s of
+    /// every command.
+    pub async fn start(mut config: ClientConfig) -> Result<Client, SessionError> {
         config.channel.validate().map_err(|e| SessionError::Config(e.to_string()))?;
         config.channel.packet_size = fit_packet_size(config.channel.packet_size, config.server);
         if let Some(n) = config.channels.filter(|n| !(1..=MAX_CHANNELS).contains(n)) {
@@ -241,15 +258,16 @@ impl Client {
             info!(%host, %fingerprint, file = %config.known_hosts.display(), "pinned a new host");
         }
 
-        let (session_id, negotiated) = hello(&conn, &config).await.inspect_err(|_| {
+        let recv = send_hello(&conn, &config).await.inspect_err(|_| {
             conn.close(close_code::DONE.into(), b"handshake failed");
         })?;
-        info!(%host, %session_id, channels = negotiated.channels, "session open");
+        let (answer, welcome) = watch::channel(None);
+        let offered = config.channels.unwrap_or_else(auto_channels);
+        tokio::spawn(read_welcome(conn.clone(), recv, offered, host, answer));
         Ok(Client {
             _endpoint: endpoint,
             conn,
-            session_id,
-            negotiated,
+            welcome,
             channel: config.channel,
             fault: config.fault,
             fingerprint,
@@ -267,14 +285,40 @@ impl Client {
         self.host_decision
     }
 
-    /// The session's id (chosen by the server).
-    pub fn session_id(&self) -> SessionId {
-        self.session_id
+    /// Waits for the server's answer to the token: `Ok` once the session is open.
+    pub async fn ready(&self) -> Result<(), SessionError> {
+        self.welcomed().await.map(|_| ())
     }
 
-    /// Data channels per transfer agreed in the handshake.
-    pub fn channels(&self) -> u32 {
-        self.negotiated.channels
+    /// The session's id (chosen by the server; waits for its answer to the token).
+    pub async fn session_id(&self) -> Result<SessionId, SessionError> {
+        Ok(self.welcomed().await?.session_id)
+    }
+
+    /// Data channels per transfer agreed in the handshake (waits for the server's answer).
+    pub async fn channels(&self) -> Result<u32, SessionError> {
+        Ok(self.welcomed().await?.negotiated.channels)
+    }
+
+    /// The server's `Welcome`, or why there is none. Everything a request reads from the
+    /// server comes after it (the server reads no request before it accepted the token).
+    async fn welcomed(&self) -> Result<Welcomed, SessionError> {
+        let mut welcome = self.welcome.clone();
+        let answer = match welcome.wait_for(Option::is_some).await {
+            Ok(answer) => answer.clone(),
+            Err(_) => None,
+        };
+        match answer {
+            Some(Ok(welcomed)) => Ok(welcomed),
+            Some(Err((code, message))) => Err(SessionError::from_remote(code, message)),
+            None => Err(SessionError::Network("the handshake ended without an answer".into())),
+        }
+    }
+
+    /// `err`, a request's failure before the server's `Welcome` was read; or the server's
+    /// refusal of the token when there was one, which is why the request failed.
+    async fn refusal_or(&self, err: SessionError) -> SessionError {
+        self.welcomed().await.err().unwrap_or(err)
     }
 
     /// Closes the session: returns once the close has left this host (at most
@@ -302,7 +346,10 @@ impl Client {
     /// Size, modification time and kind of `path` on the server.
     pub async fn stat(&self, path: &str) -> Result<StatInfo, SessionError> {
         let mut req = self.request().await?;
-        req.write(&ClientMsg::Stat { path: path.to_owned() }).await?;
+        if let Err(err) = req.write(&ClientMsg::Stat { path: path.to_owned() }).await {
+            return Err(self.refusal_or(err).await);
+        }
+        self.welcomed().await?;
         match req.read(REPLY_TIMEOUT).await? {
             ServerMsg::StatInfo(info) => Ok(info),
             other => Err(unexpected(other)),
@@ -313,7 +360,10 @@ impl Client {
     /// entry's path is its name), or the file `path` itself. Links are listed, not followed.
     pub async fn list(&self, path: &str) -> Result<Vec<Entry>, SessionError> {
         let mut req = self.request().await?;
-        req.write(&ClientMsg::List { path: path.to_owned() }).await?;
+        if let Err(err) = req.write(&ClientMsg::List { path: path.to_owned() }).await {
+            return Err(self.refusal_or(err).await);
+        }
+        self.welcomed().await?;
         recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
             ServerMsg::Manifest(part) => Ok(part),
             other => Err(unexpected(other)),
@@ -380,7 +430,11 @@ impl Client {
             checksum: options.checksum,
             compress: options.compress,
         };
-        req.write(&get).await?;
+        if let Err(err) = req.write(&get).await {
+            return Err(self.refusal_or(err).await);
+        }
+        let welcomed = self.welcomed().await?;
+        observer.channels(welcomed.negotiated.channels);
         let entries = recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
             ServerMsg::Manifest(part) => Ok(part),
             other => Err(unexpected(other)),
@@ -445,15 +499,15 @@ impl Client {
                     ServerMsg::Ready { udp_ports } => udp_ports,
                     other => return Err(unexpected(other)),
                 };
-                let sockets = self.announce_data_sockets(&mut req).await?;
-                Some(self.channel_params(&mut req, sockets, &server_ports).await?)
+                let sockets = self.announce_data_sockets(&mut req, welcomed).await?;
+                Some(self.channel_params(&mut req, welcomed, sockets, &server_ports).await?)
             }
         };
         debug!(?remote_paths, files = count, size, "receiving");
 
         let conn = &self.conn;
         let messages = Messages::<ServerMsg>::new(&mut req.recv);
-        let mut link = Link { setup: self.setup(req.id), send: &mut req.send, messages };
+        let mut link = Link { setup: self.setup(req.id, welcomed), send: &mut req.send, messages };
         let data = data_store(&files, self.fault, false);
         let received = async {
             let mut keeper = incoming.keeper();
@@ -559,8 +613,18 @@ impl Client {
             preserve: options.preserve,
             dry_run: options.dry_run,
         };
-        req.write(&put).await?;
-        send_manifest(&mut req.send, &self.conn, &outgoing.entries, ClientMsg::Manifest).await?;
+        let sent = match req.write(&put).await {
+            Ok(()) => {
+                send_manifest(&mut req.send, &self.conn, &outgoing.entries, ClientMsg::Manifest)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        if let Err(err) = sent {
+            return Err(self.refusal_or(err).await);
+        }
+        let welcomed = self.welcomed().await?;
+        observer.channels(welcomed.negotiated.channels);
         let want = match req.read(REPLY_TIMEOUT).await? {
             ServerMsg::Want(want) => want,
             other => return Err(unexpected(other)),
@@ -608,8 +672,8 @@ impl Client {
                 ServerMsg::Ready { udp_ports } => udp_ports,
                 other => return Err(unexpected(other)),
             };
-            let sockets = self.announce_data_sockets(&mut req).await?;
-            let params = self.channel_params(&mut req, sockets, &server_ports).await?;
+            let sockets = self.announce_data_sockets(&mut req, welcomed).await?;
+            let params = self.channel_params(&mut req, welcomed, sockets, &server_ports).await?;
             let store = data.clone();
             Some(DataTask::spawn(move |cancel| {
                 let mut progress = |p: Progress| observer.progress(p);
@@ -630,7 +694,7 @@ impl Client {
             Err(err) => return Err(req.fail(err).await),
         };
         let mut link = Link {
-            setup: self.setup(req.id),
+            setup: self.setup(req.id, welcomed),
             send: &mut req.send,
             messages: Messages::new(&mut req.recv),
         };
@@ -660,7 +724,10 @@ impl Client {
     }
 
     async fn request(&self) -> Result<Request<'_>, SessionError> {
-        let (send, recv) = self.conn.open_bi().await.map_err(|e| connection_error(&e))?;
+        let (send, recv) = match self.conn.open_bi().await {
+            Ok(streams) => streams,
+            Err(e) => return Err(self.refusal_or(connection_error(&e)).await),
+        };
         Ok(Request { conn: &self.conn, id: u64::from(send.id()), send, recv })
     }
 
@@ -669,9 +736,10 @@ impl Client {
     async fn announce_data_sockets(
         &self,
         req: &mut Request<'_>,
+        welcomed: Welcomed,
     ) -> Result<Vec<std::net::UdpSocket>, SessionError> {
         let local = self.conn.local_ip().map(|ip| ip.to_canonical());
-        let bound = bind_data_sockets(self.negotiated.channels, local, self.server_ip());
+        let bound = bind_data_sockets(welcomed.negotiated.channels, local, self.server_ip());
         let (sockets, udp_ports) = match bound {
             Ok(bound) => bound,
             Err(err) => return Err(req.fail(err).await),
@@ -685,21 +753,22 @@ impl Client {
     async fn channel_params(
         &self,
         req: &mut Request<'_>,
+        welcomed: Welcomed,
         sockets: Vec<std::net::UdpSocket>,
         server_ports: &[u16],
     ) -> Result<Vec<datapath::ChannelParams>, SessionError> {
-        match self.setup(req.id).params(sockets, self.server_ip(), server_ports) {
+        match self.setup(req.id, welcomed).params(sockets, self.server_ip(), server_ports) {
             Ok(params) => Ok(params),
             Err(err) => Err(req.fail(err).await),
         }
     }
 
-    fn setup(&self, request_id: u64) -> ChannelSetup<'_> {
+    fn setup(&self, request_id: u64, welcomed: Welcomed) -> ChannelSetup<'_> {
         ChannelSetup {
             conn: &self.conn,
             role: Role::Client,
-            session_id: self.session_id,
-            negotiated: self.negotiated,
+            session_id: welcomed.session_id,
+            negotiated: welcomed.negotiated,
             base: &self.channel,
             request_id,
             phase: 0,
@@ -711,12 +780,19 @@ impl Client {
     }
 }
 
-/// The handshake: `Hello`, then `Welcome` or `Refused`.
-async fn hello(
+/// What the server's `Welcome` settled for the session.
+#[derive(Debug, Clone, Copy)]
+struct Welcomed {
+    session_id: SessionId,
+    negotiated: Negotiated,
+}
+
+/// Sends `Hello` on the handshake stream and returns that stream's receiving half.
+async fn send_hello(
     conn: &quinn::Connection,
     config: &ClientConfig,
-) -> Result<(SessionId, Negotiated), SessionError> {
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| connection_error(&e))?;
+) -> Result<quinn::RecvStream, SessionError> {
+    let (mut send, recv) = conn.open_bi().await.map_err(|e| connection_error(&e))?;
     let hello = ClientMsg::Hello {
         version: PROTOCOL_VERSION,
         token: config.token.clone(),
@@ -724,25 +800,51 @@ async fn hello(
     };
     write_message(&mut send, &hello).await.map_err(|e| frame_error(e, conn))?;
     let _ = send.finish();
-    match read_message(&mut recv, HANDSHAKE_TIMEOUT).await.map_err(|e| frame_error(e, conn))? {
-        ServerMsg::Welcome { session_id, spec } => {
-            let id = SessionId::from_hex(&session_id).ok_or_else(|| {
-                SessionError::Protocol(format!("bad session id {session_id:?} in Welcome"))
-            })?;
-            let negotiated = Negotiated::from_spec(&spec)
-                .map_err(|e| SessionError::Protocol(format!("the server chose {spec:?}: {e}")))?;
-            let offered = config.channels.unwrap_or_else(auto_channels);
-            if negotiated.channels > offered {
-                return Err(SessionError::Protocol(format!(
-                    "the server chose {} channels, more than the {offered} offered",
-                    negotiated.channels
-                )));
+    Ok(recv)
+}
+
+/// Reads the answer to `Hello` (`Welcome` or `Refused`) and publishes it to the session's
+/// requests; closes the connection when there is no session. A task of its own, so a request
+/// dropped while it waits cannot lose the answer for the others.
+async fn read_welcome(
+    conn: quinn::Connection,
+    mut recv: quinn::RecvStream,
+    offered: u32,
+    host: String,
+    answer: watch::Sender<Option<Result<Welcomed, (ErrorCode, String)>>>,
+) {
+    let welcomed = async {
+        match read_message(&mut recv, HANDSHAKE_TIMEOUT).await.map_err(|e| frame_error(e, &conn))? {
+            ServerMsg::Welcome { session_id, spec } => {
+                let id = SessionId::from_hex(&session_id).ok_or_else(|| {
+                    SessionError::Protocol(format!("bad session id {session_id:?} in Welcome"))
+                })?;
+                let negotiated = Negotiated::from_spec(&spec).map_err(|e| {
+                    SessionError::Protocol(format!("the server chose {spec:?}: {e}"))
+                })?;
+                if negotiated.channels > offered {
+                    return Err(SessionError::Protocol(format!(
+                        "the server chose {} channels, more than the {offered} offered",
+                        negotiated.channels
+                    )));
+                }
+                Ok(Welcomed { session_id: id, negotiated })
             }
-            Ok((id, negotiated))
+            ServerMsg::Refused { code, message } => Err(SessionError::from_remote(code, message)),
+            other => Err(unexpected(other)),
         }
-        ServerMsg::Refused { code, message } => Err(SessionError::from_remote(code, message)),
-        other => Err(unexpected(other)),
     }
+    .await;
+    match &welcomed {
+        Ok(w) => {
+            info!(%host, session_id = %w.session_id, channels = w.negotiated.channels, "session open")
+        }
+        Err(err) => {
+            debug!(%host, error = %err, "handshake failed");
+            conn.close(close_code::DONE.into(), b"handshake failed");
+        }
+    }
+    let _ = answer.send(Some(welcomed.map_err(|e| (e.code(), e.detail()))));
 }
 
 /// One request's streams.

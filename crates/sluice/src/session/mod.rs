@@ -20,6 +20,12 @@
 //! two-step handshake of MCDTP: specification first, then transfers); each later request has its
 //! own bidirectional stream, and several may run at once.
 //!
+//! The client need not wait for `Welcome` before it sends a request ([`Client::start`]): the
+//! server reads no request stream before it has accepted the token and answered, so a request
+//! sent behind `Hello` waits in QUIC's buffers meanwhile, and the round trip of the handshake
+//! overlaps the first request's (the command line works this way). The client reads a request's
+//! answer only after `Welcome`; when the token is refused, that refusal is the request's error.
+//!
 //! ```text
 //!  client                                              server
 //!    |==== QUIC + TLS 1.3 handshake (ALPN sluice/1) ====>|  client checks the fingerprint

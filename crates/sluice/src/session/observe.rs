@@ -13,6 +13,12 @@ pub struct PlannedFile {
 
 /// Follows a copy ([`super::Client::download_observed`], [`super::Client::upload_observed`]).
 pub trait CopyObserver: Send + 'static {
+    /// The data channels per transfer of the session, once the server's answer to the token is
+    /// known (before [`CopyObserver::planned`]).
+    fn channels(&mut self, channels: u32) {
+        let _ = channels;
+    }
+
     /// The files that will move, in the order their bytes follow one another, once the ends
     /// agreed on them and before any data moves. Not called by a dry run or a copy that moves
     /// no file.
