@@ -461,7 +461,7 @@ impl Client {
             return Ok(report.finished(started));
         }
         let want_files = to_ranges(plan.wanted().iter().copied());
-        let (replaced, kept) = (plan.replaced, plan.kept);
+        let (replaced, kept, wanted_bytes) = (plan.replaced, plan.kept, plan.wanted_bytes());
         let names: Vec<String> = plan.wanted_paths().map(str::to_owned).collect();
         let incoming = match blocking(move || plan.prepare().map_err(plan_error)).await {
             Ok(incoming) => incoming,
@@ -470,6 +470,12 @@ impl Client {
         let resume = resume_offers(incoming.offers());
         let offered = !resume.is_empty();
         req.write(&ClientMsg::Want(Want { files: want_files, replaced, kept, resume })).await?;
+        // The data sockets go right behind `Want` whenever any byte is wanted: the server sends
+        // as soon as it knows what moves, not a round trip later.
+        let sockets = match wanted_bytes {
+            0 => None,
+            _ => Some(self.announce_data_sockets(&mut req, welcomed).await?),
+        };
         let present = match offered {
             false => Vec::new(),
             true => match req.read(REPLY_TIMEOUT).await? {
@@ -492,15 +498,18 @@ impl Client {
         observer.planned(&planned_files(names, &files));
         let moving = size - present.iter().map(|r| r.end - r.start).sum::<u64>();
         report.resumed = size - moving;
-        let params = match moving {
-            0 => None,
-            _ => {
+        let params = match (moving, sockets) {
+            (0, _) => None,
+            (_, Some(sockets)) => {
                 let server_ports = match req.read(REPLY_TIMEOUT).await? {
                     ServerMsg::Ready { udp_ports } => udp_ports,
                     other => return Err(unexpected(other)),
                 };
-                let sockets = self.announce_data_sockets(&mut req, welcomed).await?;
                 Some(self.channel_params(&mut req, welcomed, sockets, &server_ports).await?)
+            }
+            (_, None) => {
+                let err = format!("{moving} bytes to move of files planned with none");
+                return Err(req.fail(SessionError::Protocol(err)).await);
             }
         };
         debug!(?remote_paths, files = count, size, "receiving");

@@ -111,7 +111,9 @@ pub enum ClientMsg {
         /// Path relative to the server's root.
         path: String,
     },
-    /// The client's data sockets are bound and listening.
+    /// The client's data sockets are bound and listening: in a download right behind `Want`
+    /// when any wanted file has bytes (the server needs no other round trip before it sends);
+    /// in an upload, the answer to the server's `Ready`.
     Ready {
         /// Their UDP ports, one per negotiated channel, in channel order (the address is the
         /// client's address on this connection).
@@ -175,7 +177,8 @@ pub enum ServerMsg {
     },
     /// Answer to `Stat`.
     StatInfo(StatInfo),
-    /// The server's data sockets are bound (sent after `Want` when any wanted file has bytes).
+    /// The server's data sockets are bound: after `Want` (and `Resumed`) when any byte is left
+    /// to move. In a download the data follows at once.
     Ready {
         /// Their UDP ports, one per negotiated channel, in channel order.
         udp_ports: Vec<u16>,

@@ -40,9 +40,10 @@
 //!    | stream n: Get {paths, recursive, links, checksum} >|  resolve under root, list
 //!    |  <--------  Manifest {entries, last} ... | Error   |
 //!    | Want {files, replaced, kept, resume}  ---------->  |  the client's overwrite policy
+//!    | Ready {udp_ports}  ----------------------------->  |  (right behind Want, when any
+//!    |                                                   |   wanted file has bytes)
 //!    |  <--------  Resumed {kept}       (only when Want offered partial files to resume)
-//!    |  <--------  Ready {udp_ports}    (only when any byte is left to move)
-//!    | Ready {udp_ports}  ----------------------------->  |  starts the channels and hashing
+//!    |  <--------  Ready {udp_ports}    (only when any byte is left to move), and at once
 //!    |  <=======  N data channels: server UDP -> client UDP (sealed, ACK/NAK back)
 //!    |  <--------  Digests {blake3: [...]} ... (when its hashes are done)
 //!    | Verified | Failed {code, message}  ------------->  |  the client compared and stored
@@ -132,8 +133,9 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// The control-protocol version carried in `Hello` (2: several data channels per transfer;
 /// 3: the sender's hash comes in `Digest`, while or after the data moves, instead of in `Put`
 /// and `FileInfo`, and the data channels' ACK carries the delivery rate, 44 bytes; 4: a
-/// transfer moves a manifest of files, directories and links, with `Want` and `Digests`).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// transfer moves a manifest of files, directories and links, with `Want` and `Digests`; 6: in a
+/// download the client's `Ready` comes right behind `Want`, and the server sends at once).
+pub const PROTOCOL_VERSION: u32 = 6;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;
 /// The most channels chosen automatically (one per core, up to this).

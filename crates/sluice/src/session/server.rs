@@ -792,6 +792,12 @@ impl<'a> RequestCtx<'a> {
         let files = Arc::new(wanted_files(&outgoing, &want)?);
         let size = files.total();
         let count = files.len();
+        // The client's data ports come right behind `Want` when any wanted file has bytes, so
+        // the data can leave with this end's `Ready`, without a round trip for them.
+        let peer_ports = match size {
+            0 => None,
+            _ => Some(self.client_ready().await?),
+        };
         let (store, offers) = (files.clone(), want.resume.clone());
         let verdict = blocking(move || resume_verdict(&store, &offers)).await?;
         if !want.resume.is_empty() {
@@ -801,14 +807,17 @@ impl<'a> RequestCtx<'a> {
         let ranges = verdict.ranges;
         info!(paths = ?requested, files = count, size, moving, channels = self.session.negotiated.channels, "sending");
         let data = data_store(&files, self.shared.fault, true);
-        let sending = if moving == 0 {
-            None
-        } else {
-            let params = self.exchange_ready().await?;
-            let store = data.clone();
-            Some(DataTask::spawn(move |cancel| {
-                datapath::send(params, &*store, &ranges, compress, &mut |_| {}, cancel)
-            }))
+        let sending = match peer_ports.filter(|_| moving > 0) {
+            None => None,
+            Some(peer_ports) => {
+                let (sockets, udp_ports) = self.data_sockets()?;
+                self.write(&ServerMsg::Ready { udp_ports }).await?;
+                let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
+                let store = data.clone();
+                Some(DataTask::spawn(move |cancel| {
+                    datapath::send(params, &*store, &ranges, compress, &mut |_| {}, cancel)
+                }))
+            }
         };
         let streams = (&mut *self.send, &mut *self.recv);
         let wait = hash_budget(size);
