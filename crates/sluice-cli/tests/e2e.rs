@@ -516,6 +516,27 @@ fn a_killed_download_resumes_and_moves_only_what_is_missing() {
     assert!(same_file(&server.root.join("big.bin"), &dst));
     assert_eq!(moved_bytes(&stderr(&o), size), size, "{}", stderr(&o));
     assert!(no_partial_files(client.dir.path()));
+
+    // A partial file that holds every byte (as when the client died between the last byte and
+    // the rename): the client's data ports go with Want, the server keeps everything and sends
+    // no Ready of its own, and not a byte moves again.
+    interrupt_at_half();
+    let temp = std::fs::read_dir(client.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("sluice-part"))
+        .expect("the partial file is kept");
+    std::fs::copy(server.root.join("big.bin"), &temp).unwrap();
+    let claimed = recorded_prefix(&record);
+    let text = std::fs::read_to_string(&record).unwrap();
+    let all = text.replace(&format!("\"prefix\":{claimed}"), &format!("\"prefix\":{size}"));
+    std::fs::write(&record, all).unwrap();
+    assert_eq!(recorded_prefix(&record), size);
+    let o = run(&[]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(same_file(&server.root.join("big.bin"), &dst));
+    assert_eq!(moved_bytes(&stderr(&o), size), 0, "{}", stderr(&o));
+    assert!(no_partial_files(client.dir.path()));
 }
 
 fn stderr_text(bytes: &[u8]) -> String {
