@@ -125,13 +125,9 @@ struct LossTrend {
     epoch_start_us: u64,
     sent: u64,
     lost: u64,
-    /// Long-run loss ratio: over the first [`LOSS_EPOCHS_BEFORE_TREND`] epochs, all their
-    /// losses over all their packets; then an EWMA over epochs.
+    /// Long-run loss ratio (EWMA over epochs).
     base: f64,
     epochs: u32,
-    /// Packets sent and lost in the epochs so far, while they are counted as one.
-    warm_sent: u64,
-    warm_lost: u64,
 }
 
 impl LossTrend {
@@ -147,19 +143,7 @@ impl LossTrend {
         let growing = self.epochs >= LOSS_EPOCHS_BEFORE_TREND
             && ratio > 0.02
             && ratio > 2.0 * self.base + 0.01;
-        // An EWMA from the first epoch converged too slowly for the test above: on a path with
-        // 3 % random loss the first epochs (startup's, whose losses are reported a round trip
-        // after their packets) read 0-1.7 %, the base stood at 0.8 % after four, and the next
-        // two epochs at 2.8 % and 3.4 % both read as growing loss (two cuts by 1/9 for
-        // nothing, in the simulator at 1.8 and 2.1 s). Until the test is trusted, the base is
-        // the ratio over all packets so far, so the big epochs count for what they carry.
-        self.base = if self.epochs < LOSS_EPOCHS_BEFORE_TREND {
-            self.warm_sent += self.sent;
-            self.warm_lost += self.lost;
-            self.warm_lost as f64 / self.warm_sent as f64
-        } else {
-            0.875 * self.base + 0.125 * ratio
-        };
+        self.base = if self.epochs == 0 { ratio } else { 0.875 * self.base + 0.125 * ratio };
         self.epochs = self.epochs.saturating_add(1);
         self.epoch_start_us = now_us;
         self.sent = 0;
@@ -791,30 +775,5 @@ mod tests {
         }
         now += 100_000;
         assert!(t.update(now, 10_000, 800, 100_000), "8% after 1% is growing");
-    }
-
-    #[test]
-    fn steady_random_loss_after_a_loss_free_startup_is_not_growing() {
-        // Epochs of a simulated 300 ms, 3 % path (packets sent, losses reported): startup's
-        // small epochs report none (their losses come a round trip later), then 2.8-3.4 %.
-        let epochs = [
-            (285, 0),
-            (3_538, 0),
-            (7_350, 0),
-            (21_836, 363),
-            (25_005, 695),
-            (25_785, 712),
-            (25_838, 724),
-            (23_462, 808),
-            (24_310, 705),
-        ];
-        let mut t = LossTrend::default();
-        let mut now = 0;
-        for (n, &(sent, lost)) in epochs.iter().enumerate() {
-            now += 310_000;
-            assert!(!t.update(now, sent, lost, 300_000), "epoch {n}: {lost} of {sent}");
-        }
-        now += 310_000;
-        assert!(t.update(now, 25_000, 2_500, 300_000), "10% after 3% is growing");
     }
 }
