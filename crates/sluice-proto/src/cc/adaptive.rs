@@ -117,6 +117,10 @@ struct Restore {
     /// Whether a later cut cancels it (a provisional cut), or not (startup's drain, whose queue
     /// triggers further cuts while it drains).
     cancelled_by_cuts: bool,
+    /// Startup's drain only: the highest delivery rate reported while the queue stood above
+    /// target since the cut, what the busy bottleneck carried; once there is one, the restore
+    /// is to [`RESTORE`] of it instead of `to_pps`.
+    busy_delivery_pps: Option<f64>,
 }
 
 /// Loss rate per epoch (one RTT, at least 100 ms) against its long-run average.
@@ -265,6 +269,7 @@ impl Adaptive {
                 to_pps: plain_pps,
                 until_us: first_look_us,
                 cancelled_by_cuts: true,
+                busy_delivery_pps: None,
             });
         }
     }
@@ -304,6 +309,7 @@ impl Adaptive {
             to_pps: delivered_pps * RESTORE,
             until_us: now_us + wait_us as u64,
             cancelled_by_cuts: false,
+            busy_delivery_pps: Some(0.0),
         });
     }
 
@@ -381,6 +387,13 @@ impl CongestionControl for Adaptive {
             }
             Phase::Steady => {
                 let due_us = (self.rtt_us + SYN) as u64;
+                let busy = self.queue_delay_us > self.target_queue_delay_us();
+                if let Some(seen) = self.restore.as_mut().and_then(|r| r.busy_delivery_pps.as_mut())
+                {
+                    if busy {
+                        *seen = seen.max(self.recv_rate_pps);
+                    }
+                }
                 if let Some(r) = self.restore.filter(|r| ack.now_us >= r.cut_us + due_us) {
                     // Only once the queue is gone (and, after a provisional cut, nothing was cut
                     // since): otherwise others share the bottleneck (or the drain was not
@@ -388,7 +401,17 @@ impl CongestionControl for Adaptive {
                     let drained = standing_us < self.target_queue_delay_us() / 2.0;
                     let cut_since = self.last_decrease_us != r.cut_us;
                     if drained && !congested && !(cut_since && r.cancelled_by_cuts) {
-                        self.rate_pps = self.rate_pps.max(r.to_pps);
+                        // Startup's estimate of what was delivered is a guess made a round trip
+                        // too early: a capacity report read fast by bunched delivery (through
+                        // linkem at 300 ms, 1682 Mbit/s on a 1000 Mbit/s link; the restore to it
+                        // sent 1.6 times the link into a 260 ms queue), or a delivery rate that
+                        // lagged the ramp (560 Mbit/s; the climb from there took 3.7 s). While
+                        // the queue stood, the delivery rate was what the link carries.
+                        let to_pps = match r.busy_delivery_pps {
+                            Some(busy_pps) if busy_pps > 0.0 => busy_pps * RESTORE,
+                            _ => r.to_pps,
+                        };
+                        self.rate_pps = self.rate_pps.max(to_pps);
                         self.restore = None;
                     } else if ack.now_us >= r.until_us || (cut_since && r.cancelled_by_cuts) {
                         self.restore = None;
@@ -602,11 +625,12 @@ mod tests {
         assert!(!cc.in_startup());
         let drain = 50_000.0 * DRAIN;
         assert!((cc.rate_pps() - drain).abs() < 1e-6, "drain below the link: {}", cc.rate_pps());
-        // The overshoot's queue comes back for two round trips and is cut for meanwhile.
+        // The overshoot's queue comes back for two round trips and is cut for meanwhile; the
+        // busy bottleneck delivers the link's rate.
         let left = now;
         while now < left + 200_000 {
             now += 10_000;
-            cc.on_ack(&AckSignal { delivery_rate_pps: 40_000, ..ack(now, 30_000, 50_000) });
+            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 30_000, 50_000) });
         }
         assert!(cc.rate_pps() < drain, "{}", cc.rate_pps());
         // Then it is gone: back to 95 % of the link, the cuts for the same queue notwithstanding.
@@ -615,6 +639,64 @@ mod tests {
         now += 40_000;
         cc.on_ack(&ack(now, 0, 50_000));
         assert!(cc.rate_pps() >= 50_000.0 * RESTORE, "{}", cc.rate_pps());
+    }
+
+    #[test]
+    fn a_capacity_report_read_fast_does_not_set_the_restore_above_the_link() {
+        // Startup passes a capacity report of 1.7 times the link (bunched delivery) by more than
+        // a tenth: it ends on that report, and the drain and the restore aim at it. While the
+        // overshoot's queue stands, the delivery rate says what the link carries.
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let lagging = |now| AckSignal { delivery_rate_pps: 20_000, ..ack(now, 0, 0) };
+        let mut now = 0;
+        while cc.rate_pps() < 100_000.0 {
+            now += 10_000;
+            cc.on_ack(&lagging(now));
+        }
+        now += 10_000;
+        cc.on_ack(&AckSignal { capacity_pps: 85_000, ..lagging(now) });
+        assert!(!cc.in_startup());
+        let left = now;
+        while now < left + 300_000 {
+            now += 10_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 80_000, 85_000) });
+        }
+        // The queue is gone: back to 95 % of what the link delivered, not of the report.
+        for _ in 0..2 {
+            now += 20_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 45_000, ..ack(now, 0, 85_000) });
+        }
+        let restored = cc.rate_pps();
+        assert!(restored >= 50_000.0 * RESTORE - 1.0, "not restored: {restored}");
+        assert!(restored < 50_000.0, "restored above the link: {restored}");
+    }
+
+    #[test]
+    fn a_delivery_rate_that_lagged_the_ramp_does_not_hold_the_restore_low() {
+        // Startup ends on a queue while the delivery rate still reads the ramp of a round trip
+        // ago (28,000 of a 50,000 link); the queue then stands, and the busy link delivers all.
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let ramp = |now, queue_us| AckSignal { delivery_rate_pps: 28_000, ..ack(now, queue_us, 0) };
+        let mut now = 0;
+        while cc.rate_pps() < 60_000.0 {
+            now += 10_000;
+            cc.on_ack(&ramp(now, 0));
+        }
+        now += 10_000;
+        cc.on_ack(&ramp(now, 40_000));
+        assert!(!cc.in_startup());
+        let left = now;
+        while now < left + 300_000 {
+            now += 10_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 60_000, 0) });
+        }
+        for _ in 0..2 {
+            now += 20_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 30_000, ..ack(now, 0, 0) });
+        }
+        let restored = cc.rate_pps();
+        assert!(restored >= 50_000.0 * RESTORE - 1.0, "held low: {restored}");
+        assert!(restored < 50_000.0, "restored above the link: {restored}");
     }
 
     /// A controller in steady state after 1 s without a queue, and the time of its last report.
