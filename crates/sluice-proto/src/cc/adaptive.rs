@@ -99,6 +99,9 @@ pub struct Adaptive {
     /// The highest delivery rate reported during startup (what the bottleneck carried once a
     /// queue stood).
     startup_delivery_pps: f64,
+    /// Capacity reports in a row in startup that were at or below the rate then: the rate holds
+    /// after the first, and startup ends at the capacity on the second.
+    startup_capacity_hits: u32,
     /// After a congested startup or a provisional cut: the rate to come back to once the queue
     /// is gone.
     restore: Option<Restore>,
@@ -178,6 +181,7 @@ impl Adaptive {
             capacity_pps: 0.0,
             link: RecentMin::bucketed(CAPACITY_WINDOW_US),
             startup_delivery_pps: 0.0,
+            startup_capacity_hits: 0,
             restore: None,
             loss: LossTrend::default(),
         }
@@ -372,10 +376,21 @@ impl CongestionControl for Adaptive {
             Phase::Startup => {
                 self.startup_delivery_pps =
                     self.startup_delivery_pps.max(f64::from(ack.delivery_rate_pps));
-                let at_capacity = self.capacity_pps > 0.0 && self.rate_pps >= self.capacity_pps;
+                // One pair stretched by a late wake-up reads slow: through linkem at 100 ms
+                // one report said 152 Mbit/s of a 1000 Mbit/s link, startup held 144, and UDT's
+                // increase took 6 s to reach the link. At the first report at or below the rate
+                // the rate holds; the next report says whether that was the capacity (at or
+                // below again) or a slow reading (above: the climb goes on).
+                if ack.capacity_pps > 0 {
+                    self.startup_capacity_hits = match self.rate_pps >= self.capacity_pps {
+                        true => self.startup_capacity_hits + 1,
+                        false => 0,
+                    };
+                }
+                let at_capacity = self.startup_capacity_hits >= 2;
                 if congested || at_capacity {
                     self.leave_startup(ack.now_us, congested);
-                } else {
+                } else if self.startup_capacity_hits == 0 {
                     let growth = 2f64.powf(dt_us.min(4.0 * SYN) / self.rtt_us.max(2.0 * SYN));
                     let floor = if self.capacity_pps < UNRESOLVED_CAPACITY_PPS {
                         self.capacity_pps * STARTUP_FLOOR_OF_CAPACITY
@@ -388,11 +403,9 @@ impl CongestionControl for Adaptive {
             Phase::Steady => {
                 let due_us = (self.rtt_us + SYN) as u64;
                 let busy = self.queue_delay_us > self.target_queue_delay_us();
-                if let Some(seen) = self.restore.as_mut().and_then(|r| r.busy_delivery_pps.as_mut())
-                {
-                    if busy {
-                        *seen = seen.max(self.recv_rate_pps);
-                    }
+                let busy_seen = self.restore.as_mut().and_then(|r| r.busy_delivery_pps.as_mut());
+                if let (true, Some(seen)) = (busy, busy_seen) {
+                    *seen = seen.max(self.recv_rate_pps);
                 }
                 if let Some(r) = self.restore.filter(|r| ack.now_us >= r.cut_us + due_us) {
                     // Only once the queue is gone (and, after a provisional cut, nothing was cut
@@ -448,6 +461,7 @@ impl CongestionControl for Adaptive {
         self.phase = Phase::Startup;
         self.last_decrease_us = now_us;
         self.startup_delivery_pps = 0.0;
+        self.startup_capacity_hits = 0;
         self.restore = None;
     }
 
@@ -519,6 +533,31 @@ mod tests {
             assert!(now < 400_000, "two doublings from L/4 reach L in about two RTTs");
         }
         assert_eq!(cc.rate_pps(), 80_000.0, "no queue: holds the capacity, no drain");
+    }
+
+    #[test]
+    fn one_slow_capacity_report_does_not_end_startup() {
+        // The link is 80,000 pkt/s; one pair stretched by a late wake-up reads 8,000.
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let mut now = 0;
+        while cc.rate_pps() < 8_000.0 {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 0));
+        }
+        now += 10_000;
+        cc.on_ack(&ack(now, 0, 8_000));
+        assert!(cc.in_startup(), "ended on one slow report at {}", cc.rate_pps());
+        let held = cc.rate_pps();
+        now += 10_000;
+        cc.on_ack(&ack(now, 0, 0));
+        assert_eq!(cc.rate_pps(), held, "holds until the next report");
+        // The next report reads the link: the climb goes on, and ends at the link.
+        while cc.in_startup() {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 80_000));
+            assert!(now < 1_000_000, "never reached the link: {}", cc.rate_pps());
+        }
+        assert_eq!(cc.rate_pps(), 80_000.0, "holds the link");
     }
 
     #[test]
@@ -620,8 +659,10 @@ mod tests {
             now += 10_000;
             cc.on_ack(&lagging(now));
         }
-        now += 10_000;
-        cc.on_ack(&AckSignal { capacity_pps: 50_000, ..lagging(now) });
+        for _ in 0..2 {
+            now += 10_000;
+            cc.on_ack(&AckSignal { capacity_pps: 50_000, ..lagging(now) });
+        }
         assert!(!cc.in_startup());
         let drain = 50_000.0 * DRAIN;
         assert!((cc.rate_pps() - drain).abs() < 1e-6, "drain below the link: {}", cc.rate_pps());
@@ -653,8 +694,10 @@ mod tests {
             now += 10_000;
             cc.on_ack(&lagging(now));
         }
-        now += 10_000;
-        cc.on_ack(&AckSignal { capacity_pps: 85_000, ..lagging(now) });
+        for _ in 0..2 {
+            now += 10_000;
+            cc.on_ack(&AckSignal { capacity_pps: 85_000, ..lagging(now) });
+        }
         assert!(!cc.in_startup());
         let left = now;
         while now < left + 300_000 {
