@@ -492,13 +492,13 @@ fn a_killed_download_resumes_and_moves_only_what_is_missing() {
         }
         child.kill().unwrap();
         child.wait().unwrap();
+        std::fs::read_dir(client.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().contains("sluice-part"))
+            .expect("the partial file is kept")
     };
-    interrupt_at_half();
-    let temp = std::fs::read_dir(client.dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().contains("sluice-part"))
-        .expect("the partial file is kept");
+    let temp = interrupt_at_half();
     // Flip one byte in the second block: that block and everything after it move again.
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&temp).unwrap();
     let mut byte = [0u8; 1];
@@ -520,12 +520,7 @@ fn a_killed_download_resumes_and_moves_only_what_is_missing() {
     // A partial file that holds every byte (as when the client died between the last byte and
     // the rename): the client's data ports go with Want, the server keeps everything and sends
     // no Ready of its own, and not a byte moves again.
-    interrupt_at_half();
-    let temp = std::fs::read_dir(client.dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().contains("sluice-part"))
-        .expect("the partial file is kept");
+    let temp = interrupt_at_half();
     std::fs::copy(server.root.join("big.bin"), &temp).unwrap();
     let claimed = recorded_prefix(&record);
     let text = std::fs::read_to_string(&record).unwrap();

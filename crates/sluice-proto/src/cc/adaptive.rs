@@ -506,6 +506,17 @@ mod tests {
         }
     }
 
+    /// Startup from its first report until the rate reaches `rate_pps`, every report with no
+    /// queue, no capacity report and the delivery rate `delivery_pps`; the time of the last.
+    fn ramp(cc: &mut Adaptive, rate_pps: f64, delivery_pps: u32) -> u64 {
+        let mut now = 0;
+        while cc.rate_pps() < rate_pps {
+            now += 10_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: delivery_pps, ..ack(now, 0, 0) });
+        }
+        now
+    }
+
     #[test]
     fn startup_doubles_per_rtt_and_leaves_on_queue_growth() {
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
@@ -539,11 +550,7 @@ mod tests {
     fn one_slow_capacity_report_does_not_end_startup() {
         // The link is 80,000 pkt/s; one pair stretched by a late wake-up reads 8,000.
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
-        let mut now = 0;
-        while cc.rate_pps() < 8_000.0 {
-            now += 10_000;
-            cc.on_ack(&ack(now, 0, 0));
-        }
+        let mut now = ramp(&mut cc, 8_000.0, 50_000);
         now += 10_000;
         cc.on_ack(&ack(now, 0, 8_000));
         assert!(cc.in_startup(), "ended on one slow report at {}", cc.rate_pps());
@@ -618,11 +625,7 @@ mod tests {
     #[test]
     fn after_draining_the_startup_queue_the_rate_comes_back_to_the_delivery_rate() {
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
-        let mut now = 0;
-        while cc.rate_pps() < 60_000.0 {
-            now += 10_000;
-            cc.on_ack(&AckSignal { delivery_rate_pps: 40_000, ..ack(now, 0, 0) });
-        }
+        let mut now = ramp(&mut cc, 60_000.0, 40_000);
         // The link carries 50,000 packets per second; a queue stands: drain below it.
         now += 10_000;
         cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 12_000, 0) });
@@ -653,17 +656,7 @@ mod tests {
         // The capacity reports read too fast (or none came) until startup was well past the
         // link; the delivery rate lags a round trip behind.
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
-        let lagging = |now| AckSignal { delivery_rate_pps: 20_000, ..ack(now, 0, 0) };
-        let mut now = 0;
-        while cc.rate_pps() < 60_000.0 {
-            now += 10_000;
-            cc.on_ack(&lagging(now));
-        }
-        for _ in 0..2 {
-            now += 10_000;
-            cc.on_ack(&AckSignal { capacity_pps: 50_000, ..lagging(now) });
-        }
-        assert!(!cc.in_startup());
+        let mut now = overshoot(&mut cc, 60_000.0, 50_000);
         let drain = 50_000.0 * DRAIN;
         assert!((cc.rate_pps() - drain).abs() < 1e-6, "drain below the link: {}", cc.rate_pps());
         // The overshoot's queue comes back for two round trips and is cut for meanwhile; the
@@ -682,34 +675,43 @@ mod tests {
         assert!(cc.rate_pps() >= 50_000.0 * RESTORE, "{}", cc.rate_pps());
     }
 
+    /// Startup with a delivery rate that lags (20,000 pkt/s) until the rate reaches `rate_pps`,
+    /// then two capacity reports of `capacity_pps` below it, which end startup; their time.
+    fn overshoot(cc: &mut Adaptive, rate_pps: f64, capacity_pps: u32) -> u64 {
+        let mut now = ramp(cc, rate_pps, 20_000);
+        for _ in 0..2 {
+            now += 10_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 20_000, ..ack(now, 0, capacity_pps) });
+        }
+        assert!(!cc.in_startup());
+        now
+    }
+
+    /// After `now`: a queue of `queue_us` stands for 300 ms while the busy link delivers 50,000
+    /// pkt/s, then two reports without it (delivering less); the rate after them.
+    fn stand_then_drain(cc: &mut Adaptive, mut now: u64, queue_us: u32, capacity_pps: u32) -> f64 {
+        let left = now;
+        while now < left + 300_000 {
+            now += 10_000;
+            let busy = ack(now, queue_us, capacity_pps);
+            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..busy });
+        }
+        for _ in 0..2 {
+            now += 20_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 40_000, ..ack(now, 0, capacity_pps) });
+        }
+        cc.rate_pps()
+    }
+
     #[test]
     fn a_capacity_report_read_fast_does_not_set_the_restore_above_the_link() {
         // Startup passes a capacity report of 1.7 times the link (bunched delivery) by more than
         // a tenth: it ends on that report, and the drain and the restore aim at it. While the
         // overshoot's queue stands, the delivery rate says what the link carries.
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
-        let lagging = |now| AckSignal { delivery_rate_pps: 20_000, ..ack(now, 0, 0) };
-        let mut now = 0;
-        while cc.rate_pps() < 100_000.0 {
-            now += 10_000;
-            cc.on_ack(&lagging(now));
-        }
-        for _ in 0..2 {
-            now += 10_000;
-            cc.on_ack(&AckSignal { capacity_pps: 85_000, ..lagging(now) });
-        }
-        assert!(!cc.in_startup());
-        let left = now;
-        while now < left + 300_000 {
-            now += 10_000;
-            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 80_000, 85_000) });
-        }
+        let now = overshoot(&mut cc, 100_000.0, 85_000);
         // The queue is gone: back to 95 % of what the link delivered, not of the report.
-        for _ in 0..2 {
-            now += 20_000;
-            cc.on_ack(&AckSignal { delivery_rate_pps: 45_000, ..ack(now, 0, 85_000) });
-        }
-        let restored = cc.rate_pps();
+        let restored = stand_then_drain(&mut cc, now, 80_000, 85_000);
         assert!(restored >= 50_000.0 * RESTORE - 1.0, "not restored: {restored}");
         assert!(restored < 50_000.0, "restored above the link: {restored}");
     }
@@ -719,25 +721,11 @@ mod tests {
         // Startup ends on a queue while the delivery rate still reads the ramp of a round trip
         // ago (28,000 of a 50,000 link); the queue then stands, and the busy link delivers all.
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
-        let ramp = |now, queue_us| AckSignal { delivery_rate_pps: 28_000, ..ack(now, queue_us, 0) };
-        let mut now = 0;
-        while cc.rate_pps() < 60_000.0 {
-            now += 10_000;
-            cc.on_ack(&ramp(now, 0));
-        }
+        let mut now = ramp(&mut cc, 60_000.0, 28_000);
         now += 10_000;
-        cc.on_ack(&ramp(now, 40_000));
+        cc.on_ack(&AckSignal { delivery_rate_pps: 28_000, ..ack(now, 40_000, 0) });
         assert!(!cc.in_startup());
-        let left = now;
-        while now < left + 300_000 {
-            now += 10_000;
-            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 60_000, 0) });
-        }
-        for _ in 0..2 {
-            now += 20_000;
-            cc.on_ack(&AckSignal { delivery_rate_pps: 30_000, ..ack(now, 0, 0) });
-        }
-        let restored = cc.rate_pps();
+        let restored = stand_then_drain(&mut cc, now, 60_000, 0);
         assert!(restored >= 50_000.0 * RESTORE - 1.0, "held low: {restored}");
         assert!(restored < 50_000.0, "restored above the link: {restored}");
     }
