@@ -321,6 +321,16 @@ impl Client {
         self.welcomed().await.err().unwrap_or(err)
     }
 
+    /// After a request's opening messages (`sent`): the server's `Welcome`, before anything of
+    /// the request's answer is read; a refused token is the request's error, also when the
+    /// refusal is what made the sending fail.
+    async fn opened(&self, sent: Result<(), SessionError>) -> Result<Welcomed, SessionError> {
+        match sent {
+            Ok(()) => self.welcomed().await,
+            Err(err) => Err(self.refusal_or(err).await),
+        }
+    }
+
     /// Closes the session: returns once the close has left this host (at most
     /// [`CLOSE_SEND_WAIT`]).
     ///
@@ -346,10 +356,7 @@ impl Client {
     /// Size, modification time and kind of `path` on the server.
     pub async fn stat(&self, path: &str) -> Result<StatInfo, SessionError> {
         let mut req = self.request().await?;
-        if let Err(err) = req.write(&ClientMsg::Stat { path: path.to_owned() }).await {
-            return Err(self.refusal_or(err).await);
-        }
-        self.welcomed().await?;
+        self.opened(req.write(&ClientMsg::Stat { path: path.to_owned() }).await).await?;
         match req.read(REPLY_TIMEOUT).await? {
             ServerMsg::StatInfo(info) => Ok(info),
             other => Err(unexpected(other)),
@@ -360,10 +367,7 @@ impl Client {
     /// entry's path is its name), or the file `path` itself. Links are listed, not followed.
     pub async fn list(&self, path: &str) -> Result<Vec<Entry>, SessionError> {
         let mut req = self.request().await?;
-        if let Err(err) = req.write(&ClientMsg::List { path: path.to_owned() }).await {
-            return Err(self.refusal_or(err).await);
-        }
-        self.welcomed().await?;
+        self.opened(req.write(&ClientMsg::List { path: path.to_owned() }).await).await?;
         recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
             ServerMsg::Manifest(part) => Ok(part),
             other => Err(unexpected(other)),
@@ -430,10 +434,7 @@ impl Client {
             checksum: options.checksum,
             compress: options.compress,
         };
-        if let Err(err) = req.write(&get).await {
-            return Err(self.refusal_or(err).await);
-        }
-        let welcomed = self.welcomed().await?;
+        let welcomed = self.opened(req.write(&get).await).await?;
         observer.channels(welcomed.negotiated.channels);
         let entries = recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
             ServerMsg::Manifest(part) => Ok(part),
@@ -629,10 +630,7 @@ impl Client {
             }
             Err(err) => Err(err),
         };
-        if let Err(err) = sent {
-            return Err(self.refusal_or(err).await);
-        }
-        let welcomed = self.welcomed().await?;
+        let welcomed = self.opened(sent).await?;
         observer.channels(welcomed.negotiated.channels);
         let want = match req.read(REPLY_TIMEOUT).await? {
             ServerMsg::Want(want) => want,
