@@ -208,6 +208,12 @@ impl Adaptive {
         }
     }
 
+    /// Whether the last report's queue stood above the target: the bottleneck is busy, and so
+    /// the delivery rate is what it carries.
+    fn queue_above_target(&self) -> bool {
+        self.queue_delay_us > self.target_queue_delay_us()
+    }
+
     /// Current sending rate in packets per second.
     pub fn rate_pps(&self) -> f64 {
         self.rate_pps
@@ -247,7 +253,7 @@ impl Adaptive {
         // The delivery rate tells what the path carries only while the bottleneck is busy (a
         // queue above target); a cut for loss with a shorter queue (a stall) would take a
         // report that dipped with the stall as the rate and cut far deeper than 1/9.
-        let bottleneck_busy = self.queue_delay_us > self.target_queue_delay_us();
+        let bottleneck_busy = self.queue_above_target();
         let base = if self.recv_rate_pps > 0.0 && bottleneck_busy {
             self.rate_pps.min(self.recv_rate_pps)
         } else {
@@ -370,7 +376,7 @@ impl CongestionControl for Adaptive {
         let epoch_us = (self.rtt_us as u64).max(100_000);
         let loss_growing = self.loss.update(ack.now_us, ack.sent_pkts, ack.lost_pkts, epoch_us);
         let standing_us = self.standing.update(ack.now_us, self.queue_delay_us);
-        let congested = self.queue_delay_us > self.target_queue_delay_us() || loss_growing;
+        let congested = self.queue_above_target() || loss_growing;
 
         match self.phase {
             Phase::Startup => {
@@ -402,7 +408,7 @@ impl CongestionControl for Adaptive {
             }
             Phase::Steady => {
                 let due_us = (self.rtt_us + SYN) as u64;
-                let busy = self.queue_delay_us > self.target_queue_delay_us();
+                let busy = self.queue_above_target();
                 let busy_seen = self.restore.as_mut().and_then(|r| r.busy_delivery_pps.as_mut());
                 if let (true, Some(seen)) = (busy, busy_seen) {
                     *seen = seen.max(self.recv_rate_pps);
