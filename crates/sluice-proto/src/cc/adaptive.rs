@@ -410,8 +410,10 @@ impl CongestionControl for Adaptive {
                 let due_us = (self.rtt_us + SYN) as u64;
                 let busy = self.queue_above_target();
                 let busy_seen = self.restore.as_mut().and_then(|r| r.busy_delivery_pps.as_mut());
+                // The delivery rate itself: UDT's arrival speed, which stands in for it in a
+                // report without one, reads bunched arrivals as a rate above the link.
                 if let (true, Some(seen)) = (busy, busy_seen) {
-                    *seen = seen.max(self.recv_rate_pps);
+                    *seen = seen.max(f64::from(ack.delivery_rate_pps));
                 }
                 if let Some(r) = self.restore.filter(|r| ack.now_us >= r.cut_us + due_us) {
                     // Only once the queue is gone (and, after a provisional cut, nothing was cut
@@ -733,6 +735,27 @@ mod tests {
         assert!(!cc.in_startup());
         let restored = stand_then_drain(&mut cc, now, 60_000, 0);
         assert!(restored >= 50_000.0 * RESTORE - 1.0, "held low: {restored}");
+        assert!(restored < 50_000.0, "restored above the link: {restored}");
+    }
+
+    #[test]
+    fn an_arrival_speed_read_fast_does_not_set_the_restore_above_the_link() {
+        // While the overshoot's queue stands, every other report has no delivery rate and an
+        // arrival speed of four times the link (bunched arrivals): the restore follows the
+        // delivery rate alone.
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let mut now = overshoot(&mut cc, 100_000.0, 85_000);
+        let left = now;
+        while now < left + 100_000 {
+            now += 10_000;
+            let busy = ack(now, 80_000, 85_000);
+            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..busy });
+            now += 10_000;
+            let bunched = AckSignal { recv_rate_pps: 200_000, delivery_rate_pps: 0, ..busy };
+            cc.on_ack(&AckSignal { now_us: now, ..bunched });
+        }
+        let restored = stand_then_drain(&mut cc, now, 80_000, 85_000);
+        assert!(restored >= 50_000.0 * RESTORE - 1.0, "not restored: {restored}");
         assert!(restored < 50_000.0, "restored above the link: {restored}");
     }
 
