@@ -70,6 +70,9 @@ pub struct SenderStats {
     pub timeouts: u64,
     /// Datagrams rejected (authentication, malformed, unexpected).
     pub rejected_pkts: u64,
+    /// Sending time the pacer let go, in microseconds: what a late wake-up left behind beyond
+    /// the catch-up allowance (`max_burst_pkts` periods).
+    pub pacing_dropped_us: u64,
 }
 
 /// A packet in flight: where its payload comes from and when it was last sent.
@@ -621,7 +624,11 @@ impl Sender {
 
         let period = self.period_us();
         let catch_up = f64::from(self.config.max_burst_pkts);
-        self.next_send_us = self.next_send_us.max(now - period * catch_up) + period;
+        let earliest = now - period * catch_up;
+        if self.next_send_us < earliest {
+            self.stats.pacing_dropped_us += (earliest - self.next_send_us) as u64;
+        }
+        self.next_send_us = self.next_send_us.max(earliest) + period;
         match (retransmit, copy) {
             (_, true) => self.stats.tail_copy_pkts += 1,
             (true, false) => self.stats.retransmitted_pkts += 1,
@@ -753,5 +760,36 @@ mod tests {
             }
         }
         panic!("the sender neither sent nor broke: {:?}", sender.state());
+    }
+
+    #[test]
+    fn sending_time_a_late_poll_leaves_beyond_the_catch_up_is_counted() {
+        let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
+        let config = ChannelConfig {
+            cc: crate::cc::CcKind::Fixed,
+            max_burst_pkts: 4,
+            ..ChannelConfig::default()
+        };
+        // 10,000 packets per second: one every 100 us.
+        let config = ChannelConfig { rate_bps: config.packet_size as u64 * 8 * 10_000, ..config };
+        let mut sender = Sender::new(config, key(1), key(2), 0).unwrap();
+        sender.push(0, 1 << 24);
+        let mut buf = vec![0u8; 2048];
+        let mut fill = |_: u64, out: &mut [u8]| out.fill(7);
+        let mut drain = |sender: &mut Sender, now: u64| {
+            while sender.poll_transmit(now, &mut buf, &mut fill).is_some() {}
+        };
+        // Polled every 100 us: nothing is let go.
+        for now in (0..100_000).step_by(100) {
+            drain(&mut sender, now);
+        }
+        assert_eq!(sender.stats().pacing_dropped_us, 0);
+        let sent = sender.stats().new_pkts;
+        // Polled 10 ms late: four periods are caught up on, the rest (about 9.6 ms) is let go.
+        drain(&mut sender, 110_000);
+        let caught_up = sender.stats().new_pkts - sent;
+        assert!((4..=6).contains(&caught_up), "sent {caught_up} at once");
+        let dropped = sender.stats().pacing_dropped_us;
+        assert!((9_000..=9_700).contains(&dropped), "let go {dropped} us");
     }
 }

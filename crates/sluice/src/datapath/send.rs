@@ -183,6 +183,7 @@ impl Run<'_, '_> {
             lost = s.lost_pkts,
             timeouts = s.timeouts,
             send_waits = self.port.send_waits.get(),
+            pacing_dropped_ms = s.pacing_dropped_us / 1000,
             "sending"
         );
     }
