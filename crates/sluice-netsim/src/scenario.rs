@@ -236,6 +236,8 @@ impl Scenario {
             cc: self.cc_of(self.transfer_of(flow)),
             rate_bps: (self.cc_rate_mbit * 1e6) as u64,
             seed: self.seed ^ flow as u64,
+            // As a session does: its handshake measured the round trip before the data starts.
+            initial_rtt_us: ((self.rtt_ms * 1e3) as u64).max(1),
             initial_dsn: ((self.seed.wrapping_mul(0x9E37_79B9) >> 8) as u32 ^ flow as u32)
                 & sluice_proto::seq::Seq31::MAX,
             ..ChannelConfig::default()
