@@ -129,9 +129,13 @@ struct Restore {
 /// Loss rate per epoch (one RTT, at least 100 ms) against its long-run average.
 #[derive(Debug, Clone, Default)]
 struct LossTrend {
+    /// Whether the first report has come: epochs begin there.
+    started: bool,
     epoch_start_us: u64,
     sent: u64,
     lost: u64,
+    /// Packets sent in the epoch before this one (before the first, until the first report).
+    prev_sent: u64,
     /// Long-run loss ratio (EWMA over epochs).
     base: f64,
     epochs: u32,
@@ -140,22 +144,50 @@ struct LossTrend {
 impl LossTrend {
     /// Accounts an ACK interval; returns whether the epoch that just ended lost markedly more
     /// than the long run (the loss rate is growing: congestion, not random loss).
-    fn update(&mut self, now_us: u64, sent: u64, lost: u64, epoch_us: u64) -> bool {
+    ///
+    /// The losses reported in an epoch are of packets sent `lag_us` (a round trip) earlier, so
+    /// they are counted against the packets sent then: the previous epoch's for the part of
+    /// the epoch that one round trip covers, this one's for the rest. Counted against this
+    /// epoch's packets alone, a rate that changed in between skewed the ratio (after startup's
+    /// drain, the overshoot's losses over the drain's packets). And epochs begin at the first
+    /// report: before it no loss can have been reported, and an epoch that counted a loss rate
+    /// of 0 there held the long run low for several epochs, so the first epochs of random loss
+    /// read as growing (in the simulator at 300 ms, 3 % random loss, started from a 100 ms RTT
+    /// guess: three such epochs, then a cut 1.2-1.5 s into the transfer).
+    fn update(&mut self, now_us: u64, sent: u64, lost: u64, epoch_us: u64, lag_us: f64) -> bool {
         self.sent += sent;
         self.lost += lost;
+        if !self.started {
+            self.started = true;
+            self.roll(now_us);
+            return false;
+        }
         if now_us < self.epoch_start_us + epoch_us || self.sent < 100 {
             return false;
         }
-        let ratio = self.lost as f64 / self.sent as f64;
+        let span_us = now_us.saturating_sub(self.epoch_start_us).max(1) as f64;
+        let lagged = (lag_us / span_us).min(1.0);
+        let sent_then = lagged * self.prev_sent as f64 + (1.0 - lagged) * self.sent as f64;
+        let lost = self.lost;
+        self.roll(now_us);
+        if sent_then < 100.0 {
+            return false;
+        }
+        let ratio = lost as f64 / sent_then;
         let growing = self.epochs >= LOSS_EPOCHS_BEFORE_TREND
             && ratio > 0.02
             && ratio > 2.0 * self.base + 0.01;
         self.base = if self.epochs == 0 { ratio } else { 0.875 * self.base + 0.125 * ratio };
         self.epochs = self.epochs.saturating_add(1);
+        growing
+    }
+
+    /// Begins an epoch at `now_us`.
+    fn roll(&mut self, now_us: u64) {
         self.epoch_start_us = now_us;
+        self.prev_sent = self.sent;
         self.sent = 0;
         self.lost = 0;
-        growing
     }
 }
 
@@ -373,8 +405,11 @@ impl CongestionControl for Adaptive {
             self.capacity_pps = f64::from(ack.capacity_pps);
             self.link.update(ack.now_us, self.capacity_pps);
         }
-        let epoch_us = (self.rtt_us as u64).max(100_000);
-        let loss_growing = self.loss.update(ack.now_us, ack.sent_pkts, ack.lost_pkts, epoch_us);
+        // The smoothed RTT starts from a guess; the least sample is measured from the first.
+        let lag_us = self.rtt_us.max(self.min_rtt_us);
+        let epoch_us = (lag_us as u64).max(100_000);
+        let loss_growing =
+            self.loss.update(ack.now_us, ack.sent_pkts, ack.lost_pkts, epoch_us, lag_us);
         let standing_us = self.standing.update(ack.now_us, self.queue_delay_us);
         let congested = self.queue_above_target() || loss_growing;
 
@@ -913,9 +948,53 @@ mod tests {
         let mut now = 0;
         for _ in 0..8 {
             now += 100_000;
-            assert!(!t.update(now, 10_000, 100, 100_000), "steady 1% is random loss");
+            assert!(!t.update(now, 10_000, 100, 100_000, 100_000.0), "steady 1% is random loss");
         }
         now += 100_000;
-        assert!(t.update(now, 10_000, 800, 100_000), "8% after 1% is growing");
+        assert!(t.update(now, 10_000, 800, 100_000, 100_000.0), "8% after 1% is growing");
+    }
+
+    /// Epochs of 300 ms on a 300 ms path: epoch `i` sends `sent[i + 1]` packets and reports as
+    /// lost `pct` % of the `sent[i]` sent in the epoch before. Whether any read as growing.
+    fn loss_epochs(t: &mut LossTrend, now: &mut u64, pct: u64, sent: &[u64]) -> bool {
+        let mut grew = false;
+        for pair in sent.windows(2) {
+            *now += 300_000;
+            grew |= t.update(*now, pair[1], pair[0] * pct / 100, 300_000, 300_000.0);
+        }
+        grew
+    }
+
+    #[test]
+    fn random_loss_reported_after_a_rate_cut_is_not_growing() {
+        // Steady 3 % random loss, then the rate drops to a third (startup's drain): the losses
+        // reported in the next epoch are of the packets sent before the drop.
+        let mut t = LossTrend::default();
+        let mut now = 0;
+        assert!(!loss_epochs(&mut t, &mut now, 3, &[24_000; 10]));
+        assert!(!loss_epochs(&mut t, &mut now, 3, &[24_000, 8_000, 8_000, 8_000]));
+        // Against the packets of the epoch itself, the same losses read 9 %: growing.
+        let mut now_alone = now;
+        let mut alone = LossTrend::default();
+        for _ in 0..10 {
+            now_alone += 300_000;
+            alone.update(now_alone, 24_000, 720, 300_000, 0.0);
+        }
+        assert!(alone.update(now_alone + 300_000, 8_000, 720, 300_000, 0.0));
+        // A loss rate that really grows still reads as growing.
+        assert!(loss_epochs(&mut t, &mut now, 10, &[8_000, 8_000]));
+    }
+
+    #[test]
+    fn the_loss_trend_starts_at_the_first_report() {
+        // What was sent before the first report (here two round trips in, a late first ACK)
+        // is what the first epoch's losses are of; the time before it does not count as an
+        // epoch without loss.
+        let mut t = LossTrend::default();
+        assert!(!t.update(600_000, 3_000, 0, 300_000, 300_000.0));
+        let mut now = 600_000;
+        assert!(!loss_epochs(&mut t, &mut now, 3, &[3_000, 6_000, 12_000, 24_000]));
+        assert!((t.base - 0.03).abs() < 0.002, "long-run loss {} of 3 %", t.base);
+        assert!(!loss_epochs(&mut t, &mut now, 3, &[24_000; 10]), "steady 3 % read as growing");
     }
 }
