@@ -32,7 +32,8 @@ pub(crate) struct SshArgs {
     /// unless absolute (`~/` works too). Only the start goes through ssh.
     #[arg(long)]
     pub(crate) ssh: bool,
-    /// The ssh command, split at spaces, e.g. "ssh -p 2222 -i ~/.ssh/lab" [default: ssh].
+    /// The ssh command, split into words as a shell does (quotes and backslashes, no
+    /// expansions), e.g. "ssh -p 2222 -i '~/.ssh/lab key'" [default: ssh].
     #[arg(short = 'e', long, env = "SLUICE_SSH", value_name = "COMMAND", requires = "ssh")]
     pub(crate) ssh_command: Option<String>,
     /// The sluice program on the remote host [default: sluice, found on the remote PATH].
@@ -53,12 +54,11 @@ pub(crate) struct SshServer {
 impl SshArgs {
     /// Starts the remote server on `host` and reads its handoff line.
     pub(crate) async fn start(&self, host: &str) -> anyhow::Result<SshServer> {
-        let command = self.ssh_command.as_deref().unwrap_or("ssh");
-        let mut words = command.split_whitespace();
-        let program = words.next().ok_or_else(|| exit::usage("--ssh-command is empty"))?;
+        let words = command_words(self.ssh_command.as_deref().unwrap_or("ssh"))?;
+        let (program, options) = words.split_first().expect("command_words returns a word");
         let remote = format!("{} serve --once", shell_quote(self.remote_sluice()));
         let mut child = Command::new(program)
-            .args(words)
+            .args(options)
             // `--` ends ssh's options: a host spelled like an option cannot become one.
             .args(["--", host, &remote])
             .stdin(Stdio::piped())
@@ -220,6 +220,20 @@ fn remote_path(home: &str, path: &str) -> String {
     joined
 }
 
+/// The words of an `--ssh-command` (`-e`, `SLUICE_SSH`), split as a POSIX shell splits them;
+/// at least one.
+fn command_words(command: &str) -> anyhow::Result<Vec<String>> {
+    let words = shlex::split(command).ok_or_else(|| {
+        exit::usage(format!(
+            "--ssh-command {command:?} has an unclosed quote or ends in a backslash"
+        ))
+    })?;
+    match words.is_empty() {
+        true => Err(exit::usage("--ssh-command is empty")),
+        false => Ok(words),
+    }
+}
+
 /// `word` quoted for a POSIX shell (ssh hands the remote command to the user's shell).
 fn shell_quote(word: &str) -> String {
     if !word.is_empty()
@@ -260,6 +274,23 @@ mod tests {
         assert_eq!(path("../bob/x"), "home/bob/x");
         assert_eq!(path("/"), "");
         assert_eq!(path("~bob/x"), "home/ann/~bob/x");
+    }
+
+    #[test]
+    fn the_ssh_command_is_split_as_a_shell_splits_it() {
+        let words = |c: &str| command_words(c).map_err(|e| e.to_string());
+        assert_eq!(words("ssh").unwrap(), ["ssh"]);
+        assert_eq!(
+            words("  ssh -p 2222  -i '/keys/lab key' -o \"ProxyJump a b\" ").unwrap(),
+            ["ssh", "-p", "2222", "-i", "/keys/lab key", "-o", "ProxyJump a b"]
+        );
+        assert_eq!(words(r"/opt/my\ ssh -v").unwrap(), ["/opt/my ssh", "-v"]);
+        // No expansions: what ssh gets is what was written.
+        assert_eq!(words("ssh -i ~/.ssh/lab $HOME").unwrap(), ["ssh", "-i", "~/.ssh/lab", "$HOME"]);
+        let err = words("ssh -i 'lab key").unwrap_err();
+        assert!(err.contains("unclosed quote") && err.contains("lab key"), "{err}");
+        assert!(words(r"ssh \").unwrap_err().contains("backslash"));
+        assert_eq!(words("  ").unwrap_err(), "--ssh-command is empty");
     }
 
     #[test]
