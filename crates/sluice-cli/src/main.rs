@@ -64,11 +64,13 @@ enum Command {
     Stat(browse::StatArgs),
     /// Measure the path to a server: upload random test data with each packet size and channel
     /// count, print goodput and retransmissions, and recommend the best (--save puts them in
-    /// the config file). The test file .sluice-sweep.bin stays on the server.
+    /// the config file). The test file .sluice-sweep.bin stays on the server. With --ssh, each
+    /// run starts its own one-shot server over ssh.
     ///
     /// Examples:
     ///   sluice sweep server
     ///   sluice sweep --size 256MiB --packet-sizes 1452,8952 --channels 1,2,4,8 --save lab:scratch
+    ///   sluice sweep --ssh ann@lab:scratch
     #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
     Sweep(sweep::SweepArgs),
     /// Print a shell completion script, generated from this command line's definition.

@@ -9,8 +9,9 @@ use clap::Args;
 use sluice::session::{CopyOptions, Overwrite};
 
 use crate::config::ClientFile;
-use crate::connect::{ConnectArgs, connect_asking};
+use crate::connect::{ConnectArgs, reach};
 use crate::exit;
+use crate::ssh::SshArgs;
 use sluice::units::parse_size;
 
 /// Arguments of `sluice sweep`.
@@ -34,6 +35,10 @@ pub(crate) struct SweepArgs {
     save: bool,
     #[command(flatten)]
     connect: ConnectArgs,
+    // With `--ssh`, each run starts its own one-shot server over ssh, and a relative DIR is
+    // under the remote home.
+    #[command(flatten)]
+    ssh: SshArgs,
 }
 
 /// One run's outcome.
@@ -86,14 +91,15 @@ pub(crate) async fn run(args: SweepArgs) -> anyhow::Result<()> {
             channel
                 .validate()
                 .map_err(|e| exit::usage(format!("--packet-sizes {packet_size}: {e}")))?;
-            let config = args.connect.client_config(&host, &prefs, channel, Some(channels))?;
-            let client = connect_asking(config).await?;
+            let reached =
+                reach(&args.connect, &args.ssh, &host, &prefs, channel, Some(channels)).await?;
+            let (client, dest) = (&reached.client, reached.remote_path(&dest));
             let started = std::time::Instant::now();
             let sources = std::slice::from_ref(&scratch.0);
             let report = client.upload(sources, &dest, &options, |_| {}).await?;
             let seconds = started.elapsed().as_secs_f64();
             let granted = client.channels().await?;
-            client.close().await;
+            reached.close().await;
             let retransmitted = report.channel.as_ref().map(|c| {
                 c.retransmitted_pkts as f64 / (c.data_pkts + c.retransmitted_pkts).max(1) as f64
             });

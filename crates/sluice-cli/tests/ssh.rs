@@ -221,6 +221,25 @@ fn cp_over_ssh_starts_a_one_shot_server_and_moves_files_both_ways() {
     let said = String::from_utf8_lossy(&o.stdout);
     assert!(said.contains("file, 3145728 bytes"), "{said}");
 
+    // sweep goes the same way, one one-shot server per run; the ssh command is split as a
+    // shell splits it (the key's path has a space in it).
+    std::fs::copy(dir.path().join("user_key"), dir.path().join("lab key")).unwrap();
+    let quoted = ssh.replace(
+        &dir.path().join("user_key").display().to_string(),
+        &format!("'{}'", dir.path().join("lab key").display()),
+    );
+    assert_ne!(quoted, ssh);
+    std::fs::create_dir_all(dir.path().join("sw")).unwrap();
+    let into = format!("root@127.0.0.1:{}", dir.path().join("sw").display());
+    let args = ["--size", "1MiB", "--packet-sizes", "1452", "--channels", "1,2", &into];
+    let o = run_ssh(&ns, dir.path(), "sweep", (&quoted, BIN), &args);
+    assert_eq!(code(&o), 0, "{}\nsshd: {}", stderr(&o), sshd.log());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rows = out.lines().filter(|l| l.trim_start().starts_with("1452 ")).count();
+    assert_eq!(rows, 2, "{out}");
+    assert_eq!(std::fs::metadata(dir.path().join("sw/.sluice-sweep.bin")).unwrap().len(), 1 << 20);
+    assert_eq!(servers_left_after(Duration::from_secs(10)), Vec::<u32>::new(), "servers left");
+
     // A missing remote file is "not found" (exit 4), named as the user wrote it.
     let missing = format!("root@127.0.0.1:{}", remote.join("nope.bin").display());
     let o = cp_ssh(&ns, dir.path(), &ssh, BIN, &[&missing, dst.to_str().unwrap()]);
