@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::TestServer;
+use sluice::session::client::KEEP_ALIVE_INTERVAL;
 use sluice::session::{Client, ClientConfig, Fingerprint, Server, SessionError, TrustPolicy};
 use sluice_proto::cc::CcKind;
 use tokio::sync::mpsc;
@@ -103,13 +104,15 @@ fn started_signal() -> (mpsc::UnboundedReceiver<()>, impl FnMut(sluice::datapath
     })
 }
 
+/// Asserts `result` is a network error that came less than 10 s after `since` (`what`).
 fn assert_network_error_in_time(
     result: Result<impl std::fmt::Debug, SessionError>,
     since: Instant,
+    what: &str,
 ) {
     let elapsed = since.elapsed();
     let err = result.expect_err("the transfer must fail");
-    eprintln!("failed {elapsed:?} after the server died: {err}");
+    eprintln!("failed {elapsed:?} after {what}: {err}");
     assert!(matches!(err, SessionError::Network(_)), "{err:?}");
     assert!(elapsed < Duration::from_secs(10), "failed only after {elapsed:?}: {err}");
 }
@@ -131,7 +134,7 @@ async fn get_fails_within_10_s_when_the_server_is_killed() {
     }
     server.kill();
     let killed = Instant::now();
-    assert_network_error_in_time(transfer.await, killed);
+    assert_network_error_in_time(transfer.await, killed, "the kill");
     assert!(!target.exists());
     // The partial file stays for a resume, beside its record; nothing else.
     assert!(common::only_resumable_leftovers(local.path()), "{:?}", common::listing(local.path()));
@@ -154,8 +157,33 @@ async fn put_fails_within_10_s_when_the_server_is_killed() {
     }
     server.kill();
     let killed = Instant::now();
-    assert_network_error_in_time(transfer.await, killed);
+    assert_network_error_in_time(transfer.await, killed, "the kill");
     assert!(!dir.path().join("root/big.bin").exists());
+}
+
+/// The slowest way to notice a dead server: the session is quiet, the server's last packet
+/// is an answer, and the client's next packet is its keep-alive, which (RFC 9000 10.1) starts
+/// the QUIC idle timeout anew; a request sent later does not. The client then fails one
+/// keep-alive interval plus the idle timeout after the server's last packet, and that packet
+/// came after `connect` returned: so failing within 10 s of the connect means within 10 s of
+/// the server's last word, whenever it was killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_client_notices_a_killed_server_within_10_s_of_its_last_packet() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::start(dir.path());
+    fs::write(dir.path().join("root/small.bin"), common::pattern(1 << 10, 3)).unwrap();
+    let client = Client::connect(server.config.clone()).await.unwrap();
+    let connected = Instant::now();
+    // Long enough for every packet of the opening to be answered, well under a keep-alive.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.kill();
+    // The request goes out after the keep-alive, so it cannot restart the idle timeout.
+    tokio::time::sleep(KEEP_ALIVE_INTERVAL + Duration::from_millis(500)).await;
+    let local = tempfile::tempdir().unwrap();
+    let target = local.path().join("small.bin");
+    let got = client.get("small.bin", &target, |_| {}).await;
+    assert_network_error_in_time(got, connected, "the connect");
+    assert!(!target.exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,9 +38,11 @@ use crate::tree::{
     Entry, EntryKind, FileSet, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk,
 };
 
-/// QUIC idle timeout of the client's connection: with keep-alives every
-/// [`KEEP_ALIVE_INTERVAL`], a server that vanished is noticed within this time.
-pub const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(8);
+/// QUIC idle timeout of the client's connection (the server's is longer, and the shorter
+/// applies). The timeout restarts at each packet received and at the first packet sent after
+/// one (RFC 9000 10.1); when the session is quiet that is the keep-alive, so a server that
+/// vanished is noticed at most [`KEEP_ALIVE_INTERVAL`] plus this (8 s) after its last packet.
+pub const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(6);
 /// How often the client keeps the connection alive while nothing else is sent.
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(2);
 /// Longest wait in [`Client::close`] for the close to leave this host.
