@@ -1,5 +1,6 @@
 """One adapter per peer tool. `ALL` lists them in table order; `EXTRA` runs only by name."""
 
+from cells import RATE_MBIT
 from tools.gridftp import GridFtp
 from tools.iperf import Iperf3
 from tools.sluice import Sluice
@@ -8,6 +9,8 @@ from tools.ssh import Rsync, Scp
 from tools.uftp import Uftp
 
 ALL = [Iperf3("cubic"), Iperf3("bbr"), Scp(), Rsync(), GridFtp(1), GridFtp(4), Srt(), Uftp(), Uftp(900), Sluice(), Sluice(1)]
-# Compressing variants: only when named in --tools (they matter for --content text).
-EXTRA = [Rsync(compress=True), Sluice(compress=1)]
+# Only when named in --tools: the compressing variants (they matter for --content text), and
+# Sluice blasting at the WAN link rate with no congestion control (the ceiling of the path and
+# this host for Sluice's data plane, to read the default against).
+EXTRA = [Rsync(compress=True), Sluice(compress=1), Sluice(fixed_mbit=RATE_MBIT)]
 BY_NAME = {t.name: t for t in ALL + EXTRA}

@@ -21,19 +21,29 @@ class Sluice(Tool):
     workloads = ("file", "tree")
     server_proto = "udp"
 
-    def __init__(self, channels=None, compress=None, policy=None):
+    def __init__(self, channels=None, compress=None, policy=None, fixed_mbit=None):
         """`channels`: None for the default (one per core, as negotiated), else `--channels N`;
         `compress`: a zstd level for `--compress=LEVEL`, or None; `policy`: `--policy` (None:
-        the default, fair)."""
+        the default, fair); `fixed_mbit`: blast at this rate with `--policy fixed` (RBUDP: no
+        congestion control). At the WAN path's link rate that is the path's and the host's
+        ceiling for Sluice's data plane: what a sender that knew the link in advance and never
+        probed would get, to read the default's goodput against."""
+        if fixed_mbit is not None:
+            policy = "fixed"
         self.channels, self.compress, self.policy = channels, compress, policy
+        self.fixed_mbit = fixed_mbit
         self.name = "sluice" if channels is None else f"sluice-c{channels}"
         if compress is not None:
             self.name += "-z"
-        if policy is not None:
+        if fixed_mbit is not None:
+            self.name += f"-fixed{fixed_mbit}"
+        elif policy is not None:
             self.name += f"-{policy}"
         count = "one per core (negotiated)" if channels is None else str(channels)
         zstd = f", zstd level {compress} per 256 KiB piece" if compress is not None else ""
         cc = f"--policy {policy}" if policy is not None else "adaptive"
+        if fixed_mbit is not None:
+            cc = f"--policy fixed --limit-rate {fixed_mbit}Mbit (no congestion control)"
         self.note = (f"sluice cp (upload), {cc}, encrypted UDP channels: {count}, BLAKE3{zstd}")
 
     def missing(self):
@@ -62,6 +72,8 @@ class Sluice(Tool):
             extra.append(f"--compress={self.compress}")
         if self.policy is not None:
             extra += ["--policy", self.policy]
+        if self.fixed_mbit is not None:
+            extra += ["--limit-rate", f"{self.fixed_mbit}Mbit"]
         if ctx.work.is_dir:
             extra.append("-r")
         return [BIN, "cp", "-q", "-P", str(ctx.port), "--token-file", self.tokens,
