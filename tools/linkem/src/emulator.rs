@@ -143,6 +143,7 @@ struct Counters {
     received_bytes: AtomicU64,
     dropped_loss: AtomicU64,
     dropped_queue: AtomicU64,
+    dropped_too_big: AtomicU64,
     dropped_pool: AtomicU64,
     delivered: AtomicU64,
     delivered_bytes: AtomicU64,
@@ -177,6 +178,8 @@ pub struct DirectionReport {
     pub dropped_loss: u64,
     /// Packets dropped because the bottleneck queue was full.
     pub dropped_queue: u64,
+    /// Packets dropped by the black hole (longer than `--black-hole-above`).
+    pub dropped_too_big: u64,
     /// Packets dropped because the buffer pool was exhausted (`max_packets`).
     pub dropped_pool: u64,
     /// Packets written to the output TUN (duplicates included).
@@ -219,6 +222,7 @@ impl Counters {
             received_bytes: g(&self.received_bytes),
             dropped_loss: g(&self.dropped_loss),
             dropped_queue: g(&self.dropped_queue),
+            dropped_too_big: g(&self.dropped_too_big),
             dropped_pool: g(&self.dropped_pool),
             delivered: g(&self.delivered),
             delivered_bytes: g(&self.delivered_bytes),
@@ -586,10 +590,12 @@ impl Forwarder {
         }
         match self.shaper.on_packet(now, len as u32) {
             Verdict::Drop(reason) => {
-                bump(
-                    if reason == DropReason::Loss { &c.dropped_loss } else { &c.dropped_queue },
-                    1,
-                );
+                let counter = match reason {
+                    DropReason::Loss => &c.dropped_loss,
+                    DropReason::Queue => &c.dropped_queue,
+                    DropReason::TooBig => &c.dropped_too_big,
+                };
+                bump(counter, 1);
                 self.pool.put(slot);
             }
             Verdict::Deliver { release_ns, out_of_order, reordered, duplicate } => {

@@ -44,6 +44,11 @@ const DIR_OPTS: &[(&str, &str, &str)] = &[
     ),
     ("reorder-gap", "extra delay of a reordered packet (default 1ms)", "TIME"),
     ("duplicate", "probability that a packet is delivered twice", "P"),
+    (
+        "black-hole-above",
+        "drop IP packets longer than this many bytes without a word (no ICMP): a path MTU black hole, where the hosts believe the TUN's MTU of 1500",
+        "BYTES",
+    ),
 ];
 
 fn prefix_arg() -> Arg {
@@ -155,6 +160,9 @@ fn direction_config(m: &ArgMatches, dir: &str, jitter_reorders: bool) -> Result<
     }
     c.reorder = prob("reorder")?.unwrap_or(0.0);
     c.duplicate = prob("duplicate")?.unwrap_or(0.0);
+    c.black_hole_above_bytes = get("black-hole-above")
+        .map(|v| v.parse::<u32>().with_context(|| ctx("black-hole-above")))
+        .transpose()?;
     let loss = prob("loss")?.unwrap_or(0.0);
     let burst = get("loss-burst")
         .map(|v| v.parse::<f64>().with_context(|| ctx("loss-burst")))

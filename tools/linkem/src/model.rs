@@ -2,6 +2,8 @@
 //! configuration, the seed, the packet's arrival index and its arrival time. No I/O, no clock.
 //!
 //! A packet that arrives at one direction of the link goes through, in this order:
+//! 0. the black hole: a packet longer than `black_hole_above_bytes` is dropped without a word,
+//!    as a path whose MTU is below what both hosts believe drops it when no ICMP comes back;
 //! 1. the loss model (Bernoulli or Gilbert-Elliott), decided by the seed and the arrival index;
 //! 2. the bottleneck: a drop-tail queue in front of a serializer at `rate_bps`;
 //! 3. the propagation delay plus optional jitter (never reordering unless asked);
@@ -256,6 +258,9 @@ pub struct DirectionConfig {
     pub reorder_gap_ns: u64,
     /// Probability that a packet is delivered twice.
     pub duplicate: f64,
+    /// IP packets longer than this many bytes are dropped silently (a path MTU black hole:
+    /// no ICMP goes back, so the sender's kernel keeps its larger path MTU).
+    pub black_hole_above_bytes: Option<u32>,
 }
 
 impl Default for DirectionConfig {
@@ -270,6 +275,7 @@ impl Default for DirectionConfig {
             reorder: 0.0,
             reorder_gap_ns: 1_000_000,
             duplicate: 0.0,
+            black_hole_above_bytes: None,
         }
     }
 }
@@ -310,6 +316,8 @@ pub enum DropReason {
     Loss,
     /// The bottleneck queue was full.
     Queue,
+    /// Longer than the black hole lets through.
+    TooBig,
 }
 
 /// What happens to one packet.
@@ -371,6 +379,9 @@ impl Shaper {
     pub fn on_packet(&mut self, now_ns: u64, size: u32) -> Verdict {
         let index = self.next_index;
         self.next_index += 1;
+        if self.config.black_hole_above_bytes.is_some_and(|limit| size > limit) {
+            return Verdict::Drop(DropReason::TooBig);
+        }
         if self.loss.is_lost(index) {
             return Verdict::Drop(DropReason::Loss);
         }
@@ -601,5 +612,28 @@ mod tests {
         };
         check(re, 0.1);
         check(dup, 0.05);
+    }
+
+    #[test]
+    fn the_black_hole_drops_only_longer_packets_and_leaves_the_loss_pattern_alone() {
+        let loss = LossConfig::Bernoulli { p: 0.1 };
+        let holed =
+            DirectionConfig { loss, black_hole_above_bytes: Some(1400), ..Default::default() };
+        let plain = DirectionConfig { loss, ..Default::default() };
+        let mut s = Shaper::new(holed, QueueLimit::Packets(1000), 7, Direction::AToB);
+        let mut t = Shaper::new(plain, QueueLimit::Packets(1000), 7, Direction::AToB);
+        let mut too_big = 0;
+        for i in 0..10_000u64 {
+            let size = if i % 3 == 0 { 1500 } else { 1400 };
+            let (got, plain) = (s.on_packet(i * 1_000_000, size), t.on_packet(i * 1_000_000, size));
+            if size > 1400 {
+                assert_eq!(got, Verdict::Drop(DropReason::TooBig), "packet {i}");
+                too_big += 1;
+            } else {
+                // The same random fate as without the black hole: every arrival counts.
+                assert_eq!(got, plain, "packet {i}");
+            }
+        }
+        assert_eq!(too_big, 3334);
     }
 }
