@@ -70,6 +70,9 @@ pub struct SenderStats {
     pub timeouts: u64,
     /// Datagrams rejected (authentication, malformed, unexpected).
     pub rejected_pkts: u64,
+    /// Datagrams accepted from the receiver (ACK, NAK, keep-alive, shutdown). None at all by the
+    /// idle timeout means nothing got through on the channel, either way.
+    pub feedback_pkts: u64,
     /// Sending time the pacer let go, in microseconds: what a late wake-up left behind beyond
     /// the catch-up allowance (`max_burst_pkts` periods).
     pub pacing_dropped_us: u64,
@@ -358,6 +361,7 @@ impl Sender {
         if self.state != State::Open {
             return;
         }
+        self.stats.feedback_pkts += 1;
         self.last_feedback_us = now_us;
         self.exp_count = 0;
         self.timers.set(Timer::Idle, now_us + self.config.idle_timeout_us);

@@ -1,6 +1,6 @@
 //! Data channels over real UDP sockets on loopback: exact bytes at several sizes over one and
 //! several channels, repair through a seeded lossy relay, a channel whose path dies mid-way,
-//! peer silence within the idle timeout, and cancellation.
+//! peer silence within the idle timeout (and a peer never heard at all), and cancellation.
 //!
 //! Every test prints its seed; `SLUICE_TEST_SEED=<n>` replays one. The tests run one at a time
 //! (a lock), because each spins a pacing thread and the machine may have two cores. No test
@@ -557,6 +557,39 @@ fn a_cancelled_receiver_returns_and_the_sender_notices() {
     assert!(matches!(silent.result, Err(DataError::PeerSilent(2))), "{:?}", silent.result);
     assert!(waited > Duration::from_millis(1_500), "gave up before the idle timeout");
     assert!(waited < Duration::from_millis(3_500), "did not notice within the idle timeout");
+}
+
+#[test]
+fn an_end_that_never_hears_its_peer_says_nothing_got_through() {
+    // Each end alone, its peer's socket bound but never read or written: what a blocked port or
+    // a path MTU black hole looks like from either end. Both give up at the idle timeout with
+    // the error that names those causes (and the packet size), not the one for a peer that
+    // went quiet mid-way.
+    let _serial = serial();
+    let seed = seed("nothing_through", 23);
+    let dir = tempfile::tempdir().unwrap();
+    let src = file_with(&dir, "src", &content(200_000, seed));
+    let dst = file_with(&dir, "dst", b"");
+    let quiet = ChannelConfig { idle_timeout_us: 2_000_000, ..config(seed) };
+    let packet_bytes = quiet.packet_size;
+    let no = AtomicBool::new(false);
+    // The unused end's parameters hold its socket open until the other end is done.
+    let (sender, unread) = direct(quiet.clone(), quiet.clone(), seed);
+    let sent = send(sender, &src, std::slice::from_ref(&(0..200_000)), None, &mut |_| {}, &no);
+    drop(unread);
+    let (unwritten, receiver) = direct(quiet.clone(), quiet, seed);
+    let received = receive_file(receiver, &dst, 0..200_000, &mut |_| {}, &no);
+    drop(unwritten);
+    for (end, result) in [("sender", sent.map(|_| ())), ("receiver", received.map(|_| ()))] {
+        match result {
+            Err(e @ DataError::NothingThrough { secs: 2, packet_bytes: p }) => {
+                assert_eq!(p, packet_bytes, "{end}");
+                println!("{end}: {e}");
+            }
+            other => panic!("{end}: expected NothingThrough after 2 s, got {other:?}"),
+        }
+    }
+    assert_eq!(std::fs::metadata(dir.path().join("dst")).unwrap().len(), 0);
 }
 
 #[test]

@@ -50,7 +50,9 @@
 //!   shutdown came or a linger of max(3 RTT, 500 ms) passed, so the sender gets its final ACK.
 //! - An empty range returns at once on both sides, without a packet.
 //! - A channel's `Broken` state (nothing heard for `idle_timeout_us`) is
-//!   [`DataError::PeerSilent`]; `Closed` before the range is complete is
+//!   [`DataError::PeerSilent`], or [`DataError::NothingThrough`] when nothing was ever heard
+//!   (the sender got no packet back, the receiver no data packet: a blocked port or a path MTU
+//!   black hole); `Closed` before the range is complete is
 //!   [`DataError::ClosedEarly`]. These end the transfer only when no channel is left.
 //!   `cancel` is [`DataError::Cancelled`]; a file error ends the whole transfer. A cancelled
 //!   end sends nothing more (the protocol has no abort packet): its peer notices by its idle
@@ -90,6 +92,11 @@ pub use store::{Fault, Faulty, Store, read_exact_at, read_up_to, write_all_at};
 /// of any path that carries these rates. With 16, a channel paced in batches of 16 could send
 /// no faster than 16 packets per wake-up: ~600 Mbit/s on this machine whatever its rate said.
 pub const REAL_TIME_BURST_PKTS: u32 = 256;
+
+/// A UDP datagram size that gets through any path that carries IPv6 (1280-byte minimum MTU, less
+/// 40 bytes of IPv6 and 8 of UDP header), and so nearly every IPv4 path: what
+/// [`DataError::NothingThrough`] suggests.
+pub const SAFE_PACKET_BYTES: usize = 1232;
 
 /// The two keys of one end of a data channel.
 #[derive(Debug)]
@@ -172,6 +179,24 @@ pub enum DataError {
     /// Nothing heard from the peer for the idle timeout.
     #[error("no data-channel packets from the peer for {0} s: the peer or the path is gone")]
     PeerSilent(u64),
+    /// Nothing got through on the channel from its start to the idle timeout: the sender heard
+    /// nothing back, or the receiver got no data packet. The session's own connection got
+    /// through to the same host, so this is the data path: blocked UDP ports, or a path MTU
+    /// black hole (a link narrower than the kernel's path MTU that drops without sending ICMP
+    /// back, as many tunnels do). The kernel's path MTU, which the channel checks at the start,
+    /// cannot see such a link.
+    #[error(
+        "nothing got through in {secs} s: UDP to the data ports is blocked, \
+         or the path drops {packet_bytes}-byte datagrams without a word (its MTU is below what \
+         the kernel believes, as through a tunnel that drops ICMP): try --packet-size {}",
+        SAFE_PACKET_BYTES
+    )]
+    NothingThrough {
+        /// The idle timeout in whole seconds.
+        secs: u64,
+        /// The channel's packet size.
+        packet_bytes: usize,
+    },
     /// Reading or writing the file failed.
     #[error("file I/O failed: {0}")]
     File(#[source] std::io::Error),

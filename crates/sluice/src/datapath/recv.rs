@@ -128,6 +128,7 @@ pub(super) fn channel(
 ) -> ChannelEnd {
     let ChannelParams { config, keys, socket, peer } = params;
     let idle_secs = idle_secs(&config);
+    let packet_bytes = config.packet_size;
     let mut writer = WriteBehind::new(&ctx.file);
     let mut stats = None;
     let mut result = (|| {
@@ -135,7 +136,7 @@ pub(super) fn channel(
         let mut receiver = Receiver::new(config, keys.seal, keys.open, port.now_us())?;
         let mut inflater = Inflater::new().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
         let mut sink = Sink { index, writer: &mut writer, inflater: &mut inflater, ctx };
-        let result = drive(&mut receiver, &port, &mut sink, idle_secs);
+        let result = drive(&mut receiver, &port, &mut sink, idle_secs, packet_bytes);
         stats = Some(receiver.stats().clone());
         result
     })();
@@ -201,6 +202,7 @@ fn drive(
     port: &Port,
     sink: &mut Sink<'_, '_>,
     idle_secs: u64,
+    packet_bytes: usize,
 ) -> Result<(), DataError> {
     let ctx = sink.ctx;
     let mut batch = RecvBatch::new();
@@ -264,6 +266,9 @@ fn drive(
             (_, Some(_)) => return Ok(()),
             (_, None) if ctx.complete() => return Ok(()),
             (State::Closed(reason), None) => return Err(DataError::ClosedEarly(reason)),
+            (State::Broken, None) if receiver.stats().data_pkts == 0 => {
+                return Err(DataError::NothingThrough { secs: idle_secs, packet_bytes });
+            }
             (State::Broken, None) => return Err(DataError::PeerSilent(idle_secs)),
         }
         if now >= next_trace_us {

@@ -144,6 +144,12 @@ impl Run<'_, '_> {
                     return Ok(());
                 }
                 State::Closed(reason) => return Err(DataError::ClosedEarly(reason)),
+                State::Broken if self.sender.stats().feedback_pkts == 0 => {
+                    return Err(DataError::NothingThrough {
+                        secs: idle_secs,
+                        packet_bytes: self.segment,
+                    });
+                }
                 State::Broken => return Err(DataError::PeerSilent(idle_secs)),
             }
             if now >= next_trace_us {
