@@ -1,11 +1,15 @@
-//! A path MTU black hole between client and server: `linkem` between two namespaces of the
-//! test's own drops every IP packet longer than 1400 bytes without a word, while the kernels on
+//! Path MTU black holes between client and server: `linkem` between two namespaces of the
+//! test's own drops every IP packet longer than a limit without a word, while the kernels on
 //! both ends believe the TUN's 1500-byte MTU. The session's QUIC connection gets through (it
-//! starts at 1200 bytes and finds the larger sizes lost); the data channels' 1472-byte packets
-//! do not. Needs root (namespaces, TUN devices); without it the test says so and passes.
+//! starts at 1200 bytes); the data channels start at 1232-byte datagrams and go to their full
+//! size only once a probe of it was answered (`sluice_proto::pmtu`). Needs root (namespaces,
+//! TUN devices); without it the test says so and passes.
+
+#![allow(clippy::print_stdout)] // tests print their seeds and results
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 use linkem::{DirectionConfig, Emulator, LinkConfig, NetnsPair};
@@ -15,12 +19,16 @@ mod common;
 use common::{BIN, code, random_file, same_file, stderr};
 
 const TOKEN: &str = "black-hole-test-token-41c9";
+const PORT: &str = "7810";
 
-/// The link and the server in it; the server is stopped before the link goes.
+/// A link that drops IP packets above `above` bytes both ways, and a server behind it; the
+/// server is stopped before the link goes.
 struct Hole {
     server: Option<Child>,
     emulator: Option<Emulator>,
     pair: NetnsPair,
+    root: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Hole {
@@ -39,77 +47,116 @@ fn in_ns(ns: &str) -> Command {
     c
 }
 
-#[test]
-fn a_path_mtu_black_hole_fails_clearly_and_the_suggested_packet_size_gets_through() {
-    if !linkem::netns::is_root() {
-        println!("skipped: needs root for network namespaces and TUN devices");
-        return;
+impl Hole {
+    fn new(tag: &str, above: u32) -> Hole {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = DirectionConfig {
+            rate_bps: 200_000_000,
+            delay_ns: 5_000_000,
+            black_hole_above_bytes: Some(above),
+            ..Default::default()
+        };
+        let pair = NetnsPair::create(&NetnsPair::unique_prefix(tag)).unwrap();
+        let emulator = Emulator::start(pair.a(), pair.b(), &LinkConfig::symmetric(link)).unwrap();
+        let mut hole = Hole { server: None, emulator: Some(emulator), pair, root, dir };
+        let listen = format!("{}:{PORT}", linkem::B_ADDR);
+        let mut server = in_ns(hole.pair.b())
+            .args(["serve", "--listen", &listen, "--root"])
+            .arg(&hole.root)
+            .arg("--state-dir")
+            .arg(hole.dir.path().join("state"))
+            .arg("--tokens")
+            .arg(&tokens)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        hole.server = Some(server);
+        assert!(line.contains("serving on"), "server said {line:?}");
+        hole
     }
-    let seed = 4101;
-    println!("seed {seed}");
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
-    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let src = dir.path().join("src.bin");
-    random_file(&src, 3_000_000, seed);
 
-    let link = DirectionConfig {
-        rate_bps: 200_000_000,
-        delay_ns: 5_000_000,
-        black_hole_above_bytes: Some(1400),
-        ..Default::default()
-    };
-    let pair = NetnsPair::create(&NetnsPair::unique_prefix("sluice-bh")).unwrap();
-    let emulator = Emulator::start(pair.a(), pair.b(), &LinkConfig::symmetric(link)).unwrap();
-    let mut hole = Hole { server: None, emulator: Some(emulator), pair };
-    let listen = format!("{}:7810", linkem::B_ADDR);
-    let mut server = in_ns(hole.pair.b())
-        .args(["serve", "--listen", &listen, "--root"])
-        .arg(&root)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--tokens")
-        .arg(&tokens)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    hole.server = Some(server);
-    assert!(line.contains("serving on"), "server said {line:?}");
-
-    let cp = |packet_size: Option<&str>, name: &str| -> Output {
-        let mut c = in_ns(hole.pair.a());
-        c.args(["cp", "-q", "-P", "7810", "--accept-new-host"]);
-        if let Some(size) = packet_size {
-            c.args(["--packet-size", size]);
-        }
-        c.arg("--known-hosts")
-            .arg(dir.path().join("known_hosts"))
+    /// `sluice cp [extra] FROM TO` in namespace a, where a `:name` is the server's.
+    fn cp(&self, extra: &[&str], from: &str, to: &str) -> Output {
+        let remote = |s: &str| match s.strip_prefix(':') {
+            Some(name) => format!("{}:{name}", linkem::B_ADDR),
+            None => s.to_owned(),
+        };
+        in_ns(self.pair.a())
+            .args(["cp", "-P", PORT, "--accept-new-host"])
+            .args(extra)
+            .arg("--known-hosts")
+            .arg(self.dir.path().join("known_hosts"))
             .env("SLUICE_TOKEN", TOKEN)
-            .arg(&src)
-            .arg(format!("{}:{name}", linkem::B_ADDR))
+            .arg(remote(from))
+            .arg(remote(to))
             .output()
             .unwrap()
-    };
+    }
+}
 
-    // The default 1472-byte datagrams vanish: a clear error that names the cause and the way
-    // out, a failure exit, and no file under the name asked for.
-    let lost = cp(None, "default.bin");
+fn root_or_skip() -> bool {
+    let root = linkem::netns::is_root();
+    if !root {
+        println!("skipped: needs root for network namespaces and TUN devices");
+    }
+    root
+}
+
+fn source(dir: &Path, size: u64, seed: u64) -> PathBuf {
+    println!("seed {seed}");
+    let src = dir.join("src.bin");
+    random_file(&src, size, seed);
+    src
+}
+
+#[test]
+fn through_a_black_hole_above_the_base_size_both_ways_move_at_the_base_size() {
+    if !root_or_skip() {
+        return;
+    }
+    let hole = Hole::new("sluice-bh1400", 1400);
+    // 20 MB at 200 Mbit/s outlasts the wait for an answer to the probes (200 ms or more).
+    let src = source(hole.dir.path(), 20_000_000, 4101);
+    let up = hole.cp(&[], src.to_str().unwrap(), ":up.bin");
+    let said = stderr(&up);
+    println!("upload: exit {}, {said}", code(&up));
+    assert_eq!(code(&up), 0, "{said}");
+    assert!(same_file(&src, &hole.root.join("up.bin")));
+    // The client sent the data: it tells why its packets are small.
+    assert!(said.contains("no answer to 1472-byte probes: sending 1232-byte packets"), "{said}");
+    // A download: the server sends, probes, and falls back on its own.
+    let back = hole.dir.path().join("back.bin");
+    let down = hole.cp(&[], ":up.bin", back.to_str().unwrap());
+    assert_eq!(code(&down), 0, "{}", stderr(&down));
+    assert!(same_file(&src, &back));
+}
+
+#[test]
+fn below_the_base_size_nothing_gets_through_and_the_error_says_what_to_try() {
+    if !root_or_skip() {
+        return;
+    }
+    // QUIC's first packets are 1200-byte datagrams, 1228 bytes of IP: the session connects;
+    // the data channels' 1232-byte datagrams (1260 bytes of IP) do not pass.
+    let hole = Hole::new("sluice-bh1250", 1250);
+    let src = source(hole.dir.path(), 3_000_000, 4102);
+    let lost = hole.cp(&[], src.to_str().unwrap(), ":default.bin");
     let said = stderr(&lost);
     println!("default packet size: exit {}, {said}", code(&lost));
     assert_eq!(code(&lost), 5, "{said}");
     assert!(said.contains("nothing got through"), "{said}");
-    assert!(said.contains("drops 1472-byte datagrams"), "{said}");
-    assert!(said.contains("try --packet-size 1232"), "{said}");
-    assert!(!root.join("default.bin").exists());
-
-    // What it suggests gets through, intact.
-    let fits = cp(Some("1232"), "small.bin");
+    assert!(said.contains("does not carry even 1232-byte datagrams"), "{said}");
+    assert!(said.contains("try a smaller --packet-size"), "{said}");
+    assert!(!hole.root.join("default.bin").exists());
+    // A size the path carries (1200 + 28 bytes of headers) gets through, intact.
+    let fits = hole.cp(&["--packet-size", "1200"], src.to_str().unwrap(), ":small.bin");
     assert_eq!(code(&fits), 0, "{}", stderr(&fits));
-    assert!(same_file(&src, &root.join("small.bin")));
-    drop(hole);
+    assert!(same_file(&src, &hole.root.join("small.bin")));
 }

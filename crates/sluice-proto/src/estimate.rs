@@ -26,6 +26,10 @@ pub const PAIR_WINDOW: usize = 16;
 /// The sender sends every this-many-th data packet as the first of a packet pair (UDT's N = 16).
 pub const PAIR_PERIOD_PKTS: u64 = 16;
 
+/// Bytes of IPv4 and UDP header in front of a datagram on the wire, for scaling pair intervals
+/// between packet sizes (over IPv6 it is 48: the ratio moves by a fraction of a percent).
+const IP_UDP_HEADER_BYTES: u64 = 28;
+
 /// The min-RTT window is kept in buckets this long.
 const MIN_RTT_BUCKET_US: u64 = 1_000_000;
 /// The window's buckets plus the one being filled, so that every sample of the last
@@ -329,8 +333,19 @@ impl CapacityEstimator {
     /// A `PAIR_SECOND` packet arrived at `now_us`. It completes a pair only if the packet before
     /// it was a `PAIR_FIRST`; otherwise it is ignored.
     pub fn on_pair_second(&mut self, now_us: u64) {
+        self.on_pair_second_sized(now_us, 1, 1);
+    }
+
+    /// [`CapacityEstimator::on_pair_second`] for a second packet of `datagram_bytes` on a channel
+    /// whose full-size datagrams are `full_bytes`: the bottleneck spread the pair by the second
+    /// packet's transmission time, so the interval is scaled to what a full-size packet would
+    /// take (headers of IPv4 and UDP counted), and the estimate stays in full-size packets per
+    /// second while a channel sends smaller ones (`crate::pmtu`: data starts at the base size).
+    pub fn on_pair_second_sized(&mut self, now_us: u64, datagram_bytes: usize, full_bytes: usize) {
         if let Some(first_us) = self.pending_first_us.take() {
-            self.intervals.push(now_us.saturating_sub(first_us));
+            let interval_us = now_us.saturating_sub(first_us);
+            let wire = |bytes: usize| bytes as u64 + IP_UDP_HEADER_BYTES;
+            self.intervals.push(interval_us * wire(full_bytes) / wire(datagram_bytes).max(1));
         }
     }
 

@@ -20,6 +20,7 @@ pub mod crypto;
 pub mod delay;
 pub mod estimate;
 pub mod intervals;
+pub mod pmtu;
 pub mod receiver;
 pub mod rng;
 pub mod sender;

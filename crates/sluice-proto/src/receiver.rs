@@ -98,6 +98,8 @@ enum Pending {
     /// The answer to the sender's keep-alive, so that an idle sender (one waiting for the other
     /// channels of its transfer) hears from us and does not declare the channel broken.
     KeepAlive,
+    /// The answer to a path MTU probe ([`crate::pmtu`]): the path carried that size.
+    ProbeAck(u32),
     /// An immediate NAK for one newly detected gap.
     NakGap(u64, u64),
     /// The periodic loss-list report, continuing from this sequence number.
@@ -254,7 +256,8 @@ impl Receiver {
         if header.flags & wire::flags::PAIR_FIRST != 0 {
             self.capacity.on_pair_first(now_us);
         } else if header.flags & wire::flags::PAIR_SECOND != 0 {
-            self.capacity.on_pair_second(now_us);
+            let datagram_bytes = HEADER_LEN + body.len() + TAG_LEN;
+            self.capacity.on_pair_second_sized(now_us, datagram_bytes, self.config.packet_size);
         } else {
             self.capacity.on_other_arrival();
         }
@@ -302,6 +305,7 @@ impl Receiver {
     ) -> Result<Option<Delivered>, Rejected> {
         match control {
             Control::KeepAlive => self.push_pending(Pending::KeepAlive),
+            Control::Probe { id, .. } => self.push_pending(Pending::ProbeAck(id)),
             Control::Shutdown { reason } => {
                 self.state = State::Closed(reason);
                 self.timers = TimerTable::default();
@@ -318,7 +322,9 @@ impl Receiver {
                     self.rtt.on_sample(now_us.saturating_sub(sent_us), now_us);
                 }
             }
-            Control::Ack(_) | Control::Nak(_) => return Err(Rejected::Unexpected),
+            Control::Ack(_) | Control::Nak(_) | Control::ProbeAck { .. } => {
+                return Err(Rejected::Unexpected);
+            }
         }
         Ok(None)
     }
@@ -398,6 +404,7 @@ impl Receiver {
                 (Kind::Ack, Control::Ack(ack).emit(body).ok()?)
             }
             Pending::KeepAlive => (Kind::KeepAlive, Control::KeepAlive.emit(body).ok()?),
+            Pending::ProbeAck(id) => (Kind::ProbeAck, Control::ProbeAck { id }.emit(body).ok()?),
             Pending::NakGap(lo, hi) => {
                 // Only what is still missing.
                 let ranges = self.loss_ranges_from(lo).take_while(|&(l, _)| l <= hi);

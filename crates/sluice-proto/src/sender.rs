@@ -15,8 +15,11 @@
 //!    acknowledged and the shutdown was sent.
 //!
 //! Pacing: `poll_transmit` returns `None` when the next packet is not due yet;
-//! [`Sender::poll_timeout`] then says when it is. Control packets (ACK2, keep-alive, shutdown) are
-//! not paced.
+//! [`Sender::poll_timeout`] then says when it is. Control packets (ACK2, keep-alive, path MTU
+//! probes, shutdown) are not paced.
+//!
+//! Packet size: new data goes in packets of at most [`crate::pmtu::BASE_PACKET_SIZE`] bytes
+//! until the receiver has answered a probe of the full `packet_size` ([`crate::pmtu`]).
 //!
 //! Packet numbers: every datagram the sender emits takes the next number of one 64-bit counter,
 //! which is the AEAD nonce; a retransmitted payload keeps its data sequence number and offset but
@@ -31,6 +34,7 @@ use crate::config::ChannelConfig;
 use crate::crypto::PacketKey;
 use crate::estimate::{PAIR_PERIOD_PKTS, RttEstimator};
 use crate::intervals::IntervalSet;
+use crate::pmtu::{PathProbe, Probe};
 use crate::receiver::State;
 use crate::seq::Seq31;
 use crate::timer::{Timer, TimerTable};
@@ -56,7 +60,7 @@ pub struct SenderStats {
     pub retransmitted_pkts: u64,
     /// Extra copies sent in the tail (see [`TAIL_EXTRA_COPIES`]).
     pub tail_copy_pkts: u64,
-    /// Control packets sent (ACK2, keep-alive, shutdown).
+    /// Control packets sent (ACK2, keep-alive, path MTU probes, shutdown).
     pub control_pkts: u64,
     /// Bytes of all datagrams sent.
     pub wire_bytes: u64,
@@ -91,7 +95,8 @@ struct Slot {
 #[derive(Debug)]
 pub struct Sender {
     config: ChannelConfig,
-    payload_size: u64,
+    /// Path MTU probing: the size new data packets may have ([`crate::pmtu`]).
+    pmtu: PathProbe,
     /// Seals what we send.
     tx_key: PacketKey,
     /// Opens what the receiver sends.
@@ -178,7 +183,7 @@ impl Sender {
         timers.set(Timer::Idle, now_us + config.idle_timeout_us);
         timers.set(Timer::KeepAlive, now_us + config.keepalive_us);
         Ok(Self {
-            payload_size: config.payload_size() as u64,
+            pmtu: PathProbe::new(config.packet_size, now_us),
             tx_key,
             rx_key,
             next_pn: 0,
@@ -280,6 +285,11 @@ impl Sender {
         &self.stats
     }
 
+    /// Where the path MTU probing stands ([`crate::pmtu`]).
+    pub fn path_probe(&self) -> Probe {
+        self.pmtu.state()
+    }
+
     /// The congestion controller (for traces).
     pub fn cc(&self) -> &dyn CongestionControl {
         self.cc.as_ref()
@@ -376,7 +386,10 @@ impl Sender {
                 self.timers = TimerTable::default();
             }
             Control::KeepAlive => {}
-            Control::Ack2 { .. } | Control::DropRequest { .. } => self.stats.rejected_pkts += 1,
+            Control::ProbeAck { id } => self.pmtu.on_answer(id),
+            Control::Ack2 { .. } | Control::DropRequest { .. } | Control::Probe { .. } => {
+                self.stats.rejected_pkts += 1;
+            }
         }
     }
 
@@ -518,6 +531,10 @@ impl Sender {
         if self.state != State::Open {
             return timers;
         }
+        let timers = match (timers, self.pmtu.deadline_us()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let data = if self.has_data_to_send() {
             let at = self.next_send_us.max(self.cc.frozen_until_us() as f64);
             Some(at.ceil() as u64)
@@ -556,6 +573,10 @@ impl Sender {
         if self.pending_keepalive {
             self.pending_keepalive = false;
             return self.emit_control(now_us, buf, &Control::KeepAlive);
+        }
+        if let Some(id) = self.pmtu.poll(now_us, self.rtt.rtt_us()) {
+            let padding = self.pmtu.full_bytes() - HEADER_LEN - TAG_LEN - wire::field::PROBE_ID.end;
+            return self.emit_control(now_us, buf, &Control::Probe { id, padding });
         }
         if self.finished && self.all_acked() {
             let len = self.emit_control(now_us, buf, &Control::Shutdown { reason: REASON_DONE });
@@ -680,7 +701,8 @@ impl Sender {
             return None;
         }
         let (offset, len) = self.queue.front_mut()?;
-        let take = (*len).min(self.payload_size);
+        let payload = self.pmtu.datagram_bytes().saturating_sub(wire::DATA_OVERHEAD) as u64;
+        let take = (*len).min(payload.max(1));
         let slot =
             Slot { offset: *offset, len: take as u32, last_sent_us: now_us, retransmitted: false };
         *offset += take;

@@ -9,10 +9,11 @@ use std::collections::{BTreeMap, HashSet};
 use sluice_proto::cc::CcKind;
 use sluice_proto::config::ChannelConfig;
 use sluice_proto::crypto::{Algorithm, PacketKey};
+use sluice_proto::pmtu::{BASE_PACKET_SIZE, PROBES, Probe};
 use sluice_proto::receiver::{Receiver, State};
 use sluice_proto::rng::Rng;
 use sluice_proto::sender::{REASON_DONE, Sender, TAIL_EXTRA_COPIES};
-use sluice_proto::wire::Header;
+use sluice_proto::wire::{Header, Kind};
 
 fn key(b: u8) -> PacketKey {
     PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12])
@@ -31,21 +32,28 @@ struct Outcome {
     /// When the last packet was sent for the first time.
     last_new_us: u64,
     end_us: u64,
+    /// Every data packet the sender sent: (when, datagram bytes).
+    data_sizes: Vec<(u64, usize)>,
+    /// Every probe the sender sent: datagram bytes.
+    probe_sizes: Vec<usize>,
+    /// Where the sender's path MTU probing ended.
+    path_probe: Probe,
 }
 
 /// Moves `total` bytes with one-way delay `delay_us` and loss `loss` in both directions.
 fn transfer(config: ChannelConfig, total: u64, delay_us: u64, loss: f64, seed: u64) -> Outcome {
-    transfer_with(config, total, delay_us, loss, seed, |_, _, _| false)
+    transfer_with(config, total, delay_us, loss, seed, |_, _, _, _| false)
 }
 
-/// Like [`transfer`], and `extra_drop(now_us, to_receiver, receiver_complete)` drops more.
+/// Like [`transfer`], and `extra_drop(now_us, to_receiver, receiver_complete, datagram_bytes)`
+/// drops more.
 fn transfer_with(
     config: ChannelConfig,
     total: u64,
     delay_us: u64,
     loss: f64,
     seed: u64,
-    mut extra_drop: impl FnMut(u64, bool, bool) -> bool,
+    mut extra_drop: impl FnMut(u64, bool, bool, usize) -> bool,
 ) -> Outcome {
     println!("channel_loop: seed={seed} total={total} delay_us={delay_us} loss={loss}");
     let mut rng = Rng::new(seed);
@@ -62,6 +70,7 @@ fn transfer_with(
     let mut now = 0u64;
     let mut n = 0u64;
     let mut last_new_us = 0;
+    let (mut data_sizes, mut probe_sizes) = (Vec::new(), Vec::new());
     let mut fill = |off: u64, dst: &mut [u8]| {
         for (i, b) in dst.iter_mut().enumerate() {
             *b = byte_at(off + i as u64);
@@ -74,10 +83,16 @@ fn transfer_with(
             if sender.unsent_bytes() == 0 && last_new_us == 0 {
                 last_new_us = now;
             }
-            sender_pns.push(Header::parse(&buf[..len]).unwrap().pn);
+            let header = Header::parse(&buf[..len]).unwrap();
+            sender_pns.push(header.pn);
+            match header.kind {
+                Kind::Data => data_sizes.push((now, len)),
+                Kind::Probe => probe_sizes.push(len),
+                _ => {}
+            }
             n += 1;
             let complete = seen.iter().all(|s| *s);
-            if !rng.chance(loss) && !extra_drop(now, true, complete) {
+            if !rng.chance(loss) && !extra_drop(now, true, complete, len) {
                 wire.insert((now + delay_us, n), (true, buf[..len].to_vec()));
             }
         }
@@ -85,7 +100,7 @@ fn transfer_with(
             receiver_pns.push(Header::parse(&buf[..len]).unwrap().pn);
             n += 1;
             let complete = seen.iter().all(|s| *s);
-            if !rng.chance(loss) && !extra_drop(now, false, complete) {
+            if !rng.chance(loss) && !extra_drop(now, false, complete, len) {
                 wire.insert((now + delay_us, n), (false, buf[..len].to_vec()));
             }
         }
@@ -127,6 +142,9 @@ fn transfer_with(
         tail_copies: sender.stats().tail_copy_pkts,
         last_new_us,
         end_us: now,
+        data_sizes,
+        probe_sizes,
+        path_probe: sender.path_probe(),
     }
 }
 
@@ -217,7 +235,7 @@ fn lost_final_acks_are_recovered_by_the_probe() {
         5_000,
         0.0,
         7,
-        |now, to_receiver, complete| {
+        |now, to_receiver, complete, _| {
             if complete && !to_receiver {
                 let from = *lost_from.get_or_insert(now);
                 return now < from + 300_000; // all feedback lost for 300 ms after completion
@@ -275,4 +293,48 @@ fn an_idle_sender_stays_open_and_sends_later() {
     assert!(keepalive_answers >= 10, "the receiver answered {keepalive_answers} keep-alives");
     assert_eq!(received, 100_000);
     assert_eq!(sender.state(), State::Closed(REASON_DONE));
+}
+
+/// Path MTU probing: data starts at the base size and goes to the full size once a probe is
+/// answered, about a round trip in.
+#[test]
+fn data_goes_to_the_full_size_once_a_probe_is_answered() {
+    let config = ChannelConfig { packet_size: 1452, ..ChannelConfig::default() };
+    let o = transfer(config, 2_000_000, 5_000, 0.0, 8);
+    check(&o);
+    assert_eq!(o.path_probe, Probe::Confirmed);
+    // Padded to the full size; none after the first answer (the first one here).
+    assert_eq!(o.probe_sizes, [1452], "probes sent");
+    let (first_full_us, _) = *o.data_sizes.iter().find(|(_, len)| *len == 1452).unwrap();
+    assert!(
+        o.data_sizes
+            .iter()
+            .filter(|(t, _)| *t < first_full_us)
+            .all(|(_, len)| *len <= BASE_PACKET_SIZE)
+    );
+    // The first probe goes at once and its answer is back a round trip (10 ms) later; the next
+    // data packet after it is full size (startup paces a few milliseconds apart).
+    assert!((10_000..=20_000).contains(&first_full_us), "full size from {first_full_us} us");
+    let full = o.data_sizes.iter().filter(|(_, len)| *len == 1452).count();
+    assert!(
+        full * 10 > o.data_sizes.len() * 9,
+        "{full} of {} at the full size",
+        o.data_sizes.len()
+    );
+}
+
+/// Through a path MTU black hole (every datagram to the receiver above 1300 bytes vanishes, no
+/// word comes back) the data still arrives whole, at the base size, and the sender says why
+/// once three round trips have passed after its last probe (100 ms round trips here).
+#[test]
+fn through_a_black_hole_data_stays_at_the_base_size_and_arrives() {
+    let config = ChannelConfig { packet_size: 1452, ..ChannelConfig::default() };
+    let o = transfer_with(config, 8_000_000, 50_000, 0.01, 9, |_, to_receiver, _, len| {
+        to_receiver && len > 1300
+    });
+    check(&o);
+    assert_eq!(o.path_probe, Probe::BlackHole);
+    assert_eq!(o.probe_sizes, [1452; PROBES as usize]);
+    assert!(o.data_sizes.iter().all(|(_, len)| *len <= BASE_PACKET_SIZE));
+    assert!(o.data_sizes.iter().any(|(_, len)| *len == BASE_PACKET_SIZE));
 }

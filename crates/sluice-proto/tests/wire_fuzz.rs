@@ -62,7 +62,7 @@ fn run<S: Strategy>(
 #[derive(Debug, Default)]
 struct Tally {
     /// Accepted bodies per kind, in wire order.
-    accepted: [Cell<u32>; 7],
+    accepted: [Cell<u32>; 9],
     /// Accepted NAK bodies holding at least one flagged range.
     nak_with_range: Cell<u32>,
 }
@@ -102,6 +102,8 @@ enum Decoded {
     KeepAlive,
     Shutdown(u32),
     Drop(u32, u32),
+    Probe(u32, usize),
+    ProbeAck(u32),
 }
 
 /// Decodes `body` as `kind` with every decoder that applies, checking on the way that each
@@ -150,6 +152,8 @@ fn decode_body(
             prop_assert!(span(first.get(), last.get()) < HALF_CIRCLE);
             Decoded::Drop(first.get(), last.get())
         }
+        Control::Probe { id, padding } => Decoded::Probe(id, padding),
+        Control::ProbeAck { id } => Decoded::ProbeAck(id),
         Control::Nak(ranges) => {
             // Iteration is bounded by the body; one extra step checks that it has ended.
             let list: Vec<_> = ranges.clone().take(body.len() / 4 + 1).collect();
@@ -239,7 +243,7 @@ fn word() -> impl Strategy<Value = u32> {
 fn near_valid_packets_never_panic_and_round_trip() {
     // A header that usually parses, over a body of biased words and a ragged tail.
     let strategy = (
-        0u8..8,
+        0u8..10,
         prop::sample::select(vec![0u8, 1, 2, 3, 4, 5, 6, 8, 0x80]),
         any::<u8>().prop_map(|b| if b < 240 { 0 } else { b }),
         any::<u64>(),
@@ -304,6 +308,8 @@ fn spec() -> impl Strategy<Value = Spec> {
         any::<u32>().prop_map(Decoded::Shutdown),
         (seq, range_span)
             .prop_map(|(first, n)| Decoded::Drop(first, Seq31::new(first.wrapping_add(n)).get())),
+        (any::<u32>(), 0usize..64).prop_map(|(id, padding)| Decoded::Probe(id, padding)),
+        any::<u32>().prop_map(Decoded::ProbeAck),
     ];
     (prop::sample::select(vec![0u8, 1, 2, 4, 5, 6]), any::<u64>(), any::<u32>(), body)
         .prop_map(|(flags, pn, timestamp_us, body)| Spec { flags, pn, timestamp_us, body })
@@ -319,6 +325,8 @@ impl Spec {
             Decoded::KeepAlive => Kind::KeepAlive,
             Decoded::Shutdown(_) => Kind::Shutdown,
             Decoded::Drop(..) => Kind::DropRequest,
+            Decoded::Probe(..) => Kind::Probe,
+            Decoded::ProbeAck(_) => Kind::ProbeAck,
         }
     }
 
@@ -352,6 +360,10 @@ impl Spec {
                 let (first, last) = (Seq31::new(*first), Seq31::new(*last));
                 Control::DropRequest { first, last }.emit(body).unwrap()
             }
+            Decoded::Probe(id, padding) => {
+                Control::Probe { id: *id, padding: *padding }.emit(body).unwrap()
+            }
+            Decoded::ProbeAck(id) => Control::ProbeAck { id: *id }.emit(body).unwrap(),
         };
         buf.truncate(HEADER_LEN + body_len);
         buf

@@ -350,3 +350,24 @@ fn delivery_rate_ignores_time_going_backwards() {
     let pps = rate.pkts_per_sec();
     assert!((99_000..=101_000).contains(&pps), "{pps}");
 }
+
+#[test]
+fn capacity_of_smaller_packets_is_counted_in_full_size_packets() {
+    // A 1 Gbit/s link spreads 1232-byte datagrams (1260 bytes of IP) by 10 us and 1472-byte
+    // ones (1500) by 12 us: both read 83,333 full-size packets per second, within rounding.
+    let mut small = CapacityEstimator::new();
+    let mut full = CapacityEstimator::new();
+    for i in 0..5u64 {
+        small.on_pair_first(i * 1_000);
+        small.on_pair_second_sized(i * 1_000 + 10, 1232, 1472);
+        full.on_pair_first(i * 1_000);
+        full.on_pair_second_sized(i * 1_000 + 12, 1472, 1472);
+    }
+    assert_eq!(full.pkts_per_sec(), 83_333);
+    // 10 us scaled by 1500 / 1260 is 11.9, which whole microseconds keep as 11.
+    assert_eq!(small.pkts_per_sec(), 90_909);
+    let mut plain = CapacityEstimator::new();
+    plain.on_pair_first(0);
+    plain.on_pair_second(12);
+    assert_eq!(plain.pkts_per_sec(), 83_333, "equal sizes are not scaled");
+}

@@ -1,4 +1,4 @@
-//! Control packet bodies: ACK, ACK2, NAK, keep-alive, shutdown, drop-request.
+//! Control packet bodies: ACK, ACK2, NAK, keep-alive, shutdown, drop-request, probe, probe-ack.
 
 use super::{
     ACK_LEN, HALF_CIRCLE, Kind, NakRanges, WireError, field, forward_distance, read_seq, read_u32,
@@ -102,6 +102,19 @@ pub enum Control<'a> {
         /// Last sequence number dropped.
         last: Seq31,
     },
+    /// A datagram of a size the sender tries (path MTU probing): the id, then `padding` zero
+    /// bytes that make the datagram that large.
+    Probe {
+        /// Echoed by the probe-ack.
+        id: u32,
+        /// Zero bytes after the id.
+        padding: usize,
+    },
+    /// The receiver got the probe `id`.
+    ProbeAck {
+        /// The probe's id.
+        id: u32,
+    },
 }
 
 impl<'a> Control<'a> {
@@ -135,6 +148,23 @@ impl<'a> Control<'a> {
                 check_drop_range(first, last)?;
                 Ok(Control::DropRequest { first, last })
             }
+            Kind::Probe => {
+                if body.len() < field::PROBE_ID.end {
+                    return Err(WireError::Truncated);
+                }
+                let padding = &body[field::PROBE_ID.end..];
+                if padding.iter().any(|&b| b != 0) {
+                    return Err(WireError::Malformed("probe padding is not zero"));
+                }
+                Ok(Control::Probe {
+                    id: read_u32(body, field::PROBE_ID.start),
+                    padding: padding.len(),
+                })
+            }
+            Kind::ProbeAck => {
+                exact_len(body, field::PROBE_ACK_ID.end)?;
+                Ok(Control::ProbeAck { id: read_u32(body, field::PROBE_ACK_ID.start) })
+            }
         }
     }
 
@@ -147,6 +177,8 @@ impl<'a> Control<'a> {
             Control::KeepAlive => Kind::KeepAlive,
             Control::Shutdown { .. } => Kind::Shutdown,
             Control::DropRequest { .. } => Kind::DropRequest,
+            Control::Probe { .. } => Kind::Probe,
+            Control::ProbeAck { .. } => Kind::ProbeAck,
         }
     }
 
@@ -159,6 +191,8 @@ impl<'a> Control<'a> {
             Control::KeepAlive => 0,
             Control::Shutdown { .. } => field::SHUTDOWN_REASON.end,
             Control::DropRequest { .. } => field::DROP_LAST.end,
+            Control::Probe { padding, .. } => field::PROBE_ID.end + padding,
+            Control::ProbeAck { .. } => field::PROBE_ACK_ID.end,
         }
     }
 
@@ -183,6 +217,11 @@ impl<'a> Control<'a> {
                 write_u32(out, field::DROP_FIRST.start, seq_bits(*first));
                 write_u32(out, field::DROP_LAST.start, seq_bits(*last));
             }
+            Control::Probe { id, .. } => {
+                write_u32(out, field::PROBE_ID.start, *id);
+                out[field::PROBE_ID.end..].fill(0);
+            }
+            Control::ProbeAck { id } => write_u32(out, field::PROBE_ACK_ID.start, *id),
         }
         Ok(len)
     }

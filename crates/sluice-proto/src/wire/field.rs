@@ -64,5 +64,11 @@ pub const DROP_FIRST: Field = 0..4;
 /// Drop-request body: last dropped sequence number.
 pub const DROP_LAST: Field = 4..8;
 
+/// Probe body: its id (zero padding follows).
+pub const PROBE_ID: Field = 0..4;
+
+/// Probe-ack body: the id of the probe it answers.
+pub const PROBE_ACK_ID: Field = 0..4;
+
 /// NAK body: bytes of one entry.
 pub const NAK_ENTRY_LEN: usize = 4;

@@ -25,7 +25,7 @@
 //!
 //! | bytes  | field          | notes                                                          |
 //! |--------|----------------|----------------------------------------------------------------|
-//! | 0      | kind           | 0 data, 1 ack, 2 ack2, 3 nak, 4 keep-alive, 5 shutdown, 6 drop-request; else `UnknownKind` |
+//! | 0      | kind           | 0 data, 1 ack, 2 ack2, 3 nak, 4 keep-alive, 5 shutdown, 6 drop-request, 7 probe, 8 probe-ack; else `UnknownKind` |
 //! | 1      | flags          | data only: [`flags::PAIR_FIRST`] 1, [`flags::PAIR_SECOND`] 2, [`flags::RETRANSMIT`] 4; other bits, both pair bits, or any bit on a control kind: `Malformed` |
 //! | 2..4   | reserved       | zero, else `Malformed`                                         |
 //! | 4..12  | packet number  | u64; AEAD nonce input, never reused under one key              |
@@ -89,6 +89,19 @@
 //! |-------|-------|--------------------------------------------------------------|
 //! | 0..4  | first | u32, top bit zero                                            |
 //! | 4..8  | last  | u32, top bit zero; equal to `first` or less than 2^30 after it |
+//!
+//! # Probe body (kind 7): 4 + padding bytes
+//!
+//! | bytes | field   | notes                                                             |
+//! |-------|---------|-------------------------------------------------------------------|
+//! | 0..4  | id      | u32, echoed by the probe-ack                                      |
+//! | 4..   | padding | zero bytes, any number, else `Malformed`: they make the datagram as large as the size tried |
+//!
+//! # Probe-ack body (kind 8): exactly 4 bytes
+//!
+//! | bytes | field | notes                        |
+//! |-------|-------|------------------------------|
+//! | 0..4  | id    | u32, the probe it answers    |
 //!
 //! Trailing bytes after a fixed-size body are `Malformed`; a body shorter than its fixed part is
 //! `Truncated`.
@@ -166,11 +179,15 @@ pub enum Kind {
     Shutdown = 5,
     /// The sender will not send a range again.
     DropRequest = 6,
+    /// A datagram of a size to try, from the sender: does the path carry it?
+    Probe = 7,
+    /// The receiver got that probe.
+    ProbeAck = 8,
 }
 
 impl Kind {
     /// Every kind, in wire order.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Data,
         Kind::Ack,
         Kind::Ack2,
@@ -178,6 +195,8 @@ impl Kind {
         Kind::KeepAlive,
         Kind::Shutdown,
         Kind::DropRequest,
+        Kind::Probe,
+        Kind::ProbeAck,
     ];
 
     /// The kind for a wire byte, or `UnknownKind`.

@@ -72,8 +72,8 @@ fn header_kind_and_flag_bytes_exhaustively() {
             buf[0] = kind_byte;
             buf[1] = flags_byte;
             let expected = match kind_byte {
-                7.. => Err(WireError::UnknownKind(kind_byte)),
-                1..=6 if flags_byte != 0 => {
+                9.. => Err(WireError::UnknownKind(kind_byte)),
+                1..=8 if flags_byte != 0 => {
                     Err(WireError::Malformed("flags set on a control packet"))
                 }
                 0 if flags_byte & !flags::ALL != 0 => {
@@ -308,6 +308,36 @@ fn drop_request_must_run_forward() {
         let control = Control::DropRequest { first: seq(first), last: seq(last) };
         assert!(matches!(control.emit(&mut [0u8; 8]), Err(WireError::Malformed(_))));
     }
+}
+
+#[test]
+fn a_probe_is_its_id_and_zero_padding_and_its_answer_the_id() {
+    let probe = Control::Probe { id: 0xA1B2_C3D4, padding: 1400 };
+    assert_eq!(probe.body_len(), 1404);
+    let mut buf = vec![0xFFu8; 1404];
+    assert_eq!(probe.emit(&mut buf), Ok(1404));
+    assert_eq!(&buf[..4], &[0xA1, 0xB2, 0xC3, 0xD4]);
+    assert!(buf[4..].iter().all(|&b| b == 0), "padding is zeros whatever the buffer held");
+    let parsed = Control::parse(Kind::Probe, &buf).unwrap();
+    assert!(matches!(parsed, Control::Probe { id: 0xA1B2_C3D4, padding: 1400 }), "{parsed:?}");
+    assert!(matches!(
+        Control::parse(Kind::Probe, &buf[..4]),
+        Ok(Control::Probe { padding: 0, .. })
+    ));
+    assert_eq!(Control::parse(Kind::Probe, &buf[..3]).unwrap_err(), WireError::Truncated);
+    buf[700] = 1;
+    assert_eq!(
+        Control::parse(Kind::Probe, &buf).unwrap_err(),
+        WireError::Malformed("probe padding is not zero")
+    );
+    assert_eq!(probe.emit(&mut [0u8; 1403]), Err(WireError::BufferTooSmall));
+
+    let ack = Control::ProbeAck { id: 7 };
+    let mut out = [0u8; 4];
+    assert_eq!(ack.emit(&mut out), Ok(4));
+    assert!(matches!(Control::parse(Kind::ProbeAck, &out), Ok(Control::ProbeAck { id: 7 })));
+    assert_eq!(Control::parse(Kind::ProbeAck, &out[..3]).unwrap_err(), WireError::Truncated);
+    assert!(matches!(Control::parse(Kind::ProbeAck, &[0; 5]), Err(WireError::Malformed(_))));
 }
 
 #[test]

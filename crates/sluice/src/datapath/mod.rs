@@ -93,11 +93,6 @@ pub use store::{Fault, Faulty, Store, read_exact_at, read_up_to, write_all_at};
 /// no faster than 16 packets per wake-up: ~600 Mbit/s on this machine whatever its rate said.
 pub const REAL_TIME_BURST_PKTS: u32 = 256;
 
-/// A UDP datagram size that gets through any path that carries IPv6 (1280-byte minimum MTU, less
-/// 40 bytes of IPv6 and 8 of UDP header), and so nearly every IPv4 path: what
-/// [`DataError::NothingThrough`] suggests.
-pub const SAFE_PACKET_BYTES: usize = 1232;
-
 /// The two keys of one end of a data channel.
 #[derive(Debug)]
 pub struct ChannelKeys {
@@ -181,20 +176,19 @@ pub enum DataError {
     PeerSilent(u64),
     /// Nothing got through on the channel from its start to the idle timeout: the sender heard
     /// nothing back, or the receiver got no data packet. The session's own connection got
-    /// through to the same host, so this is the data path: blocked UDP ports, or a path MTU
-    /// black hole (a link narrower than the kernel's path MTU that drops without sending ICMP
-    /// back, as many tunnels do). The kernel's path MTU, which the channel checks at the start,
-    /// cannot see such a link.
+    /// through to the same host, so this is the data path: blocked UDP ports, or a path that
+    /// does not carry even the datagrams the channel starts with (at most
+    /// [`sluice_proto::pmtu::BASE_PACKET_SIZE`]: a larger packet size is used only once a probe of it got through,
+    /// see `sluice_proto::pmtu`).
     #[error(
-        "nothing got through in {secs} s: UDP to the data ports is blocked, \
-         or the path drops {packet_bytes}-byte datagrams without a word (its MTU is below what \
-         the kernel believes, as through a tunnel that drops ICMP): try --packet-size {}",
-        SAFE_PACKET_BYTES
+        "nothing got through in {secs} s: UDP to the data ports is blocked (a firewall between \
+         the hosts?), or the path does not carry even {packet_bytes}-byte datagrams (try a \
+         smaller --packet-size)"
     )]
     NothingThrough {
         /// The idle timeout in whole seconds.
         secs: u64,
-        /// The channel's packet size.
+        /// The size of the datagrams the channel starts with.
         packet_bytes: usize,
     },
     /// Reading or writing the file failed.

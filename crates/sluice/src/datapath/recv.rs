@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use sluice_proto::intervals::IntervalSet;
+use sluice_proto::pmtu::BASE_PACKET_SIZE;
 use sluice_proto::receiver::{Receiver, State};
 use sluice_udp::RecvBatch;
 
@@ -128,7 +129,8 @@ pub(super) fn channel(
 ) -> ChannelEnd {
     let ChannelParams { config, keys, socket, peer } = params;
     let idle_secs = idle_secs(&config);
-    let packet_bytes = config.packet_size;
+    // The size the sender starts with (`sluice_proto::pmtu`).
+    let packet_bytes = config.packet_size.min(BASE_PACKET_SIZE);
     let mut writer = WriteBehind::new(&ctx.file);
     let mut stats = None;
     let mut result = (|| {

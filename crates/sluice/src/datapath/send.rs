@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_proto::cc::coupled::CouplingGroup;
+use sluice_proto::pmtu::{BASE_PACKET_SIZE, Probe};
 use sluice_proto::receiver::State;
 use sluice_proto::sender::{REASON_DONE, Sender};
 use sluice_udp::RecvBatch;
@@ -77,6 +78,7 @@ pub(super) fn channel(
             deflater: deflater.as_mut(),
             segment,
             max_burst_pkts,
+            peer,
         };
         let result = run.drive(ctx, &mut taken, idle_secs);
         // What the last ACK acknowledged is done, whatever ended the loop.
@@ -109,6 +111,7 @@ struct Run<'r, 'f> {
     deflater: Option<&'r mut Deflater>,
     segment: usize,
     max_burst_pkts: u32,
+    peer: std::net::SocketAddr,
 }
 
 impl Run<'_, '_> {
@@ -124,6 +127,7 @@ impl Run<'_, '_> {
         let mut out = vec![0u8; BATCH_BYTES.max(self.segment)];
         let mut finished = false;
         let mut next_trace_us = 0;
+        let mut probe_told = self.sender.path_probe();
         loop {
             ctx.shared.check()?;
             if self.port.recv(&mut batch)? > 0 {
@@ -137,6 +141,11 @@ impl Run<'_, '_> {
                 finished = self.refill(ctx, taken)?;
             }
             self.transmit(&mut out, now, ctx)?;
+            let probe = self.sender.path_probe();
+            if probe != probe_told {
+                probe_told = probe;
+                self.tell_probe(probe);
+            }
             match self.sender.state() {
                 State::Open => {}
                 State::Closed(REASON_DONE) if self.sender.all_acked() => {
@@ -147,7 +156,7 @@ impl Run<'_, '_> {
                 State::Broken if self.sender.stats().feedback_pkts == 0 => {
                     return Err(DataError::NothingThrough {
                         secs: idle_secs,
-                        packet_bytes: self.segment,
+                        packet_bytes: self.segment.min(BASE_PACKET_SIZE),
                     });
                 }
                 State::Broken => return Err(DataError::PeerSilent(idle_secs)),
@@ -164,6 +173,24 @@ impl Run<'_, '_> {
                 .max(1.0);
             let extra = (batch_pkts - 1.0) * 1e6 / self.sender.rate_pps().max(1.0);
             self.port.wait(deadline + extra as u64)?;
+        }
+    }
+
+    /// Says once how the path MTU probing ended (`sluice_proto::pmtu`).
+    fn tell_probe(&self, probe: Probe) {
+        let (channel, peer, full) = (self.index, self.peer, self.segment);
+        match probe {
+            Probe::Confirmed => {
+                tracing::debug!(channel, %peer, packet_bytes = full, "the path carries full-size packets");
+            }
+            Probe::BlackHole => tracing::warn!(
+                channel,
+                %peer,
+                "no answer to {full}-byte probes: sending {BASE_PACKET_SIZE}-byte packets (the path \
+                 drops larger ones without a word: its MTU is below what the kernel believes, as \
+                 through a tunnel that drops ICMP; --packet-size sets a size to try)"
+            ),
+            Probe::Off | Probe::Probing { .. } => {}
         }
     }
 

@@ -134,8 +134,9 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// 3: the sender's hash comes in `Digest`, while or after the data moves, instead of in `Put`
 /// and `FileInfo`, and the data channels' ACK carries the delivery rate, 44 bytes; 4: a
 /// transfer moves a manifest of files, directories and links, with `Want` and `Digests`; 6: in a
-/// download the client's `Ready` comes right behind `Want`, and the server sends at once).
-pub const PROTOCOL_VERSION: u32 = 6;
+/// download the client's `Ready` comes right behind `Want`, and the server sends at once; 7: the
+/// data channels probe the path MTU with probe and probe-ack packets, `sluice_proto::pmtu`).
+pub const PROTOCOL_VERSION: u32 = 7;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;
 /// The most channels chosen automatically (one per core, up to this).
