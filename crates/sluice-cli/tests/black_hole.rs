@@ -7,16 +7,15 @@
 
 #![allow(clippy::print_stdout)] // tests print their seeds and results
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 
 use linkem::{DirectionConfig, Emulator, LinkConfig, NetnsPair};
 
 mod common;
 
-use common::{BIN, code, random_file, same_file, stderr};
+use common::{BIN, code, random_file, same_file, serve_with, stderr};
 
 const TOKEN: &str = "black-hole-test-token-41c9";
 const PORT: &str = "7810";
@@ -65,20 +64,9 @@ impl Hole {
         let emulator = Emulator::start(pair.a(), pair.b(), &LinkConfig::symmetric(link)).unwrap();
         let mut hole = Hole { server: None, emulator: Some(emulator), pair, root, dir };
         let listen = format!("{}:{PORT}", linkem::B_ADDR);
-        let mut server = in_ns(hole.pair.b())
-            .args(["serve", "--listen", &listen, "--root"])
-            .arg(&hole.root)
-            .arg("--state-dir")
-            .arg(hole.dir.path().join("state"))
-            .arg("--tokens")
-            .arg(&tokens)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let state = hole.dir.path().join("state");
+        let server = serve_with(in_ns(hole.pair.b()), &listen, &hole.root, &state, &tokens);
         hole.server = Some(server);
-        assert!(line.contains("serving on"), "server said {line:?}");
         hole
     }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{BIN, Netns, code, isolate, random_file, same_file, stderr};
+use common::{BIN, Netns, code, isolate, random_file, same_file, serve_with, stderr};
 
 const TOKEN: &str = "e2e-test-token-7f3a";
 
@@ -799,21 +799,7 @@ fn on_a_1500_byte_path_the_default_packet_size_fits_both_families_and_a_larger_o
     std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let port = "7802";
     let serve = |listen: &str, state: &str| {
-        let mut server = ns
-            .cmd(BIN)
-            .args(["serve", "--listen", listen, "--root"])
-            .arg(&root)
-            .arg("--state-dir")
-            .arg(dir.path().join(state))
-            .arg("--tokens")
-            .arg(&tokens)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert!(line.contains("serving on"), "server said {line:?}");
-        server
+        serve_with(ns.cmd(BIN), listen, &root, &dir.path().join(state), &tokens)
     };
     let mut servers =
         [serve(&format!("127.0.0.1:{port}"), "state4"), serve(&format!("[::1]:{port}"), "state6")];

@@ -3,9 +3,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use sluice_proto::rng::Rng;
 
@@ -63,6 +63,31 @@ pub fn code(o: &Output) -> i32 {
 /// The process's stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Starts `sluice serve` through `runner` (the binary, or `ip netns exec NS` and the binary)
+/// listening on `listen`, and waits for its "serving on" line.
+pub fn serve_with(
+    mut runner: Command,
+    listen: &str,
+    root: &Path,
+    state_dir: &Path,
+    tokens: &Path,
+) -> Child {
+    let mut server = runner
+        .args(["serve", "--listen", listen, "--root"])
+        .arg(root)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .arg("--tokens")
+        .arg(tokens)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("serving on"), "server said {line:?}");
+    server
 }
 
 /// A network namespace of this test's own (loopback only), removed on drop.
