@@ -51,9 +51,9 @@
 //! - An empty range returns at once on both sides, without a packet.
 //! - A channel's `Broken` state (nothing heard for `idle_timeout_us`) is
 //!   [`DataError::PeerSilent`], or [`DataError::NothingThrough`] when nothing was ever heard
-//!   (the sender got no packet back, the receiver no data packet: a blocked port or a path MTU
-//!   black hole); `Closed` before the range is complete is
-//!   [`DataError::ClosedEarly`]. These end the transfer only when no channel is left.
+//!   (the sender got no packet back, the receiver no data packet: a blocked port, or a path that
+//!   carries not even the datagrams a channel starts with); `Closed` before the range is complete
+//!   is [`DataError::ClosedEarly`]. These end the transfer only when no channel is left.
 //!   `cancel` is [`DataError::Cancelled`]; a file error ends the whole transfer. A cancelled
 //!   end sends nothing more (the protocol has no abort packet): its peer notices by its idle
 //!   timeout.
@@ -178,8 +178,8 @@ pub enum DataError {
     /// nothing back, or the receiver got no data packet. The session's own connection got
     /// through to the same host, so this is the data path: blocked UDP ports, or a path that
     /// does not carry even the datagrams the channel starts with (at most
-    /// [`sluice_proto::pmtu::BASE_PACKET_SIZE`]: a larger packet size is used only once a probe of it got through,
-    /// see `sluice_proto::pmtu`).
+    /// [`sluice_proto::pmtu::BASE_PACKET_SIZE`]; a larger packet size is used only once a probe
+    /// of it got through, see `sluice_proto::pmtu`).
     #[error(
         "nothing got through in {secs} s: UDP to the data ports is blocked (a firewall between \
          the hosts?), or the path does not carry even {packet_bytes}-byte datagrams (try a \

@@ -180,15 +180,18 @@ impl Run<'_, '_> {
     fn tell_probe(&self, probe: Probe) {
         let (channel, peer, full) = (self.index, self.peer, self.segment);
         match probe {
-            Probe::Confirmed => {
-                tracing::debug!(channel, %peer, packet_bytes = full, "the path carries full-size packets");
-            }
+            Probe::Confirmed => tracing::debug!(
+                channel,
+                %peer,
+                packet_bytes = full,
+                "the path carries full-size packets"
+            ),
             Probe::BlackHole => tracing::warn!(
                 channel,
                 %peer,
-                "no answer to {full}-byte probes: sending {BASE_PACKET_SIZE}-byte packets (the path \
-                 drops larger ones without a word: its MTU is below what the kernel believes, as \
-                 through a tunnel that drops ICMP; --packet-size sets a size to try)"
+                "no answer to {full}-byte probes: sending {BASE_PACKET_SIZE}-byte packets \
+                 (the path drops larger ones without a word: its MTU is below what the kernel \
+                 believes, as through a tunnel that drops ICMP; --packet-size sets a size to try)"
             ),
             Probe::Off | Probe::Probing { .. } => {}
         }
