@@ -18,6 +18,12 @@
 /// at, and the one to fall back to.
 pub const BASE_PACKET_SIZE: usize = 1232;
 
+/// The largest datagram a channel whose packet size is `packet_size` starts with: that size, or
+/// [`BASE_PACKET_SIZE`] when it is larger and must be probed first.
+pub fn starting_datagram_bytes(packet_size: usize) -> usize {
+    packet_size.min(BASE_PACKET_SIZE)
+}
+
 /// Probes of the full size sent at most, [`PROBE_SPACING_US`] apart; three lost in a row at 3 %
 /// random loss is a chance of 27 in a million.
 pub const PROBES: u32 = 3;
@@ -76,8 +82,10 @@ impl PathProbe {
     /// The largest datagram a data packet may be now.
     pub fn datagram_bytes(&self) -> usize {
         match self.state {
-            Probe::Off | Probe::Confirmed => self.full_bytes,
-            Probe::Probing { .. } | Probe::BlackHole => BASE_PACKET_SIZE,
+            Probe::Confirmed => self.full_bytes,
+            Probe::Off | Probe::Probing { .. } | Probe::BlackHole => {
+                starting_datagram_bytes(self.full_bytes)
+            }
         }
     }
 

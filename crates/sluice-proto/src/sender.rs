@@ -74,8 +74,8 @@ pub struct SenderStats {
     pub timeouts: u64,
     /// Datagrams rejected (authentication, malformed, unexpected).
     pub rejected_pkts: u64,
-    /// Datagrams accepted from the receiver (ACK, NAK, keep-alive, shutdown). None at all by the
-    /// idle timeout means nothing got through on the channel, either way.
+    /// Datagrams accepted from the receiver (ACK, NAK, keep-alive, probe-ack, shutdown). None at
+    /// all by the idle timeout means nothing got through on the channel, either way.
     pub feedback_pkts: u64,
     /// Sending time the pacer let go, in microseconds: what a late wake-up left behind beyond
     /// the catch-up allowance (`max_burst_pkts` periods).
@@ -531,20 +531,14 @@ impl Sender {
         if self.state != State::Open {
             return timers;
         }
-        let timers = match (timers, self.pmtu.deadline_us()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let timers = earliest(timers, self.pmtu.deadline_us());
         let data = if self.has_data_to_send() {
             let at = self.next_send_us.max(self.cc.frozen_until_us() as f64);
             Some(at.ceil() as u64)
         } else {
             None
         };
-        match (timers, data) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(timers, data)
     }
 
     fn has_data_to_send(&self) -> bool {
@@ -701,8 +695,9 @@ impl Sender {
             return None;
         }
         let (offset, len) = self.queue.front_mut()?;
+        // Config validation keeps every packet size above the overhead.
         let payload = self.pmtu.datagram_bytes().saturating_sub(wire::DATA_OVERHEAD) as u64;
-        let take = (*len).min(payload.max(1));
+        let take = (*len).min(payload);
         let slot =
             Slot { offset: *offset, len: take as u32, last_sent_us: now_us, retransmitted: false };
         *offset += take;
@@ -760,6 +755,14 @@ impl Sender {
 
 /// Shutdown reason: every byte was delivered and acknowledged.
 pub const REASON_DONE: u32 = 0;
+
+/// The earlier of two optional deadlines.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use sluice_proto::intervals::IntervalSet;
-use sluice_proto::pmtu::BASE_PACKET_SIZE;
+use sluice_proto::pmtu::starting_datagram_bytes;
 use sluice_proto::receiver::{Receiver, State};
 use sluice_udp::RecvBatch;
 
@@ -130,7 +130,7 @@ pub(super) fn channel(
     let ChannelParams { config, keys, socket, peer } = params;
     let idle_secs = idle_secs(&config);
     // The size the sender starts with (`sluice_proto::pmtu`).
-    let packet_bytes = config.packet_size.min(BASE_PACKET_SIZE);
+    let packet_bytes = starting_datagram_bytes(config.packet_size);
     let mut writer = WriteBehind::new(&ctx.file);
     let mut stats = None;
     let mut result = (|| {

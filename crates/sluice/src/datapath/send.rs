@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_proto::cc::coupled::CouplingGroup;
-use sluice_proto::pmtu::{BASE_PACKET_SIZE, Probe};
+use sluice_proto::pmtu::{BASE_PACKET_SIZE, Probe, starting_datagram_bytes};
 use sluice_proto::receiver::State;
 use sluice_proto::sender::{REASON_DONE, Sender};
 use sluice_udp::RecvBatch;
@@ -156,7 +156,7 @@ impl Run<'_, '_> {
                 State::Broken if self.sender.stats().feedback_pkts == 0 => {
                     return Err(DataError::NothingThrough {
                         secs: idle_secs,
-                        packet_bytes: self.segment.min(BASE_PACKET_SIZE),
+                        packet_bytes: starting_datagram_bytes(self.segment),
                     });
                 }
                 State::Broken => return Err(DataError::PeerSilent(idle_secs)),
