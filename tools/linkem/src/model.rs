@@ -379,10 +379,13 @@ impl Shaper {
     pub fn on_packet(&mut self, now_ns: u64, size: u32) -> Verdict {
         let index = self.next_index;
         self.next_index += 1;
+        // The loss model sees every arrival in order (the Gilbert-Elliott state carries over
+        // from one to the next), so the black hole leaves the other packets' fates alone.
+        let lost = self.loss.is_lost(index);
         if self.config.black_hole_above_bytes.is_some_and(|limit| size > limit) {
             return Verdict::Drop(DropReason::TooBig);
         }
-        if self.loss.is_lost(index) {
+        if lost {
             return Verdict::Drop(DropReason::Loss);
         }
         let Some(tx_end) = self.bottleneck.arrive(now_ns, size) else {
@@ -616,24 +619,27 @@ mod tests {
 
     #[test]
     fn the_black_hole_drops_only_longer_packets_and_leaves_the_loss_pattern_alone() {
-        let loss = LossConfig::Bernoulli { p: 0.1 };
-        let holed =
-            DirectionConfig { loss, black_hole_above_bytes: Some(1400), ..Default::default() };
-        let plain = DirectionConfig { loss, ..Default::default() };
-        let mut s = Shaper::new(holed, QueueLimit::Packets(1000), 7, Direction::AToB);
-        let mut t = Shaper::new(plain, QueueLimit::Packets(1000), 7, Direction::AToB);
-        let mut too_big = 0;
-        for i in 0..10_000u64 {
-            let size = if i % 3 == 0 { 1500 } else { 1400 };
-            let (got, plain) = (s.on_packet(i * 1_000_000, size), t.on_packet(i * 1_000_000, size));
-            if size > 1400 {
-                assert_eq!(got, Verdict::Drop(DropReason::TooBig), "packet {i}");
-                too_big += 1;
-            } else {
-                // The same random fate as without the black hole: every arrival counts.
-                assert_eq!(got, plain, "packet {i}");
+        let bursty = LossConfig::GilbertElliott { mean_loss: 0.05, mean_burst: 4.0 };
+        for loss in [LossConfig::Bernoulli { p: 0.1 }, bursty] {
+            let holed =
+                DirectionConfig { loss, black_hole_above_bytes: Some(1400), ..Default::default() };
+            let plain = DirectionConfig { loss, ..Default::default() };
+            let mut s = Shaper::new(holed, QueueLimit::Packets(1000), 7, Direction::AToB);
+            let mut t = Shaper::new(plain, QueueLimit::Packets(1000), 7, Direction::AToB);
+            let mut too_big = 0;
+            for i in 0..10_000u64 {
+                let size = if i % 3 == 0 { 1500 } else { 1400 };
+                let now = i * 1_000_000;
+                let (got, plain) = (s.on_packet(now, size), t.on_packet(now, size));
+                if size > 1400 {
+                    assert_eq!(got, Verdict::Drop(DropReason::TooBig), "{loss:?} packet {i}");
+                    too_big += 1;
+                } else {
+                    // The same random fate as without the black hole: every arrival counts.
+                    assert_eq!(got, plain, "{loss:?} packet {i}");
+                }
             }
+            assert_eq!(too_big, 3334);
         }
-        assert_eq!(too_big, 3334);
     }
 }
