@@ -12,7 +12,9 @@ use sluice_proto::wire::{Control, DataPrefix, HEADER_LEN, Header, Kind, Packet, 
 
 use crate::session::identity::Fingerprint;
 use crate::session::known_hosts::KnownHosts;
-use crate::session::messages::{ClientMsg, ManifestPart, ServerMsg, decode, encode};
+use crate::session::messages::{
+    Answer, ManifestPart, ReceiverMsg, Request, SenderMsg, decode, encode,
+};
 use crate::session::tokens::TokenSet;
 use crate::settings::{ClientFile, ServerFile};
 use crate::tree::manifest::{self, Entry, from_ranges, to_ranges};
@@ -65,16 +67,21 @@ fn body(kind: Kind, body: &[u8]) {
 /// A control-stream frame: a message that decodes encodes to a frame that decodes to the same
 /// message, and a client's proposal is either refused or yields settings within bounds.
 pub fn message(frame: &[u8]) {
-    if let Ok(msg) = decode::<ClientMsg>(frame) {
-        let again = encode(&msg).expect("a decoded message encodes");
-        assert_eq!(decode::<ClientMsg>(&again).expect("re-decodes"), msg);
-        if let ClientMsg::Hello { spec, .. } = &msg {
+    if let Ok(msg) = decode::<Request>(frame) {
+        assert_eq!(decode::<Request>(&encode(&msg).expect("encodes")).expect("re-decodes"), msg);
+        if let Request::Hello { spec, .. } = &msg {
             crate::session::check_spec(spec);
         }
     }
-    if let Ok(msg) = decode::<ServerMsg>(frame) {
-        let again = encode(&msg).expect("a decoded message encodes");
-        assert_eq!(decode::<ServerMsg>(&again).expect("re-decodes"), msg);
+    if let Ok(msg) = decode::<Answer>(frame) {
+        assert_eq!(decode::<Answer>(&encode(&msg).expect("encodes")).expect("re-decodes"), msg);
+    }
+    if let Ok(msg) = decode::<SenderMsg>(frame) {
+        assert_eq!(decode::<SenderMsg>(&encode(&msg).expect("encodes")).expect("re-decodes"), msg);
+    }
+    if let Ok(msg) = decode::<ReceiverMsg>(frame) {
+        let again = encode(&msg).expect("encodes");
+        assert_eq!(decode::<ReceiverMsg>(&again).expect("re-decodes"), msg);
     }
 }
 

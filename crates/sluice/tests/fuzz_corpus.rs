@@ -52,7 +52,9 @@ fn frame<T: serde::Serialize>(msg: &T) -> Vec<u8> {
 #[test]
 #[ignore = "writes the seed corpora into fuzz/corpus; run by hand"]
 fn write_seed_corpora() {
-    use sluice::session::messages::{ClientMsg, ErrorCode, ManifestPart, ServerMsg, Want};
+    use sluice::session::messages::{
+        Answer, ErrorCode, ManifestPart, ReceiverMsg, Request, SenderMsg, Want,
+    };
     use sluice::tree::{Entry, EntryKind};
 
     let write = |target: &str, name: &str, bytes: &[u8]| {
@@ -84,19 +86,24 @@ fn write_seed_corpora() {
     write("datagram", "drop", &[header(6, 0), vec![0, 0, 0, 4, 0, 0, 0, 8]].concat());
 
     let hello = common::hello("t0ken");
-    let ClientMsg::Hello { spec, .. } = hello.clone() else { unreachable!() };
+    let Request::Hello { spec, .. } = hello.clone() else { unreachable!() };
     write("message", "hello", &frame(&hello));
     let get = r#"{"type":"get","paths":["a/b.bin","c"],"recursive":true,"links":"copy","checksum":false,"compress":3}"#;
     write("message", "get", &[(get.len() as u32).to_be_bytes().to_vec(), get.into()].concat());
-    let want = Want { files: vec![[0, 3], [5, 6]], replaced: 1, kept: 2, resume: Vec::new() };
-    write("message", "want", &frame(&ClientMsg::Want(want)));
-    write("message", "stat", &frame(&ClientMsg::Stat { path: "x/y".into() }));
-    let welcome =
-        ServerMsg::Welcome { session_id: "00112233445566778899aabbccddeeff".into(), spec };
+    let want = Want {
+        files: vec![[0, 3], [5, 6]],
+        replaced: 1,
+        kept: 2,
+        resume: Vec::new(),
+        dry_run: false,
+    };
+    write("message", "want", &frame(&ReceiverMsg::Want(want)));
+    write("message", "stat", &frame(&Request::Stat { path: "x/y".into() }));
+    let welcome = Answer::Welcome { session_id: "00112233445566778899aabbccddeeff".into(), spec };
     write("message", "welcome", &frame(&welcome));
-    let refused = ServerMsg::Refused { code: ErrorCode::Auth, message: "no".into() };
+    let refused = Answer::Refused { code: ErrorCode::Auth, message: "no".into() };
     write("message", "refused", &frame(&refused));
-    write("message", "ready", &frame(&ServerMsg::Ready { udp_ports: vec![40000, 40001] }));
+    write("message", "ready", &frame(&SenderMsg::Ready { udp_ports: vec![40000, 40001] }));
 
     let entry = |path: &str, kind, size| Entry {
         path: path.into(),

@@ -153,7 +153,7 @@ async fn a_token_root_confines_reads_and_its_limits_hold() {
 
 #[tokio::test]
 async fn a_token_rate_caps_what_the_session_negotiates() {
-    use sluice::session::messages::{ServerMsg, read_message, write_message};
+    use sluice::session::messages::{Answer, read_message, write_message};
     let server = server().await;
     for (token, offered, expected) in
         [(SLOW, 0, 40_000_000), (SLOW, 100_000_000, 40_000_000), (SLOW, 10_000_000, 10_000_000)]
@@ -161,12 +161,12 @@ async fn a_token_rate_caps_what_the_session_negotiates() {
         let (_endpoint, conn) = common::raw_connect(&server).await;
         let (mut send, mut recv) = conn.open_bi().await.unwrap();
         let mut hello = common::hello(token);
-        if let sluice::session::messages::ClientMsg::Hello { spec, .. } = &mut hello {
+        if let sluice::session::messages::Request::Hello { spec, .. } = &mut hello {
             spec.rate_bps = offered;
         }
         write_message(&mut send, &hello).await.unwrap();
-        match read_message::<_, ServerMsg>(&mut recv, Duration::from_secs(5)).await.unwrap() {
-            ServerMsg::Welcome { spec, .. } => assert_eq!(spec.rate_bps, expected, "{offered}"),
+        match read_message::<_, Answer>(&mut recv, Duration::from_secs(5)).await.unwrap() {
+            Answer::Welcome { spec, .. } => assert_eq!(spec.rate_bps, expected, "{offered}"),
             other => panic!("expected Welcome, got {other:?}"),
         }
     }

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use sluice::session::messages::{BlockHashes, ManifestPart, Want};
 use sluice::session::messages::{
-    ClientMsg, ErrorCode, FrameError, MAX_MESSAGE_BYTES, ServerMsg, encode, read_message,
-    write_message,
+    Answer, CodecError, ErrorCode, FrameError, MAX_MESSAGE_BYTES, ReceiverMsg, Request, SenderMsg,
+    encode, read_message, write_message,
 };
+use sluice::session::messages::{BlockHashes, ManifestPart, Want};
 use sluice::session::{FileKind, Links, Overwrite, StatInfo};
 use sluice::tree::{Entry, EntryKind};
 use tokio::io::AsyncWriteExt;
@@ -16,22 +16,24 @@ const SECOND: Duration = Duration::from_secs(1);
 #[tokio::test]
 async fn messages_round_trip_through_a_stream() {
     let (mut a, mut b) = tokio::io::duplex(4096);
-    let sent = vec![
-        ClientMsg::Get {
+    let requests = vec![
+        Request::Get {
             paths: vec!["dir/file".into(), "a b\n-c".into()],
             recursive: true,
             links: Links::Follow,
             checksum: true,
             compress: Some(7),
         },
-        ClientMsg::Put {
+        Request::Put {
             dest: "x".into(),
             overwrite: Overwrite::IfNewer,
             checksum: false,
             preserve: true,
             dry_run: true,
         },
-        ClientMsg::Manifest(ManifestPart {
+    ];
+    let sent = vec![
+        SenderMsg::Manifest(ManifestPart {
             entries: vec![Entry {
                 path: "t/big".into(),
                 kind: EntryKind::File,
@@ -43,38 +45,53 @@ async fn messages_round_trip_through_a_stream() {
             }],
             last: false,
         }),
-        ClientMsg::Want(Want {
+        SenderMsg::Resumed { kept: vec![[1, 4 << 20]] },
+        SenderMsg::Digests { blake3: vec!["ab".repeat(32), "cd".repeat(32)] },
+        SenderMsg::Failed { code: ErrorCode::Integrity, message: "bad".into() },
+    ];
+    let answered = vec![
+        ReceiverMsg::Want(Want {
             files: vec![[0, 3], [7, 9]],
             replaced: 1,
             kept: 2,
             resume: vec![BlockHashes { file: 1, blocks: vec!["ef".repeat(32)] }],
+            dry_run: true,
         }),
-        ClientMsg::Resumed { kept: vec![[1, 4 << 20]] },
-        ClientMsg::Digests { blake3: vec!["ab".repeat(32), "cd".repeat(32)] },
-        ClientMsg::Failed { code: ErrorCode::Integrity, message: "bad".into() },
-        ClientMsg::Verified,
+        ReceiverMsg::Ready { udp_ports: vec![7, 8] },
+        ReceiverMsg::Verified,
     ];
+    for msg in &requests {
+        write_message(&mut a, msg).await.unwrap();
+    }
+    for msg in &requests {
+        assert_eq!(&read_message::<_, Request>(&mut b, SECOND).await.unwrap(), msg);
+    }
     for msg in &sent {
         write_message(&mut a, msg).await.unwrap();
     }
     for msg in &sent {
-        assert_eq!(&read_message::<_, ClientMsg>(&mut b, SECOND).await.unwrap(), msg);
+        assert_eq!(&read_message::<_, SenderMsg>(&mut b, SECOND).await.unwrap(), msg);
     }
-    let info = ServerMsg::StatInfo(StatInfo { size: 3, mtime: -5, kind: FileKind::Directory });
+    for msg in &answered {
+        write_message(&mut a, msg).await.unwrap();
+    }
+    for msg in &answered {
+        assert_eq!(&read_message::<_, ReceiverMsg>(&mut b, SECOND).await.unwrap(), msg);
+    }
+    let info = Answer::StatInfo(StatInfo { size: 3, mtime: -5, kind: FileKind::Directory });
     write_message(&mut a, &info).await.unwrap();
-    assert_eq!(read_message::<_, ServerMsg>(&mut b, SECOND).await.unwrap(), info);
+    assert_eq!(read_message::<_, Answer>(&mut b, SECOND).await.unwrap(), info);
 }
 
 #[test]
 fn wire_form_is_a_big_endian_length_and_tagged_json() {
-    let frame = encode(&ClientMsg::Stat { path: "a".into() }).unwrap();
+    let frame = encode(&Request::Stat { path: "a".into() }).unwrap();
     let body = br#"{"type":"stat","path":"a"}"#;
     assert_eq!(&frame[..4], &(body.len() as u32).to_be_bytes());
     assert_eq!(&frame[4..], body);
-    let error =
-        encode(&ServerMsg::Error { code: ErrorCode::NotFound, message: "m".into() }).unwrap();
-    assert_eq!(&error[4..], br#"{"type":"error","code":"not-found","message":"m"}"#);
-    let digest = encode(&ServerMsg::Digests { blake3: vec!["0f".repeat(32)] }).unwrap();
+    let error = encode(&Answer::Failed { code: ErrorCode::NotFound, message: "m".into() }).unwrap();
+    assert_eq!(&error[4..], br#"{"type":"failed","code":"not-found","message":"m"}"#);
+    let digest = encode(&SenderMsg::Digests { blake3: vec!["0f".repeat(32)] }).unwrap();
     let body = format!(r#"{{"type":"digests","blake3":["{}"]}}"#, "0f".repeat(32));
     assert_eq!(&digest[4..], body.as_bytes());
     // A manifest part: the entry's fields beside the tag; absent options are left out.
@@ -87,7 +104,7 @@ fn wire_form_is_a_big_endian_length_and_tagged_json() {
         target: Some("../x".into()),
         blake3: None,
     };
-    let part = encode(&ServerMsg::Manifest(ManifestPart { entries: vec![entry], last: true }));
+    let part = encode(&SenderMsg::Manifest(ManifestPart { entries: vec![entry], last: true }));
     let body = r#"{"type":"manifest","entries":[{"path":"d/f","kind":"symlink","size":0,"mtime":1,"mode":511,"target":"../x"}],"last":true}"#;
     assert_eq!(&part.unwrap()[4..], body.as_bytes());
 }
@@ -96,13 +113,13 @@ fn wire_form_is_a_big_endian_length_and_tagged_json() {
 async fn an_oversized_length_is_refused_before_reading_the_body() {
     let (mut a, mut b) = tokio::io::duplex(64);
     a.write_all(&((MAX_MESSAGE_BYTES + 1) as u32).to_be_bytes()).await.unwrap();
-    match read_message::<_, ClientMsg>(&mut b, SECOND).await {
-        Err(FrameError::TooLarge(n)) => assert_eq!(n, MAX_MESSAGE_BYTES + 1),
+    match read_message::<_, Request>(&mut b, SECOND).await {
+        Err(FrameError::Codec(CodecError::TooLarge(n))) => assert_eq!(n, MAX_MESSAGE_BYTES + 1),
         other => panic!("expected TooLarge, got {other:?}"),
     }
     assert!(matches!(
-        encode(&ClientMsg::Stat { path: "x".repeat(MAX_MESSAGE_BYTES) }),
-        Err(FrameError::TooLarge(_))
+        encode(&Request::Stat { path: "x".repeat(MAX_MESSAGE_BYTES) }),
+        Err(CodecError::TooLarge(_))
     ));
 }
 
@@ -112,24 +129,27 @@ async fn reads_time_out_end_and_reject_garbage() {
     // Half a frame, then silence.
     a.write_all(&[0, 0, 0, 10, b'{']).await.unwrap();
     let short = Duration::from_millis(50);
-    assert!(matches!(
-        read_message::<_, ClientMsg>(&mut b, short).await,
-        Err(FrameError::Timeout(_))
-    ));
+    assert!(matches!(read_message::<_, Request>(&mut b, short).await, Err(FrameError::Timeout(_))));
 
     let (mut a, mut b) = tokio::io::duplex(64);
     a.write_all(&[0, 0, 0, 10]).await.unwrap();
     drop(a);
-    assert!(matches!(read_message::<_, ClientMsg>(&mut b, SECOND).await, Err(FrameError::Eof)));
+    assert!(matches!(read_message::<_, Request>(&mut b, SECOND).await, Err(FrameError::Eof)));
 
     let (mut a, mut b) = tokio::io::duplex(64);
     a.write_all(&[0, 0, 0, 4]).await.unwrap();
     a.write_all(b"nope").await.unwrap();
-    assert!(matches!(read_message::<_, ClientMsg>(&mut b, SECOND).await, Err(FrameError::Json(_))));
+    assert!(matches!(
+        read_message::<_, Request>(&mut b, SECOND).await,
+        Err(FrameError::Codec(CodecError::Json(_)))
+    ));
 
     let (mut a, mut b) = tokio::io::duplex(64);
     let unknown = br#"{"type":"format_disk"}"#;
     a.write_all(&(unknown.len() as u32).to_be_bytes()).await.unwrap();
     a.write_all(unknown).await.unwrap();
-    assert!(matches!(read_message::<_, ClientMsg>(&mut b, SECOND).await, Err(FrameError::Json(_))));
+    assert!(matches!(
+        read_message::<_, Request>(&mut b, SECOND).await,
+        Err(FrameError::Codec(CodecError::Json(_)))
+    ));
 }

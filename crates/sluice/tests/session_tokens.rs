@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::{TOKEN, TestServer};
-use sluice::session::messages::{ClientMsg, ErrorCode, ServerMsg, read_message, write_message};
+use sluice::session::messages::{Answer, ErrorCode, Request, read_message, write_message};
 use sluice::session::tokens::TokenSet;
 use sluice::session::{Client, Server, SessionError};
 
@@ -107,16 +107,16 @@ async fn a_started_session_runs_requests_sent_before_the_answer() {
 
 /// Sends `first` on the first stream and a `Stat` on a second one, then returns what came back
 /// on each (a refusal is expected on the first, nothing but a failure on the second).
-async fn probe(server: &TestServer, first: ClientMsg) -> (Option<ServerMsg>, Option<ServerMsg>) {
+async fn probe(server: &TestServer, first: Request) -> (Option<Answer>, Option<Answer>) {
     let (_endpoint, conn) = common::raw_connect(server).await;
     let (mut send0, mut recv0) = conn.open_bi().await.unwrap();
     write_message(&mut send0, &first).await.unwrap();
     let second = async {
         let (mut send1, mut recv1) = conn.open_bi().await.ok()?;
-        write_message(&mut send1, &ClientMsg::Stat { path: "secret.txt".into() }).await.ok()?;
-        read_message::<_, ServerMsg>(&mut recv1, Duration::from_secs(5)).await.ok()
+        write_message(&mut send1, &Request::Stat { path: "secret.txt".into() }).await.ok()?;
+        read_message::<_, Answer>(&mut recv1, Duration::from_secs(5)).await.ok()
     };
-    let first_reply = read_message::<_, ServerMsg>(&mut recv0, Duration::from_secs(5)).await.ok();
+    let first_reply = read_message::<_, Answer>(&mut recv0, Duration::from_secs(5)).await.ok();
     let second_reply = second.await;
     // The server closes the connection with the auth code.
     let reason = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.unwrap();
@@ -135,9 +135,9 @@ async fn an_unauthenticated_session_gets_no_answer_to_requests() {
     fs::write(server.root().join("secret.txt"), b"secret").unwrap();
 
     // A request instead of Hello.
-    let (first, second) = probe(&server, ClientMsg::Stat { path: "secret.txt".into() }).await;
+    let (first, second) = probe(&server, Request::Stat { path: "secret.txt".into() }).await;
     assert!(
-        matches!(first, Some(ServerMsg::Refused { code: ErrorCode::Auth, .. }) | None),
+        matches!(first, Some(Answer::Refused { code: ErrorCode::Auth, .. }) | None),
         "{first:?}"
     );
     assert_eq!(second, None);
@@ -145,7 +145,7 @@ async fn an_unauthenticated_session_gets_no_answer_to_requests() {
     // A Hello with a wrong token, with a request racing it.
     let (first, second) = probe(&server, common::hello("wrong")).await;
     assert!(
-        matches!(first, Some(ServerMsg::Refused { code: ErrorCode::Auth, .. }) | None),
+        matches!(first, Some(Answer::Refused { code: ErrorCode::Auth, .. }) | None),
         "{first:?}"
     );
     assert_eq!(second, None);
@@ -167,12 +167,12 @@ async fn hello_with_a_bad_spec_is_refused_as_a_protocol_error() {
         let (_endpoint, conn) = common::raw_connect(&server).await;
         let (mut send, mut recv) = conn.open_bi().await.unwrap();
         let mut msg = common::hello(TOKEN);
-        if let ClientMsg::Hello { spec, .. } = &mut msg {
+        if let Request::Hello { spec, .. } = &mut msg {
             bend(spec);
         }
         write_message(&mut send, &msg).await.unwrap();
-        match read_message::<_, ServerMsg>(&mut recv, Duration::from_secs(5)).await {
-            Ok(ServerMsg::Refused { code: ErrorCode::Protocol, message }) => {
+        match read_message::<_, Answer>(&mut recv, Duration::from_secs(5)).await {
+            Ok(Answer::Refused { code: ErrorCode::Protocol, message }) => {
                 assert!(message.contains(named), "{message}")
             }
             other => panic!("{named}: expected a protocol refusal, got {other:?}"),
@@ -187,8 +187,8 @@ async fn welcome_chooses_the_smaller_channel_count() {
     let (_endpoint, conn) = common::raw_connect(&server).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     write_message(&mut send, &common::hello(TOKEN)).await.unwrap();
-    match read_message::<_, ServerMsg>(&mut recv, Duration::from_secs(5)).await.unwrap() {
-        ServerMsg::Welcome { session_id, spec } => {
+    match read_message::<_, Answer>(&mut recv, Duration::from_secs(5)).await.unwrap() {
+        Answer::Welcome { session_id, spec } => {
             assert_eq!(session_id.len(), 32);
             assert_eq!(spec.max_channels, 3, "the Hello offered 4, the server allows 3");
             assert_eq!(spec.packet_size, 1452);

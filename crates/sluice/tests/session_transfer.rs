@@ -15,7 +15,7 @@ use sluice::datapath::{ChannelParams, Progress};
 use sluice::session::Overwrite;
 use sluice::session::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
 use sluice::session::messages::{
-    ClientMsg, ErrorCode, ManifestPart, ServerMsg, read_message, write_message,
+    Answer, ErrorCode, ManifestPart, ReceiverMsg, Request, SenderMsg, read_message, write_message,
 };
 use sluice::session::{Client, SessionError, default_channel_config};
 use sluice::tree::{Entry, EntryKind};
@@ -170,13 +170,12 @@ async fn put_by_hand(
     data: Vec<u8>,
     digest: String,
     at: DigestAt,
-) -> ServerMsg {
+) -> ReceiverMsg {
     let (_endpoint, conn) = common::raw_connect(server).await;
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let hello = common::hello(common::TOKEN);
     write_message(&mut send, &hello).await.unwrap();
-    let ServerMsg::Welcome { session_id, .. } = read_message(&mut recv, SECOND).await.unwrap()
-    else {
+    let Answer::Welcome { session_id, .. } = read_message(&mut recv, SECOND).await.unwrap() else {
         panic!("no Welcome")
     };
     let session_id = SessionId::from_hex(&session_id).unwrap();
@@ -184,7 +183,7 @@ async fn put_by_hand(
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let request_id = u64::from(send.id());
     let size = data.len() as u64;
-    let put = ClientMsg::Put {
+    let put = Request::Put {
         dest: path.into(),
         overwrite: Overwrite::Always,
         checksum: false,
@@ -201,13 +200,13 @@ async fn put_by_hand(
         target: None,
         blake3: None,
     };
-    let manifest = ClientMsg::Manifest(ManifestPart { entries: vec![entry], last: true });
+    let manifest = SenderMsg::Manifest(ManifestPart { entries: vec![entry], last: true });
     write_message(&mut send, &manifest).await.unwrap();
-    let ServerMsg::Want(want) = read_message(&mut recv, SECOND).await.unwrap() else {
+    let ReceiverMsg::Want(want) = read_message(&mut recv, SECOND).await.unwrap() else {
         panic!("no Want")
     };
     assert_eq!(want.files, vec![[0, 1]]);
-    let digest = ClientMsg::Digests { blake3: vec![digest] };
+    let digest = SenderMsg::Digests { blake3: vec![digest] };
     if size == 0 {
         // No byte to move: no data channels, only the digest (of nothing).
         if !matches!(at, DigestAt::Never) {
@@ -215,7 +214,8 @@ async fn put_by_hand(
         }
         return read_message(&mut recv, Duration::from_secs(20)).await.unwrap();
     }
-    let ServerMsg::Ready { udp_ports } = read_message(&mut recv, SECOND).await.unwrap() else {
+    // The receiver's data ports come right behind Want.
+    let ReceiverMsg::Ready { udp_ports } = read_message(&mut recv, SECOND).await.unwrap() else {
         panic!("no Ready")
     };
     // As many channels as the server chose (at most the 4 offered in Hello).
@@ -223,7 +223,7 @@ async fn put_by_hand(
     let sockets: Vec<_> =
         udp_ports.iter().map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
     let ports = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
-    write_message(&mut send, &ClientMsg::Ready { udp_ports: ports }).await.unwrap();
+    write_message(&mut send, &SenderMsg::Ready { udp_ports: ports }).await.unwrap();
     if let DigestAt::BeforeData = at {
         write_message(&mut send, &digest).await.unwrap();
     }
@@ -262,11 +262,14 @@ async fn put_by_hand(
     match reply {
         // A file that does not hash to the digest: the server asks for the blocks that differ.
         // Every block of the file is hashed in it; this sender has no other bytes to offer.
-        ServerMsg::Repair { files } => {
+        ReceiverMsg::Repair { files } => {
             assert_eq!(files.len(), 1, "{files:?}");
             assert_eq!(files[0].file, 0);
             assert_eq!(files[0].blocks.len() as u64, size.div_ceil(4 << 20));
-            write_message(&mut send, &ClientMsg::Repairing { blocks: Vec::new() }).await.unwrap();
+            // The receiver's ports for the repair round come right behind Repair.
+            let ready = read_message(&mut recv, SECOND).await.unwrap();
+            assert!(matches!(ready, ReceiverMsg::Ready { .. }), "{ready:?}");
+            write_message(&mut send, &SenderMsg::Repairing { blocks: Vec::new() }).await.unwrap();
             read_message(&mut recv, Duration::from_secs(20)).await.unwrap()
         }
         other => other,
@@ -274,9 +277,9 @@ async fn put_by_hand(
 }
 
 /// Expects an integrity error naming `path`, and nothing of it in the server's root.
-fn assert_refused_as_integrity(reply: ServerMsg, path: &str, root: &Path) {
+fn assert_refused_as_integrity(reply: ReceiverMsg, path: &str, root: &Path) {
     match reply {
-        ServerMsg::Error { code: ErrorCode::Integrity, message } => {
+        ReceiverMsg::Failed { code: ErrorCode::Integrity, message } => {
             assert!(message.contains(path), "{message}")
         }
         other => panic!("expected an integrity error, got {other:?}"),
@@ -303,7 +306,7 @@ async fn put_with_a_wrong_digest_is_refused_as_integrity_and_not_stored() {
     for at in [DigestAt::BeforeData, DigestAt::AfterData] {
         let path = format!("good-{at:?}.bin");
         let reply = put_by_hand(&server, &path, data.clone(), right.clone(), at).await;
-        assert_eq!(reply, ServerMsg::Verified, "digest {at:?}");
+        assert_eq!(reply, ReceiverMsg::Verified, "digest {at:?}");
         assert_eq!(fs::read(server.root().join(&path)).unwrap(), data);
     }
     server.stop().await;
@@ -317,7 +320,7 @@ async fn an_empty_put_checks_the_digest_of_nothing() {
     assert_refused_as_integrity(reply, "empty-bad", &server.root());
     let right = blake3_hex(b"");
     let reply = put_by_hand(&server, "empty", Vec::new(), right, DigestAt::BeforeData).await;
-    assert_eq!(reply, ServerMsg::Verified);
+    assert_eq!(reply, ReceiverMsg::Verified);
     assert_eq!(fs::read(server.root().join("empty")).unwrap(), b"");
     server.stop().await;
 }
@@ -331,7 +334,7 @@ async fn a_put_whose_digest_never_comes_fails_with_a_timeout_and_stores_nothing(
     for data in [data, Vec::new()] {
         let reply = put_by_hand(&server, "never", data, digest.clone(), DigestAt::Never).await;
         match reply {
-            ServerMsg::Error { code: ErrorCode::Network, message } => {
+            ReceiverMsg::Failed { code: ErrorCode::Network, message } => {
                 assert!(message.contains("Digests did not come within 0.3 s"), "{message}")
             }
             other => panic!("expected a timeout, got {other:?}"),

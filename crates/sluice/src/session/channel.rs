@@ -9,12 +9,13 @@ use std::time::Duration;
 use sluice_proto::cc::CcKind;
 use sluice_proto::config::ChannelConfig;
 use sluice_proto::crypto::Algorithm;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
 use super::messages::{FrameError, Spec, cipher_from_name, cipher_name};
 use super::{DATA_IDLE_TIMEOUT, MAX_CHANNELS, SessionError, connection_error};
-use crate::datapath::{ChannelParams, DataError};
+use crate::datapath::{ChannelParams, ChannelReport, DataError, ReceivedExtents};
 
 /// Initial congestion window of the session's QUIC connection. A manifest of 10,000 files is
 /// about 1 MB of JSON sent before any data moves: from quinn's default window (about 14 kB) slow
@@ -36,12 +37,6 @@ pub(crate) fn control_transport() -> quinn::TransportConfig {
 pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Deadline for the handshake's messages.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Deadline for the peer to hash `size_bytes` and answer, at a pessimistic 50 MB/s: how long
-/// a receiver waits for the sender's `Digest` after the last byte, and a sender for the answer.
-pub(crate) fn hash_budget(size_bytes: u64) -> Duration {
-    REPLY_TIMEOUT + Duration::from_secs(size_bytes / 50_000_000)
-}
-
 /// The specification both ends use for the data channels of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Negotiated {
@@ -329,6 +324,82 @@ impl<T> Drop for DataTask<T> {
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::Relaxed);
     }
+}
+
+/// A receive running on the blocking pool ([`crate::datapath::receive`]), with the hashes it
+/// reports as soon as every byte is there, before its channels end (they linger for the
+/// sender's shutdown).
+pub(crate) struct Receive {
+    task: DataTask<Result<ReceivedExtents, DataError>>,
+    /// `None` once heard, or once the receive ended without them.
+    hashed: Option<oneshot::Receiver<Vec<blake3::Hash>>>,
+}
+
+/// The hook [`crate::datapath::receive`] calls with the hashes.
+pub(crate) type OnHashed<'a> = &'a (dyn Fn(&[blake3::Hash]) + Sync);
+
+/// What a [`Receive`] did next.
+pub(crate) enum Step {
+    /// Every byte is there, and these are its files' hashes; the channels still linger.
+    Hashed(Vec<blake3::Hash>),
+    /// The receive ended (after this, the `Receive` is spent).
+    Ended(Result<Result<ReceivedExtents, DataError>, SessionError>),
+}
+
+impl Receive {
+    /// Runs `receive` (a call of [`crate::datapath::receive`] with the hook and the cancel
+    /// flag it is given) on the blocking pool.
+    pub(crate) fn spawn(
+        receive: impl FnOnce(OnHashed<'_>, &AtomicBool) -> Result<ReceivedExtents, DataError>
+        + Send
+        + 'static,
+    ) -> Self {
+        let (tx, rx) = oneshot::channel();
+        let tx = std::sync::Mutex::new(Some(tx));
+        let task = DataTask::spawn(move |cancel| {
+            let hashed = |hashes: &[blake3::Hash]| {
+                if let Some(tx) = tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    let _ = tx.send(hashes.to_vec());
+                }
+            };
+            receive(&hashed, cancel)
+        });
+        Receive { task, hashed: Some(rx) }
+    }
+
+    /// The next step. Cancel-safe.
+    pub(crate) async fn step(&mut self) -> Step {
+        tokio::select! {
+            done = self.task.join() => Step::Ended(done),
+            hashes = reported(&mut self.hashed) => Step::Hashed(hashes),
+        }
+    }
+
+    /// Waits for the channels to end and returns their report; `None` if the receive ended
+    /// already or failed.
+    pub(crate) async fn report(&mut self) -> Option<ChannelReport> {
+        match self.task.join().await {
+            Ok(Ok(received)) => Some(received.report),
+            _ => None,
+        }
+    }
+
+    /// Cancels the receive and waits for its thread to stop.
+    pub(crate) async fn stop(&mut self) {
+        self.task.stop().await;
+    }
+}
+
+/// The hashes once reported; never if they were not (the receive's end says why).
+async fn reported(hashed: &mut Option<oneshot::Receiver<Vec<blake3::Hash>>>) -> Vec<blake3::Hash> {
+    if let Some(rx) = hashed.as_mut()
+        && let Ok(hashes) = rx.await
+    {
+        *hashed = None;
+        return hashes;
+    }
+    *hashed = None;
+    std::future::pending().await
 }
 
 /// Runs file work on the blocking pool.

@@ -14,29 +14,25 @@ use sluice_proto::config::ChannelConfig;
 use tokio::sync::watch;
 use tracing::{debug, info};
 
+use super::add_checksums;
 use super::channel::{
-    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
-    blocking, control_transport, default_channel_config, fit_packet_size, frame_error, hash_budget,
+    ChannelSetup, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, blocking, control_transport,
+    default_channel_config, fit_packet_size, frame_error,
 };
-use super::copy::{CopyOptions, kept_pairs, local_walk_error, resume_offers, resume_verdict};
-use super::digest::{self, Messages, Receiving};
+use super::copy::{CopyOptions, local_walk_error};
+use super::drive::{Channels, Destination, Wire, run_receiving, run_sending, write_opening};
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
-use super::manifest_io::{recv_manifest, send_manifest};
-use super::messages::Want;
-use super::messages::{ClientMsg, ErrorCode, ServerMsg, StatInfo, read_message, write_message};
-use super::observe::{CopyObserver, OnProgress, PlannedFile};
-use super::repair::{self, Link, data_store};
+use super::manifest_io::recv_listing;
+use super::messages::{Answer, ErrorCode, Request, StatInfo, read_message, write_message};
+use super::observe::{CopyObserver, OnProgress};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
-use super::{add_checksums, mismatch_error, plan_error, wanted_files};
-use crate::datapath::{self, ChannelReport, Fault, Progress};
-use crate::tree::manifest::{from_ranges, to_ranges};
-use crate::tree::{
-    Entry, EntryKind, FileSet, Outgoing, Overwrite, Plan, ReceiveOptions, WalkOptions, plan, walk,
-};
+use crate::datapath::{ChannelReport, Fault, Progress};
+use crate::tree::{Entry, Overwrite, ReceiveOptions, WalkOptions, walk};
+use sluice_session::{Receiving, Sending, Timeouts};
 
 /// QUIC idle timeout of the client's connection (the server's is longer, and the shorter
 /// applies). The timeout restarts at each packet received and at the first packet sent after
@@ -126,50 +122,10 @@ pub struct TransferReport {
 }
 
 impl TransferReport {
-    /// The counts of a receiving end's plan.
-    fn planned(plan: &Plan, dry_run: bool) -> TransferReport {
-        TransferReport {
-            files: plan.wanted().len() as u64,
-            bytes: if dry_run { plan.wanted_bytes() } else { 0 },
-            replaced: plan.replaced,
-            kept: plan.kept,
-            planned: if dry_run {
-                plan.wanted_paths().map(str::to_owned).collect()
-            } else {
-                Vec::new()
-            },
-            ..TransferReport::default()
-        }
-    }
-
     fn finished(mut self, started: Instant) -> TransferReport {
         self.seconds = started.elapsed().as_secs_f64();
         self
     }
-}
-
-/// The manifest paths of the files `want` names.
-/// The wanted files' names with their sizes (in `files`, the same order).
-fn planned_files(names: Vec<String>, files: &FileSet) -> Vec<PlannedFile> {
-    names
-        .into_iter()
-        .enumerate()
-        .map(|(k, path)| PlannedFile { path, size: files.file_at(k).map_or(0, |f| f.1) })
-        .collect()
-}
-
-fn wanted_paths(outgoing: &Outgoing, want: &Want) -> Vec<String> {
-    let files: Vec<&str> = outgoing
-        .entries
-        .iter()
-        .filter(|e| e.kind == EntryKind::File)
-        .map(|e| e.path.as_str())
-        .collect();
-    from_ranges(&want.files, files.len())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|n| files[n as usize].to_owned())
-        .collect()
 }
 
 /// A session with a server. Cloning shares the connection.
@@ -358,9 +314,9 @@ impl Client {
     /// Size, modification time and kind of `path` on the server.
     pub async fn stat(&self, path: &str) -> Result<StatInfo, SessionError> {
         let mut req = self.request().await?;
-        self.opened(req.write(&ClientMsg::Stat { path: path.to_owned() }).await).await?;
-        match req.read(REPLY_TIMEOUT).await? {
-            ServerMsg::StatInfo(info) => Ok(info),
+        self.opened(req.write(&Request::Stat { path: path.to_owned() }).await).await?;
+        match req.read_answer(REPLY_TIMEOUT).await? {
+            Answer::StatInfo(info) => Ok(info),
             other => Err(unexpected(other)),
         }
     }
@@ -369,12 +325,8 @@ impl Client {
     /// entry's path is its name), or the file `path` itself. Links are listed, not followed.
     pub async fn list(&self, path: &str) -> Result<Vec<Entry>, SessionError> {
         let mut req = self.request().await?;
-        self.opened(req.write(&ClientMsg::List { path: path.to_owned() }).await).await?;
-        recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
-            ServerMsg::Manifest(part) => Ok(part),
-            other => Err(unexpected(other)),
-        })
-        .await
+        self.opened(req.write(&Request::List { path: path.to_owned() }).await).await?;
+        recv_listing(&mut req.recv, &self.conn).await
     }
 
     /// Downloads the one file `remote_path` to `local_path` (replacing a file there), calling
@@ -429,7 +381,7 @@ impl Client {
         let started = Instant::now();
         options.check()?;
         let mut req = self.request().await?;
-        let get = ClientMsg::Get {
+        let get = Request::Get {
             paths: remote_paths.to_vec(),
             recursive: options.recursive,
             links: options.links,
@@ -438,146 +390,56 @@ impl Client {
         };
         let welcomed = self.opened(req.write(&get).await).await?;
         observer.channels(welcomed.negotiated.channels);
-        let entries = recv_manifest(&mut req.recv, &self.conn, |msg| match msg {
-            ServerMsg::Manifest(part) => Ok(part),
-            other => Err(unexpected(other)),
-        })
-        .await?;
-        let receive = ReceiveOptions {
-            overwrite: options.overwrite,
-            checksum: options.checksum,
-            preserve: options.preserve,
-            confine: None,
+        let destination = Destination {
+            dest: dest.to_owned(),
+            options: ReceiveOptions {
+                overwrite: options.overwrite,
+                checksum: options.checksum,
+                preserve: options.preserve,
+                confine: None,
+            },
+            dry_run: options.dry_run,
         };
-        let target = dest.to_owned();
-        let planned = blocking(move || plan(&target, entries, &receive).map_err(plan_error)).await;
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(err) => return Err(req.fail(err).await),
+        let channels = Channels { setup: self.setup(req.id, welcomed), fault: self.fault };
+        let machine = Receiving::new(Instant::now(), Timeouts::default());
+        let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
+        let received =
+            run_receiving(machine, &mut wire, &channels, destination, Some(observer)).await;
+        drop(wire);
+        let mut received = received?;
+        let mut report = TransferReport {
+            files: received.files,
+            replaced: received.replaced,
+            kept: received.kept,
+            planned: std::mem::take(&mut received.planned),
+            ..TransferReport::default()
         };
-        let mut report = TransferReport::planned(&plan, options.dry_run);
+        req.finish();
         if options.dry_run {
-            let want = Want { files: Vec::new(), replaced: 0, kept: 0, resume: Vec::new() };
-            req.write(&ClientMsg::Want(want)).await?;
-            req.write(&ClientMsg::Verified).await?;
-            req.finish();
+            report.bytes = received.size;
             return Ok(report.finished(started));
         }
-        let want_files = to_ranges(plan.wanted().iter().copied());
-        let (replaced, kept, wanted_bytes) = (plan.replaced, plan.kept, plan.wanted_bytes());
-        let names: Vec<String> = plan.wanted_paths().map(str::to_owned).collect();
-        let incoming = match blocking(move || plan.prepare().map_err(plan_error)).await {
-            Ok(incoming) => incoming,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        let resume = resume_offers(incoming.offers());
-        let offered = !resume.is_empty();
-        req.write(&ClientMsg::Want(Want { files: want_files, replaced, kept, resume })).await?;
-        // The data sockets go right behind `Want` whenever any byte is wanted: the server sends
-        // as soon as it knows what moves, not a round trip later.
-        let sockets = match wanted_bytes {
-            0 => None,
-            _ => Some(self.announce_data_sockets(&mut req, welcomed).await?),
-        };
-        let present = match offered {
-            false => Vec::new(),
-            true => match req.read(REPLY_TIMEOUT).await? {
-                ServerMsg::Resumed { kept } => {
-                    let kept = match kept_pairs(&kept) {
-                        Ok(kept) => kept,
-                        Err(err) => return Err(req.fail(err).await),
-                    };
-                    match incoming.present(&kept) {
-                        Ok(present) => present,
-                        Err(e) => return Err(req.fail(SessionError::Protocol(e)).await),
-                    }
-                }
-                other => return Err(unexpected(other)),
-            },
-        };
-        let files = Arc::new(incoming.store());
-        let (size, ends) = (files.total(), files.ends());
-        let count = ends.len();
-        observer.planned(&planned_files(names, &files));
-        let moving = size - present.iter().map(|r| r.end - r.start).sum::<u64>();
-        report.resumed = size - moving;
-        let params = match (moving, sockets) {
-            (0, _) => None,
-            (_, Some(sockets)) => {
-                let server_ports = match req.read(REPLY_TIMEOUT).await? {
-                    ServerMsg::Ready { udp_ports } => udp_ports,
-                    other => return Err(unexpected(other)),
-                };
-                Some(self.channel_params(&mut req, welcomed, sockets, &server_ports).await?)
-            }
-            (_, None) => {
-                let err = format!("{moving} bytes to move of files planned with none");
-                return Err(req.fail(SessionError::Protocol(err)).await);
-            }
-        };
-        debug!(?remote_paths, files = count, size, "receiving");
-
-        let conn = &self.conn;
-        let messages = Messages::<ServerMsg>::new(&mut req.recv);
-        let mut link = Link { setup: self.setup(req.id, welcomed), send: &mut req.send, messages };
-        let data = data_store(&files, self.fault, false);
-        let received = async {
-            let mut keeper = incoming.keeper();
-            let store = data.clone();
-            let mut receiving = Receiving::spawn(move |hashed, cancel| {
-                let mut progress = |p: Progress| {
-                    keeper.update(p.prefix, false);
-                    observer.progress(p);
-                };
-                let params = params.unwrap_or_default();
-                let (range, progress) = (0..size, &mut progress);
-                datapath::receive(params, &*store, range, &present, ends, progress, hashed, cancel)
-            });
-            let messages = &mut link.messages;
-            let (arrival, early) =
-                digest::run_receiving(&mut receiving, messages, count, conn).await?;
-            // Every byte is here and hashed: the answer need not wait for the channels' linger.
-            let (hashes, mut channel) = arrival.split();
-            let expected =
-                digest::await_digests(messages, early, count, conn, hash_budget(size)).await?;
-            if channel.is_none() && hashes != expected {
-                // A repair opens channels of its own: these end first.
-                channel = receiving.report().await;
-            }
-            let (actual, repaired) = repair::receive_repairs::<ClientMsg, _>(
-                &mut link, &files, &data, &expected, hashes,
-            )
-            .await?;
-            let single = (count == 1).then(|| expected[0].to_hex().to_string());
-            let committed =
-                blocking(move || incoming.commit(&expected, &actual).map_err(plan_error)).await?;
-            if let Some(err) = mismatch_error(&committed) {
-                return Err(err);
-            }
-            Ok::<_, SessionError>((channel, receiving, single, repaired))
-        }
-        .await;
-        drop(link);
-        let (mut channel, mut receiving, single, repaired) = match received {
-            Ok(received) => received,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        req.write(&ClientMsg::Verified).await?;
-        req.finish();
         // The server's end of the request and the channels' linger (their senders' shutdowns)
         // come about together.
         let ended = async {
-            if channel.is_none() {
-                channel = receiving.report().await;
+            match received.lingering.as_mut() {
+                Some(lingering) => lingering.report().await,
+                None => received.report.take(),
             }
         };
-        tokio::join!(req.await_server_done(), ended);
-        let channel = channel.filter(|c| c.channels > 0);
-        info!(?remote_paths, files = count, size, "downloaded and verified");
-        report.bytes = size;
-        report.blake3 = single;
-        report.channel = channel;
-        report.repaired = repaired;
+        let ((), channel) = tokio::join!(req.await_server_done(), ended);
+        let digests = &received.received.digests;
+        info!(
+            ?remote_paths,
+            files = digests.len(),
+            size = received.size,
+            "downloaded and verified"
+        );
+        report.bytes = received.size;
+        report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
+        report.channel = channel.filter(|c| c.channels > 0);
+        report.repaired = received.received.repaired;
+        report.resumed = received.received.resumed;
         Ok(report.finished(started))
     }
 
@@ -618,158 +480,61 @@ impl Client {
         })
         .await?;
         let mut req = self.request().await?;
-        let put = ClientMsg::Put {
+        let put = Request::Put {
             dest: dest.to_owned(),
             overwrite: options.overwrite,
             checksum: options.checksum,
             preserve: options.preserve,
             dry_run: options.dry_run,
         };
+        let mut machine = Sending::new(Instant::now(), &outgoing.entries, Timeouts::default());
+        // The manifest follows the request before the server's answer to the token is known.
         let sent = match req.write(&put).await {
             Ok(()) => {
-                send_manifest(&mut req.send, &self.conn, &outgoing.entries, ClientMsg::Manifest)
-                    .await
+                let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
+                write_opening(&mut machine, &mut wire).await
             }
             Err(err) => Err(err),
         };
         let welcomed = self.opened(sent).await?;
         observer.channels(welcomed.negotiated.channels);
-        let want = match req.read(REPLY_TIMEOUT).await? {
-            ServerMsg::Want(want) => want,
-            other => return Err(unexpected(other)),
-        };
-        let files = match wanted_files(&outgoing, &want) {
-            Ok(files) => Arc::new(files),
-            Err(err) => return Err(req.fail(err).await),
-        };
+        let channels = Channels { setup: self.setup(req.id, welcomed), fault: self.fault };
+        let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
+        let compress = options.compress;
+        let sent =
+            run_sending(machine, &mut wire, &channels, &outgoing, compress, Some(observer)).await;
+        drop(wire);
+        let sent = sent?;
+        let names = super::drive::wanted_names(&outgoing, &sent.wanted);
         let mut report = TransferReport {
-            files: files.ends().len() as u64,
-            replaced: want.replaced,
-            kept: want.kept,
+            files: sent.wanted.len() as u64,
+            replaced: sent.replaced,
+            kept: sent.kept,
             skipped: outgoing.skipped.clone(),
             ..TransferReport::default()
         };
+        req.finish();
         if options.dry_run {
-            report.planned = wanted_paths(&outgoing, &want);
-            report.bytes = files.total();
-            req.finish();
+            report.planned = names;
+            report.bytes = sent.size;
             return Ok(report.finished(started));
         }
-        let size = files.total();
-        let (store, offers) = (files.clone(), want.resume.clone());
-        let verdict = match blocking(move || resume_verdict(&store, &offers)).await {
-            Ok(verdict) => verdict,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        if !want.resume.is_empty() {
-            req.write(&ClientMsg::Resumed { kept: verdict.kept.clone() }).await?;
-        }
-        let moving = verdict.moving();
-        let ranges = verdict.ranges;
-        report.resumed = size - moving;
-        debug!(dest, files = report.files, size, moving, "sending");
-        if !files.is_empty() {
-            observer.planned(&planned_files(wanted_paths(&outgoing, &want), &files));
-        }
-        let data = data_store(&files, self.fault, true);
-        let compress = options.compress;
-        let sending = if moving == 0 {
-            observer.progress(Progress { bytes: 0, total: 0, prefix: 0 });
-            None
-        } else {
-            let server_ports = match req.read(REPLY_TIMEOUT).await? {
-                ServerMsg::Ready { udp_ports } => udp_ports,
-                other => return Err(unexpected(other)),
-            };
-            let sockets = self.announce_data_sockets(&mut req, welcomed).await?;
-            let params = self.channel_params(&mut req, welcomed, sockets, &server_ports).await?;
-            let store = data.clone();
-            Some(DataTask::spawn(move |cancel| {
-                let mut progress = |p: Progress| observer.progress(p);
-                datapath::send(params, &*store, &ranges, compress, &mut progress, cancel)
-            }))
-        };
-        let streams = (&mut req.send, &mut req.recv);
-        let sent = digest::run_sending::<ClientMsg, ServerMsg>(
-            sending,
-            files.clone(),
-            streams,
-            &self.conn,
-            hash_budget(size),
-        )
-        .await;
-        let sent = match sent {
-            Ok(sent) => sent,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        let mut link = Link {
-            setup: self.setup(req.id, welcomed),
-            send: &mut req.send,
-            messages: Messages::new(&mut req.recv),
-        };
-        let served =
-            repair::serve_repairs::<ClientMsg, _>(&mut link, &files, &data, compress, sent.reply)
-                .await;
-        drop(link);
-        let (reply, repaired, _) = match served {
-            Ok(served) => served,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        let digests = match (reply, sent.digests) {
-            (ServerMsg::Verified, Some(digests)) => digests,
-            (ServerMsg::Verified, None) => {
-                let err = "the server verified the files before it had the digests";
-                return Err(SessionError::Protocol(err.into()));
-            }
-            (other, _) => return Err(unexpected(other)),
-        };
-        req.finish();
-        info!(dest, files = report.files, size, "uploaded and verified by the server");
-        report.bytes = size;
+        let digests = &sent.sent.digests;
+        info!(dest, files = report.files, size = sent.size, "uploaded and verified by the server");
+        report.bytes = sent.size;
+        report.resumed = sent.size - sent.sent.moved;
         report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
         report.channel = sent.report;
-        report.repaired = repaired;
+        report.repaired = sent.sent.repaired;
         Ok(report.finished(started))
     }
 
-    async fn request(&self) -> Result<Request<'_>, SessionError> {
+    async fn request(&self) -> Result<OpenRequest<'_>, SessionError> {
         let (send, recv) = match self.conn.open_bi().await {
             Ok(streams) => streams,
             Err(e) => return Err(self.refusal_or(connection_error(&e)).await),
         };
-        Ok(Request { conn: &self.conn, id: u64::from(send.id()), send, recv })
-    }
-
-    /// Binds this end's data sockets (one per negotiated channel) and tells the server their
-    /// ports; a failure is reported to the server before it is returned.
-    async fn announce_data_sockets(
-        &self,
-        req: &mut Request<'_>,
-        welcomed: Welcomed,
-    ) -> Result<Vec<std::net::UdpSocket>, SessionError> {
-        let local = self.conn.local_ip().map(|ip| ip.to_canonical());
-        let bound = bind_data_sockets(welcomed.negotiated.channels, local, self.server_ip());
-        let (sockets, udp_ports) = match bound {
-            Ok(bound) => bound,
-            Err(err) => return Err(req.fail(err).await),
-        };
-        req.write(&ClientMsg::Ready { udp_ports }).await?;
-        Ok(sockets)
-    }
-
-    /// This end's channel parameters toward the server's data ports; a failure is reported to
-    /// the server before it is returned.
-    async fn channel_params(
-        &self,
-        req: &mut Request<'_>,
-        welcomed: Welcomed,
-        sockets: Vec<std::net::UdpSocket>,
-        server_ports: &[u16],
-    ) -> Result<Vec<datapath::ChannelParams>, SessionError> {
-        match self.setup(req.id, welcomed).params(sockets, self.server_ip(), server_ports) {
-            Ok(params) => Ok(params),
-            Err(err) => Err(req.fail(err).await),
-        }
+        Ok(OpenRequest { conn: &self.conn, id: u64::from(send.id()), send, recv })
     }
 
     fn setup(&self, request_id: u64, welcomed: Welcomed) -> ChannelSetup<'_> {
@@ -782,10 +547,6 @@ impl Client {
             request_id,
             phase: 0,
         }
-    }
-
-    fn server_ip(&self) -> IpAddr {
-        self.conn.remote_address().ip().to_canonical()
     }
 }
 
@@ -802,7 +563,7 @@ async fn send_hello(
     config: &ClientConfig,
 ) -> Result<quinn::RecvStream, SessionError> {
     let (mut send, recv) = conn.open_bi().await.map_err(|e| connection_error(&e))?;
-    let hello = ClientMsg::Hello {
+    let hello = Request::Hello {
         version: PROTOCOL_VERSION,
         token: config.token.clone(),
         spec: Negotiated::proposal(&config.channel, config.channels.unwrap_or_else(auto_channels)),
@@ -824,7 +585,7 @@ async fn read_welcome(
 ) {
     let welcomed = async {
         match read_message(&mut recv, HANDSHAKE_TIMEOUT).await.map_err(|e| frame_error(e, &conn))? {
-            ServerMsg::Welcome { session_id, spec } => {
+            Answer::Welcome { session_id, spec } => {
                 let id = SessionId::from_hex(&session_id).ok_or_else(|| {
                     SessionError::Protocol(format!("bad session id {session_id:?} in Welcome"))
                 })?;
@@ -839,7 +600,9 @@ async fn read_welcome(
                 }
                 Ok(Welcomed { session_id: id, negotiated })
             }
-            ServerMsg::Refused { code, message } => Err(SessionError::from_remote(code, message)),
+            Answer::Refused { code, message } | Answer::Failed { code, message } => {
+                Err(SessionError::from_remote(code, message))
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -857,30 +620,26 @@ async fn read_welcome(
 }
 
 /// One request's streams.
-struct Request<'a> {
+struct OpenRequest<'a> {
     conn: &'a quinn::Connection,
     id: u64,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
 }
 
-impl Request<'_> {
-    async fn write(&mut self, msg: &ClientMsg) -> Result<(), SessionError> {
+impl OpenRequest<'_> {
+    async fn write(&mut self, msg: &Request) -> Result<(), SessionError> {
         write_message(&mut self.send, msg).await.map_err(|e| frame_error(e, self.conn))
     }
 
-    async fn read(&mut self, deadline: Duration) -> Result<ServerMsg, SessionError> {
+    /// The server's answer to a `Stat`; its `Failed` is the error.
+    async fn read_answer(&mut self, deadline: Duration) -> Result<Answer, SessionError> {
         let msg =
             read_message(&mut self.recv, deadline).await.map_err(|e| frame_error(e, self.conn))?;
         match msg {
-            ServerMsg::Error { code, message } => Err(SessionError::from_remote(code, message)),
+            Answer::Failed { code, message } => Err(SessionError::from_remote(code, message)),
             other => Ok(other),
         }
-    }
-
-    /// Tells the server this end gives up, and returns `err`.
-    async fn fail(&mut self, err: SessionError) -> SessionError {
-        req_fail(&mut self.send, err).await
     }
 
     fn finish(&mut self) {
@@ -901,17 +660,9 @@ impl Request<'_> {
 /// How long a client waits for the server to end a request it has answered.
 const SERVER_DONE_WAIT: Duration = Duration::from_secs(2);
 
-/// Best effort: the server learns why, so it stops waiting; `err` is returned either way.
-async fn req_fail(send: &mut quinn::SendStream, err: SessionError) -> SessionError {
-    let failed = ClientMsg::Failed { code: err.code(), message: err.detail() };
-    let _ = write_message(send, &failed).await;
-    let _ = send.finish();
-    err
-}
-
-fn unexpected(msg: ServerMsg) -> SessionError {
+fn unexpected(msg: Answer) -> SessionError {
     match msg {
-        ServerMsg::Error { code, message } | ServerMsg::Refused { code, message } => {
+        Answer::Failed { code, message } | Answer::Refused { code, message } => {
             SessionError::from_remote(code, message)
         }
         other => SessionError::Protocol(format!("unexpected answer {other:?}")),

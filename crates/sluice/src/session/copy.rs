@@ -1,20 +1,12 @@
 //! What both ends of a copy share: its options, the sender's file list with optional checksums,
 //! and the mapping of file-plane errors to session errors.
 
-use std::fs::File;
 use std::sync::atomic::AtomicBool;
 
-use std::ops::Range;
-
 use super::SessionError;
-use super::messages::{BlockHashes, Want};
 use crate::datapath::COMPRESS_LEVELS;
 use crate::files::hash_prefix;
-use crate::tree::manifest::from_ranges;
-use crate::tree::resume::matching_prefix;
-use crate::tree::{
-    Committed, EntryKind, FileSet, Links, Outgoing, Overwrite, PlanError, WalkError,
-};
+use crate::tree::{Committed, EntryKind, Links, Outgoing, Overwrite, PlanError, WalkError};
 
 /// How a copy treats directories, links, existing files and metadata.
 #[derive(Debug, Clone, Default)]
@@ -70,15 +62,6 @@ pub(crate) fn add_checksums(outgoing: &mut Outgoing) -> Result<(), SessionError>
     Ok(())
 }
 
-/// The files the receiver wants, end to end, read-only.
-pub(crate) fn wanted_files(outgoing: &Outgoing, want: &Want) -> Result<FileSet, SessionError> {
-    let sizes: Vec<u64> =
-        outgoing.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size).collect();
-    let numbers = from_ranges(&want.files, sizes.len()).map_err(SessionError::Protocol)?;
-    let files = numbers.iter().map(|&n| (outgoing.files[n as usize].clone(), sizes[n as usize]));
-    Ok(FileSet::new(files.collect(), false).confined(outgoing.fs.clone()))
-}
-
 /// The error for files whose bytes did not match: an integrity failure, or a partial one when
 /// the others were stored.
 pub(crate) fn mismatch_error(committed: &Committed) -> Option<SessionError> {
@@ -122,73 +105,4 @@ pub(crate) fn local_walk_error(e: WalkError) -> SessionError {
         WalkError::Io(context, source) => SessionError::io(context, source),
         other => SessionError::io("listing the sources", std::io::Error::other(other.to_string())),
     }
-}
-
-/// The sending end's answer to the receiver's resume offers.
-#[derive(Debug)]
-pub(crate) struct Verdict {
-    /// `[file, bytes]`: the leading bytes of each offered file that match the sender's.
-    pub(crate) kept: Vec<[u64; 2]>,
-    /// The ranges of the offset space still to send, in order.
-    pub(crate) ranges: Vec<Range<u64>>,
-}
-
-impl Verdict {
-    /// Bytes still to send.
-    pub(crate) fn moving(&self) -> u64 {
-        self.ranges.iter().map(|r| r.end - r.start).sum()
-    }
-}
-
-/// Checks the receiver's resume offers against `files` (reading the offered blocks); without
-/// offers, everything is to send.
-pub(crate) fn resume_verdict(
-    files: &FileSet,
-    offers: &[BlockHashes],
-) -> Result<Verdict, SessionError> {
-    let mut kept = vec![0u64; files.len()];
-    let mut verdict = Vec::new();
-    for offer in offers {
-        let k = offer.file as usize;
-        let (path, size, _) = files.file_at(k).ok_or_else(|| {
-            SessionError::Protocol(format!("a resume offer for file {k} of {}", files.len()))
-        })?;
-        let hashes = offer
-            .blocks
-            .iter()
-            .map(blake3::Hash::from_hex)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| SessionError::Protocol("a bad BLAKE3 in a resume offer".into()))?;
-        let ctx = || format!("checking {} for a resume", path.display());
-        let file = File::open(path).map_err(|e| SessionError::io(ctx(), e))?;
-        kept[k] = matching_prefix(&file, size, &hashes).map_err(|e| SessionError::io(ctx(), e))?;
-        verdict.push([offer.file as u64, kept[k]]);
-    }
-    let ranges = (0..files.len())
-        .filter_map(|k| files.file_at(k).map(|(_, size, base)| base + kept[k]..base + size))
-        .filter(|r| r.start < r.end)
-        .collect();
-    Ok(Verdict { kept: verdict, ranges })
-}
-
-/// The receiving end's resume offers, for `Want`.
-pub(crate) fn resume_offers(offers: &[(u32, Vec<blake3::Hash>)]) -> Vec<BlockHashes> {
-    offers
-        .iter()
-        .map(|(file, hashes)| BlockHashes {
-            file: *file,
-            blocks: hashes.iter().map(|h| h.to_hex().to_string()).collect(),
-        })
-        .collect()
-}
-
-/// Reads the sender's verdict (`[file, bytes]`) into pairs, refusing nonsense.
-pub(crate) fn kept_pairs(kept: &[[u64; 2]]) -> Result<Vec<(u32, u64)>, SessionError> {
-    kept.iter()
-        .map(|&[file, bytes]| {
-            u32::try_from(file)
-                .map(|f| (f, bytes))
-                .map_err(|_| SessionError::Protocol(format!("file {file} in Resumed")))
-        })
-        .collect()
 }

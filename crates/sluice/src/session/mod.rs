@@ -96,10 +96,11 @@
 //! [`Client::download`], [`Client::upload`] (or [`Client::get`] and [`Client::put`] for one
 //! file) and [`Client::stat`] on the other.
 
+mod blocks;
 mod channel;
 pub mod client;
 mod copy;
-mod digest;
+mod drive;
 pub mod handle;
 pub mod identity;
 pub mod keys;
@@ -108,7 +109,6 @@ mod manifest_io;
 pub mod messages;
 mod metrics;
 mod observe;
-mod repair;
 pub mod server;
 pub mod tokens;
 
@@ -119,7 +119,7 @@ pub(crate) use channel::check_spec;
 pub use channel::{DEFAULT_PACKET_SIZE, default_channel_config};
 pub use client::{Client, ClientConfig, TransferReport};
 pub use copy::CopyOptions;
-pub(crate) use copy::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
+pub(crate) use copy::{add_checksums, mismatch_error, plan_error, walk_error};
 pub use handle::{ClientBuilder, Transfer, TransferEvent};
 pub use identity::{Fingerprint, Identity};
 pub use known_hosts::{HostKeyError, TrustPolicy};
@@ -135,8 +135,11 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// and `FileInfo`, and the data channels' ACK carries the delivery rate, 44 bytes; 4: a
 /// transfer moves a manifest of files, directories and links, with `Want` and `Digests`; 6: in a
 /// download the client's `Ready` comes right behind `Want`, and the server sends at once; 7: the
-/// data channels probe the path MTU with probe and probe-ack packets, `sluice_proto::pmtu`).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// data channels probe the path MTU with probe and probe-ack packets, `sluice_proto::pmtu`; 8:
+/// messages typed by role (`sluice_session`): a transfer's sender and receiver say the same
+/// things in an upload and a download, the receiver's `Ready` always comes right behind `Want`
+/// and `Repair`, a dry run is a flag of `Want`, and every failure is `Failed`).
+pub const PROTOCOL_VERSION: u32 = 8;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;
 /// The most channels chosen automatically (one per core, up to this).

@@ -39,3 +39,10 @@ impl<F: FnMut(Progress) + Send + 'static> CopyObserver for OnProgress<F> {
         (self.0)(progress);
     }
 }
+
+/// An observer that is told nothing (a server's transfers).
+pub(crate) struct NoObserver;
+
+impl CopyObserver for NoObserver {
+    fn progress(&mut self, _: Progress) {}
+}

@@ -21,29 +21,28 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::channel::{
-    ChannelSetup, DataTask, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, bind_data_sockets,
-    blocking, control_transport, default_channel_config, frame_error, hash_budget,
+    ChannelSetup, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, blocking, control_transport,
+    default_channel_config, frame_error,
 };
-use super::copy::{check_level, kept_pairs, resume_offers, resume_verdict};
-use super::digest::{self, Messages, Receiving};
+use super::copy::check_level;
+use super::drive::{Channels, Destination, Wire, run_receiving, run_sending, unrooted};
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
-use super::manifest_io::{recv_manifest, send_manifest};
-use super::messages::Want;
+use super::manifest_io::send_listing;
 use super::messages::{
-    ClientMsg, ErrorCode, FileKind, ServerMsg, StatInfo, read_message, write_message,
+    Answer, ErrorCode, FileKind, Request, StatInfo, failed_frame, read_message, write_message,
 };
 use super::metrics::Metrics;
-use super::repair::{self, Link, data_store};
+use super::observe::NoObserver;
 use super::tokens::{Grant, Rights, TokenSet};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
-use super::{add_checksums, mismatch_error, plan_error, walk_error, wanted_files};
-use crate::datapath::{self, ChannelReport, Fault};
+use super::{add_checksums, walk_error};
+use crate::datapath::{ChannelReport, Fault};
 use crate::files::{self, Confined, PathError};
-use crate::tree::manifest::to_ranges;
-use crate::tree::{ReceiveOptions, WalkError, WalkOptions, plan, walk};
+use crate::tree::{ReceiveOptions, WalkError, WalkOptions, walk};
+use sluice_session::{Receiving, Sending, Timeouts};
 
 /// Sessions served at once; further connection attempts are refused.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -468,7 +467,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
             return None;
         }
     };
-    let hello = match read_message::<_, ClientMsg>(&mut recv, HANDSHAKE_TIMEOUT).await {
+    let hello = match read_message::<_, Request>(&mut recv, HANDSHAKE_TIMEOUT).await {
         Ok(msg) => msg,
         Err(e) => {
             let message = format!("bad handshake: {}", frame_error(e, conn));
@@ -476,7 +475,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
             return None;
         }
     };
-    let ClientMsg::Hello { version, token, spec } = hello else {
+    let Request::Hello { version, token, spec } = hello else {
         let message = "the first message must be Hello with a token";
         refuse_connection(shared, conn, Some(&mut send), ErrorCode::Auth, message).await;
         return None;
@@ -519,7 +518,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
         refuse_connection(shared, conn, Some(&mut send), ErrorCode::Auth, message).await;
         return None;
     }
-    let welcome = ServerMsg::Welcome { session_id: id.to_string(), spec: negotiated.to_spec() };
+    let welcome = Answer::Welcome { session_id: id.to_string(), spec: negotiated.to_spec() };
     if let Err(e) = write_message(&mut send, &welcome).await {
         debug!(error = %frame_error(e, conn), "could not answer the handshake");
         return None;
@@ -541,7 +540,7 @@ async fn refuse_connection(
     warn!(?code, message, "session refused");
     shared.metrics.refused();
     if let Some(send) = send {
-        let refused = ServerMsg::Refused { code, message: message.to_owned() };
+        let refused = Answer::Refused { code, message: message.to_owned() };
         if write_message(send, &refused).await.is_ok() {
             let _ = send.finish();
             // The client closes on reading the refusal; do not wait for it longer than this.
@@ -560,7 +559,7 @@ async fn serve_request(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
-    let request = match read_message::<_, ClientMsg>(&mut recv, REPLY_TIMEOUT).await {
+    let request = match read_message::<_, Request>(&mut recv, REPLY_TIMEOUT).await {
         Ok(msg) => msg,
         Err(e) => {
             debug!(error = %frame_error(e, &conn), "no request on the stream");
@@ -574,29 +573,32 @@ async fn serve_request(
         request_id: u64::from(send.id()),
         send: &mut send,
         recv: &mut recv,
+        told: false,
     };
     let outcome = match request {
-        ClientMsg::Stat { path } => ctx.stat(&path).await,
-        ClientMsg::List { path } => ctx.list(&path).await,
-        ClientMsg::Get { paths, recursive, links, checksum, compress } => {
+        Request::Stat { path } => ctx.stat(&path).await,
+        Request::List { path } => ctx.list(&path).await,
+        Request::Get { paths, recursive, links, checksum, compress } => {
             let walk = WalkOptions { recursive, links, confine: None };
             ctx.get(&paths, walk, checksum, compress).await
         }
-        ClientMsg::Put { dest, overwrite, checksum, preserve, dry_run } => {
+        Request::Put { dest, overwrite, checksum, preserve, dry_run } => {
             let options = ReceiveOptions { overwrite, checksum, preserve, confine: None };
             ctx.put(&dest, options, dry_run).await
         }
-        other => Err(SessionError::Protocol(format!("unexpected message {other:?}"))),
+        Request::Hello { .. } => Err(SessionError::Protocol("Hello on a request stream".into())),
     };
+    let told = ctx.told;
     match outcome {
         Ok(()) => {}
         Err(err) => {
             warn!(error = %err, "request failed");
             shared.metrics.failed(err.code());
-            // The client learns paths as it named them, not where the server keeps them.
-            let message = unrooted(&err.detail(), &session.access.root);
-            let reply = ServerMsg::Error { code: err.code(), message };
-            let _ = write_message(&mut send, &reply).await;
+            if !told {
+                // The client learns paths as it named them, not where the server keeps them.
+                let message = unrooted(&err.detail(), &session.access.root);
+                let _ = send.write_all(&failed_frame(err.code(), &message)).await;
+            }
         }
     }
     let _ = send.finish();
@@ -618,10 +620,12 @@ struct RequestCtx<'a> {
     request_id: u64,
     send: &'a mut quinn::SendStream,
     recv: &'a mut quinn::RecvStream,
+    /// Whether a transfer machine already told the client why the request failed.
+    told: bool,
 }
 
 impl<'a> RequestCtx<'a> {
-    async fn write(&mut self, msg: &ServerMsg) -> Result<(), SessionError> {
+    async fn write(&mut self, msg: &Answer) -> Result<(), SessionError> {
         write_message(self.send, msg).await.map_err(|e| frame_error(e, self.conn))
     }
 
@@ -668,25 +672,6 @@ impl<'a> RequestCtx<'a> {
         }
     }
 
-    /// Reads the client's `Ready` and returns its data ports.
-    async fn client_ready(&mut self) -> Result<Vec<u16>, SessionError> {
-        match read_message(self.recv, REPLY_TIMEOUT).await.map_err(|e| frame_error(e, self.conn))? {
-            ClientMsg::Ready { udp_ports } => Ok(udp_ports),
-            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
-            other => Err(SessionError::Protocol(format!("expected Ready, got {other:?}"))),
-        }
-    }
-
-    fn client_ip(&self) -> IpAddr {
-        self.conn.remote_address().ip().to_canonical()
-    }
-
-    /// One data socket per negotiated channel, and their ports.
-    fn data_sockets(&self) -> Result<(Vec<std::net::UdpSocket>, Vec<u16>), SessionError> {
-        let local = self.conn.local_ip().map(|ip| ip.to_canonical());
-        bind_data_sockets(self.session.negotiated.channels, local, self.client_ip())
-    }
-
     async fn stat(&mut self, requested: &str) -> Result<(), SessionError> {
         self.require(|r| r.list || r.read, "look at files (it has neither list nor read)")?;
         let root = self.session.access.root.clone();
@@ -706,7 +691,7 @@ impl<'a> RequestCtx<'a> {
         })
         .await?;
         debug!(path = requested, ?info, "stat");
-        self.write(&ServerMsg::StatInfo(info)).await
+        self.write(&Answer::StatInfo(info)).await
     }
 
     /// The listing of `requested`, as manifest parts.
@@ -730,17 +715,18 @@ impl<'a> RequestCtx<'a> {
             skipped = listing.skipped,
             "list"
         );
-        send_manifest(self.send, self.conn, &listing.entries, ServerMsg::Manifest).await
+        send_listing(self.send, self.conn, &listing.entries).await
     }
 
-    /// Binds the data sockets, sends `Ready`, and reads the client's: the channels' parameters.
-    async fn exchange_ready(&mut self) -> Result<Vec<datapath::ChannelParams>, SessionError> {
-        let (sockets, udp_ports) = self.data_sockets()?;
-        self.write(&ServerMsg::Ready { udp_ports }).await?;
-        let peer_ports = self.client_ready().await?;
-        self.setup().params(sockets, self.client_ip(), &peer_ports)
+    fn channels(&self) -> Channels<'a> {
+        Channels { setup: self.setup(), fault: self.shared.fault }
     }
 
+    fn timeouts(&self) -> Timeouts {
+        Timeouts { digests: self.shared.digest_timeout, ..Timeouts::default() }
+    }
+
+    /// A download: this end runs the sending role.
     async fn get(
         &mut self,
         requested: &[String],
@@ -777,91 +763,45 @@ impl<'a> RequestCtx<'a> {
         for skipped in &outgoing.skipped {
             debug!(skipped, "not sent");
         }
-        send_manifest(self.send, self.conn, &outgoing.entries, ServerMsg::Manifest).await?;
-        let want = match read_message(self.recv, REPLY_TIMEOUT)
-            .await
-            .map_err(|e| frame_error(e, self.conn))?
-        {
-            ClientMsg::Want(want) => want,
-            ClientMsg::Failed { code, message } => {
-                info!(?code, message, "the client declined the manifest");
+        let channels = self.channels();
+        let machine = Sending::new(std::time::Instant::now(), &outgoing.entries, self.timeouts());
+        let root = self.session.access.root.clone();
+        let mut wire = Wire::new(self.conn, self.send, self.recv);
+        wire.hide = Some(&root);
+        let sent =
+            run_sending(machine, &mut wire, &channels, &outgoing, compress, None::<NoObserver>)
+                .await;
+        self.told = wire.told;
+        let sent = match sent {
+            Ok(sent) => sent,
+            Err(err) if wire.peer_failed => {
+                // The client's failure is its own to report; this end only logs it.
+                warn!(error = %err, "the client could not take the files");
                 return Ok(());
             }
-            other => return Err(SessionError::Protocol(format!("expected Want, got {other:?}"))),
+            Err(err) => return Err(err),
         };
-        let files = Arc::new(wanted_files(&outgoing, &want)?);
-        let size = files.total();
-        let count = files.len();
-        // The client's data ports come right behind `Want` when any wanted file has bytes, so
-        // the data can leave with this end's `Ready`, without a round trip for them.
-        let peer_ports = match size {
-            0 => None,
-            _ => Some(self.client_ready().await?),
-        };
-        let (store, offers) = (files.clone(), want.resume.clone());
-        let verdict = blocking(move || resume_verdict(&store, &offers)).await?;
-        if !want.resume.is_empty() {
-            self.write(&ServerMsg::Resumed { kept: verdict.kept.clone() }).await?;
+        if sent.sent.dry_run {
+            info!(paths = ?requested, files = sent.wanted.len(), "dry run answered");
+            return Ok(());
         }
-        let moving = verdict.moving();
-        let ranges = verdict.ranges;
-        info!(paths = ?requested, files = count, size, moving, channels = self.session.negotiated.channels, "sending");
-        let data = data_store(&files, self.shared.fault, true);
-        let sending = match peer_ports.filter(|_| moving > 0) {
-            None => None,
-            Some(peer_ports) => {
-                let (sockets, udp_ports) = self.data_sockets()?;
-                self.write(&ServerMsg::Ready { udp_ports }).await?;
-                let params = self.setup().params(sockets, self.client_ip(), &peer_ports)?;
-                let store = data.clone();
-                Some(DataTask::spawn(move |cancel| {
-                    datapath::send(params, &*store, &ranges, compress, &mut |_| {}, cancel)
-                }))
-            }
-        };
-        let streams = (&mut *self.send, &mut *self.recv);
-        let wait = hash_budget(size);
-        let sent = digest::run_sending::<ServerMsg, ClientMsg>(
-            sending,
-            files.clone(),
-            streams,
-            self.conn,
-            wait,
-        )
-        .await?;
         if let Some(report) = &sent.report {
             log_channel("sent", report);
+        }
+        if let Some(report) = &sent.repair_report {
+            log_channel("sent again", report);
+            info!(blocks = sent.sent.repaired, "repaired");
+            self.shared.metrics.repaired(sent.sent.repaired);
         }
         // The channels' packet counts when they reported (they may have been stopped by the
         // client's answer before their last ACK).
         let packets = sent.report.as_ref().map_or((0, 0), |r| (r.data_pkts, r.retransmitted_pkts));
-        let mut link =
-            Link { setup: self.setup(), send: &mut *self.send, messages: Messages::new(self.recv) };
-        let (reply, repaired, report) =
-            repair::serve_repairs::<ServerMsg, _>(&mut link, &files, &data, compress, sent.reply)
-                .await?;
-        if let Some(report) = &report {
-            log_channel("sent again", report);
-            info!(blocks = repaired, "repaired");
-            self.shared.metrics.repaired(repaired);
-        }
-        match (reply, sent.digests) {
-            (ClientMsg::Verified, Some(_)) => {
-                info!(files = count, size, "client verified the files");
-                self.shared.metrics.moved(true, moving, packets.0, packets.1);
-                Ok(())
-            }
-            (ClientMsg::Failed { code, message }, _) => {
-                warn!(?code, message, "client could not take the files");
-                Ok(())
-            }
-            (ClientMsg::Verified, None) => {
-                Err(SessionError::Protocol("Verified before the digests were sent".into()))
-            }
-            (other, _) => Err(SessionError::Protocol(format!("expected Verified, got {other:?}"))),
-        }
+        info!(files = sent.wanted.len(), size = sent.size, "client verified the files");
+        self.shared.metrics.moved(true, sent.sent.moved, packets.0, packets.1);
+        Ok(())
     }
 
+    /// An upload: this end runs the receiving role.
     async fn put(
         &mut self,
         requested: &str,
@@ -870,114 +810,41 @@ impl<'a> RequestCtx<'a> {
     ) -> Result<(), SessionError> {
         self.require(|r| r.write, "write (upload)")?;
         let _permit = self.acquire_transfer()?;
-        let entries = recv_manifest(self.recv, self.conn, |msg| match msg {
-            ClientMsg::Manifest(part) => Ok(part),
-            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
-            other => Err(SessionError::Protocol(format!("expected Manifest, got {other:?}"))),
-        })
-        .await?;
-        debug!(entries = entries.len(), "manifest received");
         let _running = self.shared.metrics.transfer(false);
         let root = self.session.access.root.clone();
         options.confine = Some(root.clone());
         let req = requested.to_owned();
-        let plan = blocking(move || {
-            let dest = resolve(&root, if req.is_empty() { "." } else { &req })?;
-            plan(&dest, entries, &options).map_err(plan_error)
-        })
-        .await?;
+        let dest =
+            blocking(move || resolve(&root, if req.is_empty() { "." } else { &req })).await?;
+        let channels = self.channels();
+        let machine = Receiving::new(std::time::Instant::now(), self.timeouts());
+        let root = self.session.access.root.clone();
+        let mut wire = Wire::new(self.conn, self.send, self.recv);
+        wire.hide = Some(&root);
+        let destination = Destination { dest, options, dry_run };
+        let received =
+            run_receiving(machine, &mut wire, &channels, destination, None::<NoObserver>).await;
+        self.told = wire.told;
+        let mut received = received?;
         if dry_run {
-            let want = Want {
-                files: to_ranges(plan.wanted().iter().copied()),
-                replaced: plan.replaced,
-                kept: plan.kept,
-                resume: Vec::new(),
-            };
-            return self.write(&ServerMsg::Want(want)).await;
+            debug!(files = received.files, "dry run answered");
+            return Ok(());
         }
-        debug!(files = plan.wanted().len(), "planned");
-        let want_files = to_ranges(plan.wanted().iter().copied());
-        let (replaced, kept) = (plan.replaced, plan.kept);
-        let incoming = blocking(move || plan.prepare().map_err(plan_error)).await?;
-        let resume = resume_offers(incoming.offers());
-        let offered = !resume.is_empty();
-        self.write(&ServerMsg::Want(Want { files: want_files, replaced, kept, resume })).await?;
-        let present = if offered {
-            match read_message(self.recv, REPLY_TIMEOUT)
-                .await
-                .map_err(|e| frame_error(e, self.conn))?
-            {
-                ClientMsg::Resumed { kept } => {
-                    incoming.present(&kept_pairs(&kept)?).map_err(SessionError::Protocol)?
-                }
-                ClientMsg::Failed { code, message } => {
-                    return Err(SessionError::from_remote(code, message));
-                }
-                other => {
-                    return Err(SessionError::Protocol(format!("expected Resumed, got {other:?}")));
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        let files = Arc::new(incoming.store());
-        let size = files.total();
-        let ends = files.ends();
-        let count = ends.len();
-        let moving = size - present.iter().map(|r| r.end - r.start).sum::<u64>();
-        info!(path = requested, files = count, size, moving, "receiving");
-        let params = match moving {
-            0 => None,
-            _ => Some(self.exchange_ready().await?),
-        };
-
-        let conn = self.conn;
-        let wait = self.shared.digest_timeout.unwrap_or_else(|| hash_budget(size));
-        let setup = self.setup();
-        let mut messages = Messages::<ClientMsg>::new(self.recv);
-        let mut keeper = incoming.keeper();
-        let data = data_store(&files, self.shared.fault, false);
-        let store = data.clone();
-        let mut receiving = Receiving::spawn(move |hashed, cancel| {
-            let mut progress = |p: datapath::Progress| keeper.update(p.prefix, false);
-            let params = params.unwrap_or_default();
-            let (range, progress) = (0..size, &mut progress);
-            datapath::receive(params, &*store, range, &present, ends, progress, hashed, cancel)
-        });
-        let (arrival, early) =
-            digest::run_receiving(&mut receiving, &mut messages, count, conn).await?;
-        // Every byte is here and hashed: the answer need not wait for the channels' linger.
-        let (hashes, mut report) = arrival.split();
-        let expected = digest::await_digests(&mut messages, early, count, conn, wait).await?;
-        if report.is_none() && hashes != expected {
-            // A repair opens channels of its own: these end first.
-            report = receiving.report().await;
-        }
-        let mut link = Link { setup, send: &mut *self.send, messages };
-        let (actual, repaired) =
-            repair::receive_repairs::<ServerMsg, _>(&mut link, &files, &data, &expected, hashes)
-                .await?;
-        drop(link);
-        if repaired > 0 {
-            info!(blocks = repaired, "repaired");
-            self.shared.metrics.repaired(repaired);
-        }
-        let committed =
-            blocking(move || incoming.commit(&expected, &actual).map_err(plan_error)).await?;
-        if let Some(err) = mismatch_error(&committed) {
-            return Err(err);
+        if received.received.repaired > 0 {
+            info!(blocks = received.received.repaired, "repaired");
+            self.shared.metrics.repaired(received.received.repaired);
         }
         info!(
             path = requested,
-            files = committed.files,
-            links = committed.links,
-            size,
+            files = received.committed.files,
+            links = received.committed.links,
+            size = received.size,
             "stored and verified"
         );
-        self.write(&ServerMsg::Verified).await?;
-        if report.is_none() {
-            report = receiving.report().await;
-        }
+        let report = match received.lingering.as_mut() {
+            Some(lingering) => lingering.report().await,
+            None => received.report.take(),
+        };
         if let Some(r) = report.filter(|r| r.channels > 0) {
             log_channel("received", &r);
             self.shared.metrics.moved(false, r.bytes, r.data_pkts, r.retransmitted_pkts);
@@ -1004,14 +871,6 @@ fn resolve(root: &Path, requested: &str) -> Result<PathBuf, SessionError> {
         PathError::Io(_, source) => open_error(requested, source),
         other => SessionError::Refused(other.to_string()),
     })
-}
-
-/// `message` with the server's own path of `root` taken out of every path in it, so that paths
-/// read as the client names them (relative to the token's root).
-fn unrooted(message: &str, root: &Path) -> String {
-    let root = root.to_string_lossy();
-    let within = format!("{}/", root.trim_end_matches('/'));
-    message.replace(&within, "").replace(root.as_ref(), ".")
 }
 
 /// `not-found` for a missing file, `io` otherwise; names the requested path, never the server's

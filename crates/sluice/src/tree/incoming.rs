@@ -12,42 +12,12 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
-
 use super::fileset::FileSet;
 use super::manifest::{self, BadEntry, Entry, EntryKind};
 use super::resume::{self, RECORD_EVERY, RESUME_MIN_BYTES, Resumable};
 use crate::files::{Confined, hash_prefix, parent_dir, random_u64, temp_name};
 
-/// What to do when a file of the manifest exists at the destination.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Overwrite {
-    /// Refuse the whole transfer, naming the files that exist (the default).
-    #[default]
-    Refuse,
-    /// Keep the existing file; move the others.
-    Never,
-    /// Replace it.
-    Always,
-    /// Replace it when the source's modification time is later.
-    IfNewer,
-    /// Replace it unless size and modification time (or, with `checksum`, the BLAKE3) match.
-    IfDifferent,
-}
-
-impl Overwrite {
-    /// Parses `never`, `always`, `if-newer` or `if-different`.
-    pub fn from_name(name: &str) -> Option<Overwrite> {
-        match name {
-            "never" => Some(Overwrite::Never),
-            "always" => Some(Overwrite::Always),
-            "if-newer" => Some(Overwrite::IfNewer),
-            "if-different" => Some(Overwrite::IfDifferent),
-            _ => None,
-        }
-    }
-}
+pub use sluice_session::options::Overwrite;
 
 /// The receiving end's choices.
 #[derive(Debug, Clone, Default)]

@@ -14,7 +14,7 @@
 pub mod fileset;
 pub mod incoming;
 pub mod list;
-pub mod manifest;
+pub use sluice_session::manifest;
 pub mod resume;
 pub mod walk;
 

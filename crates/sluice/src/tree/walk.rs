@@ -5,38 +5,10 @@ use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::manifest::{Entry, EntryKind, MAX_ENTRIES};
 use crate::files::Confined;
 
-/// What to do with symbolic links inside a tree (a source named on the command line is always
-/// followed, as `cp -r` and `scp -r` do).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Links {
-    /// Leave them out, with a warning.
-    Skip,
-    /// Recreate them as links with the same target (the receiving server refuses targets that
-    /// leave its root).
-    #[default]
-    Copy,
-    /// Move what they point to. A serving end follows only links that stay inside its root;
-    /// a directory reached twice is moved once.
-    Follow,
-}
-
-impl Links {
-    /// Parses `skip`, `copy` or `follow`.
-    pub fn from_name(name: &str) -> Option<Links> {
-        match name {
-            "skip" => Some(Links::Skip),
-            "copy" => Some(Links::Copy),
-            "follow" => Some(Links::Follow),
-            _ => None,
-        }
-    }
-}
+pub use sluice_session::options::Links;
 
 /// How to list the sources.
 #[derive(Debug, Clone, Default)]

@@ -163,8 +163,8 @@ pub fn raw_endpoint(server: &TestServer, bind: SocketAddr) -> quinn::Endpoint {
 }
 
 /// A `Hello` with `token` and the default proposal (4 channels offered).
-pub fn hello(token: &str) -> sluice::session::messages::ClientMsg {
-    sluice::session::messages::ClientMsg::Hello {
+pub fn hello(token: &str) -> sluice::session::messages::Request {
+    sluice::session::messages::Request::Hello {
         version: sluice::session::PROTOCOL_VERSION,
         token: token.into(),
         spec: sluice::session::messages::Spec {

@@ -1,0 +1,34 @@
+//! Sluice's session plane as pure logic: what each end of a transfer says and decides, with no
+//! I/O. It performs no I/O, reads no clock (every call that needs the time takes `now`) and
+//! draws no randomness; `tests/no_io.rs` fails if a dependency or a source file brings any in.
+//!
+//! A transfer has two roles, whoever opened the session: the **sending** end holds the files
+//! ([`Sending`]) and the **receiving** end writes them ([`Receiving`]). Each is a state
+//! machine: its driver hands it what happened (`handle_*`: a message from the peer, a file job
+//! done, a data phase ended, a deadline passed) and does what it asks ([`SendEffect`],
+//! [`RecvEffect`]: send a message, plan or hash or commit files, bind sockets, start data
+//! channels). The quinn-and-files driver in the `sluice` crate runs both machines, on the
+//! server and on the client alike; a relay, a third party, a browser or a TCP transport is
+//! another driver of the same two machines. The tests in `tests/` drive them against each
+//! other in memory.
+//!
+//! Modules:
+//! - [`messages`]: the role-typed messages and their framing;
+//! - [`manifest`]: what a transfer moves, and the checks on a peer's manifest;
+//! - [`options`]: the request options that travel on the wire;
+//! - [`layout`]: the wanted files end to end in one offset space, and the resume and repair
+//!   arithmetic on it;
+//! - [`transfer`]: deadlines, faults and the manifest in parts, shared by the roles;
+//! - [`sending`] and [`receiving`]: the two machines.
+
+pub mod layout;
+pub mod manifest;
+pub mod messages;
+pub mod options;
+pub mod receiving;
+pub mod sending;
+pub mod transfer;
+
+pub use receiving::{Planned, Received, Receiving, RecvEffect};
+pub use sending::{SendEffect, Sending, Sent};
+pub use transfer::{Fault, Timeouts};

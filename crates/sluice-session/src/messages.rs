@@ -1,0 +1,383 @@
+//! The session's messages, typed by who says them, and their framing: a u32 big-endian length,
+//! then that many bytes of JSON.
+//!
+//! A request stream opens with the client's [`Request`]. `Stat` and `List` are answered with
+//! [`Answer`]s; the handshake's `Hello` with `Welcome` or `Refused`. A `Get` or a `Put` then
+//! becomes a transfer between two roles, whoever opened the stream: the end with the files says
+//! [`SenderMsg`]s, the end that writes them says [`ReceiverMsg`]s. In an upload the client
+//! sends and the server receives; in a download the other way round; in a third-party or
+//! relayed transfer other drivers play the same roles with the same messages.
+//!
+//! Every role ends a request it gives up with `Failed { code, message }`, the same JSON object
+//! in each enum (`{"type": "failed", ...}`), so an end that fails before it knows its role (a
+//! request refused at once) answers with [`failed_frame`].
+//!
+//! A frame is at most [`MAX_MESSAGE_BYTES`]; a larger announced length is refused before any
+//! allocation. Messages are tagged JSON objects (`{"type": "get", "path": "a/b"}`), so a newer
+//! peer's unknown field is ignored and an unknown message type is a protocol error.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::Entry;
+use crate::options::{Links, Overwrite};
+
+/// The largest frame body accepted or sent.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// What the client proposes and the server chooses for the session's data channels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    /// Data channels per transfer: the client's limit in `Hello`, the chosen count in `Welcome`.
+    pub max_channels: u32,
+    /// Largest UDP payload of a data packet, in bytes.
+    pub packet_size: u32,
+    /// Congestion controller name (`udt`, `fixed`, `adaptive`).
+    pub cc: String,
+    /// AEAD name (`aes-256-gcm`, `chacha20-poly1305`).
+    pub cipher: String,
+    /// Rate of the `fixed` controller and a cap for the others when non-zero (bit/s).
+    #[serde(default)]
+    pub rate_bps: u64,
+    /// A floor for the transfer's sending rate when non-zero (bit/s).
+    #[serde(default)]
+    pub min_rate_bps: u64,
+}
+
+/// The first message of a stream, from the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// First message of a session, on the first stream.
+    Hello {
+        /// The client's protocol version.
+        version: u32,
+        /// The client's token.
+        token: String,
+        /// The client's proposal.
+        spec: Spec,
+    },
+    /// Download files: the server becomes the sending role, the client the receiving one.
+    Get {
+        /// Paths relative to the server's root (`.` is the root itself).
+        paths: Vec<String>,
+        /// Directories are copied with everything in them (else a directory is refused).
+        #[serde(default)]
+        recursive: bool,
+        /// Symbolic links inside the trees.
+        #[serde(default)]
+        links: Links,
+        /// Put each file's BLAKE3 in the manifest (the client compares by content).
+        #[serde(default)]
+        checksum: bool,
+        /// Compress each piece that shrinks with zstd at this level (1 to 19).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compress: Option<i32>,
+    },
+    /// Upload files: the client becomes the sending role, the server the receiving one.
+    Put {
+        /// Where, relative to the server's root: into it when it is a directory, else the one
+        /// top-level entry takes its name.
+        dest: String,
+        /// Files that exist at the destination.
+        #[serde(default)]
+        overwrite: Overwrite,
+        /// Compare existing files by BLAKE3 (the manifest carries the client's).
+        #[serde(default)]
+        checksum: bool,
+        /// Keep the client's permission bits and modification times.
+        #[serde(default)]
+        preserve: bool,
+        /// Answer `Want` and stop: nothing is created.
+        #[serde(default)]
+        dry_run: bool,
+    },
+    /// The entries of a directory (one level), or a file itself: answered with `Manifest`
+    /// parts (each entry's path a single name).
+    List {
+        /// Path relative to the server's root.
+        path: String,
+    },
+    /// Size, modification time and kind of a path.
+    Stat {
+        /// Path relative to the server's root.
+        path: String,
+    },
+}
+
+/// The server's answer to `Hello`, `Stat` and `List`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Answer {
+    /// The session is accepted.
+    Welcome {
+        /// Random identifier of the session (32 hex digits); part of the key context.
+        session_id: String,
+        /// The chosen specification (`max_channels` is the channel count).
+        spec: Spec,
+    },
+    /// The session is refused; the server closes the connection.
+    Refused {
+        /// Why.
+        code: ErrorCode,
+        /// For the user.
+        message: String,
+    },
+    /// Answer to `Stat`.
+    StatInfo(StatInfo),
+    /// Part of the listing of a `List`.
+    Manifest(ManifestPart),
+    /// The request failed.
+    Failed {
+        /// Class of the failure.
+        code: ErrorCode,
+        /// For the user.
+        message: String,
+    },
+}
+
+/// What the sending role says (the end with the files).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SenderMsg {
+    /// Part of the manifest: what the transfer moves.
+    Manifest(ManifestPart),
+    /// The verdict on the receiver's resume offers (only when `Want` offered any).
+    Resumed {
+        /// `[file, bytes]`: the leading bytes of each offered file that match and stay.
+        kept: Vec<[u64; 2]>,
+    },
+    /// The sender's data sockets are bound, and the data follows at once: after the
+    /// receiver's `Ready` (and `Resumed`) when any byte is left to move, and again in a repair
+    /// round after `Repairing` that names any block.
+    Ready {
+        /// Their UDP ports, one per negotiated channel, in channel order.
+        udp_ports: Vec<u16>,
+    },
+    /// BLAKE3 of each wanted file, in order, in one or more batches: sent when the sender's
+    /// hashing is done, which may be before, during or after the data.
+    Digests {
+        /// The hashes, 64 hex digits each.
+        blake3: Vec<String>,
+    },
+    /// The answer to the receiver's `Repair`: the blocks that differ, as `[file, block]`.
+    Repairing {
+        /// The blocks whose hashes differ from the receiver's, increasing.
+        blocks: Vec<[u64; 2]>,
+    },
+    /// The sender gives up on this transfer.
+    Failed {
+        /// Class of the failure.
+        code: ErrorCode,
+        /// For the log and the user.
+        message: String,
+    },
+}
+
+/// What the receiving role says (the end that writes the files).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReceiverMsg {
+    /// The files of the manifest the receiver wants.
+    Want(Want),
+    /// The receiver's data sockets are bound and listening: right behind `Want` when any
+    /// wanted file has bytes, and right behind each `Repair`.
+    Ready {
+        /// Their UDP ports, one per negotiated channel, in channel order.
+        udp_ports: Vec<u16>,
+    },
+    /// Some files did not hash to the sender's BLAKE3: the blocks of each as the receiver has
+    /// them. The sender answers `Repairing`.
+    Repair {
+        /// Each such file's block hashes.
+        files: Vec<BlockHashes>,
+    },
+    /// The receiver has the files, verified and stored.
+    Verified,
+    /// The receiver gives up on this transfer.
+    Failed {
+        /// Class of the failure.
+        code: ErrorCode,
+        /// For the log and the user.
+        message: String,
+    },
+}
+
+/// Part of a manifest: entries in order; the last part says so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestPart {
+    /// The next entries.
+    pub entries: Vec<Entry>,
+    /// Whether the manifest ends here.
+    pub last: bool,
+}
+
+/// The receiver's choice of the files of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Want {
+    /// Numbers of the files that move (counting the manifest's files in order) as ranges
+    /// `[start, end)`.
+    pub files: Vec<[u32; 2]>,
+    /// Existing files that will be replaced.
+    #[serde(default)]
+    pub replaced: u64,
+    /// Existing files kept by the overwrite policy.
+    #[serde(default)]
+    pub kept: u64,
+    /// Files an interrupted transfer left partly on disk: the sender answers `Resumed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resume: Vec<BlockHashes>,
+    /// A dry run: the choice is all the receiver wanted to know, and the transfer ends here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// BLAKE3 of a wanted file's 4 MiB blocks at the receiver: the leading blocks it has already
+/// (a resume offer in `Want`), or all of a file that did not hash to the sender's BLAKE3 (in
+/// `Repair`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockHashes {
+    /// Which file, counting the wanted files in order from 0.
+    pub file: u32,
+    /// BLAKE3 of each 4 MiB block from the file's start, hex.
+    pub blocks: Vec<String>,
+}
+
+/// What a `Stat` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatInfo {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, seconds since the Unix epoch.
+    pub mtime: i64,
+    /// What the path is.
+    pub kind: FileKind,
+}
+
+/// Kind of a path on the server (symbolic links are followed inside the root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// Anything else (device, socket, FIFO).
+    Other,
+}
+
+/// Class of a failure, as carried by `Refused` and `Failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    /// Missing or wrong token.
+    Auth,
+    /// The path does not exist.
+    NotFound,
+    /// The path is outside the root, or the request is not allowed.
+    Refused,
+    /// A file operation failed.
+    Io,
+    /// The data does not hash to the sender's `Digests`.
+    Integrity,
+    /// Some files were stored, others failed.
+    Partial,
+    /// No capacity for another transfer now.
+    Busy,
+    /// The data channel failed.
+    Network,
+    /// A message broke the protocol.
+    Protocol,
+}
+
+/// Why bytes are not a frame.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// The announced length is above [`MAX_MESSAGE_BYTES`].
+    #[error("message of {0} bytes is over the 1 MiB limit")]
+    TooLarge(usize),
+    /// The bytes end before the frame does, or go on after it.
+    #[error("the frame's length does not match its bytes")]
+    Length,
+    /// The body is not a valid message.
+    #[error("malformed message: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Encodes `msg` as one frame.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, CodecError> {
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_MESSAGE_BYTES {
+        return Err(CodecError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    // Fits: the length is at most MAX_MESSAGE_BYTES.
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// The body length a frame's 4-byte header announces, refused above [`MAX_MESSAGE_BYTES`].
+pub fn frame_len(header: [u8; 4]) -> Result<usize, CodecError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_MESSAGE_BYTES {
+        return Err(CodecError::TooLarge(len));
+    }
+    Ok(len)
+}
+
+/// Decodes one whole frame (the inverse of [`encode`]): the length must be within the limit and
+/// match the bytes that follow it exactly.
+pub fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, CodecError> {
+    let (len, body) = frame.split_first_chunk::<4>().ok_or(CodecError::Length)?;
+    if body.len() != frame_len(*len)? {
+        return Err(CodecError::Length);
+    }
+    Ok(serde_json::from_slice(body)?)
+}
+
+/// The frame of `Failed { code, message }`: what every role and [`Answer`] read as their own
+/// `Failed`, for an end that fails before its role is known.
+pub fn failed_frame(code: ErrorCode, message: &str) -> Vec<u8> {
+    let failed = Answer::Failed { code, message: message.to_owned() };
+    encode(&failed).unwrap_or_else(|_| {
+        // Only a message over 1 MiB fails to encode: say so in fewer words.
+        let short = Answer::Failed { code, message: "(a message over 1 MiB)".into() };
+        encode(&short).unwrap_or_default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_reads_the_same_in_every_role() {
+        let frame = failed_frame(ErrorCode::Busy, "m");
+        assert_eq!(
+            decode::<SenderMsg>(&frame).unwrap(),
+            SenderMsg::Failed { code: ErrorCode::Busy, message: "m".into() }
+        );
+        assert_eq!(
+            decode::<ReceiverMsg>(&frame).unwrap(),
+            ReceiverMsg::Failed { code: ErrorCode::Busy, message: "m".into() }
+        );
+        assert_eq!(
+            decode::<Answer>(&frame).unwrap(),
+            Answer::Failed { code: ErrorCode::Busy, message: "m".into() }
+        );
+    }
+
+    #[test]
+    fn frames_are_checked_before_they_are_parsed() {
+        let frame = encode(&ReceiverMsg::Verified).unwrap();
+        assert_eq!(&frame[4..], br#"{"type":"verified"}"#);
+        assert!(matches!(decode::<ReceiverMsg>(&frame[..5]), Err(CodecError::Length)));
+        let mut long = frame.clone();
+        long.push(b' ');
+        assert!(matches!(decode::<ReceiverMsg>(&long), Err(CodecError::Length)));
+        let huge = ((MAX_MESSAGE_BYTES + 1) as u32).to_be_bytes();
+        assert!(matches!(frame_len(huge), Err(CodecError::TooLarge(_))));
+        assert!(matches!(decode::<SenderMsg>(&frame), Err(CodecError::Json(_))));
+    }
+}
