@@ -3,7 +3,8 @@
 //! both ends believe the TUN's 1500-byte MTU. The session's QUIC connection gets through (it
 //! starts at 1200 bytes); the data channels start at 1232-byte datagrams and go to their full
 //! size only once a probe of it was answered (`sluice_proto::pmtu`). Needs root (namespaces,
-//! TUN devices); without it the test says so and passes.
+//! TUN devices); without it the test says so and passes, except in CI, where it fails
+//! (`common::skip_or_fail`).
 
 #![allow(clippy::print_stdout)] // tests print their seeds and results
 
@@ -15,7 +16,7 @@ use linkem::{DirectionConfig, Emulator, LinkConfig, NetnsPair};
 
 mod common;
 
-use common::{BIN, code, random_file, same_file, serve_with, stderr};
+use common::{BIN, code, random_file, same_file, serve_with, skip_or_fail, stderr};
 
 const TOKEN: &str = "black-hole-test-token-41c9";
 const PORT: &str = "7810";
@@ -89,10 +90,11 @@ impl Hole {
     }
 }
 
+#[track_caller]
 fn root_or_skip() -> bool {
     let root = linkem::netns::is_root();
     if !root {
-        println!("skipped: needs root for network namespaces and TUN devices");
+        skip_or_fail("needs root for network namespaces and TUN devices");
     }
     root
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{BIN, Netns, code, isolate, random_file, same_file, serve_with, stderr};
+use common::{BIN, Netns, code, isolate, random_file, same_file, serve_with, skip_or_fail, stderr};
 
 const TOKEN: &str = "e2e-test-token-7f3a";
 
@@ -788,7 +788,7 @@ fn on_a_1500_byte_path_the_default_packet_size_fits_both_families_and_a_larger_o
     // Loopback with a 1500-byte MTU in a namespace of our own: UDP payloads of 1472 bytes fit
     // over IPv4, 1452 over IPv6.
     let Some(ns) = Netns::with_loopback_mtu("mtu", 1500) else {
-        println!("skipped: needs root and iproute2 to make a network namespace");
+        skip_or_fail("needs root and iproute2 to make a network namespace");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -2,6 +2,7 @@
 //! test's own (loopback only, removed afterwards), with its own host key, one authorized client
 //! key and no other configuration; the client runs in the same namespace. No daemon is started:
 //! ssh starts `sluice serve --once` for each copy, and the data moves over Sluice's channels.
+//! Needs root and openssh-server; without them the tests skip, except in CI, where they fail.
 
 #![allow(clippy::print_stdout)] // tests print their seeds
 
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Netns, code, isolate, random_file, same_file, stderr};
+use common::{BIN, Netns, code, isolate, random_file, same_file, skip_or_fail, stderr};
 
 const SSHD: &str = "/usr/sbin/sshd";
 const SSH_PORT: u16 = 2222;
@@ -25,10 +26,6 @@ struct Sshd {
 impl Sshd {
     /// Makes the keys and configuration in `dir` and starts sshd in `ns`, ready for logins.
     fn start(ns: &Netns, dir: &Path) -> Sshd {
-        assert!(
-            Path::new(SSHD).exists(),
-            "{SSHD} is missing: install openssh-server (.ci/run does) to test the ssh start"
-        );
         for key in ["host_key", "user_key", "stranger_key"] {
             let made = Command::new("ssh-keygen")
                 .args(["-q", "-t", "ed25519", "-N", "", "-f"])
@@ -159,10 +156,24 @@ fn servers_left_after(limit: Duration) -> Vec<u32> {
     }
 }
 
+/// A network namespace for a test that runs sshd, where one can: it needs OpenSSH's server,
+/// root and iproute2. Elsewhere `None`, after [`skip_or_fail`] says why.
+#[track_caller]
+fn namespace_for_sshd(tag: &str) -> Option<Netns> {
+    if !Path::new(SSHD).exists() {
+        skip_or_fail(&format!("needs {SSHD} (openssh-server, which .ci/run installs)"));
+        return None;
+    }
+    let ns = Netns::with_loopback_mtu(tag, 65536);
+    if ns.is_none() {
+        skip_or_fail("needs root and iproute2 to make a network namespace");
+    }
+    ns
+}
+
 #[test]
 fn cp_over_ssh_starts_a_one_shot_server_and_moves_files_both_ways() {
-    let Some(ns) = Netns::with_loopback_mtu("ssh", 65536) else {
-        println!("skipped: needs root and iproute2 to make a network namespace");
+    let Some(ns) = namespace_for_sshd("ssh") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -250,8 +261,7 @@ fn cp_over_ssh_starts_a_one_shot_server_and_moves_files_both_ways() {
 
 #[test]
 fn cp_over_ssh_names_what_failed_when_no_server_starts() {
-    let Some(ns) = Netns::with_loopback_mtu("ssh-fail", 65536) else {
-        println!("skipped: needs root and iproute2 to make a network namespace");
+    let Some(ns) = namespace_for_sshd("ssh-fail") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -6,13 +6,19 @@
 //! with `handle_*` calls for inputs and `poll_*` calls for outputs, as their docs describe.
 //!
 //! Layout:
+//! - [`config`]: the channel configuration both ends share;
 //! - [`seq`]: 31-bit data sequence numbers on the wire, 64-bit inside;
 //! - [`intervals`]: the loss lists, as interval sets;
 //! - [`wire`] and [`crypto`]: the packet format and its AEAD protection;
 //! - [`estimate`]: RTT, arrival speed and link capacity estimators;
-//! - [`cc`]: the congestion controllers (`udt`, `fixed`, `adaptive`) behind one trait;
+//! - [`delay`]: forward queuing delay from one-way delay samples;
+//! - [`cc`]: the congestion controllers (`udt`, `fixed`, `adaptive` and its scavenger form `low`)
+//!   behind one trait, and the coupling of a transfer's channels into one flow ([`cc::coupled`]);
+//! - [`pmtu`]: path MTU probing on the channel's own packets;
 //! - [`timer`]: the timer table;
-//! - [`sender`] and [`receiver`]: the two ends of a channel.
+//! - [`rng`]: the seeded pseudo-random generator;
+//! - [`sender`] and [`receiver`]: the two ends of a channel (their [`receiver::State`] is
+//!   shared).
 
 pub mod cc;
 pub mod config;

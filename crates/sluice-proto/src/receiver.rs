@@ -67,9 +67,11 @@ pub enum Rejected {
 pub enum State {
     /// Moving data.
     Open,
-    /// The peer closed the channel in order, with this reason code.
+    /// The channel was closed in order, with this reason code: by the peer's shutdown, or (at
+    /// a sender) by its own once everything was acknowledged ([`crate::sender::REASON_DONE`]).
     Closed(u32),
-    /// Nothing heard from the peer for the idle timeout.
+    /// Nothing heard from the peer for the idle timeout (or, at a sender, its packet numbers ran
+    /// out).
     Broken,
 }
 

@@ -11,8 +11,10 @@
 //!    each datagram it writes. `poll_transmit` asks the driver for payload bytes through a
 //!    callback `fill(offset, buf)` at the moment a packet is built, so the sender holds no payload
 //!    and a retransmission reads its bytes again from the source;
-//! 5. stops when [`Sender::state`] is no longer [`State::Open`]: `Finished` means every byte was
-//!    acknowledged and the shutdown was sent.
+//! 5. stops when [`Sender::state`] is no longer [`State::Open`]: [`State::Closed`] with
+//!    [`REASON_DONE`] means every byte was acknowledged and the shutdown was sent (a shutdown
+//!    from the peer closes it with the peer's reason); [`State::Broken`] means the peer was
+//!    silent for the idle timeout, or the packet numbers ran out (see below).
 //!
 //! Pacing: `poll_transmit` returns `None` when the next packet is not due yet;
 //! [`Sender::poll_timeout`] then says when it is. Control packets (ACK2, keep-alive, path MTU
@@ -236,7 +238,7 @@ impl Sender {
     }
 
     /// Declares that nothing more will be pushed: once everything is acknowledged, the sender
-    /// shuts the channel down and reports [`State::Finished`].
+    /// shuts the channel down and reports [`State::Closed`] with [`REASON_DONE`].
     pub fn finish(&mut self) {
         self.finished = true;
     }

@@ -16,8 +16,11 @@
 //!
 //! The modules own one thing each: `buffers` (socket buffer sizing), `socket` (creation,
 //! feature detection, waiting), `send` (GSO and `sendmmsg`), `recv` (`recvmmsg` + GRO) and
-//! `mtu` (path MTU, don't-fragment). GSO/GRO and `recvmmsg` go through `quinn-udp`; `sendmmsg`
-//! and socket options through `rustix`; this crate has no `unsafe` code of its own.
+//! `mtu` (path MTU, don't-fragment). GSO sends, and the detection of GSO and GRO (which turns
+//! `UDP_GRO` on), go through `quinn-udp`; `sendmmsg` and most socket options through `rustix`.
+//! The receive is this crate's own `recvmmsg` through `libc`, because it reads each message's
+//! kernel timestamp, which `quinn-udp` does not: `recv` holds the crate's only `unsafe` code,
+//! each block with a `SAFETY` comment.
 
 use std::io;
 

@@ -22,7 +22,7 @@ pub struct Socket {
     pub(crate) peer: SocketAddr,
     /// `peer` in the form `sendmmsg` takes, converted once.
     pub(crate) peer_any: SocketAddrAny,
-    /// quinn-udp's per-socket state: GSO sends and GRO/`recvmmsg` receives go through it.
+    /// quinn-udp's per-socket state: GSO sends go through it (receives are `recv`'s own).
     pub(crate) state: UdpSocketState,
     /// Segments one GSO send may carry (the kernel's limit capped at [`MAX_BATCH_SEGMENTS`]);
     /// 1 when the kernel has no GSO.

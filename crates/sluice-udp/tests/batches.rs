@@ -6,7 +6,10 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::os::fd::AsRawFd;
 
-use common::{assert_same, batch, pair, pair_on, recv_n, recv_n_from, send_all};
+use common::{
+    assert_same, batch, ipv6_loopback_or_skip, pair, pair_on, recv_n, recv_n_from, send_all,
+    skip_or_fail,
+};
 use sluice_udp::{MAX_BATCH_SEGMENTS, RecvBatch, Socket};
 
 fn round_trip(tx: &Socket, rx: &Socket, seed: u64, count: usize, segment: usize, last: usize) {
@@ -82,7 +85,7 @@ fn without_gso_sendmmsg_carries_the_batches() {
 fn gso_reports_its_batch() {
     let (tx, _rx) = pair();
     if !tx.gso() {
-        eprintln!("no UDP GSO on this kernel: nothing to check");
+        skip_or_fail("no UDP GSO on this kernel");
         return;
     }
     assert!(tx.max_segments() > 1 && tx.max_segments() <= MAX_BATCH_SEGMENTS);
@@ -144,8 +147,7 @@ fn datagrams_from_other_sources_are_kept() {
 
 #[test]
 fn ipv6_loopback_round_trips() {
-    if UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_err() {
-        eprintln!("no IPv6 loopback here: skipped");
+    if !ipv6_loopback_or_skip() {
         return;
     }
     let (tx, rx) = pair_on(IpAddr::V6(Ipv6Addr::LOCALHOST));
@@ -229,7 +231,7 @@ fn check_full_send_buffer() {
 fn gso_refused_falls_back_to_sendmmsg_for_good() {
     let (tx, rx) = pair();
     if !tx.gso() {
-        eprintln!("no UDP GSO on this kernel: nothing to check");
+        skip_or_fail("no UDP GSO on this kernel");
         return;
     }
     let on: libc::c_int = 1;

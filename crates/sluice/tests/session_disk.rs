@@ -1,7 +1,7 @@
 //! A server whose disk fills up or cannot be written: the upload fails with an error that says
 //! so, and nothing is left half-renamed: no final file, no temporary file. The served
 //! directory is a small tmpfs this test mounts (and unmounts); it needs root, and says so when
-//! it skips.
+//! it skips (in CI it fails instead: see `common::skip_or_fail`).
 
 #![allow(clippy::print_stdout)]
 
@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{TestServer, pattern};
+use common::{TestServer, pattern, skip_or_fail};
 use sluice::session::{CopyOptions, SessionError};
 
 /// A tmpfs mounted on a directory of the test's own; unmounted on drop.
@@ -79,7 +79,7 @@ async fn upload(root: PathBuf, files: &[(&str, usize)]) -> Result<(), SessionErr
 #[tokio::test]
 async fn a_full_disk_fails_the_upload_clearly_and_leaves_nothing_behind() {
     let Some(disk) = Tmpfs::mount("size=4m") else {
-        println!("skipped: needs root to mount a tmpfs");
+        skip_or_fail("needs root to mount a tmpfs");
         return;
     };
     // 3 MiB fits; 6 MiB more does not.
@@ -105,7 +105,7 @@ async fn a_full_disk_fails_the_upload_clearly_and_leaves_nothing_behind() {
 #[tokio::test]
 async fn a_read_only_root_fails_the_upload_clearly_and_changes_nothing() {
     let Some(disk) = Tmpfs::mount("size=4m") else {
-        println!("skipped: needs root to mount a tmpfs");
+        skip_or_fail("needs root to mount a tmpfs");
         return;
     };
     let existing = disk.path().join("old.txt");

@@ -1,5 +1,6 @@
 //! End-to-end tests of the emulator: real TUN devices in namespaces made by the test, UDP from
-//! namespace a to namespace b. They need root; without it they print a skip message and pass.
+//! namespace a to namespace b. They need root; without it they print a skip message and pass,
+//! except in CI, where they fail (see `skip_or_fail`).
 //! Rates are modest and bounds generous, so a loaded 2-core machine does not make them flaky.
 
 use std::net::{SocketAddr, UdpSocket};
@@ -10,6 +11,11 @@ use linkem::model::{Direction, LossConfig, loss_pattern};
 use linkem::netns::{self, in_netns};
 use linkem::{A_ADDR, B_ADDR, DirectionConfig, Emulator, LinkConfig, NetnsPair, QueueLimit};
 
+#[allow(unreachable_pub)]
+#[path = "../../testing/skip.rs"]
+mod skip;
+use skip::skip_or_fail;
+
 /// One emulator test at a time: they measure time, and the machine is small.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -17,11 +23,12 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+#[track_caller]
 fn root_or_skip(test: &str) -> bool {
     if netns::is_root() {
         return true;
     }
-    eprintln!("SKIP {test}: needs root (network namespaces and TUN devices)");
+    skip_or_fail(&format!("{test} needs root (network namespaces and TUN devices)"));
     false
 }
 

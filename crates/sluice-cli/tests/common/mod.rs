@@ -9,6 +9,11 @@ use std::process::{Child, Command, Output, Stdio};
 
 use sluice_proto::rng::Rng;
 
+#[path = "../../../../tools/testing/skip.rs"]
+mod skip;
+#[allow(unused_imports)] // not every test file skips
+pub use skip::skip_or_fail;
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 

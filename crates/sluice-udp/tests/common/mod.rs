@@ -2,11 +2,16 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sluice_udp::{RecvBatch, Socket};
+
+#[path = "../../../../tools/testing/skip.rs"]
+mod skip;
+#[allow(unused_imports)] // not every test file skips
+pub use skip::skip_or_fail;
 
 /// Buffers the tests ask for: enough for a few 64-datagram batches in flight.
 pub const BUFFER_BYTES: usize = 4 << 20;
@@ -24,6 +29,17 @@ pub fn pair_on(ip: IpAddr) -> (Socket, Socket) {
 /// A pair on 127.0.0.1.
 pub fn pair() -> (Socket, Socket) {
     pair_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// Whether this host has an IPv6 loopback; where it has none, what needs one is skipped (see
+/// [`skip_or_fail`]).
+#[track_caller]
+pub fn ipv6_loopback_or_skip() -> bool {
+    let there = UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
+    if !there {
+        skip_or_fail("no IPv6 loopback here");
+    }
+    there
 }
 
 /// The byte at `pos` of datagram `index` in a batch made with `seed`: every byte depends on all
@@ -102,8 +118,10 @@ pub fn assert_same(got: &[Vec<u8>], want: &[Vec<u8>]) {
 }
 
 /// Runs `check` on a thread of its own inside a new network namespace, after running `setup`
-/// (commands such as `ip link set lo up`) there. Needs root: elsewhere it prints why it skipped
-/// and returns false. Only that namespace's loopback is touched; it ends with the thread.
+/// (commands such as `ip link set lo up`) there. Needs root: elsewhere it skips (or fails, see
+/// [`skip_or_fail`]) and returns false. Only that namespace's loopback is touched; it ends with
+/// the thread.
+#[track_caller]
 pub fn in_private_netns(setup: &[&[&str]], check: fn()) -> bool {
     let setup: Vec<Vec<String>> =
         setup.iter().map(|cmd| cmd.iter().map(|s| s.to_string()).collect()).collect();
@@ -132,7 +150,7 @@ pub fn in_private_netns(setup: &[&[&str]], check: fn()) -> bool {
     match outcome {
         Ok(()) => true,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            skip_or_fail(&why);
             false
         }
     }

@@ -15,6 +15,11 @@ use sluice::session::{
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+#[path = "../../../../tools/testing/skip.rs"]
+mod skip;
+#[allow(unused_imports)] // not every test file skips
+pub use skip::skip_or_fail;
+
 /// The token every test server accepts.
 pub const TOKEN: &str = "test-token-0123456789";
 
