@@ -6,8 +6,9 @@
 //! bounds: [`MAX_CONNECTIONS`] sessions ([`MAX_UNAUTHENTICATED`] of them, and
 //! [`MAX_UNAUTHENTICATED_PER_IP`] from one address, before their token is accepted),
 //! [`MAX_REQUESTS_PER_SESSION`] concurrent requests and [`MAX_TRANSFERS_PER_SESSION`] transfers
-//! per session, and [`MAX_TRANSFERS`] transfers in the whole server (beyond them a request is
-//! answered `busy`).
+//! per session (beyond them a request is answered `busy`), and [`MAX_TRANSFERS`] transfers in
+//! the whole server (beyond them a transfer waits, up to [`TRANSFER_WAIT`], then is answered
+//! `busy`).
 //!
 //! A connection beyond its address's places first proves its address with a QUIC Retry, then
 //! waits for a place, first come first served ([`MAX_WAITING_PER_IP`] of them, at most
@@ -84,8 +85,14 @@ pub const MAX_REQUESTS_PER_SESSION: u32 = 16;
 /// Transfers one session may run at once (each may hold a manifest in memory); further ones
 /// are answered `busy`.
 pub const MAX_TRANSFERS_PER_SESSION: usize = 4;
-/// Data channels the whole server runs at once; further transfers are answered `busy`.
+/// Transfers the whole server runs at once; further ones wait for a place, up to
+/// [`TRANSFER_WAIT`], then are answered `busy`.
 pub const MAX_TRANSFERS: usize = 32;
+/// How long a transfer waits for a place among the server's [`MAX_TRANSFERS`]: at most half the
+/// client's wait for the answer ([`REPLY_TIMEOUT`]), so that the request's own work (listing a
+/// tree to send, planning one received) still fits in it, and a `busy` answer reaches it.
+pub const TRANSFER_WAIT: Duration = Duration::from_secs(15);
+const _: () = assert!(TRANSFER_WAIT.as_secs() * 2 <= REPLY_TIMEOUT.as_secs());
 /// How long a refused client gets to read the refusal before the server closes the connection.
 const REFUSAL_GRACE: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for sessions to wind down.
@@ -791,8 +798,10 @@ impl<'a> RequestCtx<'a> {
         }
     }
 
-    /// A place among the server's transfers, and among the token's when it is limited.
-    fn acquire_transfer(&self) -> Result<TransferPermits, SessionError> {
+    /// A place among the session's, the token's (when it is limited) and the server's transfers.
+    /// The first two are the client's own to mind: when they are taken the answer is `busy` at
+    /// once. A place among the server's is waited for, in turn, up to [`TRANSFER_WAIT`].
+    async fn acquire_transfer(&self) -> Result<TransferPermits, SessionError> {
         let token = match &self.session.access.transfers {
             None => None,
             Some((n, places)) => Some(places.clone().try_acquire_owned().map_err(|_| {
@@ -806,9 +815,30 @@ impl<'a> RequestCtx<'a> {
                 "this session runs {MAX_TRANSFERS_PER_SESSION} transfers already; wait for one"
             ))
         })?;
-        let server = self.shared.transfers.clone().try_acquire_owned().map_err(|_| {
-            SessionError::Busy(format!("{MAX_TRANSFERS} transfers are running; try again later"))
-        })?;
+        let places = self.shared.transfers.clone();
+        let server = match places.clone().try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => {
+                info!("{MAX_TRANSFERS} transfers are running: this one waits for one to end");
+                let waited = tokio::select! {
+                    place = tokio::time::timeout(TRANSFER_WAIT, places.acquire_owned()) => place,
+                    _ = self.conn.closed() => {
+                        let why = "the session closed while its transfer waited for a place";
+                        return Err(SessionError::Network(why.into()));
+                    }
+                };
+                match waited {
+                    Ok(Ok(place)) => place,
+                    _ => {
+                        return Err(SessionError::Busy(format!(
+                            "{MAX_TRANSFERS} transfers are running and none ended within {} s; \
+                             try again later",
+                            TRANSFER_WAIT.as_secs()
+                        )));
+                    }
+                }
+            }
+        };
         Ok(TransferPermits { _server: server, _session: session, _token: token })
     }
 
@@ -903,7 +933,7 @@ impl<'a> RequestCtx<'a> {
     ) -> Result<(), SessionError> {
         self.require(|r| r.read, "read (download)")?;
         check_level(compress)?;
-        let _permit = self.acquire_transfer()?;
+        let _permit = self.acquire_transfer().await?;
         let root = self.session.access.root.clone();
         walk_options.confine = Some(root.clone());
         let paths = requested.to_vec();
@@ -1022,7 +1052,7 @@ impl<'a> RequestCtx<'a> {
         dry_run: bool,
     ) -> Result<(), SessionError> {
         self.require(|r| r.write, "write (upload)")?;
-        let _permit = self.acquire_transfer()?;
+        let _permit = self.acquire_transfer().await?;
         let entries = recv_manifest(self.recv, self.conn, |msg| match msg {
             ClientMsg::Manifest(part) => Ok(part),
             ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
