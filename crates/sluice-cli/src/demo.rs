@@ -162,6 +162,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         trust: TrustPolicy::Pinned(fingerprint),
         channel: sluice::session::default_channel_config(),
         channels: args.channels,
+        busy_retry: sluice::session::BusyRetry::default(),
         fault: None,
     })
     .await?;

@@ -6,7 +6,7 @@
 //! | 1 | other failure |
 //! | 2 | usage error (bad arguments) |
 //! | 3 | authentication or host-key failure |
-//! | 4 | not found, or refused (path outside the served directory) |
+//! | 4 | not found, refused (path outside the served directory), or server busy |
 //! | 5 | network failure (retry may help) |
 //! | 6 | integrity failure (data did not verify) |
 //! | 7 | local file error (e.g. disk full, permission) |
@@ -22,7 +22,7 @@ pub(crate) const OTHER: u8 = 1;
 pub(crate) const USAGE: u8 = 2;
 /// Authentication or host key.
 pub(crate) const AUTH: u8 = 3;
-/// Not found or refused.
+/// Not found, refused, or server busy.
 pub(crate) const NOT_FOUND: u8 = 4;
 /// Network.
 pub(crate) const NETWORK: u8 = 5;
@@ -39,7 +39,9 @@ pub(crate) const EXIT_CODES: &str = "Exit codes:
   1  other failure
   2  usage error (bad arguments)
   3  authentication or host-key failure
-  4  not found, or refused (outside the served directory, existing files without --overwrite)
+  4  not found, or refused (outside the served directory, existing files without --overwrite),
+     or server busy (at its limit of sessions or transfers; a connection it turns away is
+     tried again for up to 30 s first)
   5  network failure (a retry may help; an interrupted copy resumes)
   6  integrity failure (the data did not verify; nothing was stored)
   7  local file error (disk full, permission, not a directory)
@@ -77,9 +79,14 @@ pub(crate) fn network(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Coded { code: NETWORK, message: message.into() })
 }
 
-/// The name of an exit code's class, as `--json` reports it.
-pub(crate) fn kind_of(code: u8) -> &'static str {
-    match code {
+/// The name of `err`'s class, as `--json` reports it: that of its exit code, but `busy` for a
+/// busy server (which exits as refused).
+pub(crate) fn kind_of(err: &anyhow::Error) -> &'static str {
+    let busy = err.chain().any(|c| matches!(c.downcast_ref(), Some(SessionError::Busy(_))));
+    if busy {
+        return "busy";
+    }
+    match code_of(err) {
         USAGE => "usage",
         AUTH => "auth",
         NOT_FOUND => "not_found",
@@ -100,12 +107,14 @@ pub(crate) fn code_of(err: &anyhow::Error) -> u8 {
         if let Some(s) = cause.downcast_ref::<SessionError>() {
             return match s {
                 SessionError::Auth(_) | SessionError::HostKey(_) => AUTH,
-                SessionError::NotFound(_) | SessionError::Refused(_) => NOT_FOUND,
+                // A busy server refused this time; the message says to try again later.
+                SessionError::NotFound(_) | SessionError::Refused(_) | SessionError::Busy(_) => {
+                    NOT_FOUND
+                }
                 SessionError::Network(_) => NETWORK,
                 SessionError::Integrity(_) => INTEGRITY,
                 SessionError::Partial(_) => PARTIAL,
                 SessionError::Io { .. } => LOCAL_IO,
-                SessionError::Busy(_) => NETWORK,
                 _ => OTHER,
             };
         }
@@ -120,4 +129,21 @@ pub(crate) fn report(err: &anyhow::Error) -> ExitCode {
         eprintln!("sluice: {err:#}");
     }
     ExitCode::from(code_of(err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_server_exits_as_refused_and_says_busy() {
+        let err = anyhow::Error::new(SessionError::Busy("try again later".into()));
+        assert_eq!(code_of(&err), NOT_FOUND);
+        assert_eq!(kind_of(&err), "busy");
+        assert!(format!("{err:#}").starts_with("server busy: "), "{err:#}");
+        let refused = anyhow::Error::new(SessionError::Refused("outside".into()));
+        assert_eq!(kind_of(&refused), "not_found");
+        let network = anyhow::Error::new(SessionError::Network("down".into()));
+        assert_eq!((code_of(&network), kind_of(&network)), (NETWORK, "network"));
+    }
 }

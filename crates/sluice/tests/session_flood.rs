@@ -20,8 +20,10 @@ async fn silent_connections_are_bounded_per_address_time_out_and_starve_nobody()
     std::fs::write(server.root().join("f.bin"), pattern(4 << 20, 9)).unwrap();
 
     // From each of three addresses, 20 QUIC connections that never send Hello: the server
-    // holds a few per address and refuses the rest at once. Past 16 unauthenticated in all,
-    // newcomers must first answer a Retry (which quinn's client does by itself).
+    // holds a few per address and refuses the rest (the first after it waited, up to
+    // PLACE_WAIT, for a place to come back; the others at once, as the held ones stalled).
+    // Past 16 unauthenticated in all, or past its address's places, a newcomer must first
+    // answer a Retry (which quinn's client does by itself).
     let floods: Vec<quinn::Endpoint> = ["127.0.0.2:0", "127.0.0.3:0", "127.0.0.4:0"]
         .iter()
         .map(|bind| common::raw_endpoint(&server, bind.parse().unwrap()))

@@ -27,6 +27,7 @@ use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, ho
 use super::manifest_io::recv_listing;
 use super::messages::{Answer, ErrorCode, Request, StatInfo, read_message, write_message};
 use super::observe::{CopyObserver, OnProgress};
+use super::retry::{Backoff, BusyRetry};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
@@ -63,6 +64,8 @@ pub struct ClientConfig {
     /// Data channels per transfer to offer (the server may lower it); `None` offers one per
     /// core ([`auto_channels`]).
     pub channels: Option<u32>,
+    /// How to try again when the server turns the connection away because it is busy.
+    pub busy_retry: BusyRetry,
     /// For tests of repair: a fault in this end's data path ([`Fault`]).
     #[doc(hidden)]
     pub fault: Option<Fault>,
@@ -85,6 +88,7 @@ impl ClientConfig {
             trust,
             channel: default_channel_config(),
             channels: None,
+            busy_retry: BusyRetry::default(),
             fault: None,
         }
     }
@@ -190,22 +194,7 @@ impl Client {
         };
         let endpoint = quinn::Endpoint::client(bind)
             .map_err(|e| SessionError::io(format!("binding a UDP socket on {bind}"), e))?;
-        let connecting = endpoint
-            .connect_with(quic, config.server, CERT_NAME)
-            .map_err(|e| SessionError::Config(format!("connecting to {}: {e}", config.server)))?;
-        let conn = match connecting.await {
-            Ok(conn) => conn,
-            Err(e) => {
-                if let Some((_, Err(refused))) = verifier.outcome() {
-                    return Err(refused.into());
-                }
-                return Err(SessionError::Network(format!(
-                    "could not connect to {} ({host}): {}",
-                    config.server,
-                    connection_error(&e)
-                )));
-            }
-        };
+        let conn = connect_retrying(&endpoint, &quic, &config, &host, &verifier).await?;
         let (fingerprint, host_decision) = match verifier.outcome() {
             Some((fingerprint, Ok(decision))) => (fingerprint, decision),
             Some((_, Err(refused))) => return Err(refused.into()),
@@ -547,6 +536,60 @@ impl Client {
             request_id,
             phase: 0,
         }
+    }
+}
+
+/// The QUIC connection to the server. A server that turns it away because it is busy is asked
+/// again after a wait, as `config.busy_retry` says (each wait logged); when it still turns it
+/// away the error is [`SessionError::Busy`].
+async fn connect_retrying(
+    endpoint: &quinn::Endpoint,
+    quic: &quinn::ClientConfig,
+    config: &ClientConfig,
+    host: &str,
+    verifier: &HostVerifier,
+) -> Result<quinn::Connection, SessionError> {
+    let server = config.server;
+    let started = Instant::now();
+    let mut backoff = Backoff::new(config.busy_retry);
+    loop {
+        let connecting = endpoint
+            .connect_with(quic.clone(), server, CERT_NAME)
+            .map_err(|e| SessionError::Config(format!("connecting to {server}: {e}")))?;
+        let err = match connecting.await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => e,
+        };
+        if let Some((_, Err(refused))) = verifier.outcome() {
+            return Err(refused.into());
+        }
+        match connection_error(&err) {
+            SessionError::Busy(_) => {}
+            other => {
+                return Err(SessionError::Network(format!(
+                    "could not connect to {server} ({host}): {}",
+                    other.detail()
+                )));
+            }
+        };
+        let attempts = backoff.waits() + 1;
+        let Some(wait) = backoff.next_wait(started.elapsed()) else {
+            let times = match attempts {
+                1 => String::new(),
+                n => format!(" {n} times in {:.1} s", started.elapsed().as_secs_f64()),
+            };
+            return Err(SessionError::Busy(format!(
+                "{server} ({host}) turned the connection away{times}: it is at its limit of \
+                 sessions, or of connections being set up; try again later"
+            )));
+        };
+        info!(
+            %host,
+            attempt = attempts,
+            wait_ms = wait.as_millis() as u64,
+            "server busy (it turned the connection away): trying again after a wait"
+        );
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -112,7 +112,7 @@ impl Metrics {
         metric(
             "sluice_sessions_refused_total",
             "counter",
-            "Sessions refused (token, version, specification, too many unauthenticated).",
+            "Sessions refused (token, version, specification; too many sessions, or connections being set up).",
             &[("", get(&self.sessions_refused))],
         );
         metric(

@@ -109,6 +109,7 @@ mod manifest_io;
 pub mod messages;
 mod metrics;
 mod observe;
+mod retry;
 pub mod server;
 pub mod tokens;
 
@@ -126,6 +127,7 @@ pub use known_hosts::{HostKeyError, TrustPolicy};
 pub use messages::{ErrorCode, FileKind, StatInfo};
 pub use metrics::Metrics;
 pub use observe::{CopyObserver, PlannedFile};
+pub use retry::BusyRetry;
 pub use server::{Credentials, Server, ServerConfig};
 
 /// The ALPN protocol identifier of the session plane.
@@ -279,6 +281,18 @@ pub(crate) fn connection_error(err: &quinn::ConnectionError) -> SessionError {
                 }
                 _ => SessionError::Network(format!("the peer closed the connection: {reason}")),
             }
+        }
+        // quinn's `Incoming::refuse`: the server turned the connection away before its
+        // handshake, at its limit of sessions or of connections being set up. Busy, not a
+        // failure of the network: the same attempt later may well be served.
+        E::ConnectionClosed(close)
+            if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED =>
+        {
+            SessionError::Busy(
+                "the server turned the connection away (it is at its limit of sessions, or of \
+                 connections being set up)"
+                    .into(),
+            )
         }
         E::TimedOut => SessionError::Network(
             "the peer stopped answering (QUIC idle timeout): it was stopped or the path is down"

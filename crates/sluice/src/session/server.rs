@@ -6,14 +6,23 @@
 //! bounds: [`MAX_CONNECTIONS`] sessions ([`MAX_UNAUTHENTICATED`] of them, and
 //! [`MAX_UNAUTHENTICATED_PER_IP`] from one address, before their token is accepted),
 //! [`MAX_REQUESTS_PER_SESSION`] concurrent requests and [`MAX_TRANSFERS_PER_SESSION`] transfers
-//! per session, and [`MAX_TRANSFERS`] transfers in the whole server (beyond them a request is
-//! answered `busy`).
+//! per session (beyond them a request is answered `busy`), and [`MAX_TRANSFERS`] transfers in
+//! the whole server (beyond them a transfer waits, up to [`TRANSFER_WAIT`], then is answered
+//! `busy`).
+//!
+//! A connection beyond its address's places first proves its address with a QUIC Retry, then
+//! waits for a place, first come first served ([`MAX_WAITING_PER_IP`] of them, at most
+//! [`PLACE_WAIT`] each): a burst of clients from one host (a parallel script) is set up a few at
+//! a time instead of being turned away. Connections are turned away (refused: the client reports
+//! the server busy and tries again later) only past the bounds that keep memory bounded, or when
+//! the address's places have all been held for [`PLACE_WAIT`] without one given back (they
+//! stalled: connections that never authenticate, which only the handshake deadline frees).
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use sluice_proto::config::ChannelConfig;
 use tokio::sync::Semaphore;
@@ -48,8 +57,25 @@ use sluice_session::{Receiving, Sending, Timeouts};
 pub const MAX_CONNECTIONS: usize = 256;
 /// Connections not yet authenticated (QUIC handshake or `Hello` pending), in all.
 pub const MAX_UNAUTHENTICATED: usize = 64;
-/// Connections not yet authenticated from one IP address.
+/// Connections not yet authenticated from one IP address at once; more from it wait for a place.
+///
+/// Not a defence against spoofed addresses (a place beyond [`RETRY_ABOVE`], and any wait, is
+/// only for an address that answered a Retry) but against one host's taking all
+/// [`MAX_UNAUTHENTICATED`] places: each holds a connection's state for up to two handshake
+/// deadlines when its client never authenticates.
 pub const MAX_UNAUTHENTICATED_PER_IP: usize = 8;
+/// Connections from one address that may wait for one of its places (each costs its first
+/// datagrams, at most [`INCOMING_BUFFER`] bytes: no connection state exists while it waits).
+pub const MAX_WAITING_PER_IP: usize = 64;
+/// Connections that may wait for a place, from all addresses.
+pub const MAX_WAITING: usize = 128;
+/// How long a connection waits for a place before it is refused. A client that is being set up
+/// gives its place back within a few round trips of the handshake; an address none of whose
+/// places came back for this long has stalled, and its newcomers are refused at once.
+pub const PLACE_WAIT: Duration = Duration::from_secs(2);
+/// Bytes of datagrams quinn keeps for one connection attempt that is not yet accepted (one that
+/// waits for a place): its client's first flight and retransmissions, a few KiB.
+const INCOMING_BUFFER: u64 = 64 << 10;
 /// Beyond this many unauthenticated connections, a new peer must first prove its address with
 /// a QUIC Retry (stateless: a spoofed source cannot take a place).
 const RETRY_ABOVE: usize = 16;
@@ -58,8 +84,14 @@ pub const MAX_REQUESTS_PER_SESSION: u32 = 16;
 /// Transfers one session may run at once (each may hold a manifest in memory); further ones
 /// are answered `busy`.
 pub const MAX_TRANSFERS_PER_SESSION: usize = 4;
-/// Data channels the whole server runs at once; further transfers are answered `busy`.
+/// Transfers the whole server runs at once; further ones wait for a place, up to
+/// [`TRANSFER_WAIT`], then are answered `busy`.
 pub const MAX_TRANSFERS: usize = 32;
+/// How long a transfer waits for a place among the server's [`MAX_TRANSFERS`]: at most half the
+/// client's wait for the answer ([`REPLY_TIMEOUT`]), so that the request's own work (listing a
+/// tree to send, planning one received) still fits in it, and a `busy` answer reaches it.
+pub const TRANSFER_WAIT: Duration = Duration::from_secs(15);
+const _: () = assert!(TRANSFER_WAIT.as_secs() * 2 <= REPLY_TIMEOUT.as_secs());
 /// How long a refused client gets to read the refusal before the server closes the connection.
 const REFUSAL_GRACE: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for sessions to wind down.
@@ -189,8 +221,8 @@ struct Shared {
     one_session: Option<Duration>,
     /// Whether a one-shot server's session has begun.
     claimed: std::sync::atomic::AtomicBool,
-    /// Unauthenticated connections by source address.
-    unauthenticated: std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>,
+    /// Unauthenticated connections, and those waiting to be, by source address.
+    unauthenticated: std::sync::Mutex<std::collections::HashMap<IpAddr, Pending>>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -240,7 +272,12 @@ impl Server {
             .max_concurrent_bidi_streams(MAX_REQUESTS_PER_SESSION.into())
             .max_concurrent_uni_streams(0u32.into());
         let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(identity.server_tls()?));
-        server_config.transport_config(Arc::new(transport));
+        server_config
+            .transport_config(Arc::new(transport))
+            .incoming_buffer_size(INCOMING_BUFFER)
+            .incoming_buffer_size_total(
+                INCOMING_BUFFER * (MAX_WAITING + MAX_UNAUTHENTICATED) as u64,
+            );
 
         let endpoint = quinn::Endpoint::server(server_config, config.listen)
             .map_err(|e| SessionError::io(format!("binding {}", config.listen), e))?;
@@ -314,24 +351,30 @@ impl Server {
                     let Some(incoming) = incoming else { break };
                     if sessions.len() >= MAX_CONNECTIONS {
                         warn!(remote = %incoming.remote_address(), "too many sessions: refusing a connection");
-                        incoming.refuse();
-                        continue;
-                    }
-                    let ip = incoming.remote_address().ip().to_canonical();
-                    let (from_ip, all) = self.shared.unauthenticated_counts(ip);
-                    if !incoming.remote_address_validated() && all >= RETRY_ABOVE {
-                        let _ = incoming.retry();
-                        continue;
-                    }
-                    if from_ip >= MAX_UNAUTHENTICATED_PER_IP || all >= MAX_UNAUTHENTICATED {
-                        debug!(%ip, from_ip, all, "too many unauthenticated connections: refusing one");
                         self.shared.metrics.refused();
                         incoming.refuse();
                         continue;
                     }
-                    let pending = Unauthenticated::new(self.shared.clone(), ip);
+                    let ip = incoming.remote_address().ip().to_canonical();
                     let span = info_span!("session", remote = %incoming.remote_address());
-                    sessions.spawn(serve_connection(incoming, pending).instrument(span));
+                    match self.shared.admit(ip, incoming.remote_address_validated()) {
+                        Admission::Place(pending) => {
+                            sessions.spawn(serve_connection(incoming, pending).instrument(span));
+                        }
+                        Admission::Wait(waiting) => {
+                            sessions.spawn(wait_for_place(incoming, waiting).instrument(span));
+                        }
+                        Admission::Retry => {
+                            if let Err(e) = incoming.retry() {
+                                e.into_incoming().refuse();
+                            }
+                        }
+                        Admission::Refuse(why) => {
+                            debug!(%ip, why, "refusing a connection");
+                            self.shared.metrics.refused();
+                            incoming.refuse();
+                        }
+                    }
                 }
                 Some(served) = sessions.join_next(), if !sessions.is_empty() => {
                     if wait.is_some() && served.unwrap_or(false) {
@@ -359,42 +402,159 @@ impl Server {
     }
 }
 
-/// A place among the unauthenticated connections, given back on drop.
+/// One address's connections that are not yet authenticated, and those waiting to be.
+struct Pending {
+    /// Its places ([`MAX_UNAUTHENTICATED_PER_IP`]); connections wait for one here, in the order
+    /// they came.
+    places: Arc<Semaphore>,
+    /// Connections waiting for a place.
+    waiting: usize,
+    /// When a place was last taken or given back.
+    turnover: Instant,
+}
+
+impl Pending {
+    fn new() -> Pending {
+        Pending {
+            places: Arc::new(Semaphore::new(MAX_UNAUTHENTICATED_PER_IP)),
+            waiting: 0,
+            turnover: Instant::now(),
+        }
+    }
+
+    /// Places held (also one given to a waiting connection that has yet to take it).
+    fn held(&self) -> usize {
+        MAX_UNAUTHENTICATED_PER_IP.saturating_sub(self.places.available_permits())
+    }
+}
+
+/// What becomes of a new connection.
+enum Admission {
+    /// Set it up.
+    Place(Unauthenticated),
+    /// Ask it to prove its address first (a QUIC Retry).
+    Retry,
+    /// Let it wait for a place.
+    Wait(Waiting),
+    /// Turn it away, for this reason (logged).
+    Refuse(&'static str),
+}
+
+/// A place among the unauthenticated connections, given back on drop (to the connection that
+/// waited longest for one from the address, if any).
 struct Unauthenticated {
     shared: Arc<Shared>,
     ip: IpAddr,
-}
-
-impl Unauthenticated {
-    fn new(shared: Arc<Shared>, ip: IpAddr) -> Unauthenticated {
-        *shared.unauthenticated.lock().unwrap_or_else(|e| e.into_inner()).entry(ip).or_default() +=
-            1;
-        Unauthenticated { shared, ip }
-    }
+    place: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Drop for Unauthenticated {
     fn drop(&mut self) {
-        let mut counts = self.shared.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = counts.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.ip);
+        let mut pending = self.shared.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
+        drop(self.place.take());
+        if let Some(p) = pending.get_mut(&self.ip) {
+            p.turnover = Instant::now();
+            if p.held() == 0 && p.waiting == 0 {
+                pending.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A connection's turn among those waiting for a place, given up on drop.
+struct Waiting {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+    places: Arc<Semaphore>,
+}
+
+impl Waiting {
+    /// The place that came free.
+    fn into_place(self, place: tokio::sync::OwnedSemaphorePermit) -> Unauthenticated {
+        let mut pending = self.shared.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pending.get_mut(&self.ip) {
+            p.turnover = Instant::now();
+        }
+        drop(pending);
+        Unauthenticated { shared: self.shared.clone(), ip: self.ip, place: Some(place) }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut pending = self.shared.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pending.get_mut(&self.ip) {
+            p.waiting = p.waiting.saturating_sub(1);
+            if p.held() == 0 && p.waiting == 0 {
+                pending.remove(&self.ip);
             }
         }
     }
 }
 
 impl Shared {
-    /// Unauthenticated connections from `ip`, and in all.
-    fn unauthenticated_counts(&self, ip: IpAddr) -> (usize, usize) {
-        let counts = self.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
-        (counts.get(&ip).copied().unwrap_or(0), counts.values().sum())
+    /// What becomes of a new connection from `ip` (`validated`: it answered a Retry): a place
+    /// while its address has one free and the server has fewer than [`MAX_UNAUTHENTICATED`];
+    /// past [`RETRY_ABOVE`] in all, or with its address's places taken, a Retry first; then a
+    /// wait for a place while its address's places turn over and the waiting are within
+    /// bounds; else it is refused.
+    fn admit(self: &Arc<Self>, ip: IpAddr, validated: bool) -> Admission {
+        let mut pending = self.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
+        let all: usize = pending.values().map(Pending::held).sum();
+        let all_waiting: usize = pending.values().map(|p| p.waiting).sum();
+        let here = pending.entry(ip).or_insert_with(Pending::new);
+        let held = here.held();
+        let admission = if !validated && (all >= RETRY_ABOVE || held >= MAX_UNAUTHENTICATED_PER_IP)
+        {
+            Admission::Retry
+        } else if held < MAX_UNAUTHENTICATED_PER_IP && all < MAX_UNAUTHENTICATED {
+            match here.places.clone().try_acquire_owned() {
+                Ok(place) => {
+                    here.turnover = Instant::now();
+                    Admission::Place(Unauthenticated {
+                        shared: self.clone(),
+                        ip,
+                        place: Some(place),
+                    })
+                }
+                // Not while `held` is below the places (the semaphore is never closed).
+                Err(_) => Admission::Refuse("no place is free"),
+            }
+        } else if held < MAX_UNAUTHENTICATED_PER_IP {
+            Admission::Refuse("as many connections are being set up as the server allows")
+        } else if here.turnover.elapsed() >= PLACE_WAIT {
+            Admission::Refuse("this address's connections being set up have stalled")
+        } else if here.waiting >= MAX_WAITING_PER_IP || all_waiting >= MAX_WAITING {
+            Admission::Refuse("as many connections wait to be set up as the server allows")
+        } else {
+            here.waiting += 1;
+            Admission::Wait(Waiting { shared: self.clone(), ip, places: here.places.clone() })
+        };
+        if here.held() == 0 && here.waiting == 0 {
+            pending.remove(&ip);
+        }
+        admission
     }
 
     /// Whether a one-shot server's session has begun.
     fn claimed(&self) -> bool {
         self.claimed.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// A connection waiting for a place among its address's: set up when one comes free within
+/// [`PLACE_WAIT`], else refused. Returns whether a session was established.
+async fn wait_for_place(incoming: quinn::Incoming, waiting: Waiting) -> bool {
+    let places = waiting.places.clone();
+    match tokio::time::timeout(PLACE_WAIT, places.acquire_owned()).await {
+        Ok(Ok(place)) => serve_connection(incoming, waiting.into_place(place)).await,
+        _ => {
+            debug!("no place came free in time: refusing the connection");
+            waiting.shared.metrics.refused();
+            drop(waiting);
+            incoming.refuse();
+            false
+        }
     }
 }
 
@@ -642,8 +802,10 @@ impl<'a> RequestCtx<'a> {
         }
     }
 
-    /// A place among the server's transfers, and among the token's when it is limited.
-    fn acquire_transfer(&self) -> Result<TransferPermits, SessionError> {
+    /// A place among the session's, the token's (when it is limited) and the server's transfers.
+    /// The first two are the client's own to mind: when they are taken the answer is `busy` at
+    /// once. A place among the server's is waited for, in turn, up to [`TRANSFER_WAIT`].
+    async fn acquire_transfer(&self) -> Result<TransferPermits, SessionError> {
         let token = match &self.session.access.transfers {
             None => None,
             Some((n, places)) => Some(places.clone().try_acquire_owned().map_err(|_| {
@@ -657,9 +819,30 @@ impl<'a> RequestCtx<'a> {
                 "this session runs {MAX_TRANSFERS_PER_SESSION} transfers already; wait for one"
             ))
         })?;
-        let server = self.shared.transfers.clone().try_acquire_owned().map_err(|_| {
-            SessionError::Busy(format!("{MAX_TRANSFERS} transfers are running; try again later"))
-        })?;
+        let places = self.shared.transfers.clone();
+        let server = match places.clone().try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => {
+                info!("{MAX_TRANSFERS} transfers are running: this one waits for one to end");
+                let waited = tokio::select! {
+                    place = tokio::time::timeout(TRANSFER_WAIT, places.acquire_owned()) => place,
+                    _ = self.conn.closed() => {
+                        let why = "the session closed while its transfer waited for a place";
+                        return Err(SessionError::Network(why.into()));
+                    }
+                };
+                match waited {
+                    Ok(Ok(place)) => place,
+                    _ => {
+                        return Err(SessionError::Busy(format!(
+                            "{MAX_TRANSFERS} transfers are running and none ended within {} s; \
+                             try again later",
+                            TRANSFER_WAIT.as_secs()
+                        )));
+                    }
+                }
+            }
+        };
         Ok(TransferPermits { _server: server, _session: session, _token: token })
     }
 
@@ -736,7 +919,7 @@ impl<'a> RequestCtx<'a> {
     ) -> Result<(), SessionError> {
         self.require(|r| r.read, "read (download)")?;
         check_level(compress)?;
-        let _permit = self.acquire_transfer()?;
+        let _permit = self.acquire_transfer().await?;
         let root = self.session.access.root.clone();
         walk_options.confine = Some(root.clone());
         let paths = requested.to_vec();
@@ -809,7 +992,7 @@ impl<'a> RequestCtx<'a> {
         dry_run: bool,
     ) -> Result<(), SessionError> {
         self.require(|r| r.write, "write (upload)")?;
-        let _permit = self.acquire_transfer()?;
+        let _permit = self.acquire_transfer().await?;
         let _running = self.shared.metrics.transfer(false);
         let root = self.session.access.root.clone();
         options.confine = Some(root.clone());

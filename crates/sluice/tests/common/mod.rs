@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sluice::session::{
-    Client, ClientConfig, Credentials, Fingerprint, Server, ServerConfig, SessionError, TrustPolicy,
+    Client, ClientConfig, Credentials, Fingerprint, Metrics, Server, ServerConfig, SessionError,
+    TrustPolicy,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -63,6 +64,8 @@ pub struct TestServer {
     pub dir: tempfile::TempDir,
     pub addr: SocketAddr,
     pub fingerprint: Fingerprint,
+    /// The server's counters, live.
+    pub metrics: std::sync::Arc<Metrics>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), SessionError>>>,
 }
@@ -80,11 +83,12 @@ impl TestServer {
         let server = Server::bind(config).unwrap();
         let addr = server.local_addr();
         let fingerprint = server.fingerprint().clone();
+        let metrics = server.metrics();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async move {
             let _ = stopped.await;
         }));
-        TestServer { dir, addr, fingerprint, stop: Some(stop), task: Some(task) }
+        TestServer { dir, addr, fingerprint, metrics, stop: Some(stop), task: Some(task) }
     }
 
     /// The served directory.
