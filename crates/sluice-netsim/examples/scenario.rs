@@ -18,7 +18,8 @@
 //! `--release-granularity-us G` (data handed to the receiver at wakes every G us),
 //! `--release-wake-jitter-us J` (each wake up to J us late, J <= G), `--gro-batch N:WINDOW_US`
 //! (GRO-like batches of up to N packets), `--ack-compression-us G` (feedback handed to the sender
-//! at wakes every G us), `--sleep-overshoot-us X` (the sender's timer wake-ups up to X us late).
+//! at wakes every G us), `--sleep-overshoot-us X` (the sender's timer wake-ups up to X us late),
+//! `--max-burst-pkts N` (the pacer's catch-up after a late wake-up; the real driver uses 256) [1].
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::process::ExitCode;
@@ -84,6 +85,7 @@ fn parse(args: &[String]) -> Result<Scenario, String> {
             }
             "--ack-compression-us" => s.ack_compression_us = num(value()?)? as u64,
             "--sleep-overshoot-us" => s.sleep_overshoot_us = num(value()?)? as u64,
+            "--max-burst-pkts" => s.max_burst_pkts = num(value()?)? as u32,
             "--packet-size" => s.packet_size = num(value()?)? as usize,
             other => return Err(format!("unknown option {other}")),
         }

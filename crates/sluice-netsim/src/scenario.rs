@@ -86,6 +86,11 @@ pub struct Scenario {
     /// The sender's timer wake-ups fire late by up to this many us (uniform), as on a host with
     /// a virtualized clock; 0 = on time. See [`LinkConfig::sender_wake_late_us`].
     pub sleep_overshoot_us: u64,
+    /// The sender's pacing catch-up after a late wake-up, in packets
+    /// ([`ChannelConfig::max_burst_pkts`]): 1 (the default) suits the simulator's exact clock;
+    /// the real driver, whose sleeps overshoot, uses 256 (`REAL_TIME_BURST_PKTS` in the `sluice`
+    /// crate), which the scenarios with [`Scenario::sleep_overshoot_us`] should use too.
+    pub max_burst_pkts: u32,
     /// Simulated time limit in seconds.
     pub deadline_s: f64,
     /// Trace sampling period in ms (0: no trace).
@@ -127,6 +132,7 @@ impl Default for Scenario {
             gro_batch: None,
             ack_compression_us: 0,
             sleep_overshoot_us: 0,
+            max_burst_pkts: ChannelConfig::default().max_burst_pkts,
             deadline_s: 600.0,
             sample_ms: 0,
             packet_size: 1452,
@@ -312,6 +318,7 @@ impl Scenario {
             initial_rtt_us: ((self.rtt_ms * 1e3) as u64).max(1),
             initial_dsn: ((self.seed.wrapping_mul(0x9E37_79B9) >> 8) as u32 ^ flow as u32)
                 & sluice_proto::seq::Seq31::MAX,
+            max_burst_pkts: self.max_burst_pkts,
             ..ChannelConfig::default()
         }
     }
