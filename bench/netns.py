@@ -147,7 +147,8 @@ class WanPath:
     def begin_run(self, seed):
         self.emu_out = open(os.path.join(self.log_dir, "linkem.out"), "w+")
         self.emu_err = open(os.path.join(self.log_dir, "linkem.err"), "w+")
-        self.emu = subprocess.Popen(self.linkem_args(seed), stdout=self.emu_out, stderr=self.emu_err,
+        self.emu_args = self.linkem_args(seed)
+        self.emu = subprocess.Popen(self.emu_args, stdout=self.emu_out, stderr=self.emu_err,
                                     start_new_session=True)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -177,10 +178,11 @@ class WanPath:
             self.emu = None
             if lines:
                 counters = json.loads(lines[-1])
+        linkem_cmd = " ".join(getattr(self, "emu_args", []))
         if not counters:
-            return {"wire_bytes": None, "linkem": None}
+            return {"wire_bytes": None, "linkem": None, "linkem_cmd": linkem_cmd}
         a2b, b2a = counters["a2b"], counters["b2a"]
-        return {"wire_bytes": a2b["received_bytes"] + b2a["received_bytes"],
+        return {"wire_bytes": a2b["received_bytes"] + b2a["received_bytes"], "linkem_cmd": linkem_cmd,
                 "wire_a2b_bytes": a2b["received_bytes"], "wire_b2a_bytes": b2a["received_bytes"],
                 "wire_source": "linkem received_bytes (IP packets offered to the link), both directions",
                 "linkem": {d: {k: counters[d][k] for k in ("received", "dropped_loss", "dropped_queue",
