@@ -4,31 +4,50 @@ RATE_MBIT = 1000
 RTTS = (10, 100, 300)
 LOSSES = (0, 0.1, 1, 3)
 GE = {"rtt": 100, "loss": 1, "burst": 10}
+# Timing noise (BENCH.md, issue 25): the receive side of the data (a -> b) released at wakes every
+# BATCH_US (0 is the plain cell), and the acknowledgements (b -> a) compressed to wakes every
+# ACK_COMPRESSION_US, on the 100 ms row at these losses.
+BATCH_US = (50, 200)
+ACK_COMPRESSION_US = 1000
+TIMING_RTT = 100
+TIMING_LOSSES = (0, 1)
 
 
-def cell_id(rtt, loss, burst=None):
-    return f"wan-rtt{rtt}-{'ge' if burst else 'loss'}{loss:g}" + (f"-b{burst}" if burst else "")
+def cell_id(rtt, loss, burst=None, batch_us=0, ackc_us=0):
+    """wan-rtt100-loss1, wan-rtt100-ge1-b10, wan-rtt100-loss1-batch200, wan-rtt100-loss1-ackc1000."""
+    return (f"wan-rtt{rtt}-{'ge' if burst else 'loss'}{loss:g}" + (f"-b{burst}" if burst else "")
+            + (f"-batch{batch_us}" if batch_us else "") + (f"-ackc{ackc_us}" if ackc_us else ""))
 
 
 def full_grid():
     """Every cell, most important first: 100 ms / 1 %, then the 10 ms and 300 ms rows, the rest
-    of the 100 ms row, the bursty cell, the LAN path."""
-    cells = [("wan", 100, 1, None)]
-    cells += [("wan", 10, loss, None) for loss in LOSSES]
-    cells += [("wan", 300, loss, None) for loss in LOSSES]
-    cells += [("wan", 100, loss, None) for loss in LOSSES if loss != 1]
-    cells += [("wan", GE["rtt"], GE["loss"], GE["burst"])]
-    cells += [("lan", 0, 0, None)]
+    of the 100 ms row, the bursty cell, the timing-noise cells, the LAN path.
+
+    A cell is (kind, rtt_ms, loss_pct, burst, batch_us, ackc_us)."""
+    cells = [("wan", 100, 1, None, 0, 0)]
+    cells += [("wan", 10, loss, None, 0, 0) for loss in LOSSES]
+    cells += [("wan", 300, loss, None, 0, 0) for loss in LOSSES]
+    cells += [("wan", 100, loss, None, 0, 0) for loss in LOSSES if loss != 1]
+    cells += [("wan", GE["rtt"], GE["loss"], GE["burst"], 0, 0)]
+    cells += timing_cells()
+    cells += [("lan", 0, 0, None, 0, 0)]
+    return cells
+
+
+def timing_cells():
+    """Receive batching of the data at BATCH_US on the 100 ms row, then ACK compression."""
+    cells = [("wan", TIMING_RTT, loss, None, batch, 0) for loss in TIMING_LOSSES for batch in BATCH_US]
+    cells += [("wan", TIMING_RTT, 1, None, 0, ACK_COMPRESSION_US)]
     return cells
 
 
 def quick_grid():
-    return [("lan", 0, 0, None), ("wan", 100, 1, None)]
+    return [("lan", 0, 0, None, 0, 0), ("wan", 100, 1, None, 0, 0)]
 
 
 def cid(cell):
-    kind, rtt, loss, burst = cell
-    return "lan" if kind == "lan" else cell_id(rtt, loss, burst)
+    kind, rtt, loss, burst, batch_us, ackc_us = cell
+    return "lan" if kind == "lan" else cell_id(rtt, loss, burst, batch_us, ackc_us)
 
 
 def parse(ids):

@@ -107,12 +107,18 @@ class WanPath:
 
     kind = "wan"
 
-    def __init__(self, prefix, linkem, rate_mbit, rtt_ms, loss_pct, burst=None, log_dir="/tmp"):
+    def __init__(self, prefix, linkem, rate_mbit, rtt_ms, loss_pct, burst=None, log_dir="/tmp",
+                 batch_us=0, ackc_us=0):
+        """batch_us: release the data (a -> b) to b only at wakes every batch_us (receive
+        batching, 0 = on time); ackc_us: the same for b -> a (ACK compression)."""
         self.prefix, self.linkem = prefix, linkem
         self.ns_a, self.ns_b = f"{prefix}-a", f"{prefix}-b"
         self.rate_mbit, self.rtt_ms, self.loss_pct, self.burst = rate_mbit, rtt_ms, loss_pct, burst
+        self.batch_us, self.ackc_us = batch_us, ackc_us
         self.queue_bytes = max(int(rate_mbit * 1e6 / 8 * rtt_ms / 1000), 96000)
         ge = f", Gilbert-Elliott burst {burst}" if burst else ""
+        ge += f", receive batched every {batch_us} us" if batch_us else ""
+        ge += f", ACKs compressed every {ackc_us} us" if ackc_us else ""
         self.label = f"WAN {rate_mbit} Mbit/s, RTT {rtt_ms} ms, loss {loss_pct} %{ge}"
         self.log_dir = log_dir
         self.is_up = False
@@ -132,12 +138,17 @@ class WanPath:
                 "--loss", f"{self.loss_pct:g}%", "--seed", str(seed)]
         if self.burst:
             args += ["--loss-burst", str(self.burst)]
+        if self.batch_us:
+            args += ["--a2b-release-granularity", f"{self.batch_us}us"]
+        if self.ackc_us:
+            args += ["--b2a-release-granularity", f"{self.ackc_us}us"]
         return args
 
     def begin_run(self, seed):
         self.emu_out = open(os.path.join(self.log_dir, "linkem.out"), "w+")
         self.emu_err = open(os.path.join(self.log_dir, "linkem.err"), "w+")
-        self.emu = subprocess.Popen(self.linkem_args(seed), stdout=self.emu_out, stderr=self.emu_err,
+        self.emu_args = self.linkem_args(seed)
+        self.emu = subprocess.Popen(self.emu_args, stdout=self.emu_out, stderr=self.emu_err,
                                     start_new_session=True)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -167,10 +178,11 @@ class WanPath:
             self.emu = None
             if lines:
                 counters = json.loads(lines[-1])
+        linkem_cmd = " ".join(getattr(self, "emu_args", []))
         if not counters:
-            return {"wire_bytes": None, "linkem": None}
+            return {"wire_bytes": None, "linkem": None, "linkem_cmd": linkem_cmd}
         a2b, b2a = counters["a2b"], counters["b2a"]
-        return {"wire_bytes": a2b["received_bytes"] + b2a["received_bytes"],
+        return {"wire_bytes": a2b["received_bytes"] + b2a["received_bytes"], "linkem_cmd": linkem_cmd,
                 "wire_a2b_bytes": a2b["received_bytes"], "wire_b2a_bytes": b2a["received_bytes"],
                 "wire_source": "linkem received_bytes (IP packets offered to the link), both directions",
                 "linkem": {d: {k: counters[d][k] for k in ("received", "dropped_loss", "dropped_queue",

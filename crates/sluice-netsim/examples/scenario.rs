@@ -14,6 +14,12 @@
 //! `--duplicate-pct` [0], `--corrupt-pct` [0], `--blackout START_S:LEN_S`, `--deadline-s` [600],
 //! `--trace-ms N` (include a rate trace) [off], `--packet-size` [1452], `--fairness-window FROM_S:TO_S`
 //! (Jain's index over the transfers' delivery in this window) [whole transfers].
+//! Timing noise (all off by default): `--jitter-reorders` (let `--jitter-ms` reorder),
+//! `--release-granularity-us G` (data handed to the receiver at wakes every G us),
+//! `--release-wake-jitter-us J` (each wake up to J us late, J <= G), `--gro-batch N:WINDOW_US`
+//! (GRO-like batches of up to N packets), `--ack-compression-us G` (feedback handed to the sender
+//! at wakes every G us), `--sleep-overshoot-us X` (the sender's timer wake-ups up to X us late),
+//! `--max-burst-pkts N` (the pacer's catch-up after a late wake-up; the real driver uses 256) [1].
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::process::ExitCode;
@@ -69,6 +75,17 @@ fn parse(args: &[String]) -> Result<Scenario, String> {
                 s.fairness_window_s = Some((num(&a.to_string())?, num(&b.to_string())?));
             }
             "--trace-ms" => s.sample_ms = num(value()?)? as u64,
+            "--jitter-reorders" => s.jitter_reorders = true,
+            "--release-granularity-us" => s.release_granularity_us = num(value()?)? as u64,
+            "--release-wake-jitter-us" => s.release_wake_jitter_us = num(value()?)? as u64,
+            "--gro-batch" => {
+                let v = value()?;
+                let (n, w) = v.split_once(':').ok_or("--gro-batch takes PKTS:WINDOW_US")?;
+                s.gro_batch = Some((num(&n.to_string())? as u32, num(&w.to_string())? as u64));
+            }
+            "--ack-compression-us" => s.ack_compression_us = num(value()?)? as u64,
+            "--sleep-overshoot-us" => s.sleep_overshoot_us = num(value()?)? as u64,
+            "--max-burst-pkts" => s.max_burst_pkts = num(value()?)? as u32,
             "--packet-size" => s.packet_size = num(value()?)? as usize,
             other => return Err(format!("unknown option {other}")),
         }
@@ -86,6 +103,8 @@ fn parse(args: &[String]) -> Result<Scenario, String> {
         return Err("--cc fixed needs --fixed-rate-mbit".into());
     }
     s.channel_config(0).validate().map_err(|e| e.to_string())?;
+    let net = s.sim_config();
+    net.forward.check().and(net.reverse.check())?;
     Ok(s)
 }
 

@@ -36,11 +36,34 @@ impl SimConfig {
 /// 2. serialization at `rate_bps`;
 /// 3. the wire: blackout windows, then random loss (so a lost packet has consumed capacity),
 ///    then corruption and duplication;
-/// 4. propagation (`delay_us`, plus `jitter_us` that never reorders, plus the reordering
-///    hold-back for the few packets chosen for it);
-/// 5. receive stalls: what would arrive during a stall arrives, in order, when it ends.
+/// 4. propagation (`delay_us`, plus `jitter_us` that never reorders unless `jitter_reorders`,
+///    plus the reordering hold-back for the few packets chosen for it);
+/// 5. receive stalls: what would arrive during a stall arrives, in order, when it ends;
+/// 6. the receive side's timing (see "Timing noise" below): the hand-over to the receiver at the
+///    next wake (`release_granularity_us`, `release_wake_jitter_us`), then GRO-like batching
+///    (`gro_batch_pkts`, `gro_window_us`);
+/// 7. the flow's own extra delay ([`FlowConfig`]), then the receiving endpoint.
 ///
-/// The default is an ideal link: unlimited rate, no delay, no loss.
+/// # Timing noise
+///
+/// Real hosts do not hand packets over the moment they arrive, nor wake exactly when asked:
+/// NIC interrupt coalescing, GRO, virtual NICs and emulator threads deliver arrivals in bunches
+/// (a packet-pair or arrival-speed estimate then reads many times the link), feedback comes back
+/// compressed, and a virtualized clock's sleeps overshoot. The fields below model these; all are
+/// off by default (and then leave a run bit-identical to one without them), all are drawn from
+/// the seed.
+/// - `release_granularity_us` = G: the receiving side wakes at multiples of G (each wake late by
+///   up to `release_wake_jitter_us`), and hands over everything that arrived since the previous
+///   wake, together. On the reverse link (feedback to the data source) this is ACK compression.
+/// - `gro_batch_pkts` = N, `gro_window_us` = W: packets for one receiving endpoint are held until
+///   N are held, or W after the first of them, then handed over together (as GRO, or a NIC that
+///   raises one interrupt per N packets or W us).
+/// - `jitter_reorders`: `jitter_us` is each packet's own, so packets may pass one another.
+/// - `sender_wake_late_us` = X: timer wake-ups of the endpoints that send into this link fire
+///   late by a random amount uniform in `[0, X]` (a host whose sleeps overshoot). Deliveries and
+///   wake-ups for something already due are not delayed.
+///
+/// The default is an ideal link: unlimited rate, no delay, no loss, on-time hand-over.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkConfig {
     /// Bottleneck rate in bits per second of wire bytes; 0 means unlimited (no queue at all).
@@ -70,6 +93,31 @@ pub struct LinkConfig {
     /// that was not scheduled for that long. Nothing is lost; the delivery pauses, then bunches.
     #[serde(default)]
     pub stalls: Option<(u64, u64)>,
+    /// Let `jitter_us` reorder: each packet's extra delay is its own, so a packet may arrive
+    /// before one sent ahead of it. Off: jitter never reorders (a packet waits for the one ahead).
+    #[serde(default)]
+    pub jitter_reorders: bool,
+    /// The receive side's wake period: a packet is handed to the receiver at the first wake at or
+    /// after its arrival, wakes falling at multiples of this (plus `release_wake_jitter_us`).
+    /// 0: on time. See "Timing noise" above.
+    #[serde(default)]
+    pub release_granularity_us: u64,
+    /// Each receive-side wake is late by a random amount uniform in `[0, this]`; at most
+    /// `release_granularity_us` (so wakes stay in order).
+    #[serde(default)]
+    pub release_wake_jitter_us: u64,
+    /// GRO-like batch at the receive side: hold a receiving endpoint's packets until this many
+    /// are held, or `gro_window_us` after the first of them, then hand them over together.
+    /// 0 or 1: off.
+    #[serde(default)]
+    pub gro_batch_pkts: u32,
+    /// The longest a GRO batch waits for more packets; above 0 when `gro_batch_pkts > 1`.
+    #[serde(default)]
+    pub gro_window_us: u64,
+    /// Timer wake-ups of the endpoints that send into this link fire late by a random amount
+    /// uniform in `[0, this]` (a virtualized clock whose sleeps overshoot). 0: on time.
+    #[serde(default)]
+    pub sender_wake_late_us: u64,
 }
 
 impl Default for LinkConfig {
@@ -86,6 +134,12 @@ impl Default for LinkConfig {
             corrupt_prob: 0.0,
             blackouts: Vec::new(),
             stalls: None,
+            jitter_reorders: false,
+            release_granularity_us: 0,
+            release_wake_jitter_us: 0,
+            gro_batch_pkts: 0,
+            gro_window_us: 0,
+            sender_wake_late_us: 0,
         }
     }
 }
@@ -152,6 +206,40 @@ impl LinkConfig {
         self
     }
 
+    /// Let the jitter reorder packets (see [`Self::jitter_reorders`]).
+    pub fn with_jitter_reorders(mut self) -> Self {
+        self.jitter_reorders = true;
+        self
+    }
+
+    /// Hand packets to the receiver only at wakes every `granularity_us`, each late by up to
+    /// `wake_jitter_us` (see [`Self::release_granularity_us`]).
+    pub fn with_release_granularity(mut self, granularity_us: u64, wake_jitter_us: u64) -> Self {
+        self.release_granularity_us = granularity_us;
+        self.release_wake_jitter_us = wake_jitter_us;
+        self
+    }
+
+    /// Hold packets in GRO-like batches of up to `pkts`, at most `window_us` (see
+    /// [`Self::gro_batch_pkts`]).
+    pub fn with_gro_batch(mut self, pkts: u32, window_us: u64) -> Self {
+        self.gro_batch_pkts = pkts;
+        self.gro_window_us = window_us;
+        self
+    }
+
+    /// Wake the endpoints that send into this link up to `late_us` late (see
+    /// [`Self::sender_wake_late_us`]).
+    pub fn with_sender_wake_late(mut self, late_us: u64) -> Self {
+        self.sender_wake_late_us = late_us;
+        self
+    }
+
+    /// Whether GRO-like batching is on (`gro_batch_pkts > 1`).
+    pub fn gro_enabled(&self) -> bool {
+        self.gro_batch_pkts > 1
+    }
+
     /// A description of what is wrong with the config, if anything.
     pub fn check(&self) -> Result<(), String> {
         self.loss.check()?;
@@ -169,6 +257,19 @@ impl LinkConfig {
         }
         if let Some((every, length)) = self.stalls.filter(|(every, length)| length >= every) {
             return Err(format!("stalls of {length} us every {every} us leave no time to deliver"));
+        }
+        if self.release_wake_jitter_us > self.release_granularity_us {
+            return Err(format!(
+                "release_wake_jitter_us = {} is above release_granularity_us = {} (wakes would \
+                 come out of order)",
+                self.release_wake_jitter_us, self.release_granularity_us
+            ));
+        }
+        if self.gro_enabled() && self.gro_window_us == 0 {
+            return Err(format!(
+                "gro_batch_pkts = {} needs gro_window_us > 0",
+                self.gro_batch_pkts
+            ));
         }
         Ok(())
     }

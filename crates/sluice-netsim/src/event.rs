@@ -10,6 +10,12 @@ pub(crate) enum EventKind {
     Wake { node: u32, generation: u64 },
     /// The packet in `slot` of the packet pool arrives at the node.
     Deliver { node: u32, slot: u32 },
+    /// The packet in `slot` reaches the receive side in front of the node, where a GRO-like
+    /// batch holds it (only when the link has one; otherwise packets go straight to `Deliver`).
+    Arrive { node: u32, slot: u32 },
+    /// The node's GRO-like batch `generation` has waited its window: hand it over, unless it
+    /// was handed over already (then the event is stale).
+    GroFlush { node: u32, generation: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +89,7 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| queue.pop())
             .map(|e| match e.kind {
                 EventKind::Wake { node, .. } => (e.at_us(), node),
-                EventKind::Deliver { .. } => unreachable!(),
+                _ => unreachable!(),
             })
             .collect();
         assert_eq!(order, [(3, 1), (3, 3), (4, 4), (5, 0), (5, 2)]);

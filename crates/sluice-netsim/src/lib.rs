@@ -5,7 +5,10 @@
 //! link; each flow may add its own one-way delay per direction. A link direction ([`LinkConfig`])
 //! has a rate limit behind a drop-tail queue, propagation delay, order-preserving jitter, random
 //! loss (Bernoulli or Gilbert-Elliott), reordering, duplication, corruption, blackout windows and
-//! receive stalls.
+//! receive stalls, and timing noise (off by default; see [`LinkConfig`]): a receive side that
+//! hands packets over in bunches (at periodic wakes, or in GRO-like batches), which on the
+//! reverse link is ACK compression, jitter that may reorder, and senders whose timer wake-ups
+//! fire late.
 //!
 //! Nothing here reads a clock or draws ambient randomness: time is virtual microseconds and every
 //! random choice comes from the seed in [`SimConfig`], so a run is reproducible bit for bit.

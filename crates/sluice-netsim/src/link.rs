@@ -46,13 +46,23 @@ pub(crate) struct Link {
     reorder_rng: Rng,
     duplicate_rng: Rng,
     corrupt_rng: Rng,
+    /// Seeds the receive side's wake jitter (a pure function of it and the wake's index).
+    wake_seed: u64,
+    /// Draws how late the sending endpoints' timer wake-ups fire.
+    wake_late_rng: Rng,
 }
 
 impl Link {
-    /// A link whose random streams are all drawn from `seeds`.
-    pub(crate) fn new(config: LinkConfig, seeds: &mut Rng) -> Self {
+    /// A link whose random streams are all drawn from `seeds`, except those of the timing noise,
+    /// drawn from `timing_seeds` (so that a config without timing noise draws exactly what it
+    /// drew before the timing noise existed).
+    pub(crate) fn new(config: LinkConfig, seeds: &mut Rng, timing_seeds: &mut Rng) -> Self {
+        let wake_seed = timing_seeds.next_u64();
+        let wake_late_rng = Rng::new(timing_seeds.next_u64());
         let mut stream = || Rng::new(seeds.next_u64());
         Self {
+            wake_seed,
+            wake_late_rng,
             loss: LossProcess::new(config.loss, stream()),
             jitter_rng: stream(),
             reorder_rng: stream(),
@@ -113,8 +123,10 @@ impl Link {
         } else {
             self.jitter_rng.below(self.config.jitter_us + 1)
         };
-        let mut in_order_us =
-            (leaves_us + self.config.delay_us + jitter_us).max(self.last_arrival_us);
+        let mut in_order_us = leaves_us + self.config.delay_us + jitter_us;
+        if !self.config.jitter_reorders {
+            in_order_us = in_order_us.max(self.last_arrival_us);
+        }
         if let Some((every_us, length_us)) = self.config.stalls {
             let into_us = in_order_us % every_us;
             if into_us < length_us {
@@ -128,9 +140,10 @@ impl Link {
             self.stats.reordered.add(wire_bytes);
             in_order_us + self.config.reorder_extra_delay_us
         } else {
-            self.last_arrival_us = in_order_us;
+            self.last_arrival_us = self.last_arrival_us.max(in_order_us);
             in_order_us
         };
+        let at_us = self.wake_at_or_after(at_us);
 
         let flip_bit = (len > 0
             && self.config.corrupt_prob > 0.0
@@ -145,6 +158,54 @@ impl Link {
             self.stats.duplicated.add(wire_bytes);
         }
         Fate::Arrives { at_us, flip_bit, duplicate }
+    }
+
+    /// The receive side's first wake at or after `at_us` (`at_us` itself without a granularity).
+    /// Wake `k` falls at `k * G + j(k)`, with `j(k)` uniform in `[0, J]` from the seed and `k`
+    /// alone; `J <= G` keeps the wakes in order, so the hand-over keeps the arrival order.
+    pub(crate) fn wake_at_or_after(&self, at_us: u64) -> u64 {
+        let g = self.config.release_granularity_us;
+        if g == 0 {
+            return at_us;
+        }
+        let j = self.config.release_wake_jitter_us;
+        // Every wake before this one falls before `at_us - J`, so before `at_us`.
+        let mut k = at_us.saturating_sub(j).div_ceil(g);
+        loop {
+            let wake_us = k * g + self.wake_jitter_us(k);
+            if wake_us >= at_us {
+                return wake_us;
+            }
+            k += 1;
+        }
+    }
+
+    fn wake_jitter_us(&self, k: u64) -> u64 {
+        match self.config.release_wake_jitter_us {
+            0 => 0,
+            j => Rng::new(self.wake_seed ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15)).below(j + 1),
+        }
+    }
+
+    /// How late the next timer wake-up of an endpoint sending into this link fires: uniform in
+    /// `[0, sender_wake_late_us]`.
+    pub(crate) fn sender_wake_late_us(&mut self) -> u64 {
+        match self.config.sender_wake_late_us {
+            0 => 0,
+            x => self.wake_late_rng.below(x + 1),
+        }
+    }
+
+    /// Whether the sending endpoints' wake-ups are late at all.
+    pub(crate) fn sender_wakes_late(&self) -> bool {
+        self.config.sender_wake_late_us > 0
+    }
+
+    /// The GRO-like batch `(packets, window_us)`, if on.
+    pub(crate) fn gro_batch(&self) -> Option<(usize, u64)> {
+        self.config
+            .gro_enabled()
+            .then_some((self.config.gro_batch_pkts as usize, self.config.gro_window_us))
     }
 
     /// Admits a packet to the drop-tail queue if it fits; returns when its last bit leaves.

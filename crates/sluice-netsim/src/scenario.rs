@@ -69,6 +69,28 @@ pub struct Scenario {
     /// Receive stalls `(every ms, length ms)` in both directions: delivery pauses, then what
     /// was due arrives at once (a late host or emulator; see `LinkConfig::stalls`).
     pub stalls_ms: Option<(f64, f64)>,
+    /// Let the jitter reorder packets (each packet's delay its own); otherwise it keeps FIFO order.
+    pub jitter_reorders: bool,
+    /// Receive batching on the data direction: packets are handed to the receiver only at wakes
+    /// every this many us (NIC interrupt coalescing, an emulator thread); 0 = on time. See
+    /// [`LinkConfig::release_granularity_us`].
+    pub release_granularity_us: u64,
+    /// Each of those wakes is late by up to this many us (at most the granularity).
+    pub release_wake_jitter_us: u64,
+    /// GRO-like batching on the data direction: `(packets, window us)`, see
+    /// [`LinkConfig::gro_batch_pkts`].
+    pub gro_batch: Option<(u32, u64)>,
+    /// ACK compression: feedback reaches the sender only at wakes every this many us (the
+    /// reverse link's release granularity); 0 = on time.
+    pub ack_compression_us: u64,
+    /// The sender's timer wake-ups fire late by up to this many us (uniform), as on a host with
+    /// a virtualized clock; 0 = on time. See [`LinkConfig::sender_wake_late_us`].
+    pub sleep_overshoot_us: u64,
+    /// The sender's pacing catch-up after a late wake-up, in packets
+    /// ([`ChannelConfig::max_burst_pkts`]): 1 (the default) suits the simulator's exact clock;
+    /// the real driver, whose sleeps overshoot, uses 256 (`REAL_TIME_BURST_PKTS` in the `sluice`
+    /// crate), which the scenarios with [`Scenario::sleep_overshoot_us`] should use too.
+    pub max_burst_pkts: u32,
     /// Simulated time limit in seconds.
     pub deadline_s: f64,
     /// Trace sampling period in ms (0: no trace).
@@ -104,6 +126,13 @@ impl Default for Scenario {
             corrupt_pct: 0.0,
             blackout_s: None,
             stalls_ms: None,
+            jitter_reorders: false,
+            release_granularity_us: 0,
+            release_wake_jitter_us: 0,
+            gro_batch: None,
+            ack_compression_us: 0,
+            sleep_overshoot_us: 0,
+            max_burst_pkts: ChannelConfig::default().max_burst_pkts,
             deadline_s: 600.0,
             sample_ms: 0,
             packet_size: 1452,
@@ -203,7 +232,56 @@ impl Scenario {
         if let Some((every, len)) = self.stalls_ms {
             link = link.with_stalls((every * 1e3) as u64, (len * 1e3) as u64);
         }
+        if self.jitter_reorders {
+            link = link.with_jitter_reorders();
+        }
         link
+    }
+
+    /// The network: the same link both ways, plus the timing noise of each direction (the
+    /// receive batching and the sender's late wake-ups on the data direction, the ACK
+    /// compression on the reverse one).
+    pub fn sim_config(&self) -> SimConfig {
+        let one_way_us = (self.rtt_ms * 1e3 / 2.0) as u64;
+        let mut config = SimConfig::symmetric(self.seed, self.link(one_way_us));
+        let forward = &mut config.forward;
+        forward.release_granularity_us = self.release_granularity_us;
+        forward.release_wake_jitter_us = self.release_wake_jitter_us;
+        if let Some((pkts, window_us)) = self.gro_batch {
+            forward.gro_batch_pkts = pkts;
+            forward.gro_window_us = window_us;
+        }
+        forward.sender_wake_late_us = self.sleep_overshoot_us;
+        config.reverse.release_granularity_us = self.ack_compression_us;
+        config
+    }
+
+    /// The timing noise in force, as `name=value` pairs (empty without any).
+    pub fn timing_noise(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut add = |name: &str, value: String| out.push(format!("{name}={value}"));
+        if self.jitter_ms > 0.0 {
+            add("jitter_ms", self.jitter_ms.to_string());
+        }
+        if self.jitter_reorders {
+            add("jitter_reorders", "true".into());
+        }
+        if self.release_granularity_us > 0 {
+            add("release_granularity_us", self.release_granularity_us.to_string());
+        }
+        if self.release_wake_jitter_us > 0 {
+            add("release_wake_jitter_us", self.release_wake_jitter_us.to_string());
+        }
+        if let Some((pkts, window_us)) = self.gro_batch {
+            add("gro_batch", format!("{pkts}pkts/{window_us}us"));
+        }
+        if self.ack_compression_us > 0 {
+            add("ack_compression_us", self.ack_compression_us.to_string());
+        }
+        if self.sleep_overshoot_us > 0 {
+            add("sleep_overshoot_us", self.sleep_overshoot_us.to_string());
+        }
+        out
     }
 
     /// Channels of transfer `flow`.
@@ -240,6 +318,7 @@ impl Scenario {
             initial_rtt_us: ((self.rtt_ms * 1e3) as u64).max(1),
             initial_dsn: ((self.seed.wrapping_mul(0x9E37_79B9) >> 8) as u32 ^ flow as u32)
                 & sluice_proto::seq::Seq31::MAX,
+            max_burst_pkts: self.max_burst_pkts,
             ..ChannelConfig::default()
         }
     }
@@ -253,9 +332,7 @@ impl Scenario {
 
     /// Runs the scenario. Deterministic: the same scenario gives the same result.
     pub fn run(&self) -> ScenarioResult {
-        let one_way_us = (self.rtt_ms * 1e3 / 2.0) as u64;
-        let link = self.link(one_way_us);
-        let mut sim: Sim<ChannelEndpoint> = Sim::new(SimConfig::symmetric(self.seed, link));
+        let mut sim: Sim<ChannelEndpoint> = Sim::new(self.sim_config());
         let total = (self.size_mib * 1024.0 * 1024.0) as u64;
         let mut starts_us = Vec::new();
         // Each transfer's channels: a range of the simulator's flows.

@@ -85,6 +85,13 @@ struct Node {
     /// Woken at least once (its flow has started).
     started: bool,
     done: bool,
+    /// The GRO-like batch held in front of this node: packet slots in arrival order.
+    gro_held: Vec<u32>,
+    /// Bumped whenever a batch opens or is handed over; older `GroFlush` events are stale.
+    gro_generation: u64,
+    /// With late wake-ups: the wake-up time the endpoint last asked for and the lateness drawn
+    /// for it (drawn once per asked time, however often the node is driven meanwhile).
+    late_wake: Option<(u64, u64)>,
 }
 
 /// A deterministic, event-driven network of flows over one shared link in each direction.
@@ -143,8 +150,11 @@ impl<E: Endpoint> Sim<E> {
             }
         }
         let mut seeds = Rng::new(config.seed);
-        let forward = Link::new(config.forward.clone(), &mut seeds);
-        let reverse = Link::new(config.reverse.clone(), &mut seeds);
+        // The timing noise draws from a generator of its own, so that turning it on or off leaves
+        // every other random decision as it was.
+        let mut timing_seeds = Rng::new(config.seed.rotate_left(32) ^ 0x7131_4E01_5E5E_D7A1);
+        let forward = Link::new(config.forward.clone(), &mut seeds, &mut timing_seeds);
+        let reverse = Link::new(config.reverse.clone(), &mut seeds, &mut timing_seeds);
         Self {
             now_us: 0,
             config,
@@ -270,6 +280,12 @@ impl<E: Endpoint> Sim<E> {
             match event.kind {
                 EventKind::Wake { node, generation } => self.wake(node as usize, generation),
                 EventKind::Deliver { node, slot } => self.deliver(node as usize, slot),
+                EventKind::Arrive { node, slot } => self.arrive(node as usize, slot),
+                EventKind::GroFlush { node, generation } => {
+                    if self.nodes[node as usize].gro_generation == generation {
+                        self.hand_over_batch(node as usize);
+                    }
+                }
             }
         };
         if stop == StopReason::Deadline {
@@ -333,6 +349,40 @@ impl<E: Endpoint> Sim<E> {
         self.drive(node);
     }
 
+    /// A packet reached the GRO-like batch in front of `node`: hold it, and hand the batch over
+    /// once it is full (or, by its `GroFlush` event, when its window has passed).
+    fn arrive(&mut self, node: usize, slot: u32) {
+        let link = if node.is_multiple_of(2) { &self.reverse } else { &self.forward };
+        let (max_pkts, window_us) = link.gro_batch().expect("Arrive events only with a GRO batch");
+        let state = &mut self.nodes[node];
+        if state.gro_held.is_empty() {
+            state.gro_generation += 1;
+            let generation = state.gro_generation;
+            let at_us = self.now_us + window_us;
+            self.events.push(at_us, EventKind::GroFlush { node: node as u32, generation });
+        }
+        state.gro_held.push(slot);
+        if state.gro_held.len() >= max_pkts {
+            self.hand_over_batch(node);
+        }
+    }
+
+    /// Hands the packets held in front of `node` to it, all now (plus the flow's extra delay).
+    fn hand_over_batch(&mut self, node: usize) {
+        let config = &self.flows[node / 2].config;
+        let extra_delay_us = if node.is_multiple_of(2) {
+            config.extra_delay_rev_us
+        } else {
+            config.extra_delay_fwd_us
+        };
+        let state = &mut self.nodes[node];
+        state.gro_generation += 1;
+        for slot in state.gro_held.drain(..) {
+            let at_us = self.now_us + extra_delay_us;
+            self.events.push(at_us, EventKind::Deliver { node: node as u32, slot });
+        }
+    }
+
     /// Takes the node's datagrams into the network, then reschedules its wake-up.
     fn drive(&mut self, node: usize) {
         let now_us = self.now_us;
@@ -353,6 +403,7 @@ impl<E: Endpoint> Sim<E> {
             )
         };
         let peer = (node ^ 1) as u32;
+        let batched = link.gro_batch().is_some();
         let mut taken = 0;
         while taken < MAX_DATAGRAMS_PER_POLL {
             let Some(len) = endpoint.poll_transmit(now_us, &mut self.transmit_buf) else { break };
@@ -362,15 +413,19 @@ impl<E: Endpoint> Sim<E> {
             let Fate::Arrives { at_us, flip_bit, duplicate } = link.offer(now_us, len) else {
                 continue;
             };
-            let at_us = at_us + extra_delay_us;
             let slot = self.pool.insert(&self.transmit_buf[..len]);
             if let Some(bit) = flip_bit {
                 self.pool.get_mut(slot)[(bit / 8) as usize] ^= 1 << (bit % 8);
             }
-            self.events.push(at_us, EventKind::Deliver { node: peer, slot });
-            if duplicate {
-                let copy = self.pool.duplicate(slot);
-                self.events.push(at_us, EventKind::Deliver { node: peer, slot: copy });
+            let copy = duplicate.then(|| self.pool.duplicate(slot));
+            for slot in std::iter::once(slot).chain(copy) {
+                if batched {
+                    // The flow's extra delay comes after the batch (see `hand_over_batch`).
+                    self.events.push(at_us, EventKind::Arrive { node: peer, slot });
+                } else {
+                    self.events
+                        .push(at_us + extra_delay_us, EventKind::Deliver { node: peer, slot });
+                }
             }
         }
 
@@ -389,8 +444,23 @@ impl<E: Endpoint> Sim<E> {
             }
             Some(now_us + 1)
         } else {
-            // A time already past is served now (after the events already due now).
-            wanted_us.map(|at_us| at_us.max(now_us))
+            match wanted_us {
+                // A time already past is served now (after the events already due now).
+                Some(at_us) if at_us <= now_us => Some(now_us),
+                // A sleep that overshoots: late by an amount drawn once per asked time.
+                Some(at_us) if link.sender_wakes_late() => {
+                    let late_us = match state.late_wake {
+                        Some((asked_us, late_us)) if asked_us == at_us => late_us,
+                        _ => {
+                            let late_us = link.sender_wake_late_us();
+                            state.late_wake = Some((at_us, late_us));
+                            late_us
+                        }
+                    };
+                    Some(at_us + late_us)
+                }
+                other => other,
+            }
         };
         if wake_at_us != state.wake_at_us {
             state.generation += 1;

@@ -374,3 +374,108 @@ fn low_yields_to_a_fair_transfer_and_takes_the_link_back_after_it() {
     let after = trace_mean(&r, 0, fair_done + 6.0, fair_done + 8.0);
     assert!(after >= 0.60 * ceiling, "6-8 s after the fair transfer the low one gets {after:.1}");
 }
+
+// Timing noise (issue 25): the receive side hands packets over in bunches (NIC interrupt
+// coalescing, GRO, virtual NICs, an emulator thread that wakes periodically), feedback comes
+// back compressed, jitter with and without reordering, and a sender whose sleeps overshoot.
+// Each model runs on the plain scenario of a utilization target and must hold that target: a
+// result that holds only with precise release is not a result. Those the current controller
+// misses are ignored with the number measured, so they are seen, not silently passing; run them
+// with `cargo test -p sluice-netsim --test scenarios timing -- --include-ignored`.
+
+/// Runs `s` and checks it holds the plain scenario's utilization `target`.
+fn check_timing_noise(name: &str, s: Scenario, target: f64) {
+    println!("timing noise {name}: {}", s.timing_noise().join(" "));
+    let r = run_delivered(name, s);
+    println!(
+        "timing noise {name}: utilization {} (target {target}), queue delay p50/p99/max {:?} ms",
+        r.utilization, r.queue_delay_ms
+    );
+    assert!(r.utilization >= target, "{name}: utilization {} < {target}", r.utilization);
+}
+
+/// One test per timing-noise model: `name: plain scenario, |s| change to it;`, where the plain
+/// scenarios are those of `adaptive_utilization_100ms_1pct_2gib` (at 1 GiB, as the stalls test,
+/// same target 0.90) and `adaptive_utilization_300ms_3pct_2gib` (target 0.85).
+macro_rules! timing_noise {
+    ($($(#[$attr:meta])* $name:ident: $plain:ident, |$s:ident| $change:expr;)*) => {$(
+        $(#[$attr])*
+        #[test]
+        fn $name() {
+            let (mut $s, target) = $plain();
+            $change;
+            check_timing_noise(stringify!($name), $s, target);
+        }
+    )*};
+}
+
+/// 100 ms, 1 % loss, 1 GiB, seed 7: the plain run reaches 0.952.
+fn plain_100ms_1pct() -> (Scenario, f64) {
+    (Scenario { loss_pct: 1.0, size_mib: 1024.0, seed: 7, ..Scenario::default() }, 0.90)
+}
+
+/// 300 ms, 3 % loss, 2 GiB, seed 8: the plain run reaches 0.937.
+fn plain_300ms_3pct() -> (Scenario, f64) {
+    let s =
+        Scenario { rtt_ms: 300.0, loss_pct: 3.0, size_mib: 2048.0, seed: 8, ..Scenario::default() };
+    (s, 0.85)
+}
+
+/// The pacer's catch-up after a late wake-up in the real driver (`REAL_TIME_BURST_PKTS` in the
+/// `sluice` crate). With the simulator's default of 1 packet, a sender woken up to 200 us late
+/// loses most of the link to pacing alone (0.211 at 100 ms / 1 %), whatever the controller.
+const REAL_DRIVER_BURST_PKTS: u32 = 256;
+
+timing_noise! {
+    timing_release_0us: plain_100ms_1pct, |s| s.release_granularity_us = 0;
+    #[ignore = "issue 25: the controller is fooled by release at wakes every 20 us; measured 0.576 vs target 0.90"]
+    timing_release_20us: plain_100ms_1pct, |s| s.release_granularity_us = 20;
+    #[ignore = "issue 25: the controller is fooled by release at wakes every 50 us; measured 0.547 vs target 0.90"]
+    timing_release_50us: plain_100ms_1pct, |s| s.release_granularity_us = 50;
+    #[ignore = "issue 25: the controller is fooled by release at wakes every 200 us; measured 0.745 vs target 0.90"]
+    timing_release_200us: plain_100ms_1pct, |s| s.release_granularity_us = 200;
+    #[ignore = "issue 25: the controller is fooled by release at wakes every 1000 us; measured 0.745 vs target 0.90"]
+    timing_release_1000us: plain_100ms_1pct, |s| s.release_granularity_us = 1_000;
+    timing_release_50us_wake_jitter_50us: plain_100ms_1pct, |s| {
+        s.release_granularity_us = 50;
+        s.release_wake_jitter_us = 50;
+    };
+    #[ignore = "issue 25: the controller is fooled by release at wakes every 200 us, each up to 200 us late; measured 0.75 vs target 0.90"]
+    timing_release_200us_wake_jitter_200us: plain_100ms_1pct, |s| {
+        s.release_granularity_us = 200;
+        s.release_wake_jitter_us = 200;
+    };
+    #[ignore = "issue 25: the controller is fooled by GRO-like batches of 16 packets (window 500 us); measured 0.852 vs target 0.90"]
+    timing_gro_16pkts: plain_100ms_1pct, |s| s.gro_batch = Some((16, 500));
+    #[ignore = "issue 25: the controller is fooled by GRO-like batches of up to 64 packets within 100 us; measured 0.729 vs target 0.90"]
+    timing_gro_64pkts_100us: plain_100ms_1pct, |s| s.gro_batch = Some((64, 100));
+    timing_ack_compression_200us: plain_100ms_1pct, |s| s.ack_compression_us = 200;
+    timing_ack_compression_1000us: plain_100ms_1pct, |s| s.ack_compression_us = 1_000;
+    timing_jitter_100us_in_order: plain_100ms_1pct, |s| s.jitter_ms = 0.1;
+    #[ignore = "issue 25: the controller is fooled by 1 ms of order-keeping jitter (arrivals bunch behind the slowest); measured 0.214 vs target 0.90"]
+    timing_jitter_1ms_in_order: plain_100ms_1pct, |s| s.jitter_ms = 1.0;
+    #[ignore = "issue 25: the controller is fooled by 100 us of jitter that reorders (19 % retransmitted); measured 0.269 vs target 0.90"]
+    timing_jitter_100us_reordering: plain_100ms_1pct, |s| {
+        s.jitter_ms = 0.1;
+        s.jitter_reorders = true;
+    };
+    timing_sleep_overshoot_200us: plain_100ms_1pct, |s| {
+        s.sleep_overshoot_us = 200;
+        s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
+    };
+    timing_sleep_overshoot_1000us: plain_100ms_1pct, |s| {
+        s.sleep_overshoot_us = 1_000;
+        s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
+    };
+    #[ignore = "issue 25: the controller is fooled by release at wakes every 50 us (fills the queue); measured 0.718 vs target 0.85"]
+    timing_300ms_3pct_release_50us: plain_300ms_3pct, |s| s.release_granularity_us = 50;
+    #[ignore = "issue 25: the controller is fooled by release at wakes every 200 us (fills the queue); measured 0.707 vs target 0.85"]
+    timing_300ms_3pct_release_200us: plain_300ms_3pct, |s| s.release_granularity_us = 200;
+    #[ignore = "issue 25: the controller is fooled by GRO-like batches of 16 packets (fills the queue); measured 0.686 vs target 0.85"]
+    timing_300ms_3pct_gro_16pkts: plain_300ms_3pct, |s| s.gro_batch = Some((16, 500));
+    timing_300ms_3pct_ack_compression_1000us: plain_300ms_3pct, |s| s.ack_compression_us = 1_000;
+    timing_300ms_3pct_sleep_overshoot_200us: plain_300ms_3pct, |s| {
+        s.sleep_overshoot_us = 200;
+        s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
+    };
+}

@@ -15,8 +15,7 @@ fn render(name: &str, s: &Scenario) -> String {
     let r = s.run();
     let mut out = format!(
         "# {name}: cc={} rate={}Mbit rtt={}ms loss={}% flows={} seed={}\n\
-         # goodput={}Mbit utilization={} retransmitted={}% queue_ms(p50,p99,max)={:?}\n\
-         # t_s  rate_mbit(per flow)  goodput_mbit(per flow)  queue_ms\n",
+         # goodput={}Mbit utilization={} retransmitted={}% queue_ms(p50,p99,max)={:?}\n",
         s.cc.name(),
         s.rate_mbit,
         s.rtt_ms,
@@ -28,6 +27,11 @@ fn render(name: &str, s: &Scenario) -> String {
         r.retransmitted_pct,
         r.queue_delay_ms,
     );
+    let noise = s.timing_noise();
+    if !noise.is_empty() {
+        writeln!(out, "# timing noise: {}", noise.join(" ")).unwrap();
+    }
+    out.push_str("# t_s  rate_mbit(per flow)  goodput_mbit(per flow)  queue_ms\n");
     for p in &r.trace {
         let rate: Vec<String> = p.rate_mbit.iter().map(|x| format!("{x:.0}")).collect();
         let good: Vec<String> = p.goodput_mbit.iter().map(|x| format!("{x:.0}")).collect();
@@ -114,4 +118,38 @@ fn snapshot_two_adaptive_flows() {
     let s =
         Scenario { flows: 2, flow_stagger_ms: 2_000, ..trace(CcKind::Adaptive, 100.0, 0.0, 107) };
     check("adaptive_two_flows_100ms", s);
+}
+
+// Timing noise (issue 25): the same runs as the plain traces above (same seeds), with the receive
+// side handing the data over in bunches. The plain trace of each is the one to compare with.
+
+#[test]
+fn snapshot_adaptive_100ms_1pct_loss_batch50us() {
+    let s = Scenario { release_granularity_us: 50, ..trace(CcKind::Adaptive, 100.0, 1.0, 104) };
+    check("adaptive_100ms_1pct_batch50us", s);
+}
+
+#[test]
+fn snapshot_adaptive_100ms_1pct_loss_batch200us() {
+    let s = Scenario { release_granularity_us: 200, ..trace(CcKind::Adaptive, 100.0, 1.0, 104) };
+    check("adaptive_100ms_1pct_batch200us", s);
+}
+
+#[test]
+fn snapshot_adaptive_100ms_1pct_loss_gro16() {
+    let s = Scenario { gro_batch: Some((16, 500)), ..trace(CcKind::Adaptive, 100.0, 1.0, 104) };
+    check("adaptive_100ms_1pct_gro16", s);
+}
+
+/// How bunching affects `udt`: compare with `udt_100ms_0pct`. Its packet pairs read many times
+/// the link, so it sends at several Gbit/s into the 1 Gbit/s link: 6 s of that is enough to see
+/// (and costs the simulator as much as 20 s of the plain run).
+#[test]
+fn snapshot_udt_100ms_no_loss_batch200us() {
+    let s = Scenario {
+        release_granularity_us: 200,
+        deadline_s: 6.0,
+        ..trace(CcKind::Udt, 100.0, 0.0, 101)
+    };
+    check("udt_100ms_0pct_batch200us", s);
 }

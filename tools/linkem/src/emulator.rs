@@ -22,7 +22,8 @@ use serde::Serialize;
 use tun_rs::{DeviceBuilder, GROTable, IDEAL_BATCH_SIZE, SyncDevice, VIRTIO_NET_HDR_LEN};
 
 use crate::model::{
-    Direction, DirectionConfig, DropReason, QueueLimit, Shaper, Verdict, default_queue_limit,
+    Direction, DirectionConfig, DropReason, GroBatch, QueueLimit, Shaper, Verdict,
+    default_queue_limit,
 };
 use crate::netns::{self, A_ADDR, B_ADDR, NetnsError, PREFIX_LEN, TUN_NAME};
 
@@ -330,6 +331,10 @@ struct Forwarder {
     scratch: Vec<u8>,
     /// Packets due for release, written as one batch.
     due: Vec<Held>,
+    /// The GRO-like batch of the receive side (see [`DirectionConfig::gro_batch`]), if on, and
+    /// the packets it holds.
+    gro: Option<GroBatch>,
+    gro_held: Vec<Held>,
     offload: Option<Box<OffloadIo>>,
 }
 
@@ -400,13 +405,16 @@ impl Forwarder {
     fn next_release(&self) -> Option<u64> {
         let f = self.fifo.front().map(|h| h.release_ns);
         let h = self.heap.peek().map(|Reverse(h)| h.release_ns);
-        match (f, h) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let g = self.gro.as_ref().and_then(GroBatch::deadline_ns);
+        [f, h, g].into_iter().flatten().min()
     }
 
-    /// Releases every packet whose time has come, in release order, in batches.
+    fn held_count(&self) -> u64 {
+        (self.fifo.len() + self.heap.len() + self.gro_held.len()) as u64
+    }
+
+    /// Releases every packet whose time has come, in release order, in batches (through the
+    /// GRO-like batch, if on).
     fn release_due(&mut self, now: u64) -> usize {
         let mut n = 0;
         loop {
@@ -415,12 +423,51 @@ impl Forwarder {
                 break;
             }
             n += self.due.len();
-            self.write_due(now);
+            if self.gro.is_some() {
+                self.batch_due(now);
+            } else {
+                self.write_due(now, 0);
+            }
+        }
+        if let Some(deadline) = self.gro.as_ref().and_then(GroBatch::deadline_ns)
+            && deadline <= now
+        {
+            self.write_gro_batch(now, deadline);
+            n += 1;
         }
         if n > 0 {
-            self.counters.held.store((self.fifo.len() + self.heap.len()) as u64, Ordering::Relaxed);
+            self.counters.held.store(self.held_count(), Ordering::Relaxed);
         }
         n
+    }
+
+    /// Moves the due packets into the GRO-like batch, writing the batch whenever it fills or its
+    /// window ended before the next packet came due.
+    fn batch_due(&mut self, now: u64) {
+        let due = std::mem::take(&mut self.due);
+        for h in &due {
+            let Some(gro) = self.gro.as_mut() else { break };
+            if let Some(deadline) = gro.deadline_ns().filter(|_| gro.expired_by(h.release_ns)) {
+                self.write_gro_batch(now, deadline);
+            }
+            self.gro_held.push(*h);
+            if self.gro.as_mut().is_some_and(|gro| gro.add(h.release_ns)) {
+                self.write_gro_batch(now, h.release_ns);
+            }
+        }
+        self.due = due;
+        self.due.clear();
+    }
+
+    /// Writes the packets the GRO-like batch holds, whose release time is `release_ns`.
+    fn write_gro_batch(&mut self, now: u64, release_ns: u64) {
+        std::mem::swap(&mut self.due, &mut self.gro_held);
+        self.write_due(now, release_ns);
+        std::mem::swap(&mut self.due, &mut self.gro_held);
+        self.gro_held.clear();
+        if let Some(gro) = self.gro.as_mut() {
+            gro.clear();
+        }
     }
 
     /// Moves up to one batch of due packets, earliest first, into `self.due`.
@@ -451,8 +498,10 @@ impl Forwarder {
         }
     }
 
-    /// Writes the packets in `self.due` to the output and frees their buffers.
-    fn write_due(&mut self, now: u64) {
+    /// Writes the packets in `self.due` to the output and frees their buffers. Each was due at
+    /// the later of its own release time and `release_ns` (the time of its GRO-like batch);
+    /// lateness after that is counted.
+    fn write_due(&mut self, now: u64, release_ns: u64) {
         let c = &self.counters;
         let bytes: u64 = self.due.iter().map(|h| u64::from(h.len)).sum();
         if let Some(off) = self.offload.as_mut() {
@@ -481,7 +530,7 @@ impl Forwarder {
             }
         }
         for h in &self.due {
-            let late = now - h.release_ns;
+            let late = now.saturating_sub(h.release_ns.max(release_ns));
             if late > 100_000 {
                 bump(&c.late_over_100us, 1);
                 if late > 1_000_000 {
@@ -531,7 +580,7 @@ impl Forwarder {
         }
         if n > 0 {
             self.counters.pool_slots.store(self.pool.slots() as u64, Ordering::Relaxed);
-            self.counters.held.store((self.fifo.len() + self.heap.len()) as u64, Ordering::Relaxed);
+            self.counters.held.store(self.held_count(), Ordering::Relaxed);
         }
         n
     }
@@ -570,7 +619,7 @@ impl Forwarder {
         self.offload = Some(off);
         if n > 0 {
             self.counters.pool_slots.store(self.pool.slots() as u64, Ordering::Relaxed);
-            self.counters.held.store((self.fifo.len() + self.heap.len()) as u64, Ordering::Relaxed);
+            self.counters.held.store(self.held_count(), Ordering::Relaxed);
         }
         n
     }
@@ -727,6 +776,8 @@ impl Emulator {
                 coalesce_ns: config.coalesce_ns,
                 scratch: vec![0u8; SLOT_BYTES],
                 due: Vec::with_capacity(IDEAL_BATCH_SIZE),
+                gro: dcfg.gro(),
+                gro_held: Vec::with_capacity(IDEAL_BATCH_SIZE),
                 offload: config.offload.then(|| Box::new(OffloadIo::new())),
             };
             let handle =

@@ -49,6 +49,22 @@ const DIR_OPTS: &[(&str, &str, &str)] = &[
         "drop IP packets longer than this many bytes without a word (no ICMP): a path MTU black hole, where the hosts believe the TUN's MTU of 1500",
         "BYTES",
     ),
+    (
+        "release-granularity",
+        "receive batching: release packets to the receiving namespace only at wakes every TIME (multiples of TIME from linkem's start), so they arrive in bunches, as NIC interrupt coalescing or a virtual NIC hands them over; on the return path of a transfer (--b2a-... for a transfer from a to b) this is ACK compression; 0 = off (default)",
+        "TIME",
+    ),
+    (
+        "release-wake-jitter",
+        "each such wake is late by a random amount uniform in 0..TIME (at most the granularity; default 0)",
+        "TIME",
+    ),
+    (
+        "gro-batch",
+        "GRO-like batching: hold packets due for release until PKTS are held (2-64) or --gro-window has passed since the first, then release them together; 0 = off (default)",
+        "PKTS",
+    ),
+    ("gro-window", "the longest a GRO-like batch waits (default 100us)", "TIME"),
 ];
 
 fn prefix_arg() -> Arg {
@@ -160,6 +176,15 @@ fn direction_config(m: &ArgMatches, dir: &str, jitter_reorders: bool) -> Result<
     }
     c.reorder = prob("reorder")?.unwrap_or(0.0);
     c.duplicate = prob("duplicate")?.unwrap_or(0.0);
+    c.release_granularity_ns = dur("release-granularity")?.unwrap_or(0);
+    c.release_wake_jitter_ns = dur("release-wake-jitter")?.unwrap_or(0);
+    if let Some(w) = dur("gro-window")? {
+        c.gro_window_ns = w;
+    }
+    c.gro_batch = get("gro-batch")
+        .map(|v| v.parse::<u32>().with_context(|| ctx("gro-batch")))
+        .transpose()?
+        .unwrap_or(0);
     c.black_hole_above_bytes = get("black-hole-above")
         .map(|v| v.parse::<u32>().with_context(|| ctx("black-hole-above")))
         .transpose()?;
@@ -314,5 +339,49 @@ mod tests {
         assert_eq!((b.rate_bps, b.delay_ns), (100_000_000, 20_000_000));
         assert_eq!(a.loss, LossConfig::GilbertElliott { mean_loss: 0.01, mean_burst: 10.0 });
         assert_eq!(b.loss, LossConfig::Bernoulli { p: 0.01 });
+        assert_eq!((a.release_granularity_ns, a.gro_batch), (0, 0));
+    }
+
+    #[test]
+    fn receive_batching_options() {
+        let m = cli()
+            .try_get_matches_from([
+                "linkem",
+                "run",
+                "--prefix",
+                "x",
+                "--a2b-release-granularity",
+                "200us",
+                "--a2b-release-wake-jitter",
+                "50us",
+                "--b2a-release-granularity",
+                "1ms",
+                "--gro-batch",
+                "16",
+                "--b2a-gro-window",
+                "30us",
+            ])
+            .unwrap();
+        let (_, s) = m.subcommand().unwrap();
+        let a = direction_config(s, "a2b", false).unwrap();
+        let b = direction_config(s, "b2a", false).unwrap();
+        assert_eq!((a.release_granularity_ns, a.release_wake_jitter_ns), (200_000, 50_000));
+        assert_eq!((b.release_granularity_ns, b.release_wake_jitter_ns), (1_000_000, 0));
+        assert_eq!((a.gro_batch, a.gro_window_ns), (16, 100_000));
+        assert_eq!((b.gro_batch, b.gro_window_ns), (16, 30_000));
+        let bad = cli()
+            .try_get_matches_from([
+                "linkem",
+                "run",
+                "--prefix",
+                "x",
+                "--release-granularity",
+                "20us",
+                "--release-wake-jitter",
+                "50us",
+            ])
+            .unwrap();
+        let (_, s) = bad.subcommand().unwrap();
+        assert!(direction_config(s, "a2b", false).is_err(), "jitter above the granularity");
     }
 }

@@ -8,7 +8,14 @@
 //! 2. the bottleneck: a drop-tail queue in front of a serializer at `rate_bps`;
 //! 3. the propagation delay plus optional jitter (never reordering unless asked);
 //! 4. optional reordering (the packet is held back by `reorder_gap_ns`, so later ones overtake it);
-//! 5. optional duplication (a copy is released right after the original).
+//! 5. optional duplication (a copy is released right after the original);
+//! 6. the receive side's timing: with `release_granularity_ns`, the packet is released at the
+//!    first receive-side wake at or after its time ([`wake_at_or_after`]), wakes falling at
+//!    multiples of the granularity, each late by up to `release_wake_jitter_ns`; then, with
+//!    `gro_batch`, packets are held in GRO-like batches ([`GroBatch`], applied by the emulator as
+//!    packets come due, since a batch's end depends on the packets after it).
+//!
+//! Steps 0-6 except the GRO batch are decided when the packet arrives ([`Shaper::on_packet`]).
 
 use std::collections::VecDeque;
 
@@ -47,6 +54,7 @@ enum Stream {
     Jitter = 3,
     Reorder = 4,
     Duplicate = 5,
+    WakeJitter = 6,
 }
 
 fn splitmix64(mut z: u64) -> u64 {
@@ -261,7 +269,25 @@ pub struct DirectionConfig {
     /// IP packets longer than this many bytes are dropped silently (a path MTU black hole:
     /// no ICMP goes back, so the sender's kernel keeps its larger path MTU).
     pub black_hole_above_bytes: Option<u32>,
+    /// The receive side's wake period, in nanoseconds: a packet is released only at the first
+    /// wake at or after its time, wakes falling at multiples of this from the emulator's start,
+    /// so packets reach the receiving namespace in bunches (NIC interrupt coalescing, a virtual
+    /// NIC, an emulator thread that wakes periodically). On the return path of a transfer this
+    /// is ACK compression. 0: released at their own time.
+    pub release_granularity_ns: u64,
+    /// Each receive-side wake is late by a random amount uniform in `[0, this]` nanoseconds; at
+    /// most `release_granularity_ns`, so the wakes stay in order.
+    pub release_wake_jitter_ns: u64,
+    /// GRO-like batching: packets due for release are held until this many are held or
+    /// `gro_window_ns` after the first of them, then released together (at most
+    /// [`MAX_GRO_BATCH`]). 0 or 1: off.
+    pub gro_batch: u32,
+    /// The longest a GRO-like batch waits for more packets, in nanoseconds.
+    pub gro_window_ns: u64,
 }
+
+/// The largest GRO-like batch (Linux's GRO merges at most 64 segments).
+pub const MAX_GRO_BATCH: u32 = 64;
 
 impl Default for DirectionConfig {
     fn default() -> Self {
@@ -276,6 +302,10 @@ impl Default for DirectionConfig {
             reorder_gap_ns: 1_000_000,
             duplicate: 0.0,
             black_hole_above_bytes: None,
+            release_granularity_ns: 0,
+            release_wake_jitter_ns: 0,
+            gro_batch: 0,
+            gro_window_ns: 100_000,
         }
     }
 }
@@ -289,6 +319,18 @@ impl DirectionConfig {
                 return Err(format!("{name} probability {p} is not in [0, 1]"));
             }
         }
+        if self.release_wake_jitter_ns > self.release_granularity_ns {
+            return Err(format!(
+                "release wake jitter {} ns is above the release granularity {} ns",
+                self.release_wake_jitter_ns, self.release_granularity_ns
+            ));
+        }
+        if self.gro_batch > MAX_GRO_BATCH {
+            return Err(format!("GRO batch {} is above {MAX_GRO_BATCH}", self.gro_batch));
+        }
+        if self.gro_batch > 1 && self.gro_window_ns == 0 {
+            return Err("a GRO batch needs a window above 0".into());
+        }
         match self.queue {
             Some(QueueLimit::Bytes(0)) | Some(QueueLimit::Packets(0)) => {
                 Err("queue limit must be above 0".into())
@@ -296,6 +338,123 @@ impl DirectionConfig {
             _ => Ok(()),
         }
     }
+
+    /// The GRO-like batch of this direction, if on.
+    pub fn gro(&self) -> Option<GroBatch> {
+        (self.gro_batch > 1).then(|| GroBatch::new(self.gro_batch, self.gro_window_ns))
+    }
+}
+
+/// The first receive-side wake at or after `t_ns` (`t_ns` itself when `granularity_ns` is 0).
+///
+/// Wake `k` falls at `k * granularity_ns + j(k)`, with `j(k)` uniform in `[0, jitter_ns]` and a
+/// function of the seed, the direction and `k` alone. With `jitter_ns <= granularity_ns` the
+/// wakes are in order, so the function never decreases: release order is kept.
+pub fn wake_at_or_after(
+    t_ns: u64,
+    granularity_ns: u64,
+    jitter_ns: u64,
+    seed: u64,
+    direction: Direction,
+) -> u64 {
+    if granularity_ns == 0 {
+        return t_ns;
+    }
+    let jitter = |k: u64| match jitter_ns {
+        0 => 0,
+        j => {
+            let stream = direction.stream_base() + Stream::WakeJitter as u64;
+            (random_unit(seed, stream, k) * (j + 1) as f64) as u64
+        }
+    };
+    // Every wake before this one falls before `t_ns - jitter_ns`, so before `t_ns`.
+    let mut k = t_ns.saturating_sub(jitter_ns).div_ceil(granularity_ns);
+    loop {
+        let wake = k * granularity_ns + jitter(k);
+        if wake >= t_ns {
+            return wake;
+        }
+        k += 1;
+    }
+}
+
+/// GRO-like batching on the receive side: packets due for release (presented in the order of
+/// their due times) are held until `max_pkts` are held, or until `window_ns` after the first of
+/// them, then released together, as GRO or a NIC that raises one interrupt per batch does.
+///
+/// A packet due at `due`: if the open batch's window ended at or before `due`
+/// ([`GroBatch::expired_by`]) that batch is released first (at its deadline); then the packet
+/// joins, and if that fills the batch ([`GroBatch::add`] returns true) the batch is released at
+/// `due`. A batch nobody fills is released at [`GroBatch::deadline_ns`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroBatch {
+    max_pkts: u32,
+    window_ns: u64,
+    held: u32,
+    first_ns: u64,
+}
+
+impl GroBatch {
+    /// An empty batch of up to `max_pkts` packets (at least 1) waiting at most `window_ns`.
+    pub fn new(max_pkts: u32, window_ns: u64) -> Self {
+        GroBatch { max_pkts: max_pkts.max(1), window_ns, held: 0, first_ns: 0 }
+    }
+
+    /// Packets held now.
+    pub fn held(&self) -> u32 {
+        self.held
+    }
+
+    /// When the open batch must be released if it does not fill; `None` when empty.
+    pub fn deadline_ns(&self) -> Option<u64> {
+        (self.held > 0).then(|| self.first_ns + self.window_ns)
+    }
+
+    /// Whether the open batch's window has ended by `t_ns` (it must be released before anything
+    /// due at `t_ns` joins).
+    pub fn expired_by(&self, t_ns: u64) -> bool {
+        self.deadline_ns().is_some_and(|d| d <= t_ns)
+    }
+
+    /// A packet due at `due_ns` joins; true when that fills the batch: release it now.
+    pub fn add(&mut self, due_ns: u64) -> bool {
+        if self.held == 0 {
+            self.first_ns = due_ns;
+        }
+        self.held += 1;
+        self.held >= self.max_pkts
+    }
+
+    /// The batch was released: empty it.
+    pub fn clear(&mut self) {
+        self.held = 0;
+    }
+}
+
+/// The release time of each packet due at `due_ns` (in order) under [`GroBatch`] batching, with
+/// the emulator's rule: a batch goes when full, or at its deadline. For tests and tools.
+pub fn gro_release_times(due_ns: &[u64], max_pkts: u32, window_ns: u64) -> Vec<u64> {
+    let mut gro = GroBatch::new(max_pkts, window_ns);
+    let mut out = Vec::with_capacity(due_ns.len());
+    // `out[open..]` are the packets in the open batch, released together once it goes.
+    let mut open = 0;
+    for &due in due_ns {
+        if let Some(deadline) = gro.deadline_ns().filter(|_| gro.expired_by(due)) {
+            out[open..].fill(deadline);
+            gro.clear();
+            open = out.len();
+        }
+        out.push(due);
+        if gro.add(due) {
+            out[open..].fill(due);
+            gro.clear();
+            open = out.len();
+        }
+    }
+    if let Some(deadline) = gro.deadline_ns() {
+        out[open..].fill(deadline);
+    }
+    out
 }
 
 /// Smallest default queue: 64 full-size packets.
@@ -345,6 +504,7 @@ pub struct Shaper {
     config: DirectionConfig,
     seed: u64,
     stream_base: u64,
+    direction: Direction,
     loss: LossModel,
     bottleneck: Bottleneck,
     next_index: u64,
@@ -365,6 +525,7 @@ impl Shaper {
             config,
             seed,
             stream_base: direction.stream_base(),
+            direction,
             next_index: 0,
             last_in_order_release_ns: 0,
         }
@@ -408,8 +569,18 @@ impl Shaper {
             out_of_order = true;
         } else {
             release = release.max(self.last_in_order_release_ns);
-            self.last_in_order_release_ns = release;
             out_of_order = false;
+        }
+        // Monotone, so it keeps the order of the in-order packets.
+        let release = wake_at_or_after(
+            release,
+            c.release_granularity_ns,
+            c.release_wake_jitter_ns,
+            self.seed,
+            self.direction,
+        );
+        if !out_of_order {
+            self.last_in_order_release_ns = release;
         }
         Verdict::Deliver { release_ns: release, out_of_order, reordered, duplicate }
     }
@@ -641,5 +812,145 @@ mod tests {
             }
             assert_eq!(too_big, 3334);
         }
+    }
+
+    /// Releases of `n` packets of 1500 bytes arriving back to back at 1 Gbit/s (one every 12 us)
+    /// through a 1 Gbit/s, 1 ms link with `config`'s receive-side timing.
+    fn releases(config: DirectionConfig, seed: u64, direction: Direction, n: u64) -> Vec<u64> {
+        let config = DirectionConfig { rate_bps: 1_000_000_000, delay_ns: 1_000_000, ..config };
+        let mut s = Shaper::new(config, QueueLimit::Packets(1000), seed, direction);
+        (0..n)
+            .map(|i| match s.on_packet(i * 12_000, 1500) {
+                Verdict::Deliver { release_ns, .. } => release_ns,
+                v => panic!("packet {i}: {v:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn release_granularity_hands_packets_over_at_wakes_only() {
+        let plain = releases(DirectionConfig::default(), 5, Direction::AToB, 10_000);
+        for g in [20_000u64, 50_000, 200_000, 1_000_000] {
+            let config = DirectionConfig { release_granularity_ns: g, ..Default::default() };
+            let got = releases(config, 5, Direction::AToB, 10_000);
+            for (i, (&r, &p)) in got.iter().zip(&plain).enumerate() {
+                // The first wake at or after the packet's own time.
+                assert_eq!(r % g, 0, "granularity {g}: packet {i} at {r}");
+                assert!(r >= p && r < p + g, "granularity {g}: packet {i}: {r} vs {p}");
+            }
+            assert!(got.windows(2).all(|w| w[0] <= w[1]), "order kept");
+            // Packets come 12 us apart: a wake hands over g / 12 us of them at once.
+            let wakes = got.windows(2).filter(|w| w[0] != w[1]).count() + 1;
+            let per_wake = got.len() as f64 / wakes as f64;
+            println!("granularity {g} ns: {per_wake:.1} packets per wake");
+            assert!((per_wake - g as f64 / 12_000.0).abs() < 1.0, "{per_wake} per wake");
+        }
+    }
+
+    #[test]
+    fn release_wake_jitter_is_seeded_bounded_and_keeps_order() {
+        let (g, j) = (200_000u64, 150_000u64);
+        let config = DirectionConfig {
+            release_granularity_ns: g,
+            release_wake_jitter_ns: j,
+            ..Default::default()
+        };
+        let plain = releases(DirectionConfig::default(), 9, Direction::AToB, 20_000);
+        let got = releases(config.clone(), 9, Direction::AToB, 20_000);
+        assert_eq!(got, releases(config.clone(), 9, Direction::AToB, 20_000), "seeded");
+        assert_ne!(got, releases(config.clone(), 10, Direction::AToB, 20_000));
+        assert_ne!(got, releases(config, 9, Direction::BToA, 20_000));
+        assert!(got.windows(2).all(|w| w[0] <= w[1]), "order kept");
+        let mut lateness = Vec::new();
+        for (&r, &p) in got.iter().zip(&plain) {
+            assert!(r >= p && r < p + g + j, "{r} vs {p}");
+            assert!(r % g <= j, "a wake falls within the jitter after a multiple: {r}");
+            lateness.push(r % g);
+        }
+        let (lo, hi) = (lateness.iter().min().unwrap(), lateness.iter().max().unwrap());
+        println!("wake offsets {lo}..{hi} ns");
+        assert!(*lo < j / 10 && *hi > j * 9 / 10, "the jitter spans its range");
+        // The pure function directly: identity without a granularity, and at a wake itself.
+        assert_eq!(wake_at_or_after(12_345, 0, 0, 1, Direction::AToB), 12_345);
+        assert_eq!(wake_at_or_after(400_000, 200_000, 0, 1, Direction::AToB), 400_000);
+        assert_eq!(wake_at_or_after(400_001, 200_000, 0, 1, Direction::AToB), 600_000);
+        assert_eq!(wake_at_or_after(0, 200_000, 0, 1, Direction::AToB), 0);
+    }
+
+    #[test]
+    fn gro_batch_releases_when_full_or_at_the_window() {
+        // Dues 12 us apart, batches of 8 with a long window: every 8th packet releases its batch.
+        let dues: Vec<u64> = (0..100).map(|i| 1_000_000 + i * 12_000).collect();
+        let got = gro_release_times(&dues, 8, 1_000_000);
+        for (i, &r) in got.iter().enumerate().take(96) {
+            assert_eq!(r, dues[i / 8 * 8 + 7], "packet {i}");
+        }
+        // The last 4 never fill a batch: released at the window after the first of them.
+        assert!(got[96..].iter().all(|&r| r == dues[96] + 1_000_000));
+        // A window of 50 us with batches of up to 64: five packets (0, 12, .., 48 us) per batch.
+        let got = gro_release_times(&dues, 64, 50_000);
+        for (i, &r) in got.iter().enumerate() {
+            let first = i / 5 * 5;
+            assert_eq!(r, dues[first] + 50_000, "packet {i}");
+            assert!(r >= dues[i]);
+        }
+        // Sparse packets (200 us apart) each wait out the window alone.
+        let sparse: Vec<u64> = (0..10).map(|i| i * 200_000).collect();
+        let got = gro_release_times(&sparse, 8, 30_000);
+        assert_eq!(got, sparse.iter().map(|d| d + 30_000).collect::<Vec<_>>());
+        // The stateful form the emulator drives.
+        let mut gro = GroBatch::new(3, 100);
+        assert_eq!(gro.deadline_ns(), None);
+        assert!(!gro.add(10));
+        assert_eq!((gro.held(), gro.deadline_ns()), (1, Some(110)));
+        assert!(!gro.expired_by(109) && gro.expired_by(110));
+        assert!(!gro.add(20));
+        assert!(gro.add(30), "the third fills it");
+        gro.clear();
+        assert_eq!((gro.held(), gro.deadline_ns()), (0, None));
+        assert!(DirectionConfig { gro_batch: 1, ..Default::default() }.gro().is_none());
+        assert!(DirectionConfig { gro_batch: 2, ..Default::default() }.gro().is_some());
+    }
+
+    #[test]
+    fn receive_timing_validation() {
+        let ok = DirectionConfig {
+            release_granularity_ns: 50_000,
+            release_wake_jitter_ns: 50_000,
+            gro_batch: 64,
+            ..Default::default()
+        };
+        assert!(ok.validate().is_ok());
+        let bad = [
+            DirectionConfig { release_wake_jitter_ns: 1, ..Default::default() },
+            DirectionConfig { gro_batch: 65, ..Default::default() },
+            DirectionConfig { gro_batch: 8, gro_window_ns: 0, ..Default::default() },
+        ];
+        for c in bad {
+            assert!(c.validate().is_err(), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn reordering_jitter_with_a_granularity_still_lands_on_wakes() {
+        let config = DirectionConfig {
+            jitter_ns: 300_000,
+            jitter_reorders: true,
+            release_granularity_ns: 50_000,
+            ..Default::default()
+        };
+        let got = releases(config, 4, Direction::AToB, 10_000);
+        assert!(got.iter().all(|r| r % 50_000 == 0));
+        let backwards = got.windows(2).filter(|w| w[1] < w[0]).count();
+        println!("released before an earlier packet: {backwards}");
+        assert!(backwards > 1000, "jitter that may reorder still reorders: {backwards}");
+        // Without reordering the same jitter keeps the order.
+        let config = DirectionConfig {
+            jitter_ns: 300_000,
+            release_granularity_ns: 50_000,
+            ..Default::default()
+        };
+        let got = releases(config, 4, Direction::AToB, 10_000);
+        assert!(got.windows(2).all(|w| w[0] <= w[1]));
     }
 }

@@ -79,6 +79,8 @@ fn check_payload(d: &[u8]) -> bool {
 struct Received {
     seq: u64,
     one_way_ns: u64,
+    /// When it was read, in ns since the sender's epoch.
+    at_ns: u64,
     intact: bool,
 }
 
@@ -105,7 +107,12 @@ fn send_and_collect(
             let d = &buf[..len];
             let seq = u64::from_be_bytes(d[..8].try_into().unwrap());
             let sent = u64::from_be_bytes(d[8..16].try_into().unwrap());
-            got.push(Received { seq, one_way_ns: now - sent, intact: check_payload(d) });
+            got.push(Received {
+                seq,
+                one_way_ns: now - sent,
+                at_ns: now,
+                intact: check_payload(d),
+            });
         }
         got
     });
@@ -415,6 +422,66 @@ fn tcp_stream_arrives_intact_with_offload() {
     }
     let _g = serial();
     tcp_stream_intact(true);
+}
+
+/// Receive batching: with a release granularity the receiver reads the datagrams in bunches at
+/// the wakes; with a GRO-like batch, in groups of the batch size. The scales (milliseconds) are
+/// far above a loaded machine's wake-up latency.
+#[test]
+fn receive_batching_hands_datagrams_over_in_bunches() {
+    if !root_or_skip("receive_batching_hands_datagrams_over_in_bunches") {
+        return;
+    }
+    let _g = serial();
+    // One datagram about every 200 us; wakes every 5 ms: about 25 per bunch.
+    let granularity_ns = 5_000_000;
+    let dir = DirectionConfig {
+        delay_ns: 1_000_000,
+        release_granularity_ns: granularity_ns,
+        ..Default::default()
+    };
+    let link = Link::new("batch", &LinkConfig { seed: 3, ..LinkConfig::symmetric(dir) });
+    let n = 1000;
+    let got =
+        send_and_collect(&link, n, |_| 200, 1, Duration::from_micros(200), Duration::from_secs(1));
+    println!("{}", link.emu().report().to_json());
+    drop(link);
+    assert_eq!(missing(&got, n), Vec::<u64>::new());
+    assert!(got.windows(2).all(|w| w[0].seq < w[1].seq), "in order");
+    // A bunch starts after a silence of over 2 ms.
+    let bunches = 1 + got.windows(2).filter(|w| w[1].at_ns - w[0].at_ns > 2_000_000).count();
+    let span_ns = got.last().unwrap().at_ns - got[0].at_ns;
+    let wakes = span_ns / granularity_ns + 1;
+    println!("{n} datagrams in {bunches} bunches over {} ms ({wakes} wakes)", span_ns / 1_000_000);
+    assert!(bunches as u64 <= wakes + 1, "{bunches} bunches, {wakes} wakes");
+    assert!(n / bunches as u64 >= 8, "bunches of {} datagrams", n / bunches as u64);
+
+    // GRO-like batches of 10 with a long window: datagrams sent 2 ms apart come in tens.
+    let dir = DirectionConfig {
+        delay_ns: 1_000_000,
+        gro_batch: 10,
+        gro_window_ns: 200_000_000,
+        ..Default::default()
+    };
+    let link = Link::new("gro", &LinkConfig { seed: 3, ..LinkConfig::symmetric(dir) });
+    let n = 200;
+    let got =
+        send_and_collect(&link, n, |_| 200, 1, Duration::from_millis(2), Duration::from_secs(1));
+    println!("{}", link.emu().report().to_json());
+    assert_eq!(missing(&got, n), Vec::<u64>::new());
+    for w in got.windows(2) {
+        let gap_ns = w[1].at_ns - w[0].at_ns;
+        if w[1].seq % 10 == 0 {
+            assert!(gap_ns > 10_000_000, "a batch of 10 takes 20 ms to gather: {gap_ns} ns");
+        } else {
+            assert!(
+                gap_ns < 5_000_000,
+                "datagrams {} and {} {gap_ns} ns apart",
+                w[0].seq,
+                w[1].seq
+            );
+        }
+    }
 }
 
 #[test]

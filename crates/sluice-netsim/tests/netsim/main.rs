@@ -9,6 +9,7 @@ mod endpoints;
 mod link;
 mod loss;
 mod sharing;
+mod timing;
 
 use sluice_netsim::{FlowConfig, LinkConfig, LinkStats, RunSummary, Sim, SimConfig, StopReason};
 
