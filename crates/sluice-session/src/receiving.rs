@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use crate::layout::{Layout, bytes_in, complement};
 use crate::manifest::{Entry, EntryKind, to_ranges};
 use crate::messages::{BlockHashes, ErrorCode, ReceiverMsg, SenderMsg, Want};
-use crate::transfer::{Fault, MAX_REPAIR_ROUNDS, ManifestAssembler, Timeouts, hex, parse_hashes};
+use crate::transfer::{
+    Deadline, Fault, MAX_REPAIR_ROUNDS, ManifestAssembler, Timeouts, hex, parse_hashes,
+};
 
 /// What the driver of a [`Receiving`] does next ([`Receiving::poll_effect`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,13 +142,14 @@ pub struct Receiving {
     peer_ports: Option<Vec<u16>>,
     inbox: VecDeque<SenderMsg>,
     effects: VecDeque<RecvEffect>,
-    deadline: Option<(Instant, &'static str, Duration)>,
+    /// The current wait.
+    deadline: Deadline,
 }
 
 impl Receiving {
     /// A transfer whose manifest is about to come.
     pub fn new(now: Instant, timeouts: Timeouts) -> Receiving {
-        Receiving {
+        let mut receiving = Receiving {
             timeouts,
             state: State::AwaitManifest,
             manifest: ManifestAssembler::default(),
@@ -164,8 +167,10 @@ impl Receiving {
             peer_ports: None,
             inbox: VecDeque::new(),
             effects: VecDeque::new(),
-            deadline: Some((now + timeouts.reply, "the manifest", timeouts.reply)),
-        }
+            deadline: Deadline::default(),
+        };
+        receiving.wait(now, "the manifest", timeouts.reply);
+        receiving
     }
 
     /// The next thing to do, in order.
@@ -175,7 +180,7 @@ impl Receiving {
 
     /// When [`Receiving::handle_timeout`] is due, if a wait has a deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline.map(|(at, _, _)| at)
+        self.deadline.at()
     }
 
     /// Whether the transfer has ended ([`RecvEffect::Done`] was issued).
@@ -365,16 +370,13 @@ impl Receiving {
 
     /// The deadline of [`Receiving::poll_timeout`] passed.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some((at, what, wait)) = self.deadline
-            && now >= at
-        {
-            let secs = wait.as_secs_f64();
-            self.end(Err(Fault::Timeout(format!("{what} did not come within {secs} s"))));
+        if let Some(fault) = self.deadline.passed(now) {
+            self.end(Err(fault));
         }
     }
 
     fn wait(&mut self, now: Instant, what: &'static str, wait: Duration) {
-        self.deadline = Some((now + wait, what, wait));
+        self.deadline.set(now, what, wait);
     }
 
     fn send(&mut self, msg: ReceiverMsg) {
@@ -402,13 +404,13 @@ impl Receiving {
             }
         }
         self.state = State::Done;
-        self.deadline = None;
+        self.deadline.clear();
         self.effects.push_back(RecvEffect::Done(outcome));
     }
 
     fn bind(&mut self, phase: u32) {
         self.state = State::Binding(phase);
-        self.deadline = None;
+        self.deadline.clear();
         self.effects.push_back(RecvEffect::Bind { phase });
     }
 
@@ -439,7 +441,7 @@ impl Receiving {
                                 .map(|e| e.size)
                                 .collect();
                             self.state = State::Planning;
-                            self.deadline = None;
+                            self.deadline.clear();
                             self.effects.push_back(RecvEffect::Plan(entries));
                         }
                         Err(e) => self.protocol(e),
@@ -500,7 +502,7 @@ impl Receiving {
             let (span, ends) = self.layout.span(first..last + 1);
             (span.clone(), complement(&self.repair_ranges, span), ends)
         };
-        self.deadline = None;
+        self.deadline.clear();
         self.state = State::Receiving(phase);
         self.data_running = peer_ports.is_some();
         self.effects.push_back(RecvEffect::StartData { phase, peer_ports, span, present, ends });
@@ -528,7 +530,7 @@ impl Receiving {
             return self.commit(actual);
         }
         self.bad = bad.clone();
-        self.deadline = None;
+        self.deadline.clear();
         self.state = State::HashingBlocks;
         self.effects.push_back(RecvEffect::HashBlocks(bad.iter().map(|&k| k as u32).collect()));
         let _ = now;
@@ -553,7 +555,7 @@ impl Receiving {
     }
 
     fn commit(&mut self, actual: Vec<blake3::Hash>) {
-        self.deadline = None;
+        self.deadline.clear();
         self.state = State::Committing;
         self.effects.push_back(RecvEffect::Commit { expected: self.digests.clone(), actual });
     }

@@ -28,7 +28,8 @@ use crate::layout::{Layout, bytes_in};
 use crate::manifest::{Entry, EntryKind, from_ranges};
 use crate::messages::{BlockHashes, ErrorCode, ReceiverMsg, SenderMsg};
 use crate::transfer::{
-    DIGESTS_PER_MESSAGE, Fault, MAX_REPAIR_ROUNDS, Timeouts, hex, manifest_parts, parse_hashes,
+    DIGESTS_PER_MESSAGE, Deadline, Fault, MAX_REPAIR_ROUNDS, Timeouts, hex, manifest_parts,
+    parse_hashes,
 };
 
 /// What the driver of a [`Sending`] does next ([`Sending::poll_effect`]).
@@ -154,8 +155,8 @@ pub struct Sending {
     repaired: u64,
     inbox: VecDeque<ReceiverMsg>,
     effects: VecDeque<SendEffect>,
-    /// The current wait's deadline, what it waits for, and how long it is.
-    deadline: Option<(Instant, &'static str, Duration)>,
+    /// The current wait.
+    deadline: Deadline,
 }
 
 impl Sending {
@@ -168,7 +169,7 @@ impl Sending {
             .into_iter()
             .map(|part| SendEffect::Send(SenderMsg::Manifest(part)))
             .collect();
-        Sending {
+        let mut sending = Sending {
             timeouts,
             manifest_sizes,
             state: State::AwaitWant,
@@ -187,12 +188,10 @@ impl Sending {
             repaired: 0,
             inbox: VecDeque::new(),
             effects,
-            deadline: Some((
-                now + timeouts.reply,
-                "the receiver's choice of files (Want)",
-                timeouts.reply,
-            )),
-        }
+            deadline: Deadline::default(),
+        };
+        sending.wait(now, "the receiver's choice of files (Want)", timeouts.reply);
+        sending
     }
 
     /// The next thing to do, in order.
@@ -202,7 +201,7 @@ impl Sending {
 
     /// When [`Sending::handle_timeout`] is due, if a wait has a deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline.map(|(at, _, _)| at)
+        self.deadline.at()
     }
 
     /// Whether the transfer has ended ([`SendEffect::Done`] was issued).
@@ -267,7 +266,7 @@ impl Sending {
         }
         self.send(SenderMsg::Ready { udp_ports: ports });
         self.effects.extend(self.pending_start.take());
-        self.deadline = None;
+        self.deadline.clear();
         self.state = State::Moving;
         self.data_running = true;
         self.phase = phase;
@@ -343,16 +342,13 @@ impl Sending {
 
     /// The deadline of [`Sending::poll_timeout`] passed.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some((at, what, wait)) = self.deadline
-            && now >= at
-        {
-            let secs = wait.as_secs_f64();
-            self.end(Err(Fault::Timeout(format!("{what} did not come within {secs} s"))));
+        if let Some(fault) = self.deadline.passed(now) {
+            self.end(Err(fault));
         }
     }
 
     fn wait(&mut self, now: Instant, what: &'static str, wait: Duration) {
-        self.deadline = Some((now + wait, what, wait));
+        self.deadline.set(now, what, wait);
     }
 
     fn send(&mut self, msg: SenderMsg) {
@@ -375,7 +371,7 @@ impl Sending {
             }
         }
         self.state = State::Done;
-        self.deadline = None;
+        self.deadline.clear();
         self.effects.push_back(SendEffect::Done(outcome));
     }
 
@@ -457,7 +453,7 @@ impl Sending {
                 Err(e) => return self.protocol(e),
             }
         }
-        self.deadline = None;
+        self.deadline.clear();
         if offered.is_empty() {
             self.ranges = self.layout.remaining(&[]);
             self.after_verdict(now);
@@ -487,7 +483,7 @@ impl Sending {
     }
 
     fn on_peer_ready(&mut self, now: Instant, phase: u32, peer_ports: Vec<u16>) {
-        self.deadline = None;
+        self.deadline.clear();
         let ranges = if phase == 0 { self.ranges.clone() } else { self.repair.0.clone() };
         self.phase = phase;
         if ranges.is_empty() {
@@ -577,7 +573,7 @@ impl Sending {
             seen.push(k);
         }
         self.round = round;
-        self.deadline = None;
+        self.deadline.clear();
         self.state = State::HashingBlocks;
         self.effects.push_back(SendEffect::HashBlocks(files.iter().map(|o| o.file).collect()));
         self.repair_offers = files;

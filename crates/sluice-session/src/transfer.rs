@@ -1,7 +1,7 @@
 //! What the two transfer roles share: deadlines, how a transfer fails, the manifest in parts,
 //! and the digests on the wire.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::manifest::{Entry, MAX_ENTRIES, MAX_TEXT_BYTES};
 use crate::messages::{ErrorCode, ManifestPart};
@@ -44,6 +44,34 @@ impl Timeouts {
     /// How long the peer may take to hash `bytes` and answer.
     pub fn hash_budget(&self, bytes: u64) -> Duration {
         self.reply + Duration::from_secs(bytes / self.hash_bytes_per_second.max(1))
+    }
+}
+
+/// A role's current wait: when it ends, for what, and how long it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Deadline(Option<(Instant, &'static str, Duration)>);
+
+impl Deadline {
+    /// Waits `wait` from `now` for `what`.
+    pub(crate) fn set(&mut self, now: Instant, what: &'static str, wait: Duration) {
+        self.0 = Some((now + wait, what, wait));
+    }
+
+    /// No wait.
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// When the wait ends, if there is one.
+    pub(crate) fn at(&self) -> Option<Instant> {
+        self.0.map(|(at, _, _)| at)
+    }
+
+    /// The timeout, once `now` is past the wait.
+    pub(crate) fn passed(&self, now: Instant) -> Option<Fault> {
+        let (at, what, wait) = self.0?;
+        let secs = wait.as_secs_f64();
+        (now >= at).then(|| Fault::Timeout(format!("{what} did not come within {secs} s")))
     }
 }
 

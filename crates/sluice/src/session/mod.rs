@@ -34,30 +34,30 @@
 //!    |  <--------  Welcome {session_id, spec}             |  channels = min of both offers
 //!    |  <--------  Refused {code, message}, then CONNECTION_CLOSE (auth: code 1)
 //!    |                                                   |
-//!    | stream n: Stat {path}  ------------------------->  |
-//!    |  <--------  StatInfo {size, mtime, kind} | Error {code, message}
+//!    | stream n: Stat {path} | List {path}  ----------->  |
+//!    |  <--------  StatInfo {size, mtime, kind} | Manifest ... | Failed {code, message}
 //!    |                                                   |
-//!    | stream n: Get {paths, recursive, links, checksum} >|  resolve under root, list
-//!    |  <--------  Manifest {entries, last} ... | Error   |
-//!    | Want {files, replaced, kept, resume}  ---------->  |  the client's overwrite policy
-//!    | Ready {udp_ports}  ----------------------------->  |  (right behind Want, when any
-//!    |                                                   |   wanted file has bytes)
-//!    |  <--------  Resumed {kept}       (only when Want offered partial files to resume)
-//!    |  <--------  Ready {udp_ports}    (only when any byte is left to move), and at once
-//!    |  <=======  N data channels: server UDP -> client UDP (sealed, ACK/NAK back)
-//!    |  <--------  Digests {blake3: [...]} ... (when its hashes are done)
-//!    | Verified | Failed {code, message}  ------------->  |  the client compared and stored
-//!    |                                                   |
-//!    | stream n: Put {dest, overwrite, checksum, preserve, dry_run}
-//!    | Manifest {entries, last} ... ------------------->  |  resolve dest under root, plan
-//!    |  <--------  Want {files, replaced, kept, resume} | Error  (a dry run ends here)
-//!    | Resumed {kept}  -------------------------------->  |  (only when Want offered any)
-//!    |  <--------  Ready {udp_ports}    (only when any byte is left to move)
-//!    | Ready {udp_ports}  ----------------------------->  |
-//!    |  =======>  N data channels: client UDP -> server UDP (the client hashes beside them)
-//!    | Digests {blake3: [...]} ... -------------------->  |  (before, during or after the data)
-//!    |  <--------  Verified | Error {integrity | io}      |  the server compared and stored
+//!    | stream n: Get {paths, recursive, links, checksum, compress}: the server sends
+//!    | stream n: Put {dest, overwrite, checksum, preserve, dry_run}, Manifest ...: the
+//!    |           client sends; then, whoever sends, the same transfer:
+//!
+//!  sending end                                          receiving end
+//!    Manifest {entries, last} ... ------------------->  plans where each entry goes
+//!    <------------------  Want {files, replaced, kept, resume, dry_run}  (a dry run ends here)
+//!    <------------------  Ready {udp_ports}   (right behind Want, when any wanted file has bytes)
+//!    Resumed {kept} ---------------------------------->  (only when Want offered any)
+//!    Ready {udp_ports}, then at once ================>  N data channels (sealed, ACK/NAK back)
+//!    Digests {blake3: [...]} ... -------------------->  (when its hashes are done)
+//!    <------------------  Verified | Failed {code, message}  (compared and stored)
+//!    <------------------  Repair {files}, Ready {udp_ports}  (a block did not match; round r)
+//!    Repairing {blocks}, Ready {udp_ports}, blocks ==>  (at most two rounds)
 //! ```
+//!
+//! The transfer is `sluice_session`'s two machines ([`sluice_session::Sending`],
+//! [`sluice_session::Receiving`]), which both ends run through one driver (`drive.rs`): the
+//! client runs the sending machine in an upload and the receiving one in a download, the server
+//! the other. Either end gives up with `Failed {code, message}` (the same JSON whoever sends it);
+//! a request refused before its transfer began is answered the same way.
 //!
 //! A transfer moves a manifest ([`crate::tree`]): one file, or many files, directories and
 //! links. The wanted files are laid end to end in one offset space and the data channels move
@@ -72,10 +72,11 @@
 //! the bytes as it writes them ([`crate::datapath::receive`]). The receiver keeps digests that
 //! come early, waits for those that have not come when the last byte arrived (30 s plus 1 s
 //! per 50 MB, then a network error), and renames each file into place only if the two hashes
-//! match; a file that does not match is not stored and the request fails as `integrity`,
-//! naming it ([`digest`]). It answers as soon as its last byte is written and hashed, in the
+//! match; a file that does not match has its differing 4 MiB blocks moved again (at most two
+//! repair rounds) and, if it still does not match, is not stored and the request fails as
+//! `integrity`, naming it. It answers as soon as its last byte is written and hashed, in the
 //! same instant as its final ACK: the data channels linger meanwhile until their senders shut
-//! down, so the answer does not wait the round trip that shutdown takes ([`digest::Receiving`]).
+//! down, so the answer does not wait the round trip that shutdown takes.
 //! The client closes the connection without waiting out QUIC's draining period.
 //!
 //! Channel count (MCDTP's specification handshake): the client offers `spec.max_channels` (its
@@ -83,8 +84,8 @@
 //! `--max-channels` (default one per core), and every transfer of the session runs that many
 //! data channels: each `udp_ports` list has exactly that many ports, channel 0 first.
 //!
-//! Either side may send its error message (`Failed` from the client, `Error` from the server)
-//! while the data channels run; the other side then cancels its channel. A data channel is also
+//! Either side may send `Failed` while the data channels run; the other side then cancels its
+//! channels. A data channel is also
 //! cancelled when the QUIC connection closes, and gives up on its own after about 5 s of silence,
 //! so a dead peer is noticed within seconds. When the wanted files hold no byte at all there is
 //! no data channel: both ends know the sizes and skip it, and the `Digests` (of no bytes) are

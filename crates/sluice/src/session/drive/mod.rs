@@ -1,0 +1,284 @@
+//! The quinn-and-files driver of the transfer machines of `sluice-session`: one function runs
+//! the sending role ([`run_sending`]) and one the receiving role ([`run_receiving`]), each on
+//! a request's QUIC stream, UDP data channels and files. The server and the client call the
+//! same two: an upload is the client's `run_sending` against the server's `run_receiving`, a
+//! download the other way round.
+//!
+//! Each loops the same way: do every effect the machine asks for (messages are written in
+//! order; file work runs on the blocking pool; data channels on their own threads), then wait
+//! for the first of a message, a finished job, a data phase's end or the machine's deadline,
+//! and hand it in. A failure of this end is handed in too ([`Sending::handle_failure`]), so the
+//! peer always hears why, and is returned as it happened.
+
+mod receive;
+mod send;
+
+use std::net::{IpAddr, UdpSocket};
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sluice_session::messages::{ErrorCode, ReceiverMsg, SenderMsg};
+use sluice_session::{Fault, Receiving, Sending};
+use tokio::task::JoinHandle;
+
+use super::SessionError;
+use super::blocks::file_blocks;
+use super::channel::{ChannelSetup, DataTask, bind_data_sockets, frame_error};
+use super::messages::{FrameError, Messages, write_message};
+use super::observe::PlannedFile;
+use crate::datapath::{self, Fault as TestFault};
+use crate::tree::FileSet;
+
+pub(crate) use receive::{Destination, run_receiving};
+pub(crate) use send::{run_sending, wanted_names, write_opening};
+
+/// One end of a request's stream.
+pub(crate) struct Wire<'a, 's, M> {
+    pub(crate) conn: &'a quinn::Connection,
+    pub(crate) send: &'a mut quinn::SendStream,
+    pub(crate) messages: Messages<'s, M>,
+    /// Whether the peer knows how the transfer ended: this end's `Failed` went out, or the
+    /// peer's came (the caller need not send one).
+    pub(crate) told: bool,
+    /// Whether the transfer ended with the peer's `Failed`.
+    pub(crate) peer_failed: bool,
+    /// A directory whose path this end's failures must not show (a server's root): the peer
+    /// reads paths as it named them.
+    pub(crate) hide: Option<&'a Path>,
+    /// Whether the peer may still send (it has not finished its side of the stream).
+    open: bool,
+}
+
+impl<'a, 's, M: DeserializeOwned + Send + 's> Wire<'a, 's, M> {
+    pub(crate) fn new(
+        conn: &'a quinn::Connection,
+        send: &'a mut quinn::SendStream,
+        recv: &'s mut quinn::RecvStream,
+    ) -> Self {
+        Wire {
+            conn,
+            send,
+            messages: Messages::new(recv),
+            told: false,
+            peer_failed: false,
+            hide: None,
+            open: true,
+        }
+    }
+
+    /// The error a machine's fault stands for, noting a peer's failure.
+    fn fault(&mut self, fault: Fault, local: Option<SessionError>) -> SessionError {
+        if matches!(fault, Fault::Peer { .. }) {
+            self.told = true;
+            self.peer_failed = true;
+        }
+        fault_error(fault, local)
+    }
+
+    async fn write<T: Serialize>(&mut self, msg: &T) -> Result<(), SessionError> {
+        write_message(self.send, msg).await.map_err(|e| frame_error(e, self.conn))
+    }
+}
+
+/// What the data channels and the files of one end need.
+pub(crate) struct Channels<'a> {
+    pub(crate) setup: ChannelSetup<'a>,
+    /// For tests of repair: a fault in this end's data path.
+    pub(crate) fault: Option<TestFault>,
+}
+
+impl Channels<'_> {
+    fn peer_ip(&self) -> IpAddr {
+        self.setup.conn.remote_address().ip().to_canonical()
+    }
+
+    fn bind(&self) -> Result<(Vec<UdpSocket>, Vec<u16>), SessionError> {
+        let local = self.setup.conn.local_ip().map(|ip| ip.to_canonical());
+        bind_data_sockets(self.setup.negotiated.channels, local, self.peer_ip())
+    }
+
+    fn params(
+        &self,
+        phase: u32,
+        sockets: Option<Vec<UdpSocket>>,
+        peer_ports: &[u16],
+    ) -> Result<Vec<datapath::ChannelParams>, SessionError> {
+        let sockets = sockets.ok_or_else(|| {
+            SessionError::Protocol(format!("data of phase {phase} before its sockets were bound"))
+        })?;
+        ChannelSetup { phase, ..self.setup }.params(sockets, self.peer_ip(), peer_ports)
+    }
+}
+
+/// Either machine, as its driver hands it what the peer's stream gave and this end's
+/// failures.
+trait Driven {
+    /// What the peer says.
+    type Incoming: DeserializeOwned + Send + 'static;
+    /// What this end says.
+    type Outgoing: Serialize;
+    fn handle_message(&mut self, now: Instant, msg: Self::Incoming);
+    fn handle_peer_finished(&mut self, now: Instant);
+    fn handle_failure(&mut self, code: ErrorCode, message: String);
+    /// Whether `msg` is this end's `Failed`.
+    fn is_failed(msg: &Self::Outgoing) -> bool;
+}
+
+impl Driven for Sending {
+    type Incoming = ReceiverMsg;
+    type Outgoing = SenderMsg;
+    fn handle_message(&mut self, now: Instant, msg: ReceiverMsg) {
+        Sending::handle_message(self, now, msg);
+    }
+    fn handle_peer_finished(&mut self, now: Instant) {
+        Sending::handle_peer_finished(self, now);
+    }
+    fn handle_failure(&mut self, code: ErrorCode, message: String) {
+        Sending::handle_failure(self, code, message);
+    }
+    fn is_failed(msg: &SenderMsg) -> bool {
+        matches!(msg, SenderMsg::Failed { .. })
+    }
+}
+
+impl Driven for Receiving {
+    type Incoming = SenderMsg;
+    type Outgoing = ReceiverMsg;
+    fn handle_message(&mut self, now: Instant, msg: SenderMsg) {
+        Receiving::handle_message(self, now, msg);
+    }
+    fn handle_peer_finished(&mut self, now: Instant) {
+        Receiving::handle_peer_finished(self, now);
+    }
+    fn handle_failure(&mut self, code: ErrorCode, message: String) {
+        Receiving::handle_failure(self, code, message);
+    }
+    fn is_failed(msg: &ReceiverMsg) -> bool {
+        matches!(msg, ReceiverMsg::Failed { .. })
+    }
+}
+
+/// This end failed with `err`: the machine tells the peer (in words without the `hide`
+/// directory's path), and the first such error is the one returned.
+fn fail<M: Driven>(
+    machine: &mut M,
+    local: &mut Option<SessionError>,
+    hide: Option<&Path>,
+    err: SessionError,
+) {
+    let words = match hide {
+        Some(root) => unrooted(&err.detail(), root),
+        None => err.detail(),
+    };
+    machine.handle_failure(err.code(), words);
+    local.get_or_insert(err);
+}
+
+/// Writes a machine's message. A write that fails is this end's failure (but for its own
+/// `Failed`: the peer is gone or told already); a `Failed` written tells the peer.
+async fn write_msg<M: Driven>(
+    wire: &mut Wire<'_, '_, M::Incoming>,
+    machine: &mut M,
+    msg: &M::Outgoing,
+    local: &mut Option<SessionError>,
+) {
+    let failed = M::is_failed(msg);
+    match wire.write(msg).await {
+        Ok(()) => wire.told |= failed,
+        Err(_) if failed => {}
+        Err(err) => fail(machine, local, wire.hide, err),
+    }
+}
+
+/// Hands what the peer's stream gave to the machine: a message, the stream's end (no more
+/// reads then: `open` goes false), or a failure.
+fn take_read<M: Driven>(
+    wire: &mut Wire<'_, '_, M::Incoming>,
+    machine: &mut M,
+    read: Result<M::Incoming, FrameError>,
+    local: &mut Option<SessionError>,
+) {
+    match read {
+        Ok(msg) => machine.handle_message(Instant::now(), msg),
+        Err(FrameError::Eof) => {
+            wire.open = false;
+            machine.handle_peer_finished(Instant::now());
+        }
+        Err(e) => {
+            let err = frame_error(e, wire.conn);
+            fail(machine, local, wire.hide, err);
+        }
+    }
+}
+
+/// `message` with the server's own path of `root` taken out of every path in it, so that paths
+/// read as the client names them (relative to the token's root).
+pub(crate) fn unrooted(message: &str, root: &Path) -> String {
+    let root = root.to_string_lossy();
+    let within = format!("{}/", root.trim_end_matches('/'));
+    message.replace(&within, "").replace(root.as_ref(), ".")
+}
+
+/// The error a machine's fault stands for, or `local` (this end's own failure) when it is
+/// that.
+fn fault_error(fault: Fault, local: Option<SessionError>) -> SessionError {
+    match fault {
+        Fault::Peer { code, message } => SessionError::from_remote(code, message),
+        Fault::Protocol(m) => SessionError::Protocol(m),
+        Fault::Timeout(m) => SessionError::Network(m),
+        Fault::Local { code, message } => {
+            local.unwrap_or_else(|| SessionError::from_remote(code, message))
+        }
+    }
+}
+
+/// Waits for an optional task; without one, never.
+async fn join_some<T: Send + 'static>(task: &mut Option<DataTask<T>>) -> Result<T, SessionError> {
+    match task {
+        Some(task) => task.join().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn join_job<T>(job: &mut Option<JoinHandle<T>>) -> Result<T, SessionError> {
+    match job {
+        Some(handle) => {
+            let result = handle.await;
+            *job = None;
+            result.map_err(|e| SessionError::io("file task", std::io::Error::other(e.to_string())))
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The wanted files' names with their sizes, for an observer.
+pub(crate) fn planned_files(names: &[String], files: &FileSet) -> Vec<PlannedFile> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, path)| PlannedFile {
+            path: path.clone(),
+            size: files.file_at(k).map_or(0, |f| f.1),
+        })
+        .collect()
+}
+
+/// Every block's BLAKE3 of each file `which` of `files`.
+fn hash_blocks(files: &FileSet, which: &[u32]) -> Result<Vec<Vec<blake3::Hash>>, SessionError> {
+    which
+        .iter()
+        .map(|&k| {
+            file_blocks(files, k as usize)
+                .map_err(|e| SessionError::io("hashing blocks to repair", e))
+        })
+        .collect()
+}

@@ -1,0 +1,296 @@
+//! The sending role on a QUIC stream, UDP data channels and files.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_session::messages::ReceiverMsg;
+use sluice_session::sending::SENDER_GRACE;
+use sluice_session::{SendEffect, Sending, Sent};
+use tokio::task::JoinHandle;
+
+use super::{
+    Channels, Wire, fail, hash_blocks, join_job, join_some, planned_files, sleep_until, take_read,
+    write_msg,
+};
+use crate::datapath::{self, ChannelReport, DataError, Progress};
+use crate::files::hash_extents;
+use crate::session::SessionError;
+use crate::session::blocks::{DataStore, data_store};
+use crate::session::channel::{DataTask, data_error};
+use crate::session::observe::CopyObserver;
+use crate::tree::resume::matching_prefix;
+use crate::tree::{EntryKind, FileSet, Outgoing};
+
+/// The files of `outgoing` the receiver wants (numbers among its files), end to end.
+fn wanted_set(outgoing: &Outgoing, wanted: &[u32]) -> Result<FileSet, SessionError> {
+    let sizes: Vec<u64> =
+        outgoing.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size).collect();
+    let files = wanted
+        .iter()
+        .map(|&n| {
+            let n = n as usize;
+            Some((outgoing.files.get(n)?.clone(), *sizes.get(n)?))
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| SessionError::Protocol("Want names a file not in the manifest".into()))?;
+    Ok(FileSet::new(files, false).confined(outgoing.fs.clone()))
+}
+
+/// The manifest paths of `outgoing`'s files numbered `wanted`.
+pub(crate) fn wanted_names(outgoing: &Outgoing, wanted: &[u32]) -> Vec<String> {
+    let files: Vec<&str> = outgoing
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .map(|e| e.path.as_str())
+        .collect();
+    wanted.iter().filter_map(|&n| files.get(n as usize)).map(|p| (*p).to_owned()).collect()
+}
+
+/// File work of the sending end, on the blocking pool.
+enum SendJob {
+    Resume(Result<Vec<u64>, SessionError>),
+    Blocks(Result<Vec<Vec<blake3::Hash>>, SessionError>),
+}
+
+/// How a sending end's transfer went.
+pub(crate) struct SentReport {
+    pub(crate) sent: Sent,
+    /// The wanted files' numbers among the manifest's files.
+    pub(crate) wanted: Vec<u32>,
+    /// Existing files the receiver replaced, and kept by its overwrite policy.
+    pub(crate) replaced: u64,
+    pub(crate) kept: u64,
+    /// Bytes of the wanted files.
+    pub(crate) size: u64,
+    /// The first phase's channel report (`None` when no byte moved, or the channels were
+    /// stopped by the receiver's answer before their last acknowledgement).
+    pub(crate) report: Option<ChannelReport>,
+    /// The last repair round's channel report.
+    pub(crate) repair_report: Option<ChannelReport>,
+}
+
+/// Writes the messages a sending machine opens with (its manifest), before anything comes
+/// back: a client sends them behind its request without waiting for the server's answer to
+/// its token.
+pub(crate) async fn write_opening(
+    machine: &mut Sending,
+    wire: &mut Wire<'_, '_, ReceiverMsg>,
+) -> Result<(), SessionError> {
+    while let Some(effect) = machine.poll_effect() {
+        match effect {
+            SendEffect::Send(msg) => wire.write(&msg).await?,
+            other => {
+                return Err(SessionError::Protocol(format!("{other:?} before any answer")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `machine` (whose manifest is `outgoing`'s) as the sending end of a request.
+pub(crate) async fn run_sending<O: CopyObserver>(
+    mut machine: Sending,
+    wire: &mut Wire<'_, '_, ReceiverMsg>,
+    channels: &Channels<'_>,
+    outgoing: &Outgoing,
+    compress: Option<i32>,
+    mut observer: Option<O>,
+) -> Result<SentReport, SessionError> {
+    let mut files: Arc<FileSet> = Arc::new(FileSet::new(Vec::new(), false));
+    let mut store: DataStore = files.clone();
+    let mut wanted = Vec::new();
+    let mut choice = (0, 0, false);
+    let mut sockets = None;
+    let mut data: Option<(u32, DataTask<Result<ChannelReport, DataError>>)> = None;
+    let mut grace: Option<Instant> = None;
+    let mut hashing: Option<DataTask<std::io::Result<Option<Vec<blake3::Hash>>>>> = None;
+    let mut job: Option<JoinHandle<SendJob>> = None;
+    let mut reports: (Option<ChannelReport>, Option<ChannelReport>) = (None, None);
+    let mut local: Option<SessionError> = None;
+    let hide = wire.hide;
+    let outcome = loop {
+        let mut ended = None;
+        while let Some(effect) = machine.poll_effect() {
+            let now = Instant::now();
+            match effect {
+                SendEffect::Send(msg) => write_msg(wire, &mut machine, &msg, &mut local).await,
+                SendEffect::Wanted { files: numbers, replaced, kept, dry_run } => {
+                    choice = (replaced, kept, dry_run);
+                    match wanted_set(outgoing, &numbers) {
+                        Ok(set) => {
+                            files = Arc::new(set);
+                            store = data_store(&files, channels.fault, true);
+                            if !dry_run
+                                && !files.is_empty()
+                                && let Some(observer) = observer.as_mut()
+                            {
+                                let names = wanted_names(outgoing, &numbers);
+                                observer.planned(&planned_files(&names, &files));
+                            }
+                        }
+                        Err(err) => {
+                            fail(&mut machine, &mut local, hide, err);
+                        }
+                    }
+                    wanted = numbers;
+                }
+                SendEffect::CheckResume(offers) => {
+                    let files = files.clone();
+                    job = Some(tokio::task::spawn_blocking(move || {
+                        SendJob::Resume(check_resume(&files, &offers))
+                    }));
+                }
+                SendEffect::Bind { phase } => match channels.bind() {
+                    Ok((bound, ports)) => {
+                        sockets = Some(bound);
+                        machine.handle_bound(now, phase, ports);
+                    }
+                    Err(err) => {
+                        fail(&mut machine, &mut local, hide, err);
+                    }
+                },
+                SendEffect::StartData { phase, peer_ports, ranges } => {
+                    if let Some((_, mut old)) = data.take() {
+                        old.stop().await;
+                    }
+                    match channels.params(phase, sockets.take(), &peer_ports) {
+                        Ok(params) => {
+                            let store = store.clone();
+                            let mut progress = observer.take().filter(|_| phase == 0);
+                            data = Some((
+                                phase,
+                                DataTask::spawn(move |cancel| {
+                                    let mut tell = |p: Progress| {
+                                        if let Some(o) = progress.as_mut() {
+                                            o.progress(p);
+                                        }
+                                    };
+                                    datapath::send(
+                                        params, &*store, &ranges, compress, &mut tell, cancel,
+                                    )
+                                }),
+                            ));
+                        }
+                        Err(err) => {
+                            fail(&mut machine, &mut local, hide, err);
+                        }
+                    }
+                }
+                SendEffect::HashFiles => {
+                    let files = files.clone();
+                    hashing = Some(DataTask::spawn(move |cancel| {
+                        hash_extents(&*files, 0, files.ends(), cancel)
+                    }));
+                }
+                SendEffect::StopData => grace = Some(now + SENDER_GRACE),
+                SendEffect::StopHashing => hashing = None,
+                SendEffect::HashBlocks(which) => {
+                    let files = files.clone();
+                    job = Some(tokio::task::spawn_blocking(move || {
+                        SendJob::Blocks(hash_blocks(&files, &which))
+                    }));
+                }
+                SendEffect::Done(outcome) => ended = Some(outcome),
+            }
+        }
+        if let Some(outcome) = ended {
+            break outcome;
+        }
+        tokio::select! {
+            read = wire.messages.next(), if wire.open => {
+                take_read(wire, &mut machine, read, &mut local);
+            }
+            (phase, done) = data_end(&mut data) => {
+                data = None;
+                grace = None;
+                match done.and_then(|r| r.map_err(|e| data_error(e, wire.conn))) {
+                    Ok(report) if phase == 0 => reports.0 = Some(report),
+                    Ok(report) => reports.1 = Some(report),
+                    Err(err) => {
+                        fail(&mut machine, &mut local, hide, err);
+                    }
+                }
+                machine.handle_data_ended(Instant::now(), phase);
+            }
+            () = sleep_until(grace) => {
+                grace = None;
+                if let Some((phase, mut task)) = data.take() {
+                    task.stop().await;
+                    machine.handle_data_ended(Instant::now(), phase);
+                }
+            }
+            hashed = join_some(&mut hashing) => {
+                hashing = None;
+                match hashed {
+                    Ok(Ok(Some(hashes))) => machine.handle_hashed(Instant::now(), hashes),
+                    Ok(Ok(None)) => {}
+                    Ok(Err(e)) => {
+                        let err = SessionError::io("hashing the files being sent", e);
+                        fail(&mut machine, &mut local, hide, err);
+                    }
+                    Err(err) => {
+                        fail(&mut machine, &mut local, hide, err);
+                    }
+                }
+            }
+            done = join_job(&mut job) => match done.and_then(|job| match job {
+                SendJob::Resume(kept) => kept.map(|kept| machine.handle_resume_checked(Instant::now(), kept)),
+                SendJob::Blocks(hashed) => hashed.map(|h| machine.handle_blocks_hashed(Instant::now(), h)),
+            }) {
+                Ok(()) => {}
+                Err(err) => {
+                    fail(&mut machine, &mut local, hide, err);
+                }
+            },
+            () = sleep_until(machine.poll_timeout()) => machine.handle_timeout(Instant::now()),
+        }
+    };
+    // Whatever still runs stops with the transfer.
+    if let Some((_, mut task)) = data.take() {
+        task.stop().await;
+    }
+    let sent = outcome.map_err(|fault| wire.fault(fault, local))?;
+    if let Some(mut observer) = observer.filter(|_| !sent.dry_run) {
+        // No byte moved (every byte was there already): the progress is told once anyway.
+        observer.progress(Progress { bytes: 0, total: 0, prefix: 0 });
+    }
+    let (replaced, kept, _) = choice;
+    Ok(SentReport {
+        sent,
+        wanted,
+        replaced,
+        kept,
+        size: files.total(),
+        report: reports.0,
+        repair_report: reports.1,
+    })
+}
+
+/// The end of the running data phase, with its number; without one, never.
+async fn data_end<T: Send + 'static>(
+    data: &mut Option<(u32, DataTask<T>)>,
+) -> (u32, Result<T, SessionError>) {
+    match data {
+        Some((phase, task)) => (*phase, task.join().await),
+        None => std::future::pending().await,
+    }
+}
+
+/// The sender's verdict on resume offers: the leading bytes of each offered file that match.
+fn check_resume(
+    files: &FileSet,
+    offers: &[(u32, Vec<blake3::Hash>)],
+) -> Result<Vec<u64>, SessionError> {
+    offers
+        .iter()
+        .map(|(k, hashes)| {
+            let (path, size, _) = files.file_at(*k as usize).ok_or_else(|| {
+                SessionError::Protocol(format!("a resume offer for file {k} of {}", files.len()))
+            })?;
+            let ctx = || format!("checking {} for a resume", path.display());
+            let file = std::fs::File::open(path).map_err(|e| SessionError::io(ctx(), e))?;
+            matching_prefix(&file, size, hashes).map_err(|e| SessionError::io(ctx(), e))
+        })
+        .collect()
+}
