@@ -513,7 +513,12 @@ fn a_session_survives_a_blackout() {
 
 #[test]
 fn a_dead_channels_chunks_go_to_the_others() {
-    let setup = Setup { sizes: vec![4 * MIB, 12_345], kill: Some((1, 60_000)), ..Setup::default() };
+    let setup = Setup {
+        sizes: vec![4 * MIB, 12_345],
+        kill: Some((1, 60_000)),
+        loss: 0.01,
+        ..Setup::default()
+    };
     for world in run(&setup, 1..=3) {
         world.verified();
         let total = (4 * MIB + 12_345) as u64;
@@ -530,7 +535,8 @@ fn a_dead_channels_chunks_go_to_the_others() {
 fn a_corrupted_block_is_repaired_over_the_network() {
     let at = BLOCK_BYTES + 77; // file 0, block 1
     let size = BLOCK_BYTES as usize + MIB;
-    let setup = Setup { sizes: vec![size, 4], corrupt: vec![(0, at)], ..Setup::default() };
+    let setup =
+        Setup { sizes: vec![size, 4], corrupt: vec![(0, at)], loss: 0.005, ..Setup::default() };
     for world in run(&setup, 1..=3) {
         let (sent, received) = world.verified();
         assert_eq!(sent.repaired, 1);
