@@ -52,13 +52,15 @@
 //!
 //! Layout: [`config`] (what a network looks like), [`loss`] (loss models), [`stats`] (what is
 //! counted), `event` (the event queue), `link` (one link direction), `pool` (packet buffers),
-//! [`sim`] (the driver).
+//! [`sim`] (the driver), [`planned`] (a multi-channel transfer driven by the real data path's
+//! chunk plan).
 
 pub mod channel;
 pub mod config;
 mod event;
 mod link;
 pub mod loss;
+pub mod planned;
 mod pool;
 pub mod scenario;
 pub mod sim;

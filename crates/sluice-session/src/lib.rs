@@ -16,11 +16,14 @@
 //! - [`messages`]: the role-typed messages and their framing;
 //! - [`manifest`]: what a transfer moves, and the checks on a peer's manifest;
 //! - [`options`]: the request options that travel on the wire;
+//! - [`chunks`]: the chunk plan the data channels of a transfer share (first come, first
+//!   served; a dying channel's chunks go to the others);
 //! - [`layout`]: the wanted files end to end in one offset space, and the resume and repair
 //!   arithmetic on it;
 //! - [`transfer`]: deadlines, faults and the manifest in parts, shared by the roles;
 //! - [`sending`] and [`receiving`]: the two machines.
 
+pub mod chunks;
 pub mod layout;
 pub mod manifest;
 pub mod messages;

@@ -28,8 +28,8 @@ use super::DataError;
 
 /// The top bit of a payload's offset: the payload is part of a compressed frame.
 pub(super) const COMPRESSED: u64 = 1 << 63;
-/// The grid of pieces compressed on their own.
-pub const COMPRESS_BLOCK_BYTES: u64 = 256 << 10;
+pub use sluice_session::chunks::COMPRESS_BLOCK_BYTES;
+pub(super) use sluice_session::chunks::piece_at;
 /// Bytes of a frame's header.
 const HEADER_BYTES: usize = 8;
 /// A piece is sent compressed only when its frame is at most this share of it (in 1/64): a
@@ -230,15 +230,6 @@ impl Inflater {
             Err(e) => Err(bad(&format!("does not decompress: {e}"))),
         }
     }
-}
-
-/// The piece of the byte space that holds `at`, given `missing`: the parts of the range that
-/// move (increasing, not adjacent, as the receiver knows them and the sender cut them).
-pub(super) fn piece_at(missing: &[Range<u64>], at: u64) -> Option<Range<u64>> {
-    let i = missing.partition_point(|r| r.end <= at);
-    let part = missing.get(i).filter(|r| r.start <= at)?;
-    let cell = at - at % COMPRESS_BLOCK_BYTES;
-    Some(part.start.max(cell)..part.end.min(cell + COMPRESS_BLOCK_BYTES))
 }
 
 #[cfg(test)]

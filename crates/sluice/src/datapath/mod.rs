@@ -5,7 +5,7 @@
 //! its own `sluice-proto` sender or receiver, and its own thread; the caller's thread
 //! supervises them ([`transfer`]): it reports progress every 100 ms and passes `cancel` on.
 //!
-//! - Work is shared first come, first served ([`plan`]): the range is cut into chunks of
+//! - Work is shared first come, first served ([`sluice_session::chunks`]): the range is cut into chunks of
 //!   [`CHUNK_BYTES`]; a sending channel takes the next chunk whenever its queue runs low, so a
 //!   slow channel takes fewer. If a channel dies (its peer silent for the idle timeout, a
 //!   socket error), the unacknowledged rest of its chunks goes back to the plan and the other
@@ -71,7 +71,6 @@ use sluice_proto::crypto::PacketKey;
 
 mod blocks;
 mod compress;
-mod plan;
 mod port;
 mod recv;
 mod send;
@@ -83,8 +82,8 @@ mod written;
 
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
 pub use compress::{COMPRESS_BLOCK_BYTES, LEVELS as COMPRESS_LEVELS};
-pub use plan::CHUNK_BYTES;
 pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
+pub use sluice_session::chunks::CHUNK_BYTES;
 pub use store::{Fault, Faulty, Store, read_exact_at, read_up_to, write_all_at};
 
 /// A `max_burst_pkts` for channels on real sockets: room for one send batch plus as much again
@@ -266,7 +265,7 @@ pub fn send(
     let ctx = send::SendShared {
         store,
         end: ranges.iter().map(|r| r.end).max().unwrap_or(0),
-        plan: plan::Plan::new(ranges, CHUNK_BYTES),
+        plan: sluice_session::chunks::Plan::new(ranges, CHUNK_BYTES),
         group: CouplingGroup::new(&channels[0].config, channels.len()),
         shared: transfer::Shared::default(),
         compress,
