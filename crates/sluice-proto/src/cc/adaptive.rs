@@ -1,9 +1,10 @@
 //! Sluice's default controller: UDT's rate-based structure that does not mistake random loss for
 //! congestion. The algorithm and its reasoning are in `adaptive.md` beside this file.
 
-use super::filters::RecentMin;
+use super::filters::{RecentMax, RecentMin};
 use super::{AckSignal, CongestionControl, LossSignal, WindowBasis, udt_increase_pkts};
 use crate::SYN_US;
+use crate::estimate::DELIVERY_WINDOW_US;
 
 const SYN: f64 = SYN_US as f64;
 /// Floor of the sending rate.
@@ -45,6 +46,35 @@ const STANDING_US: u64 = 30_000;
 /// the junk readings made UDT's increase ten times too steep (a decade above the link), and at
 /// 300 ms RTT each climb overshot into a 20-40 ms queue before the feedback came back.
 const CAPACITY_WINDOW_US: u64 = 1_000_000;
+/// The delivered rate is the greatest delivery rate reported over this many round trips (RTT +
+/// SYN), at least [`DELIVERED_MIN_WINDOW_US`]: several probe cycles, so a probe that found more
+/// is kept, and a report dipped by a stall or a cut does not lower it.
+const DELIVERED_WINDOW_RTTS: f64 = 10.0;
+/// The least window of the delivered rate.
+const DELIVERED_MIN_WINDOW_US: f64 = 1_000_000.0;
+/// In steady state the sending rate never exceeds the delivered rate by more than this, and
+/// only while probing; the controller's own rate is held at most this far above it.
+const PROBE_GAIN: f64 = 1.25;
+/// After a probe the rate is held this far below the delivered rate for as long as the probe
+/// lasted, which drains what the probe queued.
+const DRAIN_GAIN: f64 = 0.75;
+/// A probe lasts this many queuing-delay targets: at [`PROBE_GAIN`] it queues at most half the
+/// target, so a probe alone never reads as congestion.
+const PROBE_TARGETS: f64 = 2.0;
+/// A probe cycle (probe, drain, cruise at the delivered rate) lasts at least this many round
+/// trips (RTT + SYN): a probe's result comes back one round trip later.
+const CYCLE_RTTS: f64 = 2.0;
+/// The loss ratio counted back into the delivered rate is at most this (the delivered rate
+/// counts what arrived; the path carried the lost packets too, up to the random loss).
+const MAX_LOSS_COMPENSATION: f64 = 0.2;
+/// The packet pairs are taken as contradicted (the receive path bunches or spreads packets) when
+/// the greatest report of the last second exceeds the least by this factor, or the least is
+/// below this share of the delivered rate ([`CONTRADICTED_SHARE`]).
+const CONTRADICTED_SPREAD: f64 = 1.5;
+/// See [`CONTRADICTED_SPREAD`].
+const CONTRADICTED_SHARE: f64 = 0.8;
+/// Once contradicted, the pairs stay distrusted (and the delivered rate caps the rate) this long.
+const DISTRUST_US: u64 = 10_000_000;
 /// Loss-rate epochs needed before the loss-trend signal is trusted.
 const LOSS_EPOCHS_BEFORE_TREND: u32 = 4;
 /// The `low` policy's queuing-delay target, as a share of the fair one.
@@ -106,6 +136,25 @@ pub struct Adaptive {
     /// is gone.
     restore: Option<Restore>,
     loss: LossTrend,
+    /// What the path was seen to deliver: the greatest delivery rate (corrected for the
+    /// long-run loss ratio) over the last [`DELIVERED_WINDOW_RTTS`] round trips.
+    delivered: RecentMax,
+    /// Start of the current probe cycle (steady state).
+    cycle_start_us: u64,
+    /// When startup ended: the delivered rate lags it by a round trip and a delivery window.
+    steady_since_us: u64,
+    /// Whether the delivered rate caps the rate (steady state, once it covers it, while the
+    /// packet pairs are distrusted).
+    capping: bool,
+    /// Whether this probe cycle probes (no queue when it began).
+    probing: bool,
+    /// The greatest capacity report over [`CAPACITY_WINDOW_US`].
+    link_max: RecentMax,
+    /// Until when the packet pairs are distrusted (see [`CONTRADICTED_SPREAD`]).
+    distrust_until_us: u64,
+    /// The rate the pacer uses: the controller's rate, capped by the delivered rate times the
+    /// probe cycle's gain (see [`Adaptive::pace`]).
+    pace_pps: f64,
 }
 
 /// A rate to come back to once the queue has drained (see [`Adaptive::decrease`] and
@@ -216,6 +265,14 @@ impl Adaptive {
             startup_capacity_hits: 0,
             restore: None,
             loss: LossTrend::default(),
+            delivered: RecentMax::new(),
+            cycle_start_us: 0,
+            steady_since_us: 0,
+            capping: false,
+            probing: false,
+            link_max: RecentMax::new(),
+            distrust_until_us: 0,
+            pace_pps: (16.0 * 1e6 / rtt_us).max(MIN_RATE_PPS),
         }
     }
 
@@ -276,6 +333,12 @@ impl Adaptive {
             return;
         }
         self.last_decrease_us = now_us;
+        // The rate may sit up to a probe above what was delivered (see `pace`); a cut from
+        // there would not reach the pacer.
+        let delivered_pps = self.delivered.get(now_us);
+        if self.capping && delivered_pps > 0.0 {
+            self.rate_pps = self.rate_pps.min(delivered_pps);
+        }
         self.last_dec_rate_pps = self.rate_pps;
         let standing_us = self.standing.get(now_us);
         let excess_us = (self.queue_delay_us - self.target_queue_delay_us()).max(0.0);
@@ -325,6 +388,7 @@ impl Adaptive {
     /// startup reached twice the link and built a 70 ms queue).
     fn leave_startup(&mut self, now_us: u64, congested: bool) {
         self.phase = Phase::Steady;
+        self.steady_since_us = now_us;
         let overshot = self.capacity_pps > 0.0 && self.rate_pps > self.capacity_pps * OVERSHOT;
         if !(congested || overshot) || self.recv_rate_pps <= 0.0 {
             if self.capacity_pps > 0.0 {
@@ -362,7 +426,16 @@ impl Adaptive {
     /// per second, and every cut by 1/9 took 8 s to climb back, so the rate hovered at 85-90 %
     /// of the link. The queuing-delay target, not the step size, is what stops the climb here.)
     fn increase(&mut self, now_us: u64) {
-        let link_pps = self.link.get(now_us);
+        // While the packet pairs are distrusted (they disagree with each other or with the
+        // delivery; see `distrusted`), the increase aims at least a probe above what was
+        // delivered, so a pair read slow (release at wakes every 20 us
+        // read a 1 Gbit/s link as 563 Mbit/s) does not stop it; a pair read fast only makes it
+        // steeper, and the cap on the rate (see `pace`) bounds where it goes.
+        let delivered_pps = match self.scavenger || !self.distrusted(now_us) {
+            true => 0.0,
+            false => self.delivered.get(now_us),
+        };
+        let link_pps = self.link.get(now_us).max(delivered_pps * PROBE_GAIN);
         let mut avail_pps = link_pps - self.rate_pps;
         if avail_pps > 0.0 {
             avail_pps = avail_pps.max(link_pps / 9.0);
@@ -372,6 +445,69 @@ impl Adaptive {
         }
         self.rate_pps +=
             self.increase_share(now_us) * udt_increase_pkts(avail_pps, self.mss_bytes) * 1e6 / SYN;
+    }
+
+    /// Caps the rate by what the path was seen to deliver, while the packet pairs are
+    /// distrusted (see [`Adaptive::distrusted`]), and sets the pacing rate. Nothing
+    /// (packet pairs, arrival speeds, a restore, UDT's increase) may take the sending rate past
+    /// the delivered rate times the gain of the moment, from a round trip and a delivery window
+    /// after startup on (startup itself is bounded by its exits): a cycle of a probe at [`PROBE_GAIN`] for [`PROBE_TARGETS`] queuing-delay targets,
+    /// a drain at [`DRAIN_GAIN`] for as long, and the delivered rate itself for the rest of at
+    /// least [`CYCLE_RTTS`] round trips. A probe that finds room raises the delivered rate, and
+    /// with it the cap; one that finds none has queued half a target, which the drain empties.
+    fn pace(&mut self, now_us: u64) {
+        let delivered_pps = self.delivered.get(now_us);
+        // The scavenger is not capped (yet): its half cuts and slow climb beside the probe
+        // cycle held it at 0.70 of an idle link.
+        if delivered_pps <= 0.0 || self.scavenger || !self.distrusted(now_us) {
+            self.capping = false;
+            self.pace_pps = self.rate_pps;
+            return;
+        }
+        // The delivered rate reads what was sent a round trip and a delivery window ago: until
+        // that covers steady state it reads startup's ramp (a startup that ended at the
+        // capacity with no queue read half the link delivered when it ended), and caps nothing.
+        let settling_us = self.rtt_us + SYN + DELIVERY_WINDOW_US as f64;
+        let settled = now_us as f64 >= self.steady_since_us as f64 + settling_us;
+        self.capping = self.phase == Phase::Steady && settled;
+        if !self.capping {
+            self.pace_pps = self.rate_pps;
+            return;
+        }
+        let probe_us = PROBE_TARGETS * self.target_queue_delay_us();
+        let cycle_us = (CYCLE_RTTS * (self.min_rtt_us + SYN)).max(4.0 * probe_us);
+        let mut into_us = now_us.saturating_sub(self.cycle_start_us) as f64;
+        // A probe into a queue finds no room and only deepens it (beside a newcomer's startup
+        // it added to the overshoot's queue): a cycle probes only if no queue was reported when
+        // it began, and stops probing at the first report of one.
+        let half_target_us = self.target_queue_delay_us() / 2.0;
+        let queue_reported =
+            self.queue_delay_us >= half_target_us || self.standing.get(now_us) >= half_target_us;
+        if into_us >= cycle_us {
+            self.cycle_start_us = now_us;
+            into_us = 0.0;
+            self.probing = true;
+        }
+        self.probing &= !queue_reported;
+        let gain = if into_us < probe_us {
+            if self.probing { PROBE_GAIN } else { 1.0 }
+        } else if into_us < 2.0 * probe_us {
+            DRAIN_GAIN
+        } else {
+            1.0
+        };
+        let ceiling_pps = PROBE_GAIN * delivered_pps;
+        self.rate_pps = self.rate_pps.min(ceiling_pps).max(MIN_RATE_PPS);
+        self.pace_pps = self.rate_pps.min(gain * delivered_pps).max(MIN_RATE_PPS);
+    }
+
+    /// Whether the packet pairs are distrusted: their reports of the last second spread by more
+    /// than [`CONTRADICTED_SPREAD`], read the receiver's clock resolution, or the least of them
+    /// is below what was delivered, recently. A clean path's pairs agree with each other and
+    /// with the delivery; a receive path that bunches packets makes them read fast, one that
+    /// releases at wakes makes them read slow.
+    fn distrusted(&self, now_us: u64) -> bool {
+        now_us < self.distrust_until_us
     }
 
     /// The share of UDT's increase to take: all of it, or for the scavenger from an eighth
@@ -404,6 +540,30 @@ impl CongestionControl for Adaptive {
         if ack.capacity_pps > 0 {
             self.capacity_pps = f64::from(ack.capacity_pps);
             self.link.update(ack.now_us, self.capacity_pps);
+        }
+        if ack.capacity_pps > 0 {
+            self.link_max.update(ack.now_us, self.capacity_pps, CAPACITY_WINDOW_US);
+            let least = self.link.get(ack.now_us);
+            let most = self.link_max.get(ack.now_us);
+            let delivered = self.delivered.get(ack.now_us);
+            if most > CONTRADICTED_SPREAD * least
+                || most >= UNRESOLVED_CAPACITY_PPS
+                || least < CONTRADICTED_SHARE * delivered
+            {
+                self.distrust_until_us = ack.now_us + DISTRUST_US;
+            }
+        }
+        if ack.delivery_rate_pps > 0 {
+            // What arrived, plus what the path carried and random loss took (the long-run loss
+            // ratio): at 3 % loss, a cap at what arrived would hold the rate 3 % below the link.
+            let kept = 1.0 - self.loss.base.clamp(0.0, MAX_LOSS_COMPENSATION);
+            let window_us = (DELIVERED_WINDOW_RTTS * (self.min_rtt_us.max(1.0) + SYN))
+                .max(DELIVERED_MIN_WINDOW_US);
+            self.delivered.update(
+                ack.now_us,
+                f64::from(ack.delivery_rate_pps) / kept,
+                window_us as u64,
+            );
         }
         // The smoothed RTT starts from a guess; the least sample is measured from the first.
         let lag_us = self.rtt_us.max(self.min_rtt_us);
@@ -480,6 +640,7 @@ impl CongestionControl for Adaptive {
                 }
             }
         }
+        self.pace(ack.now_us);
     }
 
     fn on_loss(&mut self, loss: &LossSignal) {
@@ -495,6 +656,7 @@ impl CongestionControl for Adaptive {
                 Phase::Startup => self.leave_startup(loss.now_us, true),
                 Phase::Steady => self.decrease(loss.now_us),
             }
+            self.pace(loss.now_us);
         }
     }
 
@@ -506,10 +668,11 @@ impl CongestionControl for Adaptive {
         self.startup_delivery_pps = 0.0;
         self.startup_capacity_hits = 0;
         self.restore = None;
+        self.pace(now_us);
     }
 
     fn period_us(&self) -> f64 {
-        1e6 / self.rate_pps
+        1e6 / self.pace_pps
     }
 
     fn window_pkts(&self) -> f64 {
@@ -795,6 +958,8 @@ mod tests {
     }
 
     /// A controller in steady state after 1 s without a queue, and the time of its last report.
+    /// The path delivered 100,000 packets per second at the end, so the delivered rate does not
+    /// cap the rate for the next second (these tests are of the cuts).
     fn settled() -> (Adaptive, u64) {
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
         cc.on_ack(&ack(10_000, 12_000, 0)); // leave startup on a queue
@@ -803,6 +968,7 @@ mod tests {
             now += 10_000;
             cc.on_ack(&ack(now, 0, 0));
         }
+        cc.on_ack(&AckSignal { delivery_rate_pps: 100_000, ..ack(now, 0, 0) });
         assert!(!cc.in_startup());
         (cc, now)
     }
@@ -890,17 +1056,23 @@ mod tests {
         assert!(cc.rate_pps() < r2, "a long queue is cut again after one RTT + SYN");
     }
 
+    /// `ack` from a receiver that reports no delivery rate: the rate is not capped by it (these
+    /// tests are of UDT's increase, which the cap bounds; see `pace`).
+    fn blind(now_us: u64, queue_delay_us: u32, capacity_pps: u32) -> AckSignal {
+        AckSignal { delivery_rate_pps: 0, ..ack(now_us, queue_delay_us, capacity_pps) }
+    }
+
     #[test]
     fn pairs_read_fast_by_bunched_delivery_do_not_steepen_the_increase() {
         let mut start = Adaptive::new(1452, 1 << 18, 100_000);
-        start.on_ack(&ack(10_000, 12_000, 0)); // leave startup on a queue, no pairs yet
+        start.on_ack(&blind(10_000, 12_000, 0)); // leave startup on a queue, no pairs yet
         assert!(!start.in_startup());
-        start.on_ack(&ack(200_000, 0, 0)); // the restore after the drain
+        start.on_ack(&blind(200_000, 0, 0)); // the restore after the drain
         let climb = |reports: &dyn Fn(u64) -> u32| {
             let mut cc = start.clone();
             let r0 = cc.rate_pps();
             for i in 1..=50 {
-                cc.on_ack(&ack(200_000 + i * 10_000, 0, reports(i)));
+                cc.on_ack(&blind(200_000 + i * 10_000, 0, reports(i)));
             }
             cc.rate_pps() - r0
         };
@@ -921,14 +1093,14 @@ mod tests {
         let mut now = 0;
         while cc.in_startup() {
             now += 10_000;
-            cc.on_ack(&ack(now, 0, 80_000));
+            cc.on_ack(&blind(now, 0, 80_000));
         }
         // 4,000 packets per second (5 %) below the link: UDT's increase would be a decade
         // smaller than at a ninth of the link below it.
         cc.rate_pps = 76_000.0;
         for _ in 0..20 {
             now += 10_000;
-            cc.on_ack(&ack(now, 0, 80_000));
+            cc.on_ack(&blind(now, 0, 80_000));
         }
         let step = udt_increase_pkts(80_000.0 / 9.0, 1452.0) * 1e6 / SYN;
         assert!(step >= 10.0 * udt_increase_pkts(4_000.0, 1452.0) * 1e6 / SYN);
@@ -938,8 +1110,54 @@ mod tests {
         // Past the link, UDT's least increase only.
         cc.rate_pps = 81_000.0;
         now += 10_000;
-        cc.on_ack(&ack(now, 0, 80_000));
+        cc.on_ack(&blind(now, 0, 80_000));
         assert!(cc.rate_pps() - 81_000.0 <= udt_increase_pkts(0.0, 1452.0) * 1e6 / SYN + 1e-6);
+    }
+
+    #[test]
+    fn no_reading_takes_the_sending_rate_past_what_was_delivered() {
+        // Steady state on a path that delivers 50,000 packets per second while the packet pairs
+        // read two to eight times that (bunched delivery): the increase is steep, the sending
+        // rate is not. It cruises at the delivered rate, probes a quarter above it, and drains.
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let at = |now: u64| {
+            let pairs = if now.is_multiple_of(20_000) { 400_000 } else { 100_000 };
+            AckSignal { lost_pkts: 0, ..ack(now, 0, pairs) }
+        };
+        cc.on_ack(&AckSignal { queue_delay_us: 12_000, ..at(10_000) });
+        assert!(!cc.in_startup());
+        let (mut now, mut least, mut most) = (10_000, f64::MAX, 0.0f64);
+        let mut cruise = 0;
+        while now < 3_000_000 {
+            now += 10_000;
+            cc.on_ack(&at(now));
+            let sending = 1e6 / cc.period_us();
+            if now > 500_000 {
+                least = least.min(sending);
+                most = most.max(sending);
+                cruise += usize::from((sending - 50_000.0).abs() < 1.0);
+            }
+        }
+        assert!(cc.rate_pps() <= 50_000.0 * PROBE_GAIN + 1e-6, "{}", cc.rate_pps());
+        assert!((most - 50_000.0 * PROBE_GAIN).abs() < 1.0, "probe {most}");
+        assert!((least - 50_000.0 * DRAIN_GAIN).abs() < 1.0, "drain {least}");
+        assert!(cruise > 100, "cruise at the delivered rate {cruise} of 250 reports");
+    }
+
+    #[test]
+    fn pairs_that_agree_leave_the_rate_uncapped() {
+        // Pairs that agree with each other and with the delivery: the plain controller.
+        let mut capped = Adaptive::new(1452, 1 << 18, 100_000);
+        let mut plain = capped.clone();
+        let mut now = 0;
+        while now < 2_000_000 {
+            now += 10_000;
+            capped.on_ack(&ack(now, 0, 80_000));
+            plain.on_ack(&blind(now, 0, 80_000));
+        }
+        assert!(!capped.distrusted(now));
+        assert_eq!(capped.rate_pps(), plain.rate_pps());
+        assert_eq!(capped.period_us(), 1e6 / capped.rate_pps());
     }
 
     #[test]

@@ -63,6 +63,50 @@ impl RecentMin {
     }
 }
 
+/// The maximum of the reports of a window given at every update (always including the
+/// newest), in eight slots: reports within an eighth of the window of each other share a slot.
+/// What the path has been seen to deliver: bunched or stalled delivery dips a report or two,
+/// a windowed maximum keeps what the path carried over several round trips.
+#[derive(Debug, Clone)]
+pub(super) struct RecentMax {
+    /// (time of the slot's first report, greatest value in the slot), oldest overwritten first.
+    slots: [(u64, f64); MIN_SLOTS],
+    len: usize,
+    next: usize,
+    window_us: u64,
+}
+
+impl RecentMax {
+    /// A filter that has seen no report.
+    pub(super) const fn new() -> Self {
+        Self { slots: [(0, 0.0); MIN_SLOTS], len: 0, next: 0, window_us: 0 }
+    }
+
+    /// Records `value` reported at `now_us` with the window now `window_us` long.
+    pub(super) fn update(&mut self, now_us: u64, value: f64, window_us: u64) {
+        self.window_us = window_us;
+        let bucket_us = window_us / MIN_SLOTS as u64;
+        let newest = (self.next + MIN_SLOTS - 1) % MIN_SLOTS;
+        if self.len > 0 && now_us < self.slots[newest].0 + bucket_us {
+            self.slots[newest].1 = self.slots[newest].1.max(value);
+        } else {
+            self.slots[self.next] = (now_us, value);
+            self.next = (self.next + 1) % MIN_SLOTS;
+            self.len = (self.len + 1).min(MIN_SLOTS);
+        }
+    }
+
+    /// The maximum over the window ending at `now_us`; 0 before any report.
+    pub(super) fn get(&self, now_us: u64) -> f64 {
+        let newest = self.slots[(self.next + MIN_SLOTS - 1) % MIN_SLOTS];
+        self.slots[..self.len]
+            .iter()
+            .filter(|(t, _)| now_us.saturating_sub(*t) <= self.window_us)
+            .map(|&(_, v)| v)
+            .fold(if self.len == 0 { 0.0 } else { newest.1 }, f64::max)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +149,20 @@ mod tests {
         assert_eq!(c.update(1_010_000, 240_000.0), 240_000.0);
         // A lower reading counts at once.
         assert_eq!(c.update(1_020_000, 70_000.0), 70_000.0);
+    }
+
+    #[test]
+    fn a_recent_max_keeps_the_best_report_of_its_window() {
+        let mut d = RecentMax::new();
+        assert_eq!(d.get(0), 0.0, "nothing reported");
+        d.update(0, 80_000.0, 1_000_000);
+        for t in 1..100 {
+            // A stall dips the reports; what the path carried a round trip ago still counts.
+            d.update(t * 10_000, 40_000.0, 1_000_000);
+            assert_eq!(d.get(t * 10_000), 80_000.0, "at {} ms", t * 10);
+        }
+        // Once the good report's slot has left the window, the newer ones are all there is.
+        d.update(1_010_000, 40_000.0, 1_000_000);
+        assert_eq!(d.get(1_010_000), 40_000.0);
     }
 }
