@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{TestServer, pattern};
-use sluice::session::{CopyOptions, SessionError};
+use sluice::session::{CopyOptions, Peer, SessionError};
 
 /// A tmpfs mounted on a directory of the test's own; unmounted on drop.
 struct Tmpfs {
@@ -85,9 +85,9 @@ async fn a_full_disk_fails_the_upload_clearly_and_leaves_nothing_behind() {
     // 3 MiB fits; 6 MiB more does not.
     let result = upload(disk.path(), &[("fits.bin", 3 << 20), ("too-big.bin", 6 << 20)]).await;
     match result {
-        Err(SessionError::Io { context, source }) => {
-            println!("{context}: {source}");
-            let said = format!("{context}: {source}");
+        // The server's file error, not one of the client's own files.
+        Err(SessionError::PeerIo { peer: Peer::Server, message: said }) => {
+            println!("{said}");
             assert!(said.contains("No space left on device"), "{said}");
             // Which file meets the full disk first depends on how the channels interleave.
             let named = [" .fits.bin.sluice-part-", " .too-big.bin.sluice-part-"];
@@ -115,9 +115,9 @@ async fn a_read_only_root_fails_the_upload_clearly_and_changes_nothing() {
     assert!(remounted.success());
     let result = upload(disk.path(), &[("new.bin", 1 << 20)]).await;
     match result {
-        Err(SessionError::Io { context, source }) => {
-            println!("{context}: {source}");
-            let said = format!("{context}: {source}");
+        // The server's file error, not one of the client's own files.
+        Err(SessionError::PeerIo { peer: Peer::Server, message: said }) => {
+            println!("{said}");
             assert!(said.contains("Read-only file system"), "{said}");
             assert!(!said.contains(disk.path().to_str().unwrap()), "the server's path: {said}");
         }

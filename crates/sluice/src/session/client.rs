@@ -312,7 +312,7 @@ impl Client {
         };
         match answer {
             Some(Ok(welcomed)) => Ok(welcomed),
-            Some(Err((code, message))) => Err(SessionError::from_remote(code, message)),
+            Some(Err((code, message))) => Err(SessionError::from_server(code, message)),
             None => Err(SessionError::Network("the handshake ended without an answer".into())),
         }
     }
@@ -839,7 +839,7 @@ async fn read_welcome(
                 }
                 Ok(Welcomed { session_id: id, negotiated })
             }
-            ServerMsg::Refused { code, message } => Err(SessionError::from_remote(code, message)),
+            ServerMsg::Refused { code, message } => Err(SessionError::from_server(code, message)),
             other => Err(unexpected(other)),
         }
     }
@@ -873,7 +873,7 @@ impl Request<'_> {
         let msg =
             read_message(&mut self.recv, deadline).await.map_err(|e| frame_error(e, self.conn))?;
         match msg {
-            ServerMsg::Error { code, message } => Err(SessionError::from_remote(code, message)),
+            ServerMsg::Error { code, message } => Err(SessionError::from_server(code, message)),
             other => Ok(other),
         }
     }
@@ -912,7 +912,7 @@ async fn req_fail(send: &mut quinn::SendStream, err: SessionError) -> SessionErr
 fn unexpected(msg: ServerMsg) -> SessionError {
     match msg {
         ServerMsg::Error { code, message } | ServerMsg::Refused { code, message } => {
-            SessionError::from_remote(code, message)
+            SessionError::from_server(code, message)
         }
         other => SessionError::Protocol(format!("unexpected answer {other:?}")),
     }

@@ -64,7 +64,7 @@ impl Control for ClientMsg {
     fn into_digests(self) -> Result<Vec<blake3::Hash>, SessionError> {
         match self {
             ClientMsg::Digests { blake3 } => parse_hex(&blake3),
-            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            ClientMsg::Failed { code, message } => Err(SessionError::from_client(code, message)),
             other => Err(SessionError::Protocol(format!("expected Digests, got {other:?}"))),
         }
     }
@@ -78,7 +78,7 @@ impl Control for ServerMsg {
     fn into_digests(self) -> Result<Vec<blake3::Hash>, SessionError> {
         match self {
             ServerMsg::Digests { blake3 } => parse_hex(&blake3),
-            ServerMsg::Error { code, message } => Err(SessionError::from_remote(code, message)),
+            ServerMsg::Error { code, message } => Err(SessionError::from_server(code, message)),
             other => Err(SessionError::Protocol(format!("expected Digests, got {other:?}"))),
         }
     }

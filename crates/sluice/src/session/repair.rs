@@ -217,7 +217,7 @@ impl RepairControl for ClientMsg {
     fn into_repairing(self) -> Result<Vec<[u64; 2]>, SessionError> {
         match self {
             ClientMsg::Repairing { blocks } => Ok(blocks),
-            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            ClientMsg::Failed { code, message } => Err(SessionError::from_client(code, message)),
             other => Err(SessionError::Protocol(format!("expected Repairing, got {other:?}"))),
         }
     }
@@ -225,7 +225,7 @@ impl RepairControl for ClientMsg {
     fn into_ready(self) -> Result<Vec<u16>, SessionError> {
         match self {
             ClientMsg::Ready { udp_ports } => Ok(udp_ports),
-            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            ClientMsg::Failed { code, message } => Err(SessionError::from_client(code, message)),
             other => Err(SessionError::Protocol(format!("expected Ready, got {other:?}"))),
         }
     }
@@ -254,7 +254,7 @@ impl RepairControl for ServerMsg {
     fn into_repairing(self) -> Result<Vec<[u64; 2]>, SessionError> {
         match self {
             ServerMsg::Repairing { blocks } => Ok(blocks),
-            ServerMsg::Error { code, message } => Err(SessionError::from_remote(code, message)),
+            ServerMsg::Error { code, message } => Err(SessionError::from_server(code, message)),
             other => Err(SessionError::Protocol(format!("expected Repairing, got {other:?}"))),
         }
     }
@@ -262,7 +262,7 @@ impl RepairControl for ServerMsg {
     fn into_ready(self) -> Result<Vec<u16>, SessionError> {
         match self {
             ServerMsg::Ready { udp_ports } => Ok(udp_ports),
-            ServerMsg::Error { code, message } => Err(SessionError::from_remote(code, message)),
+            ServerMsg::Error { code, message } => Err(SessionError::from_server(code, message)),
             other => Err(SessionError::Protocol(format!("expected Ready, got {other:?}"))),
         }
     }

@@ -672,7 +672,7 @@ impl<'a> RequestCtx<'a> {
     async fn client_ready(&mut self) -> Result<Vec<u16>, SessionError> {
         match read_message(self.recv, REPLY_TIMEOUT).await.map_err(|e| frame_error(e, self.conn))? {
             ClientMsg::Ready { udp_ports } => Ok(udp_ports),
-            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            ClientMsg::Failed { code, message } => Err(SessionError::from_client(code, message)),
             other => Err(SessionError::Protocol(format!("expected Ready, got {other:?}"))),
         }
     }
@@ -872,7 +872,7 @@ impl<'a> RequestCtx<'a> {
         let _permit = self.acquire_transfer()?;
         let entries = recv_manifest(self.recv, self.conn, |msg| match msg {
             ClientMsg::Manifest(part) => Ok(part),
-            ClientMsg::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            ClientMsg::Failed { code, message } => Err(SessionError::from_client(code, message)),
             other => Err(SessionError::Protocol(format!("expected Manifest, got {other:?}"))),
         })
         .await?;
@@ -911,7 +911,7 @@ impl<'a> RequestCtx<'a> {
                     incoming.present(&kept_pairs(&kept)?).map_err(SessionError::Protocol)?
                 }
                 ClientMsg::Failed { code, message } => {
-                    return Err(SessionError::from_remote(code, message));
+                    return Err(SessionError::from_client(code, message));
                 }
                 other => {
                     return Err(SessionError::Protocol(format!("expected Resumed, got {other:?}")));
