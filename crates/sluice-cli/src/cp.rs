@@ -208,7 +208,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     let result = copy(&args, mode).await;
     if let (Err(err), Mode::Json) = (&result, mode) {
         let code = exit::code_of(err);
-        show::json_error(code, exit::kind_of(err), &format!("{err:#}"));
+        show::json_error(code, exit::kind(err), &exit::describe(err));
     }
     result
 }

@@ -932,6 +932,55 @@ fn exit_codes_6_7_and_8_come_from_their_causes() {
     assert!(!server.root.join("tree/b.bin").exists());
 }
 
+#[test]
+fn a_second_upload_to_a_path_being_written_is_busy_with_exit_4() {
+    use events::Event;
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    println!("e2e busy: seeds 81 (first) and 82 (second), size=16 MiB");
+    let [first_src, second_src] = ["a", "b"].map(|sub| client.dir.path().join(sub).join("x.bin"));
+    for (src, seed) in [(&first_src, 81), (&second_src, 82)] {
+        std::fs::create_dir_all(src.parent().unwrap()).unwrap();
+        random_file(src, 16 << 20, seed);
+    }
+    // The first at 32 Mbit/s takes 4 s; the second starts once 4 MiB of it have moved.
+    let mut first = client
+        .cmd(&server, Some(TOKEN))
+        .args(["--accept-new-host", "--json", "--limit-rate", "32Mbit"])
+        .arg(&first_src)
+        .arg("127.0.0.1:x.bin")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines().map_while(Result::ok);
+    let under_way = lines.by_ref().any(|line| {
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let (bytes, total) = (value["bytes"].as_u64(), value["total"].as_u64());
+        matches!((value["event"].as_str(), bytes, total),
+            (Some("progress"), Some(b), Some(t)) if b >= 4 << 20 && b < t)
+    });
+    assert!(under_way, "the first upload never showed progress");
+
+    let o = client.cp(
+        &server,
+        Some(TOKEN),
+        &["--accept-new-host", "--json"],
+        second_src.to_str().unwrap(),
+        "127.0.0.1:x.bin",
+    );
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let events = events::parse(&o.stdout);
+    let said = "busy: x.bin: another transfer is writing it; try again when that one ends";
+    assert!(
+        matches!(events.last(), Some(Event::Error(e)) if e.kind == "busy" && e.message == said),
+        "{events:?}"
+    );
+
+    lines.for_each(drop);
+    assert!(first.wait().unwrap().success());
+    assert!(same_file(&first_src, &server.root.join("x.bin")));
+}
+
 /// Runs `sluice <command> <args...>` against `server` with the test's token and known hosts.
 fn browse(server: &ServerProc, client: &ClientEnv, command: &str, args: &[&str]) -> Output {
     let mut c = Command::new(BIN);

@@ -149,6 +149,68 @@ impl Confined {
         }
     }
 
+    /// Opens the existing file `path` for reading without following a link at its last
+    /// component, and without waiting (a FIFO planted there opens at once).
+    pub fn open_no_follow(&self, path: &Path) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let file = match &self.0 {
+            None => rustix::fs::open(path, flags, Mode::empty())?,
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                rustix::fs::openat(&dir, name, flags, Mode::empty())?
+            }
+        };
+        Ok(File::from(file))
+    }
+
+    /// Makes `link` a new name of the existing file `existing` (a hard link; `link` must not
+    /// exist).
+    pub fn hard_link(&self, existing: &Path, link: &Path) -> io::Result<()> {
+        match &self.0 {
+            None => std::fs::hard_link(existing, link),
+            Some(b) => {
+                let flags = rustix::fs::AtFlags::empty();
+                let (from_dir, from_name) = b.parent(existing)?;
+                let (to_dir, to_name) = match link.file_name() {
+                    // One directory: resolved once.
+                    Some(name) if parent_dir(link) == parent_dir(existing) => (None, name),
+                    _ => {
+                        let (dir, name) = b.parent(link)?;
+                        (Some(dir), name)
+                    }
+                };
+                let to_dir = to_dir.as_ref().unwrap_or(&from_dir);
+                Ok(rustix::fs::linkat(&from_dir, from_name, to_dir, to_name, flags)?)
+            }
+        }
+    }
+
+    /// Removes the file `path` if it is (not following a link) the file `dev`, `ino`; whether
+    /// it was.
+    pub fn remove_file_if_same(&self, path: &Path, dev: u64, ino: u64) -> io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        match &self.0 {
+            None => {
+                let meta = std::fs::symlink_metadata(path)?;
+                if (meta.dev(), meta.ino()) != (dev, ino) {
+                    return Ok(false);
+                }
+                std::fs::remove_file(path)?;
+            }
+            Some(b) => {
+                use rustix::fs::AtFlags;
+                let (dir, name) = b.parent(path)?;
+                let stat = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                if (stat.st_dev, stat.st_ino) != (dev, ino) {
+                    return Ok(false);
+                }
+                rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+            }
+        }
+        Ok(true)
+    }
+
     /// Renames `from` to `to`.
     pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         match &self.0 {

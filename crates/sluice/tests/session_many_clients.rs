@@ -116,7 +116,7 @@ async fn a_server_at_its_session_limit_is_reported_busy() {
     println!("{err}");
     assert!(matches!(err, SessionError::Busy(_)), "{err:?}");
     let message = err.to_string();
-    assert!(message.starts_with("server busy: "), "{message}");
+    assert!(message.starts_with("busy: the server "), "{message}");
     assert!(message.contains("turned the connection away") && message.contains(" times in "));
     let turned_away = refused(&server.metrics);
     assert!(turned_away >= 2, "the client tried again: {turned_away} refusals");

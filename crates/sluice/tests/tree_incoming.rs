@@ -46,9 +46,11 @@ fn commit_puts_the_exact_bytes_under_the_final_name() {
     assert_eq!(planned.wanted(), &[0]);
     let incoming = planned.prepare().unwrap();
 
+    // The temporary file, and the claim of the final name while the transfer lives.
     let temps = entries(dir.path());
-    assert_eq!(temps.len(), 1);
-    let temp_name = &temps[0];
+    assert_eq!(temps.len(), 2);
+    assert_eq!(temps[0], ".out.bin.sluice-lock");
+    let temp_name = &temps[1];
     assert!(temp_name.starts_with(".out.bin.sluice-part-"), "{temp_name}");
     let hex = temp_name.trim_start_matches(".out.bin.sluice-part-");
     assert!(hex.len() == 16 && hex.chars().all(|c| c.is_ascii_hexdigit()), "{temp_name}");
@@ -125,7 +127,8 @@ fn dropping_without_commit_removes_the_temp_files() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = vec![file("a", 12345), file("b", 0)];
     let incoming = plan(dir.path(), manifest, &always()).unwrap().prepare().unwrap();
-    assert_eq!(entries(dir.path()).len(), 2);
+    // Two temporary files and the claims of their final names.
+    assert_eq!(entries(dir.path()).len(), 4);
     drop(incoming);
     assert!(entries(dir.path()).is_empty());
 }

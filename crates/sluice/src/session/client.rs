@@ -257,7 +257,7 @@ impl Client {
         };
         match answer {
             Some(Ok(welcomed)) => Ok(welcomed),
-            Some(Err((code, message))) => Err(SessionError::from_remote(code, message)),
+            Some(Err((code, message))) => Err(SessionError::from_server(code, message)),
             None => Err(SessionError::Network("the handshake ended without an answer".into())),
         }
     }
@@ -579,8 +579,8 @@ async fn connect_retrying(
                 n => format!(" {n} times in {:.1} s", started.elapsed().as_secs_f64()),
             };
             return Err(SessionError::Busy(format!(
-                "{server} ({host}) turned the connection away{times}: it is at its limit of \
-                 sessions, or of connections being set up; try again later"
+                "the server {server} ({host}) turned the connection away{times}: it is at its \
+                 limit of sessions, or of connections being set up; try again later"
             )));
         };
         info!(
@@ -644,7 +644,7 @@ async fn read_welcome(
                 Ok(Welcomed { session_id: id, negotiated })
             }
             Answer::Refused { code, message } | Answer::Failed { code, message } => {
-                Err(SessionError::from_remote(code, message))
+                Err(SessionError::from_server(code, message))
             }
             other => Err(unexpected(other)),
         }
@@ -680,7 +680,7 @@ impl OpenRequest<'_> {
         let msg =
             read_message(&mut self.recv, deadline).await.map_err(|e| frame_error(e, self.conn))?;
         match msg {
-            Answer::Failed { code, message } => Err(SessionError::from_remote(code, message)),
+            Answer::Failed { code, message } => Err(SessionError::from_server(code, message)),
             other => Ok(other),
         }
     }
@@ -706,7 +706,7 @@ const SERVER_DONE_WAIT: Duration = Duration::from_secs(2);
 fn unexpected(msg: Answer) -> SessionError {
     match msg {
         Answer::Failed { code, message } | Answer::Refused { code, message } => {
-            SessionError::from_remote(code, message)
+            SessionError::from_server(code, message)
         }
         other => SessionError::Protocol(format!("unexpected answer {other:?}")),
     }

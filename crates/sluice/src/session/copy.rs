@@ -87,6 +87,7 @@ pub(crate) fn plan_error(e: PlanError) -> SessionError {
         PlanError::Bad(bad) => SessionError::Protocol(bad.to_string()),
         PlanError::NotFound(m) => SessionError::NotFound(m),
         PlanError::NotADirectory(m) | PlanError::Refused(m) => SessionError::Refused(m),
+        PlanError::Busy(m) => SessionError::Busy(m),
         PlanError::Io(context, source) => SessionError::io(context, source),
     }
 }

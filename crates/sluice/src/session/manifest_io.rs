@@ -32,7 +32,7 @@ pub(crate) async fn recv_listing(
         let part = match msg {
             Answer::Manifest(part) => part,
             Answer::Failed { code, message } | Answer::Refused { code, message } => {
-                return Err(SessionError::from_remote(code, message));
+                return Err(SessionError::from_server(code, message));
             }
             other => {
                 return Err(SessionError::Protocol(format!("expected Manifest, got {other:?}")));

@@ -185,8 +185,10 @@ pub enum SessionError {
     /// The server refused the request (a path outside its root, not a regular file, ...).
     #[error("refused: {0}")]
     Refused(String),
-    /// The server has no capacity for another transfer now; try again later.
-    #[error("server busy: {0}")]
+    /// Not now: the server has no capacity for another transfer, or another transfer is
+    /// writing a file this one would write (at either end; the message names it). Try again
+    /// when it ends.
+    #[error("busy: {0}")]
     Busy(String),
     /// The connection or a data channel failed, or the peer stopped answering.
     #[error("network: {0}")]
@@ -197,7 +199,7 @@ pub enum SessionError {
     /// Some files of a tree were stored and verified, others failed (named in the message).
     #[error("partly done: {0}")]
     Partial(String),
-    /// A local or remote file operation failed.
+    /// A local file operation failed (or the local setup, such as a socket).
     #[error("{context}: {source}")]
     Io {
         /// What was being done, with the path.
@@ -205,6 +207,15 @@ pub enum SessionError {
         /// The underlying error.
         #[source]
         source: std::io::Error,
+    },
+    /// A file operation failed at the peer (its disk is full, a path it writes is not
+    /// writable, ...): the peer's message, after its name.
+    #[error("{peer}: {message}")]
+    PeerIo {
+        /// Which end failed.
+        peer: Peer,
+        /// What it said.
+        message: String,
     },
     /// The peer sent something the protocol does not allow (or a version we do not speak).
     #[error("protocol error: {0}")]
@@ -215,14 +226,38 @@ pub enum SessionError {
     Config(String),
 }
 
+/// The other end of a session, as an error names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// The server (the peer of a client).
+    Server,
+    /// The client (the peer of a server).
+    Client,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Peer::Server => "the server",
+            Peer::Client => "the client",
+        })
+    }
+}
+
 impl SessionError {
     /// An [`SessionError::Io`] with context.
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         SessionError::Io { context: context.into(), source }
     }
 
-    /// The error a peer's `Error`/`Refused`/`Failed` message stands for.
-    pub(crate) fn from_remote(code: ErrorCode, message: String) -> Self {
+    /// The error the server's `Error` or `Refused` message stands for.
+    pub(crate) fn from_server(code: ErrorCode, message: String) -> Self {
+        Self::from_peer(Peer::Server, code, message)
+    }
+
+    /// The error `peer`'s message of `code` stands for: the same class as at the peer, so that
+    /// a file error there is not taken for one here.
+    pub(crate) fn from_peer(peer: Peer, code: ErrorCode, message: String) -> Self {
         match code {
             ErrorCode::Auth => SessionError::Auth(message),
             ErrorCode::NotFound => SessionError::NotFound(message),
@@ -230,7 +265,7 @@ impl SessionError {
             ErrorCode::Busy => SessionError::Busy(message),
             ErrorCode::Integrity => SessionError::Integrity(message),
             ErrorCode::Partial => SessionError::Partial(message),
-            ErrorCode::Io => SessionError::io("the peer", std::io::Error::other(message)),
+            ErrorCode::Io => SessionError::PeerIo { peer, message },
             ErrorCode::Network => SessionError::Network(message),
             ErrorCode::Protocol => SessionError::Protocol(message),
         }
@@ -247,7 +282,8 @@ impl SessionError {
             | SessionError::Integrity(m)
             | SessionError::Partial(m)
             | SessionError::Protocol(m)
-            | SessionError::Config(m) => m.clone(),
+            | SessionError::Config(m)
+            | SessionError::PeerIo { message: m, .. } => m.clone(),
             other => other.to_string(),
         }
     }
@@ -261,7 +297,9 @@ impl SessionError {
             SessionError::Busy(_) => ErrorCode::Busy,
             SessionError::Integrity(_) => ErrorCode::Integrity,
             SessionError::Partial(_) => ErrorCode::Partial,
-            SessionError::Io { .. } | SessionError::Config(_) => ErrorCode::Io,
+            SessionError::Io { .. } | SessionError::PeerIo { .. } | SessionError::Config(_) => {
+                ErrorCode::Io
+            }
             SessionError::Network(_) | SessionError::HostKey(_) => ErrorCode::Network,
             SessionError::Protocol(_) => ErrorCode::Protocol,
         }
@@ -302,5 +340,27 @@ pub(crate) fn connection_error(err: &quinn::ConnectionError) -> SessionError {
         E::LocallyClosed => SessionError::Network("the connection was closed locally".into()),
         E::Reset => SessionError::Network("the peer reset the connection (did it restart?)".into()),
         other => SessionError::Network(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_from_the_peer_keeps_its_class_and_names_the_peer_once() {
+        let said = "x.bin: No such file or directory (os error 2)";
+        let err = SessionError::from_server(ErrorCode::Io, said.into());
+        assert!(matches!(err, SessionError::PeerIo { peer: Peer::Server, .. }), "{err:?}");
+        assert_eq!(err.to_string(), format!("the server: {said}"));
+        assert!(std::error::Error::source(&err).is_none(), "no cause to say the reason again");
+        assert_eq!((err.code(), err.detail()), (ErrorCode::Io, said.to_owned()));
+        let err = SessionError::from_peer(Peer::Client, ErrorCode::Io, said.into());
+        assert_eq!(err.to_string(), format!("the client: {said}"));
+
+        let busy = "x.bin: another transfer is writing it";
+        let err = SessionError::from_server(ErrorCode::Busy, busy.into());
+        assert!(matches!(&err, SessionError::Busy(m) if m == busy), "{err:?}");
+        assert_eq!(err.to_string(), format!("busy: {busy}"));
     }
 }

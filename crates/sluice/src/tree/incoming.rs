@@ -5,6 +5,12 @@
 //! `.<name>.sluice-part-<hex>` beside their final path and are renamed there one by one in
 //! [`Incoming::commit`]; links are made after every file, so no write ever goes through a link
 //! this transfer made. One `syncfs` makes the whole commit durable.
+//!
+//! A partial file belongs to the transfer writing it: [`Plan::prepare`] claims each wanted
+//! file's path ([`super::claim`]) before it looks for a partial file to resume or creates one,
+//! and a path another live transfer writes (in this process or another) is refused as busy
+//! ([`PlanError::Busy`]). The claims are held until the [`Incoming`] is dropped, after its
+//! commit.
 
 use std::collections::HashSet;
 use std::io;
@@ -12,9 +18,10 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::claim::{ClaimError, Claims};
 use super::fileset::FileSet;
 use super::manifest::{self, BadEntry, Entry, EntryKind};
-use super::resume::{self, RECORD_EVERY, RESUME_MIN_BYTES, Resumable};
+use super::resume::{self, RECORD_EVERY, RESUME_MIN_BYTES};
 use crate::files::{Confined, hash_prefix, parent_dir, random_u64, temp_name};
 
 pub use sluice_session::options::Overwrite;
@@ -55,6 +62,10 @@ pub enum PlanError {
     /// Reading the destination failed.
     #[error("{0}: {1}")]
     Io(String, #[source] io::Error),
+    /// Another live transfer writes the path of a wanted file (named): [`Plan::prepare`]
+    /// could not claim it.
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// The decisions for one manifest: where each entry goes and which files move.
@@ -66,8 +77,6 @@ pub struct Plan {
     files: Vec<usize>,
     /// Numbers of the files that move.
     wanted: Vec<u32>,
-    /// For each wanted file, a temporary file an interrupted transfer left to continue.
-    resume: Vec<Option<Resumable>>,
     /// Links to make (entry indices).
     links: Vec<usize>,
     /// Existing files that will be replaced.
@@ -113,7 +122,6 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
         targets: Vec::with_capacity(entries.len()),
         files: Vec::new(),
         wanted: Vec::new(),
-        resume: Vec::new(),
         links: Vec::new(),
         replaced: 0,
         kept: 0,
@@ -196,10 +204,6 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
                     plan.files.push(i);
                     if move_it {
                         plan.wanted.push(number);
-                        let resumable = entry.size >= RESUME_MIN_BYTES;
-                        plan.resume.push(
-                            resumable.then(|| resume::find(&plan.fs, &target, entry)).flatten(),
-                        );
                     }
                 } else if move_it {
                     plan.links.push(i);
@@ -306,7 +310,10 @@ impl Plan {
         self.wanted.iter().map(|&n| self.entries[self.files[n as usize]].path.as_str())
     }
 
-    /// Creates the directories and a temporary file for every wanted file.
+    /// Creates the directories, claims the path of every wanted file, and makes it a temporary
+    /// file: the one an interrupted transfer of the same source left, to continue, or a new one.
+    /// A path that another live transfer writes is refused ([`PlanError::Busy`]): nothing of
+    /// that transfer's is touched, and this one stops before any data moves.
     pub fn prepare(self) -> Result<Incoming, PlanError> {
         let io_err = |p: &Path, e| PlanError::Io(p.display().to_string(), e);
         for &i in &self.dirs {
@@ -321,16 +328,33 @@ impl Plan {
             temps: Vec::with_capacity(self.wanted.len()),
             offers: Vec::new(),
             committed: 0,
+            claims: Claims::new(self.fs.clone()),
             plan: self,
         };
         for (k, &n) in incoming.plan.wanted.iter().enumerate() {
             let i = incoming.plan.files[n as usize];
-            let target = &incoming.plan.targets[i];
-            if let Some(resumable) = &incoming.plan.resume[k] {
+            let (entry, target) = (&incoming.plan.entries[i], &incoming.plan.targets[i]);
+            incoming.claims.claim(target).map_err(|e| match e {
+                ClaimError::Busy => PlanError::Busy(format!(
+                    "{}: another transfer is writing it; try again when that one ends",
+                    target.display()
+                )),
+                ClaimError::Foreign(name) => PlanError::Refused(format!(
+                    "{}: {} is in the way and is not a lock of sluice's (remove it)",
+                    target.display(),
+                    name.display()
+                )),
+                ClaimError::Io(e) => io_err(target, e),
+            })?;
+            // Claimed: a partial file and record of this path are an ended transfer's.
+            let resumable = (entry.size >= RESUME_MIN_BYTES)
+                .then(|| resume::find(&incoming.plan.fs, target, entry))
+                .flatten();
+            if let Some(resumable) = resumable {
                 let hashes = (incoming.plan.fs.open(&resumable.temp, false))
                     .and_then(|f| resume::block_hashes(&f, resumable.prefix))
                     .map_err(|e| io_err(target, e))?;
-                incoming.temps.push(resumable.temp.clone());
+                incoming.temps.push(resumable.temp);
                 incoming.offers.push((k as u32, hashes));
                 continue;
             }
@@ -339,15 +363,16 @@ impl Plan {
             let temp = parent_dir(target).join(temp_name(name, random));
             let file = incoming.plan.fs.create_new(&temp, 0o600).map_err(|e| io_err(target, e))?;
             incoming.temps.push(temp);
-            file.set_len(incoming.plan.entries[i].size).map_err(|e| io_err(target, e))?;
+            file.set_len(entry.size).map_err(|e| io_err(target, e))?;
         }
         Ok(incoming)
     }
 }
 
-/// A manifest being received: its directories exist, its wanted files are temporary files.
-/// Dropped before [`Incoming::commit`] finished, the temporary files left are removed, except
-/// those a resume record names (an interrupted transfer's, for the next run to continue).
+/// A manifest being received: its directories exist, its wanted files are temporary files and
+/// their paths are claimed. Dropped before [`Incoming::commit`] finished, the temporary files
+/// left are removed, except those a resume record names (an interrupted transfer's, for the next
+/// run to continue); dropped at all, it gives up its claims.
 #[derive(Debug)]
 pub struct Incoming {
     plan: Plan,
@@ -357,6 +382,9 @@ pub struct Incoming {
     offers: Vec<(u32, Vec<blake3::Hash>)>,
     /// Temporary files at the front of `temps` already renamed or removed.
     committed: usize,
+    /// The wanted files' paths, this transfer's until it is dropped (after the temporary
+    /// files' removal).
+    claims: Claims,
 }
 
 /// What a commit stored.

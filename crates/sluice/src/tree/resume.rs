@@ -4,8 +4,9 @@
 //! beside its temporary file (`.<name>.sluice-resume`, rewritten atomically at most every
 //! [`RECORD_EVERY`]): which temporary file, the source's size, time and manifest path, and how
 //! far from its start the file is on disk without a gap. A transfer that stops (client killed,
-//! server restarted, path gone) leaves both behind. When the same copy runs again the record is
-//! read, but not trusted: the receiver hashes its bytes in blocks of [`RESUME_BLOCK_BYTES`]
+//! server restarted, path gone) leaves both behind. Only a transfer that holds the path's claim
+//! ([`super::claim`]) reads or removes them, so a live transfer's partial file is never taken
+//! for an ended one's. When the same copy runs again the record is read, but not trusted: the receiver hashes its bytes in blocks of [`RESUME_BLOCK_BYTES`]
 //! and offers the hashes; the sender hashes the same blocks of its file and keeps the leading
 //! run that matches. Only the rest moves, and the whole file's BLAKE3 is still checked at the
 //! end. A record that does not parse, names another file, or disagrees with the source is
@@ -63,7 +64,8 @@ pub(crate) fn record_path(target: &Path) -> PathBuf {
 }
 
 /// The resumable temporary file of `target` for the source `entry`, if a record names one that
-/// fits; a record that does not is removed with the temporary file it names.
+/// fits; a record that does not is removed with the temporary file it names. The caller holds
+/// the claim of `target`: whatever is found is an ended transfer's.
 pub(crate) fn find(fs: &Confined, target: &Path, entry: &Entry) -> Option<Resumable> {
     let path = record_path(target);
     let meta = fs.symlink_metadata(&path).ok()?;

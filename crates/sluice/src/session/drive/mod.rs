@@ -23,11 +23,12 @@ use sluice_session::messages::{ErrorCode, ReceiverMsg, SenderMsg};
 use sluice_session::{Fault, Receiving, Sending};
 use tokio::task::JoinHandle;
 
-use super::SessionError;
 use super::blocks::file_blocks;
 use super::channel::{ChannelSetup, DataTask, bind_data_sockets, frame_error};
+use super::keys::Role;
 use super::messages::{FrameError, Messages, write_message};
 use super::observe::PlannedFile;
+use super::{Peer, SessionError};
 use crate::datapath::{self, Fault as TestFault};
 use crate::tree::FileSet;
 
@@ -69,12 +70,12 @@ impl<'a, 's, M: DeserializeOwned + Send + 's> Wire<'a, 's, M> {
     }
 
     /// The error a machine's fault stands for, noting a peer's failure.
-    fn fault(&mut self, fault: Fault, local: Option<SessionError>) -> SessionError {
+    fn fault(&mut self, fault: Fault, local: Option<SessionError>, peer: Peer) -> SessionError {
         if matches!(fault, Fault::Peer { .. }) {
             self.told = true;
             self.peer_failed = true;
         }
-        fault_error(fault, local)
+        fault_error(fault, local, peer)
     }
 
     async fn write<T: Serialize>(&mut self, msg: &T) -> Result<(), SessionError> {
@@ -90,6 +91,14 @@ pub(crate) struct Channels<'a> {
 }
 
 impl Channels<'_> {
+    /// The other end of the session.
+    fn peer(&self) -> Peer {
+        match self.setup.role {
+            Role::Client => Peer::Server,
+            Role::Server => Peer::Client,
+        }
+    }
+
     fn peer_ip(&self) -> IpAddr {
         self.setup.conn.remote_address().ip().to_canonical()
     }
@@ -223,13 +232,13 @@ pub(crate) fn unrooted(message: &str, root: &Path) -> String {
 
 /// The error a machine's fault stands for, or `local` (this end's own failure) when it is
 /// that.
-fn fault_error(fault: Fault, local: Option<SessionError>) -> SessionError {
+fn fault_error(fault: Fault, local: Option<SessionError>, peer: Peer) -> SessionError {
     match fault {
-        Fault::Peer { code, message } => SessionError::from_remote(code, message),
+        Fault::Peer { code, message } => SessionError::from_peer(peer, code, message),
         Fault::Protocol(m) => SessionError::Protocol(m),
         Fault::Timeout(m) => SessionError::Network(m),
         Fault::Local { code, message } => {
-            local.unwrap_or_else(|| SessionError::from_remote(code, message))
+            local.unwrap_or_else(|| SessionError::from_peer(peer, code, message))
         }
     }
 }

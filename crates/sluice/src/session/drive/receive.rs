@@ -243,7 +243,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
             if let Some((_, mut task, _)) = receiving.take() {
                 task.stop().await;
             }
-            return Err(wire.fault(fault, local));
+            return Err(wire.fault(fault, local, channels.peer()));
         }
     };
     let lingering = match receiving.take() {

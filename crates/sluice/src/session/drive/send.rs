@@ -250,7 +250,7 @@ pub(crate) async fn run_sending<O: CopyObserver>(
     if let Some((_, mut task)) = data.take() {
         task.stop().await;
     }
-    let sent = outcome.map_err(|fault| wire.fault(fault, local))?;
+    let sent = outcome.map_err(|fault| wire.fault(fault, local, channels.peer()))?;
     if let Some(mut observer) = observer.filter(|_| !sent.dry_run) {
         // No byte moved (every byte was there already): the progress is told once anyway.
         observer.progress(Progress { bytes: 0, total: 0, prefix: 0 });
