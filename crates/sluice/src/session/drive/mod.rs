@@ -69,6 +69,18 @@ impl<'a, 's, M: DeserializeOwned + Send + 's> Wire<'a, 's, M> {
         }
     }
 
+    /// After a write failed: the peer's `Failed`, if it sent one (it stops reading when it
+    /// gives up, which fails this end's writes before its answer is read).
+    async fn peer_failure<D: Driven<Incoming = M>>(&mut self) -> Option<M> {
+        if !self.open {
+            return None;
+        }
+        match tokio::time::timeout(WHY_WAIT, self.messages.next()).await {
+            Ok(Ok(msg)) if D::peer_failed(&msg) => Some(msg),
+            _ => None,
+        }
+    }
+
     /// The error a machine's fault stands for, noting a peer's failure.
     fn fault(&mut self, fault: Fault, local: Option<SessionError>, peer: Peer) -> SessionError {
         if matches!(fault, Fault::Peer { .. }) {
@@ -133,6 +145,8 @@ trait Driven {
     fn handle_failure(&mut self, code: ErrorCode, message: String);
     /// Whether `msg` is this end's `Failed`.
     fn is_failed(msg: &Self::Outgoing) -> bool;
+    /// Whether `msg` is the peer's `Failed`.
+    fn peer_failed(msg: &Self::Incoming) -> bool;
 }
 
 impl Driven for Sending {
@@ -150,6 +164,9 @@ impl Driven for Sending {
     fn is_failed(msg: &SenderMsg) -> bool {
         matches!(msg, SenderMsg::Failed { .. })
     }
+    fn peer_failed(msg: &ReceiverMsg) -> bool {
+        matches!(msg, ReceiverMsg::Failed { .. })
+    }
 }
 
 impl Driven for Receiving {
@@ -166,6 +183,9 @@ impl Driven for Receiving {
     }
     fn is_failed(msg: &ReceiverMsg) -> bool {
         matches!(msg, ReceiverMsg::Failed { .. })
+    }
+    fn peer_failed(msg: &SenderMsg) -> bool {
+        matches!(msg, SenderMsg::Failed { .. })
     }
 }
 
@@ -185,8 +205,13 @@ fn fail<M: Driven>(
     local.get_or_insert(err);
 }
 
+/// How long a write that failed waits for the peer's `Failed` that may explain it.
+const WHY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Writes a machine's message. A write that fails is this end's failure (but for its own
-/// `Failed`: the peer is gone or told already); a `Failed` written tells the peer.
+/// `Failed`: the peer is gone or told already), unless the peer stopped reading because it
+/// failed: then its `Failed`, read within [`WHY_WAIT`], is why. A `Failed` written tells the
+/// peer.
 async fn write_msg<M: Driven>(
     wire: &mut Wire<'_, '_, M::Incoming>,
     machine: &mut M,
@@ -197,7 +222,10 @@ async fn write_msg<M: Driven>(
     match wire.write(msg).await {
         Ok(()) => wire.told |= failed,
         Err(_) if failed => {}
-        Err(err) => fail(machine, local, wire.hide, err),
+        Err(err) => match wire.peer_failure::<M>().await {
+            Some(why) => machine.handle_message(Instant::now(), why),
+            None => fail(machine, local, wire.hide, err),
+        },
     }
 }
 

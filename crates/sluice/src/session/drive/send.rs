@@ -79,7 +79,18 @@ pub(crate) async fn write_opening(
 ) -> Result<(), SessionError> {
     while let Some(effect) = machine.poll_effect() {
         match effect {
-            SendEffect::Send(msg) => wire.write(&msg).await?,
+            SendEffect::Send(msg) => {
+                if let Err(err) = wire.write(&msg).await {
+                    // The server may have refused the request and stopped reading: its
+                    // `Failed` says why.
+                    return match wire.peer_failure::<Sending>().await {
+                        Some(ReceiverMsg::Failed { code, message }) => {
+                            Err(SessionError::from_server(code, message))
+                        }
+                        _ => Err(err),
+                    };
+                }
+            }
             other => {
                 return Err(SessionError::Protocol(format!("{other:?} before any answer")));
             }
