@@ -76,9 +76,12 @@ pub struct SenderStats {
     pub timeouts: u64,
     /// Datagrams rejected (authentication, malformed, unexpected).
     pub rejected_pkts: u64,
-    /// Datagrams accepted from the receiver (ACK, NAK, keep-alive, probe-ack, shutdown). None at
-    /// all by the idle timeout means nothing got through on the channel, either way.
+    /// Datagrams accepted from the receiver (ACK, NAK, keep-alive, probe-ack, shutdown).
     pub feedback_pkts: u64,
+    /// Of those, the ones that answer data or probes (ACK, NAK, probe-ack, shutdown). None by
+    /// the idle timeout means no data-sized datagram got through (keep-alives are small: a path
+    /// that drops larger datagrams may still carry them both ways).
+    pub data_feedback_pkts: u64,
     /// Sending time the pacer let go, in microseconds: what a late wake-up left behind beyond
     /// the catch-up allowance (`max_burst_pkts` periods).
     pub pacing_dropped_us: u64,
@@ -379,6 +382,9 @@ impl Sender {
         self.timers.set(Timer::Idle, now_us + self.config.idle_timeout_us);
         if self.in_flight_pkts() > 0 {
             self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
+        }
+        if !matches!(control, Control::KeepAlive) {
+            self.stats.data_feedback_pkts += 1;
         }
         match control {
             Control::Ack(ack) => self.on_ack(now_us, &ack),

@@ -153,7 +153,7 @@ impl Run<'_, '_> {
                     return Ok(());
                 }
                 State::Closed(reason) => return Err(DataError::ClosedEarly(reason)),
-                State::Broken if self.sender.stats().feedback_pkts == 0 => {
+                State::Broken if self.sender.stats().data_feedback_pkts == 0 => {
                     return Err(DataError::NothingThrough {
                         secs: idle_secs,
                         packet_bytes: starting_datagram_bytes(self.segment),
