@@ -14,6 +14,46 @@
 /// SYN; one per eighth of the window when bucketed.
 const MIN_SLOTS: usize = 8;
 
+/// The last [`MIN_SLOTS`] slots of reports, each the `pick` (least or greatest) of the reports
+/// it holds: what [`RecentMin`] and [`RecentMax`] keep.
+#[derive(Debug, Clone)]
+struct Slots {
+    /// (time of the slot's first report, picked value of the slot), oldest overwritten first.
+    slots: [(u64, f64); MIN_SLOTS],
+    len: usize,
+    next: usize,
+}
+
+impl Slots {
+    const fn new() -> Self {
+        Self { slots: [(0, 0.0); MIN_SLOTS], len: 0, next: 0 }
+    }
+
+    /// Records `value` at `now_us`: into the newest slot when its first report is less than
+    /// `bucket_us` old, else into a new slot.
+    fn record(&mut self, now_us: u64, value: f64, bucket_us: u64, pick: fn(f64, f64) -> f64) {
+        let newest = (self.next + MIN_SLOTS - 1) % MIN_SLOTS;
+        if self.len > 0 && now_us < self.slots[newest].0 + bucket_us {
+            self.slots[newest].1 = pick(self.slots[newest].1, value);
+        } else {
+            self.slots[self.next] = (now_us, value);
+            self.next = (self.next + 1) % MIN_SLOTS;
+            self.len = (self.len + 1).min(MIN_SLOTS);
+        }
+    }
+
+    /// The pick over the slots of the window ending at `now_us` (always including the newest);
+    /// 0 before any report.
+    fn over(&self, now_us: u64, window_us: u64, pick: fn(f64, f64) -> f64) -> f64 {
+        let newest = self.slots[(self.next + MIN_SLOTS - 1) % MIN_SLOTS];
+        self.slots[..self.len]
+            .iter()
+            .filter(|(t, _)| now_us.saturating_sub(*t) <= window_us)
+            .map(|&(_, v)| v)
+            .fold(if self.len == 0 { 0.0 } else { newest.1 }, pick)
+    }
+}
+
 /// The minimum of the reports of the last `window_us` (always including the newest).
 #[derive(Debug, Clone)]
 pub(super) struct RecentMin {
@@ -21,16 +61,13 @@ pub(super) struct RecentMin {
     /// Reports closer than this to the newest slot's first one share its slot (0: every report
     /// has a slot of its own).
     bucket_us: u64,
-    /// (time of the slot's first report, least value in the slot), oldest overwritten first.
-    slots: [(u64, f64); MIN_SLOTS],
-    len: usize,
-    next: usize,
+    slots: Slots,
 }
 
 impl RecentMin {
     /// A filter over the last `window_us`, which holds the last [`MIN_SLOTS`] reports.
     pub(super) const fn new(window_us: u64) -> Self {
-        Self { window_us, bucket_us: 0, slots: [(0, 0.0); MIN_SLOTS], len: 0, next: 0 }
+        Self { window_us, bucket_us: 0, slots: Slots::new() }
     }
 
     /// A filter over the last `window_us` at any report rate: reports within an eighth of the
@@ -41,25 +78,13 @@ impl RecentMin {
 
     /// Records `value` reported at `now_us` and returns the minimum over the window.
     pub(super) fn update(&mut self, now_us: u64, value: f64) -> f64 {
-        let newest = (self.next + MIN_SLOTS - 1) % MIN_SLOTS;
-        if self.len > 0 && now_us < self.slots[newest].0 + self.bucket_us {
-            self.slots[newest].1 = self.slots[newest].1.min(value);
-        } else {
-            self.slots[self.next] = (now_us, value);
-            self.next = (self.next + 1) % MIN_SLOTS;
-            self.len = (self.len + 1).min(MIN_SLOTS);
-        }
+        self.slots.record(now_us, value, self.bucket_us, f64::min);
         self.get(now_us)
     }
 
     /// The minimum over the window ending at `now_us`; 0 before any report.
     pub(super) fn get(&self, now_us: u64) -> f64 {
-        let newest = self.slots[(self.next + MIN_SLOTS - 1) % MIN_SLOTS];
-        self.slots[..self.len]
-            .iter()
-            .filter(|(t, _)| now_us.saturating_sub(*t) <= self.window_us)
-            .map(|&(_, v)| v)
-            .fold(if self.len == 0 { 0.0 } else { newest.1 }, f64::min)
+        self.slots.over(now_us, self.window_us, f64::min)
     }
 }
 
@@ -69,41 +94,25 @@ impl RecentMin {
 /// a windowed maximum keeps what the path carried over several round trips.
 #[derive(Debug, Clone)]
 pub(super) struct RecentMax {
-    /// (time of the slot's first report, greatest value in the slot), oldest overwritten first.
-    slots: [(u64, f64); MIN_SLOTS],
-    len: usize,
-    next: usize,
     window_us: u64,
+    slots: Slots,
 }
 
 impl RecentMax {
     /// A filter that has seen no report.
     pub(super) const fn new() -> Self {
-        Self { slots: [(0, 0.0); MIN_SLOTS], len: 0, next: 0, window_us: 0 }
+        Self { window_us: 0, slots: Slots::new() }
     }
 
     /// Records `value` reported at `now_us` with the window now `window_us` long.
     pub(super) fn update(&mut self, now_us: u64, value: f64, window_us: u64) {
         self.window_us = window_us;
-        let bucket_us = window_us / MIN_SLOTS as u64;
-        let newest = (self.next + MIN_SLOTS - 1) % MIN_SLOTS;
-        if self.len > 0 && now_us < self.slots[newest].0 + bucket_us {
-            self.slots[newest].1 = self.slots[newest].1.max(value);
-        } else {
-            self.slots[self.next] = (now_us, value);
-            self.next = (self.next + 1) % MIN_SLOTS;
-            self.len = (self.len + 1).min(MIN_SLOTS);
-        }
+        self.slots.record(now_us, value, window_us / MIN_SLOTS as u64, f64::max);
     }
 
     /// The maximum over the window ending at `now_us`; 0 before any report.
     pub(super) fn get(&self, now_us: u64) -> f64 {
-        let newest = self.slots[(self.next + MIN_SLOTS - 1) % MIN_SLOTS];
-        self.slots[..self.len]
-            .iter()
-            .filter(|(t, _)| now_us.saturating_sub(*t) <= self.window_us)
-            .map(|&(_, v)| v)
-            .fold(if self.len == 0 { 0.0 } else { newest.1 }, f64::max)
+        self.slots.over(now_us, self.window_us, f64::max)
     }
 }
 
