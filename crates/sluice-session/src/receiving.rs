@@ -208,7 +208,7 @@ impl Receiving {
                     Ok(more) if self.digests.len() + more.len() <= self.layout.len() => {
                         self.digests.extend(more);
                         if self.state == State::AwaitDigests {
-                            self.compare(now);
+                            self.compare();
                         }
                     }
                     Ok(more) => self.protocol(format!(
@@ -311,7 +311,7 @@ impl Receiving {
         self.state = State::AwaitDigests;
         let wait = self.timeouts.digests.unwrap_or(self.timeouts.hash_budget(self.layout.total()));
         self.wait(now, "the sender's Digests", wait);
-        self.compare(now);
+        self.compare();
     }
 
     /// `phase`'s data channels ended.
@@ -458,7 +458,7 @@ impl Receiving {
                 }
                 (State::AwaitPeerReady(phase), SenderMsg::Ready { udp_ports }) => {
                     self.peer_ports = Some(udp_ports);
-                    self.start_phase(now, phase);
+                    self.start_phase(phase);
                 }
                 (State::AwaitRepairing, SenderMsg::Repairing { blocks }) => {
                     self.on_repairing(now, blocks);
@@ -488,12 +488,12 @@ impl Receiving {
             self.wait(now, "the sender's Ready", self.timeouts.reply);
             self.pump(now);
         } else {
-            self.start_phase(now, 0);
+            self.start_phase(0);
         }
     }
 
     /// Starts `phase`'s receive with the sender's ports, if any came.
-    fn start_phase(&mut self, _now: Instant, phase: u32) {
+    fn start_phase(&mut self, phase: u32) {
         let peer_ports = self.peer_ports.take();
         let (span, present, ends) = if phase == 0 {
             (0..self.layout.total(), self.present.clone(), self.layout.ends())
@@ -516,7 +516,7 @@ impl Receiving {
 
     /// Once this end's data is all here and hashed: waits for the rest of the digests, then
     /// repairs what differs or stores.
-    fn compare(&mut self, now: Instant) {
+    fn compare(&mut self) {
         if self.state != State::AwaitDigests || self.digests.len() < self.layout.len() {
             return;
         }
@@ -533,7 +533,6 @@ impl Receiving {
         self.deadline.clear();
         self.state = State::HashingBlocks;
         self.effects.push_back(RecvEffect::HashBlocks(bad.iter().map(|&k| k as u32).collect()));
-        let _ = now;
     }
 
     fn on_repairing(&mut self, now: Instant, blocks: Vec<[u64; 2]>) {

@@ -412,7 +412,7 @@ impl Sending {
                     }
                     self.settle(now);
                 }
-                State::AwaitReply => self.on_reply(now, msg),
+                State::AwaitReply => self.on_reply(msg),
                 _ => unreachable!("not listening"),
             }
         }
@@ -525,12 +525,12 @@ impl Sending {
         self.state = State::AwaitReply;
         self.wait(now, "the receiver's answer", wait);
         if let Some(reply) = self.reply.take() {
-            self.on_reply(now, reply);
+            self.on_reply(reply);
         }
         self.pump(now);
     }
 
-    fn on_reply(&mut self, now: Instant, msg: ReceiverMsg) {
+    fn on_reply(&mut self, msg: ReceiverMsg) {
         match msg {
             ReceiverMsg::Verified => match self.digests.take() {
                 Some(digests) => self.end(Ok(Sent {
@@ -541,12 +541,12 @@ impl Sending {
                 })),
                 None => self.protocol("Verified before the digests were sent".into()),
             },
-            ReceiverMsg::Repair { files } => self.on_repair(now, files),
+            ReceiverMsg::Repair { files } => self.on_repair(files),
             other => self.protocol(format!("expected Verified or Repair, got {other:?}")),
         }
     }
 
-    fn on_repair(&mut self, _now: Instant, files: Vec<BlockHashes>) {
+    fn on_repair(&mut self, files: Vec<BlockHashes>) {
         if self.digests.is_none() {
             return self.protocol("Repair before the digests were sent".into());
         }
