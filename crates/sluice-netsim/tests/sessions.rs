@@ -195,7 +195,7 @@ impl World {
                 let msg: SenderMsg = decode(&encode(&msg).unwrap()).unwrap();
                 self.to_receiver.push_back((self.now_us + ONE_WAY_US, msg));
             }
-            SendEffect::Wanted { files, .. } => {
+            SendEffect::Wanted { files, .. } | SendEffect::Early { files } => {
                 let space: Vec<u8> =
                     files.iter().flat_map(|&n| self.src[n as usize].iter().copied()).collect();
                 self.source = Rc::from(space);
@@ -209,6 +209,7 @@ impl World {
                 }
             }
             SendEffect::StartData { phase, ranges, .. } => self.sending = Some((phase, ranges)),
+            SendEffect::CancelData => self.sending = None,
             SendEffect::CheckResume(offers) => {
                 let kept = offers
                     .iter()
@@ -252,6 +253,7 @@ impl World {
                 self.to_sender.push_back((self.now_us + ONE_WAY_US, msg));
             }
             RecvEffect::Done(outcome) => self.received = Some(outcome),
+            RecvEffect::DropEarly => {}
             RecvEffect::StopData => {
                 self.receiving = None;
                 self.phase = None;

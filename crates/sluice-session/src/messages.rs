@@ -73,6 +73,12 @@ pub enum Request {
         /// Compress each piece that shrinks with zstd at this level (1 to 19).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         compress: Option<i32>,
+        /// The client's data sockets, bound and listening, one per channel it offered: the
+        /// server starts the data right behind its manifest, to the first ports of these as
+        /// many as the session's channels ([`crate::Sending::new_early`]), and the client's
+        /// `Want` takes or declines it. Given when the destination holds nothing yet.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        udp_ports: Vec<u16>,
     },
     /// Upload files: the client becomes the sending role, the server the receiving one.
     Put {
@@ -91,6 +97,10 @@ pub enum Request {
         /// Answer `Want` and stop: nothing is created.
         #[serde(default)]
         dry_run: bool,
+        /// The client started the data already, to the ports of the server's [`Offer`]
+        /// ([`crate::Sending::new_early`]): the server's `Want` takes or declines it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        early: bool,
     },
     /// The entries of a directory (one level), or a file itself: answered with `Manifest`
     /// parts (each entry's path a single name).
@@ -103,6 +113,25 @@ pub enum Request {
         /// Path relative to the server's root.
         path: String,
     },
+}
+
+/// What a server offers a new connection before its token is checked: the one message on the
+/// one stream the server opens, sent with its first flight (QUIC's 0.5-RTT data), so that the
+/// client's first upload can start its data with its `Hello` instead of a round trip after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offer {
+    /// The session's id (32 hex digits), as `Welcome` will say it; part of the key context of
+    /// the data channels.
+    pub session_id: String,
+    /// The most data channels a transfer may use here.
+    pub max_channels: u32,
+    /// Data sockets bound for the session's first upload, one per channel up to
+    /// `max_channels` (empty when the server offers none: a client then waits for its
+    /// `Want` as usual). A `Put` with `early` sends to the first of them, as many as the
+    /// session's channels; their data is read only once the token is accepted and the
+    /// upload planned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub udp_ports: Vec<u16>,
 }
 
 /// The server's answer to `Hello`, `Stat` and `List`.
@@ -230,6 +259,12 @@ pub struct Want {
     /// A dry run: the choice is all the receiver wanted to know, and the transfer ends here.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// The receiver takes the data the sender started before this `Want` (its early phase 0,
+    /// to the ports the receiver gave beforehand): every file, nothing to resume, and no
+    /// `Ready` follows. Without it, an early start is void: the sender stops that data and
+    /// the transfer goes on as if it had not started, on the restart phase.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early: bool,
 }
 
 /// BLAKE3 of a wanted file's 4 MiB blocks at the receiver: the leading blocks it has already

@@ -5,6 +5,12 @@
 //! the sender's `Digests`, compares, asks for the blocks of files that did not match (at most
 //! [`MAX_REPAIR_ROUNDS`] rounds), and ends by storing the files and saying `Verified`, or
 //! `Failed`. The flow is drawn in [`crate::sending`].
+//!
+//! After an early start ([`Receiving::new_early`]: this end's phase-0 sockets were bound before
+//! the transfer began, and the sender knows their ports and may be sending already), it takes
+//! that data when its plan wants every file with nothing to resume (`Want` with `early`), and
+//! else declines it: the sockets are dropped, and the transfer goes on on
+//! [`RESTART_PHASE`] as if it had not started.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -14,7 +20,8 @@ use crate::layout::{Layout, bytes_in, complement};
 use crate::manifest::{Entry, EntryKind, to_ranges};
 use crate::messages::{BlockHashes, ErrorCode, ReceiverMsg, SenderMsg, Want};
 use crate::transfer::{
-    Deadline, Fault, MAX_REPAIR_ROUNDS, ManifestAssembler, Timeouts, hex, parse_hashes,
+    Deadline, Fault, MAX_REPAIR_ROUNDS, ManifestAssembler, RESTART_PHASE, Timeouts, hex,
+    parse_hashes,
 };
 
 /// What the driver of a [`Receiving`] does next ([`Receiving::poll_effect`]).
@@ -49,6 +56,9 @@ pub enum RecvEffect {
     },
     /// Stop the data channels: the transfer failed.
     StopData,
+    /// This end declined an early start: close the phase-0 sockets bound before the transfer
+    /// began (what arrived on them is dropped unread).
+    DropEarly,
     /// Hash every block of these wanted files and answer [`Receiving::handle_blocks_hashed`].
     HashBlocks(Vec<u32>),
     /// Store the files whose `actual` hash is the sender's `expected` and answer
@@ -140,6 +150,14 @@ pub struct Receiving {
     data_running: bool,
     /// The data start waiting for this end's sockets or the sender's `Ready`.
     peer_ports: Option<Vec<u16>>,
+    /// The sender starts early ([`Receiving::new_early`]); and whether this end's phase-0
+    /// sockets, bound before the transfer began, can take that data.
+    early: Option<bool>,
+    /// The phase of the transfer's first data: 0, or [`RESTART_PHASE`] after a declined early
+    /// start.
+    first_phase: u32,
+    /// A declined early start's `Ready` from the sender is still to come, and is dropped.
+    skip_ready: bool,
     inbox: VecDeque<SenderMsg>,
     effects: VecDeque<RecvEffect>,
     /// The current wait.
@@ -165,12 +183,32 @@ impl Receiving {
             repaired: 0,
             data_running: false,
             peer_ports: None,
+            early: None,
+            first_phase: 0,
+            skip_ready: false,
             inbox: VecDeque::new(),
             effects: VecDeque::new(),
             deadline: Deadline::default(),
         };
         receiving.wait(now, "the manifest", timeouts.reply);
         receiving
+    }
+
+    /// A transfer whose sender starts the data before `Want` ([`crate::Sending::new_early`]),
+    /// to ports this end gave it beforehand. With `sockets` (this end's phase-0 sockets are
+    /// still bound and may take that data) the driver keeps them for phase 0, or closes them
+    /// at [`RecvEffect::DropEarly`]; without, the early start is declined whatever the plan
+    /// (the sockets are gone: a server that had to wait for a place, say).
+    pub fn new_early(now: Instant, timeouts: Timeouts, sockets: bool) -> Receiving {
+        let mut receiving = Receiving::new(now, timeouts);
+        receiving.early = Some(sockets);
+        receiving
+    }
+
+    /// The phase of the transfer's first data: 0, or [`RESTART_PHASE`] once this end declined
+    /// an early start (repair rounds are phases 1 and up).
+    pub fn first_phase(&self) -> u32 {
+        self.first_phase
     }
 
     /// The next thing to do, in order.
@@ -249,12 +287,25 @@ impl Receiving {
             .map(|(file, hashes)| BlockHashes { file: *file, blocks: hex(hashes) })
             .collect();
         self.offered = planned.offers.iter().map(|(f, h)| (*f, h.len())).collect();
+        // An early start is taken when it sends what this end wants: every file, whole.
+        let take_early = self.early == Some(true)
+            && planned.files.len() == count
+            && planned.offers.is_empty()
+            && !planned.dry_run;
+        if self.early.is_some() && !take_early {
+            self.effects.push_back(RecvEffect::DropEarly);
+            self.first_phase = RESTART_PHASE;
+            // The sender bound its sockets and said so right behind the manifest whenever a
+            // file has bytes: that `Ready` belongs to the declined start.
+            self.skip_ready = self.manifest_sizes.iter().sum::<u64>() > 0;
+        }
         self.send(ReceiverMsg::Want(Want {
             files: to_ranges(planned.files.iter().copied()),
             replaced: planned.replaced,
             kept: planned.kept,
             resume,
             dry_run: planned.dry_run,
+            early: take_early,
         }));
         if planned.dry_run {
             return self.end(Ok(Received {
@@ -264,10 +315,13 @@ impl Receiving {
                 dry_run: true,
             }));
         }
-        if self.layout.total() > 0 {
+        if take_early {
+            // The sockets are bound and the sender has their ports.
+            self.after_want(now);
+        } else if self.layout.total() > 0 {
             // The sockets and their Ready go right behind Want: the sender need not wait a
             // round trip for them once it knows what moves.
-            self.bind(0);
+            self.bind(self.first_phase);
         } else {
             self.after_want(now);
         }
@@ -279,7 +333,7 @@ impl Receiving {
             return;
         }
         self.send(ReceiverMsg::Ready { udp_ports: ports });
-        if phase == 0 {
+        if phase == self.first_phase {
             self.after_want(now);
         } else {
             self.state = State::AwaitRepairing;
@@ -294,7 +348,7 @@ impl Receiving {
         if self.state != State::Receiving(phase) {
             return;
         }
-        if phase == 0 {
+        if phase == self.first_phase {
             if hashes.len() != self.layout.len() {
                 return self.local(ErrorCode::Io, "the receive hashed another number of files");
             }
@@ -430,6 +484,10 @@ impl Receiving {
         while self.listening()
             && let Some(msg) = self.inbox.pop_front()
         {
+            if self.skip_ready && matches!(msg, SenderMsg::Ready { .. }) {
+                self.skip_ready = false;
+                continue;
+            }
             match (self.state, msg) {
                 (State::AwaitManifest, SenderMsg::Manifest(part)) => {
                     match self.manifest.add(part) {
@@ -483,19 +541,20 @@ impl Receiving {
     }
 
     fn start_first_phase(&mut self, now: Instant) {
+        let first = self.first_phase;
         if bytes_in(&self.present) < self.layout.total() {
-            self.state = State::AwaitPeerReady(0);
+            self.state = State::AwaitPeerReady(first);
             self.wait(now, "the sender's Ready", self.timeouts.reply);
             self.pump(now);
         } else {
-            self.start_phase(0);
+            self.start_phase(first);
         }
     }
 
     /// Starts `phase`'s receive with the sender's ports, if any came.
     fn start_phase(&mut self, phase: u32) {
         let peer_ports = self.peer_ports.take();
-        let (span, present, ends) = if phase == 0 {
+        let (span, present, ends) = if phase == self.first_phase {
             (0..self.layout.total(), self.present.clone(), self.layout.ends())
         } else {
             let (first, last) = self.repair_files();

@@ -19,6 +19,20 @@
 //!    Ready {ports}, blocks =================>  (when any block differs)
 //!    <--------------------- Verified | Failed | Repair ...
 //! ```
+//!
+//! An **early start** ([`Sending::new_early`]) saves the round trip of `Want`: when the
+//! receiver's data sockets are bound before the transfer begins and the sender knows their
+//! ports (a server offers them before the client's first request; a client downloading to a
+//! path that holds nothing names them in its `Get`), the sender assumes every file is wanted
+//! with nothing to resume and starts the data right behind its manifest:
+//!
+//! ```text
+//!    Manifest ..., Ready {ports}, data ====>  (phase 0, to the ports given beforehand)
+//!    <--------------------- Want {all files, early}  (the receiver takes it; no Ready)
+//!    Digests ... --------------------------->  (held until this Want: they name its files)
+//!    <--------------------- Want {files, resume?, dry_run?}, Ready {ports}  (or: declined)
+//!    (phase 0 stops at once; the transfer goes on as above, on [`RESTART_PHASE`])
+//! ```
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -28,8 +42,8 @@ use crate::layout::{Layout, bytes_in};
 use crate::manifest::{Entry, EntryKind, from_ranges};
 use crate::messages::{BlockHashes, ErrorCode, ReceiverMsg, SenderMsg};
 use crate::transfer::{
-    DIGESTS_PER_MESSAGE, Deadline, Fault, MAX_REPAIR_ROUNDS, Timeouts, hex, manifest_parts,
-    parse_hashes,
+    DIGESTS_PER_MESSAGE, Deadline, Fault, MAX_REPAIR_ROUNDS, RESTART_PHASE, Timeouts, hex,
+    manifest_parts, parse_hashes,
 };
 
 /// What the driver of a [`Sending`] does next ([`Sending::poll_effect`]).
@@ -80,6 +94,16 @@ pub enum SendEffect {
     StopHashing,
     /// Hash every block of these wanted files and answer [`Sending::handle_blocks_hashed`].
     HashBlocks(Vec<u32>),
+    /// An early start ([`Sending::new_early`]): the data starts before the receiver's choice,
+    /// on the assumption that it wants all these files (every file of the manifest): lay them
+    /// end to end for the data. [`SendEffect::Wanted`] follows with the receiver's real choice.
+    Early {
+        /// The files assumed wanted.
+        files: Vec<u32>,
+    },
+    /// The receiver declined the early start: stop the data channels now, without waiting
+    /// for their acknowledgements (nothing they sent counts), and do not report their end.
+    CancelData,
     /// The transfer ended.
     Done(Result<Sent, Fault>),
 }
@@ -152,6 +176,11 @@ pub struct Sending {
     round: u32,
     /// The data start waiting for this end's sockets.
     pending_start: Option<SendEffect>,
+    /// The phase of the transfer's first data: 0, or [`RESTART_PHASE`] after a declined early
+    /// start.
+    first_phase: u32,
+    /// The data started early and the receiver's `Want` has not come yet.
+    unconfirmed: bool,
     repaired: u64,
     inbox: VecDeque<ReceiverMsg>,
     effects: VecDeque<SendEffect>,
@@ -185,6 +214,8 @@ impl Sending {
             phase: 0,
             round: 0,
             pending_start: None,
+            first_phase: 0,
+            unconfirmed: false,
             repaired: 0,
             inbox: VecDeque::new(),
             effects,
@@ -192,6 +223,47 @@ impl Sending {
         };
         sending.wait(now, "the receiver's choice of files (Want)", timeouts.reply);
         sending
+    }
+
+    /// A transfer of `entries` whose data starts at once, before the receiver's choice, to the
+    /// receiver's data sockets at `peer_ports` (bound before the transfer began): its effects
+    /// are the `Manifest` parts, [`SendEffect::Early`] with every file, and (when any file has
+    /// bytes) `Bind` and `StartData` of phase 0. The receiver's `Want` then takes that data
+    /// (`early`) or declines it; see the module's diagram.
+    pub fn new_early(
+        now: Instant,
+        entries: &[Entry],
+        timeouts: Timeouts,
+        peer_ports: Vec<u16>,
+    ) -> Sending {
+        let mut sending = Sending::new(now, entries, timeouts);
+        let files = (0..sending.manifest_sizes.len() as u32).collect();
+        sending.layout = Layout::new(sending.manifest_sizes.iter().copied());
+        sending.ranges = sending.layout.remaining(&[]);
+        sending.unconfirmed = true;
+        sending.effects.push_back(SendEffect::Early { files });
+        if sending.layout.total() > 0 {
+            sending.state = State::Binding(0);
+            sending.effects.push_back(SendEffect::Bind { phase: 0 });
+            let ranges = sending.ranges.clone();
+            sending.pending_start = Some(SendEffect::StartData { phase: 0, peer_ports, ranges });
+        } else {
+            sending.state = State::Moving;
+            sending.start_hashing();
+        }
+        sending
+    }
+
+    /// The phase of the transfer's first data: 0, or [`RESTART_PHASE`] once the receiver
+    /// declined an early start (repair rounds are phases 1 and up).
+    pub fn first_phase(&self) -> u32 {
+        self.first_phase
+    }
+
+    /// Whether the data started before the receiver's `Want` and that `Want` has not come:
+    /// phase 0's channels may hear nothing back for as long as the receiver takes to plan.
+    pub fn is_unconfirmed(&self) -> bool {
+        self.unconfirmed
     }
 
     /// The next thing to do, in order.
@@ -266,11 +338,14 @@ impl Sending {
         }
         self.send(SenderMsg::Ready { udp_ports: ports });
         self.effects.extend(self.pending_start.take());
-        self.deadline.clear();
+        if !self.unconfirmed {
+            // An early start still waits for the receiver's choice (`new` set that wait).
+            self.deadline.clear();
+        }
         self.state = State::Moving;
         self.data_running = true;
         self.phase = phase;
-        if phase == 0 {
+        if phase == self.first_phase {
             self.start_hashing();
         }
         self.pump(now);
@@ -296,11 +371,24 @@ impl Sending {
                 message: format!("{} hashes for {} files", hashes.len(), self.layout.len()),
             }));
         }
-        for batch in hashes.chunks(DIGESTS_PER_MESSAGE) {
-            self.send(SenderMsg::Digests { blake3: hex(batch) });
-        }
         self.digests = Some(hashes);
+        // Before the receiver's choice they name files it may not want: they wait for it.
+        if !self.unconfirmed {
+            self.send_digests();
+        }
         self.settle(now);
+    }
+
+    fn send_digests(&mut self) {
+        let batches: Vec<SenderMsg> = self
+            .digests
+            .iter()
+            .flat_map(|hashes| hashes.chunks(DIGESTS_PER_MESSAGE))
+            .map(|batch| SenderMsg::Digests { blake3: hex(batch) })
+            .collect();
+        for msg in batches {
+            self.send(msg);
+        }
     }
 
     /// Every block's BLAKE3 of each file of [`SendEffect::HashBlocks`], in its order.
@@ -395,6 +483,7 @@ impl Sending {
         {
             match self.state {
                 State::AwaitWant => self.on_want(now, msg),
+                State::Moving if self.unconfirmed => self.on_early_want(now, msg),
                 State::AwaitPeerReady(phase) => match msg {
                     ReceiverMsg::Ready { udp_ports } => self.on_peer_ready(now, phase, udp_ports),
                     other => self.protocol(format!("expected the receiver's Ready, got {other:?}")),
@@ -464,11 +553,53 @@ impl Sending {
         }
     }
 
+    /// The receiver's `Want` after an early start: it takes the data that runs, or declines
+    /// it (then that data stops and the transfer goes on as if it had not started).
+    fn on_early_want(&mut self, now: Instant, msg: ReceiverMsg) {
+        let want = match msg {
+            ReceiverMsg::Want(want) => want,
+            other => return self.protocol(format!("expected Want, got {other:?}")),
+        };
+        self.unconfirmed = false;
+        if !want.early {
+            if self.data_running {
+                self.data_running = false;
+                self.effects.push_back(SendEffect::CancelData);
+            }
+            if self.hashing_running {
+                self.hashing_running = false;
+                self.effects.push_back(SendEffect::StopHashing);
+            }
+            self.digests = None;
+            self.first_phase = RESTART_PHASE;
+            self.state = State::AwaitWant;
+            return self.on_want(now, ReceiverMsg::Want(want));
+        }
+        let count = self.manifest_sizes.len() as u32;
+        let every = from_ranges(&want.files, count as usize).is_ok_and(|f| f.len() as u32 == count);
+        if !every || !want.resume.is_empty() || want.dry_run {
+            return self.protocol(
+                "an early Want must take every file, with nothing to resume and no dry run".into(),
+            );
+        }
+        self.deadline.clear();
+        self.effects.push_back(SendEffect::Wanted {
+            files: (0..count).collect(),
+            replaced: want.replaced,
+            kept: want.kept,
+            dry_run: false,
+        });
+        if self.digests.is_some() {
+            self.send_digests();
+        }
+        self.settle(now);
+    }
+
     /// The ranges to send are known: the data starts once the receiver's ports are here.
     fn after_verdict(&mut self, now: Instant) {
         if self.layout.total() > 0 {
             // The receiver's Ready comes right behind Want whenever a wanted file has bytes.
-            self.await_peer_ready(now, 0);
+            self.await_peer_ready(now, self.first_phase);
         } else {
             self.state = State::Moving;
             self.start_hashing();
@@ -484,17 +615,18 @@ impl Sending {
 
     fn on_peer_ready(&mut self, now: Instant, phase: u32, peer_ports: Vec<u16>) {
         self.deadline.clear();
-        let ranges = if phase == 0 { self.ranges.clone() } else { self.repair.0.clone() };
+        let first = phase == self.first_phase;
+        let ranges = if first { self.ranges.clone() } else { self.repair.0.clone() };
         self.phase = phase;
         if ranges.is_empty() {
             // Nothing to move after all (every byte resumed, or no block differs).
             self.state = State::Moving;
-            if phase == 0 {
+            if first {
                 self.start_hashing();
             }
             return self.settle(now);
         }
-        if phase > 0 {
+        if !first {
             self.repaired += self.repair.1.len() as u64;
         }
         self.state = State::Binding(phase);
@@ -515,7 +647,13 @@ impl Sending {
     /// In `Moving`: once the data and the hashing are done, the answer is awaited (or, if it
     /// came already, taken).
     fn settle(&mut self, now: Instant) {
-        if self.state != State::Moving || self.data_running || self.hashing_running {
+        // An early start's channels may see their last acknowledgement before the receiver's
+        // `Want` arrives: the answer is awaited only after that `Want`.
+        if self.state != State::Moving
+            || self.data_running
+            || self.hashing_running
+            || self.unconfirmed
+        {
             return;
         }
         // The receiver hashes what it wrote before it answers, and may wait as long for the

@@ -8,6 +8,11 @@ use crate::messages::{ErrorCode, ManifestPart};
 
 /// Repair rounds at most: a fault that strikes again after two rounds is not transient.
 pub const MAX_REPAIR_ROUNDS: u32 = 2;
+/// The data phase of a transfer whose early start the receiver declined: its first phase when
+/// the data began before the receiver's `Want` (phase 0, [`crate::Sending::new_early`]) and the
+/// receiver wanted something else. A phase of its own, after the repair rounds' numbers, so
+/// that its channels' keys are not phase 0's: those sealed the early packets already.
+pub const RESTART_PHASE: u32 = MAX_REPAIR_ROUNDS + 1;
 /// Hashes per `Digests` message (about 540 kB of JSON, under the 1 MiB frame limit).
 pub const DIGESTS_PER_MESSAGE: usize = 8192;
 /// A manifest part's entries stop growing past this much path and target text (well under the

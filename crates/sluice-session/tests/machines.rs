@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use sluice_session::layout::BLOCK_BYTES;
 use sluice_session::manifest::{Entry, EntryKind};
 use sluice_session::messages::{ErrorCode, ReceiverMsg, SenderMsg, Want, decode, encode};
+use sluice_session::transfer::RESTART_PHASE;
 use sluice_session::{
     Fault, Planned, Received, Receiving, RecvEffect, SendEffect, Sending, Sent, Timeouts,
 };
@@ -51,6 +52,10 @@ struct Setup {
     lose_digests: bool,
     /// The receiver fails while the data moves.
     receiver_fails: bool,
+    /// The data starts early: the receiver's phase-0 sockets were bound beforehand.
+    early: bool,
+    /// ... but they are gone by the time the transfer begins.
+    early_sockets_gone: bool,
 }
 
 enum Event {
@@ -85,6 +90,10 @@ struct World {
     received: Option<Result<Received, Fault>>,
     moved: u64,
     messages: usize,
+    /// The receiver's `Ready` messages.
+    receiver_readies: usize,
+    /// The receiver closed its early sockets.
+    dropped_early: bool,
 }
 
 fn entries(sizes: &[usize]) -> Vec<Entry> {
@@ -119,11 +128,18 @@ impl World {
         let src = setup.sizes.iter().map(|&n| bytes(&mut rng, n)).collect();
         let now = Instant::now();
         let timeouts = Timeouts::default();
+        let list = entries(&setup.sizes);
+        let (sender, receiver) = if setup.early {
+            let sender = Sending::new_early(now, &list, timeouts, vec![7, 7]);
+            (sender, Receiving::new_early(now, timeouts, !setup.early_sockets_gone))
+        } else {
+            (Sending::new(now, &list, timeouts), Receiving::new(now, timeouts))
+        };
         World {
             rng,
             now,
-            sender: Sending::new(now, &entries(&setup.sizes), timeouts),
-            receiver: Receiving::new(now, timeouts),
+            sender,
+            receiver,
             setup,
             src,
             dst: Vec::new(),
@@ -135,6 +151,8 @@ impl World {
             received: None,
             moved: 0,
             messages: 0,
+            receiver_readies: 0,
+            dropped_early: false,
         }
     }
 
@@ -154,7 +172,11 @@ impl World {
                     }
                     self.events.push(Event::ToReceiver(msg));
                 }
-                SendEffect::Wanted { files, .. } => self.wanted = files,
+                SendEffect::Wanted { files, .. } | SendEffect::Early { files } => {
+                    self.wanted = files;
+                }
+                // What the declined early start sent never counts.
+                SendEffect::CancelData => self.sending = None,
                 SendEffect::Done(outcome) => self.sent = Some(outcome),
                 SendEffect::StopHashing => {}
                 SendEffect::StopData => {
@@ -174,12 +196,14 @@ impl World {
                 RecvEffect::Send(msg) => {
                     let msg: ReceiverMsg = decode(&encode(&msg).unwrap()).unwrap();
                     self.messages += 1;
+                    self.receiver_readies += matches!(msg, ReceiverMsg::Ready { .. }) as usize;
                     self.events.push(Event::ToSender(msg));
                 }
                 RecvEffect::Done(outcome) => self.received = Some(outcome),
+                RecvEffect::DropEarly => self.dropped_early = true,
                 RecvEffect::StopData => self.receiving = None,
                 RecvEffect::StartData { phase, peer_ports, span, present, ends } => {
-                    if phase == 0 {
+                    if phase == 0 || phase == RESTART_PHASE {
                         // Bytes outside `present` are not on disk yet.
                         let space = self.receiver_space();
                         let mut cleared = vec![0u8; space.len()];
@@ -524,7 +548,14 @@ fn verified_before_the_digests_is_a_protocol_error() {
     let now = Instant::now();
     let mut sender = Sending::new(now, &entries(&[10]), Timeouts::default());
     while sender.poll_effect().is_some() {}
-    let want = Want { files: vec![[0, 1]], replaced: 0, kept: 0, resume: vec![], dry_run: false };
+    let want = Want {
+        files: vec![[0, 1]],
+        replaced: 0,
+        kept: 0,
+        resume: vec![],
+        dry_run: false,
+        early: false,
+    };
     sender.handle_message(now, ReceiverMsg::Want(want));
     sender.handle_message(now, ReceiverMsg::Ready { udp_ports: vec![1] });
     let effects: Vec<SendEffect> = std::iter::from_fn(|| sender.poll_effect()).collect();
@@ -560,4 +591,131 @@ fn a_peer_that_never_answers_is_a_timeout_with_its_deadline() {
         ),
         "{effects:?}"
     );
+}
+
+#[test]
+fn an_early_start_is_taken_when_every_file_is_wanted_whole() {
+    let setup = Setup { sizes: vec![5 * MIB, 1000, 0, 3], early: true, ..Setup::default() };
+    for world in run(&setup, 1..=20) {
+        delivered(&world);
+        assert_eq!(world.moved, (5 * MIB + 1003) as u64, "every byte once");
+        assert_eq!(world.receiver_readies, 0, "the sender had the ports beforehand");
+        assert!(!world.dropped_early);
+        assert_eq!((world.sender.first_phase(), world.receiver.first_phase()), (0, 0));
+    }
+}
+
+#[test]
+fn an_early_start_is_declined_when_a_file_is_not_wanted() {
+    let setup =
+        Setup { sizes: vec![100, 200, 300], unwanted: vec![1], early: true, ..Setup::default() };
+    for world in run(&setup, 1..=10) {
+        assert_eq!(world.wanted, vec![0, 2]);
+        delivered(&world);
+        assert_eq!(world.moved, 400, "only the restart's bytes count");
+        assert!(world.dropped_early);
+        assert_eq!(world.receiver_readies, 1, "the restart's sockets");
+        let phases = (world.sender.first_phase(), world.receiver.first_phase());
+        assert_eq!(phases, (RESTART_PHASE, RESTART_PHASE));
+    }
+}
+
+#[test]
+fn an_early_start_is_declined_for_a_resume() {
+    let setup = Setup {
+        sizes: vec![9 * MIB, 10],
+        prefill: vec![(0, 8 * MIB + 5, vec![])],
+        early: true,
+        ..Setup::default()
+    };
+    for world in run(&setup, 1..=10) {
+        delivered(&world);
+        assert!(world.dropped_early);
+        assert_eq!(world.moved, (MIB + 10) as u64);
+        assert_eq!(world.received.unwrap().unwrap().resumed, 8 * MIB as u64);
+    }
+}
+
+#[test]
+fn an_early_start_is_declined_by_a_dry_run() {
+    let setup = Setup { sizes: vec![10, 20], dry_run: true, early: true, ..Setup::default() };
+    for world in run(&setup, 1..=5) {
+        assert!(world.sent.unwrap().unwrap().dry_run);
+        assert!(world.received.unwrap().unwrap().dry_run);
+        assert!(world.dropped_early);
+        assert_eq!(world.moved, 0);
+    }
+}
+
+#[test]
+fn early_and_restarted_transfers_repair_a_corrupted_block() {
+    let at = (4 * MIB + 77) as u64; // file 0, block 1
+    for (unwanted, phase) in [(vec![], 0), (vec![1], RESTART_PHASE)] {
+        let setup = Setup {
+            sizes: vec![9 * MIB, 4, 6],
+            corrupt: vec![(phase, at)],
+            unwanted,
+            early: true,
+            ..Setup::default()
+        };
+        for world in run(&setup, 1..=10) {
+            delivered(&world);
+            assert_eq!(world.sent.as_ref().unwrap().as_ref().unwrap().repaired, 1, "{phase}");
+            assert_eq!(world.received.as_ref().unwrap().as_ref().unwrap().repaired, 1);
+        }
+    }
+}
+
+#[test]
+fn an_early_start_of_nothing_is_verified_without_data() {
+    for sizes in [vec![], vec![0, 0]] {
+        let setup = Setup { sizes, early: true, ..Setup::default() };
+        for world in run(&setup, 1..=5) {
+            delivered(&world);
+            assert_eq!(world.moved, 0);
+            assert!(!world.dropped_early);
+        }
+    }
+}
+
+#[test]
+fn an_early_want_that_takes_less_than_everything_is_a_protocol_error() {
+    let now = Instant::now();
+    let mut sender = Sending::new_early(now, &entries(&[10, 20]), Timeouts::default(), vec![1]);
+    let effects: Vec<SendEffect> = std::iter::from_fn(|| sender.poll_effect()).collect();
+    assert!(effects.contains(&SendEffect::Bind { phase: 0 }), "{effects:?}");
+    sender.handle_bound(now, 0, vec![2]);
+    let effects: Vec<SendEffect> = std::iter::from_fn(|| sender.poll_effect()).collect();
+    let started = effects.iter().any(|e| matches!(e, SendEffect::StartData { phase: 0, .. }));
+    assert!(started, "the data starts before Want: {effects:?}");
+    let want = Want {
+        files: vec![[0, 1]],
+        replaced: 0,
+        kept: 0,
+        resume: vec![],
+        dry_run: false,
+        early: true,
+    };
+    sender.handle_message(now, ReceiverMsg::Want(want));
+    let ended = std::iter::from_fn(|| sender.poll_effect()).find_map(|e| match e {
+        SendEffect::Done(outcome) => Some(outcome),
+        _ => None,
+    });
+    assert!(matches!(ended, Some(Err(Fault::Protocol(_)))), "{ended:?}");
+}
+
+#[test]
+fn an_early_start_without_its_sockets_is_declined() {
+    let setup = Setup {
+        sizes: vec![3 * MIB, 7],
+        early: true,
+        early_sockets_gone: true,
+        ..Setup::default()
+    };
+    for world in run(&setup, 1..=5) {
+        delivered(&world);
+        assert!(world.dropped_early);
+        assert_eq!(world.moved, (3 * MIB + 7) as u64);
+        assert_eq!(world.sender.first_phase(), RESTART_PHASE);
+    }
 }

@@ -13,7 +13,7 @@ use sluice_proto::wire::{Control, DataPrefix, HEADER_LEN, Header, Kind, Packet, 
 use crate::session::identity::Fingerprint;
 use crate::session::known_hosts::KnownHosts;
 use crate::session::messages::{
-    Answer, ManifestPart, ReceiverMsg, Request, SenderMsg, decode, encode,
+    Answer, ManifestPart, Offer, ReceiverMsg, Request, SenderMsg, decode, encode,
 };
 use crate::session::tokens::TokenSet;
 use crate::settings::{ClientFile, ServerFile};
@@ -82,6 +82,9 @@ pub fn message(frame: &[u8]) {
     if let Ok(msg) = decode::<ReceiverMsg>(frame) {
         let again = encode(&msg).expect("encodes");
         assert_eq!(decode::<ReceiverMsg>(&again).expect("re-decodes"), msg);
+    }
+    if let Ok(msg) = decode::<Offer>(frame) {
+        assert_eq!(decode::<Offer>(&encode(&msg).expect("encodes")).expect("re-decodes"), msg);
     }
 }
 

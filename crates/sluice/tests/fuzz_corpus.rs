@@ -53,7 +53,7 @@ fn frame<T: serde::Serialize>(msg: &T) -> Vec<u8> {
 #[ignore = "writes the seed corpora into fuzz/corpus; run by hand"]
 fn write_seed_corpora() {
     use sluice::session::messages::{
-        Answer, ErrorCode, ManifestPart, ReceiverMsg, Request, SenderMsg, Want,
+        Answer, ErrorCode, ManifestPart, Offer, ReceiverMsg, Request, SenderMsg, Want,
     };
     use sluice::tree::{Entry, EntryKind};
 
@@ -96,8 +96,15 @@ fn write_seed_corpora() {
         kept: 2,
         resume: Vec::new(),
         dry_run: false,
+        early: true,
     };
     write("message", "want", &frame(&ReceiverMsg::Want(want)));
+    let offer = Offer {
+        session_id: "00112233445566778899aabbccddeeff".into(),
+        max_channels: 4,
+        udp_ports: vec![40000, 40001],
+    };
+    write("message", "offer", &frame(&offer));
     write("message", "stat", &frame(&Request::Stat { path: "x/y".into() }));
     let welcome = Answer::Welcome { session_id: "00112233445566778899aabbccddeeff".into(), spec };
     write("message", "welcome", &frame(&welcome));

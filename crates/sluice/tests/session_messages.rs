@@ -23,6 +23,7 @@ async fn messages_round_trip_through_a_stream() {
             links: Links::Follow,
             checksum: true,
             compress: Some(7),
+            udp_ports: vec![5000, 5001],
         },
         Request::Put {
             dest: "x".into(),
@@ -30,6 +31,7 @@ async fn messages_round_trip_through_a_stream() {
             checksum: false,
             preserve: true,
             dry_run: true,
+            early: true,
         },
     ];
     let sent = vec![
@@ -56,6 +58,15 @@ async fn messages_round_trip_through_a_stream() {
             kept: 2,
             resume: vec![BlockHashes { file: 1, blocks: vec!["ef".repeat(32)] }],
             dry_run: true,
+            early: false,
+        }),
+        ReceiverMsg::Want(Want {
+            files: vec![[0, 1]],
+            replaced: 0,
+            kept: 0,
+            resume: vec![],
+            dry_run: false,
+            early: true,
         }),
         ReceiverMsg::Ready { udp_ports: vec![7, 8] },
         ReceiverMsg::Verified,

@@ -189,6 +189,7 @@ async fn put_by_hand(
         checksum: false,
         preserve: false,
         dry_run: false,
+        early: false,
     };
     write_message(&mut send, &put).await.unwrap();
     let entry = Entry {

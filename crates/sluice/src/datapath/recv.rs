@@ -212,6 +212,9 @@ fn drive(
     let mut last_datagram_us = None;
     let mut complete_at_us = None;
     let mut next_trace_us = 0;
+    // How long before it was taken the kernel received the first data this channel delivered
+    // (once known, and once said).
+    let mut first_data: (Option<u64>, bool) = (None, false);
     // The payloads of one batch, recorded as arrived together.
     let mut payloads: Vec<(u64, u64)> = Vec::with_capacity(sluice_udp::RECV_BATCH * 64);
     loop {
@@ -235,6 +238,7 @@ fn drive(
                 if let Ok(Some(delivered)) = receiver.handle_datagram(arrived, d)
                     && take_error.is_none()
                 {
+                    first_data.0.get_or_insert(age_us.unwrap_or(0));
                     let payload = &d[delivered.range];
                     if let Err(e) = sink.take(delivered.offset, payload, &mut payloads) {
                         take_error = Some(e);
@@ -243,6 +247,10 @@ fn drive(
             });
             ctx.record(&payloads);
             payloads.clear();
+            if let (Some(age_us), false) = first_data {
+                first_data.1 = true;
+                log_first_data(sink.index, age_us);
+            }
             if let Some(e) = take_error {
                 return Err(ctx.shared.fatal(e));
             }
@@ -290,6 +298,15 @@ fn drive(
             port.wait(deadline)?;
         }
     }
+}
+
+/// When the channel's first data reached this host (the kernel's receive time, `age_us` before
+/// now), on the wall clock, for `RUST_LOG=sluice=debug`: the bench reads it against the
+/// client's `connecting` to measure the time to the first data byte.
+fn log_first_data(index: usize, age_us: u64) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let arrived_unix_us = now.map_or(0, |d| d.as_micros() as u64).saturating_sub(age_us);
+    tracing::debug!(channel = index, arrived_unix_us, waited_us = age_us, "first data");
 }
 
 /// The channel's state, for `RUST_LOG=sluice=debug` (four times a second).

@@ -21,11 +21,14 @@ use super::channel::{
 };
 use super::copy::{CopyOptions, local_walk_error};
 use super::drive::{Channels, Destination, Wire, run_receiving, run_sending, write_opening};
+use super::early::{EARLY_MAX_ENTRIES, EARLY_REQUEST, OFFER_WAIT, read_offer};
 use super::identity::{CERT_NAME, Fingerprint};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
 use super::manifest_io::recv_listing;
-use super::messages::{Answer, ErrorCode, Request, StatInfo, read_message, write_message};
+use super::messages::{
+    Answer, ErrorCode, Offer, Request, Spec, StatInfo, read_message, write_message,
+};
 use super::observe::{CopyObserver, OnProgress};
 use super::retry::{Backoff, BusyRetry};
 use super::{
@@ -123,6 +126,10 @@ pub struct TransferReport {
     /// This end's data channel report (`None` when no byte moved, or a sender stopped after
     /// the receiver confirmed).
     pub channel: Option<ChannelReport>,
+    /// Whether the data started a round trip early, before the receiver's choice of files, and
+    /// the receiver took it (a session's first upload to a server that offered sockets, a
+    /// download to where nothing was).
+    pub early: bool,
 }
 
 impl TransferReport {
@@ -144,6 +151,10 @@ pub struct Client {
     conn: quinn::Connection,
     /// The server's answer to `Hello`, once it came ([`read_welcome`]).
     welcome: watch::Receiver<Option<Result<Welcomed, (ErrorCode, String)>>>,
+    /// The server's offer for an early upload, once read (`Some(None)`: none came).
+    offer: watch::Receiver<Option<Option<Offer>>>,
+    /// What `Hello` proposed.
+    proposal: Spec,
     channel: ChannelConfig,
     fault: Option<Fault>,
     fingerprint: Fingerprint,
@@ -184,7 +195,8 @@ impl Client {
             .max_idle_timeout(Some(idle))
             .keep_alive_interval(Some(KEEP_ALIVE_INTERVAL))
             .max_concurrent_bidi_streams(0u32.into())
-            .max_concurrent_uni_streams(0u32.into());
+            // The server's one stream: its offer ([`read_offer`]).
+            .max_concurrent_uni_streams(1u32.into());
         let mut quic = quinn::ClientConfig::new(Arc::new(verifier.client_tls()?));
         quic.transport_config(Arc::new(transport));
 
@@ -205,16 +217,25 @@ impl Client {
             info!(%host, %fingerprint, file = %config.known_hosts.display(), "pinned a new host");
         }
 
-        let recv = send_hello(&conn, &config).await.inspect_err(|_| {
+        let (offered_tx, offer) = watch::channel(None);
+        let reading = conn.clone();
+        tokio::spawn(async move {
+            let _ = offered_tx.send(Some(read_offer(&reading).await));
+        });
+        let proposal =
+            Negotiated::proposal(&config.channel, config.channels.unwrap_or_else(auto_channels));
+        let recv = send_hello(&conn, &config.token, &proposal).await.inspect_err(|_| {
             conn.close(close_code::DONE.into(), b"handshake failed");
         })?;
         let (answer, welcome) = watch::channel(None);
-        let offered = config.channels.unwrap_or_else(auto_channels);
+        let offered = proposal.max_channels;
         tokio::spawn(read_welcome(conn.clone(), recv, offered, host, answer));
         Ok(Client {
             _endpoint: endpoint,
             conn,
             welcome,
+            offer,
+            proposal,
             channel: config.channel,
             fault: config.fault,
             fingerprint,
@@ -370,14 +391,25 @@ impl Client {
         let started = Instant::now();
         options.check()?;
         let mut req = self.request().await?;
+        // Where nothing is yet, the server may send right behind its manifest, to sockets
+        // that listen already.
+        let early = match !options.dry_run && nothing_at(dest, remote_paths) {
+            true => Some(self.bind_data(self.proposal.max_channels)?),
+            false => None,
+        };
         let get = Request::Get {
             paths: remote_paths.to_vec(),
             recursive: options.recursive,
             links: options.links,
             checksum: options.checksum,
             compress: options.compress,
+            udp_ports: early.as_ref().map(|(_, ports)| ports.clone()).unwrap_or_default(),
         };
         let welcomed = self.opened(req.write(&get).await).await?;
+        let early = early.map(|(mut sockets, _)| {
+            sockets.truncate(welcomed.negotiated.channels as usize);
+            sockets
+        });
         observer.channels(welcomed.negotiated.channels);
         let destination = Destination {
             dest: dest.to_owned(),
@@ -388,9 +420,14 @@ impl Client {
                 confine: None,
             },
             dry_run: options.dry_run,
+            early: None,
         };
         let channels = Channels { setup: self.setup(req.id, welcomed), fault: self.fault };
-        let machine = Receiving::new(Instant::now(), Timeouts::default());
+        let machine = match early.is_some() {
+            true => Receiving::new_early(Instant::now(), Timeouts::default(), true),
+            false => Receiving::new(Instant::now(), Timeouts::default()),
+        };
+        let destination = Destination { early, ..destination };
         let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
         let received =
             run_receiving(machine, &mut wire, &channels, destination, Some(observer)).await;
@@ -427,6 +464,7 @@ impl Client {
         report.bytes = received.size;
         report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
         report.channel = channel.filter(|c| c.channels > 0);
+        report.early = received.early;
         report.repaired = received.received.repaired;
         report.resumed = received.received.resumed;
         Ok(report.finished(started))
@@ -469,31 +507,68 @@ impl Client {
         })
         .await?;
         let mut req = self.request().await?;
+        let early = match options.dry_run || outgoing.entries.len() > EARLY_MAX_ENTRIES {
+            true => None,
+            false => self.early_upload(&req).await?,
+        };
         let put = Request::Put {
             dest: dest.to_owned(),
             overwrite: options.overwrite,
             checksum: options.checksum,
             preserve: options.preserve,
             dry_run: options.dry_run,
+            early: early.is_some(),
         };
-        let mut machine = Sending::new(Instant::now(), &outgoing.entries, Timeouts::default());
-        // The manifest follows the request before the server's answer to the token is known.
-        let sent = match req.write(&put).await {
-            Ok(()) => {
-                let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
-                write_opening(&mut machine, &mut wire).await
-            }
-            Err(err) => Err(err),
-        };
-        let welcomed = self.opened(sent).await?;
-        observer.channels(welcomed.negotiated.channels);
-        let channels = Channels { setup: self.setup(req.id, welcomed), fault: self.fault };
-        let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
         let compress = options.compress;
-        let sent =
-            run_sending(machine, &mut wire, &channels, &outgoing, compress, Some(observer)).await;
-        drop(wire);
-        let sent = sent?;
+        let sent = if let Some((offered, ports)) = early {
+            // The data goes with the request, under the session the server offered; the
+            // server's answer to the token comes meanwhile.
+            let machine =
+                Sending::new_early(Instant::now(), &outgoing.entries, Timeouts::default(), ports);
+            observer.channels(offered.negotiated.channels);
+            let channels = Channels { setup: self.setup(req.id, offered), fault: self.fault };
+            let sent = match req.write(&put).await {
+                Ok(()) => {
+                    let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
+                    let observer = Some(observer);
+                    run_sending(machine, &mut wire, &channels, &outgoing, compress, observer).await
+                }
+                Err(err) => Err(err),
+            };
+            let sent = match sent {
+                Ok(sent) => sent,
+                Err(err) => return Err(self.refusal_or(err).await),
+            };
+            let welcomed = self.welcomed().await?;
+            if (welcomed.session_id, welcomed.negotiated)
+                != (offered.session_id, offered.negotiated)
+            {
+                return Err(SessionError::Protocol(
+                    "the server's Welcome does not match its offer".into(),
+                ));
+            }
+            sent
+        } else {
+            let mut machine = Sending::new(Instant::now(), &outgoing.entries, Timeouts::default());
+            // The manifest follows the request before the server's answer to the token is
+            // known.
+            let sent = match req.write(&put).await {
+                Ok(()) => {
+                    let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
+                    write_opening(&mut machine, &mut wire).await
+                }
+                Err(err) => Err(err),
+            };
+            let welcomed = self.opened(sent).await?;
+            observer.channels(welcomed.negotiated.channels);
+            let channels = Channels { setup: self.setup(req.id, welcomed), fault: self.fault };
+            let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
+            let sent =
+                run_sending(machine, &mut wire, &channels, &outgoing, compress, Some(observer))
+                    .await;
+            drop(wire);
+            sent?
+        };
         let names = super::drive::wanted_names(&outgoing, &sent.wanted);
         let mut report = TransferReport {
             files: sent.wanted.len() as u64,
@@ -514,8 +589,49 @@ impl Client {
         report.resumed = sent.size - sent.sent.moved;
         report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
         report.channel = sent.report;
+        report.early = sent.early;
         report.repaired = sent.sent.repaired;
         Ok(report.finished(started))
+    }
+
+    /// For the session's first request, an upload: the server's offer of sockets for an early
+    /// start, as the session it stands for and the ports to send to (as many as the session's
+    /// channels). `None` when there is none (a later request, no offer, or none in time).
+    async fn early_upload(
+        &self,
+        req: &OpenRequest<'_>,
+    ) -> Result<Option<(Welcomed, Vec<u16>)>, SessionError> {
+        if req.send.id().index() != EARLY_REQUEST {
+            return Ok(None);
+        }
+        let mut offer = self.offer.clone();
+        let offer = match tokio::time::timeout(OFFER_WAIT, offer.wait_for(Option::is_some)).await {
+            Ok(Ok(offer)) => offer.clone().flatten(),
+            _ => None,
+        };
+        let Some(offer) = offer.filter(|o| !o.udp_ports.is_empty()) else { return Ok(None) };
+        let bad = |why: String| SessionError::Protocol(format!("the server's offer: {why}"));
+        let session_id = SessionId::from_hex(&offer.session_id)
+            .ok_or_else(|| bad(format!("bad session id {:?}", offer.session_id)))?;
+        // What the server's Welcome will choose: the smaller channel count, the rest as
+        // proposed (a server offers no sockets when a token caps its rate).
+        let negotiated =
+            Negotiated::from_spec(&self.proposal).map_err(bad)?.choose(offer.max_channels, None);
+        let n = negotiated.channels as usize;
+        if offer.udp_ports.len() < n {
+            return Err(bad(format!("{} ports for {n} channels", offer.udp_ports.len())));
+        }
+        Ok(Some((Welcomed { session_id, negotiated }, offer.udp_ports[..n].to_vec())))
+    }
+
+    /// `count` data sockets on this end of the connection, with their ports.
+    fn bind_data(&self, count: u32) -> Result<(Vec<std::net::UdpSocket>, Vec<u16>), SessionError> {
+        let local = self.conn.local_ip().map(|ip| ip.to_canonical());
+        super::channel::bind_data_sockets(
+            count,
+            local,
+            self.conn.remote_address().ip().to_canonical(),
+        )
     }
 
     async fn request(&self) -> Result<OpenRequest<'_>, SessionError> {
@@ -553,6 +669,11 @@ async fn connect_retrying(
     let started = Instant::now();
     let mut backoff = Backoff::new(config.busy_retry);
     loop {
+        // On the wall clock, for the bench's time to the first data byte (`first data`).
+        let unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        debug!(%server, unix_us, "connecting");
         let connecting = endpoint
             .connect_with(quic.clone(), server, CERT_NAME)
             .map_err(|e| SessionError::Config(format!("connecting to {server}: {e}")))?;
@@ -603,13 +724,14 @@ struct Welcomed {
 /// Sends `Hello` on the handshake stream and returns that stream's receiving half.
 async fn send_hello(
     conn: &quinn::Connection,
-    config: &ClientConfig,
+    token: &str,
+    proposal: &Spec,
 ) -> Result<quinn::RecvStream, SessionError> {
     let (mut send, recv) = conn.open_bi().await.map_err(|e| connection_error(&e))?;
     let hello = Request::Hello {
         version: PROTOCOL_VERSION,
-        token: config.token.clone(),
-        spec: Negotiated::proposal(&config.channel, config.channels.unwrap_or_else(auto_channels)),
+        token: token.to_owned(),
+        spec: proposal.clone(),
     };
     write_message(&mut send, &hello).await.map_err(|e| frame_error(e, conn))?;
     let _ = send.finish();
@@ -702,6 +824,23 @@ impl OpenRequest<'_> {
 
 /// How long a client waits for the server to end a request it has answered.
 const SERVER_DONE_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether a download of `remote_paths` to `dest` finds nothing there to resume or compare:
+/// `dest` does not exist, or is a directory without an entry of any source's name. (A file
+/// left by an interrupted transfer beside its name is found only by the plan, which then
+/// declines the early start.)
+fn nothing_at(dest: &Path, remote_paths: &[String]) -> bool {
+    match dest.symlink_metadata() {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(meta) if meta.is_dir() => remote_paths.iter().all(|p| {
+            let name = Path::new(p).file_name();
+            name.is_some_and(|name| {
+                matches!(dest.join(name).symlink_metadata(), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+            })
+        }),
+        Ok(_) => false,
+    }
+}
 
 fn unexpected(msg: Answer) -> SessionError {
     match msg {

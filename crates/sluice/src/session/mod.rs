@@ -102,6 +102,7 @@ mod channel;
 pub mod client;
 mod copy;
 mod drive;
+mod early;
 pub mod handle;
 pub mod identity;
 pub mod keys;
@@ -142,7 +143,7 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// messages typed by role (`sluice_session`): a transfer's sender and receiver say the same
 /// things in an upload and a download, the receiver's `Ready` always comes right behind `Want`
 /// and `Repair`, a dry run is a flag of `Want`, and every failure is `Failed`).
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 /// The most data channels one transfer may use, whatever both ends offer.
 pub const MAX_CHANNELS: u32 = 64;
 /// The most channels chosen automatically (one per core, up to this).

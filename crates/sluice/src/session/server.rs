@@ -35,6 +35,7 @@ use super::channel::{
 };
 use super::copy::check_level;
 use super::drive::{Channels, Destination, Wire, run_receiving, run_sending, unrooted};
+use super::early::{EARLY_REQUEST, EarlySockets, send_offer};
 use super::identity::{Fingerprint, Identity};
 use super::keys::{Role, SessionId};
 use super::manifest_io::send_listing;
@@ -223,6 +224,13 @@ struct Shared {
     claimed: std::sync::atomic::AtomicBool,
     /// Unauthenticated connections, and those waiting to be, by source address.
     unauthenticated: std::sync::Mutex<std::collections::HashMap<IpAddr, Pending>>,
+    /// Whether new connections are offered sockets for an early upload: not when a token
+    /// limits its rate (the client would choose its channels' rate before the server knows
+    /// its token).
+    early_offers: bool,
+    /// Sockets bound for early uploads of connections not yet authenticated
+    /// ([`super::early::EARLY_SOCKETS`] at most).
+    early_sockets: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -264,6 +272,7 @@ impl Server {
             Credentials::Stored { .. } => None,
         };
 
+        let early_offers = tokens.grants().iter().all(|grant| grant.rate_bps.is_none());
         let mut transport = control_transport();
         let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
             .map_err(|_| SessionError::Config("idle_timeout is too large".into()))?;
@@ -306,6 +315,8 @@ impl Server {
                 one_session,
                 claimed: false.into(),
                 unauthenticated: Default::default(),
+                early_offers,
+                early_sockets: Arc::default(),
             }),
             fingerprint: identity.fingerprint().clone(),
             local_addr,
@@ -563,18 +574,49 @@ async fn wait_for_place(incoming: quinn::Incoming, waiting: Waiting) -> bool {
 /// until its token is accepted; the QUIC handshake and `Hello` each get [`HANDSHAKE_TIMEOUT`].
 async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -> bool {
     let shared = pending.shared.clone();
-    let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
+    let connecting = match incoming.accept() {
+        Ok(connecting) => connecting,
+        Err(e) => {
             debug!(error = %e, "handshake failed");
             return false;
         }
-        Err(_) => {
-            debug!("no QUIC handshake within the deadline");
+    };
+    // The connection before the QUIC handshake completes, so that the offer goes out with
+    // the server's first flight (0.5-RTT data; a server's conversion always succeeds). The
+    // handshake's deadline is then the one on `Hello`.
+    let conn = match connecting.into_0rtt() {
+        Ok((conn, _)) => conn,
+        Err(connecting) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                debug!(error = %e, "handshake failed");
+                return false;
+            }
+            Err(_) => {
+                debug!("no QUIC handshake within the deadline");
+                return false;
+            }
+        },
+    };
+    let id = match SessionId::random() {
+        Ok(id) => id,
+        Err(e) => {
+            warn!(error = %e, "no session id");
+            conn.close(close_code::PROTOCOL.into(), b"no session id");
             return false;
         }
     };
-    let Some(session) = handshake(&conn, &shared).await else { return false };
+    let early = if shared.early_offers {
+        let local = conn.local_ip().map(|ip| ip.to_canonical());
+        let peer = conn.remote_address().ip().to_canonical();
+        EarlySockets::bind(shared.max_channels, local, peer, &shared.early_sockets)
+    } else {
+        None
+    };
+    if let Err(e) = send_offer(&conn, id, shared.max_channels, early.as_ref()).await {
+        debug!(error = %e, "could not send the offer");
+    }
+    let Some(session) = handshake(&conn, &shared, id, early).await else { return false };
     drop(pending);
     let _open = shared.metrics.session();
     info!(session_id = %session.id, "session open");
@@ -609,11 +651,20 @@ struct Session {
     access: Arc<Access>,
     /// Its places for transfers at once ([`MAX_TRANSFERS_PER_SESSION`]).
     transfers: Arc<Semaphore>,
+    /// The sockets offered for an early upload, until the session's first request takes
+    /// them ([`EARLY_REQUEST`]).
+    early: std::sync::Mutex<Option<EarlySockets>>,
 }
 
-/// Reads `Hello`, checks the token, version and spec, and answers `Welcome`; or refuses and
-/// closes the connection.
-async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session> {
+/// Reads `Hello`, checks the token, version and spec, and answers `Welcome` with the session's
+/// `id` (offered already); or refuses and closes the connection (`early`'s sockets close with
+/// it, unread).
+async fn handshake(
+    conn: &quinn::Connection,
+    shared: &Shared,
+    id: SessionId,
+    early: Option<EarlySockets>,
+) -> Option<Session> {
     let (mut send, mut recv) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.accept_bi()).await
     {
         Ok(Ok(streams)) => streams,
@@ -664,13 +715,6 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
             return None;
         }
     };
-    let id = match SessionId::random() {
-        Ok(id) => id,
-        Err(e) => {
-            refuse_connection(shared, conn, Some(&mut send), ErrorCode::Io, &e.detail()).await;
-            return None;
-        }
-    };
     if shared.one_session.is_some()
         && shared.claimed.swap(true, std::sync::atomic::Ordering::AcqRel)
     {
@@ -685,7 +729,8 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> Option<Session>
     }
     let _ = send.finish();
     let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS_PER_SESSION));
-    Some(Session { id, negotiated, access, transfers })
+    let early = std::sync::Mutex::new(early);
+    Some(Session { id, negotiated, access, transfers, early })
 }
 
 /// Tells the client why (when a stream is open), gives it a moment to read that, and closes the
@@ -726,6 +771,12 @@ async fn serve_request(
             return;
         }
     };
+    // The offered sockets are the first request's, and only an early upload uses them.
+    let early = if send.id().index() == EARLY_REQUEST {
+        session.early.lock().unwrap_or_else(|e| e.into_inner()).take()
+    } else {
+        None
+    };
     let mut ctx = RequestCtx {
         conn: &conn,
         shared: &shared,
@@ -738,13 +789,14 @@ async fn serve_request(
     let outcome = match request {
         Request::Stat { path } => ctx.stat(&path).await,
         Request::List { path } => ctx.list(&path).await,
-        Request::Get { paths, recursive, links, checksum, compress } => {
+        Request::Get { paths, recursive, links, checksum, compress, udp_ports } => {
             let walk = WalkOptions { recursive, links, confine: None };
-            ctx.get(&paths, walk, checksum, compress).await
+            ctx.get(&paths, walk, checksum, compress, udp_ports).await
         }
-        Request::Put { dest, overwrite, checksum, preserve, dry_run } => {
+        Request::Put { dest, overwrite, checksum, preserve, dry_run, early: started } => {
             let options = ReceiveOptions { overwrite, checksum, preserve, confine: None };
-            ctx.put(&dest, options, dry_run).await
+            let early = Early { started, sockets: early };
+            ctx.put(&dest, options, dry_run, early).await
         }
         Request::Hello { .. } => Err(SessionError::Protocol("Hello on a request stream".into())),
     };
@@ -762,6 +814,13 @@ async fn serve_request(
         }
     }
     let _ = send.finish();
+}
+
+/// An upload's early start: whether the client said it started, and the sockets offered for
+/// it (when this is the session's first request).
+struct Early {
+    started: bool,
+    sockets: Option<EarlySockets>,
 }
 
 /// Held while a transfer runs: its places among the server's, the session's and the token's
@@ -804,8 +863,9 @@ impl<'a> RequestCtx<'a> {
 
     /// A place among the session's, the token's (when it is limited) and the server's transfers.
     /// The first two are the client's own to mind: when they are taken the answer is `busy` at
-    /// once. A place among the server's is waited for, in turn, up to [`TRANSFER_WAIT`].
-    async fn acquire_transfer(&self) -> Result<TransferPermits, SessionError> {
+    /// once. A place among the server's is waited for, in turn, up to [`TRANSFER_WAIT`]; the
+    /// flag says whether it was.
+    async fn acquire_transfer(&self) -> Result<(TransferPermits, bool), SessionError> {
         let token = match &self.session.access.transfers {
             None => None,
             Some((n, places)) => Some(places.clone().try_acquire_owned().map_err(|_| {
@@ -820,9 +880,11 @@ impl<'a> RequestCtx<'a> {
             ))
         })?;
         let places = self.shared.transfers.clone();
+        let mut waited = false;
         let server = match places.clone().try_acquire_owned() {
             Ok(place) => place,
             Err(_) => {
+                waited = true;
                 info!("{MAX_TRANSFERS} transfers are running: this one waits for one to end");
                 let waited = tokio::select! {
                     place = tokio::time::timeout(TRANSFER_WAIT, places.acquire_owned()) => place,
@@ -843,7 +905,7 @@ impl<'a> RequestCtx<'a> {
                 }
             }
         };
-        Ok(TransferPermits { _server: server, _session: session, _token: token })
+        Ok((TransferPermits { _server: server, _session: session, _token: token }, waited))
     }
 
     /// Refuses the request unless the session's token has `right`.
@@ -916,10 +978,18 @@ impl<'a> RequestCtx<'a> {
         mut walk_options: WalkOptions,
         checksum: bool,
         compress: Option<i32>,
+        client_ports: Vec<u16>,
     ) -> Result<(), SessionError> {
         self.require(|r| r.read, "read (download)")?;
         check_level(compress)?;
-        let _permit = self.acquire_transfer().await?;
+        let channels = self.session.negotiated.channels as usize;
+        if !client_ports.is_empty() && client_ports.len() < channels {
+            return Err(SessionError::Protocol(format!(
+                "{} data ports in Get for {channels} channels",
+                client_ports.len()
+            )));
+        }
+        let (_permit, _) = self.acquire_transfer().await?;
         let root = self.session.access.root.clone();
         walk_options.confine = Some(root.clone());
         let paths = requested.to_vec();
@@ -947,7 +1017,14 @@ impl<'a> RequestCtx<'a> {
             debug!(skipped, "not sent");
         }
         let channels = self.channels();
-        let machine = Sending::new(std::time::Instant::now(), &outgoing.entries, self.timeouts());
+        let now = std::time::Instant::now();
+        let machine = if client_ports.is_empty() {
+            Sending::new(now, &outgoing.entries, self.timeouts())
+        } else {
+            // The client's sockets listen already: the data goes right behind the manifest.
+            let ports = client_ports[..self.session.negotiated.channels as usize].to_vec();
+            Sending::new_early(now, &outgoing.entries, self.timeouts(), ports)
+        };
         let root = self.session.access.root.clone();
         let mut wire = Wire::new(self.conn, self.send, self.recv);
         wire.hide = Some(&root);
@@ -990,9 +1067,16 @@ impl<'a> RequestCtx<'a> {
         requested: &str,
         mut options: ReceiveOptions,
         dry_run: bool,
+        early: Early,
     ) -> Result<(), SessionError> {
         self.require(|r| r.write, "write (upload)")?;
-        let _permit = self.acquire_transfer().await?;
+        let (_permit, waited) = self.acquire_transfer().await?;
+        // The early data is taken only when the sockets are still there (the client's first
+        // request) and no wait for a place made the client's channels wait as long.
+        let sockets = early
+            .sockets
+            .filter(|_| early.started && !waited)
+            .map(|s| s.take(self.session.negotiated.channels));
         let _running = self.shared.metrics.transfer(false);
         let root = self.session.access.root.clone();
         options.confine = Some(root.clone());
@@ -1000,11 +1084,16 @@ impl<'a> RequestCtx<'a> {
         let dest =
             blocking(move || resolve(&root, if req.is_empty() { "." } else { &req })).await?;
         let channels = self.channels();
-        let machine = Receiving::new(std::time::Instant::now(), self.timeouts());
+        let now = std::time::Instant::now();
+        let machine = if early.started {
+            Receiving::new_early(now, self.timeouts(), sockets.is_some())
+        } else {
+            Receiving::new(now, self.timeouts())
+        };
         let root = self.session.access.root.clone();
         let mut wire = Wire::new(self.conn, self.send, self.recv);
         wire.hide = Some(&root);
-        let destination = Destination { dest, options, dry_run };
+        let destination = Destination { dest, options, dry_run, early: sockets };
         let received =
             run_receiving(machine, &mut wire, &channels, destination, None::<NoObserver>).await;
         self.told = wire.told;

@@ -120,16 +120,28 @@ impl Channels<'_> {
         bind_data_sockets(self.setup.negotiated.channels, local, self.peer_ip())
     }
 
+    /// `phase`'s channels on `sockets` toward `peer_ports`; `patient` is how long they may
+    /// hear nothing back at first (an early start's, until the receiver has planned), when
+    /// that is longer than their idle timeout.
     fn params(
         &self,
         phase: u32,
         sockets: Option<Vec<UdpSocket>>,
         peer_ports: &[u16],
+        patient: Option<std::time::Duration>,
     ) -> Result<Vec<datapath::ChannelParams>, SessionError> {
         let sockets = sockets.ok_or_else(|| {
             SessionError::Protocol(format!("data of phase {phase} before its sockets were bound"))
         })?;
-        ChannelSetup { phase, ..self.setup }.params(sockets, self.peer_ip(), peer_ports)
+        let mut params =
+            ChannelSetup { phase, ..self.setup }.params(sockets, self.peer_ip(), peer_ports)?;
+        if let Some(wait) = patient {
+            for channel in &mut params {
+                let idle = &mut channel.config.idle_timeout_us;
+                *idle = (*idle).max(wait.as_micros() as u64);
+            }
+        }
+        Ok(params)
     }
 }
 

@@ -25,6 +25,9 @@ pub(crate) struct Destination {
     pub(crate) dest: PathBuf,
     pub(crate) options: ReceiveOptions,
     pub(crate) dry_run: bool,
+    /// Phase 0's sockets, bound before the transfer began, whose ports the sender has: an
+    /// early start ([`Receiving::new_early`]).
+    pub(crate) early: Option<Vec<std::net::UdpSocket>>,
 }
 
 /// The receiver's plan: for the machine, the prepared files (none in a dry run), and the
@@ -56,6 +59,8 @@ pub(crate) struct ReceivedReport {
     /// The first phase's receive, when its channels still linger for their senders'
     /// shutdown ([`Receive::report`] waits for them).
     pub(crate) lingering: Option<Receive>,
+    /// The sender started early and this end took that data.
+    pub(crate) early: bool,
 }
 
 /// Runs `machine` as the receiving end of a request, into `destination`.
@@ -66,13 +71,14 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
     destination: Destination,
     mut observer: Option<O>,
 ) -> Result<ReceivedReport, SessionError> {
-    let Destination { dest, options, dry_run } = destination;
+    let Destination { dest, options, dry_run, early } = destination;
     let mut incoming: Option<Incoming> = None;
     let mut names = Vec::new();
     let mut counts = (0, 0, 0, 0);
     let mut files: Arc<FileSet> = Arc::new(FileSet::new(Vec::new(), true));
     let mut store: DataStore = files.clone();
-    let mut sockets = None;
+    let started_early = early.is_some();
+    let mut sockets = early;
     let mut receiving: Option<(u32, Receive, bool)> = None;
     let mut first_report: Option<ChannelReport> = None;
     let mut job: Option<JoinHandle<RecvJob>> = None;
@@ -102,15 +108,16 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
                     }
                 },
                 RecvEffect::StartData { phase, peer_ports, span, present, ends } => {
+                    let first = phase == machine.first_phase();
                     // A repair opens channels of its own: the last phase's end first.
                     if let Some((last_phase, mut last, _)) = receiving.take() {
                         let report = last.report().await;
-                        if last_phase == 0 {
+                        if last_phase == machine.first_phase() {
                             first_report = report;
                         }
                     }
                     let params = match &peer_ports {
-                        Some(ports) => match channels.params(phase, sockets.take(), ports) {
+                        Some(ports) => match channels.params(phase, sockets.take(), ports, None) {
                             Ok(params) => params,
                             Err(err) => {
                                 fail(&mut machine, &mut local, hide, err);
@@ -120,9 +127,9 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
                         None => Vec::new(),
                     };
                     let store = store.clone();
-                    let mut progress = observer.take().filter(|_| phase == 0);
+                    let mut progress = observer.take().filter(|_| first);
                     let mut keeper =
-                        if phase == 0 { incoming.as_ref().map(Incoming::keeper) } else { None };
+                        if first { incoming.as_ref().map(Incoming::keeper) } else { None };
                     let task = Receive::spawn(move |hashed, cancel| {
                         let mut tell = |p: Progress| {
                             if let Some(keeper) = keeper.as_mut() {
@@ -143,6 +150,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
                         task.stop().await;
                     }
                 }
+                RecvEffect::DropEarly => sockets = None,
                 RecvEffect::HashBlocks(which) => {
                     let files = files.clone();
                     job = Some(tokio::task::spawn_blocking(move || {
@@ -183,7 +191,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
                     let delivered = receiving.take().is_some_and(|(_, _, delivered)| delivered);
                     match done.and_then(|r| r.map_err(|e| data_error(e, wire.conn))) {
                         Ok(received) => {
-                            if phase == 0 {
+                            if phase == machine.first_phase() {
                                 first_report = Some(received.report);
                             }
                             if !delivered {
@@ -247,7 +255,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
         }
     };
     let lingering = match receiving.take() {
-        Some((0, task, _)) => Some(task),
+        Some((phase, task, _)) if phase == machine.first_phase() => Some(task),
         Some((_, mut task, _)) => {
             task.report().await;
             None
@@ -265,6 +273,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
         committed,
         report: first_report,
         lingering,
+        early: started_early && machine.first_phase() == 0,
     })
 }
 

@@ -1,11 +1,12 @@
 //! The sending role on a QUIC stream, UDP data channels and files.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sluice_session::messages::ReceiverMsg;
 use sluice_session::sending::SENDER_GRACE;
-use sluice_session::{SendEffect, Sending, Sent};
+use sluice_session::{SendEffect, Sending, Sent, Timeouts};
 use tokio::task::JoinHandle;
 
 use super::{
@@ -68,6 +69,8 @@ pub(crate) struct SentReport {
     pub(crate) report: Option<ChannelReport>,
     /// The last repair round's channel report.
     pub(crate) repair_report: Option<ChannelReport>,
+    /// The data started early and the receiver took it.
+    pub(crate) early: bool,
 }
 
 /// Writes the messages a sending machine opens with (its manifest), before anything comes
@@ -106,11 +109,19 @@ pub(crate) async fn run_sending<O: CopyObserver>(
     channels: &Channels<'_>,
     outgoing: &Outgoing,
     compress: Option<i32>,
-    mut observer: Option<O>,
+    observer: Option<O>,
 ) -> Result<SentReport, SessionError> {
     let mut files: Arc<FileSet> = Arc::new(FileSet::new(Vec::new(), false));
     let mut store: DataStore = files.clone();
     let mut wanted = Vec::new();
+    // The files were laid out for an early start ([`SendEffect::Early`]).
+    let mut early_laid_out = false;
+    // Shared with the data's thread, which tells it the progress only once the files are
+    // agreed (an early start's data runs before that).
+    let planned = Arc::new(AtomicBool::new(false));
+    let observer = Arc::new(Mutex::new(observer));
+    // Whether a first phase's data was given the observer (it tells the last progress).
+    let mut data_told = false;
     let mut choice = (0, 0, false);
     let mut sockets = None;
     let mut data: Option<(u32, DataTask<Result<ChannelReport, DataError>>)> = None;
@@ -120,6 +131,7 @@ pub(crate) async fn run_sending<O: CopyObserver>(
     let mut reports: (Option<ChannelReport>, Option<ChannelReport>) = (None, None);
     let mut local: Option<SessionError> = None;
     let hide = wire.hide;
+    let started_early = machine.is_unconfirmed();
     let outcome = loop {
         let mut ended = None;
         while let Some(effect) = machine.poll_effect() {
@@ -128,23 +140,49 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                 SendEffect::Send(msg) => write_msg(wire, &mut machine, &msg, &mut local).await,
                 SendEffect::Wanted { files: numbers, replaced, kept, dry_run } => {
                     choice = (replaced, kept, dry_run);
-                    match wanted_set(outgoing, &numbers) {
-                        Ok(set) => {
+                    // An early start taken keeps the files laid out for it: its data reads
+                    // from that store.
+                    let laid_out = std::mem::take(&mut early_laid_out) && numbers == wanted;
+                    let set = match laid_out {
+                        true => Ok(()),
+                        false => wanted_set(outgoing, &numbers).map(|set| {
                             files = Arc::new(set);
                             store = data_store(&files, channels.fault, true);
+                        }),
+                    };
+                    match set {
+                        Ok(()) => {
                             if !dry_run
                                 && !files.is_empty()
-                                && let Some(observer) = observer.as_mut()
+                                && let Some(observer) = lock(&observer).as_mut()
                             {
                                 let names = wanted_names(outgoing, &numbers);
                                 observer.planned(&planned_files(&names, &files));
                             }
+                            planned.store(true, Ordering::Release);
                         }
                         Err(err) => {
                             fail(&mut machine, &mut local, hide, err);
                         }
                     }
                     wanted = numbers;
+                }
+                SendEffect::Early { files: numbers } => match wanted_set(outgoing, &numbers) {
+                    Ok(set) => {
+                        files = Arc::new(set);
+                        store = data_store(&files, channels.fault, true);
+                        wanted = numbers;
+                        early_laid_out = true;
+                    }
+                    Err(err) => {
+                        fail(&mut machine, &mut local, hide, err);
+                    }
+                },
+                SendEffect::CancelData => {
+                    grace = None;
+                    if let Some((_, mut task)) = data.take() {
+                        task.stop().await;
+                    }
                 }
                 SendEffect::CheckResume(offers) => {
                     let files = files.clone();
@@ -165,15 +203,23 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                     if let Some((_, mut old)) = data.take() {
                         old.stop().await;
                     }
-                    match channels.params(phase, sockets.take(), &peer_ports) {
+                    // An early start's channels hear nothing back until the receiver has
+                    // planned: they wait as long as this end waits for its `Want`.
+                    let patient = machine.is_unconfirmed().then_some(Timeouts::default().reply);
+                    match channels.params(phase, sockets.take(), &peer_ports, patient) {
                         Ok(params) => {
                             let store = store.clone();
-                            let mut progress = observer.take().filter(|_| phase == 0);
+                            let first = phase == machine.first_phase();
+                            data_told |= first;
+                            let (observer, planned) = (observer.clone(), planned.clone());
                             data = Some((
                                 phase,
                                 DataTask::spawn(move |cancel| {
                                     let mut tell = |p: Progress| {
-                                        if let Some(o) = progress.as_mut() {
+                                        if first
+                                            && planned.load(Ordering::Acquire)
+                                            && let Some(o) = lock(&observer).as_mut()
+                                        {
                                             o.progress(p);
                                         }
                                     };
@@ -216,7 +262,7 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                 data = None;
                 grace = None;
                 match done.and_then(|r| r.map_err(|e| data_error(e, wire.conn))) {
-                    Ok(report) if phase == 0 => reports.0 = Some(report),
+                    Ok(report) if phase == machine.first_phase() => reports.0 = Some(report),
                     Ok(report) => reports.1 = Some(report),
                     Err(err) => {
                         fail(&mut machine, &mut local, hide, err);
@@ -262,7 +308,7 @@ pub(crate) async fn run_sending<O: CopyObserver>(
         task.stop().await;
     }
     let sent = outcome.map_err(|fault| wire.fault(fault, local, channels.peer()))?;
-    if let Some(mut observer) = observer.filter(|_| !sent.dry_run) {
+    if let Some(observer) = lock(&observer).as_mut().filter(|_| !sent.dry_run && !data_told) {
         // No byte moved (every byte was there already): the progress is told once anyway.
         observer.progress(Progress { bytes: 0, total: 0, prefix: 0 });
     }
@@ -275,7 +321,13 @@ pub(crate) async fn run_sending<O: CopyObserver>(
         size: files.total(),
         report: reports.0,
         repair_report: reports.1,
+        early: started_early && machine.first_phase() == 0,
     })
+}
+
+/// The observer, whoever held its lock when panicking.
+fn lock<T>(shared: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The end of the running data phase, with its number; without one, never.
