@@ -198,4 +198,65 @@ mod tests {
                 && text.contains("sluice_transfers_active 0\n")
         );
     }
+
+    /// Every series, with its HELP and TYPE lines, byte for byte as a scrape shows it after one
+    /// of each kind of update: what Prometheus and the dashboards built on it read.
+    #[test]
+    fn the_exposition_is_stable() {
+        let m = Metrics::default();
+        let _session = m.session();
+        m.refused();
+        m.refused();
+        let _get = m.transfer(true);
+        drop(m.transfer(false));
+        m.moved(true, 1000, 10, 2);
+        m.moved(false, 500, 5, 1);
+        m.repaired(3);
+        m.failed(ErrorCode::NotFound);
+        m.failed(ErrorCode::Busy);
+        m.failed(ErrorCode::Busy);
+        let text = m.render();
+        let expected = r#"# HELP sluice_sessions_total Sessions accepted.
+# TYPE sluice_sessions_total counter
+sluice_sessions_total 1
+# HELP sluice_sessions_active Sessions open now.
+# TYPE sluice_sessions_active gauge
+sluice_sessions_active 1
+# HELP sluice_sessions_refused_total Sessions refused (token, version, specification; too many sessions, or connections being set up).
+# TYPE sluice_sessions_refused_total counter
+sluice_sessions_refused_total 2
+# HELP sluice_transfers_total Transfers started, by direction (get: the server sends).
+# TYPE sluice_transfers_total counter
+sluice_transfers_total{direction="get"} 1
+sluice_transfers_total{direction="put"} 1
+# HELP sluice_transfers_active Transfers running now.
+# TYPE sluice_transfers_active gauge
+sluice_transfers_active 1
+# HELP sluice_file_bytes_total File bytes moved by finished transfers, by direction.
+# TYPE sluice_file_bytes_total counter
+sluice_file_bytes_total{direction="sent"} 1000
+sluice_file_bytes_total{direction="received"} 500
+# HELP sluice_data_packets_total Data packets sent for the first time (sending) or accepted (receiving).
+# TYPE sluice_data_packets_total counter
+sluice_data_packets_total 15
+# HELP sluice_retransmitted_packets_total Data packets sent again after a loss.
+# TYPE sluice_retransmitted_packets_total counter
+sluice_retransmitted_packets_total 3
+# HELP sluice_blocks_repaired_total 4 MiB blocks that did not hash to the sender's and moved again.
+# TYPE sluice_blocks_repaired_total counter
+sluice_blocks_repaired_total 3
+# HELP sluice_request_errors_total Requests that failed, by class.
+# TYPE sluice_request_errors_total counter
+sluice_request_errors_total{class="auth"} 0
+sluice_request_errors_total{class="not_found"} 1
+sluice_request_errors_total{class="refused"} 0
+sluice_request_errors_total{class="io"} 0
+sluice_request_errors_total{class="integrity"} 0
+sluice_request_errors_total{class="partial"} 0
+sluice_request_errors_total{class="busy"} 2
+sluice_request_errors_total{class="network"} 0
+sluice_request_errors_total{class="protocol"} 0
+"#;
+        assert_eq!(text, expected);
+    }
 }
