@@ -9,12 +9,12 @@ mod connect;
 mod cp;
 mod demo;
 mod exit;
-mod metrics_http;
 mod remote;
 mod serve;
 mod show;
 mod ssh;
 mod sweep;
+mod web;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

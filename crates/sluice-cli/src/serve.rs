@@ -9,7 +9,7 @@ use clap::Args;
 use sluice::session::{Credentials, Server, ServerConfig};
 use sluice::settings::ServerFile;
 
-use crate::exit;
+use crate::{exit, web};
 
 /// Arguments of `sluice serve`. Each flag may come from its environment variable, else from
 /// the server's config file (`--config`, keys named like the flags: `root`, `listen`,
@@ -105,8 +105,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let metrics_addr = args.metrics.or(file.metrics);
     let server = Server::bind(config).context("cannot start the server")?;
-    let metrics = match metrics_addr {
-        Some(addr) => Some(crate::metrics_http::bind(addr, server.metrics()).await?),
+    let web = match metrics_addr {
+        Some(addr) => Some(web::Listener::bind(addr, "metrics", web::Limits::METRICS).await?),
         None => None,
     };
     #[allow(clippy::print_stdout)]
@@ -116,17 +116,27 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             server.local_addr(),
             server.fingerprint()
         );
-        if let Some((addr, _)) = &metrics {
-            println!("sluice: metrics on http://{addr}/metrics");
+        if let Some(web) = &web {
+            println!("sluice: metrics on http://{}/metrics", web.local_addr());
         }
     }
+    let state = web::WebState { metrics: server.metrics() };
     let serving = server.run(shutdown_signal());
-    match metrics {
-        Some((_, exporter)) => {
-            tokio::select! {
-                result = serving => result?,
-                () = exporter => {}
-            }
+    match web {
+        Some(web) => {
+            // The HTTP side stops when the server has: its last counters stay readable until
+            // then.
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let serving = async move {
+                let result = serving.await;
+                drop(stop);
+                result
+            };
+            let web = web.serve(web::router(state), async move {
+                let _ = stopped.await;
+            });
+            let (result, ()) = tokio::join!(serving, web);
+            result?;
         }
         None => serving.await?,
     }

@@ -1306,15 +1306,13 @@ fn http_get(addr: &str, path: &str) -> (String, String) {
     (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
 }
 
-#[test]
-fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
-    let dir = tempfile::tempdir().unwrap();
+/// Starts `sluice serve --metrics 127.0.0.1:0` on `dir`'s `root` (made if missing) with
+/// `extra` arguments; returns the server and the metrics address (`127.0.0.1:PORT`).
+fn start_with_metrics(dir: tempfile::TempDir, extra: &[&std::ffi::OsStr]) -> (ServerProc, String) {
     let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
     let tokens = dir.path().join("tokens");
     write_tokens(&tokens);
-    random_file(&root.join("m.bin"), 1_000_003, 91);
-    let event_log = dir.path().join("events.jsonl");
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--root"])
         .arg(&root)
@@ -1322,8 +1320,7 @@ fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
         .arg(dir.path().join("state"))
         .arg("--tokens")
         .arg(&tokens)
-        .arg("--event-log")
-        .arg(&event_log)
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1340,13 +1337,18 @@ fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
         .strip_suffix("/metrics")
         .unwrap()
         .to_owned();
-    let server = ServerProc {
-        child,
-        port,
-        fingerprint: first.split_whitespace().last().unwrap().to_owned(),
-        root: root.clone(),
-        _dir: dir,
-    };
+    let fingerprint = first.split_whitespace().last().unwrap().to_owned();
+    (ServerProc { child, port, fingerprint, root, _dir: dir }, metrics)
+}
+
+#[test]
+fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    random_file(&root.join("m.bin"), 1_000_003, 91);
+    let event_log = dir.path().join("events.jsonl");
+    let (server, metrics) = start_with_metrics(dir, &["--event-log".as_ref(), event_log.as_ref()]);
     let client = ClientEnv::new();
     let dst = client.dir.path().join("m.bin");
     let o = client.cp(
@@ -1404,6 +1406,103 @@ fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
         assert!(f["channel"].is_u64() && f["rate_mbit"].is_u64() && f["sent"].is_u64(), "{v}");
         let spans = v["spans"].as_array().unwrap();
         assert!(spans.iter().any(|s| s["name"] == "request"), "{v}");
+    }
+}
+
+/// Sends `request` as it is on a new connection and returns all the reply, head and body.
+fn http_raw(addr: &str, request: &[u8]) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request).unwrap();
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    String::from_utf8(reply).unwrap()
+}
+
+#[test]
+fn the_metrics_endpoint_is_http_with_every_series_counted_and_survives_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    random_file(&root.join("down.bin"), 300_007, 5);
+    let (server, metrics) = start_with_metrics(dir, &[]);
+    let client = ClientEnv::new();
+    let (down, up) = (client.dir.path().join("down.bin"), client.dir.path().join("up.bin"));
+    random_file(&up, 200_003, 6);
+    let cp = |token, extra: &[&str], src: &str, dst: &str| {
+        let o = client.cp(&server, Some(token), extra, src, dst);
+        code(&o)
+    };
+    assert_eq!(
+        cp(TOKEN, &["--accept-new-host", "-q"], "127.0.0.1:down.bin", down.to_str().unwrap()),
+        0
+    );
+    assert_eq!(cp(TOKEN, &["-q"], up.to_str().unwrap(), "127.0.0.1:up.bin"), 0);
+    assert_eq!(cp(TOKEN, &["-q"], "127.0.0.1:missing.bin", "/tmp/never.bin"), 4);
+    assert_eq!(cp("not-the-token", &["-q"], "127.0.0.1:down.bin", "/tmp/never.bin"), 3);
+
+    // Garbage, a request cut short and a head too large first: the endpoint answers after them.
+    let bad = http_raw(&metrics, b"NONSENSE\r\n\r\n");
+    assert!(bad.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{bad}");
+    assert_eq!(http_raw(&metrics, b"GET /metr"), "");
+    let big = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
+    let big = http_raw(&metrics, big.as_bytes());
+    assert!(big.starts_with("HTTP/1.1 431 "), "{big}");
+
+    // A session counts as open until the server has seen its client go: scrape until it has.
+    let scrape =
+        || http_raw(&metrics, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut reply = scrape();
+    for _ in 0..100 {
+        if reply.contains("\nsluice_sessions_active 0\n") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        reply = scrape();
+    }
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.lines()
+            .any(|l| l
+                .eq_ignore_ascii_case("content-type: text/plain; version=0.0.4; charset=utf-8")),
+        "{head}"
+    );
+    let value = |series: &str| -> u64 {
+        let line = body.lines().find(|l| l.rsplit_once(' ').is_some_and(|(s, _)| s == series));
+        let line = line.unwrap_or_else(|| panic!("no {series} in\n{body}"));
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    for (series, expected) in [
+        ("sluice_sessions_total", 3),
+        ("sluice_sessions_active", 0),
+        ("sluice_sessions_refused_total", 1),
+        ("sluice_transfers_total{direction=\"get\"}", 1),
+        ("sluice_transfers_total{direction=\"put\"}", 1),
+        ("sluice_transfers_active", 0),
+        ("sluice_file_bytes_total{direction=\"sent\"}", 300_007),
+        ("sluice_file_bytes_total{direction=\"received\"}", 200_003),
+        ("sluice_blocks_repaired_total", 0),
+        ("sluice_request_errors_total{class=\"not_found\"}", 1),
+        ("sluice_request_errors_total{class=\"auth\"}", 0),
+        ("sluice_request_errors_total{class=\"busy\"}", 0),
+    ] {
+        assert_eq!(value(series), expected, "{series} in\n{body}");
+    }
+    assert!(value("sluice_data_packets_total") > 0, "{body}");
+    // Loss on loopback is rare but not impossible: present, whatever its value.
+    let _ = value("sluice_retransmitted_packets_total");
+    // Ten families, each with its HELP and TYPE lines.
+    assert_eq!(body.lines().filter(|l| l.starts_with("# TYPE sluice_")).count(), 10, "{body}");
+    assert_eq!(body.lines().filter(|l| l.starts_with("# HELP sluice_")).count(), 10, "{body}");
+
+    for path in ["/", "/elsewhere"] {
+        let reply = http_raw(
+            &metrics,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert!(reply.starts_with("HTTP/1.1 404 Not Found\r\n"), "{path}: {reply}");
     }
 }
 
