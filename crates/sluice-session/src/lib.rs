@@ -14,6 +14,9 @@
 //!
 //! Modules:
 //! - [`messages`]: the role-typed messages and their framing;
+//! - [`handshake`] and [`negotiate`]: the session's handshake by end (the server's
+//!   [`handshake::ServerHandshake`] of a `Hello`, the client's reading of the `Offer` and `Welcome`)
+//!   and the data channels' specification;
 //! - [`manifest`]: what a transfer moves, and the checks on a peer's manifest;
 //! - [`options`]: the request options that travel on the wire;
 //! - [`chunks`]: the chunk plan the data channels of a transfer share (first come, first
@@ -24,9 +27,11 @@
 //! - [`sending`] and [`receiving`]: the two machines.
 
 pub mod chunks;
+pub mod handshake;
 pub mod layout;
 pub mod manifest;
 pub mod messages;
+pub mod negotiate;
 pub mod options;
 pub mod receiving;
 pub mod sending;

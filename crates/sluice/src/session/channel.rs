@@ -6,14 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sluice_proto::cc::CcKind;
 use sluice_proto::config::ChannelConfig;
-use sluice_proto::crypto::Algorithm;
+pub(crate) use sluice_session::negotiate::Negotiated;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
-use super::messages::{FrameError, Spec, cipher_from_name, cipher_name};
+use super::messages::{FrameError, Spec};
 use super::{DATA_IDLE_TIMEOUT, MAX_CHANNELS, SessionError, connection_error};
 use crate::datapath::{ChannelParams, ChannelReport, DataError, ReceivedExtents};
 
@@ -37,95 +36,6 @@ pub(crate) fn control_transport() -> quinn::TransportConfig {
 pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Deadline for the handshake's messages.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The specification both ends use for the data channels of a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Negotiated {
-    pub(crate) channels: u32,
-    pub(crate) packet_size: usize,
-    pub(crate) cc: CcKind,
-    pub(crate) aead: Algorithm,
-    pub(crate) rate_bps: u64,
-    pub(crate) min_rate_bps: u64,
-}
-
-impl Negotiated {
-    /// The client's proposal from its channel settings and the channel count it offers.
-    pub(crate) fn proposal(config: &ChannelConfig, channels: u32) -> Spec {
-        Spec {
-            max_channels: channels.clamp(1, MAX_CHANNELS),
-            packet_size: u32::try_from(config.packet_size).unwrap_or(u32::MAX),
-            cc: config.cc.name().to_owned(),
-            cipher: cipher_name(config.aead).to_owned(),
-            rate_bps: config.rate_bps,
-            min_rate_bps: config.min_rate_bps,
-        }
-    }
-
-    /// Reads a spec from the wire, checking every field; the error is for the peer.
-    pub(crate) fn from_spec(spec: &Spec) -> Result<Negotiated, String> {
-        let cc = CcKind::from_name(&spec.cc)
-            .ok_or_else(|| format!("unknown congestion controller {:?}", spec.cc))?;
-        let aead = cipher_from_name(&spec.cipher)
-            .ok_or_else(|| format!("unknown cipher {:?}", spec.cipher))?;
-        if !(1..=MAX_CHANNELS).contains(&spec.max_channels) {
-            return Err(format!("max_channels must be between 1 and {MAX_CHANNELS}"));
-        }
-        let negotiated = Negotiated {
-            channels: spec.max_channels,
-            packet_size: spec.packet_size as usize,
-            cc,
-            aead,
-            rate_bps: spec.rate_bps,
-            min_rate_bps: spec.min_rate_bps,
-        };
-        negotiated.apply(&ChannelConfig::default()).validate().map_err(|e| e.to_string())?;
-        Ok(negotiated)
-    }
-
-    /// The server's choice: the smaller channel count, the client's rate under the token's
-    /// `rate_cap` (a floor above the cap comes down to it), the client's other settings.
-    pub(crate) fn choose(self, server_max_channels: u32, rate_cap: Option<u64>) -> Negotiated {
-        let rate_bps = match (self.rate_bps, rate_cap) {
-            (0, Some(cap)) => cap,
-            (rate, Some(cap)) => rate.min(cap),
-            (rate, None) => rate,
-        };
-        Negotiated {
-            channels: self.channels.min(server_max_channels.max(1)),
-            rate_bps,
-            min_rate_bps: if rate_bps == 0 {
-                self.min_rate_bps
-            } else {
-                self.min_rate_bps.min(rate_bps)
-            },
-            ..self
-        }
-    }
-
-    pub(crate) fn to_spec(self) -> Spec {
-        Spec {
-            max_channels: self.channels,
-            packet_size: u32::try_from(self.packet_size).unwrap_or(u32::MAX),
-            cc: self.cc.name().to_owned(),
-            cipher: cipher_name(self.aead).to_owned(),
-            rate_bps: self.rate_bps,
-            min_rate_bps: self.min_rate_bps,
-        }
-    }
-
-    /// `base` with the negotiated fields.
-    fn apply(&self, base: &ChannelConfig) -> ChannelConfig {
-        ChannelConfig {
-            packet_size: self.packet_size,
-            cc: self.cc,
-            rate_bps: self.rate_bps,
-            min_rate_bps: self.min_rate_bps,
-            aead: self.aead,
-            ..base.clone()
-        }
-    }
-}
-
 /// For fuzzing: a client's proposal is refused, or every choice the server can make from it
 /// stays within bounds and is a proposal the client accepts in `Welcome`.
 pub(crate) fn check_spec(spec: &Spec) {

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::datapath::{ChannelReport, Fault, Progress};
 use crate::tree::{Entry, Overwrite, ReceiveOptions, WalkOptions, walk};
-use sluice_session::{Receiving, Sending, Timeouts};
+use sluice_session::{Receiving, Sending, Timeouts, handshake};
 
 /// QUIC idle timeout of the client's connection (the server's is longer, and the shorter
 /// applies). The timeout restarts at each packet received and at the first packet sent after
@@ -228,8 +228,7 @@ impl Client {
             conn.close(close_code::DONE.into(), b"handshake failed");
         })?;
         let (answer, welcome) = watch::channel(None);
-        let offered = proposal.max_channels;
-        tokio::spawn(read_welcome(conn.clone(), recv, offered, host, answer));
+        tokio::spawn(read_welcome(conn.clone(), recv, proposal.clone(), host, answer));
         Ok(Client {
             _endpoint: endpoint,
             conn,
@@ -609,19 +608,15 @@ impl Client {
             Ok(Ok(offer)) => offer.clone().flatten(),
             _ => None,
         };
-        let Some(offer) = offer.filter(|o| !o.udp_ports.is_empty()) else { return Ok(None) };
-        let bad = |why: String| SessionError::Protocol(format!("the server's offer: {why}"));
-        let session_id = SessionId::from_hex(&offer.session_id)
-            .ok_or_else(|| bad(format!("bad session id {:?}", offer.session_id)))?;
-        // What the server's Welcome will choose: the smaller channel count, the rest as
-        // proposed (a server offers no sockets when a token caps its rate).
-        let negotiated =
-            Negotiated::from_spec(&self.proposal).map_err(bad)?.choose(offer.max_channels, None);
-        let n = negotiated.channels as usize;
-        if offer.udp_ports.len() < n {
-            return Err(bad(format!("{} ports for {n} channels", offer.udp_ports.len())));
-        }
-        Ok(Some((Welcomed { session_id, negotiated }, offer.udp_ports[..n].to_vec())))
+        let Some(offer) = offer else { return Ok(None) };
+        let Some((id, negotiated, ports)) =
+            handshake::early_start(&offer, &self.proposal).map_err(handshake_error)?
+        else {
+            return Ok(None);
+        };
+        let session_id = SessionId::from_hex(&id)
+            .ok_or_else(|| SessionError::Protocol(format!("bad session id {id:?} in the offer")))?;
+        Ok(Some((Welcomed { session_id, negotiated }, ports)))
     }
 
     /// `count` data sockets on this end of the connection, with their ports.
@@ -744,32 +739,19 @@ async fn send_hello(
 async fn read_welcome(
     conn: quinn::Connection,
     mut recv: quinn::RecvStream,
-    offered: u32,
+    proposal: Spec,
     host: String,
     answer: watch::Sender<Option<Result<Welcomed, (ErrorCode, String)>>>,
 ) {
     let welcomed = async {
-        match read_message(&mut recv, HANDSHAKE_TIMEOUT).await.map_err(|e| frame_error(e, &conn))? {
-            Answer::Welcome { session_id, spec } => {
-                let id = SessionId::from_hex(&session_id).ok_or_else(|| {
-                    SessionError::Protocol(format!("bad session id {session_id:?} in Welcome"))
-                })?;
-                let negotiated = Negotiated::from_spec(&spec).map_err(|e| {
-                    SessionError::Protocol(format!("the server chose {spec:?}: {e}"))
-                })?;
-                if negotiated.channels > offered {
-                    return Err(SessionError::Protocol(format!(
-                        "the server chose {} channels, more than the {offered} offered",
-                        negotiated.channels
-                    )));
-                }
-                Ok(Welcomed { session_id: id, negotiated })
-            }
-            Answer::Refused { code, message } | Answer::Failed { code, message } => {
-                Err(SessionError::from_server(code, message))
-            }
-            other => Err(unexpected(other)),
-        }
+        let answer =
+            read_message(&mut recv, HANDSHAKE_TIMEOUT).await.map_err(|e| frame_error(e, &conn))?;
+        let (session_id, negotiated) =
+            handshake::welcome(answer, &proposal).map_err(handshake_error)?;
+        let id = SessionId::from_hex(&session_id).ok_or_else(|| {
+            SessionError::Protocol(format!("bad session id {session_id:?} in Welcome"))
+        })?;
+        Ok::<_, SessionError>(Welcomed { session_id: id, negotiated })
     }
     .await;
     match &welcomed {
@@ -824,6 +806,15 @@ impl OpenRequest<'_> {
 
 /// How long a client waits for the server to end a request it has answered.
 const SERVER_DONE_WAIT: Duration = Duration::from_secs(2);
+
+/// What a fault of the handshake means to the user: the server's words, or a protocol error.
+fn handshake_error(fault: sluice_session::Fault) -> SessionError {
+    match fault {
+        sluice_session::Fault::Peer { code, message } => SessionError::from_server(code, message),
+        sluice_session::Fault::Protocol(message) => SessionError::Protocol(message),
+        other => SessionError::Protocol(format!("{other:?}")),
+    }
+}
 
 /// Whether a download of `remote_paths` to `dest` finds nothing there to resume or compare:
 /// `dest` does not exist, or is a directory without an entry of any source's name. (A file

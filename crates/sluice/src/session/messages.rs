@@ -10,25 +10,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use sluice_proto::crypto::Algorithm;
 pub use sluice_session::messages::*;
-
-/// Names of the AEADs in the handshake.
-pub fn cipher_name(alg: Algorithm) -> &'static str {
-    match alg {
-        Algorithm::Aes256Gcm => "aes-256-gcm",
-        Algorithm::ChaCha20Poly1305 => "chacha20-poly1305",
-    }
-}
-
-/// Parses a name given by [`cipher_name`].
-pub fn cipher_from_name(name: &str) -> Option<Algorithm> {
-    match name {
-        "aes-256-gcm" => Some(Algorithm::Aes256Gcm),
-        "chacha20-poly1305" => Some(Algorithm::ChaCha20Poly1305),
-        _ => None,
-    }
-}
+pub use sluice_session::negotiate::{cipher_from_name, cipher_name};
 
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]

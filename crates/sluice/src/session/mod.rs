@@ -29,6 +29,8 @@
 //! ```text
 //!  client                                              server
 //!    |==== QUIC + TLS 1.3 handshake (ALPN sluice/1) ====>|  client checks the fingerprint
+//!    |  <--------  uni stream: Offer {session_id, max_channels, udp_ports}  (0.5-RTT, with
+//!    |             the server's first flight: sockets for an early first upload; early.rs)
 //!    |                                                   |
 //!    | stream 0: Hello {version, token, spec}  -------->  |  token checked in constant time
 //!    |  <--------  Welcome {session_id, spec}             |  channels = min of both offers
@@ -37,9 +39,11 @@
 //!    | stream n: Stat {path} | List {path}  ----------->  |
 //!    |  <--------  StatInfo {size, mtime, kind} | Manifest ... | Failed {code, message}
 //!    |                                                   |
-//!    | stream n: Get {paths, recursive, links, checksum, compress}: the server sends
-//!    | stream n: Put {dest, overwrite, checksum, preserve, dry_run}, Manifest ...: the
-//!    |           client sends; then, whoever sends, the same transfer:
+//!    | stream n: Get {paths, recursive, links, checksum, compress, udp_ports?}: the server
+//!    |           sends (at once, behind its manifest, to `udp_ports` when the client gave them)
+//!    | stream n: Put {dest, overwrite, checksum, preserve, dry_run, early?}, Manifest ...: the
+//!    |           client sends (the first request: at once, to the offered ports, when
+//!    |           `early`); then, whoever sends, the same transfer:
 //!
 //!  sending end                                          receiving end
 //!    Manifest {entries, last} ... ------------------->  plans where each entry goes
@@ -52,6 +56,13 @@
 //!    <------------------  Repair {files}, Ready {udp_ports}  (a block did not match; round r)
 //!    Repairing {blocks}, Ready {udp_ports}, blocks ==>  (at most two rounds)
 //! ```
+//!
+//! An early start (`early`: a session's first upload, or a download to where nothing is) saves
+//! the round trip of `Want`: the receiving end's sockets were bound before the transfer began,
+//! so the data goes right behind the manifest, and the receiver's `Want` takes it (`early`) or
+//! declines it, and then the transfer goes on as drawn, on phase keys of its own. An upload's
+//! first data packet so leaves with the client's `Hello`, one round trip after its first packet;
+//! a download's as soon as the server has the request.
 //!
 //! The transfer is `sluice_session`'s two machines ([`sluice_session::Sending`],
 //! [`sluice_session::Receiving`]), which both ends run through one driver (`drive.rs`): the
@@ -142,10 +153,10 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// data channels probe the path MTU with probe and probe-ack packets, `sluice_proto::pmtu`; 8:
 /// messages typed by role (`sluice_session`): a transfer's sender and receiver say the same
 /// things in an upload and a download, the receiver's `Ready` always comes right behind `Want`
-/// and `Repair`, a dry run is a flag of `Want`, and every failure is `Failed`).
+/// and `Repair`, a dry run is a flag of `Want`, and every failure is `Failed`; 9: the early
+/// start: the server's `Offer` before `Hello`, `Put.early`, `Get.udp_ports`, `Want.early`).
 pub const PROTOCOL_VERSION: u32 = 9;
-/// The most data channels one transfer may use, whatever both ends offer.
-pub const MAX_CHANNELS: u32 = 64;
+pub use sluice_session::negotiate::MAX_CHANNELS;
 /// The most channels chosen automatically (one per core, up to this).
 pub const AUTO_CHANNELS_CAP: u32 = 8;
 

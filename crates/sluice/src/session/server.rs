@@ -52,6 +52,7 @@ use super::{add_checksums, walk_error};
 use crate::datapath::{ChannelReport, Fault};
 use crate::files::{self, Confined, PathError};
 use crate::tree::{ReceiveOptions, WalkError, WalkOptions, walk};
+use sluice_session::handshake::{HandshakeEffect, ServerHandshake, TokenVerdict};
 use sluice_session::{Receiving, Sending, Timeouts};
 
 /// Sessions served at once; further connection attempts are refused.
@@ -665,69 +666,67 @@ async fn handshake(
     id: SessionId,
     early: Option<EarlySockets>,
 ) -> Option<Session> {
-    let (mut send, mut recv) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.accept_bi()).await
-    {
-        Ok(Ok(streams)) => streams,
+    let mut admission = ServerHandshake::new(
+        Instant::now(),
+        PROTOCOL_VERSION,
+        id.to_string(),
+        shared.max_channels,
+        HANDSHAKE_TIMEOUT,
+    );
+    let mut send = None;
+    // The handshake stream and its first message, within the machine's deadline.
+    let deadline = admission.poll_timeout().unwrap_or_else(Instant::now);
+    match tokio::time::timeout_at(deadline.into(), conn.accept_bi()).await {
+        Ok(Ok((stream, mut recv))) => {
+            send = Some(stream);
+            let left = deadline.saturating_duration_since(Instant::now());
+            match read_message::<_, Request>(&mut recv, left).await {
+                Ok(msg) => admission.handle_message(Instant::now(), msg),
+                Err(e) => admission.handle_bad_message(frame_error(e, conn).to_string()),
+            }
+        }
         Ok(Err(e)) => {
             debug!(error = %e, "closed before the handshake");
             return None;
         }
-        Err(_) => {
-            refuse_connection(shared, conn, None, ErrorCode::Auth, "no Hello within the deadline")
-                .await;
-            return None;
+        Err(_) => admission.handle_timeout(deadline),
+    }
+    let mut access = None;
+    let negotiated = loop {
+        match admission.poll_effect() {
+            Some(HandshakeEffect::CheckToken(token)) => {
+                access = shared.tokens.verify(&token).and_then(|i| shared.access.get(i).cloned());
+                let verdict = match &access {
+                    Some(access) => TokenVerdict::Accepted { rate_cap: access.rate_bps },
+                    None => TokenVerdict::Refused("the token was not accepted".into()),
+                };
+                admission.handle_token(verdict);
+            }
+            Some(HandshakeEffect::Refuse { code, message }) => {
+                refuse_connection(shared, conn, send.as_mut(), code, &message).await;
+                return None;
+            }
+            Some(HandshakeEffect::Open { welcome, negotiated }) => {
+                let mut stream = send?;
+                if shared.one_session.is_some()
+                    && shared.claimed.swap(true, std::sync::atomic::Ordering::AcqRel)
+                {
+                    let message = "this one-shot server already serves its session";
+                    refuse_connection(shared, conn, Some(&mut stream), ErrorCode::Auth, message)
+                        .await;
+                    return None;
+                }
+                if let Err(e) = write_message(&mut stream, &welcome).await {
+                    debug!(error = %frame_error(e, conn), "could not answer the handshake");
+                    return None;
+                }
+                let _ = stream.finish();
+                break negotiated;
+            }
+            None => return None,
         }
     };
-    let hello = match read_message::<_, Request>(&mut recv, HANDSHAKE_TIMEOUT).await {
-        Ok(msg) => msg,
-        Err(e) => {
-            let message = format!("bad handshake: {}", frame_error(e, conn));
-            refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
-            return None;
-        }
-    };
-    let Request::Hello { version, token, spec } = hello else {
-        let message = "the first message must be Hello with a token";
-        refuse_connection(shared, conn, Some(&mut send), ErrorCode::Auth, message).await;
-        return None;
-    };
-    let Some(access) = shared.tokens.verify(&token).and_then(|i| shared.access.get(i).cloned())
-    else {
-        refuse_connection(
-            shared,
-            conn,
-            Some(&mut send),
-            ErrorCode::Auth,
-            "the token was not accepted",
-        )
-        .await;
-        return None;
-    };
-    if version != PROTOCOL_VERSION {
-        let message = format!("protocol version {version} is not spoken here ({PROTOCOL_VERSION})");
-        refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
-        return None;
-    }
-    let negotiated = match Negotiated::from_spec(&spec) {
-        Ok(n) => n.choose(shared.max_channels, access.rate_bps),
-        Err(message) => {
-            refuse_connection(shared, conn, Some(&mut send), ErrorCode::Protocol, &message).await;
-            return None;
-        }
-    };
-    if shared.one_session.is_some()
-        && shared.claimed.swap(true, std::sync::atomic::Ordering::AcqRel)
-    {
-        let message = "this one-shot server already serves its session";
-        refuse_connection(shared, conn, Some(&mut send), ErrorCode::Auth, message).await;
-        return None;
-    }
-    let welcome = Answer::Welcome { session_id: id.to_string(), spec: negotiated.to_spec() };
-    if let Err(e) = write_message(&mut send, &welcome).await {
-        debug!(error = %frame_error(e, conn), "could not answer the handshake");
-        return None;
-    }
-    let _ = send.finish();
+    let access = access?;
     let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS_PER_SESSION));
     let early = std::sync::Mutex::new(early);
     Some(Session { id, negotiated, access, transfers, early })

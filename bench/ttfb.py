@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Time to the first data byte, and whole-command time, of `sluice cp` uploads and downloads over
+the WAN path (linkem, 1000 Mbit/s, no loss) at several round-trip times: issue 26's measure of the
+session's handshake.
+
+The time is counted from the client's first packet (quinn's trace of its first datagram sent,
+the QUIC Initial) to the arrival of the first data packet at the receiving host (the receiver's
+`first data` event: the kernel's receive time of that datagram, even when it waited in the
+socket buffer for the receiver to start). Both processes run on this host, so their wall clocks
+are one clock. The client's time from its `connecting` event (just before quinn builds the
+Initial) to that first packet is reported too: it is local CPU, mostly AWS-LC seeding its random
+generator on first use. Several binaries may be compared in one run (`--bin
+NAME=PATH`), taking turns run by run.
+
+    python3 bench/ttfb.py --rtts 100,300 --sizes 1MiB,128MiB --runs 3 \
+        --bin before=/path/to/old/sluice --bin after=target/release/sluice
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from netns import B_ADDR, WanPath  # noqa: E402
+from proc import Proc  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINKEM = os.path.join(REPO, "target", "release", "linkem")
+TOKEN = "ttfb-token-0123456789abcdef0123"
+PORT = 4433
+CONNECTING = re.compile(r"connecting.*unix_us=(\d+)")
+# quinn_proto's trace of a datagram sent; its time is the line's RFC 3339 stamp.
+SENT = re.compile(r"^(\S+)Z .*quinn_proto::connection: sending \d+ bytes in \d+ datagrams")
+FIRST_DATA = re.compile(r"first data.*arrived_unix_us=(\d+)")
+
+
+def size_arg(text):
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for unit, mult in units.items():
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * mult)
+    return int(text)
+
+
+def stamps(path, pattern):
+    with open(path, errors="replace") as f:
+        return [int(m.group(1)) for line in f if (m := pattern.search(line))]
+
+
+def sent_stamps(path):
+    """Microseconds since the epoch of each datagram quinn traced as sent."""
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            if m := SENT.search(line):
+                when = datetime.datetime.fromisoformat(m.group(1)).replace(tzinfo=datetime.timezone.utc)
+                out.append(int(when.timestamp() * 1_000_000))
+    return out
+
+
+def run_once(path, binary, direction, size, scratch, run_no, port):
+    """One server on `port` and one `cp` of `size` bytes; returns the measures. (A port of its
+    own each run: a stopped server may still be winding down its sessions.)"""
+    work = os.path.join(scratch, f"{direction}-{run_no}")
+    served, local = os.path.join(work, "served"), os.path.join(work, "local")
+    os.makedirs(served)
+    os.makedirs(local)
+    tokens = os.path.join(work, "tokens")
+    fd = os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(TOKEN + "\n")
+    name = "payload.bin"
+    data_at = os.path.join(local if direction == "upload" else served, name)
+    with open(data_at, "wb") as f:
+        f.write(os.urandom(size))
+    env = dict(os.environ, RUST_LOG="sluice=debug")
+    client_env = dict(os.environ, RUST_LOG="sluice=debug,quinn_proto::connection=trace")
+    server = Proc(path.ns_b, [binary, "serve", "--root", served, "--listen", f"{B_ADDR}:{port}",
+                              "--state-dir", os.path.join(work, "state"), "--tokens", tokens],
+                  os.path.join(work, "server.log"), env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(server.log_path, errors="replace") as f:
+                if "serving" in f.read():
+                    break
+            if server.poll():
+                with open(server.log_path, errors="replace") as f:
+                    raise RuntimeError("the server ended: " + f.read()[-2000:])
+            time.sleep(0.05)
+        common = [binary, "cp", "-q", "-P", str(port), "--token-file", tokens, "--known-hosts",
+                  os.path.join(work, "known_hosts"), "--accept-new-host"]
+        if direction == "upload":
+            argv = common + [data_at, f"{B_ADDR}:"]
+        else:
+            argv = common + [f"{B_ADDR}:{name}", local + "/"]
+        t0 = time.monotonic()
+        client = Proc(path.ns_a, argv, os.path.join(work, "client.log"), env=client_env)
+        if not client.wait(600):
+            raise RuntimeError("the client did not end in 600 s")
+        wall = time.monotonic() - t0
+        if client.p.returncode != 0:
+            raise RuntimeError(f"cp failed ({client.p.returncode}): see {client.log_path}")
+    finally:
+        # The server runs under GNU time in a session of its own: stop the whole group.
+        try:
+            os.killpg(server.pid, 15)
+        except ProcessLookupError:
+            pass
+        if not server.wait(10):
+            os.killpg(server.pid, 9)
+            server.wait(10)
+    connecting = stamps(client.log_path, CONNECTING)
+    start = [t for t in sent_stamps(client.log_path) if connecting and t >= connecting[0]]
+    receiver_log = server.log_path if direction == "upload" else client.log_path
+    first = [t for t in stamps(receiver_log, FIRST_DATA) if start and t >= start[0]]
+    if not start or not first:
+        raise RuntimeError(f"no connecting / sent / first data events in {work}")
+    return {"ttfb_ms": (min(first) - start[0]) / 1000, "wall_s": wall,
+            "before_first_packet_ms": (start[0] - connecting[0]) / 1000}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rtts", default="100,300", help="round-trip times in ms")
+    ap.add_argument("--sizes", default="1MiB,128MiB")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bin", action="append", required=True, help="NAME=PATH of a sluice binary")
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--directions", default="upload,download")
+    ap.add_argument("--keep", action="store_true", help="keep the logs (the scratch directory)")
+    args = ap.parse_args()
+    bins = [b.split("=", 1) for b in args.bin]
+    rtts = [int(r) for r in args.rtts.split(",")]
+    sizes = [size_arg(s) for s in args.sizes.split(",")]
+    scratch = tempfile.mkdtemp(prefix="sluice-ttfb-", dir="/dev/shm")
+    results = []
+    try:
+        for rtt in rtts:
+            path = WanPath(f"ttfb{os.getpid()}", LINKEM, 1000, rtt, 0, log_dir=scratch).up()
+            try:
+                for size in sizes:
+                    for direction in args.directions.split(","):
+                        for run_no in range(args.runs):
+                            for name, binary in bins:
+                                path.begin_run(seed=run_no + 1)
+                                try:
+                                    port = PORT + len(results)
+                                    m = run_once(path, binary, direction, size, scratch,
+                                                 f"{name}-{rtt}-{size}-{run_no}", port)
+                                finally:
+                                    path.end_run()
+                                row = {"bin": name, "rtt_ms": rtt, "size": size,
+                                       "direction": direction, "run": run_no, **m}
+                                print(json.dumps(row), flush=True)
+                                results.append(row)
+            finally:
+                path.down()
+    finally:
+        if args.keep:
+            print(f"logs kept in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print(f"\n{'rtt':>4} {'size':>9} {'direction':>9} {'bin':>8} {'ttfb ms':>9} "
+          f"{'ttfb/rtt':>8} {'wall s':>7} {'pre ms':>7}  (medians of {args.runs}; pre: the "
+          "client's CPU from `connecting` to its first packet, not in ttfb)")
+    for rtt in rtts:
+        for size in sizes:
+            for direction in args.directions.split(","):
+                for name, _ in bins:
+                    rows = [r for r in results if (r["bin"], r["rtt_ms"], r["size"],
+                                                   r["direction"]) == (name, rtt, size, direction)]
+                    ttfb = statistics.median(r["ttfb_ms"] for r in rows)
+                    wall = statistics.median(r["wall_s"] for r in rows)
+                    pre = statistics.median(r["before_first_packet_ms"] for r in rows)
+                    print(f"{rtt:>4} {size >> 20:>6}MiB {direction:>9} {name:>8} {ttfb:>9.1f} "
+                          f"{ttfb / rtt:>8.2f} {wall:>7.2f} {pre:>7.1f}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"rows": results, "argv": sys.argv}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
