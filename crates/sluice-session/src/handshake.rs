@@ -238,3 +238,73 @@ pub fn early_start(
 fn is_session_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
+
+/// The bounds on connections whose token is not yet checked ([`admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionLimits {
+    /// Places per address.
+    pub per_address: usize,
+    /// Places in all.
+    pub all: usize,
+    /// Beyond this many places held in all, a newcomer first proves its address (a Retry).
+    pub retry_above: usize,
+    /// Connections that may wait for a place, per address and in all.
+    pub waiting_per_address: usize,
+    /// See `waiting_per_address`.
+    pub waiting_all: usize,
+    /// An address none of whose places turned over for this long has stalled.
+    pub place_wait: Duration,
+}
+
+/// What the server holds now, as [`admit`] weighs a newcomer from one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AdmissionCounts {
+    /// Places held, in all and by the newcomer's address.
+    pub held_all: usize,
+    /// See `held_all`.
+    pub held_here: usize,
+    /// Connections waiting for a place, in all and from the newcomer's address.
+    pub waiting_all: usize,
+    /// See `waiting_all`.
+    pub waiting_here: usize,
+    /// Since a place of the newcomer's address was last taken or given back.
+    pub since_turnover: Duration,
+}
+
+/// What becomes of a new connection ([`admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmitDecision {
+    /// Set it up, in a place of its address.
+    Place,
+    /// Ask it to prove its address first (a stateless QUIC Retry).
+    Retry,
+    /// Let it wait for a place of its address.
+    Wait,
+    /// Turn it away, for this reason (for the log).
+    Refuse(&'static str),
+}
+
+/// The server's admission of a new connection (`validated`: it proved its address with a
+/// Retry): a place while its address has one free and the server is below its bound; past
+/// `retry_above` in all, or with its address's places taken, a Retry first; then a wait for a
+/// place while its address's places turn over and the waiting are within bounds; else refused.
+/// A connection beyond its address's places is never set up at once: one host's burst waits
+/// its turn instead of taking every place.
+pub fn admit(limits: &AdmissionLimits, now: &AdmissionCounts, validated: bool) -> AdmitDecision {
+    let full_here = now.held_here >= limits.per_address;
+    if !validated && (now.held_all >= limits.retry_above || full_here) {
+        AdmitDecision::Retry
+    } else if !full_here && now.held_all < limits.all {
+        AdmitDecision::Place
+    } else if !full_here {
+        AdmitDecision::Refuse("as many connections are being set up as the server allows")
+    } else if now.since_turnover >= limits.place_wait {
+        AdmitDecision::Refuse("this address's connections being set up have stalled")
+    } else if now.waiting_here >= limits.waiting_per_address
+        || now.waiting_all >= limits.waiting_all
+    {
+        AdmitDecision::Refuse("as many connections wait to be set up as the server allows")
+    } else {
+        AdmitDecision::Wait
+    }
+}

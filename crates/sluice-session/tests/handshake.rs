@@ -4,8 +4,10 @@
 use std::time::{Duration, Instant};
 
 use sluice_session::Fault;
+use sluice_session::handshake::admit as decide;
 use sluice_session::handshake::{
-    HandshakeEffect, ServerHandshake, TokenVerdict, early_start, welcome,
+    AdmissionCounts, AdmissionLimits, AdmitDecision, HandshakeEffect, ServerHandshake,
+    TokenVerdict, early_start, welcome,
 };
 use sluice_session::messages::{Answer, ErrorCode, Offer, Request, Spec};
 
@@ -141,4 +143,36 @@ fn an_offer_gives_the_ports_of_the_channels_the_welcome_will_choose() {
     assert!(early_start(&offer(vec![7]), &spec(8)).is_err(), "fewer ports than channels");
     let bad_id = Offer { session_id: "nope".into(), ..offer(vec![7, 8, 9]) };
     assert!(early_start(&bad_id, &spec(8)).is_err());
+}
+
+const LIMITS: AdmissionLimits = AdmissionLimits {
+    per_address: 8,
+    all: 64,
+    retry_above: 16,
+    waiting_per_address: 64,
+    waiting_all: 128,
+    place_wait: Duration::from_secs(2),
+};
+
+#[test]
+fn admission_places_then_retries_then_waits_then_refuses() {
+    let counts =
+        |held_all, held_here| AdmissionCounts { held_all, held_here, ..Default::default() };
+    assert_eq!(decide(&LIMITS, &counts(0, 0), false), AdmitDecision::Place);
+    // Past 16 in all, or with its address's places taken, a newcomer proves its address first.
+    assert_eq!(decide(&LIMITS, &counts(16, 0), false), AdmitDecision::Retry);
+    assert_eq!(decide(&LIMITS, &counts(8, 8), false), AdmitDecision::Retry);
+    assert_eq!(decide(&LIMITS, &counts(16, 0), true), AdmitDecision::Place);
+    // Its address full: it waits its turn while the places turn over.
+    assert_eq!(decide(&LIMITS, &counts(8, 8), true), AdmitDecision::Wait);
+    let stalled = AdmissionCounts { since_turnover: Duration::from_secs(2), ..counts(8, 8) };
+    assert!(
+        matches!(decide(&LIMITS, &stalled, true), AdmitDecision::Refuse(why) if why.contains("stalled"))
+    );
+    let crowded = AdmissionCounts { waiting_here: 64, ..counts(8, 8) };
+    assert!(matches!(decide(&LIMITS, &crowded, true), AdmitDecision::Refuse(_)));
+    let crowded = AdmissionCounts { waiting_all: 128, ..counts(8, 8) };
+    assert!(matches!(decide(&LIMITS, &crowded, true), AdmitDecision::Refuse(_)));
+    // The server full, its address not: refused, not kept waiting for another address's place.
+    assert!(matches!(decide(&LIMITS, &counts(64, 2), true), AdmitDecision::Refuse(_)));
 }

@@ -543,19 +543,17 @@ fn lost_digests_time_out_at_the_receiver() {
     }
 }
 
+/// A `Want` of the manifest's first file alone.
+fn want_first_file(early: bool) -> Want {
+    Want { files: vec![[0, 1]], replaced: 0, kept: 0, resume: vec![], dry_run: false, early }
+}
+
 #[test]
 fn verified_before_the_digests_is_a_protocol_error() {
     let now = Instant::now();
     let mut sender = Sending::new(now, &entries(&[10]), Timeouts::default());
     while sender.poll_effect().is_some() {}
-    let want = Want {
-        files: vec![[0, 1]],
-        replaced: 0,
-        kept: 0,
-        resume: vec![],
-        dry_run: false,
-        early: false,
-    };
+    let want = want_first_file(false);
     sender.handle_message(now, ReceiverMsg::Want(want));
     sender.handle_message(now, ReceiverMsg::Ready { udp_ports: vec![1] });
     let effects: Vec<SendEffect> = std::iter::from_fn(|| sender.poll_effect()).collect();
@@ -688,14 +686,7 @@ fn an_early_want_that_takes_less_than_everything_is_a_protocol_error() {
     let effects: Vec<SendEffect> = std::iter::from_fn(|| sender.poll_effect()).collect();
     let started = effects.iter().any(|e| matches!(e, SendEffect::StartData { phase: 0, .. }));
     assert!(started, "the data starts before Want: {effects:?}");
-    let want = Want {
-        files: vec![[0, 1]],
-        replaced: 0,
-        kept: 0,
-        resume: vec![],
-        dry_run: false,
-        early: true,
-    };
+    let want = want_first_file(true);
     sender.handle_message(now, ReceiverMsg::Want(want));
     let ended = std::iter::from_fn(|| sender.poll_effect()).find_map(|e| match e {
         SendEffect::Done(outcome) => Some(outcome),

@@ -52,7 +52,10 @@ use super::{add_checksums, walk_error};
 use crate::datapath::{ChannelReport, Fault};
 use crate::files::{self, Confined, PathError};
 use crate::tree::{ReceiveOptions, WalkError, WalkOptions, walk};
-use sluice_session::handshake::{HandshakeEffect, ServerHandshake, TokenVerdict};
+use sluice_session::handshake::{
+    AdmissionCounts, AdmissionLimits, AdmitDecision, HandshakeEffect, ServerHandshake,
+    TokenVerdict, admit,
+};
 use sluice_session::{Receiving, Sending, Timeouts};
 
 /// Sessions served at once; further connection attempts are refused.
@@ -81,6 +84,15 @@ const INCOMING_BUFFER: u64 = 64 << 10;
 /// Beyond this many unauthenticated connections, a new peer must first prove its address with
 /// a QUIC Retry (stateless: a spoofed source cannot take a place).
 const RETRY_ABOVE: usize = 16;
+/// The bounds [`admit`] keeps on connections not yet authenticated.
+const ADMISSION: AdmissionLimits = AdmissionLimits {
+    per_address: MAX_UNAUTHENTICATED_PER_IP,
+    all: MAX_UNAUTHENTICATED,
+    retry_above: RETRY_ABOVE,
+    waiting_per_address: MAX_WAITING_PER_IP,
+    waiting_all: MAX_WAITING,
+    place_wait: PLACE_WAIT,
+};
 /// Requests one session may have in flight (the QUIC stream limit).
 pub const MAX_REQUESTS_PER_SESSION: u32 = 16;
 /// Transfers one session may run at once (each may hold a manifest in memory); further ones
@@ -505,22 +517,25 @@ impl Drop for Waiting {
 }
 
 impl Shared {
-    /// What becomes of a new connection from `ip` (`validated`: it answered a Retry): a place
-    /// while its address has one free and the server has fewer than [`MAX_UNAUTHENTICATED`];
-    /// past [`RETRY_ABOVE`] in all, or with its address's places taken, a Retry first; then a
-    /// wait for a place while its address's places turn over and the waiting are within
-    /// bounds; else it is refused.
+    /// What becomes of a new connection from `ip` (`validated`: it answered a Retry), as
+    /// `sluice_session::handshake::admit` decides from what the server holds now
+    /// ([`ADMISSION`]).
     fn admit(self: &Arc<Self>, ip: IpAddr, validated: bool) -> Admission {
         let mut pending = self.unauthenticated.lock().unwrap_or_else(|e| e.into_inner());
         let all: usize = pending.values().map(Pending::held).sum();
         let all_waiting: usize = pending.values().map(|p| p.waiting).sum();
         let here = pending.entry(ip).or_insert_with(Pending::new);
-        let held = here.held();
-        let admission = if !validated && (all >= RETRY_ABOVE || held >= MAX_UNAUTHENTICATED_PER_IP)
-        {
-            Admission::Retry
-        } else if held < MAX_UNAUTHENTICATED_PER_IP && all < MAX_UNAUTHENTICATED {
-            match here.places.clone().try_acquire_owned() {
+        let counts = AdmissionCounts {
+            held_all: all,
+            held_here: here.held(),
+            waiting_all: all_waiting,
+            waiting_here: here.waiting,
+            since_turnover: here.turnover.elapsed(),
+        };
+        let admission = match admit(&ADMISSION, &counts, validated) {
+            AdmitDecision::Retry => Admission::Retry,
+            AdmitDecision::Refuse(why) => Admission::Refuse(why),
+            AdmitDecision::Place => match here.places.clone().try_acquire_owned() {
                 Ok(place) => {
                     here.turnover = Instant::now();
                     Admission::Place(Unauthenticated {
@@ -531,16 +546,11 @@ impl Shared {
                 }
                 // Not while `held` is below the places (the semaphore is never closed).
                 Err(_) => Admission::Refuse("no place is free"),
+            },
+            AdmitDecision::Wait => {
+                here.waiting += 1;
+                Admission::Wait(Waiting { shared: self.clone(), ip, places: here.places.clone() })
             }
-        } else if held < MAX_UNAUTHENTICATED_PER_IP {
-            Admission::Refuse("as many connections are being set up as the server allows")
-        } else if here.turnover.elapsed() >= PLACE_WAIT {
-            Admission::Refuse("this address's connections being set up have stalled")
-        } else if here.waiting >= MAX_WAITING_PER_IP || all_waiting >= MAX_WAITING {
-            Admission::Refuse("as many connections wait to be set up as the server allows")
-        } else {
-            here.waiting += 1;
-            Admission::Wait(Waiting { shared: self.clone(), ip, places: here.places.clone() })
         };
         if here.held() == 0 && here.waiting == 0 {
             pending.remove(&ip);
