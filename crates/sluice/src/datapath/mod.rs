@@ -75,6 +75,7 @@ mod port;
 mod recv;
 mod send;
 mod store;
+pub mod tcp;
 #[cfg(test)]
 mod tests;
 mod transfer;
