@@ -593,6 +593,36 @@ fn a_flipped_byte_on_the_wire_fails_the_stream_and_leaves_no_wrong_byte() {
     assert_eq!(got[flip_at as usize - 100], 0xEE, "the record with the flipped byte was written");
 }
 
+#[test]
+fn a_short_source_fails_the_sender_with_a_file_error_and_the_receiver_hears_of_it() {
+    let _serial = serial();
+    let seed = seed("short_source", 47);
+    let dir = tempfile::tempdir().unwrap();
+    let data = content(3_000_000, seed);
+    let src = file_with(&dir, "src", &data);
+    let dst = file_with(&dir, "dst", &vec![0xEEu8; 10_000_000]);
+    let no = AtomicBool::new(false);
+    let started = Instant::now();
+    let job = Job::whole(&src, &dst, 0..10_000_000);
+    let (s, r) = run_pair(streams(2, seed, config(5)), &job, (&no, &no), &never);
+    println!("short_source: sender {:?}", s.result);
+    println!("short_source: receiver {:?}", r.result);
+    match s.result {
+        Err(DataError::File(e)) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+        other => panic!("expected a file error, got {other:?}"),
+    }
+    match &r.result {
+        Err(DataError::Stream(why)) if why.contains("stopped on an error") => {}
+        other => panic!("expected the sender's word, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_millis(1_500), "noticed at once");
+    // What did arrive is the file's real bytes, never the zeros of a failed read.
+    let got = std::fs::read(dir.path().join("dst")).unwrap();
+    let mut padded = data.clone();
+    padded.resize(got.len(), 0xEE);
+    no_wrong_byte(&got, &padded, 0xEE);
+}
+
 /// Sets `cancel` at the first progress report of the chosen end and notes when.
 struct CancelAt<'a> {
     sender: bool,
@@ -731,7 +761,8 @@ fn a_peer_that_never_speaks_is_noticed_within_the_idle_timeout() {
 /// The benchmark: moves `SLUICE_BENCH_BYTES` (default 1 GiB) of seeded bytes from a file in
 /// `SLUICE_BENCH_DIR` (default `/dev/shm`) to another there over loopback, with
 /// `SLUICE_BENCH_TRANSPORT` `tcp` (default) or `udp` over `SLUICE_BENCH_STREAMS` streams or
-/// channels (default 4), and prints the transfer's own time. The source is made once and kept
+/// channels (default 4), and prints the transfer's own time. `SLUICE_BENCH_RIGHT_SIZE=0` leaves
+/// the TCP buffers to the kernel's tuning alone. The source is made once and kept
 /// (`sluice-bench-<bytes>.src`, with its BLAKE3 beside it); the target is removed after.
 ///
 /// `cargo test --test datapath_tcp -- --ignored --nocapture loopback_throughput`
@@ -762,6 +793,7 @@ fn loopback_throughput() {
     let dst_path = dir.join(format!("sluice-bench-{}.dst", std::process::id()));
     let dst = File::options().read(true).write(true).create_new(true).open(&dst_path).unwrap();
     let no = AtomicBool::new(false);
+    let probes = Mutex::new(None);
     let started = Instant::now();
     let (sent, received) = std::thread::scope(|s| {
         if transport == "udp" {
@@ -773,7 +805,11 @@ fn loopback_throughput() {
             let sent = sluice::datapath::send_file(senders, &src, 0..bytes, &mut |_| {}, &no);
             (sent, r.join().unwrap())
         } else {
-            let (senders, receivers) = streams(n, seed, config(10));
+            let right_size = var("SLUICE_BENCH_RIGHT_SIZE", "1") != "0";
+            let (senders, receivers) = streams(n, seed, StreamConfig { right_size, ..config(10) });
+            // Stream 0's ends, to read back the buffers in effect at the end.
+            let probe = |p: &StreamParams| p.stream.try_clone().unwrap();
+            *probes.lock().unwrap() = Some((probe(&senders[0]), probe(&receivers[0])));
             let r = s.spawn(|| {
                 receive_streams(
                     receivers,
@@ -803,9 +839,17 @@ fn loopback_throughput() {
     let (report, hash) = received.unwrap();
     let sent = sent.unwrap();
     assert_eq!(hash.to_hex().as_str(), expected.trim(), "the received bytes differ");
+    // The kernel's figures (twice the usable bytes) of stream 0's buffers at the end.
+    let buffers = probes.into_inner().unwrap().map(|(s, r)| {
+        use rustix::net::sockopt;
+        (
+            sockopt::socket_send_buffer_size(&s).unwrap(),
+            sockopt::socket_recv_buffer_size(&r).unwrap(),
+        )
+    });
     println!(
         "bench transport={transport} streams={n} bytes={bytes} seconds={seconds:.3} \
-         gbit_per_s={:.2} lost={} notice={:?}",
+         gbit_per_s={:.2} lost={} notice={:?} stream0_sndbuf_rcvbuf={buffers:?}",
         bytes as f64 * 8.0 / seconds / 1e9,
         sent.lost_channels + report.lost_channels,
         report.buffer_notice.or(sent.buffer_notice),

@@ -40,6 +40,11 @@ impl Shared {
         DataError::Cancelled
     }
 
+    /// Whether an error ended the whole transfer (rather than the caller's `cancel`).
+    pub(super) fn failed(&self) -> bool {
+        self.fatal.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     fn take_fatal(&self) -> Option<DataError> {
         self.fatal.lock().unwrap_or_else(|e| e.into_inner()).take()
     }

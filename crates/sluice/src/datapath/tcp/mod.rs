@@ -71,11 +71,20 @@ pub struct StreamConfig {
     /// The round trip known before the streams start (the session's handshake), in
     /// microseconds, 0 if none: the receiver's right-sizing uses it until it measures one.
     pub rtt_hint_us: u64,
+    /// Receiver: whether to right-size the streams' buffers ([`buffers`]); without it the
+    /// kernel's own tuning alone sizes them (for comparison, or where a site pins them).
+    pub right_size: bool,
 }
 
 impl Default for StreamConfig {
     fn default() -> Self {
-        Self { idle_timeout_us: 10_000_000, rate_bps: 0, min_rate_bps: 0, rtt_hint_us: 0 }
+        Self {
+            idle_timeout_us: 10_000_000,
+            rate_bps: 0,
+            min_rate_bps: 0,
+            rtt_hint_us: 0,
+            right_size: true,
+        }
     }
 }
 

@@ -51,6 +51,7 @@ pub(super) fn stream(
             buffer_set: None,
             idle: Duration::from_micros(config.idle_timeout_us),
             idle_secs: config.idle_secs(),
+            right_size: config.right_size,
             written: 0,
             records: 0,
         };
@@ -64,7 +65,7 @@ pub(super) fn stream(
         counts = (run.written, run.records);
         let reason = match &result {
             Ok(()) => return result,
-            Err(DataError::Cancelled) => REASON_CANCELLED,
+            Err(DataError::Cancelled) if !ctx.shared.failed() => REASON_CANCELLED,
             Err(DataError::Socket(_) | DataError::PeerSilent(_)) => return result,
             Err(_) if conn.peer_gone() => return result,
             Err(_) => REASON_BROKEN,
@@ -97,6 +98,7 @@ struct Run<'r, 's, 'f> {
     buffer_set: Option<u64>,
     idle: Duration,
     idle_secs: u64,
+    right_size: bool,
     /// Payload bytes of this stream taken into the file (the sender's credit), and records.
     written: u64,
     records: u64,
@@ -150,7 +152,7 @@ impl Run<'_, '_, '_> {
             if complete_at.is_none() && ctx.complete() {
                 complete_at = Some(now);
             }
-            if let Some(need) = self.meter.tick(now) {
+            if let Some(need) = self.meter.tick(now).filter(|_| self.right_size) {
                 self.sizer.apply(self.conn.socket(), need, &mut self.buffer_set);
                 want_buffer = need;
             }

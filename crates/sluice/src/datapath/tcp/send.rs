@@ -80,7 +80,7 @@ pub(super) fn stream(
         };
         let reason = match &result {
             Ok(()) => REASON_DONE,
-            Err(DataError::Cancelled) => REASON_CANCELLED,
+            Err(DataError::Cancelled) if !ctx.shared.failed() => REASON_CANCELLED,
             // The peer's own shutdown or a dead socket: nothing to say to it.
             Err(DataError::Socket(_) | DataError::PeerSilent(_)) => return result,
             Err(_) if conn.peer_gone() => return result,
