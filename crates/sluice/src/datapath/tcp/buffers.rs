@@ -2,10 +2,13 @@
 //!
 //! A TCP stream moves at most one window per round trip, and its window is bounded by the
 //! receiver's buffer (and the sender's, which holds what is unacknowledged). The receiver
-//! measures each stream: the bytes it delivers per interval and the round trip (the sender
-//! echoes the timestamp of each ACK, [`super::record`]); a stream needs buffers of twice the
-//! bytes it moves per round trip, so that its window can still double. It sizes its own receive
-//! buffer and tells the sender the size, which the sender applies to its send buffer.
+//! measures each stream: the bytes it delivers per interval, the round trip, and the mean time
+//! it is away from the socket between reads (handling what it read: decrypting, writing the
+//! file). The receive buffer holds what arrives over a round trip and while the receiver is
+//! away, for the window is what is free in it; it needs twice that (room for the window to
+//! double), and the kernel's figure for a buffer counts about twice the payload it holds (the
+//! rest is its bookkeeping): four times. The receiver sizes its receive buffer and tells the
+//! sender, which sizes its send buffer the same.
 //!
 //! Linux tunes both buffers by itself, up to the third field of `net.ipv4.tcp_rmem` (receive)
 //! and `net.ipv4.tcp_wmem` (send), and setting `SO_RCVBUF`/`SO_SNDBUF` switches that tuning
@@ -15,11 +18,27 @@
 //! and never below that ceiling; when the kernel holds a buffer short of the need, the
 //! transfer says once what to set ([`ChannelReport::buffer_notice`](super::super::ChannelReport)).
 //!
-//! The round trip is the least echo time seen: an echo waits behind the data the sender has
-//! queued in its socket, so later samples also hold that queue. On a path whose first samples
-//! were already queued the need is overestimated (at most the buffer the tuning would reach
-//! anyway is set, and the notice can ask for more than needed). `TCP_INFO` would give the
-//! kernel's own figures, but this crate has no `unsafe` to read it.
+//! The round trip is the kernel's own receive-side estimate (`TCP_INFO`'s `tcpi_rcv_rtt`, from
+//! the timestamps of arriving segments: what Linux's tuning of the receive buffer uses) where
+//! the kernel has one; else the least echo time seen (the sender echoes the timestamp of each
+//! ACK, [`super::record`]), which also holds the data the sender had queued in its socket.
+//!
+//! What was measured on loopback (1 GiB, `tests/datapath_tcp.rs`'s benchmark) that shaped this:
+//! - Echo times as the round trip made the need several times too large (send buffers forced
+//!   to 7 to 25 MB where the tuning's 4 MiB sufficed): hence the kernel's figure first.
+//! - With the kernel's round trip alone (tens of microseconds on loopback) a stream held to
+//!   32 KiB buffers (a namespace whose tuning stopped there) looked unhindered and was left at
+//!   2.6 Gbit/s: the receiver's time away is what its window must also cover.
+//! - A send buffer sized to the round trip alone, without the time away, stalled: a 1 MB
+//!   receive buffer with a 33 kB send buffer moved 1 GiB in 382 s, each buffer's worth waiting
+//!   for a delayed ACK. Hence the same size at both ends.
+//! - The longest time away (rather than the mean) made 60 to 130 MB buffers on a loaded
+//!   machine, where a rare stall is better met by TCP's flow control than by buffers that hold
+//!   it.
+//! - As it is: in the 32 KiB namespace, 1 stream 4.6 Gbit/s right-sized against 2.8 left alone
+//!   (buffers 10-11 MB, in one run of five only 53 kB, at 2.7 Gbit/s); on plain loopback no
+//!   difference (A/B wall 1.01), the sender's buffer set to 10 to 17 MB above the tuning's 4
+//!   MiB, the receiver's left to the tuning.
 
 use std::net::TcpStream;
 use std::sync::Mutex;
@@ -32,6 +51,9 @@ const MEASURE_MIN: Duration = Duration::from_millis(100);
 /// The need is passed on (and acted on) when it grew by at least a quarter.
 const GROWTH_NUM: u64 = 5;
 const GROWTH_DEN: u64 = 4;
+/// A stream's need, in the kernel's figure, per byte it moves over a round trip and its time
+/// away: twice (room for the window to double) times two (the kernel's bookkeeping share).
+const NEED_PER_RTT: u128 = 4;
 /// The kernel keeps buffer sizes in an `int` and doubles what is asked.
 const MAX_REQUEST_BYTES: u64 = (i32::MAX / 2) as u64;
 
@@ -105,30 +127,76 @@ pub(super) fn decide(need: u64, limits: Limits, set: Option<u64>, privileged: bo
     Decision { set: Some(granted.div_ceil(2)), short: granted < need }
 }
 
-/// A stream's right-sizing on the receiving end: what it measured and what it set.
+/// Where a [`Meter`]'s round trip comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The caller's hint (or none: 0).
+    Hint,
+    /// The least echo time seen.
+    Echo,
+    /// The kernel's latest estimate.
+    Kernel,
+}
+
+/// A stream's right-sizing on the receiving end: what it measured.
 #[derive(Debug)]
 pub(super) struct Meter {
-    /// Least echo time seen, or the caller's hint until one is (microseconds; 0: none).
+    /// The round trip in microseconds (0: none), and where it comes from.
     rtt_us: u64,
-    measured: bool,
+    source: Source,
     since: Instant,
     bytes: u64,
-    /// The largest need found (kernel bytes), and the last passed on.
+    /// Time away from the socket in this interval, and the stretches it is made of.
+    away: Duration,
+    stretches: u32,
+    /// The largest need found (the kernel's figure), and the last passed on.
     need: u64,
     told: u64,
 }
 
 impl Meter {
     pub(super) fn new(rtt_hint_us: u64, now: Instant) -> Self {
-        Self { rtt_us: rtt_hint_us, measured: false, since: now, bytes: 0, need: 0, told: 0 }
+        Self {
+            rtt_us: rtt_hint_us,
+            source: Source::Hint,
+            since: now,
+            bytes: 0,
+            away: Duration::ZERO,
+            stretches: 0,
+            need: 0,
+            told: 0,
+        }
     }
 
-    /// A round trip sample (an ACK's echo).
+    /// A round trip sample (an ACK's echo): the least counts, unless the kernel's is known.
     pub(super) fn rtt(&mut self, sample_us: u64) {
-        if !self.measured || sample_us < self.rtt_us {
+        if self.source == Source::Hint || (self.source == Source::Echo && sample_us < self.rtt_us) {
             self.rtt_us = sample_us.max(1);
-            self.measured = true;
+            self.source = Source::Echo;
         }
+    }
+
+    /// The kernel's receive-side round trip (0: it has none yet).
+    pub(super) fn kernel_rtt(&mut self, rtt_us: u64) {
+        if rtt_us > 0 {
+            self.rtt_us = rtt_us;
+            self.source = Source::Kernel;
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        MEASURE_MIN.max(Duration::from_micros(4 * self.rtt_us))
+    }
+
+    /// Whether an interval ends at `now` (the time to read the kernel's round trip).
+    pub(super) fn due(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) >= self.interval()
+    }
+
+    /// A stretch the receiving end spent away from the socket (not reading, not waiting for it).
+    pub(super) fn away(&mut self, away: Duration) {
+        self.away += away;
+        self.stretches += 1;
     }
 
     /// Payload bytes delivered.
@@ -136,24 +204,27 @@ impl Meter {
         self.bytes += bytes;
     }
 
-    /// At the end of each interval, the stream's need (kernel bytes: twice the bytes per round
-    /// trip), when it grew by a quarter since it was last passed on.
+    /// At the end of each interval, the stream's need (the kernel's figure: four times the
+    /// bytes it moves over a round trip and its mean time away), when it grew by a quarter
+    /// since it was last passed on.
     pub(super) fn tick(&mut self, now: Instant) -> Option<u64> {
-        let interval = MEASURE_MIN.max(Duration::from_micros(4 * self.rtt_us));
         let elapsed = now.saturating_duration_since(self.since);
-        if elapsed < interval || self.rtt_us == 0 {
+        if elapsed < self.interval() || self.rtt_us == 0 {
             return None;
         }
-        let per_rtt = self.bytes as u128 * u128::from(self.rtt_us) / elapsed.as_micros().max(1);
-        (self.since, self.bytes) = (now, 0);
-        self.need = self.need.max((2 * per_rtt).min(u128::from(u64::MAX)) as u64);
+        let away_us = self.away.as_micros() / u128::from(self.stretches.max(1));
+        let over_us = u128::from(self.rtt_us) + away_us;
+        let bytes = self.bytes as u128 * over_us / elapsed.as_micros().max(1);
+        (self.since, self.bytes, self.away, self.stretches) = (now, 0, Duration::ZERO, 0);
+        self.need = self.need.max((NEED_PER_RTT * bytes).min(u128::from(u64::MAX)) as u64);
         if self.need * GROWTH_DEN < self.told.max(1) * GROWTH_NUM {
             return None;
         }
         self.told = self.need;
         tracing::debug!(
             rtt_us = self.rtt_us,
-            per_rtt_bytes = per_rtt as u64,
+            rtt_from = ?self.source,
+            away_us = away_us as u64,
             need_bytes = self.need,
             "stream buffer need"
         );
@@ -243,10 +314,11 @@ impl Sizer {
         };
         let [min, default, _] = limits.tuning;
         format!(
-            "TCP {what} buffers held at {held} bytes where the path needs {need} per stream (twice \
-             the bytes a stream moves per round trip), so each stream is limited by its window: \
-             set `sysctl -w {tuning}='{min} {default} {need}'` (the kernel's tuning then reaches \
-             it), and `sysctl -w {cap}={}` for a process that sets its buffers",
+            "TCP {what} buffers held at {held} bytes where the path needs {need} per stream \
+             (four times the bytes a stream moves per round trip, in the kernel's figure), so \
+             each stream is limited by its window: set `sysctl -w {tuning}='{min} {default} \
+             {need}'` (the kernel's tuning then reaches it), and `sysctl -w {cap}={}` for a \
+             process that sets its buffers",
             need.div_ceil(2).max(limits.cap)
         )
     }
@@ -298,11 +370,11 @@ mod tests {
     }
 
     #[test]
-    fn the_meter_finds_twice_the_bytes_per_round_trip() {
+    fn the_meter_finds_four_times_the_bytes_per_round_trip() {
         let t0 = Instant::now();
         let mut meter = Meter::new(0, t0);
         assert_eq!(meter.tick(t0 + Duration::from_secs(1)), None, "no round trip known yet");
-        // 100 MB/s at 20 ms: 2 MB a round trip, 4 MB needed; the interval is 100 ms (> 4 RTT).
+        // 100 MB/s at 20 ms: 2 MB a round trip, 8 MB needed; the interval is 100 ms (> 4 RTT).
         meter.rtt(25_000);
         meter.rtt(20_000);
         meter.rtt(30_000);
@@ -311,12 +383,12 @@ mod tests {
         meter.delivered(10_000_000);
         assert_eq!(meter.tick(t1 + Duration::from_millis(50)), None, "the interval is not over");
         let need = meter.tick(t1 + Duration::from_millis(100));
-        assert_eq!(need, Some(4_000_000));
+        assert_eq!(need, Some(8_000_000));
         // The same rate again is not news; a rate a quarter higher is.
         meter.delivered(10_000_000);
         assert_eq!(meter.tick(t1 + Duration::from_millis(200)), None);
         meter.delivered(12_500_000);
-        assert_eq!(meter.tick(t1 + Duration::from_millis(300)), Some(5_000_000));
+        assert_eq!(meter.tick(t1 + Duration::from_millis(300)), Some(10_000_000));
     }
 
     #[test]
@@ -324,12 +396,42 @@ mod tests {
         let t0 = Instant::now();
         let mut meter = Meter::new(10_000, t0);
         meter.delivered(10_000_000);
-        assert_eq!(meter.tick(t0 + Duration::from_millis(100)), Some(2_000_000));
+        assert_eq!(meter.tick(t0 + Duration::from_millis(100)), Some(4_000_000));
         meter.rtt(40_000);
         meter.delivered(10_000_000);
         // 100 MB/s over 160 ms (4 round trips of 40 ms): 4 MB a round trip.
         meter.delivered(6_000_000);
-        assert_eq!(meter.tick(t0 + Duration::from_millis(260)), Some(8_000_000));
+        assert_eq!(meter.tick(t0 + Duration::from_millis(260)), Some(16_000_000));
+    }
+
+    #[test]
+    fn the_kernels_round_trip_outranks_the_echoes() {
+        let t0 = Instant::now();
+        let mut meter = Meter::new(50_000, t0);
+        meter.rtt(30_000);
+        meter.kernel_rtt(0);
+        meter.kernel_rtt(10_000);
+        meter.rtt(1_000); // an echo after the kernel's figure changes nothing
+        meter.delivered(10_000_000);
+        assert!(meter.due(t0 + Duration::from_millis(100)));
+        // 100 MB/s at 10 ms: 1 MB a round trip, 4 MB needed.
+        assert_eq!(meter.tick(t0 + Duration::from_millis(100)), Some(4_000_000));
+    }
+
+    #[test]
+    fn time_away_from_the_socket_counts_like_the_round_trip() {
+        let t0 = Instant::now();
+        let mut meter = Meter::new(0, t0);
+        meter.kernel_rtt(100);
+        meter.delivered(100_000_000);
+        meter.away(Duration::from_micros(400));
+        meter.away(Duration::from_micros(1_500));
+        meter.away(Duration::from_micros(800));
+        // 1 GB/s: 100 kB a round trip of 100 us, 900 kB while away 900 us on average.
+        assert_eq!(meter.tick(t0 + Duration::from_millis(100)), Some(4_000_000));
+        // The next interval starts over: away nothing, the same rate: nothing new.
+        meter.delivered(100_000_000);
+        assert_eq!(meter.tick(t0 + Duration::from_millis(200)), None);
     }
 
     #[test]

@@ -113,11 +113,16 @@ impl Run<'_, '_, '_> {
         let mut complete_at = None;
         let mut shut_down = false;
         let mut payloads = Vec::new();
+        // The end of the last read, and the time waited in poll(2) since: the rest is time away
+        // from the socket, while arriving bytes queue in the receive buffer.
+        let (mut read_at, mut waited) = (Instant::now(), Duration::ZERO);
         loop {
             ctx.shared.check()?;
             let mut turn = 0;
             loop {
+                self.meter.away(read_at.elapsed().saturating_sub(waited));
                 let got = self.conn.read(TURN_BYTES - turn)?;
+                (read_at, waited) = (Instant::now(), Duration::ZERO);
                 turn += got;
                 while let Some((_, record)) = self.conn.next()? {
                     match record {
@@ -151,6 +156,12 @@ impl Run<'_, '_, '_> {
             let now = Instant::now();
             if complete_at.is_none() && ctx.complete() {
                 complete_at = Some(now);
+            }
+            if self.right_size && self.meter.due(now) {
+                // The kernel's receive-side round trip, where it has one (Linux).
+                if let Ok(rtt) = sluice_udp::tcp_rtt(self.conn.socket()) {
+                    self.meter.kernel_rtt(u64::from(rtt.rcv_rtt_us));
+                }
             }
             if let Some(need) = self.meter.tick(now).filter(|_| self.right_size) {
                 self.sizer.apply(self.conn.socket(), need, &mut self.buffer_set);
@@ -204,7 +215,9 @@ impl Run<'_, '_, '_> {
             // The socket is drained: what is gathered goes to disk now, so the hasher following
             // the written prefix does not wait for this stream's next record.
             self.sink.writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
+            let before = Instant::now();
             self.conn.wait(until)?;
+            waited += before.elapsed();
         }
     }
 }
