@@ -212,8 +212,8 @@ impl Run<'_, '_, '_> {
             if let Some(t) = unconfirmed_since {
                 until = until.min(t + ACK_DELAY);
             }
-            // The socket is drained: what is gathered goes to disk now, so the hasher following
-            // the written prefix does not wait for this stream's next record.
+            // Between turns, what is gathered goes to disk, so the hasher following the written
+            // prefix does not wait for this stream's next record.
             self.sink.writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
             let before = Instant::now();
             self.conn.wait(until)?;
