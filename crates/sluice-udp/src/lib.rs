@@ -14,12 +14,16 @@
 //!
 //! Every socket is non-blocking; [`Socket::wait`] sleeps until it is readable (or writable).
 //!
+//! One TCP fact lives here too, because reading it takes `unsafe`: [`tcp_rtt`], the kernel's
+//! round-trip figures of a TCP connection, for the buffer sizing of Sluice's TCP data streams.
+//!
 //! The modules own one thing each: `buffers` (socket buffer sizing), `socket` (creation,
 //! feature detection, waiting), `send` (GSO and `sendmmsg`), `recv` (`recvmmsg` + GRO) and
 //! `mtu` (path MTU, don't-fragment). GSO sends, and the detection of GSO and GRO (which turns
 //! `UDP_GRO` on), go through `quinn-udp`; `sendmmsg` and most socket options through `rustix`.
 //! The receive is this crate's own `recvmmsg` through `libc`, because it reads each message's
-//! kernel timestamp, which `quinn-udp` does not: `recv` holds the crate's only `unsafe` code,
+//! kernel timestamp, which `quinn-udp` does not. `recv` and `tcp` (`getsockopt(TCP_INFO)`,
+//! which neither `rustix` nor the standard library reads) hold the crate's only `unsafe` code,
 //! each block with a `SAFETY` comment.
 
 use std::io;
@@ -29,11 +33,13 @@ mod mtu;
 mod recv;
 mod send;
 mod socket;
+mod tcp;
 
 pub use buffers::BufferReport;
 pub use mtu::{max_payload, path_mtu, set_dont_fragment};
 pub use recv::RecvBatch;
 pub use socket::Socket;
+pub use tcp::{TcpRtt, tcp_rtt};
 
 /// Datagrams one [`RecvBatch`] holds at most per [`Socket::recv_batch`] call.
 pub const RECV_BATCH: usize = 32;

@@ -75,6 +75,7 @@ mod port;
 mod recv;
 mod send;
 mod store;
+pub mod tcp;
 #[cfg(test)]
 mod tests;
 mod transfer;
@@ -146,6 +147,9 @@ pub struct ChannelReport {
     pub channels: u32,
     /// Channels that failed while the others completed the transfer.
     pub lost_channels: u32,
+    /// What the user should set when the kernel held socket buffers below what the path needs
+    /// (TCP streams only, [`tcp`]); said once per transfer.
+    pub buffer_notice: Option<String>,
 }
 
 /// What a finished receive did.
@@ -233,6 +237,10 @@ pub enum DataError {
     /// No channels were given.
     #[error("a transfer needs at least one data channel")]
     NoChannels,
+    /// A TCP data stream ([`tcp`]) broke: a record failed authentication, came out of order or
+    /// was cut short, or the peer closed the stream before the end (and said why).
+    #[error("data stream: {0}")]
+    Stream(String),
 }
 
 /// Sends `range` of `file` (payload offsets are file offsets) over `channels`. Blocks until
@@ -259,9 +267,10 @@ pub fn send(
     cancel: &AtomicBool,
 ) -> Result<ChannelReport, DataError> {
     let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
-    if nothing_to_move(&channels, total, progress)? {
+    if nothing_to_move(channels.len(), total, progress)? {
         return Ok(ChannelReport::default());
     }
+    validate(&channels)?;
     let ctx = send::SendShared {
         store,
         end: ranges.iter().map(|r| r.end).max().unwrap_or(0),
@@ -316,8 +325,28 @@ pub fn receive(
     cancel: &AtomicBool,
 ) -> Result<ReceivedExtents, DataError> {
     let ctx = recv::RecvShared::new(store, range.clone(), present);
+    if ctx.missing() > 0 {
+        validate(&channels)?;
+    }
+    let run = |index, params, start| recv::channel(index, params, &ctx, start);
+    receive_over(channels, &ctx, ends, progress, hashed, cancel, &run)
+}
+
+/// The receiving side of any transport: runs `run` for each of `channels` into `ctx` (the
+/// range's shared file and record of what arrived), with the hashing thread beside them, and
+/// gives the verdict. Everything [`receive`] promises about endings, hashes and progress.
+#[allow(clippy::too_many_arguments)] // receive's inputs, and the transport's loop
+fn receive_over<P: Send>(
+    channels: Vec<P>,
+    ctx: &recv::RecvShared<'_>,
+    ends: Vec<u64>,
+    progress: &mut dyn FnMut(Progress),
+    hashed: &(dyn Fn(&[blake3::Hash]) + Sync),
+    cancel: &AtomicBool,
+    run: &(dyn Fn(usize, P, std::time::Instant) -> transfer::ChannelEnd + Sync),
+) -> Result<ReceivedExtents, DataError> {
     let total = ctx.missing();
-    if nothing_to_move(&channels, total, progress)? {
+    if nothing_to_move(channels.len(), total, progress)? {
         // Nothing moves, but what is present is hashed.
         ctx.file.finish(true);
         let hashes = match ctx.file.hash_written(ends, cancel) {
@@ -328,7 +357,6 @@ pub fn receive(
         return Ok(ReceivedExtents { report: ChannelReport::default(), hashes });
     }
     let now = || Progress { bytes: ctx.bytes(), total, prefix: ctx.file.prefix() };
-    let run = |index, params, start| recv::channel(index, params, &ctx, start);
     let (ends, hashed) = std::thread::scope(|s| {
         let hasher = std::thread::Builder::new()
             .name("sluice-hash".into())
@@ -348,7 +376,7 @@ pub fn receive(
             .map_err(DataError::Hash)?;
         // The hasher must hear the end on every path, a panicking channel's included.
         let ending = EndOnDrop(&ctx.file);
-        let ends = transfer::supervise(channels, &ctx.shared, cancel, &now, progress, &run);
+        let ends = transfer::supervise(channels, &ctx.shared, cancel, &now, progress, run);
         ctx.file.finish(ctx.complete());
         drop(ending);
         let hashed = hasher
@@ -374,9 +402,9 @@ impl Drop for EndOnDrop<'_, '_> {
 }
 
 /// With no byte to move, reports the (empty) progress once and says there is nothing to move,
-/// so neither end sends a packet (and no channel is needed); else checks the channels.
+/// so neither end sends a packet (and no channel is needed); else checks there are channels.
 fn nothing_to_move(
-    channels: &[ChannelParams],
+    channels: usize,
     total: u64,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<bool, DataError> {
@@ -384,13 +412,18 @@ fn nothing_to_move(
         progress(Progress { bytes: 0, total: 0, prefix: 0 });
         return Ok(true);
     }
-    if channels.is_empty() {
+    if channels == 0 {
         return Err(DataError::NoChannels);
     }
+    Ok(false)
+}
+
+/// Checks each channel's protocol settings.
+fn validate(channels: &[ChannelParams]) -> Result<(), DataError> {
     for params in channels {
         params.config.validate()?;
     }
-    Ok(false)
+    Ok(())
 }
 
 /// The idle timeout in whole seconds (rounded up), as [`DataError::PeerSilent`] reports it.

@@ -109,7 +109,7 @@ impl<'a> RecvShared<'a> {
 
     /// Records a batch's payloads (offset, length) as arrived: one lock per batch, not per
     /// datagram (the channels' threads share it).
-    fn record(&self, payloads: &[(u64, u64)]) {
+    pub(super) fn record(&self, payloads: &[(u64, u64)]) {
         if payloads.is_empty() {
             return;
         }
@@ -155,23 +155,24 @@ pub(super) fn channel(
         rejected_pkts: s.rejected_pkts,
         channels: 1,
         lost_channels: 0,
+        buffer_notice: None,
     });
     ChannelEnd { report: report.unwrap_or_default(), result }
 }
 
 /// Where a channel's payloads go: raw ones to the file at their offsets, those of compressed
 /// frames to the inflater until their frame is whole.
-struct Sink<'s, 'f> {
+pub(super) struct Sink<'s, 'f> {
     /// The channel's index (for its traces).
-    index: usize,
-    writer: &'s mut WriteBehind<'f>,
-    inflater: &'s mut Inflater,
-    ctx: &'s RecvShared<'f>,
+    pub(super) index: usize,
+    pub(super) writer: &'s mut WriteBehind<'f>,
+    pub(super) inflater: &'s mut Inflater,
+    pub(super) ctx: &'s RecvShared<'f>,
 }
 
 impl Sink<'_, '_> {
     /// Takes one delivered payload; pushes what reached the file onto `payloads`.
-    fn take(
+    pub(super) fn take(
         &mut self,
         offset: u64,
         payload: &[u8],

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{ChannelParams, ChannelReport, DataError, Progress};
+use super::{ChannelReport, DataError, Progress};
 
 /// How often the supervisor looks at the channels, the progress and `cancel`.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(10);
@@ -40,6 +40,11 @@ impl Shared {
         DataError::Cancelled
     }
 
+    /// Whether an error ended the whole transfer (rather than the caller's `cancel`).
+    pub(super) fn failed(&self) -> bool {
+        self.fatal.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     fn take_fatal(&self) -> Option<DataError> {
         self.fatal.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
@@ -52,16 +57,17 @@ pub(super) struct ChannelEnd {
     pub(super) result: Result<(), DataError>,
 }
 
-/// Runs `run(index, params, start)` for every channel on a thread of its own and waits for all
-/// of them, reporting `now()` as progress meanwhile and setting `shared.stop` when `cancel`
-/// is set. `start` is the transfer's clock origin, common to all channels.
-pub(super) fn supervise(
-    channels: Vec<ChannelParams>,
+/// Runs `run(index, params, start)` for every channel (a UDP channel's or a TCP stream's
+/// parameters) on a thread of its own and waits for all of them, reporting `now()` as progress
+/// meanwhile and setting `shared.stop` when `cancel` is set. `start` is the transfer's clock
+/// origin, common to all channels.
+pub(super) fn supervise<P: Send>(
+    channels: Vec<P>,
     shared: &Shared,
     cancel: &AtomicBool,
     now: &(dyn Fn() -> Progress + Sync),
     progress: &mut dyn FnMut(Progress),
-    run: &(dyn Fn(usize, ChannelParams, Instant) -> ChannelEnd + Sync),
+    run: &(dyn Fn(usize, P, Instant) -> ChannelEnd + Sync),
 ) -> Vec<ChannelEnd> {
     // Each channel's thread logs within the caller's span.
     let span = tracing::Span::current();
@@ -127,6 +133,7 @@ pub(super) fn verdict(
         sum.data_pkts += end.report.data_pkts;
         sum.retransmitted_pkts += end.report.retransmitted_pkts;
         sum.rejected_pkts += end.report.rejected_pkts;
+        sum.buffer_notice = sum.buffer_notice.or(end.report.buffer_notice);
         sum.channels += 1;
         if let Err(e) = end.result {
             sum.lost_channels += 1;
