@@ -17,6 +17,8 @@
 //! - [`handshake`] and [`negotiate`]: the session's handshake by end (the server's
 //!   [`handshake::ServerHandshake`] of a `Hello`, the client's reading of the `Offer` and `Welcome`)
 //!   and the data channels' specification;
+//! - [`grant`]: a third-party transfer's grant: a server's sealed permission for another server
+//!   to read named paths for one job (`docs/third-party.md`);
 //! - [`manifest`]: what a transfer moves, and the checks on a peer's manifest;
 //! - [`options`]: the request options that travel on the wire;
 //! - [`chunks`]: the chunk plan the data channels of a transfer share (first come, first
@@ -27,6 +29,7 @@
 //! - [`sending`] and [`receiving`]: the two machines.
 
 pub mod chunks;
+pub mod grant;
 pub mod handshake;
 pub mod layout;
 pub mod manifest;
