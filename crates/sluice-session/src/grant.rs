@@ -4,7 +4,7 @@
 //!
 //! A issues a grant inside C's session ([`issue`]) and checks it when B presents it
 //! ([`verify`], then [`Grant::check_token`]). Both run on A, with a 32-byte key only A holds;
-//! the grant is opaque to C and B. No I/O here: the caller passes the key, the time (seconds
+//! C and B only carry the grant (they can read it, not change it). No I/O here: the caller passes the key, the time (seconds
 //! since the Unix epoch, from A's clock) and the job id it drew.
 //!
 //! The wire form is one line of ASCII, for a message or a file:
@@ -160,7 +160,10 @@ pub enum GrantError {
         asked: String,
     },
     /// A requested path is not a clean relative path.
-    #[error("path {path:?}: {why}; name paths relative to the granted ones, with no '..'")]
+    #[error(
+        "path {path:?}: {why}; name paths relative to the token's root, with no '..' and no \
+         leading, doubled or trailing '/'"
+    )]
     BadPath {
         /// The path as requested.
         path: String,
@@ -183,7 +186,7 @@ pub enum GrantError {
     NoPaths,
     /// The life asked for (or sealed) is zero or longer than [`MAX_LIFETIME_SECS`].
     #[error(
-        "a grant's life of {secs} s is outside 1 to {max} s; ask for a shorter one",
+        "a grant's life of {secs} s is outside 1 to {max} s; choose a life within it",
         max = MAX_LIFETIME_SECS
     )]
     Lifetime {
