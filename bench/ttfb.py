@@ -131,6 +131,7 @@ def run_once(path, binary, direction, size, scratch, run_no, port):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rtts", default="100,300", help="round-trip times in ms")
+    ap.add_argument("--loss", type=float, default=0, help="random loss in percent, both ways")
     ap.add_argument("--sizes", default="1MiB,128MiB")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bin", action="append", required=True, help="NAME=PATH of a sluice binary")
@@ -141,11 +142,13 @@ def main():
     bins = [b.split("=", 1) for b in args.bin]
     rtts = [int(r) for r in args.rtts.split(",")]
     sizes = [size_arg(s) for s in args.sizes.split(",")]
+    if args.loss and not 0 < args.loss < 100:
+        raise SystemExit("--loss is a percentage between 0 and 100")
     scratch = tempfile.mkdtemp(prefix="sluice-ttfb-", dir="/dev/shm")
     results = []
     try:
         for rtt in rtts:
-            path = WanPath(f"ttfb{os.getpid()}", LINKEM, 1000, rtt, 0, log_dir=scratch).up()
+            path = WanPath(f"ttfb{os.getpid()}", LINKEM, 1000, rtt, args.loss, log_dir=scratch).up()
             try:
                 for size in sizes:
                     for direction in args.directions.split(","):
