@@ -118,6 +118,9 @@ def run_once(path, binary, direction, size, scratch, run_no, port):
         if not server.wait(10):
             os.killpg(server.pid, 9)
             server.wait(10)
+    # The files go at once (1 GiB runs would fill /dev/shm); the logs stay until the end.
+    shutil.rmtree(served, ignore_errors=True)
+    shutil.rmtree(local, ignore_errors=True)
     connecting = stamps(client.log_path, CONNECTING)
     start = [t for t in sent_stamps(client.log_path) if connecting and t >= connecting[0]]
     receiver_log = server.log_path if direction == "upload" else client.log_path
