@@ -19,6 +19,7 @@ use std::rc::Rc;
 use sluice_proto::config::ChannelConfig;
 use sluice_proto::receiver::{Receiver, State};
 use sluice_proto::sender::{REASON_DONE, Sender};
+use sluice_session::arrivals::Arrivals;
 use sluice_session::chunks::{Plan, Taken};
 
 use crate::channel::test_keys;
@@ -47,6 +48,8 @@ pub enum PlanEnd {
         store: Store,
         /// Payload bytes delivered (each delivery counted, duplicates too).
         delivered: u64,
+        /// What the phase's channels delivered, each byte once: the real data path's record.
+        arrivals: Rc<RefCell<Arrivals>>,
         /// Killed.
         dead: bool,
     },
@@ -79,12 +82,13 @@ impl Endpoint for PlanEnd {
     fn handle_datagram(&mut self, now_us: u64, datagram: &mut [u8]) {
         match self {
             PlanEnd::Sender { sender, dead: false, .. } => sender.handle_datagram(now_us, datagram),
-            PlanEnd::Receiver { receiver, store, delivered, dead: false } => {
+            PlanEnd::Receiver { receiver, store, delivered, arrivals, dead: false } => {
                 let Ok(Some(d)) = receiver.handle_datagram(now_us, datagram) else { return };
                 let payload = &datagram[d.range.clone()];
                 let at = d.offset as usize;
                 store.borrow_mut()[at..at + payload.len()].copy_from_slice(payload);
                 *delivered += payload.len() as u64;
+                arrivals.borrow_mut().record(d.offset, payload.len() as u64);
             }
             _ => {}
         }
@@ -187,6 +191,8 @@ pub struct PlanOutcome {
 #[derive(Debug)]
 pub struct PlannedTransfer {
     plan: Plan,
+    /// What the receivers delivered, each byte once.
+    arrivals: Rc<RefCell<Arrivals>>,
     lanes: Vec<Lane>,
     config: PlanConfig,
     given_back: u64,
@@ -205,6 +211,7 @@ impl PlannedTransfer {
         start_us: u64,
     ) -> Result<Self, sluice_proto::config::ConfigError> {
         let plan = Plan::new(ranges, config.chunk_bytes);
+        let arrivals = Rc::new(RefCell::new(receive_record(ranges)));
         let mut lanes = Vec::new();
         for c in 0..config.channels.max(1) {
             let cfg = channel_config(c);
@@ -221,6 +228,7 @@ impl PlannedTransfer {
                 receiver: Box::new(receiver),
                 store: Rc::clone(store),
                 delivered: 0,
+                arrivals: Rc::clone(&arrivals),
                 dead: false,
             };
             let flow = sim.add_flow(a, b, FlowConfig::starting_at(start_us));
@@ -232,7 +240,7 @@ impl PlannedTransfer {
                 finished: false,
             });
         }
-        let mut transfer = Self { plan, lanes, config, given_back: 0 };
+        let mut transfer = Self { plan, arrivals, lanes, config, given_back: 0 };
         transfer.serve(sim);
         Ok(transfer)
     }
@@ -240,6 +248,12 @@ impl PlannedTransfer {
     /// The plan the channels share.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// What the receivers have delivered, each byte once (the arrival record the real data
+    /// path keeps): complete once every byte of the ranges arrived.
+    pub fn arrivals(&self) -> std::cell::Ref<'_, Arrivals> {
+        self.arrivals.borrow()
     }
 
     /// The simulator's flow of channel `c`.
@@ -341,6 +355,17 @@ impl PlannedTransfer {
     }
 }
 
+/// The record of a receive of `ranges` (increasing): their span, the gaps between them
+/// present already.
+fn receive_record(ranges: &[Range<u64>]) -> Arrivals {
+    let span = match (ranges.first(), ranges.last()) {
+        (Some(first), Some(last)) => first.start..last.end.max(first.start),
+        _ => 0..0,
+    };
+    let gaps: Vec<Range<u64>> = ranges.windows(2).map(|w| w[0].end..w[1].start).collect();
+    Arrivals::new(span, &gaps)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +451,21 @@ mod tests {
             assert_eq!(outcome.acked_bytes, 4 * MIB);
             assert_eq!(outcome.channel_bytes.iter().sum::<u64>(), 4 * MIB);
             assert!(outcome.channel_bytes[0] < 4 * MIB / 3, "{outcome:?}");
+            // The arrival record counts each byte once, however many channels delivered it.
+            let arrivals = t.arrivals();
+            assert!(arrivals.complete(), "seed {seed}");
+            assert_eq!(arrivals.bytes(), 4 * MIB);
+            let delivered: u64 = (0..3).map(|c| sim.flow(t.flow(c)).b.delivered()).sum();
+            assert!(delivered >= arrivals.bytes(), "seed {seed}: {delivered}");
         }
+    }
+
+    #[test]
+    fn the_arrival_record_of_ranges_with_gaps_holds_the_gaps_as_present() {
+        let record = receive_record(&[0..10, 20..30, 35..40]);
+        assert_eq!(record.range(), &(0..40));
+        assert_eq!(record.parts(), &[0..10, 20..30, 35..40]);
+        assert_eq!(record.missing(), 25);
+        assert!(receive_record(&[]).complete());
     }
 }

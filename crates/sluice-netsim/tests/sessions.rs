@@ -348,6 +348,12 @@ impl World {
         let phase = self.phase.take().expect("a phase");
         let now = self.now();
         if let Some(t) = &phase.transfer {
+            // The receivers' arrival record (the real data path's) agrees with the plan: the
+            // phase ends with every byte of its ranges there, each counted once.
+            let arrivals = t.arrivals();
+            assert!(arrivals.complete(), "phase {}: {arrivals:?}", phase.number);
+            assert_eq!(arrivals.bytes(), t.outcome().acked_bytes, "phase {}", phase.number);
+            drop(arrivals);
             self.phases.push((phase.number, t.outcome(), phase.started_us, self.now_us));
         }
         for &(p, at) in &self.setup.corrupt {

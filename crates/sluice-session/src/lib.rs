@@ -21,6 +21,7 @@
 //!   to read named paths for one job (`docs/third-party.md`);
 //! - [`manifest`]: what a transfer moves, and the checks on a peer's manifest;
 //! - [`options`]: the request options that travel on the wire;
+//! - [`arrivals`]: what a receive's channels have delivered, each byte once;
 //! - [`chunks`]: the chunk plan the data channels of a transfer share (first come, first
 //!   served; a dying channel's chunks go to the others);
 //! - [`layout`]: the wanted files end to end in one offset space, and the resume and repair
@@ -28,6 +29,7 @@
 //! - [`transfer`]: deadlines, faults and the manifest in parts, shared by the roles;
 //! - [`sending`] and [`receiving`]: the two machines.
 
+pub mod arrivals;
 pub mod chunks;
 pub mod grant;
 pub mod handshake;

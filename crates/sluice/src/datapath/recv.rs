@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use sluice_proto::intervals::IntervalSet;
 use sluice_proto::pmtu::starting_datagram_bytes;
 use sluice_proto::receiver::{Receiver, State};
+use sluice_session::arrivals::Arrivals;
 use sluice_udp::RecvBatch;
 
 use super::blocks::WriteBehind;
@@ -35,20 +35,20 @@ const LINGER_MIN_US: u64 = 500_000;
 
 /// What every receiving channel of a transfer shares: the file and what arrived.
 pub(super) struct RecvShared<'a> {
-    /// The file, with the record of what is on disk (which trails `arrived` by what the
+    /// The file, with the record of what is on disk (which trails `arrivals` by what the
     /// channels' write-behind buffers hold).
     pub(super) file: SharedFile<'a>,
     pub(super) range: Range<u64>,
     /// The parts of `range` that move (not present before), increasing: where compressed
-    /// frames' pieces lie.
+    /// frames' pieces lie. (The record's, copied to be read without its lock.)
     parts: Vec<Range<u64>>,
-    /// Byte ranges of `range` that arrived, on any channel (a chunk handed from a dead channel
-    /// to another may arrive twice).
-    arrived: Mutex<IntervalSet>,
-    /// Bytes of `arrived` that arrived (not present before), readable without the lock.
+    /// What arrived, on any channel: `sluice_session`'s arrival record, the one the simulator
+    /// keeps too.
+    arrivals: Mutex<Arrivals>,
+    /// Bytes arrived (each once), readable without the lock.
     arrived_bytes: AtomicU64,
-    /// Bytes of the range present before the transfer.
-    present_bytes: u64,
+    /// Bytes that must arrive.
+    missing: u64,
     /// Authenticated payloads outside `range` (a peer's bug): dropped.
     out_of_range: AtomicU64,
     pub(super) shared: Shared,
@@ -57,25 +57,14 @@ pub(super) struct RecvShared<'a> {
 impl<'a> RecvShared<'a> {
     /// Receiving `range` of `store`, of which the parts in `present` are there already.
     pub(super) fn new(store: &'a dyn Store, range: Range<u64>, present: &[Range<u64>]) -> Self {
-        let mut arrived = IntervalSet::new();
-        let mut had = 0;
-        for part in present {
-            let (lo, hi) = (part.start.max(range.start), part.end.min(range.end));
-            if lo < hi {
-                had += arrived.insert(lo, hi - 1);
-            }
-        }
-        let parts = match range.end.checked_sub(1).filter(|&last| last >= range.start) {
-            Some(last) => arrived.gaps(range.start, last).map(|(lo, hi)| lo..hi + 1).collect(),
-            None => Vec::new(),
-        };
+        let arrivals = Arrivals::new(range.clone(), present);
         Self {
-            file: SharedFile::new(store, range.clone(), &arrived),
+            file: SharedFile::new(store, range.clone(), arrivals.held()),
             range,
-            parts,
-            arrived: Mutex::new(arrived),
+            parts: arrivals.parts().to_vec(),
+            missing: arrivals.missing(),
+            arrivals: Mutex::new(arrivals),
             arrived_bytes: AtomicU64::new(0),
-            present_bytes: had,
             out_of_range: AtomicU64::new(0),
             shared: Shared::default(),
         }
@@ -83,7 +72,7 @@ impl<'a> RecvShared<'a> {
 
     /// Bytes that must arrive.
     pub(super) fn missing(&self) -> u64 {
-        self.range.end - self.range.start - self.present_bytes
+        self.missing
     }
 
     /// Bytes arrived so far.
@@ -98,13 +87,11 @@ impl<'a> RecvShared<'a> {
 
     /// Whether a payload lies inside the range (one outside is a peer's bug: counted, dropped).
     fn inside(&self, offset: u64, len: u64) -> bool {
-        let inside = offset >= self.range.start
-            && offset.checked_add(len).is_some_and(|end| end <= self.range.end);
-        if !inside || len == 0 {
+        let inside = Arrivals::within(&self.range, offset, len);
+        if !inside {
             self.out_of_range.fetch_add(u64::from(len > 0), Ordering::Relaxed);
-            return false;
         }
-        true
+        inside
     }
 
     /// Records a batch's payloads (offset, length) as arrived: one lock per batch, not per
@@ -113,8 +100,8 @@ impl<'a> RecvShared<'a> {
         if payloads.is_empty() {
             return;
         }
-        let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
-        let new: u64 = payloads.iter().map(|&(at, len)| arrived.insert(at, at + len - 1)).sum();
+        let mut arrivals = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
+        let new: u64 = payloads.iter().map(|&(at, len)| arrivals.record(at, len)).sum();
         self.arrived_bytes.fetch_add(new, Ordering::AcqRel);
     }
 }
