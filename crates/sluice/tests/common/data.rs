@@ -1,0 +1,75 @@
+//! What the data-path tests share (UDP channels and TCP streams alike): one test at a time,
+//! seeds, keys, contents and files.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::fs::File;
+use std::sync::{Mutex, MutexGuard};
+
+use sluice::datapath::ChannelKeys;
+use sluice_proto::crypto::{Algorithm, PacketKey};
+use sluice_proto::rng::Rng;
+
+/// Tests of one file run one at a time ([`serial`]): their timing assertions need the cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn seed(test: &str, default: u64) -> u64 {
+    let seed =
+        std::env::var("SLUICE_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    println!("{test}: seed={seed}");
+    seed
+}
+
+/// (sender's keys, receiver's keys), distinct per seed.
+pub fn keys(seed: u64) -> (ChannelKeys, ChannelKeys) {
+    let key = |dir: u64| {
+        let mut rng = Rng::new(seed ^ (dir << 60));
+        let mut k = [0u8; 32];
+        k.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+        let mut iv = [0u8; 12];
+        iv.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+        PacketKey::new(Algorithm::Aes256Gcm, &k, iv)
+    };
+    (ChannelKeys { seal: key(1), open: key(2) }, ChannelKeys { seal: key(2), open: key(1) })
+}
+
+/// Seeded file contents.
+pub fn content(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut data = vec![0u8; len];
+    for chunk in data.chunks_mut(8) {
+        let word = rng.next_u64().to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+    data
+}
+
+/// Seeded contents that partly compress: log-like text, then a quarter of random bytes, then
+/// text again, so compressed frames and raw pieces alternate.
+pub fn mixed_content(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut data = Vec::with_capacity(len + 100);
+    let mut line = 0u64;
+    while data.len() < len {
+        let at = data.len();
+        if at >= len / 2 && at < len * 3 / 4 {
+            data.extend_from_slice(&rng.next_u64().to_le_bytes());
+        } else {
+            line += 1;
+            let value = rng.next_u64() % 1000;
+            data.extend_from_slice(format!("{line} transfer value {value} status ok\n").as_bytes());
+        }
+    }
+    data.truncate(len);
+    data
+}
+
+pub fn file_with(dir: &tempfile::TempDir, name: &str, data: &[u8]) -> File {
+    let path = dir.path().join(name);
+    std::fs::write(&path, data).unwrap();
+    File::options().read(true).write(true).open(path).unwrap()
+}
