@@ -44,6 +44,8 @@ struct Setup {
     /// The receiver has the first bytes of these files already (file, bytes).
     prefill: Vec<(usize, usize)>,
     plan: PlanConfig,
+    /// The files are log-like text (they compress) instead of random bytes.
+    text: bool,
 }
 
 impl Default for Setup {
@@ -57,6 +59,7 @@ impl Default for Setup {
             corrupt: Vec::new(),
             prefill: Vec::new(),
             plan: PlanConfig::default(),
+            text: false,
         }
     }
 }
@@ -120,6 +123,17 @@ fn entries(sizes: &[usize]) -> Vec<Entry> {
     list
 }
 
+/// `len` bytes of log-like text, which zstd shrinks several times.
+fn text(len: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 64);
+    while out.len() < len {
+        let line = format!("{} block moved status ok {}\n", out.len(), rng.next_u64() % 97);
+        out.extend_from_slice(line.as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
 fn blocks_of(data: &[u8]) -> Vec<blake3::Hash> {
     data.chunks(BLOCK_BYTES as usize).map(blake3::hash).collect()
 }
@@ -127,8 +141,14 @@ fn blocks_of(data: &[u8]) -> Vec<blake3::Hash> {
 impl World {
     fn new(seed: u64, setup: Setup) -> World {
         let mut rng = Rng::new(seed);
-        let src =
-            setup.sizes.iter().map(|&n| (0..n).map(|_| rng.next_u64() as u8).collect()).collect();
+        let src = setup
+            .sizes
+            .iter()
+            .map(|&n| match setup.text {
+                true => text(n, &mut rng),
+                false => (0..n).map(|_| rng.next_u64() as u8).collect(),
+            })
+            .collect();
         let mut link = LinkConfig::default()
             .with_rate(setup.rate_bps, setup.rate_bps / 8 / 10)
             .with_delay(ONE_WAY_US)
@@ -568,5 +588,22 @@ fn a_resumed_transfer_moves_only_the_rest() {
         assert_eq!(received.resumed, BLOCK_BYTES);
         assert_eq!(sent.moved, (MIB + 1000) as u64);
         assert_eq!(world.moved(), (MIB + 1000) as u64);
+    }
+}
+
+#[test]
+fn a_compressed_session_survives_loss_and_a_dead_channel() {
+    let setup = Setup {
+        sizes: vec![3 * MIB, 777, 0],
+        loss: 0.01,
+        kill: Some((1, 40_000)),
+        plan: PlanConfig { compress: Some(3), ..PlanConfig::default() },
+        text: true,
+        ..Setup::default()
+    };
+    for world in run(&setup, 1..=3) {
+        world.verified();
+        let outcome = &world.phases[0].1;
+        assert_eq!(outcome.dead, vec![1], "{outcome:?}");
     }
 }

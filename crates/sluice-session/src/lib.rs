@@ -22,6 +22,7 @@
 //! - [`manifest`]: what a transfer moves, and the checks on a peer's manifest;
 //! - [`options`]: the request options that travel on the wire;
 //! - [`arrivals`]: what a receive's channels have delivered, each byte once;
+//! - [`compress`]: the per-piece zstd framing of the data channels;
 //! - [`chunks`]: the chunk plan the data channels of a transfer share (first come, first
 //!   served; a dying channel's chunks go to the others);
 //! - [`layout`]: the wanted files end to end in one offset space, and the resume and repair
@@ -31,6 +32,7 @@
 
 pub mod arrivals;
 pub mod chunks;
+pub mod compress;
 pub mod grant;
 pub mod handshake;
 pub mod layout;

@@ -70,7 +70,6 @@ use sluice_proto::config::ChannelConfig;
 use sluice_proto::crypto::PacketKey;
 
 mod blocks;
-mod compress;
 mod port;
 mod recv;
 mod send;
@@ -82,9 +81,9 @@ mod transfer;
 mod written;
 
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
-pub use compress::{COMPRESS_BLOCK_BYTES, LEVELS as COMPRESS_LEVELS};
 pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
 pub use sluice_session::chunks::CHUNK_BYTES;
+pub use sluice_session::compress::{COMPRESS_BLOCK_BYTES, LEVELS as COMPRESS_LEVELS};
 pub use store::{Fault, Faulty, Store, read_exact_at, read_up_to, write_all_at};
 
 /// A `max_burst_pkts` for channels on real sockets: room for one send batch plus as much again

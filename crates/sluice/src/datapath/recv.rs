@@ -12,12 +12,12 @@ use sluice_session::arrivals::Arrivals;
 use sluice_udp::RecvBatch;
 
 use super::blocks::WriteBehind;
-use super::compress::{COMPRESSED, Inflater, piece_at};
 use super::port::{MAX_SLEEP_US, Port};
 use super::store::Store;
 use super::transfer::{ChannelEnd, Shared};
 use super::written::SharedFile;
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
+use sluice_session::compress::{COMPRESSED, Inflater, piece_at};
 
 /// While datagrams kept coming within this long, the receiver takes them in timed turns
 /// ([`COALESCE_US`]) instead of sleeping until the next one: a receiver woken for every datagram
@@ -178,7 +178,8 @@ impl Sink<'_, '_> {
             ctx.inside(offset, payload.len() as u64);
             return Ok(());
         };
-        if let Some(bytes) = self.inflater.accept(piece.clone(), offset, payload)? {
+        let inflated = self.inflater.accept(piece.clone(), offset, payload);
+        if let Some(bytes) = inflated.map_err(DataError::Compression)? {
             self.writer.write(piece.start, bytes).map_err(DataError::File)?;
             payloads.push((piece.start, piece.end - piece.start));
         }

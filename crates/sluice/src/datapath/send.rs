@@ -10,12 +10,12 @@ use sluice_proto::sender::{REASON_DONE, Sender};
 use sluice_udp::RecvBatch;
 
 use super::blocks::ReadAhead;
-use super::compress::{COMPRESS_BLOCK_BYTES, COMPRESSED, Deflater};
 use super::port::{BATCH_BYTES, MAX_SLEEP_US, Port, check_path_mtu};
 use super::store::{Store, read_exact_at};
 use super::transfer::{ChannelEnd, Shared};
 use super::{ChannelParams, ChannelReport, DataError, idle_secs};
 use sluice_session::chunks::{Plan, Taken};
+use sluice_session::compress::{COMPRESS_BLOCK_BYTES, COMPRESSED, Deflater};
 
 /// A channel takes another chunk when less than this is queued and unsent, so its pacer never
 /// runs dry while chunks remain.

@@ -28,7 +28,7 @@ use sluice_proto::crypto::{CryptoError, PacketKey};
 use sluice_proto::wire::{HEADER_LEN, Header, Kind, TAG_LEN};
 
 use super::super::DataError;
-use super::super::compress::COMPRESS_BLOCK_BYTES;
+use sluice_session::compress::COMPRESS_BLOCK_BYTES;
 
 /// Bytes of the length before each record.
 pub(super) const LEN_BYTES: usize = 4;

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use sluice_proto::wire::Kind;
 
 use super::super::blocks::WriteBehind;
-use super::super::compress::Inflater;
 use super::super::recv::{RecvShared, Sink};
 use super::super::transfer::ChannelEnd;
 use super::super::{ChannelReport, DataError};
@@ -14,6 +13,7 @@ use super::buffers::{Meter, Sizer};
 use super::conn::Conn;
 use super::record::{REASON_BROKEN, REASON_CANCELLED, REASON_DONE, Record, shutdown_error};
 use super::{StreamParams, keep_alive_every};
+use sluice_session::compress::Inflater;
 
 /// The receiver confirms what it wrote once this much more arrived on the stream...
 const ACK_EVERY_BYTES: u64 = 1 << 20;

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use sluice_proto::wire::Kind;
 use sluice_session::chunks::{Plan, Taken};
 
-use super::super::compress::{COMPRESS_BLOCK_BYTES, COMPRESSED, Deflater};
 use super::super::store::{Store, read_exact_at};
 use super::super::transfer::{ChannelEnd, Shared};
 use super::super::{ChannelReport, DataError};
@@ -15,6 +14,7 @@ use super::conn::Conn;
 use super::pace::Pacer;
 use super::record::{REASON_BROKEN, REASON_CANCELLED, REASON_DONE, Record, shutdown_error};
 use super::{StreamParams, keep_alive_every};
+use sluice_session::compress::{COMPRESS_BLOCK_BYTES, COMPRESSED, Deflater};
 
 /// Bytes of records a stream queues per turn of its loop at most, before it reads the ACKs.
 const TURN_BYTES: usize = 4 << 20;

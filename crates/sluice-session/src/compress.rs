@@ -1,4 +1,5 @@
-//! Per-block zstd compression on the data channels (FSP's per-block compression).
+//! Per-block zstd compression on the data channels (FSP's per-block compression): the framing
+//! every data path shares (the UDP channels, the TCP streams, the simulator's channels).
 //!
 //! The offset space is cut on a fixed grid of [`COMPRESS_BLOCK_BYTES`]; a sending channel takes
 //! each piece of its chunks (a grid cell, or the part of one its chunk holds) and compresses it.
@@ -24,19 +25,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Range;
 
-use super::DataError;
-
 /// The top bit of a payload's offset: the payload is part of a compressed frame.
-pub(super) const COMPRESSED: u64 = 1 << 63;
-pub use sluice_session::chunks::COMPRESS_BLOCK_BYTES;
-pub(super) use sluice_session::chunks::piece_at;
+pub const COMPRESSED: u64 = 1 << 63;
+pub use crate::chunks::{COMPRESS_BLOCK_BYTES, piece_at};
 /// Bytes of a frame's header.
 const HEADER_BYTES: usize = 8;
 /// A piece is sent compressed only when its frame is at most this share of it (in 1/64): a
 /// saving smaller than 1/32 is not worth the receiver's buffering.
 const WORTH_64THS: usize = 62;
 /// Bytes of a piece compressed first, to see whether the piece is worth compressing.
-pub(super) const PROBE_BYTES: usize = 16 << 10;
+pub const PROBE_BYTES: usize = 16 << 10;
 /// The most bytes of incomplete frames one receiving channel holds: far above what a flow
 /// window leaves in flight; a peer that goes beyond it is broken.
 const MAX_PENDING_BYTES: usize = 128 << 20;
@@ -45,7 +43,7 @@ pub const LEVELS: std::ops::RangeInclusive<i32> = 1..=19;
 
 /// A sending channel's compressor: the frames it sent and not yet had acknowledged (a
 /// retransmission reads them again), and when to try again on data that does not shrink.
-pub(super) struct Deflater {
+pub struct Deflater {
     compressor: zstd::bulk::Compressor<'static>,
     input: Vec<u8>,
     /// Where a piece is compressed to, after the header's room (reused: a piece that does not
@@ -53,12 +51,24 @@ pub(super) struct Deflater {
     output: Vec<u8>,
     frames: BTreeMap<u64, Box<[u8]>>,
     /// Bytes of pieces read, and of what they became on the wire.
-    pub(super) piece_bytes: u64,
-    pub(super) wire_bytes: u64,
+    pub piece_bytes: u64,
+    /// See `piece_bytes`.
+    pub wire_bytes: u64,
+}
+
+impl std::fmt::Debug for Deflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deflater")
+            .field("frames", &self.frames.len())
+            .field("piece_bytes", &self.piece_bytes)
+            .field("wire_bytes", &self.wire_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Deflater {
-    pub(super) fn new(level: i32) -> io::Result<Self> {
+    /// A compressor at zstd `level` (one of [`LEVELS`]).
+    pub fn new(level: i32) -> io::Result<Self> {
         Ok(Self {
             compressor: zstd::bulk::Compressor::new(level)?,
             input: vec![0; COMPRESS_BLOCK_BYTES as usize],
@@ -72,7 +82,7 @@ impl Deflater {
     /// Compresses the piece `range` (within one grid cell) read by `read`: the length of its
     /// frame, kept for sending at wire offset [`COMPRESSED`]` | range.start`, or `None` when the
     /// piece goes raw.
-    pub(super) fn piece(
+    pub fn piece(
         &mut self,
         range: Range<u64>,
         mut read: impl FnMut(u64, &mut [u8]) -> io::Result<()>,
@@ -116,7 +126,7 @@ impl Deflater {
     }
 
     /// Copies the frame bytes at wire offset `offset` (with the [`COMPRESSED`] bit) into `dst`.
-    pub(super) fn fill(&self, offset: u64, dst: &mut [u8]) -> io::Result<()> {
+    pub fn fill(&self, offset: u64, dst: &mut [u8]) -> io::Result<()> {
         let at = offset & !COMPRESSED;
         // Pieces do not overlap, and each frame is shorter than its piece: the frame holding
         // `at` is the last one starting at or before it.
@@ -132,7 +142,7 @@ impl Deflater {
     }
 
     /// Forgets the frame of the piece starting at `start` (acknowledged).
-    pub(super) fn done(&mut self, start: u64) {
+    pub fn done(&mut self, start: u64) {
         self.frames.remove(&start);
     }
 }
@@ -147,15 +157,25 @@ struct Partial {
 }
 
 /// A receiving channel's decompressor: the frames it is gathering.
-pub(super) struct Inflater {
+pub struct Inflater {
     decompressor: zstd::bulk::Decompressor<'static>,
     frames: HashMap<u64, Partial>,
     pending: usize,
     out: Vec<u8>,
 }
 
+impl std::fmt::Debug for Inflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inflater")
+            .field("frames", &self.frames.len())
+            .field("pending", &self.pending)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Inflater {
-    pub(super) fn new() -> io::Result<Self> {
+    /// A decompressor with no frame gathered.
+    pub fn new() -> io::Result<Self> {
         Ok(Self {
             decompressor: zstd::bulk::Decompressor::new()?,
             frames: HashMap::new(),
@@ -167,15 +187,15 @@ impl Inflater {
     /// Takes a payload at wire offset `offset` (with the [`COMPRESSED`] bit set) of the frame of
     /// `piece` (the piece of the byte space that holds the offset); once the frame is whole,
     /// returns the piece's bytes. A frame that breaks the rules is an error (the peer is
-    /// broken; the piece would never arrive).
-    pub(super) fn accept(
+    /// broken; the piece would never arrive), said in words.
+    pub fn accept(
         &mut self,
         piece: Range<u64>,
         offset: u64,
         payload: &[u8],
-    ) -> Result<Option<&[u8]>, DataError> {
+    ) -> Result<Option<&[u8]>, String> {
         let (start, at) = (piece.start, offset & !COMPRESSED);
-        let bad = |why: &str| DataError::Compression(format!("frame at offset {start}: {why}"));
+        let bad = |why: &str| format!("frame at offset {start}: {why}");
         let piece_len = piece.end.saturating_sub(start) as usize;
         let from = at.checked_sub(start).map(|f| f as usize);
         let Some((from, end)) = from.map(|f| (f, f + payload.len())) else {
