@@ -27,7 +27,7 @@ use sluice_proto::pmtu::BASE_PACKET_SIZE;
 use sluice_proto::rng::Rng;
 use sluice_proto::wire::{Header, Kind};
 
-use data::{content, file_with, keys, mixed_content, seed, serial};
+use data::{CancelAt, content, file_with, keys, mixed_content, seed, serial};
 
 fn config(seed: u64) -> ChannelConfig {
     ChannelConfig {
@@ -422,28 +422,6 @@ fn lossy_relay(test: &str, compress: Option<i32>) {
     dst.read_exact_at(&mut got, 0).unwrap();
     assert!(got == data, "the received file differs");
     assert_eq!(r.blake3, Some(blake3::hash(&data)));
-}
-
-/// Sets `cancel` at the first progress report of the chosen end and notes when.
-struct CancelAt<'a> {
-    sender: bool,
-    flag: &'a AtomicBool,
-    at_us: AtomicU64,
-    epoch: Instant,
-}
-
-impl CancelAt<'_> {
-    fn observe(&self, is_sender: bool, p: Progress) {
-        if is_sender == self.sender && p.bytes > 0 && !self.flag.swap(true, Ordering::Relaxed) {
-            self.at_us.store(self.epoch.elapsed().as_micros() as u64, Ordering::Relaxed);
-        }
-    }
-
-    fn at(&self) -> Instant {
-        let us = self.at_us.load(Ordering::Relaxed);
-        assert!(self.flag.load(Ordering::Relaxed), "the transfer ended before it was cancelled");
-        self.epoch + Duration::from_micros(us)
-    }
 }
 
 /// Runs a rate-capped transfer and cancels one end (`cancel_sender`) at its first progress

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use sluice::datapath::tcp::{StreamConfig, StreamParams, receive_streams, send_streams};
 use sluice::datapath::{ChannelReport, DataError, Progress};
 
-use data::{content, file_with, keys, mixed_content, seed, serial};
+use data::{CancelAt, content, file_with, keys, mixed_content, seed, serial};
 
 /// Two connected ends of a loopback TCP connection.
 fn connected() -> (TcpStream, TcpStream) {
@@ -564,28 +564,6 @@ fn a_short_source_fails_the_sender_with_a_file_error_and_the_receiver_hears_of_i
     let mut padded = data.clone();
     padded.resize(got.len(), 0xEE);
     no_wrong_byte(&got, &padded, 0xEE);
-}
-
-/// Sets `cancel` at the first progress report of the chosen end and notes when.
-struct CancelAt<'a> {
-    sender: bool,
-    flag: &'a AtomicBool,
-    at_us: AtomicU64,
-    epoch: Instant,
-}
-
-impl CancelAt<'_> {
-    fn observe(&self, is_sender: bool, p: Progress) {
-        if is_sender == self.sender && p.bytes > 0 && !self.flag.swap(true, Ordering::Relaxed) {
-            self.at_us.store(self.epoch.elapsed().as_micros() as u64, Ordering::Relaxed);
-        }
-    }
-
-    fn at(&self) -> Instant {
-        let us = self.at_us.load(Ordering::Relaxed);
-        assert!(self.flag.load(Ordering::Relaxed), "the transfer ended before it was cancelled");
-        self.epoch + Duration::from_micros(us)
-    }
 }
 
 /// A rate-capped transfer over two streams with one end cancelled at its first progress

@@ -4,9 +4,11 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use sluice::datapath::ChannelKeys;
+use sluice::datapath::{ChannelKeys, Progress};
 use sluice_proto::crypto::{Algorithm, PacketKey};
 use sluice_proto::rng::Rng;
 
@@ -72,4 +74,30 @@ pub fn file_with(dir: &tempfile::TempDir, name: &str, data: &[u8]) -> File {
     let path = dir.path().join(name);
     std::fs::write(&path, data).unwrap();
     File::options().read(true).write(true).open(path).unwrap()
+}
+
+/// Sets `cancel` at the first progress report of the chosen end and notes when.
+pub struct CancelAt<'a> {
+    /// Whether the sender is the end cancelled.
+    pub sender: bool,
+    /// The cancel flag of that end.
+    pub flag: &'a AtomicBool,
+    /// When it was set, in microseconds from `epoch`.
+    pub at_us: AtomicU64,
+    /// The test's start.
+    pub epoch: Instant,
+}
+
+impl CancelAt<'_> {
+    pub fn observe(&self, is_sender: bool, p: Progress) {
+        if is_sender == self.sender && p.bytes > 0 && !self.flag.swap(true, Ordering::Relaxed) {
+            self.at_us.store(self.epoch.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub fn at(&self) -> Instant {
+        let us = self.at_us.load(Ordering::Relaxed);
+        assert!(self.flag.load(Ordering::Relaxed), "the transfer ended before it was cancelled");
+        self.epoch + Duration::from_micros(us)
+    }
 }
