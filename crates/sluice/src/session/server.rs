@@ -582,7 +582,8 @@ async fn wait_for_place(incoming: quinn::Incoming, waiting: Waiting) -> bool {
 
 /// One session: handshake, then requests until the connection ends. Returns whether a session
 /// was established. `pending` holds the connection's place among the unauthenticated ones
-/// until its token is accepted; the QUIC handshake and `Hello` each get [`HANDSHAKE_TIMEOUT`].
+/// until its token is accepted; its `Hello` must come within [`HANDSHAKE_TIMEOUT`] of its
+/// acceptance, the QUIC handshake included.
 async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -> bool {
     let shared = pending.shared.clone();
     let connecting = match incoming.accept() {
