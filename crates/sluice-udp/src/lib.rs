@@ -41,6 +41,21 @@ pub use recv::RecvBatch;
 pub use socket::Socket;
 pub use tcp::{TcpRtt, tcp_rtt};
 
+/// Readies a bound socket to receive before its data channel starts: buffers of
+/// `buffer_bytes` each way (as [`Socket::new`] sizes them) and a receive time on every datagram.
+/// An early start's sockets are bound and named to the peer before their channel runs, and its
+/// first datagrams wait in the socket meanwhile: without this they would carry no receive time
+/// (the kernel stamps only what arrives after `SO_TIMESTAMPNS` is on), and the channel's
+/// estimators would time them by when they were read.
+pub fn prepare_receive(
+    socket: &std::net::UdpSocket,
+    buffer_bytes: usize,
+) -> io::Result<BufferReport> {
+    let report = buffers::size_buffers(socket, buffer_bytes)?;
+    recv::enable_receive_info(socket)?;
+    Ok(report)
+}
+
 /// Datagrams one [`RecvBatch`] holds at most per [`Socket::recv_batch`] call.
 pub const RECV_BATCH: usize = 32;
 /// Segments one [`Socket::send_batch`] call carries at most (the kernel's GSO limit is 64).

@@ -29,6 +29,10 @@ const MAX_BATCHES_PER_TURN: usize = 16;
 const COALESCE_US: u64 = 200;
 /// How often a channel logs its state at debug level.
 const TRACE_EVERY_US: u64 = 250_000;
+/// How long before a receive's start its first datagrams may have reached the socket and still
+/// be timed by their kernel receive times: as long as a sender that starts early waits for its
+/// receiver's plan.
+const QUEUED_BEFORE_START: std::time::Duration = std::time::Duration::from_secs(30);
 /// After the last byte arrived, serve this long at least (or 3 RTTs if longer) so that the
 /// sender gets its final ACK, unless its shutdown comes first.
 const LINGER_MIN_US: u64 = 500_000;
@@ -121,7 +125,11 @@ pub(super) fn channel(
     let mut writer = WriteBehind::new(&ctx.file);
     let mut stats = None;
     let mut result = (|| {
-        let port = Port::new(socket, peer, false, start)?;
+        // The clock starts a while before the receive: an early start's first datagrams wait
+        // in the socket before its channel runs, and their kernel receive times, earlier than
+        // the receive's start, must not all clamp to it (a packet pair timed zero apart).
+        let epoch = start.checked_sub(QUEUED_BEFORE_START).unwrap_or(start);
+        let port = Port::new(socket, peer, false, epoch)?;
         let mut receiver = Receiver::new(config, keys.seal, keys.open, port.now_us())?;
         let mut inflater = Inflater::new().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
         let mut sink = Sink { index, writer: &mut writer, inflater: &mut inflater, ctx };

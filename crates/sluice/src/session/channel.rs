@@ -175,6 +175,10 @@ pub(crate) fn bind_data_sockets(
         .map(|_| {
             let socket = UdpSocket::bind(SocketAddr::new(ip, 0))
                 .map_err(|e| SessionError::io(format!("binding a data socket on {ip}"), e))?;
+            // Datagrams may wait in it before its channel starts (an early start's do): they
+            // must carry their receive times, and fit.
+            sluice_udp::prepare_receive(&socket, crate::datapath::SOCKET_BUFFER_BYTES)
+                .map_err(|e| SessionError::io("setting up a data socket", e))?;
             let port = socket
                 .local_addr()
                 .map_err(|e| SessionError::io("reading a data socket's address", e))?
