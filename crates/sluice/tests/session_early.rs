@@ -15,12 +15,18 @@ use sluice::session::{Client, CopyOptions, Overwrite};
 
 const MIB: usize = 1 << 20;
 
+/// One test of this file at a time: one of them counts the sockets the whole process holds,
+/// which another test's sockets, opened or closed meanwhile, would make fail, or pass when it
+/// should not.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn options() -> CopyOptions {
     CopyOptions { overwrite: Overwrite::Always, ..CopyOptions::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sessions_first_upload_starts_early_and_a_later_one_waits_for_want() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await;
     let local = tempfile::tempdir().unwrap();
     let (a, b) = (pattern(3 * MIB + 17, 1), pattern(MIB, 2));
@@ -40,6 +46,7 @@ async fn a_sessions_first_upload_starts_early_and_a_later_one_waits_for_want() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_whose_files_are_not_all_wanted_is_declined_and_lands_right() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await;
     let local = tempfile::tempdir().unwrap();
     let tree = local.path().join("t");
@@ -65,6 +72,7 @@ async fn an_upload_whose_files_are_not_all_wanted_is_declined_and_lands_right() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_to_where_nothing_is_starts_early_and_one_onto_a_file_does_not() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await;
     let data = pattern(5 * MIB + 3, 7);
     fs::write(server.root().join("d.bin"), &data).unwrap();
@@ -103,6 +111,7 @@ async fn eventually(mut done: impl FnMut() -> bool) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_data_with_a_refused_token_creates_nothing_and_its_sockets_close() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await;
     let local = tempfile::tempdir().unwrap();
     fs::write(local.path().join("x.bin"), pattern(2 * MIB, 3)).unwrap();
@@ -122,6 +131,7 @@ async fn early_data_with_a_refused_token_creates_nothing_and_its_sockets_close()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_binds_a_bounded_number_of_sockets_for_unauthenticated_peers() {
+    let _one = ONE_AT_A_TIME.lock().await;
     // 16 sockets an offer: four offers exhaust the 64 the server gives peers it does not know.
     let server = TestServer::start_with(|c| c.max_channels = Some(16)).await;
     let endpoint = raw_endpoint(&server, "127.0.0.1:0".parse().unwrap());
