@@ -160,12 +160,14 @@ impl ChannelSetup<'_> {
     }
 }
 
-/// Binds `count` data sockets on `ip` (this end's address on the QUIC connection), any port;
-/// returns them with their ports, in order (what `Ready` announces).
+/// Binds `count` data sockets on `ip` (this end's address on the QUIC connection), any port,
+/// each with receive buffers of `buffer_bytes` and receive times on; returns them with their
+/// ports, in order (what `Ready` announces).
 pub(crate) fn bind_data_sockets(
     count: u32,
     ip: Option<IpAddr>,
     peer: IpAddr,
+    buffer_bytes: usize,
 ) -> Result<(Vec<UdpSocket>, Vec<u16>), SessionError> {
     let ip = ip.unwrap_or(match peer {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -177,7 +179,7 @@ pub(crate) fn bind_data_sockets(
                 .map_err(|e| SessionError::io(format!("binding a data socket on {ip}"), e))?;
             // Datagrams may wait in it before its channel starts (an early start's do): they
             // must carry their receive times, and fit.
-            sluice_udp::prepare_receive(&socket, crate::datapath::SOCKET_BUFFER_BYTES)
+            sluice_udp::prepare_receive(&socket, buffer_bytes)
                 .map_err(|e| SessionError::io("setting up a data socket", e))?;
             let port = socket
                 .local_addr()

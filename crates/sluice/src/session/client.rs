@@ -626,6 +626,7 @@ impl Client {
             count,
             local,
             self.conn.remote_address().ip().to_canonical(),
+            crate::datapath::SOCKET_BUFFER_BYTES,
         )
     }
 

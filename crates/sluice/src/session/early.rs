@@ -16,8 +16,8 @@
 //! What a server does for a peer whose token it has not checked: it binds at most
 //! [`EARLY_SOCKETS`] such sockets in all (beyond that it offers none), reads nothing from them
 //! until the token is accepted and the upload planned (what arrives waits in the kernel's
-//! socket buffer, at most its default size, and is dropped with the socket when the token is
-//! refused), opens and creates no file, and sends the one small `Offer` frame, which QUIC's
+//! socket buffer, at most [`EARLY_BUFFER_BYTES`], and is dropped with the socket when the token
+//! is refused), opens and creates no file, and sends the one small `Offer` frame, which QUIC's
 //! anti-amplification limit (three times what the peer sent) governs like the rest of the
 //! first flight.
 
@@ -37,6 +37,11 @@ use super::messages::{Offer, read_message, write_message};
 /// the server. Beyond them a new connection is offered none (its client then waits for the
 /// server's `Want`, as without an early start).
 pub(crate) const EARLY_SOCKETS: usize = 64;
+
+/// Receive buffer of each socket offered before the token is checked: room for a sender's
+/// first flight while the upload is planned, and 16 MiB in all at most ([`EARLY_SOCKETS`] of
+/// them). The channel that takes a socket over sizes it as any channel's.
+pub(crate) const EARLY_BUFFER_BYTES: usize = 256 << 10;
 
 /// Which of the client's requests an offer's sockets are for: its first request stream (index
 /// 1 among the client-initiated bidirectional streams; index 0 carries `Hello`).
@@ -75,7 +80,7 @@ impl EarlySockets {
             debug!(held = taken, "no early sockets offered: the server holds its share");
             return None;
         }
-        match bind_data_sockets(count, local, peer) {
+        match bind_data_sockets(count, local, peer, EARLY_BUFFER_BYTES) {
             Ok((sockets, ports)) => Some(EarlySockets { sockets, ports, budget: budget.clone() }),
             Err(e) => {
                 budget.fetch_sub(n, Ordering::AcqRel);

@@ -117,7 +117,8 @@ impl Channels<'_> {
 
     fn bind(&self) -> Result<(Vec<UdpSocket>, Vec<u16>), SessionError> {
         let local = self.setup.conn.local_ip().map(|ip| ip.to_canonical());
-        bind_data_sockets(self.setup.negotiated.channels, local, self.peer_ip())
+        let buffer = crate::datapath::SOCKET_BUFFER_BYTES;
+        bind_data_sockets(self.setup.negotiated.channels, local, self.peer_ip(), buffer)
     }
 
     /// `phase`'s channels on `sockets` toward `peer_ports`; `patient` is how long they may
