@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import sys
@@ -66,7 +67,7 @@ def sent_stamps(path):
     return out
 
 
-def run_once(path, binary, direction, size, scratch, run_no, port):
+def run_once(path, command, direction, size, scratch, run_no, port):
     """One server on `port` and one `cp` of `size` bytes; returns the measures. (A port of its
     own each run: a stopped server may still be winding down its sessions.)"""
     work = os.path.join(scratch, f"{direction}-{run_no}")
@@ -79,6 +80,7 @@ def run_once(path, binary, direction, size, scratch, run_no, port):
         f.write(TOKEN + "\n")
     name = "payload.bin"
     data_at = os.path.join(local if direction == "upload" else served, name)
+    binary, extra = command[0], command[1:]
     with open(data_at, "wb") as f:
         f.write(os.urandom(size))
     env = dict(os.environ, RUST_LOG="sluice=debug")
@@ -97,7 +99,7 @@ def run_once(path, binary, direction, size, scratch, run_no, port):
                     raise RuntimeError("the server ended: " + f.read()[-2000:])
             time.sleep(0.05)
         common = [binary, "cp", "-q", "-P", str(port), "--token-file", tokens, "--known-hosts",
-                  os.path.join(work, "known_hosts"), "--accept-new-host"]
+                  os.path.join(work, "known_hosts"), "--accept-new-host", *extra]
         if direction == "upload":
             argv = common + [data_at, f"{B_ADDR}:"]
         else:
@@ -137,12 +139,18 @@ def main():
     ap.add_argument("--loss", type=float, default=0, help="random loss in percent, both ways")
     ap.add_argument("--sizes", default="1MiB,128MiB")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--bin", action="append", required=True, help="NAME=PATH of a sluice binary")
+    ap.add_argument("--bin", action="append", required=True,
+                    help="NAME=PATH [CP ARGS...] of a sluice binary, with extra `cp` arguments "
+                         "(e.g. the blast ceiling: --policy fixed --limit-rate 1000Mbit)")
+    ap.add_argument("--batch-us", type=int, default=0,
+                    help="release the data to the receiver only at wakes this many us apart "
+                         "(receive batching, as real hosts do); 0: on time")
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--directions", default="upload,download")
     ap.add_argument("--keep", action="store_true", help="keep the logs (the scratch directory)")
     args = ap.parse_args()
     bins = [b.split("=", 1) for b in args.bin]
+    bins = [(name, shlex.split(rest)) for name, rest in bins]
     rtts = [int(r) for r in args.rtts.split(",")]
     sizes = [size_arg(s) for s in args.sizes.split(",")]
     if args.loss and not 0 < args.loss < 100:
@@ -151,7 +159,8 @@ def main():
     results = []
     try:
         for rtt in rtts:
-            path = WanPath(f"ttfb{os.getpid()}", LINKEM, 1000, rtt, args.loss, log_dir=scratch).up()
+            path = WanPath(f"ttfb{os.getpid()}", LINKEM, 1000, rtt, args.loss, log_dir=scratch,
+                           batch_us=args.batch_us).up()
             try:
                 for size in sizes:
                     for direction in args.directions.split(","):
