@@ -59,12 +59,11 @@ impl ConnectArgs {
         };
         let address = prefs.address.as_deref().unwrap_or(host);
         let port = self.port.or(prefs.port).unwrap_or(crate::DEFAULT_PORT);
-        let token_file = self.token_file.as_ref().or(prefs.token_file.as_ref());
         let known_hosts = self.known_hosts.as_ref().or(prefs.known_hosts.as_ref());
         let mut config = ClientConfig::new(
             resolve(address, port)?,
             host,
-            read_token(token_file)?,
+            read_token(self.token_file.as_ref(), host, prefs.token_file.as_ref())?,
             known_hosts.cloned().unwrap_or_else(crate::default_known_hosts),
             trust,
         );
@@ -74,9 +73,32 @@ impl ConnectArgs {
     }
 }
 
-/// The token: from `token_file`, else `SLUICE_TOKEN`.
-fn read_token(token_file: Option<&PathBuf>) -> anyhow::Result<String> {
-    let token = match token_file {
+/// The environment variable of `host`'s token: `SLUICE_TOKEN_` and the host's name (as the
+/// command line writes it, an alias or an address) in capitals, every character other than a
+/// letter or digit as `_` (`lab` is `SLUICE_TOKEN_LAB`, `10.0.0.2` is `SLUICE_TOKEN_10_0_0_2`).
+pub(crate) fn token_variable(host: &str) -> String {
+    let name: String = host
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+        .collect();
+    format!("SLUICE_TOKEN_{name}")
+}
+
+/// `host`'s token: from `--token-file` (or `SLUICE_TOKEN_FILE`), else the host's variable
+/// ([`token_variable`]), else the config file's `token_file` for the host, else
+/// `SLUICE_TOKEN`. A copy between two servers names each server's token by its variable or
+/// its config section.
+fn read_token(
+    flag_file: Option<&PathBuf>,
+    host: &str,
+    config_file: Option<&PathBuf>,
+) -> anyhow::Result<String> {
+    if flag_file.is_none()
+        && let Ok(token) = std::env::var(token_variable(host))
+    {
+        return Ok(token.trim().to_string());
+    }
+    let token = match flag_file.or(config_file) {
         Some(path) => {
             // A secret others can read is refused, as ssh refuses such a private key.
             check_private(path, "token file").map_err(|e| {
@@ -88,9 +110,11 @@ fn read_token(token_file: Option<&PathBuf>) -> anyhow::Result<String> {
         None => std::env::var("SLUICE_TOKEN").map_err(|_| {
             anyhow::Error::new(exit::Coded {
                 code: exit::AUTH,
-                message: "no access token: set SLUICE_TOKEN, pass --token-file, or name a \
-                          token_file in the config file"
-                    .into(),
+                message: format!(
+                    "no access token for {host}: set {} or SLUICE_TOKEN, pass --token-file, or \
+                     name a token_file in the config file",
+                    token_variable(host)
+                ),
             })
         })?,
     };

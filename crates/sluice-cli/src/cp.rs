@@ -17,9 +17,12 @@ use sluice::units::parse_rate;
 /// Arguments of `sluice cp`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct CpArgs {
-    /// Sources then the destination: local paths or `host:path` (`[v6addr]:path`), and
-    /// exactly one side remote. An existing destination directory receives the sources under
-    /// their own names; otherwise a single source takes the destination's name.
+    /// Sources then the destination: local paths or `host:path` (`[v6addr]:path`). One side
+    /// remote copies to or from that server; both sides remote (on two servers) is a
+    /// third-party copy: the destination server reads from the source server directly, and
+    /// only control messages and progress pass through this machine. An existing destination
+    /// directory receives the sources under their own names; otherwise a single source takes
+    /// the destination's name.
     #[arg(required = true, num_args = 2.., value_name = "PATH")]
     paths: Vec<String>,
     /// Copy directories with everything in them.
@@ -107,6 +110,9 @@ enum Direction {
     Download { sources: Vec<String>, dest: PathBuf },
     /// Local sources into a remote destination.
     Upload { sources: Vec<PathBuf>, dest: String },
+    /// One server's sources into another server's destination (a third-party transfer: the
+    /// data goes from the source server to the destination directly).
+    Between { source_host: String, sources: Vec<String>, dest: String },
 }
 
 impl Direction {
@@ -119,6 +125,7 @@ impl Direction {
                 }
             }
             Direction::Upload { dest, .. } => *dest = rename(dest),
+            Direction::Between { .. } => {}
         }
     }
 }
@@ -150,13 +157,16 @@ fn direction(paths: &[String]) -> anyhow::Result<(String, Direction)> {
             Ok((host, Direction::Download { sources, dest: PathBuf::from(dest) }))
         }
         Location::Remote { host, path } => {
+            if srcs.iter().all(|s| matches!(s, Location::Remote { .. })) {
+                return between(srcs, host, path);
+            }
             let mut sources = Vec::new();
             for src in srcs {
                 match src {
                     Location::Local(local) => sources.push(PathBuf::from(local)),
                     Location::Remote { .. } => {
                         return Err(exit::usage(
-                            "both sides are remote; exactly one must be host:path",
+                            "some sources are local and some remote: copy them in two commands",
                         ));
                     }
                 }
@@ -164,6 +174,28 @@ fn direction(paths: &[String]) -> anyhow::Result<(String, Direction)> {
             Ok((host, Direction::Upload { sources, dest: path }))
         }
     }
+}
+
+/// A copy from one server to another: every source on one host, the destination on another.
+fn between(srcs: Vec<Location>, host: String, dest: String) -> anyhow::Result<(String, Direction)> {
+    let mut source_host: Option<String> = None;
+    let mut sources = Vec::new();
+    for src in srcs {
+        let Location::Remote { host: h, path } = src else { continue };
+        if source_host.as_ref().is_some_and(|known| known != &h) {
+            return Err(exit::usage("all remote sources must be on one host"));
+        }
+        source_host = Some(h);
+        sources.push(if path.is_empty() { ".".to_owned() } else { path });
+    }
+    let source_host = source_host.ok_or_else(|| exit::usage("no source"))?;
+    if source_host == host {
+        return Err(exit::usage(format!(
+            "the source and the destination are both on {host}: a copy within one server is not \
+             a transfer (use the server's own cp)"
+        )));
+    }
+    Ok((host, Direction::Between { source_host, sources, dest }))
 }
 
 /// The copy options from the flags.
@@ -259,13 +291,26 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         }
     }
 
+    if let Direction::Between { source_host, sources, dest } = &direction {
+        if args.ssh.ssh {
+            return Err(exit::usage("--ssh cannot reach two servers: copy between daemons"));
+        }
+        let ends = crate::between::Ends {
+            connect: &args.connect,
+            source_host,
+            dest_host: &host,
+            channel,
+            channels: args.channels,
+        };
+        return crate::between::copy(ends, sources, dest, &options, mode).await;
+    }
     let started = std::time::Instant::now();
     let reached = reach(&args.connect, &args.ssh, &host, &prefs, channel, args.channels).await?;
     direction.map_remote(|p| reached.remote_path(p));
     let client = &reached.client;
     let way = match &direction {
         Direction::Download { .. } => "download",
-        Direction::Upload { .. } => "upload",
+        Direction::Upload { .. } | Direction::Between { .. } => "upload",
     };
     let show = Show::new(mode, way);
     let report: TransferReport = match &direction {
@@ -275,6 +320,7 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         Direction::Upload { sources, dest } => {
             client.upload_observed(sources, dest, &options, show.clone()).await?
         }
+        Direction::Between { .. } => unreachable!("a copy between servers returned above"),
     };
     reached.close().await;
     let secs = started.elapsed().as_secs_f64();
@@ -287,7 +333,7 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
 
 /// A dry run's files that would move, one per line on stdout (names escaped).
 #[allow(clippy::print_stdout)]
-fn print_planned(report: &TransferReport) {
+pub(crate) fn print_planned(report: &TransferReport) {
     for path in &report.planned {
         println!("{}", path.escape_debug());
     }

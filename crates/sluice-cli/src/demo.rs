@@ -142,6 +142,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         max_channels: args.channels,
         digest_timeout: None,
         fault: None,
+        third_party: Default::default(),
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();
@@ -164,6 +165,8 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         channels: args.channels,
         busy_retry: sluice::session::BusyRetry::default(),
         fault: None,
+        identity: None,
+        grant: None,
     })
     .await?;
     let channels = client.channels().await?;

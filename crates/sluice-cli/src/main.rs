@@ -3,6 +3,7 @@
 //! Arguments are parsed in two stages: clap validates their shape, then each command checks what
 //! needs the system (files, addresses) before any network activity.
 
+mod between;
 mod browse;
 mod config;
 mod connect;

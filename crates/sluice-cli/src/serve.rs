@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use sluice::session::{Credentials, Server, ServerConfig};
+use sluice::session::{Credentials, DialRule, Server, ServerConfig, ThirdParty, ThirdPartyConfig};
 use sluice::settings::ServerFile;
 
 use crate::{exit, web};
@@ -40,6 +40,17 @@ pub(crate) struct ServeArgs {
     /// second, as JSON lines naming the session and request (MCDTP's network log).
     #[arg(long, env = "SLUICE_EVENT_LOG", value_name = "FILE")]
     pub(crate) event_log: Option<PathBuf>,
+    /// Third-party transfers (a client moving files from one server to another without
+    /// carrying them): off, pull (take jobs: read from other servers into this one), push
+    /// (grant other servers reads of this one's files), or both [default: both; a token still
+    /// needs the read right to grant and the write right to start a job].
+    #[arg(long, env = "SLUICE_THIRD_PARTY", value_name = "MODE")]
+    third_party: Option<String>,
+    /// As a third-party destination, dial only sources that match one of these: a fingerprint
+    /// (SHA256:...), an address, or a network (198.18.0.0/15). Repeat, or separate with
+    /// commas [default: any source the client names].
+    #[arg(long, env = "SLUICE_THIRD_PARTY_DIAL", value_name = "RULE", value_delimiter = ',')]
+    third_party_dial: Vec<String>,
     /// The server's config file (TOML; flags and their environment variables win over it).
     #[arg(long, env = "SLUICE_SERVER_CONFIG")]
     config: Option<PathBuf>,
@@ -69,12 +80,33 @@ fn load_server_file(path: Option<&PathBuf>) -> anyhow::Result<ServerFile> {
     ServerFile::parse(&text).map_err(named)
 }
 
+/// The third-party settings: the flags (or their variables), else the config file's.
+fn third_party(
+    mode: &Option<String>,
+    dial: &[String],
+    file: &ServerFile,
+) -> anyhow::Result<ThirdPartyConfig> {
+    let name = mode.as_deref().or(file.third_party.as_deref()).unwrap_or("both");
+    let mode = ThirdParty::from_name(name)
+        .ok_or_else(|| exit::usage(format!("--third-party {name}: use off, pull, push or both")))?;
+    let rules =
+        if dial.is_empty() { file.third_party_dial.as_deref().unwrap_or(&[]) } else { dial };
+    let dial = rules
+        .iter()
+        .map(|r| {
+            r.trim().parse::<DialRule>().map_err(|e| exit::usage(format!("--third-party-dial {e}")))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(ThirdPartyConfig { mode, dial })
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.once {
         return once(args).await;
     }
     let file = load_server_file(args.config.as_ref())?;
+    let third_parties = third_party(&args.third_party, &args.third_party_dial, &file)?;
     let root = args.root.or(file.root).ok_or_else(|| {
         exit::usage("no directory to serve: pass --root, set SLUICE_ROOT, or put root in --config")
     })?;
@@ -102,6 +134,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_channels,
         digest_timeout: None,
         fault: None,
+        third_party: third_parties,
     };
     let metrics_addr = args.metrics.or(file.metrics);
     let server = Server::bind(config).context("cannot start the server")?;
@@ -160,6 +193,8 @@ async fn once(args: ServeArgs) -> anyhow::Result<()> {
         max_channels: args.max_channels,
         digest_timeout: None,
         fault: None,
+        // A one-shot server serves one client's copy; it takes no part in others'.
+        third_party: ThirdPartyConfig { mode: ThirdParty::Off, dial: Vec::new() },
     };
     let server = Server::bind(config).context("cannot start the one-shot server")?;
     {

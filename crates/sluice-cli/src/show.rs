@@ -85,6 +85,24 @@ impl Show {
         self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The copy's start, once its files are known: `files` files of `bytes` in all.
+    pub(crate) fn started(&self, files: u64, bytes: u64) {
+        let channels = self.seen().channels;
+        if let Some(bar) = &self.bar {
+            bar.set_length(bytes);
+        }
+        if self.mode == Mode::Json {
+            emit(&json!({
+                "event": "start",
+                "schema": JSON_SCHEMA,
+                "direction": self.direction,
+                "files": files,
+                "bytes": bytes,
+                "channels": channels,
+            }));
+        }
+    }
+
     /// A warning (a file the sender left out, ...).
     pub(crate) fn warning(&self, message: &str) {
         match self.mode {
@@ -199,21 +217,8 @@ impl CopyObserver for Show {
             })
             .collect();
         seen.files = files.to_vec();
-        let (bytes, channels) = (at, seen.channels);
         drop(seen);
-        if let Some(bar) = &self.bar {
-            bar.set_length(bytes);
-        }
-        if self.mode == Mode::Json {
-            emit(&json!({
-                "event": "start",
-                "schema": JSON_SCHEMA,
-                "direction": self.direction,
-                "files": files.len(),
-                "bytes": bytes,
-                "channels": channels,
-            }));
-        }
+        self.started(files.len() as u64, at);
     }
 
     fn progress(&mut self, p: Progress) {

@@ -277,6 +277,26 @@ pub fn verify<S: AsRef<str>>(
     job: &str,
     paths: &[S],
 ) -> Result<Grant, GrantError> {
+    let grant = verify_holder(wire, key, now_secs, presenter, job)?;
+    if paths.is_empty() {
+        return Err(GrantError::NoPaths);
+    }
+    for path in paths {
+        grant.covers(path.as_ref())?;
+    }
+    Ok(grant)
+}
+
+/// [`verify`] without the paths: the checks a server makes when a reader presents the grant
+/// in its handshake, before it names what it reads. Each read's paths are then checked with
+/// [`Grant::covers`].
+pub fn verify_holder(
+    wire: &str,
+    key: &[u8; 32],
+    now_secs: u64,
+    presenter: &str,
+    job: &str,
+) -> Result<Grant, GrantError> {
     let grant = open(wire, key)?;
     let life = grant.expires_at.saturating_sub(grant.issued_at);
     if life == 0 || life > MAX_LIFETIME_SECS {
@@ -296,12 +316,6 @@ pub fn verify<S: AsRef<str>>(
     }
     if job != grant.job {
         return Err(GrantError::OtherJob { granted: grant.job.clone(), asked: job.to_owned() });
-    }
-    if paths.is_empty() {
-        return Err(GrantError::NoPaths);
-    }
-    for path in paths {
-        grant.covers(path.as_ref())?;
     }
     Ok(grant)
 }

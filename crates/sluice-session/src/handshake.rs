@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::messages::{Answer, ErrorCode, Offer, Request, Spec};
+use crate::messages::{Answer, ErrorCode, GrantClaim, Offer, Request, Spec};
 use crate::negotiate::Negotiated;
 use crate::transfer::{Deadline, Fault};
 
@@ -23,6 +23,9 @@ use crate::transfer::{Deadline, Fault};
 pub enum HandshakeEffect {
     /// Check this token, and answer [`ServerHandshake::handle_token`].
     CheckToken(String),
+    /// Check this grant of the server's own, presented for its job by the peer whose TLS
+    /// certificate the driver knows, and answer [`ServerHandshake::handle_token`].
+    CheckGrant(GrantClaim),
     /// Answer the client (its `Welcome`): the session is open and agreed on `negotiated`.
     Open {
         /// The answer to send.
@@ -121,11 +124,14 @@ impl ServerHandshake {
             return;
         }
         match msg {
-            Request::Hello { version, token, spec } => {
+            Request::Hello { version, token, spec, grant } => {
                 self.hello = Some((version, spec));
                 self.state = State::CheckingToken;
                 self.deadline.clear();
-                self.effects.push_back(HandshakeEffect::CheckToken(token));
+                self.effects.push_back(match grant {
+                    Some(claim) => HandshakeEffect::CheckGrant(claim),
+                    None => HandshakeEffect::CheckToken(token),
+                });
             }
             _ => self.refuse(ErrorCode::Auth, "the first message must be Hello with a token"),
         }

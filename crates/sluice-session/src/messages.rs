@@ -56,6 +56,11 @@ pub enum Request {
         token: String,
         /// The client's proposal.
         spec: Spec,
+        /// In place of a token: a grant of another server's, presented by a server reading
+        /// for a third-party job (`token` is then empty). The server checks it against the
+        /// certificate this end proved in TLS (`docs/third-party.md`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grant: Option<GrantClaim>,
     },
     /// Download files: the server becomes the sending role, the client the receiving one.
     Get {
@@ -113,6 +118,112 @@ pub enum Request {
         /// Path relative to the server's root.
         path: String,
     },
+    /// A third-party transfer's source end (server A): a grant for the server whose
+    /// certificate is `reader` to read `paths` (relative to this token's root) for one job.
+    /// Answered with `Granted`.
+    Grant {
+        /// The reader's (server B's) fingerprint as the client pinned it (`SHA256:...`).
+        reader: String,
+        /// What it may read.
+        paths: Vec<String>,
+    },
+    /// A third-party transfer's destination end (server B): read `paths` from the server at
+    /// `source` with the grant, into `dest`, as a job that goes on without the client.
+    /// Answered with `JobProgress` while it runs and `JobDone` or `Failed` at its end.
+    Pull(PullJob),
+}
+
+/// A grant as its reader presents it in `Hello`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantClaim {
+    /// The grant exactly as its issuer gave it.
+    pub grant: String,
+    /// The job the reader reads for.
+    pub job: String,
+}
+
+/// What a client asks of a third-party transfer's destination (server B).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullJob {
+    /// The source server's address as the client reached it (`ip:port`): the only address B
+    /// dials for this job.
+    pub source: String,
+    /// The source's fingerprint as the client pinned it: B completes the connection only if
+    /// the source proves it.
+    pub source_fingerprint: String,
+    /// The source's grant (from its `Granted`).
+    pub grant: String,
+    /// The grant's job.
+    pub job: String,
+    /// Paths on the source, relative to the client's root there.
+    pub paths: Vec<String>,
+    /// Where, relative to this server's root for the client's token: into it when it is a
+    /// directory, else the one source takes its name.
+    pub dest: String,
+    /// Directories with everything in them.
+    #[serde(default)]
+    pub recursive: bool,
+    /// Symbolic links inside the trees.
+    #[serde(default)]
+    pub links: Links,
+    /// Files that exist at the destination.
+    #[serde(default)]
+    pub overwrite: Overwrite,
+    /// Compare existing files by BLAKE3.
+    #[serde(default)]
+    pub checksum: bool,
+    /// Keep permission bits and modification times.
+    #[serde(default)]
+    pub preserve: bool,
+    /// Compress at this zstd level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<i32>,
+    /// Plan only: nothing is written.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// The data channels' controller, cap and floor, and channel count, as B proposes them
+    /// to A (the client's `cp` options).
+    pub spec: Spec,
+}
+
+/// How far a third-party job has come.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobProgress {
+    /// Bytes of the job's files at the destination, verified or arriving.
+    pub bytes: u64,
+    /// Bytes of the files that move (known once A's manifest is planned).
+    pub total: u64,
+    /// Files that move.
+    pub files: u64,
+}
+
+/// The end of a third-party job, as B reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDone {
+    /// The job.
+    pub job: String,
+    /// Files moved (or that would).
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Bytes an earlier attempt left that were checked and kept.
+    pub resumed: u64,
+    /// Existing files replaced.
+    pub replaced: u64,
+    /// Existing files kept.
+    pub kept: u64,
+    /// BLAKE3 of the one file, when one moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blake3: Option<String>,
+    /// A dry run's files that would move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub planned: Vec<String>,
+    /// Milliseconds the job's last attempt took.
+    pub millis: u64,
+    /// Whether this answer is of a job that was already running (the request attached to
+    /// it) rather than one it started.
+    #[serde(default)]
+    pub attached: bool,
 }
 
 /// What a server offers a new connection before its token is checked: the one message on the
@@ -156,6 +267,19 @@ pub enum Answer {
     StatInfo(StatInfo),
     /// Part of the listing of a `List`.
     Manifest(ManifestPart),
+    /// Answer to `Grant`.
+    Granted {
+        /// The grant's wire form, for the reader.
+        grant: String,
+        /// The job it is for.
+        job: String,
+        /// When it expires, seconds since the Unix epoch (the issuer's clock).
+        expires_at: u64,
+    },
+    /// A running `Pull` job's progress (at most a few times a second).
+    JobProgress(JobProgress),
+    /// A `Pull` job ended with every file verified.
+    JobDone(JobDone),
     /// The request failed.
     Failed {
         /// Class of the failure.

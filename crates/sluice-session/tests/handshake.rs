@@ -9,7 +9,7 @@ use sluice_session::handshake::{
     AdmissionCounts, AdmissionLimits, AdmitDecision, HandshakeEffect, ServerHandshake,
     TokenVerdict, early_start, welcome,
 };
-use sluice_session::messages::{Answer, ErrorCode, Offer, Request, Spec};
+use sluice_session::messages::{Answer, ErrorCode, GrantClaim, Offer, Request, Spec};
 
 const ID: &str = "00112233445566778899aabbccddeeff";
 const VERSION: u32 = 9;
@@ -26,7 +26,7 @@ fn spec(channels: u32) -> Spec {
 }
 
 fn hello(version: u32, spec: Spec) -> Request {
-    Request::Hello { version, token: "t0ken".into(), spec }
+    Request::Hello { version, token: "t0ken".into(), spec, grant: None }
 }
 
 fn effects(hs: &mut ServerHandshake) -> Vec<HandshakeEffect> {
@@ -67,6 +67,36 @@ fn a_good_hello_is_welcomed_with_the_smaller_channel_count_and_the_tokens_rate_c
     // The client reads the same choice back.
     let (id, read) = welcome(answer, &spec(8)).unwrap();
     assert_eq!((id.as_str(), read), (ID, negotiated));
+}
+
+#[test]
+fn a_hello_with_a_grant_asks_for_the_grant_check_and_its_verdict_decides() {
+    let claim = GrantClaim { grant: "sluice-grant-v1.x.y".into(), job: "j1".into() };
+    let msg = Request::Hello {
+        version: VERSION,
+        token: String::new(),
+        spec: spec(2),
+        grant: Some(claim.clone()),
+    };
+    for (verdict, opens) in [
+        (TokenVerdict::Accepted { rate_cap: None }, true),
+        (TokenVerdict::Refused("the grant has expired".into()), false),
+    ] {
+        let now = Instant::now();
+        let mut hs = ServerHandshake::new(now, VERSION, ID.into(), 4, Duration::from_secs(10));
+        hs.handle_message(now, msg.clone());
+        // The grant is checked, never the empty token.
+        assert_eq!(effects(&mut hs), vec![HandshakeEffect::CheckGrant(claim.clone())]);
+        hs.handle_token(verdict);
+        let effect = effects(&mut hs).remove(0);
+        match (effect, opens) {
+            (HandshakeEffect::Open { negotiated, .. }, true) => assert_eq!(negotiated.channels, 2),
+            (HandshakeEffect::Refuse { code, message }, false) => {
+                assert_eq!((code, message.as_str()), (ErrorCode::Auth, "the grant has expired"))
+            }
+            (other, _) => panic!("{other:?}"),
+        }
+    }
 }
 
 #[test]

@@ -129,6 +129,10 @@ pub struct ServerFile {
     pub max_channels: Option<u32>,
     /// `--metrics`.
     pub metrics: Option<SocketAddr>,
+    /// `--third-party` (`off`, `pull`, `push`, `both`).
+    pub third_party: Option<String>,
+    /// `--third-party-dial`: fingerprints, addresses or networks.
+    pub third_party_dial: Option<Vec<String>>,
 }
 
 impl ServerFile {

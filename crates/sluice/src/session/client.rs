@@ -22,12 +22,13 @@ use super::channel::{
 use super::copy::{CopyOptions, local_walk_error};
 use super::drive::{Channels, Destination, Wire, run_receiving, run_sending, write_opening};
 use super::early::{EARLY_MAX_ENTRIES, EARLY_REQUEST, OFFER_WAIT, read_offer};
-use super::identity::{CERT_NAME, Fingerprint};
+use super::identity::{CERT_NAME, Fingerprint, Identity};
 use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
 use super::manifest_io::recv_listing;
 use super::messages::{
-    Answer, ErrorCode, Offer, Request, Spec, StatInfo, read_message, write_message,
+    Answer, ErrorCode, GrantClaim, JobDone, JobProgress, Offer, PullJob, Request, Spec, StatInfo,
+    read_message, write_message,
 };
 use super::observe::{CopyObserver, OnProgress};
 use super::retry::{Backoff, BusyRetry};
@@ -72,6 +73,12 @@ pub struct ClientConfig {
     /// For tests of repair: a fault in this end's data path ([`Fault`]).
     #[doc(hidden)]
     pub fault: Option<Fault>,
+    /// A certificate to prove to the server: a server reading for a third-party job proves
+    /// its own identity, which the grant names.
+    pub identity: Option<Arc<Identity>>,
+    /// A grant presented in place of the token (a third-party job's read; `token` is then
+    /// unused).
+    pub grant: Option<GrantClaim>,
 }
 
 impl ClientConfig {
@@ -93,6 +100,8 @@ impl ClientConfig {
             channels: None,
             busy_retry: BusyRetry::default(),
             fault: None,
+            identity: None,
+            grant: None,
         }
     }
 }
@@ -197,7 +206,8 @@ impl Client {
             .max_concurrent_bidi_streams(0u32.into())
             // The server's one stream: its offer ([`read_offer`]).
             .max_concurrent_uni_streams(1u32.into());
-        let mut quic = quinn::ClientConfig::new(Arc::new(verifier.client_tls()?));
+        let tls = verifier.client_tls_as(config.identity.as_deref())?;
+        let mut quic = quinn::ClientConfig::new(Arc::new(tls));
         quic.transport_config(Arc::new(transport));
 
         let bind = match config.server.ip() {
@@ -224,9 +234,11 @@ impl Client {
         });
         let proposal =
             Negotiated::proposal(&config.channel, config.channels.unwrap_or_else(auto_channels));
-        let recv = send_hello(&conn, &config.token, &proposal).await.inspect_err(|_| {
-            conn.close(close_code::DONE.into(), b"handshake failed");
-        })?;
+        let recv = send_hello(&conn, &config.token, config.grant.as_ref(), &proposal)
+            .await
+            .inspect_err(|_| {
+                conn.close(close_code::DONE.into(), b"handshake failed");
+            })?;
         let (answer, welcome) = watch::channel(None);
         tokio::spawn(read_welcome(conn.clone(), recv, proposal.clone(), host, answer));
         Ok(Client {
@@ -245,6 +257,11 @@ impl Client {
     /// The fingerprint the server presented.
     pub fn server_fingerprint(&self) -> &Fingerprint {
         &self.fingerprint
+    }
+
+    /// The server's address, as this end reached it.
+    pub fn server_address(&self) -> SocketAddr {
+        self.conn.remote_address()
     }
 
     /// Why the server was trusted.
@@ -338,6 +355,48 @@ impl Client {
         recv_listing(&mut req.recv, &self.conn).await
     }
 
+    /// Asks this server (a third-party transfer's source) for a grant: the server whose
+    /// certificate has fingerprint `reader` may read `paths` (under this token's root) for one
+    /// job. Needs the token's `read` right and the server's consent to third-party reads.
+    pub async fn grant(
+        &self,
+        reader: &Fingerprint,
+        paths: &[String],
+    ) -> Result<Granted, SessionError> {
+        let mut req = self.request().await?;
+        let ask = Request::Grant { reader: reader.to_string(), paths: paths.to_vec() };
+        self.opened(req.write(&ask).await).await?;
+        match req.read_answer(REPLY_TIMEOUT).await? {
+            Answer::Granted { grant, job, expires_at } => Ok(Granted { grant, job, expires_at }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Asks this server (a third-party transfer's destination) to read `job.paths` from the
+    /// source with the grant, into `job.dest`; calls `progress` as it reports. The job goes on
+    /// when this session ends; asking again for the same source, paths and destination while
+    /// it runs follows it instead of starting another.
+    pub async fn pull(
+        &self,
+        job: PullJob,
+        mut progress: impl FnMut(JobProgress) + Send,
+    ) -> Result<JobDone, SessionError> {
+        let mut req = self.request().await?;
+        self.opened(req.write(&Request::Pull(job)).await).await?;
+        loop {
+            // The job reports at least every few seconds while it runs; the long wait covers a
+            // source that is slow to plan a large tree.
+            match req.read_answer(JOB_REPORT_TIMEOUT).await? {
+                Answer::JobProgress(p) => progress(p),
+                Answer::JobDone(done) => {
+                    req.finish();
+                    return Ok(done);
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
     /// Downloads the one file `remote_path` to `local_path` (replacing a file there), calling
     /// `progress` as bytes arrive: [`Client::download`] of one file with
     /// [`Overwrite::Always`]. The file is written beside `local_path` and renamed onto it only
@@ -385,6 +444,20 @@ impl Client {
         remote_paths: &[String],
         dest: &Path,
         options: &CopyOptions,
+        observer: impl CopyObserver,
+    ) -> Result<TransferReport, SessionError> {
+        self.download_confined(remote_paths, dest, options, None, observer).await
+    }
+
+    /// [`Client::download_observed`], writing only beneath `confine` when given (a server
+    /// that downloads for a third-party job keeps within the job's token's root, as for an
+    /// upload to it).
+    pub(crate) async fn download_confined(
+        &self,
+        remote_paths: &[String],
+        dest: &Path,
+        options: &CopyOptions,
+        confine: Option<PathBuf>,
         mut observer: impl CopyObserver,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
@@ -416,7 +489,7 @@ impl Client {
                 overwrite: options.overwrite,
                 checksum: options.checksum,
                 preserve: options.preserve,
-                confine: None,
+                confine,
             },
             dry_run: options.dry_run,
             early: None,
@@ -721,13 +794,15 @@ struct Welcomed {
 async fn send_hello(
     conn: &quinn::Connection,
     token: &str,
+    grant: Option<&GrantClaim>,
     proposal: &Spec,
 ) -> Result<quinn::RecvStream, SessionError> {
     let (mut send, recv) = conn.open_bi().await.map_err(|e| connection_error(&e))?;
     let hello = Request::Hello {
         version: PROTOCOL_VERSION,
-        token: token.to_owned(),
+        token: if grant.is_some() { String::new() } else { token.to_owned() },
         spec: proposal.clone(),
+        grant: grant.cloned(),
     };
     write_message(&mut send, &hello).await.map_err(|e| frame_error(e, conn))?;
     let _ = send.finish();
@@ -803,6 +878,21 @@ impl OpenRequest<'_> {
         })
         .await;
     }
+}
+
+/// How long a client waits between a third-party job's reports before it gives up following
+/// it (the job itself goes on).
+const JOB_REPORT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A source server's grant for a third-party job ([`Client::grant`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    /// The grant, as the reader presents it.
+    pub grant: String,
+    /// The job it is for.
+    pub job: String,
+    /// When it expires, seconds since the Unix epoch (the source's clock).
+    pub expires_at: u64,
 }
 
 /// How long a client waits for the server to end a request it has answered.

@@ -179,14 +179,24 @@ impl Identity {
         &self.cert
     }
 
+    /// The certificate chain and key this identity presents as a TLS client: a server that
+    /// reads from another for a third-party job proves its own identity to it, and the source
+    /// checks that the grant names it.
+    pub(crate) fn client_auth(&self) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        (vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
+    }
+
     /// A QUIC server configuration presenting this identity (TLS 1.3 only, ALPN `sluice/1`,
-    /// no 0-RTT, no client certificates).
+    /// no 0-RTT). A client may prove a certificate of its own ([`PeerCertificate`]): only a
+    /// server reading for a third-party job does, and only its fingerprint is used.
     pub fn server_tls(&self) -> Result<quinn::crypto::rustls::QuicServerConfig, SessionError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let peers =
+            Arc::new(PeerCertificate { algorithms: provider.signature_verification_algorithms });
         let mut tls = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| SessionError::Config(format!("TLS 1.3 setup: {e}")))?
-            .with_no_client_auth()
+            .with_client_cert_verifier(peers)
             .with_single_cert(vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
             .map_err(|e| SessionError::Config(format!("the server key and certificate: {e}")))?;
         tls.alpn_protocols = vec![super::ALPN.to_vec()];
@@ -194,6 +204,68 @@ impl Identity {
         tls.max_early_data_size = 0;
         quinn::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|e| SessionError::Config(format!("QUIC TLS setup: {e}")))
+    }
+}
+
+/// The fingerprint of the certificate the peer of `conn` proved in TLS, if it presented one
+/// (only a server reading for a third-party job does). Valid once the handshake completed.
+pub(crate) fn peer_fingerprint(conn: &quinn::Connection) -> Option<Fingerprint> {
+    let identity = conn.peer_identity()?;
+    let certs = identity.downcast_ref::<Vec<CertificateDer<'static>>>()?;
+    certs.first().map(|cert| Fingerprint::of_der(cert))
+}
+
+/// A server's acceptance of client certificates: optional, any certificate, with the TLS 1.3
+/// handshake signature verified (so the client holds the certificate's key). No chain or name
+/// is checked: the certificate is a self-signed identity, known by its fingerprint alone, and
+/// whoever asks for one (a grant's reader) compares fingerprints.
+#[derive(Debug)]
+struct PeerCertificate {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::server::danger::ClientCertVerifier for PeerCertificate {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
     }
 }
 

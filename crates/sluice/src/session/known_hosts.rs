@@ -272,13 +272,30 @@ impl HostVerifier {
     pub fn client_tls(
         self: &Arc<Self>,
     ) -> Result<quinn::crypto::rustls::QuicClientConfig, SessionError> {
+        self.client_tls_as(None)
+    }
+
+    /// [`HostVerifier::client_tls`], proving `identity`'s certificate to the server when given
+    /// (a server reading for a third-party job).
+    pub(crate) fn client_tls_as(
+        self: &Arc<Self>,
+        identity: Option<&super::Identity>,
+    ) -> Result<quinn::crypto::rustls::QuicClientConfig, SessionError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| SessionError::Config(format!("TLS 1.3 setup: {e}")))?
             .dangerous()
-            .with_custom_certificate_verifier(self.clone())
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(self.clone());
+        let mut tls = match identity {
+            None => builder.with_no_client_auth(),
+            Some(identity) => {
+                let (certs, key) = identity.client_auth();
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| SessionError::Config(format!("the client certificate: {e}")))?
+            }
+        };
         tls.alpn_protocols = vec![super::ALPN.to_vec()];
         tls.enable_early_data = false;
         quinn::crypto::rustls::QuicClientConfig::try_from(tls)

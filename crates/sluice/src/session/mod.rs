@@ -108,6 +108,7 @@
 //! [`Client::download`], [`Client::upload`] (or [`Client::get`] and [`Client::put`] for one
 //! file) and [`Client::stat`] on the other.
 
+pub mod between;
 mod blocks;
 mod channel;
 pub mod client;
@@ -116,6 +117,7 @@ mod drive;
 mod early;
 pub mod handle;
 pub mod identity;
+mod jobs;
 pub mod keys;
 pub mod known_hosts;
 mod manifest_io;
@@ -124,6 +126,7 @@ mod metrics;
 mod observe;
 mod retry;
 pub mod server;
+pub mod third_party;
 pub mod tokens;
 
 use std::time::Duration;
@@ -131,7 +134,7 @@ use std::time::Duration;
 pub use crate::tree::{Links, Overwrite};
 pub(crate) use channel::check_spec;
 pub use channel::{DEFAULT_PACKET_SIZE, default_channel_config};
-pub use client::{Client, ClientConfig, TransferReport};
+pub use client::{Client, ClientConfig, Granted, TransferReport};
 pub use copy::CopyOptions;
 pub(crate) use copy::{add_checksums, mismatch_error, plan_error, walk_error};
 pub use handle::{ClientBuilder, Transfer, TransferEvent};
@@ -142,6 +145,7 @@ pub use metrics::Metrics;
 pub use observe::{CopyObserver, PlannedFile};
 pub use retry::BusyRetry;
 pub use server::{Credentials, Server, ServerConfig};
+pub use third_party::{DialRule, ThirdParty, ThirdPartyConfig};
 
 /// The ALPN protocol identifier of the session plane.
 pub const ALPN: &[u8] = b"sluice/1";

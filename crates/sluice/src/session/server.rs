@@ -36,14 +36,17 @@ use super::channel::{
 use super::copy::check_level;
 use super::drive::{Channels, Destination, Wire, run_receiving, run_sending, unrooted};
 use super::early::{EARLY_REQUEST, EarlySockets, send_offer};
-use super::identity::{Fingerprint, Identity};
+use super::identity::{Fingerprint, Identity, peer_fingerprint};
+use super::jobs::{JobRecord, Jobs};
 use super::keys::{Role, SessionId};
 use super::manifest_io::send_listing;
 use super::messages::{
-    Answer, ErrorCode, FileKind, Request, StatInfo, failed_frame, read_message, write_message,
+    Answer, ErrorCode, FileKind, GrantClaim, PullJob, Request, StatInfo, failed_frame,
+    read_message, write_message,
 };
 use super::metrics::Metrics;
 use super::observe::NoObserver;
+use super::third_party::{Grants, ThirdPartyConfig};
 use super::tokens::{Grant, Rights, TokenSet};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
@@ -106,6 +109,10 @@ pub const MAX_TRANSFERS: usize = 32;
 /// tree to send, planning one received) still fits in it, and a `busy` answer reaches it.
 pub const TRANSFER_WAIT: Duration = Duration::from_secs(15);
 const _: () = assert!(TRANSFER_WAIT.as_secs() * 2 <= REPLY_TIMEOUT.as_secs());
+/// The shortest time between two reports of a job to its client.
+const JOB_REPORT_EVERY: Duration = Duration::from_millis(250);
+/// The longest time between two reports of a job to its client.
+const JOB_REPORT_IDLE: Duration = Duration::from_secs(5);
 /// How long a refused client gets to read the refusal before the server closes the connection.
 const REFUSAL_GRACE: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for sessions to wind down.
@@ -132,6 +139,8 @@ pub struct ServerConfig {
     /// For tests of repair: a fault in this end's data path ([`Fault`]).
     #[doc(hidden)]
     pub fault: Option<Fault>,
+    /// Which ends of third-party transfers it takes, and whom it dials.
+    pub third_party: ThirdPartyConfig,
 }
 
 /// Who a server is and whom it admits.
@@ -157,14 +166,24 @@ pub enum Credentials {
 }
 
 impl Credentials {
-    fn load(&self) -> Result<(Identity, TokenSet), SessionError> {
+    fn load(&self) -> Result<(Identity, TokenSet, Grants), SessionError> {
         match self {
-            Credentials::Stored { state_dir, tokens_file } => {
-                Ok((Identity::load_or_create(state_dir)?, TokenSet::load(tokens_file)?))
-            }
+            Credentials::Stored { state_dir, tokens_file } => Ok((
+                Identity::load_or_create(state_dir)?,
+                TokenSet::load(tokens_file)?,
+                Grants::load_or_create(state_dir)?,
+            )),
             Credentials::OneTime { token, .. } => {
-                Ok((Identity::ephemeral()?, TokenSet::single(token)))
+                Ok((Identity::ephemeral()?, TokenSet::single(token), Grants::ephemeral()?))
             }
+        }
+    }
+
+    /// Where the server keeps its state, when it keeps any.
+    fn state_dir(&self) -> Option<&Path> {
+        match self {
+            Credentials::Stored { state_dir, .. } => Some(state_dir),
+            Credentials::OneTime { .. } => None,
         }
     }
 }
@@ -244,6 +263,12 @@ struct Shared {
     /// Sockets bound for early uploads of connections not yet authenticated
     /// ([`super::early::EARLY_SOCKETS`] at most).
     early_sockets: Arc<std::sync::atomic::AtomicUsize>,
+    /// Which ends of third-party transfers the server takes, and whom it dials.
+    third_party: ThirdPartyConfig,
+    /// As a source: the key of its grants, and the jobs that ended.
+    grants: Grants,
+    /// As a destination: its jobs.
+    jobs: Arc<Jobs>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -279,7 +304,7 @@ impl Server {
                 "max_channels {n}: between 1 and {MAX_CHANNELS} are possible"
             )));
         }
-        let (identity, tokens) = config.credentials.load()?;
+        let (identity, tokens, grants) = config.credentials.load()?;
         let one_session = match config.credentials {
             Credentials::OneTime { wait, .. } => Some(wait),
             Credentials::Stored { .. } => None,
@@ -313,14 +338,19 @@ impl Server {
             .map(|(i, grant)| Access::resolve(&root, grant, i + 1).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         info!(%local_addr, fingerprint = %identity.fingerprint(), root = %root.display(), tokens = tokens.len(), "server bound");
+        let fingerprint = identity.fingerprint().clone();
+        let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS));
+        let channel = default_channel_config();
+        let state_dir = config.credentials.state_dir();
+        let jobs = Jobs::new(state_dir, Arc::new(identity), channel.clone(), transfers.clone());
         Ok(Server {
             endpoint,
             shared: Arc::new(Shared {
                 root,
                 tokens,
                 access,
-                transfers: Arc::new(Semaphore::new(MAX_TRANSFERS)),
-                channel: default_channel_config(),
+                transfers,
+                channel,
                 max_channels: config.max_channels.unwrap_or_else(auto_channels),
                 digest_timeout: config.digest_timeout,
                 fault: config.fault,
@@ -330,8 +360,11 @@ impl Server {
                 unauthenticated: Default::default(),
                 early_offers,
                 early_sockets: Arc::default(),
+                third_party: config.third_party,
+                grants,
+                jobs: Arc::new(jobs),
             }),
-            fingerprint: identity.fingerprint().clone(),
+            fingerprint,
             local_addr,
         })
     }
@@ -357,6 +390,12 @@ impl Server {
     /// in time.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), SessionError> {
         let mut shutdown = std::pin::pin!(shutdown);
+        // Jobs a previous run left unfinished, whose clients' tokens still may write.
+        let shared = self.shared.clone();
+        self.shared.jobs.resume_saved(|token| {
+            let access = shared.access.get(token).filter(|a| a.rights.write)?;
+            Some((access.root.clone(), access.transfers.as_ref().map(|(_, s)| s.clone())))
+        });
         let wait = self.shared.one_session;
         let deadline = tokio::time::sleep(wait.unwrap_or(Duration::MAX / 4));
         let mut deadline = std::pin::pin!(deadline);
@@ -596,10 +635,10 @@ async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -
     // The connection before the QUIC handshake completes, so that the offer goes out with
     // the server's first flight (0.5-RTT data; a server's conversion always succeeds). The
     // handshake's deadline is then the one on `Hello`.
-    let conn = match connecting.into_0rtt() {
-        Ok((conn, _)) => conn,
+    let (conn, handshaken) = match connecting.into_0rtt() {
+        Ok((conn, handshaken)) => (conn, Some(handshaken)),
         Err(connecting) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
-            Ok(Ok(conn)) => conn,
+            Ok(Ok(conn)) => (conn, None),
             Ok(Err(e)) => {
                 debug!(error = %e, "handshake failed");
                 return false;
@@ -628,7 +667,9 @@ async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -
     if let Err(e) = send_offer(&conn, id, shared.max_channels, early.as_ref()).await {
         debug!(error = %e, "could not send the offer");
     }
-    let Some(session) = handshake(&conn, &shared, id, early).await else { return false };
+    let Some(session) = handshake(&conn, &shared, id, early, handshaken).await else {
+        return false;
+    };
     drop(pending);
     let _open = shared.metrics.session();
     info!(session_id = %session.id, "session open");
@@ -666,6 +707,11 @@ struct Session {
     /// The sockets offered for an early upload, until the session's first request takes
     /// them ([`EARLY_REQUEST`]).
     early: std::sync::Mutex<Option<EarlySockets>>,
+    /// Its token's index in the token file.
+    token: usize,
+    /// The grant it was admitted with, when its peer is a server reading for a third-party
+    /// job: it reads the grant's paths only.
+    granted: Option<sluice_session::grant::Grant>,
 }
 
 /// Reads `Hello`, checks the token, version and spec, and answers `Welcome` with the session's
@@ -676,6 +722,7 @@ async fn handshake(
     shared: &Shared,
     id: SessionId,
     early: Option<EarlySockets>,
+    mut handshaken: Option<quinn::ZeroRttAccepted>,
 ) -> Option<Session> {
     let mut admission = ServerHandshake::new(
         Instant::now(),
@@ -703,13 +750,35 @@ async fn handshake(
         Err(_) => admission.handle_timeout(deadline),
     }
     let mut access = None;
+    let mut granted = None;
     let negotiated = loop {
         match admission.poll_effect() {
             Some(HandshakeEffect::CheckToken(token)) => {
-                access = shared.tokens.verify(&token).and_then(|i| shared.access.get(i).cloned());
+                access = shared
+                    .tokens
+                    .verify(&token)
+                    .and_then(|i| shared.access.get(i).map(|a| (i, a.clone())));
                 let verdict = match &access {
-                    Some(access) => TokenVerdict::Accepted { rate_cap: access.rate_bps },
+                    Some((_, access)) => TokenVerdict::Accepted { rate_cap: access.rate_bps },
                     None => TokenVerdict::Refused("the token was not accepted".into()),
+                };
+                admission.handle_token(verdict);
+            }
+            Some(HandshakeEffect::CheckGrant(claim)) => {
+                // The peer's certificate is known once the TLS handshake completed.
+                if let Some(done) = handshaken.take() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let _ = tokio::time::timeout(left, done).await;
+                }
+                let verdict = match check_grant(shared, conn, &claim) {
+                    Ok((grant, token, read_only)) => {
+                        let rate_cap = read_only.rate_bps;
+                        info!(job = %grant.job, reader = %grant.reader, "a grant's reader admitted");
+                        access = Some((token, read_only));
+                        granted = Some(grant);
+                        TokenVerdict::Accepted { rate_cap }
+                    }
+                    Err(why) => TokenVerdict::Refused(why),
                 };
                 admission.handle_token(verdict);
             }
@@ -737,10 +806,36 @@ async fn handshake(
             None => return None,
         }
     };
-    let access = access?;
+    let (token, access) = access?;
     let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS_PER_SESSION));
     let early = std::sync::Mutex::new(early);
-    Some(Session { id, negotiated, access, transfers, early })
+    Some(Session { id, negotiated, access, transfers, early, token, granted })
+}
+
+/// The check of a grant presented in a handshake: this server issues grants, the grant holds
+/// for the certificate the peer proved, and its token still stands. The session then reads
+/// only, under the issuing token's current root and limits.
+fn check_grant(
+    shared: &Shared,
+    conn: &quinn::Connection,
+    claim: &GrantClaim,
+) -> Result<(sluice_session::grant::Grant, usize, Arc<Access>), String> {
+    if !shared.third_party.mode.pushes() {
+        return Err("this server does not serve third-party transfers (serve --third-party)".into());
+    }
+    let presenter = peer_fingerprint(conn);
+    let (grant, token) = shared.grants.check(&shared.tokens, claim, presenter.as_ref())?;
+    let base = shared.access.get(token).ok_or("the grant's token is gone")?;
+    if !base.rights.read {
+        return Err("the grant's token may no longer read".into());
+    }
+    let read_only = Access {
+        rights: Rights { read: true, write: false, list: false },
+        root: base.root.clone(),
+        transfers: base.transfers.clone(),
+        rate_bps: base.rate_bps,
+    };
+    Ok((grant, token, Arc::new(read_only)))
 }
 
 /// Tells the client why (when a stream is open), gives it a moment to read that, and closes the
@@ -808,6 +903,8 @@ async fn serve_request(
             let early = Early { started, sockets: early };
             ctx.put(&dest, options, dry_run, early).await
         }
+        Request::Grant { reader, paths } => ctx.grant(&reader, &paths).await,
+        Request::Pull(job) => ctx.pull(job).await,
         Request::Hello { .. } => Err(SessionError::Protocol("Hello on a request stream".into())),
     };
     let told = ctx.told;
@@ -927,8 +1024,19 @@ impl<'a> RequestCtx<'a> {
         }
     }
 
+    /// Refuses a path a grant's reader may not read (any path is fine in a token's session).
+    fn covered(&self, requested: &str) -> Result<(), SessionError> {
+        match &self.session.granted {
+            None => Ok(()),
+            Some(grant) => {
+                grant.covers(requested).map_err(|e| SessionError::Refused(e.to_string()))
+            }
+        }
+    }
+
     async fn stat(&mut self, requested: &str) -> Result<(), SessionError> {
         self.require(|r| r.list || r.read, "look at files (it has neither list nor read)")?;
+        self.covered(requested)?;
         let root = self.session.access.root.clone();
         let req = requested.to_owned();
         let info = blocking(move || {
@@ -991,6 +1099,9 @@ impl<'a> RequestCtx<'a> {
         client_ports: Vec<u16>,
     ) -> Result<(), SessionError> {
         self.require(|r| r.read, "read (download)")?;
+        for path in requested {
+            self.covered(path)?;
+        }
         check_level(compress)?;
         let channels = self.session.negotiated.channels as usize;
         if !client_ports.is_empty() && client_ports.len() < channels {
@@ -1068,7 +1179,86 @@ impl<'a> RequestCtx<'a> {
         let packets = sent.report.as_ref().map_or((0, 0), |r| (r.data_pkts, r.retransmitted_pkts));
         info!(files = sent.wanted.len(), size = sent.size, "client verified the files");
         self.shared.metrics.moved(true, sent.sent.moved, packets.0, packets.1);
+        if let Some(grant) = &self.session.granted {
+            // The job's read is done: its grant reads nothing more.
+            info!(job = %grant.job, "a third-party job's read ended");
+            self.shared.grants.end(grant);
+        }
         Ok(())
+    }
+
+    /// A third-party transfer's source end: a grant for another server to read `paths` for
+    /// one job, within this token's rights and root.
+    async fn grant(&mut self, reader: &str, paths: &[String]) -> Result<(), SessionError> {
+        if !self.shared.third_party.mode.pushes() {
+            return Err(SessionError::Refused(
+                "this server does not serve third-party transfers (serve --third-party)".into(),
+            ));
+        }
+        if self.session.granted.is_some() {
+            return Err(SessionError::Refused("a grant's reader cannot grant".into()));
+        }
+        self.require(|r| r.read, "read (a grant lets another server read for it)")?;
+        reader
+            .parse::<Fingerprint>()
+            .map_err(|e| SessionError::Config(format!("the reader's fingerprint: {e}")))?;
+        // The paths must be there, beneath the token's root, as a download's sources.
+        let root = self.session.access.root.clone();
+        let asked = paths.to_vec();
+        blocking(move || {
+            let fs = Confined::new(Some(&root)).map_err(|e| open_error(".", e))?;
+            for p in &asked {
+                let path = resolve(&root, p)?;
+                fs.metadata(&path).map_err(|e| open_error(p, e))?;
+            }
+            Ok(())
+        })
+        .await?;
+        let (grant, job, expires_at) =
+            self.shared.grants.issue(&self.shared.tokens, self.session.token, reader, paths)?;
+        info!(%job, reader, ?paths, "grant issued");
+        self.write(&Answer::Granted { grant, job, expires_at }).await
+    }
+
+    /// A third-party transfer's destination end: starts the job (or follows it, when the same
+    /// one runs already) and reports its progress and end. The job goes on if the client
+    /// leaves.
+    async fn pull(&mut self, pull: PullJob) -> Result<(), SessionError> {
+        if !self.shared.third_party.mode.pulls() {
+            return Err(SessionError::Refused(
+                "this server does not take third-party jobs (serve --third-party)".into(),
+            ));
+        }
+        if self.session.granted.is_some() {
+            return Err(SessionError::Refused("a grant's reader cannot start jobs".into()));
+        }
+        self.require(|r| r.write, "write (a third-party job writes here)")?;
+        let (source, fingerprint) = Jobs::check(&pull)?;
+        self.shared.third_party.may_dial(source, &fingerprint)?;
+        let root = self.session.access.root.clone();
+        let dest = pull.dest.clone();
+        blocking(move || resolve(&root, if dest.is_empty() { "." } else { &dest }).map(|_| ()))
+            .await?;
+        let record =
+            JobRecord { token: self.session.token, root: self.session.access.root.clone(), pull };
+        let limit = self.session.access.transfers.as_ref().map(|(_, places)| places.clone());
+        let (mut state, attached) = self.shared.jobs.start_or_attach(record, limit)?;
+        loop {
+            let now = state.borrow_and_update().clone();
+            match now.end {
+                Some(Ok(mut done)) => {
+                    done.attached = attached;
+                    return self.write(&Answer::JobDone(done)).await;
+                }
+                Some(Err((code, message))) => {
+                    return Err(SessionError::from_peer(super::Peer::Server, code, message));
+                }
+                None => self.write(&Answer::JobProgress(now.progress)).await?,
+            }
+            // At most a few reports a second, and one every few seconds while nothing moves.
+            tokio::time::sleep(JOB_REPORT_EVERY).await;
+            let _ = tokio::time::timeout(JOB_REPORT_IDLE, state.changed()).await;
+        }
     }
 
     /// An upload: this end runs the receiving role.
@@ -1148,7 +1338,7 @@ fn log_channel(what: &str, report: &ChannelReport) {
 }
 
 /// Resolves a peer's path under the root; escapes are `refused`, a missing parent `not-found`.
-fn resolve(root: &Path, requested: &str) -> Result<PathBuf, SessionError> {
+pub(crate) fn resolve(root: &Path, requested: &str) -> Result<PathBuf, SessionError> {
     files::resolve_under_root(root, requested).map_err(|e| match e {
         PathError::Io(_, source) => open_error(requested, source),
         other => SessionError::Refused(other.to_string()),

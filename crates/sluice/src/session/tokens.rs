@@ -194,6 +194,12 @@ impl TokenSet {
         self.digests.is_empty()
     }
 
+    /// The digest kept of the token at `index` (what a third-party grant's token tag is made
+    /// of), or `None` when there is none there.
+    pub fn digest(&self, index: usize) -> Option<&[u8; 32]> {
+        self.digests.get(index)
+    }
+
     /// The grants, in the file's order.
     pub fn grants(&self) -> &[Grant] {
         &self.grants

@@ -56,6 +56,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         max_channels: None,
         digest_timeout: None,
         fault: None,
+        third_party: Default::default(),
     }
 }
 
@@ -184,6 +185,7 @@ pub fn hello(token: &str) -> sluice::session::messages::Request {
             rate_bps: 0,
             min_rate_bps: 0,
         },
+        grant: None,
     }
 }
 
