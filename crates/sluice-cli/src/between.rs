@@ -70,9 +70,13 @@ pub(crate) async fn copy(
         let host = if side == Side::Source { ends.source_host } else { ends.dest_host };
         named(side, host, anyhow::Error::new(e))
     })?;
-    if done.attached {
+    // A job that was running already is timed by the destination, from its start.
+    let secs = if done.attached {
         show.warning(&format!("job {} was running already: followed it to its end", done.job));
-    }
+        done.millis as f64 / 1000.0
+    } else {
+        started.elapsed().as_secs_f64()
+    };
     let report = TransferReport {
         files: done.files,
         bytes: done.bytes,
@@ -87,7 +91,7 @@ pub(crate) async fn copy(
     if options.dry_run && mode != Mode::Json {
         crate::cp::print_planned(&report);
     }
-    show.finished(&report, options.dry_run, started.elapsed().as_secs_f64());
+    show.finished(&report, options.dry_run, secs);
     Ok(())
 }
 

@@ -42,12 +42,20 @@ enum Command {
     ///
     /// Example: sluice serve --root /data --tokens /etc/sluice/tokens
     Serve(serve::ServeArgs),
-    /// Copy files and trees to or from a server, scp style: exactly one side is `host:path`
+    /// Copy files and trees to or from a server, scp style; or between two servers
     ///
     /// Examples:
     ///   SLUICE_TOKEN=... sluice cp server:data/big.bin ./big.bin
     ///   sluice cp -r --token-file tok ./results a.bin server:incoming/
     ///   sluice cp -r --overwrite if-different server:projects/run7 /scratch/
+    ///
+    /// Between two servers (third party): the destination reads from the source directly,
+    /// this machine carries control messages and progress only, and the copy goes on if it
+    /// goes away. Each server's token comes from SLUICE_TOKEN_<HOST> (the name in capitals,
+    /// other characters as _), its config section's token_file, or SLUICE_TOKEN; a failure
+    /// names the server it came from:
+    ///   SLUICE_TOKEN_DTN=... SLUICE_TOKEN_HPC=... sluice cp dtn:run7/raw.h5 hpc:incoming/
+    ///   sluice cp -r --overwrite if-different dtn:run7 hpc:scratch/
     #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
     Cp(cp::CpArgs),
     /// List a directory on a server (one level), or show a file: the server's view within its

@@ -718,16 +718,26 @@ impl std::fmt::Debug for Emulator {
     }
 }
 
-fn make_tun(
-    ns: &str,
-    addr: std::net::Ipv4Addr,
-    tx_queue_len: u32,
-    offload: bool,
-) -> Result<SyncDevice, EmulatorError> {
+/// One end of a link: the TUN device the emulator makes in a namespace.
+#[derive(Debug, Clone, Copy)]
+pub struct End<'a> {
+    /// The namespace.
+    pub ns: &'a str,
+    /// The device's name (unique in its namespace).
+    pub device: &'a str,
+    /// Its address.
+    pub addr: std::net::Ipv4Addr,
+    /// The prefix length of its network: every address in it is reached through this link.
+    pub prefix_len: u8,
+}
+
+fn make_tun(end: End<'_>, tx_queue_len: u32, offload: bool) -> Result<SyncDevice, EmulatorError> {
+    let End { ns, device, addr, prefix_len } = end;
+    let name = device.to_owned();
     let dev = netns::in_netns(ns, move || {
         DeviceBuilder::new()
-            .name(TUN_NAME)
-            .ipv4(addr, PREFIX_LEN, None)
+            .name(&name)
+            .ipv4(addr, prefix_len, None)
             .mtu(MTU)
             .tx_queue_len(tx_queue_len)
             .offload(offload)
@@ -735,7 +745,7 @@ fn make_tun(
             .packet_information(false)
             .build_sync()
     })?
-    .map_err(io_err(format!("creating TUN {TUN_NAME} in namespace {ns}")))?;
+    .map_err(io_err(format!("creating TUN {device} in namespace {ns}")))?;
     dev.set_nonblocking(true).map_err(io_err("setting the TUN non-blocking"))?;
     Ok(dev)
 }
@@ -744,10 +754,22 @@ impl Emulator {
     /// Creates a TUN device `linkem0` in each namespace (a: 198.18.0.1/15, b: 198.18.1.1/15),
     /// and starts forwarding between them with the given impairments.
     pub fn start(a_ns: &str, b_ns: &str, config: &LinkConfig) -> Result<Self, EmulatorError> {
+        let end = |ns, addr| End { ns, device: TUN_NAME, addr, prefix_len: PREFIX_LEN };
+        Self::start_between(end(a_ns, A_ADDR), end(b_ns, B_ADDR), config)
+    }
+
+    /// Creates the TUN device of each end and starts forwarding between them: for topologies
+    /// of more than two namespaces, where each link has devices and a network of its own
+    /// (e.g. `198.18.2.1/30` and `198.18.2.2/30`). `a2b` is the direction from `a` to `b`.
+    pub fn start_between(
+        a: End<'_>,
+        b: End<'_>,
+        config: &LinkConfig,
+    ) -> Result<Self, EmulatorError> {
         config.a2b.validate().map_err(|e| EmulatorError::Config(format!("a2b: {e}")))?;
         config.b2a.validate().map_err(|e| EmulatorError::Config(format!("b2a: {e}")))?;
-        let tun_a = Arc::new(make_tun(a_ns, A_ADDR, config.tx_queue_len, config.offload)?);
-        let tun_b = Arc::new(make_tun(b_ns, B_ADDR, config.tx_queue_len, config.offload)?);
+        let tun_a = Arc::new(make_tun(a, config.tx_queue_len, config.offload)?);
+        let tun_b = Arc::new(make_tun(b, config.tx_queue_len, config.offload)?);
         let (qa, qb) = config.queue_limits();
         let stop = Arc::new(AtomicBool::new(false));
         let epoch = Instant::now();

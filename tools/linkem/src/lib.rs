@@ -16,6 +16,6 @@ pub mod model;
 pub mod netns;
 pub mod parse;
 
-pub use emulator::{DirectionReport, Emulator, EmulatorError, LinkConfig, Report};
+pub use emulator::{DirectionReport, Emulator, EmulatorError, End, LinkConfig, Report};
 pub use model::{DirectionConfig, LossConfig, QueueLimit};
 pub use netns::{A_ADDR, B_ADDR, NetnsPair};
