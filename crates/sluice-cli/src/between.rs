@@ -39,13 +39,15 @@ pub(crate) async fn copy(
     };
     let (source_config, dest_config) = (config_of(ends.source_host)?, config_of(ends.dest_host)?);
     let started = Instant::now();
-    // One after the other: either may ask about an unknown fingerprint at the terminal.
-    let source = connect_asking(source_config)
-        .await
-        .map_err(|e| named(Side::Source, ends.source_host, e))?;
-    let destination = connect_asking(dest_config)
-        .await
-        .map_err(|e| named(Side::Destination, ends.dest_host, e))?;
+    // Both at once, unless a person may be asked about an unknown fingerprint (then one
+    // question after the other).
+    let (source, destination) = if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        (connect_asking(source_config).await, connect_asking(dest_config).await)
+    } else {
+        tokio::join!(connect_asking(source_config), connect_asking(dest_config))
+    };
+    let source = source.map_err(|e| named(Side::Source, ends.source_host, e))?;
+    let destination = destination.map_err(|e| named(Side::Destination, ends.dest_host, e))?;
     let show = Show::new(mode, "third-party");
     let mut observer = show.clone();
     let mut started_shown = false;

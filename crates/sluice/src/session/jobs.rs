@@ -271,9 +271,8 @@ async fn attempt(
     config.channels = (pull.spec.max_channels > 0).then_some(pull.spec.max_channels);
     config.identity = Some(jobs.identity.clone());
     config.grant = Some(GrantClaim { grant: pull.grant.clone(), job: pull.job.clone() });
-    let client = Client::connect(config).await.map_err(|e| match e {
-        // Said as the source's: it refused the grant, or could not be reached or trusted.
-        SessionError::Auth(m) => SessionError::Auth(format!("the source refused: {m}")),
+    // The request follows the grant in the same round trip; a refused grant is its error.
+    let client = Client::start(config).await.map_err(|e| match e {
         SessionError::Network(m) => {
             SessionError::Network(format!("could not reach the source: {m}"))
         }

@@ -1243,9 +1243,11 @@ impl<'a> RequestCtx<'a> {
             JobRecord { token: self.session.token, root: self.session.access.root.clone(), pull };
         let limit = self.session.access.transfers.as_ref().map(|(_, places)| places.clone());
         let (mut state, attached) = self.shared.jobs.start_or_attach(record, limit)?;
+        let mut reported: Option<Instant> = None;
         loop {
             let now = state.borrow_and_update().clone();
             match now.end {
+                // The end is said at once.
                 Some(Ok(mut done)) => {
                     done.attached = attached;
                     return self.write(&Answer::JobDone(done)).await;
@@ -1253,10 +1255,14 @@ impl<'a> RequestCtx<'a> {
                 Some(Err((code, message))) => {
                     return Err(SessionError::from_peer(super::Peer::Server, code, message));
                 }
-                None => self.write(&Answer::JobProgress(now.progress)).await?,
+                // Progress at most a few times a second, and every few seconds while nothing
+                // moves (so the client knows the job is alive).
+                None if reported.is_none_or(|t| t.elapsed() >= JOB_REPORT_EVERY) => {
+                    self.write(&Answer::JobProgress(now.progress)).await?;
+                    reported = Some(Instant::now());
+                }
+                None => {}
             }
-            // At most a few reports a second, and one every few seconds while nothing moves.
-            tokio::time::sleep(JOB_REPORT_EVERY).await;
             let _ = tokio::time::timeout(JOB_REPORT_IDLE, state.changed()).await;
         }
     }
