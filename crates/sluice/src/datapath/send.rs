@@ -313,20 +313,19 @@ impl Run<'_, '_> {
                 return Err(ctx.shared.fatal(DataError::File(e)));
             }
             let Some(len) = polled else { break };
-            if count > 0 && len > seg {
-                // Larger than the batch's segments (a data packet after a control packet): send
-                // the batch, and this packet starts the next one.
+            if count > 0 && len != seg {
+                // Not the batch's size (a control packet amid data, a probe, a short last
+                // packet): send the batch, and this packet starts the next one.
                 self.port.send(&out[..used], seg, &ctx.shared.stop)?;
                 out.copy_within(used..used + len, 0);
-                (used, count, seg) = (len, 1, len);
-                continue;
+                (used, count, seg) = (0, 0, len);
             }
             if count == 0 {
                 seg = len;
             }
             used += len;
             count += 1;
-            if len < seg || count == max {
+            if count == max {
                 self.port.send(&out[..used], seg, &ctx.shared.stop)?;
                 (used, count) = (0, 0);
             }
