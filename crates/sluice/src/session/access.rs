@@ -148,6 +148,21 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// The gate of `tokens` over the served directory `served` (each grant's root resolved
+    /// under it, as [`super::Server::bind`] does).
+    pub fn new(served: &Path, tokens: TokenSet) -> Result<Gate, SessionError> {
+        let served = std::fs::canonicalize(served).map_err(|e| {
+            SessionError::io(format!("the served directory {}", served.display()), e)
+        })?;
+        let access = tokens
+            .grants()
+            .iter()
+            .enumerate()
+            .map(|(i, grant)| Access::resolve_grant(&served, grant, i + 1).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Gate { tokens, access })
+    }
+
     /// What `token` may do, or `None` when it is not accepted (compared in constant time).
     pub fn admit(&self, token: &str) -> Option<Arc<Access>> {
         self.tokens.verify(token).and_then(|i| self.access.get(i).cloned())

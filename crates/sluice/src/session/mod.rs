@@ -290,7 +290,7 @@ impl SessionError {
     }
 
     /// The message for the peer, without the class prefix of `Display` (the code carries it).
-    pub(crate) fn detail(&self) -> String {
+    pub fn detail(&self) -> String {
         match self {
             SessionError::Auth(m)
             | SessionError::NotFound(m)
