@@ -15,7 +15,7 @@
 //! | `POST /api/delete {path}`                 | `{removed}`                                 |
 //! | `GET /api/file?path=` (`Range` honoured)  | the bytes (206 for a range)                 |
 //! | `GET /api/upload?path=&size=&mtime=`      | `{have, exists}`                            |
-//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have}` while partial; `{done, stored, name, blake3}` |
+//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
 
 use std::os::unix::fs::FileExt;
 
@@ -342,15 +342,19 @@ pub(super) async fn upload(
         return Err(ApiError::bad(format!("the upload was cut off: {why}"))
             .with("have", json!(upload.have())));
     }
+    // Counted here, at the server: what this request wrote (a resumed upload's tests add these).
+    let received = upload.have() - offset;
     if !upload.complete() {
-        return Ok(Json(json!({ "have": upload.have(), "done": false })));
+        return Ok(Json(json!({ "have": upload.have(), "received": received, "done": false })));
     }
     let have = upload.have();
     match blocking(move || upload.finish(expected)).await? {
         UploadDone::Stored { name, blake3 } => Ok(Json(
-            json!({ "have": have, "done": true, "stored": true, "name": name, "blake3": blake3 }),
+            json!({ "have": have, "received": received, "done": true, "stored": true, "name": name, "blake3": blake3 }),
         )),
-        UploadDone::Skipped => Ok(Json(json!({ "have": have, "done": true, "stored": false }))),
+        UploadDone::Skipped => {
+            Ok(Json(json!({ "have": have, "received": received, "done": true, "stored": false })))
+        }
         UploadDone::Exists => Err(ApiError::new(
             StatusCode::CONFLICT,
             "exists",

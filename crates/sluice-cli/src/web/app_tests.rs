@@ -459,7 +459,7 @@ async fn an_upload_resumes_from_what_the_server_holds_and_is_checked() {
     assert_eq!(status, json!({ "have": 0, "exists": null }));
     // The first part, as if the connection was cut after it.
     let first = json_of(c.put(&format!("{base}&offset=0"), data[..1_000_000].to_vec()).await).await;
-    assert_eq!(first, json!({ "have": 1_000_000, "done": false }));
+    assert_eq!(first, json!({ "have": 1_000_000, "received": 1_000_000, "done": false }));
     assert_eq!(json_of(c.get(&base).await).await["have"], 1_000_000);
     assert!(!app.root().join("in/data.bin").exists());
     // A part at another offset is refused, saying where to send from.
@@ -476,6 +476,7 @@ async fn an_upload_resumes_from_what_the_server_holds_and_is_checked() {
     let done = json_of(app.send(request).await).await;
     assert_eq!(done["done"], true);
     assert_eq!(done["stored"], true);
+    assert_eq!(done["received"], data.len() - 1_000_000, "only the rest moved");
     assert_eq!(done["blake3"], hash.as_str());
     assert_eq!(std::fs::read(app.root().join("in/data.bin")).unwrap(), data);
     let mtime = std::fs::metadata(app.root().join("in/data.bin")).unwrap();
