@@ -21,6 +21,8 @@ mod range;
 #[cfg(test)]
 mod tests;
 pub(crate) mod tls;
+#[cfg(test)]
+mod tls_tests;
 
 use std::sync::Arc;
 
