@@ -87,6 +87,8 @@ async function copy() {
   const to = other();
   const items = from.targets();
   if (!items.length) return;
+  // An answer "for all" holds for this copy's files only.
+  transfers.policyForAll = null;
   try {
     if (from.side === "local" && to.side === "server") {
       if (!from.local) throw new Error("nothing on this computer is open");
