@@ -41,6 +41,8 @@ enum Command {
     /// Serve a directory to clients (download and upload).
     ///
     /// Example: sluice serve --root /data --tokens /etc/sluice/tokens
+    /// With the browser file manager: sluice serve --root /data --tokens /etc/sluice/tokens
+    /// --web 0.0.0.0:8443 (then open https://HOST:8443/ and log in with a token)
     Serve(serve::ServeArgs),
     /// Copy files and trees to or from a server, scp style; or between two servers
     ///

@@ -35,6 +35,17 @@ pub(crate) struct ServeArgs {
     /// Prometheus text format over HTTP on this address, at /metrics.
     #[arg(long, env = "SLUICE_METRICS", value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Serve the browser file manager and its API over HTTPS on this address (open
+    /// https://ADDR/ and log in with a token). The certificate is --web-cert/--web-key, else
+    /// the server's own self-signed identity (the fingerprint it prints).
+    #[arg(long, env = "SLUICE_WEB", value_name = "ADDR")]
+    web: Option<SocketAddr>,
+    /// The web app's certificate chain (PEM; with --web-key).
+    #[arg(long, env = "SLUICE_WEB_CERT", value_name = "FILE", requires = "web_key")]
+    web_cert: Option<PathBuf>,
+    /// The web app's private key (PEM, owner-only; with --web-cert).
+    #[arg(long, env = "SLUICE_WEB_KEY", value_name = "FILE", requires = "web_cert")]
+    web_key: Option<PathBuf>,
     /// Append a per-transfer event log here: each data channel's counters (rate, RTT, queue,
     /// packets sent, retransmitted and lost, or received, duplicated and NAKed) four times a
     /// second, as JSON lines naming the session and request (MCDTP's network log).
@@ -59,7 +70,7 @@ pub(crate) struct ServeArgs {
     /// presenting the token, and stop when its session ends, when stdin closes (the ssh
     /// connection is gone), or when no client came within 60 s. The root defaults to `/`; the
     /// address to the one the ssh connection came in on ($SSH_CONNECTION), any port.
-    #[arg(long, conflicts_with_all = ["tokens", "state_dir", "config", "metrics", "event_log"])]
+    #[arg(long, conflicts_with_all = ["tokens", "state_dir", "config", "metrics", "event_log", "web"])]
     once: bool,
 }
 
@@ -120,16 +131,20 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if max_channels.is_some_and(|n| !(1..=64).contains(&n)) {
         return Err(exit::usage("max_channels must be between 1 and 64"));
     }
+    let state_dir = args.state_dir.or(file.state_dir).unwrap_or_else(crate::default_state_dir);
+    let web_cert = match (args.web_cert.or(file.web_cert), args.web_key.or(file.web_key)) {
+        (Some(cert), Some(key)) => web::tls::WebCert::Given { cert, key },
+        (None, None) => web::tls::WebCert::Own { state_dir: state_dir.clone() },
+        _ => return Err(exit::usage("web_cert and web_key go together: give both or neither")),
+    };
+    let web_addr = args.web.or(file.web);
     let config = ServerConfig {
         root,
         listen: args
             .listen
             .or(file.listen)
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], crate::DEFAULT_PORT))),
-        credentials: Credentials::Stored {
-            state_dir: args.state_dir.or(file.state_dir).unwrap_or_else(crate::default_state_dir),
-            tokens_file: tokens,
-        },
+        credentials: Credentials::Stored { state_dir: state_dir.clone(), tokens_file: tokens },
         idle_timeout: std::time::Duration::from_secs(30),
         max_channels,
         digest_timeout: None,
@@ -142,6 +157,21 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(addr) => Some(web::Listener::bind(addr, "metrics", web::Limits::METRICS).await?),
         None => None,
     };
+    let app = match web_addr {
+        Some(addr) => {
+            // After Server::bind: it made the identity if there was none.
+            let (tls, fingerprint) = web::tls::load(&web_cert)?;
+            let listener =
+                web::Listener::bind(addr, "the web app", web::Limits::WEB).await?.with_tls(tls);
+            let state = web::app::AppState::new(
+                server.gate(),
+                fingerprint,
+                web::auth::LoginLimits::DEFAULT,
+            );
+            Some((listener, state))
+        }
+        None => None,
+    };
     #[allow(clippy::print_stdout)]
     {
         println!(
@@ -152,27 +182,38 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(web) = &web {
             println!("sluice: metrics on http://{}/metrics", web.local_addr());
         }
+        if let Some((app, state)) = &app {
+            println!(
+                "sluice: web app on https://{}/ with fingerprint {}",
+                app.local_addr(),
+                state.fingerprint
+            );
+        }
     }
     let state = web::WebState { metrics: server.metrics() };
     let serving = server.run(shutdown_signal());
-    match web {
-        Some(web) => {
-            // The HTTP side stops when the server has: its last counters stay readable until
-            // then.
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let serving = async move {
-                let result = serving.await;
-                drop(stop);
-                result
-            };
-            let web = web.serve(web::router(state), async move {
-                let _ = stopped.await;
-            });
-            let (result, ()) = tokio::join!(serving, web);
-            result?;
+    // The HTTP sides stop when the server has: its last counters stay readable until then.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let serving = async move {
+        let result = serving.await;
+        let _ = stop.send(true);
+        result
+    };
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let metrics = async {
+        if let Some(web) = web {
+            web.serve(web::router(state), until_stopped(stopped.clone())).await;
         }
-        None => serving.await?,
-    }
+    };
+    let app = async {
+        if let Some((app, state)) = app {
+            app.serve(web::app::router(state), until_stopped(stopped.clone())).await;
+        }
+    };
+    let (result, (), ()) = tokio::join!(serving, metrics, app);
+    result?;
     Ok(())
 }
 

@@ -222,6 +222,17 @@ impl Confined {
         }
     }
 
+    /// Removes the empty directory `path` (a link there is not followed).
+    pub fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        match &self.0 {
+            None => std::fs::remove_dir(path),
+            Some(b) => {
+                let (dir, name) = b.parent(path)?;
+                Ok(rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::REMOVEDIR)?)
+            }
+        }
+    }
+
     /// Removes the file or link `path` (not a directory).
     pub fn remove_file(&self, path: &Path) -> io::Result<()> {
         match &self.0 {

@@ -12,3 +12,4 @@ pub mod session;
 pub mod settings;
 pub mod tree;
 pub mod units;
+pub mod web;

@@ -133,6 +133,12 @@ pub struct ServerFile {
     pub third_party: Option<String>,
     /// `--third-party-dial`: fingerprints, addresses or networks.
     pub third_party_dial: Option<Vec<String>>,
+    /// `--web`.
+    pub web: Option<SocketAddr>,
+    /// `--web-cert`.
+    pub web_cert: Option<PathBuf>,
+    /// `--web-key`.
+    pub web_key: Option<PathBuf>,
 }
 
 impl ServerFile {

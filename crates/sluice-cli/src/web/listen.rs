@@ -3,6 +3,10 @@
 //! Written out rather than `axum::serve` because that sets no bound on a connection: with it a
 //! client that sends its request head one byte a minute, or never, holds a connection open for
 //! ever, and any number of them may. Here each connection has [`Limits`].
+//!
+//! With [`Listener::with_tls`] each connection first completes a TLS handshake (within the head
+//! timeout) and is then served the same way; every request carries the client's address as
+//! axum's `ConnectInfo<SocketAddr>` (the login rate limit counts by it).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,12 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 /// Bounds on what one client may cost the server.
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +46,14 @@ impl Limits {
         connections_max: 16,
         drain_timeout: Duration::from_secs(1),
     };
+
+    /// For the web app: a page loads a few assets, then uploads and downloads run for long.
+    pub(crate) const WEB: Limits = Limits {
+        head_timeout: Duration::from_secs(10),
+        head_bytes_max: 16 << 10,
+        connections_max: 64,
+        drain_timeout: Duration::from_secs(2),
+    };
 }
 
 /// A bound TCP listener, not yet serving.
@@ -47,6 +62,7 @@ pub(crate) struct Listener {
     tcp: TcpListener,
     local_addr: SocketAddr,
     limits: Limits,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Listener {
@@ -56,7 +72,12 @@ impl Listener {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen for {what} on {addr}: {e}"))?;
         let local_addr = tcp.local_addr()?;
-        Ok(Listener { tcp, local_addr, limits })
+        Ok(Listener { tcp, local_addr, limits, tls: None })
+    }
+
+    /// Serves HTTPS: each connection is a TLS session of `tls` first.
+    pub(crate) fn with_tls(self, tls: Arc<tokio_rustls::rustls::ServerConfig>) -> Self {
+        Listener { tls: Some(tls), ..self }
     }
 
     /// The address bound (with the port the system chose, for port 0).
@@ -67,7 +88,8 @@ impl Listener {
     /// Serves `router` until `stop` completes, then lets running requests finish for at most
     /// [`Limits::drain_timeout`] and closes every connection.
     pub(crate) async fn serve(self, router: Router, stop: impl Future<Output = ()>) {
-        let Listener { tcp, limits, .. } = self;
+        let Listener { tcp, limits, tls, .. } = self;
+        let tls = tls.map(TlsAcceptor::from);
         let mut http = http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(limits.head_timeout)
@@ -83,10 +105,24 @@ impl Listener {
                 () = &mut stop => break,
                 accepted = accept(&tcp, &permits) => accepted,
             };
-            let Some((stream, permit)) = accepted else { continue };
+            let Some((stream, peer, permit)) = accepted else { continue };
             let (http, router, stopped) = (http.clone(), router.clone(), stopped.clone());
+            let tls = tls.clone();
             connections.spawn(async move {
-                connection(&http, stream, router, stopped).await;
+                match tls {
+                    None => connection(&http, stream, peer, router, stopped).await,
+                    Some(tls) => {
+                        let handshake =
+                            tokio::time::timeout(limits.head_timeout, tls.accept(stream));
+                        match handshake.await {
+                            Ok(Ok(stream)) => {
+                                connection(&http, stream, peer, router, stopped).await
+                            }
+                            Ok(Err(e)) => tracing::debug!("tls handshake from {peer}: {e}"),
+                            Err(_) => tracing::debug!("tls handshake from {peer}: too slow"),
+                        }
+                    }
+                }
                 drop(permit);
             });
         }
@@ -102,10 +138,10 @@ impl Listener {
 async fn accept(
     tcp: &TcpListener,
     permits: &Arc<Semaphore>,
-) -> Option<(TcpStream, tokio::sync::OwnedSemaphorePermit)> {
+) -> Option<(TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit)> {
     let permit = permits.clone().acquire_owned().await.ok()?;
     match tcp.accept().await {
-        Ok((stream, _)) => Some((stream, permit)),
+        Ok((stream, peer)) => Some((stream, peer, permit)),
         Err(e) => {
             tracing::debug!("http accept failed: {e}");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -118,10 +154,12 @@ async fn accept(
 /// a request being answered is finished first).
 async fn connection(
     http: &http1::Builder,
-    stream: TcpStream,
+    stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    peer: SocketAddr,
     router: Router,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let router = router.layer(axum::Extension(ConnectInfo(peer)));
     let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
     let mut conn = std::pin::pin!(conn);
     let stop = async move {

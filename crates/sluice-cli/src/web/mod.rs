@@ -1,17 +1,28 @@
 //! The server's HTTP side: one axum [`Router`] served by hyper over tokio.
 //!
-//! Today it answers `GET /metrics` for `sluice serve --metrics ADDR`. It is built so that the
-//! browser client (issue 29) adds its routes to the same router: put what its handlers share in
-//! [`WebState`], add a module beside `metrics.rs`, and a `.route` line in [`router`].
+//! It answers `GET /metrics` for `sluice serve --metrics ADDR` ([`router`], plain HTTP), and
+//! serves the browser file manager for `sluice serve --web ADDR` over HTTPS ([`app::router`]:
+//! the page in `assets.rs`, the JSON API in `api.rs`, logins and sessions in `auth.rs`, the
+//! certificate in `tls.rs`).
 //!
 //! How `serve` drives it: [`Listener::bind`] the address (so a bad one fails before the server
 //! says it is serving), build [`router`] from the state, then [`Listener::serve`] it until the
 //! server stops.
 
+mod api;
+pub(crate) mod app;
+#[cfg(test)]
+mod app_tests;
+mod assets;
+pub(crate) mod auth;
 mod listen;
 mod metrics;
+mod range;
 #[cfg(test)]
 mod tests;
+pub(crate) mod tls;
+#[cfg(test)]
+mod tls_tests;
 
 use std::sync::Arc;
 

@@ -186,6 +186,12 @@ impl Identity {
         (vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
     }
 
+    /// An HTTPS server configuration presenting this identity (for `sluice serve --web`
+    /// without a certificate of the operator's): browsers see the same fingerprint as clients.
+    pub fn https_tls(&self) -> Result<rustls::ServerConfig, SessionError> {
+        https_tls(vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
+    }
+
     /// A QUIC server configuration presenting this identity (TLS 1.3 only, ALPN `sluice/1`,
     /// no 0-RTT). A client may prove a certificate of its own ([`PeerCertificate`]): only a
     /// server reading for a third-party job does, and only its fingerprint is used.
@@ -267,6 +273,49 @@ impl rustls::server::danger::ClientCertVerifier for PeerCertificate {
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.algorithms.supported_schemes()
     }
+}
+
+/// An HTTPS server configuration (TLS 1.3, ALPN `http/1.1`, no client certificates) presenting
+/// `certs` (the server's first, then any chain) and `key`, on the workspace's one crypto
+/// provider (aws-lc-rs).
+pub fn https_tls(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<rustls::ServerConfig, SessionError> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| SessionError::Config(format!("TLS 1.3 setup: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| SessionError::Config(format!("the web key and certificate: {e}")))?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
+/// [`https_tls`] for a certificate chain and key the operator gives as PEM files (`sluice serve
+/// --web-cert --web-key`), and the fingerprint of the server's certificate (the first).
+pub fn https_tls_from_pem(
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<(rustls::ServerConfig, Fingerprint), SessionError> {
+    check_private(key_path, "web key file")?;
+    let read = |path: &Path| {
+        fs::read(path).map_err(|e| SessionError::io(format!("reading {}", path.display()), e))
+    };
+    let cert_pem = read(cert_path)?;
+    let certs =
+        CertificateDer::pem_slice_iter(&cert_pem).collect::<Result<Vec<_>, _>>().map_err(|e| {
+            SessionError::Config(format!("{} is not a PEM certificate: {e}", cert_path.display()))
+        })?;
+    let first = certs.first().ok_or_else(|| {
+        SessionError::Config(format!("{} holds no certificate", cert_path.display()))
+    })?;
+    let fingerprint = Fingerprint::of_der(first);
+    let key = PrivateKeyDer::from_pem_slice(&read(key_path)?).map_err(|e| {
+        SessionError::Config(format!("{} is not a PEM private key: {e}", key_path.display()))
+    })?;
+    Ok((https_tls(certs, key)?, fingerprint))
 }
 
 /// A new P-256 key and a self-signed certificate for it.

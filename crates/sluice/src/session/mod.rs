@@ -108,6 +108,7 @@
 //! [`Client::download`], [`Client::upload`] (or [`Client::get`] and [`Client::put`] for one
 //! file) and [`Client::stat`] on the other.
 
+pub mod access;
 pub mod between;
 mod blocks;
 mod channel;
@@ -132,6 +133,7 @@ pub mod tokens;
 use std::time::Duration;
 
 pub use crate::tree::{Links, Overwrite};
+pub use access::{Access, Gate};
 pub(crate) use channel::check_spec;
 pub use channel::{DEFAULT_PACKET_SIZE, default_channel_config};
 pub use client::{Client, ClientConfig, Granted, TransferReport};
@@ -288,7 +290,7 @@ impl SessionError {
     }
 
     /// The message for the peer, without the class prefix of `Display` (the code carries it).
-    pub(crate) fn detail(&self) -> String {
+    pub fn detail(&self) -> String {
         match self {
             SessionError::Auth(m)
             | SessionError::NotFound(m)

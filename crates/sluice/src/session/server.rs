@@ -22,13 +22,15 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use sluice_proto::config::ChannelConfig;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+pub(crate) use super::access::resolve;
+use super::access::{Access, Gate, open_error};
 use super::channel::{
     ChannelSetup, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, blocking, control_transport,
     default_channel_config, frame_error,
@@ -41,20 +43,20 @@ use super::jobs::{JobRecord, Jobs};
 use super::keys::{Role, SessionId};
 use super::manifest_io::send_listing;
 use super::messages::{
-    Answer, ErrorCode, FileKind, GrantClaim, PullJob, Request, StatInfo, failed_frame,
-    read_message, write_message,
+    Answer, ErrorCode, GrantClaim, PullJob, Request, failed_frame, read_message, write_message,
 };
 use super::metrics::Metrics;
 use super::observe::NoObserver;
 use super::third_party::{Grants, ThirdPartyConfig};
-use super::tokens::{Grant, Rights, TokenSet};
+use super::tokens::{Rights, TokenSet};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
 use super::{add_checksums, walk_error};
 use crate::datapath::{ChannelReport, Fault};
-use crate::files::{self, Confined, PathError};
-use crate::tree::{ReceiveOptions, WalkError, WalkOptions, walk};
+
+use crate::files::Confined;
+use crate::tree::{ReceiveOptions, WalkOptions, walk};
 use sluice_session::handshake::{
     AdmissionCounts, AdmissionLimits, AdmitDecision, HandshakeEffect, ServerHandshake,
     TokenVerdict, admit,
@@ -188,51 +190,6 @@ impl Credentials {
     }
 }
 
-/// What one token may do, resolved against the served directory.
-#[derive(Debug)]
-struct Access {
-    rights: Rights,
-    /// The directory the token sees (canonical, under the served one).
-    root: PathBuf,
-    /// Its transfers at once, when limited.
-    transfers: Option<(u32, Arc<Semaphore>)>,
-    /// The most each transfer may send, in bits per second.
-    rate_bps: Option<u64>,
-}
-
-impl Access {
-    /// `grant` with its root resolved under `served`: the directory must exist there, and
-    /// stay there once symbolic links are followed.
-    /// `number` counts the file's tokens from 1 (an error must not show the token).
-    fn resolve(served: &Path, grant: &Grant, number: usize) -> Result<Access, SessionError> {
-        let root = match &grant.root {
-            None => served.to_owned(),
-            Some(sub) => {
-                let bad = |why: String| {
-                    SessionError::Config(format!(
-                        "token {number} of the token file: root {sub:?} {why}"
-                    ))
-                };
-                let path = std::fs::canonicalize(served.join(sub))
-                    .map_err(|e| bad(format!("cannot be opened: {e}")))?;
-                if !path.starts_with(served) {
-                    return Err(bad("leads outside the served directory".into()));
-                }
-                if !path.is_dir() {
-                    return Err(bad("is not a directory".into()));
-                }
-                path
-            }
-        };
-        Ok(Access {
-            rights: grant.rights,
-            root,
-            transfers: grant.transfers.map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
-            rate_bps: grant.rate_bps,
-        })
-    }
-}
-
 /// What every session task needs.
 struct Shared {
     root: PathBuf,
@@ -335,7 +292,7 @@ impl Server {
             .grants()
             .iter()
             .enumerate()
-            .map(|(i, grant)| Access::resolve(&root, grant, i + 1).map(Arc::new))
+            .map(|(i, grant)| Access::resolve_grant(&root, grant, i + 1).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         info!(%local_addr, fingerprint = %identity.fingerprint(), root = %root.display(), tokens = tokens.len(), "server bound");
         let fingerprint = identity.fingerprint().clone();
@@ -372,6 +329,12 @@ impl Server {
     /// The server's counters (live: they keep counting while it runs).
     pub fn metrics(&self) -> Arc<Metrics> {
         self.shared.metrics.clone()
+    }
+
+    /// The server's own token check and what each token may do, for another front end of the
+    /// same files (the web app): it admits exactly the tokens this server does.
+    pub fn gate(&self) -> Gate {
+        Gate { tokens: self.shared.tokens.clone(), access: self.shared.access.clone() }
     }
 
     /// The fingerprint clients pin.
@@ -1035,43 +998,19 @@ impl<'a> RequestCtx<'a> {
     }
 
     async fn stat(&mut self, requested: &str) -> Result<(), SessionError> {
-        self.require(|r| r.list || r.read, "look at files (it has neither list nor read)")?;
         self.covered(requested)?;
-        let root = self.session.access.root.clone();
+        let access = self.session.access.clone();
         let req = requested.to_owned();
-        let info = blocking(move || {
-            let path = resolve(&root, &req)?;
-            let fs = Confined::new(Some(&root)).map_err(|e| open_error(&req, e))?;
-            let meta = fs.metadata(&path).map_err(|e| open_error(&req, e))?;
-            let kind = if meta.is_file() {
-                FileKind::File
-            } else if meta.is_dir() {
-                FileKind::Directory
-            } else {
-                FileKind::Other
-            };
-            Ok(StatInfo { size: meta.len(), mtime: mtime_secs(&meta), kind })
-        })
-        .await?;
+        let info = blocking(move || access.stat(&req)).await?;
         debug!(path = requested, ?info, "stat");
         self.write(&Answer::StatInfo(info)).await
     }
 
     /// The listing of `requested`, as manifest parts.
     async fn list(&mut self, requested: &str) -> Result<(), SessionError> {
-        self.require(|r| r.list, "list directories")?;
-        let root = self.session.access.root.clone();
+        let access = self.session.access.clone();
         let req = requested.to_owned();
-        let listing = blocking(move || {
-            let path = resolve(&root, if req.is_empty() { "." } else { &req })?;
-            // Errors name the requested path, never the server's own layout.
-            let fs = Confined::new(Some(&root)).map_err(|e| open_error(&req, e))?;
-            crate::tree::list(&fs, &path).map_err(|e| match e {
-                WalkError::Io(_, source) => open_error(&req, source),
-                other => walk_error(other),
-            })
-        })
-        .await?;
+        let listing = blocking(move || access.list(&req)).await?;
         debug!(
             path = requested,
             entries = listing.entries.len(),
@@ -1341,30 +1280,4 @@ fn log_channel(what: &str, report: &ChannelReport) {
         rejected_pkts = report.rejected_pkts,
         "data channel done"
     );
-}
-
-/// Resolves a peer's path under the root; escapes are `refused`, a missing parent `not-found`.
-pub(crate) fn resolve(root: &Path, requested: &str) -> Result<PathBuf, SessionError> {
-    files::resolve_under_root(root, requested).map_err(|e| match e {
-        PathError::Io(_, source) => open_error(requested, source),
-        other => SessionError::Refused(other.to_string()),
-    })
-}
-
-/// `not-found` for a missing file, `io` otherwise; names the requested path, never the server's
-/// own layout.
-fn open_error(requested: &str, e: std::io::Error) -> SessionError {
-    if e.kind() == std::io::ErrorKind::NotFound {
-        SessionError::NotFound(requested.to_owned())
-    } else {
-        SessionError::io(requested.to_owned(), e)
-    }
-}
-
-fn mtime_secs(meta: &std::fs::Metadata) -> i64 {
-    let Ok(modified) = meta.modified() else { return 0 };
-    match modified.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
-    }
 }

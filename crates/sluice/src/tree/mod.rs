@@ -11,7 +11,7 @@
 //! bytes move; the receiver renames a file into place only when its hash matches the
 //! sender's ([`Incoming::commit`]).
 
-mod claim;
+pub(crate) mod claim;
 pub mod fileset;
 pub mod incoming;
 pub mod list;

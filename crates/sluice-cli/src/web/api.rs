@@ -1,0 +1,365 @@
+//! The web app's JSON API. Each handler takes the request's session ([`Authed`]) and runs the
+//! `sluice` crate's own operation under the session's [`sluice::session::Access`]: the same
+//! rights, root and confinement as a `sluice` CLI request (see `sluice::web` for which right
+//! governs what).
+//!
+//! | request                                   | answer                                      |
+//! |-------------------------------------------|---------------------------------------------|
+//! | `POST /api/login {token}`                 | cookie, `{csrf, rights, fingerprint}`       |
+//! | `POST /api/logout`                        | `{}`, cookie cleared                        |
+//! | `GET /api/session`                        | `{csrf, rights, fingerprint}`               |
+//! | `GET /api/list?path=`                     | `{path, entries: [{name, kind, size, mtime, target}], skipped}` |
+//! | `GET /api/stat?path=`                     | `{kind, size, mtime}`                       |
+//! | `POST /api/mkdir {path}`                  | `{}`                                        |
+//! | `POST /api/rename {from, to}`             | `{}`                                        |
+//! | `POST /api/delete {path}`                 | `{removed}`                                 |
+//! | `GET /api/file?path=` (`Range` honoured)  | the bytes (206 for a range)                 |
+//! | `GET /api/upload?path=&size=&mtime=`      | `{have, exists}`                            |
+//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
+
+use std::os::unix::fs::FileExt;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice::session::FileKind;
+use sluice::tree::EntryKind;
+use sluice::web::{Policy, Upload, UploadDone, UploadSpec};
+
+use super::app::{ApiError, AppState, Authed, blocking, json_body, peer, query};
+use super::auth::{COOKIE, LoginError, SESSION_TTL, Session};
+use super::range::{ByteRange, content_disposition, parse_range};
+
+/// Bytes an upload gathers before each write to disk.
+const WRITE_BYTES: usize = 1 << 20;
+/// Bytes a download reads at once.
+const READ_BYTES: usize = 256 << 10;
+
+fn session_json(session: &Session, state: &AppState) -> Value {
+    let r = session.access.rights();
+    json!({
+        "csrf": session.csrf,
+        "rights": { "read": r.read, "write": r.write, "list": r.list },
+        "fingerprint": state.fingerprint,
+    })
+}
+
+#[derive(Deserialize)]
+struct LoginBody {
+    token: String,
+}
+
+/// `POST /api/login`: the token in a JSON body (never in a URL).
+pub(super) async fn login(State(state): State<AppState>, parts: Parts, body: Bytes) -> Response {
+    let result = async {
+        let LoginBody { token } = json_body(&parts.headers, &body)?;
+        let (id, session) = state.logins.login(&token, peer(&parts)).map_err(|e| match e {
+            LoginError::RateLimited => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "too many login attempts: wait a minute",
+            ),
+            LoginError::Refused => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "auth", "the token was not accepted")
+            }
+            LoginError::Full => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "the server holds as many sessions as it may",
+            ),
+        })?;
+        let cookie = format!(
+            "{COOKIE}={id}; Path=/; Max-Age={}; Secure; HttpOnly; SameSite=Strict",
+            SESSION_TTL.as_secs()
+        );
+        Ok::<_, ApiError>(([(header::SET_COOKIE, cookie)], Json(session_json(&session, &state))))
+    };
+    result.await.into_response()
+}
+
+/// `POST /api/logout`.
+pub(super) async fn logout(State(state): State<AppState>, authed: Authed) -> impl IntoResponse {
+    state.logins.logout(&authed.id);
+    let clear = format!("{COOKIE}=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=Strict");
+    ([(header::SET_COOKIE, clear)], Json(json!({})))
+}
+
+/// `GET /api/session`: the CSRF token and rights of a logged-in page.
+pub(super) async fn session(State(state): State<AppState>, authed: Authed) -> Json<Value> {
+    Json(session_json(&authed.session, &state))
+}
+
+#[derive(Deserialize)]
+pub(super) struct PathQuery {
+    #[serde(default)]
+    path: String,
+}
+
+/// `GET /api/list?path=`.
+pub(super) async fn list(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let PathQuery { path } = query(&uri)?;
+    let access = authed.session.access.clone();
+    let shown = path.clone();
+    let listing = blocking(move || access.list(&path)).await?;
+    let entries: Vec<Value> = listing
+        .entries
+        .iter()
+        .map(|e| {
+            let kind = match e.kind {
+                EntryKind::File => "file",
+                EntryKind::Dir => "dir",
+                EntryKind::Symlink => "link",
+            };
+            json!({ "name": e.path, "kind": kind, "size": e.size, "mtime": e.mtime,
+                    "target": e.target })
+        })
+        .collect();
+    Ok(Json(json!({ "path": shown, "entries": entries, "skipped": listing.skipped })))
+}
+
+/// `GET /api/stat?path=`.
+pub(super) async fn stat(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let PathQuery { path } = query(&uri)?;
+    let access = authed.session.access.clone();
+    let info = blocking(move || access.stat(&path)).await?;
+    let kind = match info.kind {
+        FileKind::File => "file",
+        FileKind::Directory => "dir",
+        FileKind::Other => "other",
+    };
+    Ok(Json(json!({ "kind": kind, "size": info.size, "mtime": info.mtime })))
+}
+
+#[derive(Deserialize)]
+struct PathBody {
+    path: String,
+}
+
+/// `POST /api/mkdir {path}`.
+pub(super) async fn mkdir(
+    authed: Authed,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let PathBody { path } = json_body(&headers, &body)?;
+    let access = authed.session.access.clone();
+    blocking(move || sluice::web::make_dir(&access, &path)).await?;
+    Ok(Json(json!({})))
+}
+
+#[derive(Deserialize)]
+struct RenameBody {
+    from: String,
+    to: String,
+}
+
+/// `POST /api/rename {from, to}`.
+pub(super) async fn rename(
+    authed: Authed,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let RenameBody { from, to } = json_body(&headers, &body)?;
+    let access = authed.session.access.clone();
+    blocking(move || sluice::web::rename(&access, &from, &to)).await?;
+    Ok(Json(json!({})))
+}
+
+/// `POST /api/delete {path}`.
+pub(super) async fn delete(
+    authed: Authed,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let PathBody { path } = json_body(&headers, &body)?;
+    let access = authed.session.access.clone();
+    let removed = blocking(move || sluice::web::delete(&access, &path)).await?;
+    Ok(Json(json!({ "removed": removed })))
+}
+
+/// `GET /api/file?path=`: the file, or the part a `Range` header asks for.
+pub(super) async fn download(
+    authed: Authed,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let PathQuery { path } = query(&uri)?;
+    let access = authed.session.access.clone();
+    let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+    let opened = blocking(move || sluice::web::open_download(&access, &path)).await?;
+    let size = opened.size;
+    let asked = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let (status, range) = match asked.map(|r| parse_range(r, size)) {
+        None => (StatusCode::OK, ByteRange { start: 0, end: size }),
+        Some(Some(range)) => (StatusCode::PARTIAL_CONTENT, range),
+        Some(None) => {
+            let mut response =
+                ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "range", "range not satisfiable")
+                    .into_response();
+            let all = HeaderValue::from_str(&format!("bytes */{size}"))
+                .map_err(|e| ApiError::bad(e.to_string()))?;
+            response.headers_mut().insert(header::CONTENT_RANGE, all);
+            return Ok(response);
+        }
+    };
+    // A thread reads ahead a few blocks; it stops when the client goes (the channel closes).
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let file = opened.file;
+    tokio::task::spawn_blocking(move || {
+        let mut at = range.start;
+        while at < range.end {
+            let n = (range.end - at).min(READ_BYTES as u64) as usize;
+            let mut buf = vec![0u8; n];
+            let read = file.read_exact_at(&mut buf, at).map(|()| Bytes::from(buf));
+            let failed = read.is_err();
+            if tx.blocking_send(read).is_err() || failed {
+                return;
+            }
+            at += n as u64;
+        }
+    });
+    let stream =
+        futures_util::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
+        );
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    let value = |s: String| HeaderValue::from_str(&s).map_err(|e| ApiError::bad(e.to_string()));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(header::CONTENT_LENGTH, value((range.end - range.start).to_string())?);
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::CONTENT_DISPOSITION, value(content_disposition(&name))?);
+    h.insert(header::ETAG, value(format!("\"{size:x}-{:x}\"", opened.mtime))?);
+    if status == StatusCode::PARTIAL_CONTENT {
+        let end = range.end.saturating_sub(1);
+        h.insert(header::CONTENT_RANGE, value(format!("bytes {}-{end}/{size}", range.start))?);
+    }
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+pub(super) struct UploadQuery {
+    path: String,
+    size: u64,
+    #[serde(default)]
+    mtime: i64,
+    #[serde(default)]
+    offset: u64,
+    #[serde(default)]
+    policy: Option<String>,
+}
+
+impl UploadQuery {
+    fn spec(self) -> Result<(UploadSpec, u64), ApiError> {
+        let policy = match self.policy.as_deref() {
+            None | Some("") => Policy::Overwrite(sluice::session::Overwrite::Refuse),
+            Some(name) => Policy::from_name(name).ok_or_else(|| {
+                ApiError::bad(format!(
+                    "policy {name:?}: use refuse, never, always, if-newer, if-different or keep-both"
+                ))
+            })?,
+        };
+        Ok((
+            UploadSpec { path: self.path, size: self.size, mtime: self.mtime, policy },
+            self.offset,
+        ))
+    }
+}
+
+/// `GET /api/upload?path=&size=&mtime=`: how much of that upload the server holds.
+pub(super) async fn upload_status(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let (spec, _) = query::<UploadQuery>(&uri)?.spec()?;
+    let access = authed.session.access.clone();
+    let status = blocking(move || sluice::web::upload_status(&access, &spec)).await?;
+    let exists = status.exists.map(|s| json!({ "size": s.size, "mtime": s.mtime }));
+    Ok(Json(json!({ "have": status.have, "exists": exists })))
+}
+
+/// `PUT /api/upload?...`: bytes from `offset`, which must be what the server holds.
+pub(super) async fn upload(
+    authed: Authed,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let (spec, offset) = query::<UploadQuery>(&uri)?.spec()?;
+    let expected = match headers.get("x-sluice-blake3") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| blake3::Hash::from_hex(s).ok())
+                .ok_or_else(|| ApiError::bad("X-Sluice-Blake3: not 64 hex digits"))?,
+        ),
+    };
+    let access = authed.session.access.clone();
+    let mut upload = blocking(move || Upload::open(&access, spec)).await?;
+    if upload.have() != offset {
+        let why = format!("the server holds {} bytes: send from there", upload.have());
+        return Err(
+            ApiError::new(StatusCode::CONFLICT, "offset", why).with("have", json!(upload.have()))
+        );
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::with_capacity(WRITE_BYTES);
+    let mut cut = None;
+    loop {
+        let next = stream.next().await;
+        let more = match next {
+            Some(Ok(bytes)) => {
+                buf.extend_from_slice(&bytes);
+                true
+            }
+            // The client went away: keep what came, for it to resume.
+            Some(Err(e)) => {
+                cut = Some(e.to_string());
+                false
+            }
+            None => false,
+        };
+        if buf.len() >= WRITE_BYTES || (!more && !buf.is_empty()) {
+            let (back, rest) = blocking(move || {
+                let written = upload.write(&buf);
+                buf.clear();
+                written.map(|()| (upload, buf))
+            })
+            .await?;
+            (upload, buf) = (back, rest);
+        }
+        if !more {
+            break;
+        }
+    }
+    if let Some(why) = cut {
+        return Err(ApiError::bad(format!("the upload was cut off: {why}"))
+            .with("have", json!(upload.have())));
+    }
+    // Counted here, at the server: what this request wrote (a resumed upload's tests add these).
+    let received = upload.have() - offset;
+    if !upload.complete() {
+        return Ok(Json(json!({ "have": upload.have(), "received": received, "done": false })));
+    }
+    let have = upload.have();
+    match blocking(move || upload.finish(expected)).await? {
+        UploadDone::Stored { name, blake3 } => Ok(Json(
+            json!({ "have": have, "received": received, "done": true, "stored": true, "name": name, "blake3": blake3 }),
+        )),
+        UploadDone::Skipped => {
+            Ok(Json(json!({ "have": have, "received": received, "done": true, "stored": false })))
+        }
+        UploadDone::Exists => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "exists",
+            "the file exists: choose replace, skip, keep both or if newer",
+        )
+        .with("have", json!(have))),
+    }
+}

@@ -1,0 +1,580 @@
+//! The web app's API through its router (`tower::ServiceExt::oneshot`, no sockets): logins,
+//! cookies, CSRF, headers, rights and root, every operation, resumed uploads and downloads.
+//! Deterministic: no clock is read by an assertion, and the files' bytes come from a counter.
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, Response, StatusCode, header};
+use serde_json::{Value, json};
+use sluice::session::Gate;
+use sluice::session::tokens::TokenSet;
+use tower::ServiceExt;
+
+use super::app::{AppState, CSP, CSRF_HEADER, router};
+use super::auth::{LoginLimits, Rate};
+
+const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\nwrite-token rights=write\n";
+
+struct App {
+    router: Router,
+    dir: tempfile::TempDir,
+}
+
+/// A served directory with `pub/hello.txt` and `outside.txt` beside the root, and the app.
+fn app_with(limits: LoginLimits) -> App {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("pub")).unwrap();
+    std::fs::write(root.join("pub/hello.txt"), b"hello, web\n").unwrap();
+    std::fs::write(dir.path().join("outside.txt"), b"secret").unwrap();
+    let gate = Gate::new(&root, TokenSet::parse(TOKENS).unwrap()).unwrap();
+    let state = AppState::new(gate, "SHA256:test".into(), limits);
+    App { router: router(state), dir }
+}
+
+fn app() -> App {
+    app_with(LoginLimits::DEFAULT)
+}
+
+impl App {
+    fn root(&self) -> std::path::PathBuf {
+        self.dir.path().join("root")
+    }
+
+    async fn send(&self, request: Request<Body>) -> Response<Body> {
+        let mut request = request;
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        self.router.clone().oneshot(request).await.unwrap()
+    }
+
+    /// Logs in: the cookie pair (`name=value`) and the CSRF token.
+    async fn login(&self, token: &str) -> (String, String) {
+        let response = self.send(login_request(token)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let cookie = response.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+        let pair = cookie.split(';').next().unwrap().to_owned();
+        let body = json_of(response).await;
+        (pair, body["csrf"].as_str().unwrap().to_owned())
+    }
+}
+
+fn login_request(token: &str) -> Request<Body> {
+    Request::post("/api/login")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "token": token }).to_string()))
+        .unwrap()
+}
+
+async fn bytes_of(response: Response<Body>) -> Vec<u8> {
+    axum::body::to_bytes(response.into_body(), 1 << 30).await.unwrap().to_vec()
+}
+
+async fn json_of(response: Response<Body>) -> Value {
+    let bytes = bytes_of(response).await;
+    serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&bytes)))
+}
+
+/// A logged-in client of the app.
+struct Client<'a> {
+    app: &'a App,
+    cookie: String,
+    csrf: String,
+}
+
+impl<'a> Client<'a> {
+    async fn new(app: &'a App, token: &str) -> Client<'a> {
+        let (cookie, csrf) = app.login(token).await;
+        Client { app, cookie, csrf }
+    }
+
+    async fn get(&self, uri: &str) -> Response<Body> {
+        self.app
+            .send(
+                Request::get(uri).header(header::COOKIE, &self.cookie).body(Body::empty()).unwrap(),
+            )
+            .await
+    }
+
+    async fn post(&self, uri: &str, body: Value) -> Response<Body> {
+        let request = Request::post(uri)
+            .header(header::COOKIE, &self.cookie)
+            .header(CSRF_HEADER, &self.csrf)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        self.app.send(request).await
+    }
+
+    async fn put(&self, uri: &str, bytes: Vec<u8>) -> Response<Body> {
+        let request = Request::put(uri)
+            .header(header::COOKIE, &self.cookie)
+            .header(CSRF_HEADER, &self.csrf)
+            .body(Body::from(bytes))
+            .unwrap();
+        self.app.send(request).await
+    }
+}
+
+fn counted(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+fn q(s: &str) -> String {
+    s.bytes()
+        .map(
+            |b| {
+                if b.is_ascii_alphanumeric() {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            },
+        )
+        .collect()
+}
+
+#[tokio::test]
+async fn login_sets_a_strict_cookie_and_a_wrong_token_is_refused() {
+    let app = app();
+    let response = app.send(login_request("all-token")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let cookie = response.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(cookie.starts_with("sluice_session="), "{cookie}");
+    for flag in ["; Secure", "; HttpOnly", "; SameSite=Strict", "; Path=/"] {
+        assert!(cookie.contains(flag), "{flag} missing: {cookie}");
+    }
+    assert!(!cookie.contains("all-token"));
+    let body = json_of(response).await;
+    assert_eq!(body["rights"], json!({ "read": true, "write": true, "list": true }));
+    assert_eq!(body["csrf"].as_str().unwrap().len(), 64);
+
+    let response = app.send(login_request("wrong-token")).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(response.headers().get(header::SET_COOKIE).is_none());
+    assert_eq!(json_of(response).await["error"], "auth");
+    // The token in a form, or in a URL, is not a login.
+    let form = Request::post("/api/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from("token=all-token"))
+        .unwrap();
+    assert_eq!(app.send(form).await.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let in_url = Request::post("/api/login?token=all-token").body(Body::empty()).unwrap();
+    assert_eq!(app.send(in_url).await.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}
+
+#[tokio::test]
+async fn without_a_session_nothing_but_the_page_and_login_answers() {
+    let app = app();
+    for uri in ["/api/list?path=", "/api/session", "/api/file?path=pub/hello.txt"] {
+        let response = app.send(Request::get(uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{uri}");
+        assert_eq!(json_of(response).await["error"], "auth");
+    }
+    let forged = Request::get("/api/list?path=")
+        .header(header::COOKIE, "sluice_session=00ff")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.send(forged).await.status(), StatusCode::UNAUTHORIZED);
+    let page = app.send(Request::get("/").body(Body::empty()).unwrap()).await;
+    assert_eq!(page.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn every_answer_has_the_strict_policy_headers() {
+    let app = app();
+    for uri in ["/", "/js/main.js", "/app.css", "/api/list", "/nowhere"] {
+        let response = app.send(Request::get(uri).body(Body::empty()).unwrap()).await;
+        let h = response.headers();
+        assert_eq!(h[header::CONTENT_SECURITY_POLICY], CSP, "{uri}");
+        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{uri}");
+        assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{uri}");
+    }
+    assert!(CSP.contains("default-src 'self'") && CSP.contains("frame-ancestors 'none'"));
+    assert!(!CSP.contains("unsafe-inline") && !CSP.contains("unsafe-eval"));
+    let page = bytes_of(app.send(Request::get("/").body(Body::empty()).unwrap()).await).await;
+    let page = String::from_utf8(page).unwrap();
+    assert!(!page.contains("<script>") && !page.contains("style="), "inline script or style");
+}
+
+#[tokio::test]
+async fn a_changing_request_without_the_csrf_token_or_from_elsewhere_is_refused() {
+    let app = app();
+    let client = Client::new(&app, "all-token").await;
+    let without = Request::post("/api/mkdir")
+        .header(header::COOKIE, &client.cookie)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(r#"{"path":"made"}"#))
+        .unwrap();
+    let response = app.send(without).await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(json_of(response).await["error"], "csrf");
+    let wrong = Request::post("/api/mkdir")
+        .header(header::COOKIE, &client.cookie)
+        .header(CSRF_HEADER, "0".repeat(64))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(r#"{"path":"made"}"#))
+        .unwrap();
+    assert_eq!(app.send(wrong).await.status(), StatusCode::FORBIDDEN);
+    let elsewhere = Request::post("/api/mkdir")
+        .header(header::COOKIE, &client.cookie)
+        .header(CSRF_HEADER, &client.csrf)
+        .header(header::HOST, "127.0.0.1:8443")
+        .header(header::ORIGIN, "https://evil.example")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(r#"{"path":"made"}"#))
+        .unwrap();
+    assert_eq!(app.send(elsewhere).await.status(), StatusCode::FORBIDDEN);
+    let put = Request::put("/api/upload?path=x&size=1")
+        .header(header::COOKIE, &client.cookie)
+        .body(Body::from("x"))
+        .unwrap();
+    assert_eq!(app.send(put).await.status(), StatusCode::FORBIDDEN);
+    assert!(!app.root().join("made").exists() && !app.root().join("x").exists());
+    // With the token it goes through.
+    assert_eq!(client.post("/api/mkdir", json!({ "path": "made" })).await.status(), StatusCode::OK);
+    assert!(app.root().join("made").is_dir());
+}
+
+#[tokio::test]
+async fn logout_ends_the_session() {
+    let app = app();
+    let client = Client::new(&app, "all-token").await;
+    assert_eq!(client.get("/api/session").await.status(), StatusCode::OK);
+    let out = client.post("/api/logout", json!({})).await;
+    assert_eq!(out.status(), StatusCode::OK);
+    assert!(out.headers()[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+    assert_eq!(client.get("/api/session").await.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn login_attempts_are_rate_limited_per_address() {
+    // No refill within the test: the limit is a count, not a time.
+    let slow = std::time::Duration::from_secs(3600);
+    let limits = LoginLimits {
+        per_address: Rate { burst: 3, every: slow },
+        all: Rate { burst: 100, every: slow },
+    };
+    let app = app_with(limits);
+    for _ in 0..3 {
+        assert_eq!(app.send(login_request("wrong")).await.status(), StatusCode::UNAUTHORIZED);
+    }
+    // Even the right token waits now.
+    let response = app.send(login_request("all-token")).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(json_of(response).await["error"], "rate-limited");
+    // Another address still may.
+    let mut other = login_request("all-token");
+    other.extensions_mut().insert(ConnectInfo("127.0.0.2:1".parse::<SocketAddr>().unwrap()));
+    let response = app.router.clone().oneshot(other).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn login_attempts_are_rate_limited_in_all() {
+    let slow = std::time::Duration::from_secs(3600);
+    let limits = LoginLimits {
+        per_address: Rate { burst: 100, every: slow },
+        all: Rate { burst: 2, every: slow },
+    };
+    let app = app_with(limits);
+    for (i, expected) in
+        [StatusCode::UNAUTHORIZED, StatusCode::UNAUTHORIZED, StatusCode::TOO_MANY_REQUESTS]
+            .into_iter()
+            .enumerate()
+    {
+        let mut request = login_request("wrong");
+        let from: SocketAddr = format!("127.0.0.{}:1", i + 10).parse().unwrap();
+        request.extensions_mut().insert(ConnectInfo(from));
+        assert_eq!(app.router.clone().oneshot(request).await.unwrap().status(), expected);
+    }
+}
+
+#[tokio::test]
+async fn paths_outside_the_root_are_refused() {
+    let app = app();
+    std::os::unix::fs::symlink(app.dir.path().join("outside.txt"), app.root().join("out-link"))
+        .unwrap();
+    let client = Client::new(&app, "all-token").await;
+    for uri in [
+        "/api/list?path=..",
+        "/api/list?path=%2Fetc",
+        "/api/file?path=..%2Foutside.txt",
+        "/api/file?path=out-link",
+        "/api/stat?path=pub%2F..%2F..%2Foutside.txt",
+    ] {
+        let response = client.get(uri).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{uri}");
+        let body = json_of(response).await;
+        assert_eq!(body["error"], "refused", "{uri}: {body}");
+        assert!(!body["message"].as_str().unwrap().contains(app.dir.path().to_str().unwrap()));
+    }
+    for (op, body) in [
+        ("/api/mkdir", json!({ "path": "../made" })),
+        ("/api/delete", json!({ "path": "../outside.txt" })),
+        ("/api/rename", json!({ "from": "pub/hello.txt", "to": "../moved.txt" })),
+    ] {
+        assert_eq!(client.post(op, body).await.status(), StatusCode::FORBIDDEN, "{op}");
+    }
+    let put = client.put("/api/upload?path=..%2Fup.txt&size=1", b"x".to_vec()).await;
+    assert_eq!(put.status(), StatusCode::FORBIDDEN);
+    assert!(app.dir.path().join("outside.txt").exists());
+    assert!(!app.dir.path().join("made").exists() && !app.dir.path().join("up.txt").exists());
+    // Deleting the link removes the link, never what it points to.
+    assert_eq!(
+        client.post("/api/delete", json!({ "path": "out-link" })).await.status(),
+        StatusCode::OK
+    );
+    assert!(app.dir.path().join("outside.txt").exists());
+}
+
+#[tokio::test]
+async fn a_token_is_held_to_its_rights_and_its_root() {
+    let app = app();
+    let reader = Client::new(&app, "read-token").await;
+    // Its root is pub/: it sees hello.txt at the top.
+    let list = json_of(reader.get("/api/list?path=").await).await;
+    assert_eq!(list["entries"][0]["name"], "hello.txt");
+    assert_eq!(bytes_of(reader.get("/api/file?path=hello.txt").await).await, b"hello, web\n");
+    for (op, body) in [
+        ("/api/mkdir", json!({ "path": "d" })),
+        ("/api/delete", json!({ "path": "hello.txt" })),
+        ("/api/rename", json!({ "from": "hello.txt", "to": "x" })),
+    ] {
+        let response = reader.post(op, body).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{op}");
+        assert!(json_of(response).await["message"].as_str().unwrap().contains("may not write"));
+    }
+    assert_eq!(
+        reader.put("/api/upload?path=u&size=1", b"u".to_vec()).await.status(),
+        StatusCode::FORBIDDEN
+    );
+    let writer = Client::new(&app, "write-token").await;
+    assert_eq!(writer.get("/api/list?path=").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(writer.get("/api/file?path=pub%2Fhello.txt").await.status(), StatusCode::FORBIDDEN);
+    let up = writer.put("/api/upload?path=drop.bin&size=3", b"abc".to_vec()).await;
+    assert_eq!(up.status(), StatusCode::OK);
+    assert_eq!(std::fs::read(app.root().join("drop.bin")).unwrap(), b"abc");
+}
+
+#[tokio::test]
+async fn list_make_rename_and_delete() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    assert_eq!(c.post("/api/mkdir", json!({ "path": "a" })).await.status(), StatusCode::OK);
+    let again = c.post("/api/mkdir", json!({ "path": "a" })).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(json_of(again).await["error"], "exists");
+    std::fs::create_dir_all(app.root().join("a/b/c")).unwrap();
+    std::fs::write(app.root().join("a/b/c/f"), b"f").unwrap();
+    std::fs::write(app.root().join("a/g"), b"g").unwrap();
+    let list = json_of(c.get("/api/list?path=a").await).await;
+    let names: Vec<_> =
+        list["entries"].as_array().unwrap().iter().map(|e| e["name"].clone()).collect();
+    assert_eq!(names, [json!("b"), json!("g")]);
+    assert_eq!(
+        list["entries"][1],
+        json!({ "name": "g", "kind": "file", "size": 1,
+        "mtime": list["entries"][1]["mtime"], "target": null })
+    );
+    assert_eq!(list["entries"][0]["kind"], "dir");
+    let moved = c.post("/api/rename", json!({ "from": "a/g", "to": "a/b/h" })).await;
+    assert_eq!(moved.status(), StatusCode::OK);
+    assert_eq!(std::fs::read(app.root().join("a/b/h")).unwrap(), b"g");
+    let taken = c.post("/api/rename", json!({ "from": "a/b/h", "to": "pub/hello.txt" })).await;
+    assert_eq!(taken.status(), StatusCode::CONFLICT);
+    let into_itself = c.post("/api/rename", json!({ "from": "a", "to": "a/b/a" })).await;
+    assert_eq!(into_itself.status(), StatusCode::FORBIDDEN);
+    let gone = c.post("/api/delete", json!({ "path": "a" })).await;
+    assert_eq!(gone.status(), StatusCode::OK);
+    assert_eq!(json_of(gone).await["removed"], 5, "a, a/b, a/b/c, a/b/c/f, a/b/h");
+    assert!(!app.root().join("a").exists());
+    let missing = c.get("/api/list?path=a").await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    for root in ["", "."] {
+        let response = c.post("/api/delete", json!({ "path": root })).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{root:?}");
+    }
+    // Bad input is a JSON 400, never a crash.
+    for (uri, body) in
+        [("/api/mkdir", "{"), ("/api/rename", r#"{"from":1}"#), ("/api/delete", "null")]
+    {
+        let request = Request::post(uri)
+            .header(header::COOKIE, &c.cookie)
+            .header(CSRF_HEADER, &c.csrf)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let response = app.send(request).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{uri} {body}");
+        assert_eq!(json_of(response).await["error"], "bad-request");
+    }
+    assert_eq!(c.get("/api/upload?path=x").await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(c.get("/api/list?path=a%00b").await.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_download_resumes_with_a_range() {
+    let app = app();
+    let data = counted(300_000);
+    std::fs::write(app.root().join("big.bin"), &data).unwrap();
+    let c = Client::new(&app, "all-token").await;
+    let whole = c.get("/api/file?path=big.bin").await;
+    assert_eq!(whole.status(), StatusCode::OK);
+    assert_eq!(whole.headers()[header::ACCEPT_RANGES], "bytes");
+    assert_eq!(bytes_of(whole).await, data);
+    let request = Request::get("/api/file?path=big.bin")
+        .header(header::COOKIE, &c.cookie)
+        .header(header::RANGE, "bytes=123456-")
+        .body(Body::empty())
+        .unwrap();
+    let rest = app.send(request).await;
+    assert_eq!(rest.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(rest.headers()[header::CONTENT_RANGE], "bytes 123456-299999/300000");
+    assert_eq!(bytes_of(rest).await, &data[123_456..]);
+    let request = Request::get("/api/file?path=big.bin")
+        .header(header::COOKIE, &c.cookie)
+        .header(header::RANGE, "bytes=300000-")
+        .body(Body::empty())
+        .unwrap();
+    let beyond = app.send(request).await;
+    assert_eq!(beyond.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(beyond.headers()[header::CONTENT_RANGE], "bytes */300000");
+    assert_eq!(c.get("/api/file?path=pub").await.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn an_upload_resumes_from_what_the_server_holds_and_is_checked() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    let data = counted(2_500_000);
+    let hash = blake3::hash(&data).to_hex().to_string();
+    let base = format!("/api/upload?path=in%2Fdata.bin&size={}&mtime=1700000000", data.len());
+    assert_eq!(c.post("/api/mkdir", json!({ "path": "in" })).await.status(), StatusCode::OK);
+    let status = json_of(c.get(&base).await).await;
+    assert_eq!(status, json!({ "have": 0, "exists": null }));
+    // The first part, as if the connection was cut after it.
+    let first = json_of(c.put(&format!("{base}&offset=0"), data[..1_000_000].to_vec()).await).await;
+    assert_eq!(first, json!({ "have": 1_000_000, "received": 1_000_000, "done": false }));
+    assert_eq!(json_of(c.get(&base).await).await["have"], 1_000_000);
+    assert!(!app.root().join("in/data.bin").exists());
+    // A part at another offset is refused, saying where to send from.
+    let wrong = c.put(&format!("{base}&offset=5"), data[5..10].to_vec()).await;
+    assert_eq!(wrong.status(), StatusCode::CONFLICT);
+    assert_eq!(json_of(wrong).await["have"], 1_000_000);
+    // The rest, with the hash: only the rest moves.
+    let request = Request::put(format!("{base}&offset=1000000"))
+        .header(header::COOKIE, &c.cookie)
+        .header(CSRF_HEADER, &c.csrf)
+        .header("x-sluice-blake3", &hash)
+        .body(Body::from(data[1_000_000..].to_vec()))
+        .unwrap();
+    let done = json_of(app.send(request).await).await;
+    assert_eq!(done["done"], true);
+    assert_eq!(done["stored"], true);
+    assert_eq!(done["received"], data.len() - 1_000_000, "only the rest moved");
+    assert_eq!(done["blake3"], hash.as_str());
+    assert_eq!(std::fs::read(app.root().join("in/data.bin")).unwrap(), data);
+    let mtime = std::fs::metadata(app.root().join("in/data.bin")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::mtime(&mtime), 1_700_000_000);
+    let names = std::fs::read_dir(app.root().join("in")).unwrap().count();
+    assert_eq!(names, 1, "no partial file or lock is left");
+    // Too many bytes, and a wrong hash, are refused; the wrong one leaves nothing.
+    let over = c.put("/api/upload?path=o&size=2", b"abc".to_vec()).await;
+    assert_eq!(over.status(), StatusCode::FORBIDDEN);
+    let request = Request::put("/api/upload?path=h&size=3")
+        .header(header::COOKIE, &c.cookie)
+        .header(CSRF_HEADER, &c.csrf)
+        .header("x-sluice-blake3", blake3::hash(b"xyz").to_hex().as_str())
+        .body(Body::from("abc"))
+        .unwrap();
+    let bad = app.send(request).await;
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        std::fs::read_dir(app.root()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains('h'))
+    );
+}
+
+async fn upload_with(
+    c: &Client<'_>,
+    path: &str,
+    bytes: &[u8],
+    mtime: i64,
+    policy: &str,
+) -> Response<Body> {
+    let uri =
+        format!("/api/upload?path={}&size={}&mtime={mtime}&policy={policy}", q(path), bytes.len());
+    c.put(&uri, bytes.to_vec()).await
+}
+
+#[tokio::test]
+async fn an_existing_file_asks_for_a_policy_and_each_is_kept() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    let file = |name: &str| std::fs::read(app.root().join(name)).unwrap();
+    assert_eq!(upload_with(&c, "f.txt", b"one", 100, "").await.status(), StatusCode::OK);
+    // Refused by default: the question; the bytes stay for the answer.
+    let asked = upload_with(&c, "f.txt", b"two", 200, "").await;
+    assert_eq!(asked.status(), StatusCode::CONFLICT);
+    assert_eq!(json_of(asked).await["error"], "exists");
+    let status = json_of(c.get("/api/upload?path=f.txt&size=3&mtime=200").await).await;
+    assert_eq!(status["have"], 3);
+    assert_eq!(status["exists"]["mtime"], 100);
+    // Skip.
+    let skipped = json_of(
+        c.put("/api/upload?path=f.txt&size=3&mtime=200&offset=3&policy=never", vec![]).await,
+    )
+    .await;
+    assert_eq!(skipped["stored"], false);
+    assert_eq!(file("f.txt"), b"one");
+    // If newer: an older source is skipped, a newer one replaces.
+    let older = json_of(upload_with(&c, "f.txt", b"old", 50, "if-newer").await).await;
+    assert_eq!((older["stored"].clone(), file("f.txt")), (json!(false), b"one".to_vec()));
+    let newer = json_of(upload_with(&c, "f.txt", b"new", 300, "if-newer").await).await;
+    assert_eq!((newer["stored"].clone(), file("f.txt")), (json!(true), b"new".to_vec()));
+    // Keep both, twice.
+    for (n, bytes) in [(1, b"kb1"), (2, b"kb2")] {
+        let kept = json_of(upload_with(&c, "f.txt", bytes, 400, "keep-both").await).await;
+        assert_eq!(kept["name"], format!("f ({n}).txt"));
+        assert_eq!(file(&format!("f ({n}).txt")), bytes);
+    }
+    // Replace.
+    let replaced = json_of(upload_with(&c, "f.txt", b"rep", 500, "always").await).await;
+    assert_eq!((replaced["stored"].clone(), file("f.txt")), (json!(true), b"rep".to_vec()));
+    let bad = upload_with(&c, "f.txt", b"x", 1, "sometimes").await;
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    // A folder is never replaced by a file.
+    let folder = upload_with(&c, "pub", b"x", 1, "always").await;
+    assert_eq!(folder.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn names_of_any_kind_round_trip() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    for name in
+        ["<img src=x onerror=alert(1)>", "quote\"'s", "new\nline", "\u{202e}txt.exe", "sp ace"]
+    {
+        let up = upload_with(&c, name, name.as_bytes(), 1, "").await;
+        assert_eq!(up.status(), StatusCode::OK, "{name:?}");
+        let got = c.get(&format!("/api/file?path={}", q(name))).await;
+        assert!(got.headers()[header::CONTENT_DISPOSITION].to_str().is_ok());
+        assert_eq!(bytes_of(got).await, name.as_bytes());
+    }
+    let list = json_of(c.get("/api/list?path=").await).await;
+    assert!(
+        list["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "<img src=x onerror=alert(1)>")
+    );
+}

@@ -1,0 +1,40 @@
+//! The page, its style and its scripts, built into the binary (nothing is fetched at run time,
+//! and the build needs no npm): `crates/sluice-cli/web/`, served at `/`, `/app.css`, `/js/...`.
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use super::app::AppState;
+
+/// Path, media type, contents.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("/", "text/html; charset=utf-8", include_str!("../../web/index.html")),
+    ("/app.css", "text/css; charset=utf-8", include_str!("../../web/app.css")),
+    ("/js/main.js", JS, include_str!("../../web/js/main.js")),
+    ("/js/api.js", JS, include_str!("../../web/js/api.js")),
+    ("/js/dom.js", JS, include_str!("../../web/js/dom.js")),
+    ("/js/pane.js", JS, include_str!("../../web/js/pane.js")),
+    ("/js/local.js", JS, include_str!("../../web/js/local.js")),
+    ("/js/transfers.js", JS, include_str!("../../web/js/transfers.js")),
+];
+
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// `router` with a route for each asset.
+pub(crate) fn routes(mut router: Router<AppState>) -> Router<AppState> {
+    for &(path, media, body) in ASSETS {
+        router = router.route(
+            path,
+            get(move || async move {
+                let headers = [
+                    (header::CONTENT_TYPE, HeaderValue::from_static(media)),
+                    (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+                ];
+                (headers, body).into_response()
+            }),
+        );
+    }
+    router
+}

@@ -1,0 +1,308 @@
+// End-to-end test of `sluice serve --web` in Debian's chromium, driven by playwright-core (no
+// browser download). Run by crates/sluice-cli/tests/web_browser.rs, which passes:
+//   SLUICE_BIN  the sluice binary      SLUICE_WEB_OUT  a directory for screenshots and files
+//   SLUICE_SEED the seed of the files' bytes (printed)
+// It starts a real server on 127.0.0.1, logs in, browses, makes a folder, uploads a file and a
+// folder of 200 files, downloads a file and a folder, compares hashes, cancels and resumes an
+// upload (bytes counted at the server), answers the overwrite question, sees a wrong token and a
+// path outside the root refused, and checks a hostile file name shows as text.
+
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const bin = process.env.SLUICE_BIN;
+const out = process.env.SLUICE_WEB_OUT;
+const seed = Number(process.env.SLUICE_SEED ?? 29);
+if (!bin || !out) throw new Error("set SLUICE_BIN and SLUICE_WEB_OUT");
+console.log(`e2e: seed ${seed}, output in ${out}`);
+const TOKEN = "e2e-token-0123456789abcdef";
+const XSS = "<img src=x onerror=alert(1)>";
+
+// Files: bytes from a seeded generator (xorshift32), so a failure can be reproduced.
+let state = seed >>> 0 || 1;
+function bytes(n) {
+  const b = Buffer.alloc(n);
+  for (let i = 0; i < n; i += 1) {
+    state ^= state << 13;
+    state >>>= 0;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    state >>>= 0;
+    b[i] = state & 0xff;
+  }
+  return b;
+}
+const sha = (buf) => createHash("sha256").update(buf).digest("hex");
+const shaFile = (p) => sha(fs.readFileSync(p));
+
+fs.rmSync(out, { recursive: true, force: true });
+const root = path.join(out, "root");
+const local = path.join(out, "local");
+for (const d of [root, local, path.join(out, "state"), path.join(root, "served"), path.join(local, "tree200")]) {
+  fs.mkdirSync(d, { recursive: true });
+}
+fs.writeFileSync(path.join(out, "tokens"), `${TOKEN}\n`, { mode: 0o600 });
+fs.writeFileSync(path.join(root, XSS), "hostile name\n");
+for (let i = 0; i < 20; i += 1) fs.writeFileSync(path.join(root, "served", `s${i}.bin`), bytes(1000 + i * 97));
+fs.mkdirSync(path.join(root, "served", "sub"));
+fs.writeFileSync(path.join(root, "served", "sub", "deep.txt"), bytes(5000));
+for (let i = 0; i < 200; i += 1) {
+  const dir = path.join(local, "tree200", `d${i % 10}`);
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, `f${i}.bin`), bytes(200 + (i % 37) * 31));
+}
+fs.writeFileSync(path.join(local, "one.bin"), bytes(1 << 20));
+fs.writeFileSync(path.join(local, "resume.bin"), bytes(6 << 20));
+
+// The server.
+const server = spawn(bin, [
+  "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
+  "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0",
+], { stdio: ["ignore", "pipe", "inherit"] });
+const base = await new Promise((resolve, reject) => {
+  let text = "";
+  server.stdout.on("data", (d) => {
+    text += d;
+    const m = text.match(/web app on (https:\/\/[^ ]+\/) with fingerprint/);
+    if (m) resolve(m[1]);
+  });
+  server.on("exit", (code) => reject(new Error(`the server exited (${code}): ${text}`)));
+});
+console.log(`e2e: server at ${base}`);
+// However this script ends, the server goes with it.
+process.on("exit", () => server.kill("SIGTERM"));
+
+const failures = [];
+let step = "start";
+function check(ok, what) {
+  if (!ok) throw new Error(`${step}: ${what}`);
+}
+let context;
+try {
+  // A fresh profile (--user-data-dir), and no calls home.
+  context = await chromium.launchPersistentContext(path.join(out, "profile"), {
+    executablePath: process.env.SLUICE_CHROMIUM ?? "/usr/bin/chromium",
+    headless: true,
+    args: ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+    ignoreHTTPSErrors: true,
+    acceptDownloads: true,
+    viewport: { width: 1280, height: 860 },
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.on("dialog", (d) => {
+    failures.push(`a ${d.type()} dialog opened: ${d.message()}`);
+    d.dismiss();
+  });
+  page.on("pageerror", (e) => failures.push(`page error: ${e.message}`));
+  const shot = (name) => page.screenshot({ path: path.join(out, `${name}.png`) });
+  const server0 = page.locator("#pane-1");
+  const local0 = page.locator("#pane-0");
+  const row = (pane, name) => pane.locator("tr").filter({ has: page.locator("td.name", { hasText: name }) }).first();
+  // Waits until `n` transfers are listed and each is done or skipped.
+  const jobsDone = async (n = 1) => {
+    await page.waitForFunction((n) => {
+      const rows = [...document.querySelectorAll("#queue tr")];
+      const failed = rows.find((r) => r.dataset.state === "failed");
+      if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
+      return rows.length === n && rows.every((r) => ["done", "skipped"].includes(r.dataset.state ?? ""));
+    }, n, { timeout: 30000, polling: 100 });
+  };
+  const clearDone = () => page.click("#clear-done");
+
+  step = "login";
+  await page.goto(base);
+  await page.waitForSelector("#login-form", { state: "visible" });
+  await shot("login");
+  await page.fill("#token", "not-the-token");
+  await page.click("#login-form button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#login-error")?.textContent?.includes("not accepted"));
+  await page.fill("#token", TOKEN);
+  await page.click("#login-form button[type=submit]");
+  await page.waitForSelector("#app-view:not([hidden])");
+  const transport = await page.textContent("#transport");
+  check(transport.includes("HTTPS"), "the page says transfers go over HTTPS");
+
+  step = "browse";
+  await row(server0, XSS).waitFor();
+  const shown = await row(server0, XSS).locator("td.name").textContent();
+  check(shown === XSS, `the hostile name shows as text: ${shown}`);
+  check(await page.locator("#panes img").count() === 0, "no img element in the panes");
+  await row(server0, "served").dblclick();
+  await row(server0, "s3.bin").waitFor();
+  await page.keyboard.press("Backspace");
+  await row(server0, "served").waitFor();
+
+  step = "outside the root";
+  await server0.locator("input.path").fill("../");
+  await server0.locator("input.path").press("Enter");
+  await page.waitForFunction(() => document.querySelector("#pane-1 .status.error")?.textContent?.includes("refused"));
+  await server0.locator("input.path").fill("");
+  await server0.locator("input.path").press("Enter");
+  await row(server0, "served").waitFor();
+
+  step = "make folder";
+  await server0.locator(".list").click();
+  await page.keyboard.press("F7");
+  await page.fill("#ask-input", "made");
+  await page.keyboard.press("Enter");
+  await row(server0, "made").waitFor();
+  check(fs.statSync(path.join(root, "made")).isDirectory(), "the folder is on disk");
+
+  step = "upload a file";
+  await local0.locator("input.pick-files").setInputFiles(path.join(local, "one.bin"));
+  await row(local0, "one.bin").click();
+  await page.keyboard.press("F5");
+  await jobsDone();
+  check(shaFile(path.join(root, "one.bin")) === shaFile(path.join(local, "one.bin")), "one.bin hashes the same");
+  await clearDone();
+
+  step = "upload a folder of 200 files";
+  await local0.locator("input.pick-folder").setInputFiles(path.join(local, "tree200"));
+  await row(local0, "tree200").click();
+  await page.keyboard.press("F5");
+  await jobsDone(200);
+  await shot("uploaded");
+  let count = 0;
+  for (let i = 0; i < 200; i += 1) {
+    const rel = path.join("tree200", `d${i % 10}`, `f${i}.bin`);
+    check(shaFile(path.join(root, rel)) === shaFile(path.join(local, rel)), `${rel} hashes the same`);
+    count += 1;
+  }
+  check(count === 200, "200 files");
+  await clearDone();
+
+  step = "overwrite question";
+  await row(local0, "one.bin").click();
+  await page.keyboard.press("F5");
+  await page.waitForSelector("#ask[open]");
+  check((await page.textContent("#ask-text")).includes("exists"), "the question names the file");
+  await shot("overwrite");
+  await page.click('#ask button[data-choice="keep-both"]');
+  await jobsDone();
+  check(shaFile(path.join(root, "one (1).bin")) === shaFile(path.join(local, "one.bin")), "kept both");
+  await clearDone();
+
+  step = "cancel and resume an upload";
+  const size = fs.statSync(path.join(local, "resume.bin")).size;
+  // Each resumed PUT's answer says how many bytes the server wrote for it.
+  let started = 0;
+  let received = [];
+  page.on("request", (r) => {
+    if (r.method() === "PUT" && r.url().includes("resume.bin")) started += 1;
+  });
+  page.on("response", (r) => {
+    if (r.request().method() === "PUT" && r.url().includes("resume.bin")) {
+      received.push(r.json().then((b) => b.received ?? 0, () => 0));
+    }
+  });
+  // A cancelled request has no answer: what it carried shows in the partial file.
+  page.on("requestfailed", (r) => {
+    if (r.method() === "PUT" && r.url().includes("resume.bin")) received.push(Promise.resolve(0));
+  });
+  await page.fill("#rate", "2");
+  await local0.locator("input.pick-files").setInputFiles(path.join(local, "resume.bin"));
+  await row(local0, "resume.bin").click();
+  await page.keyboard.press("F5");
+  const partial = () => {
+    const name = fs.readdirSync(root).find((n) => n.startsWith(".resume.bin.sluice-web-"));
+    return name ? fs.statSync(path.join(root, name)).size : 0;
+  };
+  while (partial() < (1 << 20)) await page.waitForTimeout(50);
+  await page.click("#queue tr button.cancel");
+  await page.waitForSelector('#queue tr[data-state="cancelled"]');
+  await shot("cancelled");
+  // What the server holds once the cancelled request has ended (it stops growing).
+  let held = partial();
+  for (let same = 0; same < 5; ) {
+    await page.waitForTimeout(100);
+    const now = partial();
+    same = now === held ? same + 1 : 0;
+    held = now;
+  }
+  check(held > 0 && held < size, `a partial upload is held: ${held}`);
+  await page.fill("#rate", "0");
+  // Every answer of before the retry is in; then count only the retry's.
+  for (let i = 0; received.length < started && i < 200; i += 1) await page.waitForTimeout(50);
+  received = [];
+  started = 0;
+  await page.click("#queue tr button.retry");
+  await jobsDone();
+  for (let i = 0; received.length < started && i < 200; i += 1) await page.waitForTimeout(50);
+  const after = (await Promise.all(received)).reduce((a, b) => a + b, 0);
+  console.log(`e2e: resumed upload: ${held} bytes kept, ${after} moved after the retry, of ${size}`);
+  check(after === size - held, `only the rest moved: ${after} + ${held} != ${size}`);
+  check(shaFile(path.join(root, "resume.bin")) === shaFile(path.join(local, "resume.bin")), "resume.bin hashes the same");
+  check((await page.textContent("#queue")).includes("resumed at"), "the panel says it resumed");
+  await shot("transfers");
+  await clearDone();
+
+  step = "download a file";
+  await row(server0, "one.bin").click();
+  const [download] = await Promise.all([page.waitForEvent("download"), page.keyboard.press("F5")]);
+  const saved = path.join(out, "downloaded-one.bin");
+  await download.saveAs(saved);
+  check(shaFile(saved) === shaFile(path.join(root, "one.bin")), "the downloaded file hashes the same");
+
+  step = "download a folder";
+  await local0.locator("button.browser-storage").click();
+  await page.waitForFunction(() => document.querySelector("#pane-0")?.getAttribute("aria-label")?.startsWith("browser storage"));
+  await row(server0, "served").click();
+  await page.keyboard.press("F5");
+  await jobsDone(21);
+  await row(local0, "served").waitFor();
+  await shot("main");
+  const hashes = await page.evaluate(async () => {
+    const result = {};
+    const walk = async (dir, prefix) => {
+      for await (const h of dir.values()) {
+        const p = prefix ? `${prefix}/${h.name}` : h.name;
+        if (h.kind === "dir" || h.kind === "directory") await walk(h, p);
+        else {
+          const digest = await crypto.subtle.digest("SHA-256", await (await h.getFile()).arrayBuffer());
+          result[p] = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+        }
+      }
+    };
+    await walk(await (await navigator.storage.getDirectory()).getDirectoryHandle("served"), "");
+    return result;
+  });
+  const expected = {};
+  const walkDisk = (dir, prefix) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = prefix ? `${prefix}/${e.name}` : e.name;
+      if (e.isDirectory()) walkDisk(path.join(dir, e.name), p);
+      else expected[p] = shaFile(path.join(dir, e.name));
+    }
+  };
+  walkDisk(path.join(root, "served"), "");
+  check(Object.keys(expected).length === 21, "21 files served");
+  check(JSON.stringify(hashes, Object.keys(hashes).sort()) === JSON.stringify(expected, Object.keys(expected).sort()),
+    `the folder downloaded hashes the same: ${JSON.stringify(hashes).slice(0, 300)}`);
+
+  step = "drag and drop";
+  await clearDone();
+  await page.dragAndDrop('#pane-1 tr:has(td.name:text-is("one.bin"))', "#pane-0 .list");
+  await jobsDone(1);
+  await row(local0, "one.bin").waitFor();
+  const dropped = await page.evaluate(async () => {
+    const file = await (await (await navigator.storage.getDirectory()).getFileHandle("one.bin")).getFile();
+    const digest = await crypto.subtle.digest("SHA-256", await file.arrayBuffer());
+    return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  });
+  check(dropped === shaFile(path.join(root, "one.bin")), "the dragged file hashes the same");
+
+  step = "logout";
+  await page.click("#logout");
+  await page.waitForSelector("#login-form", { state: "visible" });
+  check(failures.length === 0, failures.join("; "));
+  console.log("e2e: all steps passed");
+} catch (e) {
+  console.error(`e2e: FAILED at ${step}: ${e.stack ?? e}`);
+  process.exitCode = 1;
+} finally {
+  await context?.close().catch(() => {});
+  server.kill("SIGTERM");
+}

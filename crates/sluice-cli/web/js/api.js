@@ -1,0 +1,150 @@
+// The server's JSON API (crates/sluice-cli/src/web/api.rs). State-changing requests carry the
+// session's CSRF token in X-Sluice-CSRF; the cookie goes by itself (same origin, HttpOnly).
+
+/** @typedef {{ read: boolean, write: boolean, list: boolean }} Rights */
+/** @typedef {{ csrf: string, rights: Rights, fingerprint: string }} SessionInfo */
+/** @typedef {{ name: string, kind: "file" | "dir" | "link", size: number, mtime: number, target: string | null }} Entry */
+/** @typedef {{ have: number, exists: { size: number, mtime: number } | null }} UploadStatus */
+
+/** A failed request: the server's code (`auth`, `refused`, `exists`, ...) and message. */
+export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {string} code
+   * @param {string} message
+   * @param {any} [body]
+   */
+  constructor(status, code, message, body) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.body = body;
+  }
+}
+
+let csrf = "";
+
+/**
+ * @param {Response} response
+ * @returns {Promise<any>}
+ */
+async function parse(response) {
+  const text = await response.text();
+  /** @type {any} */
+  let body = {};
+  try {
+    body = text ? JSON.parse(text) : {};
+  } catch {
+    body = { error: "bad-answer", message: text.slice(0, 200) };
+  }
+  if (!response.ok) {
+    throw new ApiError(response.status, body.error ?? "error", body.message ?? response.statusText, body);
+  }
+  return body;
+}
+
+/**
+ * @param {string} path
+ * @param {Record<string, string | number>} params
+ */
+function url(path, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) q.set(k, String(v));
+  return `${path}?${q}`;
+}
+
+/**
+ * @param {string} path
+ * @param {any} body
+ */
+async function post(path, body) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Sluice-CSRF": csrf },
+    body: JSON.stringify(body),
+  });
+  return parse(response);
+}
+
+/**
+ * @param {string} token
+ * @returns {Promise<SessionInfo>}
+ */
+export async function login(token) {
+  const info = await post("/api/login", { token });
+  csrf = info.csrf;
+  return info;
+}
+
+/** @returns {Promise<SessionInfo>} the session of this page's cookie (401 when none) */
+export async function session() {
+  const info = await parse(await fetch("/api/session"));
+  csrf = info.csrf;
+  return info;
+}
+
+export async function logout() {
+  await post("/api/logout", {});
+  csrf = "";
+}
+
+/**
+ * @param {string} path
+ * @returns {Promise<{ path: string, entries: Entry[], skipped: number }>}
+ */
+export async function list(path) {
+  return parse(await fetch(url("/api/list", { path })));
+}
+
+/** @param {string} path */
+export const mkdir = (path) => post("/api/mkdir", { path });
+/** @param {string} from @param {string} to */
+export const rename = (from, to) => post("/api/rename", { from, to });
+/** @param {string} path */
+export const remove = (path) => post("/api/delete", { path });
+
+/**
+ * The URL a file downloads from (Range requests resume it).
+ * @param {string} path
+ */
+export const fileUrl = (path) => url("/api/file", { path });
+
+/**
+ * @param {string} path
+ * @param {number} size
+ * @param {number} mtime
+ * @returns {Promise<UploadStatus>}
+ */
+export async function uploadStatus(path, size, mtime) {
+  return parse(await fetch(url("/api/upload", { path, size, mtime })));
+}
+
+/**
+ * Sends `blob` (the file's bytes from `offset`) with progress, abortable.
+ * @param {{ path: string, size: number, mtime: number, offset: number, policy: string }} spec
+ * @param {Blob} blob
+ * @param {(sent: number) => void} progress
+ * @param {AbortSignal} signal
+ * @returns {Promise<any>}
+ */
+export function uploadPart(spec, blob, progress, signal) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("PUT", url("/api/upload", spec));
+    xhr.setRequestHeader("X-Sluice-CSRF", csrf);
+    xhr.setRequestHeader("Content-Type", "application/octet-stream");
+    xhr.upload.onprogress = (e) => progress(e.loaded);
+    xhr.onload = () => {
+      const response = new Response(xhr.responseText, { status: xhr.status });
+      parse(response).then(resolve, reject);
+    };
+    xhr.onerror = () => reject(new ApiError(0, "network", "the connection failed"));
+    xhr.onabort = () => reject(new ApiError(0, "cancelled", "cancelled"));
+    if (signal.aborted) {
+      reject(new ApiError(0, "cancelled", "cancelled"));
+      return;
+    }
+    signal.addEventListener("abort", () => xhr.abort(), { once: true });
+    xhr.send(blob);
+  });
+}

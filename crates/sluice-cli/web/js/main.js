@@ -1,0 +1,276 @@
+// The file manager's start: log in (or find the session of this page's cookie), then two
+// panes, the keyboard, drag and drop, and the copy, folder, rename and delete commands.
+
+import * as api from "./api.js";
+import { ask, byId } from "./dom.js";
+import { HandleDir, PickedFiles, join } from "./local.js";
+import { Pane } from "./pane.js";
+import { Transfers } from "./transfers.js";
+
+/** @type {Pane[]} */
+let panes = [];
+let active = 0;
+/** @type {Transfers} */
+let transfers;
+
+function pane() {
+  return panes[active];
+}
+function other() {
+  return panes[1 - active];
+}
+
+/** @param {Pane} p */
+function focus(p) {
+  active = panes.indexOf(p);
+  panes.forEach((x, i) => x.root.classList.toggle("active", i === active));
+}
+
+async function start() {
+  try {
+    const info = await api.session();
+    showApp(info);
+  } catch {
+    showLogin();
+  }
+}
+
+function showLogin() {
+  byId("login-view").hidden = false;
+  byId("app-view").hidden = true;
+  byId("logout").hidden = true;
+  /** @type {HTMLInputElement} */ (byId("token")).focus();
+}
+
+/** @param {api.SessionInfo} info */
+function showApp(info) {
+  byId("login-view").hidden = true;
+  byId("app-view").hidden = false;
+  byId("logout").hidden = false;
+  byId("fingerprint").textContent = `certificate ${info.fingerprint}`;
+  if (panes.length) return;
+  transfers = new Transfers(() => panes.forEach((p) => p.load(p.path)));
+  panes = [
+    new Pane(byId("pane-0"), "local", focus),
+    new Pane(byId("pane-1"), "server", focus),
+  ];
+  panes.forEach((p, i) => {
+    p.load("");
+    dropTarget(p, i);
+  });
+  focus(panes[1]);
+  panes[1].list.focus();
+}
+
+byId("login-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const field = /** @type {HTMLInputElement} */ (byId("token"));
+  const error = byId("login-error");
+  error.textContent = "";
+  try {
+    const info = await api.login(field.value);
+    field.value = "";
+    showApp(info);
+  } catch (err) {
+    error.textContent = /** @type {Error} */ (err).message;
+  }
+});
+
+byId("logout").addEventListener("click", async () => {
+  await api.logout().catch(() => {});
+  location.reload();
+});
+
+/** F5: copies the active pane's selection into the other pane's folder. */
+async function copy() {
+  const from = pane();
+  const to = other();
+  const items = from.targets();
+  if (!items.length) return;
+  // An answer "for all" holds for this copy's files only.
+  transfers.policyForAll = null;
+  try {
+    if (from.side === "local" && to.side === "server") {
+      if (!from.local) throw new Error("nothing on this computer is open");
+      for (const item of items) await uploadTree(from.local, join(from.path, item.name), item.kind, join(to.path, item.name));
+    } else if (from.side === "server" && to.side === "local") {
+      for (const item of items) await downloadTree(join(from.path, item.name), item, to, join(to.path, item.name));
+    } else {
+      throw new Error("copy goes between the server and this computer (server to server is a later phase)");
+    }
+    from.selected.clear();
+    from.render();
+  } catch (e) {
+    from.error(e);
+  }
+}
+
+/**
+ * Queues the upload of a local file, or creates the folder on the server and walks it.
+ * @param {import("./local.js").Local} local
+ * @param {string} src
+ * @param {string} kind
+ * @param {string} dest
+ */
+async function uploadTree(local, src, kind, dest) {
+  if (kind !== "dir") {
+    transfers.upload(await local.file(src), dest);
+    return;
+  }
+  await api.mkdir(dest).catch((e) => {
+    if (e.code !== "exists") throw e;
+  });
+  for (const entry of await local.list(src)) {
+    await uploadTree(local, join(src, entry.name), entry.kind, join(dest, entry.name));
+  }
+}
+
+/**
+ * Queues the download of a server file, or walks a server folder into the local folder.
+ * @param {string} src
+ * @param {{ kind: string, size: number, mtime: number, name: string }} entry
+ * @param {Pane} to
+ * @param {string} dest
+ */
+async function downloadTree(src, entry, to, dest) {
+  const local = to.local;
+  if (!(local instanceof HandleDir)) {
+    if (entry.kind === "dir") throw new Error("open a folder on this computer (or use the browser storage) to download folders");
+    // No folder to write into: the browser's own download.
+    const link = document.createElement("a");
+    link.href = api.fileUrl(src);
+    link.download = entry.name;
+    link.click();
+    return;
+  }
+  if (entry.kind === "file") {
+    transfers.download(src, entry.size, local, dest, entry.mtime);
+  } else if (entry.kind === "dir") {
+    await local.dir(dest, true);
+    for (const child of (await api.list(src)).entries) {
+      await downloadTree(join(src, child.name), child, to, join(dest, child.name));
+    }
+  }
+}
+
+/** F7: a new folder in the active pane. */
+async function makeFolder() {
+  const p = pane();
+  const answer = await ask("New folder name:", [{ value: "ok", label: "Create" }], "");
+  if (!answer?.text) return;
+  try {
+    const path = join(p.path, answer.text);
+    if (p.side === "server") await api.mkdir(path);
+    else if (p.local) await p.local.mkdir(path);
+    await p.load(p.path);
+  } catch (e) {
+    p.error(e);
+  }
+}
+
+/** F8: deletes the selection (folders with everything in them). */
+async function remove() {
+  const p = pane();
+  const items = p.targets();
+  if (!items.length) return;
+  const names = items.map((i) => i.name).join("\n");
+  const where = p.side === "server" ? "on the server" : p.local instanceof PickedFiles ? "from the list" : "on this computer";
+  const answer = await ask(`Delete ${items.length} ${where}?\n${names}`, [{ value: "ok", label: "Delete" }]);
+  if (!answer) return;
+  try {
+    for (const item of items) {
+      const path = join(p.path, item.name);
+      if (p.side === "server") await api.remove(path);
+      else if (p.local) await p.local.remove(path);
+    }
+  } catch (e) {
+    p.error(e);
+  }
+  await p.load(p.path);
+}
+
+/** F2 or Shift+F6: renames the entry under the cursor. */
+async function rename() {
+  const p = pane();
+  const entry = p.entries[p.cursor];
+  if (!entry) return;
+  const answer = await ask(`Rename "${entry.name}" to:`, [{ value: "ok", label: "Rename" }], entry.name);
+  if (!answer?.text || answer.text === entry.name) return;
+  try {
+    const from = join(p.path, entry.name);
+    const to = join(p.path, answer.text);
+    if (p.side === "server") await api.rename(from, to);
+    else if (p.local) await p.local.rename(from, to);
+    await p.load(p.path);
+  } catch (e) {
+    p.error(e);
+  }
+}
+
+document.addEventListener("keydown", (e) => {
+  if (!panes.length || byId("app-view").hidden || /** @type {HTMLDialogElement} */ (byId("ask")).open) return;
+  const target = /** @type {HTMLElement} */ (e.target);
+  if (target.tagName === "INPUT" || target.tagName === "SELECT") return;
+  const p = pane();
+  const keys = {
+    Tab: () => {
+      focus(other());
+      other().list.focus();
+    },
+    ArrowDown: () => p.move(1),
+    ArrowUp: () => p.move(-1),
+    PageDown: () => p.move(20),
+    PageUp: () => p.move(-20),
+    Home: () => p.move(-Infinity),
+    End: () => p.move(Infinity),
+    Enter: () => p.open(),
+    Backspace: () => p.up(),
+    " ": () => {
+      const entry = p.entries[p.cursor];
+      if (entry) p.toggle(entry.name);
+      p.move(1);
+    },
+    Insert: () => keys[" "](),
+    F5: () => copy(),
+    F7: () => makeFolder(),
+    F8: () => remove(),
+    Delete: () => remove(),
+    F2: () => rename(),
+    F6: () => (e.shiftKey ? rename() : copy()),
+  };
+  const action = /** @type {Record<string, () => void>} */ (keys)[e.key];
+  if (action) {
+    e.preventDefault();
+    action();
+  }
+});
+
+/**
+ * Rows dragged from the other pane copy into this one; files dropped from the desktop are
+ * added to a local pane, or uploaded into a server pane's folder.
+ * @param {Pane} p
+ * @param {number} index
+ */
+function dropTarget(p, index) {
+  p.root.addEventListener("dragover", (e) => {
+    e.preventDefault();
+    p.root.classList.add("drop");
+  });
+  p.root.addEventListener("dragleave", () => p.root.classList.remove("drop"));
+  p.root.addEventListener("drop", (e) => {
+    e.preventDefault();
+    p.root.classList.remove("drop");
+    const from = e.dataTransfer?.getData("application/x-sluice-pane");
+    if (from && from !== p.root.id) {
+      focus(panes[1 - index]);
+      copy();
+      return;
+    }
+    const files = e.dataTransfer?.files ? [...e.dataTransfer.files] : [];
+    if (!files.length) return;
+    if (p.side === "local") p.addPicked(files);
+    else for (const file of files) transfers.upload(file, join(p.path, file.name));
+  });
+}
+
+start();

@@ -1,0 +1,235 @@
+// One pane of the file manager: a server path under the token's root, or "this computer".
+// It lists, sorts, moves a cursor and keeps a selection; what to do with them is main.js's.
+
+import * as api from "./api.js";
+import { el, size, time } from "./dom.js";
+import { PickedFiles, browserStorage, canOpenFolders, join, openFolder, split } from "./local.js";
+
+/** @typedef {{ name: string, kind: string, size: number, mtime: number }} Row */
+
+export class Pane {
+  /**
+   * @param {HTMLElement} root the pane's section
+   * @param {"server" | "local"} side
+   * @param {(pane: Pane) => void} onFocus
+   */
+  constructor(root, side, onFocus) {
+    this.root = root;
+    /** @type {"server" | "local"} */
+    this.side = side;
+    /** @type {import("./local.js").Local | null} */
+    this.local = null;
+    this.path = "";
+    /** @type {Row[]} */
+    this.entries = [];
+    /** @type {{ key: "name" | "size" | "mtime", desc: boolean }} */
+    this.sort = { key: "name", desc: false };
+    this.cursor = 0;
+    /** @type {Set<string>} */
+    this.selected = new Set();
+    this.onFocus = onFocus;
+    this.status = el("div", { class: "status", role: "status" });
+    this.list = el("div", { class: "list", tabindex: 0 });
+    this.head = el("div", { class: "head" });
+    root.replaceChildren(this.head, this.list, this.status);
+    root.addEventListener("mousedown", () => this.onFocus(this));
+    this.buildHead();
+  }
+
+  /** The pane's header: which side, the path, and the side's own buttons. */
+  buildHead() {
+    const which = el("select", { class: "side", "aria-label": "side" },
+      el("option", { value: "server" }, "Server"),
+      el("option", { value: "local" }, "This computer"));
+    which.value = this.side;
+    which.addEventListener("change", () => {
+      this.side = /** @type {"server" | "local"} */ (which.value);
+      this.path = "";
+      this.buildHead();
+      this.load("");
+    });
+    const path = el("input", { class: "path", "aria-label": "path", spellcheck: "false" });
+    path.value = this.path;
+    path.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") {
+        e.preventDefault();
+        this.load(path.value.replace(/^\/+|\/+$/g, ""));
+        this.list.focus();
+      }
+      e.stopPropagation();
+    });
+    this.pathInput = path;
+    const up = el("button", { class: "up", title: "Up (Backspace)" }, "Up");
+    up.addEventListener("click", () => this.up());
+    const refresh = el("button", { class: "refresh" }, "Refresh");
+    refresh.addEventListener("click", () => this.load(this.path));
+    const items = [which, up, path, refresh];
+    if (this.side === "local") {
+      if (canOpenFolders()) {
+        const open = el("button", { class: "open-folder" }, "Open folder…");
+        open.addEventListener("click", () => openFolder().then((d) => this.useLocal(d), (e) => this.error(e)));
+        items.push(open);
+      }
+      const storage = el("button", { class: "browser-storage", title: "a folder in this browser's private storage" }, "Browser storage");
+      storage.addEventListener("click", () => browserStorage().then((d) => this.useLocal(d), (e) => this.error(e)));
+      const files = el("input", { type: "file", multiple: true, class: "pick-files", hidden: true });
+      const folder = el("input", { type: "file", multiple: true, webkitdirectory: true, class: "pick-folder", hidden: true });
+      const pickFiles = el("button", {}, "Pick files…");
+      const pickFolder = el("button", {}, "Pick folder…");
+      pickFiles.addEventListener("click", () => files.click());
+      pickFolder.addEventListener("click", () => folder.click());
+      for (const input of [files, folder]) {
+        input.addEventListener("change", () => {
+          this.addPicked(input.files ? [...input.files] : []);
+          input.value = "";
+        });
+      }
+      items.push(storage, pickFiles, pickFolder, files, folder);
+    }
+    this.head.replaceChildren(...items);
+  }
+
+  /** @param {import("./local.js").Local} local */
+  useLocal(local) {
+    this.local = local;
+    this.load("");
+  }
+
+  /** @param {File[]} files */
+  addPicked(files) {
+    if (!(this.local instanceof PickedFiles)) this.local = new PickedFiles();
+    this.local.add(files);
+    this.load(this.path);
+  }
+
+  title() {
+    return this.side === "server" ? `server:/${this.path}` : `${this.local?.label ?? "this computer"}:/${this.path}`;
+  }
+
+  /** @param {unknown} e */
+  error(e) {
+    const err = /** @type {any} */ (e);
+    this.status.className = "status error";
+    this.status.textContent = err?.message ?? String(err);
+  }
+
+  /** @param {string} text */
+  say(text) {
+    this.status.className = "status";
+    this.status.textContent = text;
+  }
+
+  /**
+   * Lists `path`; on failure the pane keeps what it showed and says why.
+   * @param {string} path
+   */
+  async load(path) {
+    try {
+      /** @type {Row[]} */
+      let entries;
+      if (this.side === "server") {
+        entries = (await api.list(path)).entries;
+      } else if (this.local) {
+        entries = await this.local.list(path);
+      } else {
+        entries = [];
+        this.say("Open a folder, use the browser's storage, or pick or drop files.");
+      }
+      const keep = this.path === path ? this.entries[this.cursor]?.name : split(this.path)[1];
+      this.path = path;
+      this.entries = entries;
+      this.selected = new Set([...this.selected].filter((n) => entries.some((e) => e.name === n)));
+      this.sortEntries();
+      const at = this.entries.findIndex((e) => e.name === keep);
+      this.cursor = Math.max(0, at);
+      if (this.side === "server" || this.local) this.say(`${entries.length} entries`);
+    } catch (e) {
+      this.error(e);
+    }
+    if (this.pathInput) this.pathInput.value = this.path;
+    this.render();
+  }
+
+  sortEntries() {
+    const { key, desc } = this.sort;
+    const sign = desc ? -1 : 1;
+    this.entries.sort((a, b) => {
+      if ((a.kind === "dir") !== (b.kind === "dir")) return a.kind === "dir" ? -1 : 1;
+      const d = key === "name" ? a.name.localeCompare(b.name) : a[key] - b[key];
+      return sign * (d || a.name.localeCompare(b.name));
+    });
+  }
+
+  /** @param {"name" | "size" | "mtime"} key */
+  sortBy(key) {
+    this.sort = { key, desc: this.sort.key === key ? !this.sort.desc : false };
+    const name = this.entries[this.cursor]?.name;
+    this.sortEntries();
+    this.cursor = Math.max(0, this.entries.findIndex((e) => e.name === name));
+    this.render();
+  }
+
+  render() {
+    const arrow = (/** @type {string} */ k) => (this.sort.key === k ? (this.sort.desc ? " ▼" : " ▲") : "");
+    const th = (/** @type {"name" | "size" | "mtime"} */ k, /** @type {string} */ label) => {
+      const cell = el("th", { "data-sort": k }, label + arrow(k));
+      cell.addEventListener("click", () => this.sortBy(k));
+      return cell;
+    };
+    const rows = this.entries.map((entry, i) => {
+      const classes = [entry.kind === "dir" ? "dir" : "file"];
+      if (i === this.cursor) classes.push("cursor");
+      if (this.selected.has(entry.name)) classes.push("selected");
+      const row = el("tr", { class: classes.join(" "), draggable: "true" },
+        el("td", { class: "name" }, entry.name),
+        el("td", { class: "size" }, entry.kind === "dir" ? "<dir>" : size(entry.size)),
+        el("td", { class: "mtime" }, time(entry.mtime)));
+      row.addEventListener("click", (e) => {
+        this.cursor = i;
+        if (e.ctrlKey || e.metaKey) this.toggle(entry.name);
+        this.render();
+      });
+      row.addEventListener("dblclick", () => this.open());
+      row.addEventListener("dragstart", (e) => {
+        this.cursor = i;
+        e.dataTransfer?.setData("application/x-sluice-pane", this.root.id);
+      });
+      return row;
+    });
+    const table = el("table", {},
+      el("thead", {}, el("tr", {}, th("name", "Name"), th("size", "Size"), th("mtime", "Modified"))),
+      el("tbody", {}, ...rows));
+    this.list.replaceChildren(table);
+    this.root.setAttribute("aria-label", this.title());
+    rows[this.cursor]?.scrollIntoView({ block: "nearest" });
+  }
+
+  /** @param {string} name */
+  toggle(name) {
+    if (this.selected.has(name)) this.selected.delete(name);
+    else this.selected.add(name);
+  }
+
+  /** @param {number} delta */
+  move(delta) {
+    this.cursor = Math.min(Math.max(0, this.cursor + delta), this.entries.length - 1);
+    this.render();
+  }
+
+  /** Opens the folder under the cursor. */
+  open() {
+    const entry = this.entries[this.cursor];
+    if (entry?.kind === "dir") this.load(join(this.path, entry.name));
+  }
+
+  up() {
+    if (this.path) this.load(split(this.path)[0]);
+  }
+
+  /** @returns {Row[]} the selection, or else the entry under the cursor */
+  targets() {
+    const chosen = this.entries.filter((e) => this.selected.has(e.name));
+    const current = this.entries[this.cursor];
+    return chosen.length ? chosen : current ? [current] : [];
+  }
+}

@@ -1,0 +1,373 @@
+// The transfer panel: a queue of file copies (uploads to the server, downloads to a folder of
+// this computer), a few at a time, each with progress, rate, ETA, cancel and retry. An upload
+// resumes from what the server holds (it says how much); a download from what the partial file
+// beside its destination holds (a Range request). Folders are walked here and their files
+// queued one by one.
+
+import * as api from "./api.js";
+import { byId, duration, el, size, ask } from "./dom.js";
+import { join, split } from "./local.js";
+
+/** Bytes per upload request (a cancel keeps what arrived; the next request resumes). */
+const UPLOAD_CHUNK = 16 << 20;
+/** Bytes per request while a rate limit is set (then the page waits between requests). */
+const PACED_CHUNK = 256 << 10;
+/** Transfers at once. */
+const RUNNING_MAX = 3;
+
+/** @typedef {import("./local.js").Local} Local */
+/** @typedef {"always" | "never" | "keep-both" | "if-newer"} Policy */
+
+/** The overwrite question's answers: the CLI's policies (`sluice cp --overwrite`) and keep both. */
+const POLICIES = [
+  { value: "always", label: "Replace" },
+  { value: "never", label: "Skip" },
+  { value: "keep-both", label: "Keep both" },
+  { value: "if-newer", label: "If newer" },
+];
+
+/**
+ * @typedef {object} Job
+ * @property {number} id
+ * @property {string} name shown
+ * @property {"up" | "down"} dir
+ * @property {number} size
+ * @property {number} done bytes at either end
+ * @property {number} moved bytes moved by this page (not those kept from before)
+ * @property {string} state queued, running, done, skipped, cancelled, failed
+ * @property {string} note
+ * @property {AbortController | null} abort
+ * @property {() => Promise<void>} run
+ * @property {{ t: number, bytes: number }[]} samples
+ * @property {HTMLTableRowElement | null} row
+ */
+
+export class Transfers {
+  /** @param {() => void} onChange called when a transfer ends (panes refresh) */
+  constructor(onChange) {
+    /** @type {Job[]} */
+    this.jobs = [];
+    this.nextId = 1;
+    this.onChange = onChange;
+    /** @type {Policy | null} the answer for all, when the user gave one */
+    this.policyForAll = null;
+    byId("clear-done").addEventListener("click", () => {
+      this.jobs = this.jobs.filter((j) => !["done", "skipped"].includes(j.state));
+      this.render();
+    });
+    setInterval(() => this.render(), 500);
+  }
+
+  /** Bytes per second the page may send or receive; 0: no limit. */
+  rateLimit() {
+    const mb = Number(/** @type {HTMLInputElement} */ (byId("rate")).value);
+    return Number.isFinite(mb) && mb > 0 ? mb * 1e6 : 0;
+  }
+
+  /**
+   * @param {string} name
+   * @param {"up" | "down"} dir
+   * @param {number} size
+   * @param {(job: Job) => Promise<void>} work
+   */
+  add(name, dir, size, work) {
+    /** @type {Job} */
+    const job = {
+      id: this.nextId++, name, dir, size, done: 0, moved: 0, state: "queued", note: "",
+      abort: null, samples: [], row: null, run: async () => {},
+    };
+    job.run = async () => {
+      job.state = "running";
+      job.note = "";
+      job.abort = new AbortController();
+      job.samples = [];
+      try {
+        await work(job);
+        if (job.state === "running") job.state = "done";
+      } catch (e) {
+        const err = /** @type {any} */ (e);
+        if (job.abort?.signal.aborted) job.state = "cancelled";
+        else {
+          job.state = "failed";
+          job.note = err?.message ?? String(err);
+        }
+      }
+      job.abort = null;
+      this.render();
+      this.onChange();
+      this.pump();
+    };
+    this.jobs.push(job);
+    this.pump();
+    return job;
+  }
+
+  /** Starts queued jobs while there are places. */
+  pump() {
+    const running = this.jobs.filter((j) => j.state === "running").length;
+    for (const job of this.jobs.filter((j) => j.state === "queued").slice(0, RUNNING_MAX - running)) {
+      job.run();
+    }
+    this.render();
+  }
+
+  /**
+   * The overwrite question for `name` (what is there: `existing`), unless answered for all.
+   * @param {string} name
+   * @param {string} existing
+   * @returns {Promise<Policy | null>} null: cancelled
+   */
+  async question(name, existing) {
+    if (this.policyForAll) return this.policyForAll;
+    const answer = await ask(
+      `"${name}" exists (${existing}). What should happen?`,
+      [...POLICIES, ...POLICIES.map((p) => ({ value: `all:${p.value}`, label: `${p.label} all` }))],
+    );
+    if (!answer) return null;
+    if (answer.choice.startsWith("all:")) {
+      this.policyForAll = /** @type {Policy} */ (answer.choice.slice(4));
+      return this.policyForAll;
+    }
+    return /** @type {Policy} */ (answer.choice);
+  }
+
+  /**
+   * Records progress and waits as long as the rate limit asks.
+   * @param {Job} job
+   * @param {number} delta bytes just moved
+   */
+  async progress(job, delta) {
+    job.done += delta;
+    job.moved += delta;
+    const now = performance.now();
+    job.samples.push({ t: now, bytes: job.moved });
+    while (job.samples.length > 2 && now - job.samples[0].t > 3000) job.samples.shift();
+    const limit = this.rateLimit();
+    if (limit && job.samples.length > 1) {
+      const first = job.samples[0];
+      const ahead = (job.moved - first.bytes) / limit * 1000 - (now - first.t);
+      if (ahead > 0) await new Promise((r) => setTimeout(r, Math.min(ahead, 1000)));
+    }
+  }
+
+  /**
+   * Uploads `file` to the server path `dest`.
+   * @param {File} file
+   * @param {string} dest
+   */
+  upload(file, dest) {
+    return this.add(dest, "up", file.size, async (job) => {
+      const mtime = Math.floor(file.lastModified / 1000);
+      const status = await api.uploadStatus(dest, file.size, mtime);
+      /** @type {string} */
+      let policy = "refuse";
+      if (status.exists) {
+        const answer = await this.question(dest, `${size(status.exists.size)} on the server`);
+        if (!answer) throw new Error("not answered");
+        policy = answer;
+        if (policy === "never") {
+          job.state = "skipped";
+          return;
+        }
+      }
+      job.done = status.have;
+      if (status.have) job.note = `resumed at ${size(status.have)}`;
+      let offset = status.have;
+      for (;;) {
+        const signal = /** @type {AbortController} */ (job.abort).signal;
+        if (signal.aborted) throw new Error("cancelled");
+        const chunk = this.rateLimit() ? PACED_CHUNK : UPLOAD_CHUNK;
+        const end = Math.min(file.size, offset + chunk);
+        let sent = 0;
+        const spec = { path: dest, size: file.size, mtime, offset, policy };
+        const result = await api.uploadPart(spec, file.slice(offset, end), (n) => {
+          this.progress(job, n - sent);
+          sent = n;
+        }, signal);
+        await this.progress(job, end - offset - sent);
+        offset = result.have;
+        job.done = offset;
+        if (result.done) {
+          if (!result.stored) job.state = "skipped";
+          else if (result.name && result.name !== split(dest)[1]) job.note = `stored as ${result.name}`;
+          return;
+        }
+      }
+    });
+  }
+
+  /**
+   * Downloads the server file `src` into the folder `local` at `dest`.
+   * @param {string} src
+   * @param {number} fileSize
+   * @param {import("./local.js").HandleDir} local
+   * @param {string} dest
+   * @param {number} mtime
+   */
+  download(src, fileSize, local, dest, mtime) {
+    return this.add(src, "down", fileSize, async (job) => {
+      const [dirPath, name] = split(dest);
+      const dir = await local.dir(dirPath, true);
+      let finalName = name;
+      const existing = await local.existing(dest);
+      if (existing) {
+        const answer = await this.question(dest, `${size(existing.size)} on this computer`);
+        if (!answer) throw new Error("not answered");
+        const newer = mtime > Math.floor(existing.lastModified / 1000);
+        if (answer === "never" || (answer === "if-newer" && !newer)) {
+          job.state = "skipped";
+          return;
+        }
+        if (answer === "keep-both") finalName = await freeName(dir, name);
+      }
+      const partName = `.${finalName}.sluice-download`;
+      const part = await dir.getFileHandle(partName, { create: true });
+      let have = (await part.getFile()).size;
+      if (have > fileSize) have = 0;
+      const headers = have ? { Range: `bytes=${have}-` } : undefined;
+      const signal = /** @type {AbortController} */ (job.abort).signal;
+      const response = have === fileSize && fileSize > 0 ? null : await fetch(api.fileUrl(src), { headers, signal });
+      if (response && !response.ok) {
+        const body = await response.json().catch(() => ({}));
+        throw new api.ApiError(response.status, body.error ?? "error", body.message ?? response.statusText);
+      }
+      if (response && response.status !== 206) have = 0;
+      if (have) job.note = `resumed at ${size(have)}`;
+      job.done = have;
+      const out = await part.createWritable({ keepExistingData: have > 0 });
+      try {
+        await out.seek(have);
+        if (response?.body) {
+          const reader = response.body.getReader();
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) break;
+            await out.write(value);
+            await this.progress(job, value.byteLength);
+          }
+        }
+        await out.close();
+      } catch (e) {
+        // What was written stays: the next try resumes from it.
+        await out.close().catch(() => {});
+        throw e;
+      }
+      if (existing && finalName === name) await dir.removeEntry(name);
+      const move = /** @type {any} */ (part).move;
+      if (!move) throw new Error("this browser cannot rename the finished file");
+      await move.call(part, finalName);
+      if (finalName !== name) job.note = `stored as ${finalName}`;
+    });
+  }
+
+  /** @param {Job} job */
+  cancel(job) {
+    job.abort?.abort();
+    if (job.state === "queued") job.state = "cancelled";
+    this.render();
+  }
+
+  /** @param {Job} job */
+  retry(job) {
+    job.state = "queued";
+    job.note = "";
+    this.pump();
+  }
+
+  render() {
+    const body = byId("queue");
+    let total = 0;
+    let done = 0;
+    let rate = 0;
+    for (const job of this.jobs) {
+      total += job.size;
+      done += job.state === "skipped" ? job.size : job.done;
+      const r = jobRate(job);
+      rate += job.state === "running" ? r : 0;
+      if (!job.row) {
+        job.row = el("tr", { "data-job": job.id });
+        body.append(job.row);
+      }
+      const left = r > 0 ? (job.size - job.done) / r : NaN;
+      const cells = [
+        job.name,
+        job.dir === "up" ? "upload" : "download",
+        `${size(job.done)} / ${size(job.size)}`,
+        job.state === "running" ? `${size(r)}/s` : "",
+        job.state === "running" ? duration(left) : "",
+        job.note ? `${job.state}: ${job.note}` : job.state,
+      ];
+      const row = job.row;
+      if (row.dataset.state !== job.state || !row.cells.length) {
+        // Built again only when the state changes, so a button is not replaced under the mouse.
+        row.dataset.state = job.state;
+        const actions = el("td", { class: "actions" });
+        if (job.state === "running" || job.state === "queued") {
+          const cancel = el("button", { class: "cancel" }, "Cancel");
+          cancel.addEventListener("click", () => this.cancel(job));
+          actions.append(cancel);
+        }
+        if (job.state === "failed" || job.state === "cancelled") {
+          const retry = el("button", { class: "retry" }, "Retry");
+          retry.addEventListener("click", () => this.retry(job));
+          actions.append(retry);
+        }
+        row.replaceChildren(
+          el("td", { class: "file", title: job.name }),
+          el("td", {}),
+          el("td", {}, el("progress", { max: 1, value: 0 }), el("span")),
+          el("td", {}),
+          el("td", {}),
+          el("td", { class: "state" }),
+          actions,
+        );
+      }
+      const td = [...row.cells];
+      td[0].textContent = cells[0];
+      td[1].textContent = cells[1];
+      const bar = /** @type {HTMLProgressElement} */ (td[2].firstChild);
+      bar.max = job.size || 1;
+      bar.value = job.size ? job.done : job.state === "done" ? 1 : 0;
+      /** @type {HTMLElement} */ (td[2].lastChild).textContent = ` ${cells[2]}`;
+      td[3].textContent = cells[3];
+      td[4].textContent = cells[4];
+      td[5].textContent = cells[5];
+    }
+    for (const row of [...body.children]) {
+      if (!this.jobs.some((j) => j.row === row)) row.remove();
+    }
+    const left = rate > 0 ? (total - done) / rate : NaN;
+    byId("total").textContent = this.jobs.length
+      ? `${size(done)} of ${size(total)} · ${size(rate)}/s · ETA ${duration(left) || "-"}`
+      : "";
+  }
+}
+
+/**
+ * Bytes per second over the last seconds.
+ * @param {Job} job
+ */
+function jobRate(job) {
+  const s = job.samples;
+  if (s.length < 2) return 0;
+  const dt = (s[s.length - 1].t - s[0].t) / 1000;
+  return dt > 0 ? (s[s.length - 1].bytes - s[0].bytes) / dt : 0;
+}
+
+/**
+ * `name (n).ext` for the first n free in `dir`.
+ * @param {FileSystemDirectoryHandle} dir
+ * @param {string} name
+ */
+async function freeName(dir, name) {
+  const dot = name.lastIndexOf(".");
+  const [stem, ext] = dot > 0 ? [name.slice(0, dot), name.slice(dot)] : [name, ""];
+  for (let n = 1; n < 1000; n += 1) {
+    const candidate = `${stem} (${n})${ext}`;
+    const taken = await dir.getFileHandle(candidate).then(() => true, () => false);
+    if (!taken) return candidate;
+  }
+  throw new Error(`${name}: no free name to keep both`);
+}
+
+export { join };

@@ -1,0 +1,198 @@
+//! What a token may do, and the checks every request makes with it, whichever front end it came
+//! in by: the QUIC server's requests and the web app's (`sluice serve --web`) both take a token
+//! to an [`Access`] through the server's own [`Gate`] (the token file's [`TokenSet`]), and hold
+//! each request to its rights ([`Access::require`]) and its root ([`Access::resolve`], then
+//! every file step beneath that root through [`Confined`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::SessionError;
+use super::copy::walk_error;
+use super::messages::{FileKind, StatInfo};
+use super::tokens::{Grant, Rights, TokenSet};
+use crate::files::{self, Confined, PathError};
+use crate::tree::{Listing, WalkError};
+
+/// What one token may do, resolved against the served directory.
+#[derive(Debug)]
+pub struct Access {
+    pub(crate) rights: Rights,
+    /// The directory the token sees (canonical, under the served one).
+    pub(crate) root: PathBuf,
+    /// Its transfers at once, when limited.
+    pub(crate) transfers: Option<(u32, Arc<Semaphore>)>,
+    /// The most each transfer may send, in bits per second.
+    pub(crate) rate_bps: Option<u64>,
+}
+
+impl Access {
+    /// `grant` with its root resolved under `served`: the directory must exist there, and
+    /// stay there once symbolic links are followed.
+    /// `number` counts the file's tokens from 1 (an error must not show the token).
+    pub(crate) fn resolve_grant(
+        served: &Path,
+        grant: &Grant,
+        number: usize,
+    ) -> Result<Access, SessionError> {
+        let root = match &grant.root {
+            None => served.to_owned(),
+            Some(sub) => {
+                let bad = |why: String| {
+                    SessionError::Config(format!(
+                        "token {number} of the token file: root {sub:?} {why}"
+                    ))
+                };
+                let path = std::fs::canonicalize(served.join(sub))
+                    .map_err(|e| bad(format!("cannot be opened: {e}")))?;
+                if !path.starts_with(served) {
+                    return Err(bad("leads outside the served directory".into()));
+                }
+                if !path.is_dir() {
+                    return Err(bad("is not a directory".into()));
+                }
+                path
+            }
+        };
+        Ok(Access {
+            rights: grant.rights,
+            root,
+            transfers: grant.transfers.map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
+            rate_bps: grant.rate_bps,
+        })
+    }
+
+    /// What the token may do.
+    pub fn rights(&self) -> Rights {
+        self.rights
+    }
+
+    /// The directory the token sees (canonical). Errors shown to a client never name it.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Refuses unless the token has `right`; `what` finishes "this token may not ...".
+    pub fn require(&self, right: fn(&Rights) -> bool, what: &str) -> Result<(), SessionError> {
+        if right(&self.rights) {
+            Ok(())
+        } else {
+            Err(SessionError::Refused(format!("this token may not {what}")))
+        }
+    }
+
+    /// A client's path (relative, `/`-separated; empty or `.` for the root) resolved beneath
+    /// the token's root: escapes are `refused`, a missing parent `not-found`.
+    pub fn resolve(&self, requested: &str) -> Result<PathBuf, SessionError> {
+        resolve(&self.root, if requested.is_empty() { "." } else { requested })
+    }
+
+    /// Like [`Access::resolve`], but a link at the last component is the link itself, not
+    /// where it leads: for steps on the name (rename, delete).
+    pub fn resolve_no_follow(&self, requested: &str) -> Result<PathBuf, SessionError> {
+        let trimmed = requested.trim_end_matches('/');
+        let (parent, name) = match trimmed.rsplit_once('/') {
+            Some((parent, name)) => (parent, name),
+            None => ("", trimmed),
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            // The root itself, `..` (refused by `resolve`), or an empty path.
+            return self.resolve(requested);
+        }
+        self.resolve(parent).map(|p| p.join(name))
+    }
+
+    /// File steps beneath the token's root (`openat2(RESOLVE_BENEATH)`).
+    pub fn confined(&self, requested: &str) -> Result<Confined, SessionError> {
+        Confined::new(Some(&self.root)).map_err(|e| open_error(requested, e))
+    }
+
+    /// `sluice stat`: kind, size and time of `requested` (right `list` or `read`).
+    pub fn stat(&self, requested: &str) -> Result<StatInfo, SessionError> {
+        self.require(|r| r.list || r.read, "look at files (it has neither list nor read)")?;
+        let path = self.resolve(requested)?;
+        let meta =
+            self.confined(requested)?.metadata(&path).map_err(|e| open_error(requested, e))?;
+        let kind = if meta.is_file() {
+            FileKind::File
+        } else if meta.is_dir() {
+            FileKind::Directory
+        } else {
+            FileKind::Other
+        };
+        Ok(StatInfo { size: meta.len(), mtime: mtime_secs(&meta), kind })
+    }
+
+    /// `sluice ls`: one level of `requested` (right `list`).
+    pub fn list(&self, requested: &str) -> Result<Listing, SessionError> {
+        self.require(|r| r.list, "list directories")?;
+        let path = self.resolve(requested)?;
+        // Errors name the requested path, never the server's own layout.
+        let fs = self.confined(requested)?;
+        crate::tree::list(&fs, &path).map_err(|e| match e {
+            WalkError::Io(_, source) => open_error(requested, source),
+            other => walk_error(other),
+        })
+    }
+}
+
+/// The server's tokens and what each may do: the one place a presented token becomes an
+/// [`Access`].
+#[derive(Debug, Clone)]
+pub struct Gate {
+    pub(crate) tokens: TokenSet,
+    /// What each token may do, in the order of `tokens`.
+    pub(crate) access: Vec<Arc<Access>>,
+}
+
+impl Gate {
+    /// The gate of `tokens` over the served directory `served` (each grant's root resolved
+    /// under it, as [`super::Server::bind`] does).
+    pub fn new(served: &Path, tokens: TokenSet) -> Result<Gate, SessionError> {
+        let served = std::fs::canonicalize(served).map_err(|e| {
+            SessionError::io(format!("the served directory {}", served.display()), e)
+        })?;
+        let access = tokens
+            .grants()
+            .iter()
+            .enumerate()
+            .map(|(i, grant)| Access::resolve_grant(&served, grant, i + 1).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Gate { tokens, access })
+    }
+
+    /// What `token` may do, or `None` when it is not accepted (compared in constant time).
+    pub fn admit(&self, token: &str) -> Option<Arc<Access>> {
+        self.tokens.verify(token).and_then(|i| self.access.get(i).cloned())
+    }
+}
+
+/// Resolves a peer's path under the root; escapes are `refused`, a missing parent `not-found`.
+pub(crate) fn resolve(root: &Path, requested: &str) -> Result<PathBuf, SessionError> {
+    files::resolve_under_root(root, requested).map_err(|e| match e {
+        PathError::Io(_, source) => open_error(requested, source),
+        other => SessionError::Refused(other.to_string()),
+    })
+}
+
+/// `not-found` for a missing file, `io` otherwise; names the requested path, never the server's
+/// own layout.
+pub(crate) fn open_error(requested: &str, e: std::io::Error) -> SessionError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        SessionError::NotFound(requested.to_owned())
+    } else {
+        SessionError::io(requested.to_owned(), e)
+    }
+}
+
+/// Seconds since the epoch of a file's modification (negative before it).
+pub(crate) fn mtime_secs(meta: &std::fs::Metadata) -> i64 {
+    use std::time::SystemTime;
+    let Ok(modified) = meta.modified() else { return 0 };
+    match modified.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}

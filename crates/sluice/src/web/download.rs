@@ -1,0 +1,31 @@
+//! Opening a file to download, with its `read` right.
+
+use std::fs::File;
+
+use crate::session::access::{mtime_secs, open_error};
+use crate::session::{Access, SessionError};
+
+/// A regular file opened for reading beneath the token's root.
+#[derive(Debug)]
+pub struct Download {
+    /// The open file (positional reads leave its cursor alone).
+    pub file: File,
+    /// Its size when opened.
+    pub size: u64,
+    /// Its modification time, seconds since the epoch.
+    pub mtime: i64,
+}
+
+/// Opens `requested` for download; a folder or special file is refused (folders are the
+/// client's to walk).
+pub fn open_download(access: &Access, requested: &str) -> Result<Download, SessionError> {
+    access.require(|r| r.read, "read (download)")?;
+    let path = access.resolve(requested)?;
+    let fs = access.confined(requested)?;
+    let file = fs.open(&path, false).map_err(|e| open_error(requested, e))?;
+    let meta = file.metadata().map_err(|e| open_error(requested, e))?;
+    if !meta.is_file() {
+        return Err(SessionError::Refused(format!("{requested}: not a regular file")));
+    }
+    Ok(Download { file, size: meta.len(), mtime: mtime_secs(&meta) })
+}

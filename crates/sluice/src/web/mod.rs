@@ -1,0 +1,25 @@
+//! The file operations of the web app (`sluice serve --web`), each held to a token's
+//! [`Access`](crate::session::Access) exactly as a QUIC request is: the right it needs first,
+//! then its path resolved beneath the token's root, then every file step beneath that root
+//! through [`Confined`](crate::files::Confined) (`openat2(RESOLVE_BENEATH)`).
+//!
+//! Which right governs what:
+//!
+//! | operation                          | right                                          |
+//! |------------------------------------|------------------------------------------------|
+//! | list a directory, stat a path      | `list` (stat: `list` or `read`, as `sluice stat`) |
+//! | download a file                    | `read`                                         |
+//! | upload a file, make a folder       | `write`                                        |
+//! | rename, delete (folders: recursively) | `write`: an upload with `--overwrite always` replaces files already |
+//!
+//! Paths are the client's, relative to the token's root, `/`-separated; errors name them as the
+//! client gave them, never the server's own layout. Everything here blocks: call it on a
+//! blocking thread.
+
+mod download;
+mod ops;
+mod upload;
+
+pub use download::{Download, open_download};
+pub use ops::{delete, make_dir, rename};
+pub use upload::{Policy, Upload, UploadDone, UploadSpec, UploadStatus, upload_status};

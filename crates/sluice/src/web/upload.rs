@@ -1,0 +1,279 @@
+//! A resumable upload of one file, with the `write` right.
+//!
+//! The bytes go to a partial file beside the destination, `.<name>.sluice-web-<size>-<mtime>`
+//! (hex), written strictly in order: a request says at which offset its bytes start, and is
+//! taken only when that is exactly how much the partial file holds ([`Upload::have`]); a client
+//! asks for that number ([`upload_status`]) and sends only the rest, so an upload cut off
+//! resumes where it stopped. The size and modification time in the name keep a partial file of
+//! one source from being taken for another's. While a request writes, it holds the same claim
+//! on the destination as a `sluice cp` upload (`.<name>.sluice-lock`): a second writer of that
+//! path, web or CLI, is refused as busy.
+//!
+//! When the last byte is in, the partial file is hashed (BLAKE3), checked against the hash the
+//! client sent if any, and renamed into place by the overwrite policy ([`Policy`]), or removed
+//! when the policy keeps the existing file.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, SystemTime};
+
+use crate::files::{Confined, hash_prefix, side_name};
+use crate::session::access::{mtime_secs, open_error};
+use crate::session::messages::{FileKind, StatInfo};
+use crate::session::{Access, Overwrite, SessionError};
+use crate::tree::claim::{ClaimError, Claims};
+
+/// What to do when the destination exists: the CLI's `--overwrite` policies, or keep both
+/// (the new file takes the next free name `name (n).ext`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// As `sluice cp --overwrite` (`Refuse` when none is given).
+    Overwrite(Overwrite),
+    /// Store the new file beside the existing one.
+    KeepBoth,
+}
+
+impl Policy {
+    /// `refuse`, `never` (skip), `always` (replace), `if-newer`, `if-different`, `keep-both`.
+    pub fn from_name(name: &str) -> Option<Policy> {
+        match name {
+            "refuse" => Some(Policy::Overwrite(Overwrite::Refuse)),
+            "keep-both" => Some(Policy::KeepBoth),
+            other => Overwrite::from_name(other).map(Policy::Overwrite),
+        }
+    }
+}
+
+/// The upload a client means: where, how big, how old.
+#[derive(Debug, Clone)]
+pub struct UploadSpec {
+    /// The destination, relative to the token's root.
+    pub path: String,
+    /// The whole file's size in bytes.
+    pub size: u64,
+    /// The source's modification time (seconds since the epoch): given to the stored file, and
+    /// compared by `if-newer` and `if-different`.
+    pub mtime: i64,
+    /// What to do when the destination exists.
+    pub policy: Policy,
+}
+
+/// What the server holds of an upload.
+#[derive(Debug, Clone)]
+pub struct UploadStatus {
+    /// Bytes of it already in the partial file (send from there).
+    pub have: u64,
+    /// What is at the destination now, if anything.
+    pub exists: Option<StatInfo>,
+}
+
+/// How an upload ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadDone {
+    /// Stored under `name` (the last component: another than asked under keep-both).
+    Stored {
+        /// The stored file's name.
+        name: String,
+        /// Its BLAKE3, hex.
+        blake3: String,
+    },
+    /// The existing file was kept (the policy said so); the bytes received were dropped.
+    Skipped,
+    /// The destination exists and the policy is `refuse`: the partial file stays, complete,
+    /// for a request with another policy.
+    Exists,
+}
+
+/// The destination of `spec` beneath the root, and what is there: a folder is refused.
+fn destination(
+    access: &Access,
+    fs: &Confined,
+    spec: &UploadSpec,
+) -> Result<(PathBuf, Option<std::fs::Metadata>), SessionError> {
+    access.require(|r| r.write, "write (upload)")?;
+    let target = access.resolve(&spec.path)?;
+    if target == access.root() {
+        return Err(SessionError::Refused(format!("{}: is a folder", spec.path)));
+    }
+    let found = match fs.metadata(&target) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(SessionError::Refused(format!("{}: is a folder", spec.path)));
+        }
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(open_error(&spec.path, e)),
+    };
+    Ok((target, found))
+}
+
+fn part_path(target: &Path, spec: &UploadSpec) -> PathBuf {
+    let name = target.file_name().unwrap_or_default();
+    let suffix = format!(".sluice-web-{:x}-{:x}", spec.size, spec.mtime);
+    crate::files::parent_dir(target).join(side_name(name, &suffix))
+}
+
+fn stat_of(meta: &std::fs::Metadata) -> StatInfo {
+    StatInfo { size: meta.len(), mtime: mtime_secs(meta), kind: FileKind::File }
+}
+
+/// How many bytes of `spec` the server holds, and what is at its destination.
+pub fn upload_status(access: &Access, spec: &UploadSpec) -> Result<UploadStatus, SessionError> {
+    let fs = access.confined(&spec.path)?;
+    let (target, found) = destination(access, &fs, spec)?;
+    let have = match fs.symlink_metadata(&part_path(&target, spec)) {
+        Ok(meta) if meta.is_file() && meta.len() <= spec.size => meta.len(),
+        _ => 0,
+    };
+    Ok(UploadStatus { have, exists: found.as_ref().map(stat_of) })
+}
+
+/// An upload being written: [`Upload::open`], [`Upload::write`] its bytes in order, then
+/// [`Upload::finish`] once [`Upload::complete`].
+#[derive(Debug)]
+pub struct Upload {
+    spec: UploadSpec,
+    fs: Confined,
+    target: PathBuf,
+    part: PathBuf,
+    file: File,
+    have: u64,
+    _claim: Claims,
+}
+
+impl Upload {
+    /// Claims the destination and opens (or starts) its partial file.
+    pub fn open(access: &Access, spec: UploadSpec) -> Result<Upload, SessionError> {
+        let fs = access.confined(&spec.path)?;
+        let (target, _) = destination(access, &fs, &spec)?;
+        let mut claim = Claims::new(fs.clone());
+        claim.claim(&target).map_err(|e| match e {
+            ClaimError::Busy => SessionError::Busy(format!(
+                "{}: another transfer is writing it; try again when it ends",
+                spec.path
+            )),
+            ClaimError::Foreign(_) => {
+                SessionError::Refused(format!("{}: its lock name is taken", spec.path))
+            }
+            ClaimError::Io(e) => open_error(&spec.path, e),
+        })?;
+        let part = part_path(&target, &spec);
+        let file = match fs.symlink_metadata(&part) {
+            Ok(meta) if meta.is_file() => fs.open(&part, true),
+            Ok(_) => {
+                return Err(SessionError::Refused(format!(
+                    "{}: its partial name is taken",
+                    spec.path
+                )));
+            }
+            Err(_) => fs.create_new(&part, 0o644),
+        }
+        .map_err(|e| open_error(&spec.path, e))?;
+        let mut have = file.metadata().map_err(|e| open_error(&spec.path, e))?.len();
+        if have > spec.size {
+            file.set_len(0).map_err(|e| open_error(&spec.path, e))?;
+            have = 0;
+        }
+        Ok(Upload { spec, fs, target, part, file, have, _claim: claim })
+    }
+
+    /// Bytes in the partial file: the offset the next bytes must start at.
+    pub fn have(&self) -> u64 {
+        self.have
+    }
+
+    /// Whether every byte is in.
+    pub fn complete(&self) -> bool {
+        self.have == self.spec.size
+    }
+
+    /// Appends `bytes`; more than the declared size is refused.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
+        let end = self.have.saturating_add(bytes.len() as u64);
+        if end > self.spec.size {
+            return Err(SessionError::Refused(format!(
+                "{}: more bytes than the declared size {}",
+                self.spec.path, self.spec.size
+            )));
+        }
+        self.file.write_all_at(bytes, self.have).map_err(|e| open_error(&self.spec.path, e))?;
+        self.have = end;
+        Ok(())
+    }
+
+    /// Hashes the complete file, checks it against `expected` (the client's BLAKE3, if it sent
+    /// one; on a mismatch the partial file is removed) and stores it by the policy.
+    pub fn finish(self, expected: Option<blake3::Hash>) -> Result<UploadDone, SessionError> {
+        let path = &self.spec.path;
+        let io = |e| open_error(path, e);
+        if !self.complete() {
+            return Err(SessionError::Refused(format!(
+                "{path}: {} of {} bytes are in",
+                self.have, self.spec.size
+            )));
+        }
+        let hash = hash_prefix(&self.file, self.spec.size, &AtomicBool::new(false))
+            .map_err(io)?
+            .ok_or_else(|| SessionError::Network("hashing was cancelled".into()))?;
+        if expected.is_some_and(|e| e != hash) {
+            let _ = self.fs.remove_file(&self.part);
+            return Err(SessionError::Integrity(format!(
+                "{path}: the bytes received do not hash to the client's BLAKE3; upload it again"
+            )));
+        }
+        if let Ok(secs) = u64::try_from(self.spec.mtime) {
+            self.file
+                .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+                .map_err(io)?;
+        }
+        self.file.sync_all().map_err(io)?;
+        let found = match self.fs.metadata(&self.target) {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(e)),
+        };
+        let mut target = self.target.clone();
+        if let Some(meta) = &found {
+            if meta.is_dir() {
+                return Err(SessionError::Refused(format!("{path}: is a folder")));
+            }
+            let replace = match self.spec.policy {
+                Policy::Overwrite(Overwrite::Refuse) => return Ok(UploadDone::Exists),
+                Policy::Overwrite(Overwrite::Never) => false,
+                Policy::Overwrite(Overwrite::Always) => true,
+                Policy::Overwrite(Overwrite::IfNewer) => self.spec.mtime > mtime_secs(meta),
+                Policy::Overwrite(Overwrite::IfDifferent) => {
+                    self.spec.size != meta.len() || self.spec.mtime != mtime_secs(meta)
+                }
+                Policy::KeepBoth => {
+                    target = self.free_name()?;
+                    true
+                }
+            };
+            if !replace {
+                self.fs.remove_file(&self.part).map_err(io)?;
+                return Ok(UploadDone::Skipped);
+            }
+        }
+        self.fs.rename(&self.part, &target).map_err(io)?;
+        let name = target.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        Ok(UploadDone::Stored { name, blake3: hash.to_hex().to_string() })
+    }
+
+    /// `name (n).ext` for the first `n` from 1 that names nothing yet.
+    fn free_name(&self) -> Result<PathBuf, SessionError> {
+        let name = self.target.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let (stem, ext) = match name.rsplit_once('.') {
+            Some((stem, ext)) if !stem.is_empty() => (stem.to_owned(), format!(".{ext}")),
+            _ => (name.clone(), String::new()),
+        };
+        for n in 1..=999 {
+            let candidate = self.target.with_file_name(format!("{stem} ({n}){ext}"));
+            if self.fs.symlink_metadata(&candidate).is_err() {
+                return Ok(candidate);
+            }
+        }
+        Err(SessionError::Refused(format!("{}: no free name to keep both", self.spec.path)))
+    }
+}
