@@ -91,7 +91,7 @@ pub(crate) async fn copy(
         ..TransferReport::default()
     };
     if options.dry_run && mode != Mode::Json {
-        crate::cp::print_planned(&report);
+        crate::show::print_planned(&report);
     }
     show.finished(&report, options.dry_run, secs);
     Ok(())

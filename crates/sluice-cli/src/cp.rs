@@ -325,16 +325,8 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
     reached.close().await;
     let secs = started.elapsed().as_secs_f64();
     if options.dry_run && mode != Mode::Json {
-        print_planned(&report);
+        show::print_planned(&report);
     }
     show.finished(&report, options.dry_run, secs);
     Ok(())
-}
-
-/// A dry run's files that would move, one per line on stdout (names escaped).
-#[allow(clippy::print_stdout)]
-pub(crate) fn print_planned(report: &TransferReport) {
-    for path in &report.planned {
-        println!("{}", path.escape_debug());
-    }
 }

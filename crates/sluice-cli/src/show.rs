@@ -297,3 +297,11 @@ fn emit(value: &Value) {
 fn say(line: &str) {
     eprintln!("{line}");
 }
+
+/// A dry run's files that would move, one per line on stdout (names escaped).
+#[allow(clippy::print_stdout)]
+pub(crate) fn print_planned(report: &TransferReport) {
+    for path in &report.planned {
+        println!("{}", path.escape_debug());
+    }
+}

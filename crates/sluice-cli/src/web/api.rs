@@ -32,9 +32,9 @@ use sluice::session::FileKind;
 use sluice::tree::EntryKind;
 use sluice::web::{Policy, Upload, UploadDone, UploadSpec};
 
-use super::app::{ApiError, AppState, Authed, blocking, json_body, peer, query};
 use super::auth::{COOKIE, LoginError, SESSION_TTL, Session};
 use super::range::{ByteRange, content_disposition, parse_range};
+use super::request::{ApiError, AppState, Authed, blocking, json_body, peer, query};
 
 /// Bytes an upload gathers before each write to disk.
 const WRITE_BYTES: usize = 1 << 20;

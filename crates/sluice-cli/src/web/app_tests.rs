@@ -13,8 +13,9 @@ use sluice::session::Gate;
 use sluice::session::tokens::TokenSet;
 use tower::ServiceExt;
 
-use super::app::{AppState, CSP, CSRF_HEADER, router};
+use super::app::router;
 use super::auth::{LoginLimits, Rate};
+use super::request::{AppState, CSP, CSRF_HEADER};
 
 const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\nwrite-token rights=write\n";
 

@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::app::AppState;
+use super::request::AppState;
 
 /// Path, media type, contents.
 const ASSETS: &[(&str, &str, &str)] = &[

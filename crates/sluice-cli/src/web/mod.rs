@@ -18,6 +18,7 @@ pub(crate) mod auth;
 mod listen;
 mod metrics;
 mod range;
+mod request;
 #[cfg(test)]
 mod tests;
 pub(crate) mod tls;

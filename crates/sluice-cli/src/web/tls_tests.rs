@@ -11,8 +11,9 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
-use super::app::{AppState, CSP, router};
+use super::app::router;
 use super::auth::LoginLimits;
+use super::request::{AppState, CSP};
 use super::tls::{WebCert, load};
 use super::{Limits, Listener};
 

@@ -279,7 +279,7 @@ async fn attempt(
         other => other,
     })?;
     let dest =
-        super::server::resolve(&record.root, if pull.dest.is_empty() { "." } else { &pull.dest })?;
+        super::access::resolve(&record.root, if pull.dest.is_empty() { "." } else { &pull.dest })?;
     let options = CopyOptions {
         recursive: pull.recursive,
         links: pull.links,
