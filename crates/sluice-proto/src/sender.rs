@@ -810,15 +810,17 @@ mod tests {
     }
 
     #[test]
-    fn a_pairs_second_packet_goes_right_behind_its_first_before_any_probe() {
+    fn at_the_start_a_pairs_two_packets_follow_the_probe_back_to_back() {
         let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
         let mut sender = Sender::new(ChannelConfig::default(), key(1), key(2), 0).unwrap();
         sender.push(0, 1 << 20);
         assert!(matches!(sender.path_probe(), Probe::Probing { .. }), "{:?}", sender.path_probe());
         let mut buf = vec![0u8; 2048];
         let mut fill = |_: u64, out: &mut [u8]| out.fill(7);
-        // What the start sends at once: the first data packet, a pair's first, and the path
-        // MTU probes.
+        // What the start sends at once: a path MTU probe, then the first data packet (a
+        // pair's first) and its second. (This order held before the pair was sent ahead of
+        // control packets too; the datapath's batching split the pair, see
+        // `datapath::send::starts_new_send`.)
         let mut sent = Vec::new();
         while let Some(len) = sender.poll_transmit(0, &mut buf, &mut fill) {
             let header = Header::parse(&buf[..len]).unwrap();

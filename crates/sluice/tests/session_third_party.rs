@@ -36,9 +36,8 @@ async fn copy(
 
 /// A pull of `paths` from A into `dest` with `grant` for `job`, as a client would ask B.
 fn pull(a: &TestServer, grant: &str, job: &str, paths: &[&str], dest: &str) -> PullJob {
-    let channel = default_channel_config();
-    let mut spec = sluice_session_spec(&channel);
-    spec.max_channels = 2;
+    // What a client proposes for two channels with the default settings.
+    let spec = sluice_session::negotiate::Negotiated::proposal(&default_channel_config(), 2);
     PullJob {
         source: a.addr.to_string(),
         source_fingerprint: a.fingerprint.to_string(),
@@ -54,19 +53,6 @@ fn pull(a: &TestServer, grant: &str, job: &str, paths: &[&str], dest: &str) -> P
         compress: None,
         dry_run: false,
         spec,
-    }
-}
-
-fn sluice_session_spec(
-    channel: &sluice_proto::config::ChannelConfig,
-) -> sluice::session::messages::Spec {
-    sluice::session::messages::Spec {
-        max_channels: 2,
-        packet_size: channel.packet_size as u32,
-        cc: channel.cc.name().to_owned(),
-        cipher: "aes-256-gcm".into(),
-        rate_bps: 0,
-        min_rate_bps: 0,
     }
 }
 

@@ -313,12 +313,10 @@ impl Run<'_, '_> {
                 return Err(ctx.shared.fatal(DataError::File(e)));
             }
             let Some(len) = polled else { break };
-            if count > 0 && len != seg {
-                // Not the batch's size (a control packet amid data, a probe, a short last
-                // packet): send the batch, and this packet starts the next one.
+            if starts_new_send(count, seg, len) {
                 self.port.send(&out[..used], seg, &ctx.shared.stop)?;
                 out.copy_within(used..used + len, 0);
-                (used, count, seg) = (0, 0, len);
+                (used, count) = (0, 0);
             }
             if count == 0 {
                 seg = len;
@@ -335,4 +333,13 @@ impl Run<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// Whether a datagram of `len` bytes starts a new send after `count` gathered datagrams of
+/// `seg` bytes. A send carries segments of one size; any other size (a control packet amid
+/// data, a probe, a short last packet) starts the next send rather than ending this one as
+/// its smaller last segment, which put a packet pair behind a path MTU probe into two sends
+/// (BENCHMARKS.md, the slow starts of 2026-11-26).
+pub(super) fn starts_new_send(count: usize, seg: usize, len: usize) -> bool {
+    count > 0 && len != seg
 }

@@ -192,3 +192,15 @@ fn a_complete_end_with_an_unwritten_byte_is_an_error() {
     let err = shared.hash_written(vec![100], &no).unwrap_err();
     assert!(err.to_string().contains("byte 40 was never written"), "{err}");
 }
+
+#[test]
+fn a_datagram_of_another_size_starts_a_new_send() {
+    use super::send::starts_new_send;
+    // A pair's first packet (1232 bytes while the path MTU is probed) behind a 1472-byte
+    // probe: it starts a send of its own, which its second packet joins.
+    assert!(starts_new_send(1, 1472, 1232));
+    assert!(!starts_new_send(1, 1232, 1232));
+    // Larger than the batch's segments, as before; and nothing gathered yet.
+    assert!(starts_new_send(3, 1232, 1472));
+    assert!(!starts_new_send(0, 0, 1472));
+}

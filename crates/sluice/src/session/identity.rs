@@ -350,7 +350,7 @@ pub fn check_private(path: &Path, what: &str) -> Result<(), SessionError> {
 }
 
 /// Writes a new owner-only file under a temporary name, syncs it and renames it into place.
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), SessionError> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), SessionError> {
     let temp: PathBuf = {
         let mut name = path.file_name().unwrap_or_default().to_os_string();
         name.push(".tmp");

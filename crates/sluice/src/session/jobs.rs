@@ -17,10 +17,10 @@ use sluice_proto::config::ChannelConfig;
 use tokio::sync::{Semaphore, watch};
 use tracing::{info, warn};
 
+use super::identity::write_private;
 use super::identity::{Fingerprint, Identity};
 use super::messages::{ErrorCode, GrantClaim, JobDone, JobProgress, PullJob};
 use super::observe::{CopyObserver, PlannedFile};
-use super::third_party::write_atomically;
 use super::{Client, ClientConfig, CopyOptions, SessionError, TrustPolicy};
 use crate::datapath::Progress;
 
@@ -195,8 +195,7 @@ impl Jobs {
         std::fs::create_dir_all(dir)
             .map_err(|e| SessionError::io(format!("creating {}", dir.display()), e))?;
         let json = serde_json::to_vec(record).map_err(|e| SessionError::Protocol(e.to_string()))?;
-        write_atomically(&path, &json)
-            .map_err(|e| SessionError::io(format!("writing {}", path.display()), e))
+        write_private(&path, &json)
     }
 
     fn forget(&self, key: &JobKey, job: &str) {

@@ -55,7 +55,6 @@ use super::{
 use super::{add_checksums, walk_error};
 use crate::datapath::{ChannelReport, Fault};
 
-use crate::files::Confined;
 use crate::tree::{ReceiveOptions, WalkOptions, walk};
 use sluice_session::handshake::{
     AdmissionCounts, AdmissionLimits, AdmitDecision, HandshakeEffect, ServerHandshake,
@@ -288,12 +287,7 @@ impl Server {
         let local_addr = endpoint
             .local_addr()
             .map_err(|e| SessionError::io("reading the endpoint's address", e))?;
-        let access = tokens
-            .grants()
-            .iter()
-            .enumerate()
-            .map(|(i, grant)| Access::resolve_grant(&root, grant, i + 1).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
+        let Gate { tokens, access } = Gate::new(&root, tokens)?;
         info!(%local_addr, fingerprint = %identity.fingerprint(), root = %root.display(), tokens = tokens.len(), "server bound");
         let fingerprint = identity.fingerprint().clone();
         let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS));
@@ -980,11 +974,7 @@ impl<'a> RequestCtx<'a> {
 
     /// Refuses the request unless the session's token has `right`.
     fn require(&self, right: fn(&Rights) -> bool, what: &str) -> Result<(), SessionError> {
-        if right(&self.session.access.rights) {
-            Ok(())
-        } else {
-            Err(SessionError::Refused(format!("this token may not {what}")))
-        }
+        self.session.access.require(right, what)
     }
 
     /// Refuses a path a grant's reader may not read (any path is fine in a token's session).
@@ -1142,17 +1132,9 @@ impl<'a> RequestCtx<'a> {
             .parse::<Fingerprint>()
             .map_err(|e| SessionError::Config(format!("the reader's fingerprint: {e}")))?;
         // The paths must be there, beneath the token's root, as a download's sources.
-        let root = self.session.access.root.clone();
+        let access = self.session.access.clone();
         let asked = paths.to_vec();
-        blocking(move || {
-            let fs = Confined::new(Some(&root)).map_err(|e| open_error(".", e))?;
-            for p in &asked {
-                let path = resolve(&root, p)?;
-                fs.metadata(&path).map_err(|e| open_error(p, e))?;
-            }
-            Ok(())
-        })
-        .await?;
+        blocking(move || asked.iter().try_for_each(|p| access.stat(p).map(drop))).await?;
         let (grant, job, expires_at) =
             self.shared.grants.issue(&self.shared.tokens, self.session.token, reader, paths)?;
         info!(%job, reader, ?paths, "grant issued");
@@ -1168,16 +1150,13 @@ impl<'a> RequestCtx<'a> {
                 "this server does not take third-party jobs (serve --third-party)".into(),
             ));
         }
-        if self.session.granted.is_some() {
-            return Err(SessionError::Refused("a grant's reader cannot start jobs".into()));
-        }
+        // A grant's reader reads only: it has no write right.
         self.require(|r| r.write, "write (a third-party job writes here)")?;
         let (source, fingerprint) = Jobs::check(&pull)?;
         self.shared.third_party.may_dial(source, &fingerprint)?;
-        let root = self.session.access.root.clone();
+        let access = self.session.access.clone();
         let dest = pull.dest.clone();
-        blocking(move || resolve(&root, if dest.is_empty() { "." } else { &dest }).map(|_| ()))
-            .await?;
+        blocking(move || access.resolve(&dest).map(drop)).await?;
         let record =
             JobRecord { token: self.session.token, root: self.session.access.root.clone(), pull };
         let limit = self.session.access.transfers.as_ref().map(|(_, places)| places.clone());

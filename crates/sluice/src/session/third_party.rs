@@ -4,9 +4,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -16,7 +14,7 @@ use sluice_session::grant::{self, Grant, GrantError, GrantRequest};
 use sluice_session::messages::GrantClaim;
 
 use super::SessionError;
-use super::identity::{Fingerprint, check_private};
+use super::identity::{Fingerprint, check_private, write_private};
 use super::tokens::TokenSet;
 
 /// File name of the grant key in the state directory.
@@ -179,20 +177,10 @@ impl Grants {
                     ))
                 })?
             }
+            // The state directory is the identity's, made before this.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = random_key()?;
-                fs::DirBuilder::new().recursive(true).mode(0o700).create(state_dir).map_err(
-                    |e| SessionError::io(format!("creating {}", state_dir.display()), e),
-                )?;
-                let mut file = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&path)
-                    .map_err(|e| SessionError::io(format!("creating {}", path.display()), e))?;
-                file.write_all(&key)
-                    .and_then(|()| file.sync_all())
-                    .map_err(|e| SessionError::io(format!("writing {}", path.display()), e))?;
+                write_private(&path, &key)?;
                 key
             }
             Err(e) => return Err(SessionError::io(format!("reading {}", path.display()), e)),
@@ -269,7 +257,7 @@ impl Grants {
         let Some(path) = &self.ended_file else { return };
         let text: String =
             ended.iter().map(|(job, expires)| format!("{job} {expires}\n")).collect();
-        if let Err(e) = write_atomically(path, text.as_bytes()) {
+        if let Err(e) = write_private(path, text.as_bytes()) {
             tracing::warn!(error = %e, file = %path.display(), "could not record an ended job");
         }
     }
@@ -311,16 +299,6 @@ fn read_ended(path: &Path, now: u64) -> HashMap<String, u64> {
             (expires > now).then(|| (job.to_owned(), expires))
         })
         .collect()
-}
-
-/// Writes `bytes` to `path` through a temporary file beside it, renamed over it.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut file =
-        fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
