@@ -329,6 +329,7 @@ impl Relay {
         let struck = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
         let frozen = Arc::new(AtomicBool::new(false));
+        let stop_sender = stop.clone();
         let (near2, far2) = (near.try_clone().unwrap(), far.try_clone().unwrap());
         let to_receiver = {
             let (forwarded, struck, stop, frozen) =
@@ -380,6 +381,7 @@ impl Relay {
         };
         let to_sender = std::thread::spawn(move || {
             let (mut from, mut to) = (far2, near2);
+            let stop = stop_sender;
             let mut buf = vec![0u8; 64 << 10];
             loop {
                 let n = match from.read(&mut buf) {
@@ -392,6 +394,11 @@ impl Relay {
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
+            }
+            // A frozen path carries no close either: the sender must not hear that the
+            // receiver gave up (both ends time out at the same moment, and either may be first).
+            while frozen.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
             }
             let _ = to.shutdown(Shutdown::Write);
         });
