@@ -75,9 +75,9 @@ pub(crate) async fn ls(args: LsArgs) -> anyhow::Result<()> {
                        "mtime": e.mtime, "mode": e.mode, "target": e.target})
             })
             .collect();
-        println!("{}", json!({"path": path, "entries": entries}));
-        return Ok(());
+        return write_out(&format!("{}\n", json!({"path": path, "entries": entries})));
     }
+    let mut out = String::new();
     for entry in &entries {
         let name = entry.path.escape_debug().to_string();
         let shown = match entry.kind {
@@ -85,19 +85,21 @@ pub(crate) async fn ls(args: LsArgs) -> anyhow::Result<()> {
             _ => name,
         };
         if !args.long {
-            println!("{shown}");
+            out.push_str(&shown);
+            out.push('\n');
             continue;
         }
         let target = entry.target.as_deref().map(|t| format!(" -> {}", t.escape_debug()));
-        println!(
-            "{}{} {:>14} {} {shown}{}",
+        out.push_str(&format!(
+            "{}{} {:>14} {} {shown}{}\n",
             kind_char(entry.kind),
             mode_string(entry.mode),
             entry.size,
             utc(entry.mtime),
             target.unwrap_or_default()
-        );
+        ));
     }
+    write_out(&out)?;
     Ok(())
 }
 
@@ -168,6 +170,18 @@ fn utc(secs: i64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// Writes `text` to stdout; a reader that stopped reading (`sluice ls | head`) is no error.
+fn write_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(crate::exit::local_io(format!("writing the listing: {e}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

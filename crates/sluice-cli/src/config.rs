@@ -7,6 +7,7 @@
 //! compress = 1
 //! limit_rate = "800Mbit"
 //! policy = "fair"
+//! transport = "auto"         # or "udp", or "tcp" where UDP is blocked
 //! known_hosts = "/home/me/.config/sluice/known_hosts"
 //!
 //! [hosts.lab]                # `sluice cp lab:data/x ./`
@@ -19,7 +20,7 @@
 //!
 //! Precedence: a flag, then its environment variable (`SLUICE_PORT`, `SLUICE_TOKEN_FILE`,
 //! `SLUICE_KNOWN_HOSTS`, `SLUICE_FINGERPRINT`, `SLUICE_CHANNELS`, `SLUICE_LIMIT_RATE`,
-//! `SLUICE_COMPRESS`, `SLUICE_POLICY`), then the host's section, then `[defaults]`. Secrets never
+//! `SLUICE_COMPRESS`, `SLUICE_POLICY`, `SLUICE_TRANSPORT`), then the host's section, then `[defaults]`. Secrets never
 //! come from this file: the token comes from a token file or `SLUICE_TOKEN`.
 
 use std::path::{Path, PathBuf};

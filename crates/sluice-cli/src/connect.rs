@@ -33,6 +33,12 @@ pub(crate) struct ConnectArgs {
     /// Require exactly this server fingerprint (SHA256:...).
     #[arg(long, conflicts_with = "accept_new_host", env = "SLUICE_FINGERPRINT")]
     pub(crate) fingerprint: Option<String>,
+    /// The transport: auto (UDP when it gets through, else TCP: the default), udp, or tcp
+    /// (the session tunnelled over TCP and the data on parallel TCP streams, for paths that
+    /// block UDP; slower than UDP on long lossy paths, where each stream's congestion control
+    /// halves its rate at every loss).
+    #[arg(long, value_name = "auto|udp|tcp", env = "SLUICE_TRANSPORT")]
+    pub(crate) transport: Option<String>,
 }
 
 impl ConnectArgs {
@@ -69,6 +75,11 @@ impl ConnectArgs {
         );
         config.channel = channel;
         config.channels = channels;
+        let transport = self.transport.as_ref().or(prefs.transport.as_ref());
+        if let Some(name) = transport {
+            config.transport =
+                name.parse().map_err(|e: String| exit::usage(format!("--transport: {e}")))?;
+        }
         Ok(config)
     }
 }

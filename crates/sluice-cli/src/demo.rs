@@ -143,6 +143,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         digest_timeout: None,
         fault: None,
         third_party: Default::default(),
+        tcp: true,
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();
@@ -167,6 +168,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         fault: None,
         identity: None,
         grant: None,
+        transport: sluice::session::TransportChoice::Auto,
     })
     .await?;
     let channels = client.channels().await?;

@@ -62,6 +62,10 @@ pub(crate) struct ServeArgs {
     /// commas [default: any source the client names].
     #[arg(long, env = "SLUICE_THIRD_PARTY_DIAL", value_name = "RULE", value_delimiter = ',')]
     third_party_dial: Vec<String>,
+    /// Also listen on TCP, on the same address and port, for clients whose path blocks UDP
+    /// (their sessions and data go over TCP): on (the default) or off.
+    #[arg(long, env = "SLUICE_TCP", value_name = "on|off")]
+    tcp: Option<String>,
     /// The server's config file (TOML; flags and their environment variables win over it).
     #[arg(long, env = "SLUICE_SERVER_CONFIG")]
     config: Option<PathBuf>,
@@ -111,6 +115,15 @@ fn third_party(
     Ok(ThirdPartyConfig { mode, dial })
 }
 
+/// `on` or `off`, for the setting `name`.
+fn on_off(name: &str, value: &str) -> anyhow::Result<bool> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(exit::usage(format!("--{name} {other}: use on or off"))),
+    }
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.once {
@@ -150,6 +163,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         digest_timeout: None,
         fault: None,
         third_party: third_parties,
+        tcp: on_off("tcp", args.tcp.as_deref().or(file.tcp.as_deref()).unwrap_or("on"))?,
     };
     let metrics_addr = args.metrics.or(file.metrics);
     let server = Server::bind(config).context("cannot start the server")?;
@@ -236,6 +250,8 @@ async fn once(args: ServeArgs) -> anyhow::Result<()> {
         fault: None,
         // A one-shot server serves one client's copy; it takes no part in others'.
         third_party: ThirdPartyConfig { mode: ThirdParty::Off, dial: Vec::new() },
+        // A client whose path blocks UDP reaches it over TCP, as ssh did.
+        tcp: on_off("tcp", args.tcp.as_deref().unwrap_or("on"))?,
     };
     let server = Server::bind(config).context("cannot start the one-shot server")?;
     {

@@ -48,6 +48,8 @@ pub struct Prefs {
     pub policy: Option<String>,
     /// Largest UDP datagram.
     pub packet_size: Option<usize>,
+    /// Transport: auto, udp or tcp.
+    pub transport: Option<String>,
 }
 
 impl Prefs {
@@ -64,6 +66,7 @@ impl Prefs {
             compress: self.compress.or(base.compress),
             policy: self.policy.or_else(|| base.policy.clone()),
             packet_size: self.packet_size.or(base.packet_size),
+            transport: self.transport.or_else(|| base.transport.clone()),
         }
     }
 }
@@ -139,6 +142,8 @@ pub struct ServerFile {
     pub web_cert: Option<PathBuf>,
     /// `--web-key`.
     pub web_key: Option<PathBuf>,
+    /// `--tcp` (`on` or `off`).
+    pub tcp: Option<String>,
 }
 
 impl ServerFile {

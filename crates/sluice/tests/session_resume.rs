@@ -8,7 +8,7 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use common::{TestServer, pattern};
-use sluice::session::{Client, CopyOptions};
+use sluice::session::{Client, CopyOptions, TransportChoice};
 
 /// The prefix the server's resume record of `name` claims (0 while there is none).
 fn recorded(server: &TestServer, name: &str) -> u64 {
@@ -20,9 +20,20 @@ fn recorded(server: &TestServer, name: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_upload_resumes_from_the_servers_partial_file() {
-    println!("seed 31");
+    interrupted_upload_resumes(TransportChoice::Udp).await;
+}
+
+/// The same over TCP: the session tunnelled, the data on TCP streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_upload_over_tcp_resumes_from_the_servers_partial_file() {
+    interrupted_upload_resumes(TransportChoice::Tcp).await;
+}
+
+async fn interrupted_upload_resumes(transport: TransportChoice) {
+    println!("seed 31, {transport:?}");
     let server = TestServer::start().await;
     let mut config = server.client_config();
+    config.transport = transport;
     // 200 Mbit/s: 48 MiB take 2 s, time enough to stop the upload half way.
     config.channel.rate_bps = 200_000_000;
     let client = Client::connect(config).await.unwrap();
@@ -54,7 +65,9 @@ async fn an_interrupted_upload_resumes_from_the_servers_partial_file() {
     assert!(left.iter().any(|n| n.contains(".sluice-part-")), "{left:?}");
     assert!(!server.root().join("up.bin").exists());
 
-    let client = server.client().await;
+    let mut config = server.client_config();
+    config.transport = transport;
+    let client = Client::connect(config).await.unwrap();
     let report = client.upload(&[src], "", &CopyOptions::default(), |_| {}).await.unwrap();
     println!("resumed {} of {} bytes (record said {kept_before})", report.resumed, data.len());
     assert!(report.resumed >= 16 << 20 && report.resumed <= kept_before, "{report:?}");

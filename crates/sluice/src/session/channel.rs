@@ -13,7 +13,9 @@ use tokio::task::JoinHandle;
 
 use super::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
 use super::messages::{FrameError, Spec};
+use super::streams::{Opener, PendingStream, StreamsPlan};
 use super::{DATA_IDLE_TIMEOUT, MAX_CHANNELS, SessionError, connection_error};
+use crate::datapath::tcp::StreamConfig;
 use crate::datapath::{ChannelParams, ChannelReport, DataError, ReceivedExtents};
 
 /// Initial congestion window of the session's QUIC connection. A manifest of 10,000 files is
@@ -108,6 +110,9 @@ pub(crate) struct ChannelSetup<'a> {
     /// The data phase within the request: 0 for the transfer, then one per repair round. Each
     /// phase's channels have keys of their own, so no packet number is used twice under a key.
     pub(crate) phase: u32,
+    /// `None` when the data moves on UDP channels; over TCP (the session came over TCP), how
+    /// this end gets its streams.
+    pub(crate) streams: Option<Opener<'a>>,
 }
 
 impl ChannelSetup<'_> {
@@ -134,6 +139,36 @@ impl ChannelSetup<'_> {
                 self.channel(index as u32, socket, SocketAddr::new(peer_ip, port))
             })
             .collect()
+    }
+
+    /// This phase's TCP data streams (one per negotiated channel), to open through `opener`.
+    pub(crate) fn streams(&self, opener: Opener<'_>) -> Result<StreamsPlan, SessionError> {
+        let pending = (0..self.negotiated.channels)
+            .map(|index| {
+                let channel = self.phase * MAX_CHANNELS + index;
+                let at = ChannelRef {
+                    session_id: self.session_id,
+                    request_id: self.request_id,
+                    channel,
+                };
+                PendingStream::derive(self.conn, &at)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let base = self.negotiated.apply(self.base);
+        let config = StreamConfig {
+            idle_timeout_us: base.idle_timeout_us,
+            rate_bps: self.negotiated.rate_bps,
+            min_rate_bps: self.negotiated.min_rate_bps,
+            rtt_hint_us: self.conn.rtt().as_micros() as u64,
+            right_size: true,
+        };
+        Ok(StreamsPlan {
+            pending,
+            role: self.role,
+            aead: self.negotiated.aead,
+            config,
+            opener: opener.into(),
+        })
     }
 
     fn channel(

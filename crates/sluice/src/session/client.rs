@@ -5,7 +5,7 @@
 //! each renamed there only after its BLAKE3 matched: a failed file leaves nothing under its
 //! final name.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +32,8 @@ use super::messages::{
 };
 use super::observe::{CopyObserver, OnProgress};
 use super::retry::{Backoff, BusyRetry};
+use super::streams::Opener;
+use super::transport::{self, Connected, Transport, TransportChoice};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
@@ -79,6 +81,9 @@ pub struct ClientConfig {
     /// A grant presented in place of the token (a third-party job's read; `token` is then
     /// unused).
     pub grant: Option<GrantClaim>,
+    /// The transport: `auto` (the default) races the QUIC handshakes over UDP and over TCP,
+    /// UDP preferred ([`TransportChoice`]).
+    pub transport: TransportChoice,
 }
 
 impl ClientConfig {
@@ -102,6 +107,7 @@ impl ClientConfig {
             fault: None,
             identity: None,
             grant: None,
+            transport: TransportChoice::Auto,
         }
     }
 }
@@ -158,6 +164,10 @@ pub struct Client {
     /// Held for the session's life: the endpoint's socket and driver carry the connection.
     _endpoint: quinn::Endpoint,
     conn: quinn::Connection,
+    /// What the session runs on: over TCP, its data streams dial the server's TCP port.
+    transport: Transport,
+    /// Why `auto` chose TCP, once.
+    notice: Option<String>,
     /// The server's answer to `Hello`, once it came ([`read_welcome`]).
     welcome: watch::Receiver<Option<Result<Welcomed, (ErrorCode, String)>>>,
     /// The server's offer for an early upload, once read (`Some(None)`: none came).
@@ -210,13 +220,15 @@ impl Client {
         let mut quic = quinn::ClientConfig::new(Arc::new(tls));
         quic.transport_config(Arc::new(transport));
 
-        let bind = match config.server.ip() {
-            IpAddr::V4(_) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
-            IpAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
-        };
-        let endpoint = quinn::Endpoint::client(bind)
-            .map_err(|e| SessionError::io(format!("binding a UDP socket on {bind}"), e))?;
-        let conn = connect_retrying(&endpoint, &quic, &config, &host, &verifier).await?;
+        let Connected { endpoint, conn, transport, notice } =
+            transport::connect(config.transport, config.server, |endpoint| {
+                let (quic, config, host, verifier) = (&quic, &config, &host, &verifier);
+                async move {
+                    let conn = connect_retrying(&endpoint, quic, config, host, verifier).await?;
+                    Ok((endpoint, conn))
+                }
+            })
+            .await?;
         let (fingerprint, host_decision) = match verifier.outcome() {
             Some((fingerprint, Ok(decision))) => (fingerprint, decision),
             Some((_, Err(refused))) => return Err(refused.into()),
@@ -244,6 +256,8 @@ impl Client {
         Ok(Client {
             _endpoint: endpoint,
             conn,
+            transport,
+            notice,
             welcome,
             offer,
             proposal,
@@ -252,6 +266,22 @@ impl Client {
             fingerprint,
             host_decision,
         })
+    }
+
+    /// The transport the session runs on.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Why the session runs on TCP when `auto` chose it (UDP did not get through), to tell the
+    /// user once.
+    pub fn transport_notice(&self) -> Option<&str> {
+        self.notice.as_deref()
+    }
+
+    /// Over TCP, how this end gets a transfer's data streams: it dials the server's port.
+    fn streams_opener(&self) -> Option<Opener<'static>> {
+        (self.transport == Transport::Tcp).then(|| Opener::Dial(self.conn.remote_address()))
     }
 
     /// The fingerprint the server presented.
@@ -465,7 +495,9 @@ impl Client {
         let mut req = self.request().await?;
         // Where nothing is yet, the server may send right behind its manifest, to sockets
         // that listen already.
-        let early = match !options.dry_run && nothing_at(dest, remote_paths) {
+        // Over TCP the client dials the data streams when the server starts: no sockets.
+        let over_udp = self.transport == Transport::Udp;
+        let early = match over_udp && !options.dry_run && nothing_at(dest, remote_paths) {
             true => Some(self.bind_data(self.proposal.max_channels)?),
             false => None,
         };
@@ -720,6 +752,7 @@ impl Client {
             base: &self.channel,
             request_id,
             phase: 0,
+            streams: self.streams_opener(),
         }
     }
 }

@@ -100,6 +100,8 @@ pub struct ChannelRef {
 const CLIENT_TO_SERVER: u8 = 0;
 const SERVER_TO_CLIENT: u8 = 1;
 const PARAMETERS: u8 = 2;
+/// A TCP data stream's hello key ([`super::streams`]).
+const HELLO: u8 = 3;
 
 impl ChannelRef {
     fn context(&self, purpose: u8) -> [u8; 29] {
@@ -109,6 +111,11 @@ impl ChannelRef {
         ctx[24..28].copy_from_slice(&self.channel.to_be_bytes());
         ctx[28] = purpose;
         ctx
+    }
+
+    /// The context of a TCP data stream's hello key.
+    pub(crate) fn hello_context(&self) -> [u8; 29] {
+        self.context(HELLO)
     }
 }
 
@@ -130,11 +137,12 @@ impl fmt::Debug for DirectionSecret {
 impl DirectionSecret {
     fn export(
         exporter: &impl KeyExporter,
+        label: &[u8],
         at: &ChannelRef,
         purpose: u8,
     ) -> Result<Self, SessionError> {
         let mut out = [0u8; 44];
-        exporter.export(&mut out, DATA_KEY_LABEL, &at.context(purpose))?;
+        exporter.export(&mut out, label, &at.context(purpose))?;
         let mut secret = DirectionSecret { key: [0; 32], iv: [0; 12] };
         secret.key.copy_from_slice(&out[..32]);
         secret.iv.copy_from_slice(&out[32..]);
@@ -162,15 +170,25 @@ pub struct ChannelSecrets {
 impl ChannelSecrets {
     /// Derives the secrets of channel `at` from the session's exporter.
     pub fn derive(exporter: &impl KeyExporter, at: &ChannelRef) -> Result<Self, SessionError> {
+        Self::derive_labelled(exporter, DATA_KEY_LABEL, at)
+    }
+
+    /// Derives the secrets of `at` under the exporter label `label` (the UDP channels' or the
+    /// TCP streams').
+    pub fn derive_labelled(
+        exporter: &impl KeyExporter,
+        label: &[u8],
+        at: &ChannelRef,
+    ) -> Result<Self, SessionError> {
         let mut params = [0u8; 12];
-        exporter.export(&mut params, DATA_KEY_LABEL, &at.context(PARAMETERS))?;
+        exporter.export(&mut params, label, &at.context(PARAMETERS))?;
         let mut dsn = [0u8; 4];
         dsn.copy_from_slice(&params[..4]);
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&params[4..]);
         Ok(ChannelSecrets {
-            client_to_server: DirectionSecret::export(exporter, at, CLIENT_TO_SERVER)?,
-            server_to_client: DirectionSecret::export(exporter, at, SERVER_TO_CLIENT)?,
+            client_to_server: DirectionSecret::export(exporter, label, at, CLIENT_TO_SERVER)?,
+            server_to_client: DirectionSecret::export(exporter, label, at, SERVER_TO_CLIENT)?,
             initial_dsn: u32::from_be_bytes(dsn) & 0x7fff_ffff,
             seed: u64::from_be_bytes(seed),
         })

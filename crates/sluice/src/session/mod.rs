@@ -127,8 +127,12 @@ mod metrics;
 mod observe;
 mod retry;
 pub mod server;
+mod streams;
+mod tcp_port;
 pub mod third_party;
 pub mod tokens;
+pub mod transport;
+mod tunnel;
 
 use std::time::Duration;
 
@@ -148,6 +152,7 @@ pub use observe::{CopyObserver, PlannedFile};
 pub use retry::BusyRetry;
 pub use server::{Credentials, Server, ServerConfig};
 pub use third_party::{DialRule, ThirdParty, ThirdPartyConfig};
+pub use transport::{Transport, TransportChoice};
 
 /// The ALPN protocol identifier of the session plane.
 pub const ALPN: &[u8] = b"sluice/1";

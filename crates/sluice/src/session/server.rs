@@ -47,8 +47,11 @@ use super::messages::{
 };
 use super::metrics::Metrics;
 use super::observe::NoObserver;
+use super::streams::{Door, Opener};
+use super::tcp_port::TcpPort;
 use super::third_party::{Grants, ThirdPartyConfig};
 use super::tokens::{Rights, TokenSet};
+use super::tunnel;
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
@@ -142,6 +145,9 @@ pub struct ServerConfig {
     pub fault: Option<Fault>,
     /// Which ends of third-party transfers it takes, and whom it dials.
     pub third_party: ThirdPartyConfig,
+    /// Whether it also listens on TCP, on the QUIC endpoint's IP and port, for clients whose
+    /// path blocks UDP: their sessions come tunnelled and their data on TCP streams.
+    pub tcp: bool,
 }
 
 /// Who a server is and whom it admits.
@@ -225,12 +231,16 @@ struct Shared {
     grants: Grants,
     /// As a destination: its jobs.
     jobs: Arc<Jobs>,
+    /// Where the TCP data streams of sessions over TCP come in.
+    door: Arc<Door>,
 }
 
 /// A bound server; [`Server::run`] serves it.
 #[derive(Debug)]
 pub struct Server {
     endpoint: quinn::Endpoint,
+    /// The TCP side ([`ServerConfig::tcp`]): the endpoint of tunnelled sessions and the port.
+    tcp: Option<(quinn::Endpoint, TcpPort)>,
     shared: Arc<Shared>,
     fingerprint: Fingerprint,
     local_addr: SocketAddr,
@@ -282,8 +292,17 @@ impl Server {
                 INCOMING_BUFFER * (MAX_WAITING + MAX_UNAUTHENTICATED) as u64,
             );
 
-        let endpoint = quinn::Endpoint::server(server_config, config.listen)
-            .map_err(|e| SessionError::io(format!("binding {}", config.listen), e))?;
+        let (endpoint, tcp) = bind_ports(config.listen, config.tcp)?;
+        let tcp = match tcp {
+            Some(port) => {
+                let endpoint =
+                    tunnel::endpoint(port.datagrams.clone(), Some(server_config.clone()))
+                        .map_err(|e| SessionError::io("starting the TCP endpoint", e))?;
+                Some((endpoint, port))
+            }
+            None => None,
+        };
+        endpoint.set_server_config(Some(server_config));
         let local_addr = endpoint
             .local_addr()
             .map_err(|e| SessionError::io("reading the endpoint's address", e))?;
@@ -294,9 +313,12 @@ impl Server {
         let channel = default_channel_config();
         let state_dir = config.credentials.state_dir();
         let jobs = Jobs::new(state_dir, Arc::new(identity), channel.clone(), transfers.clone());
+        let door = tcp.as_ref().map(|(_, port)| port.door.clone()).unwrap_or_default();
         Ok(Server {
             endpoint,
+            tcp,
             shared: Arc::new(Shared {
+                door,
                 root,
                 tokens,
                 access,
@@ -345,7 +367,7 @@ impl Server {
     /// channels are cancelled) and waits briefly for them to wind down. A one-shot server
     /// ([`Credentials::OneTime`]) also stops when its session ends, and fails when none began
     /// in time.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), SessionError> {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), SessionError> {
         let mut shutdown = std::pin::pin!(shutdown);
         // Jobs a previous run left unfinished, whose clients' tokens still may write.
         let shared = self.shared.clone();
@@ -358,6 +380,14 @@ impl Server {
         let mut deadline = std::pin::pin!(deadline);
         let mut sessions = JoinSet::new();
         let mut result = Ok(());
+        let (tcp_endpoint, _tcp_port) = match self.tcp.take() {
+            Some((endpoint, TcpPort { listener, datagrams, door })) => {
+                let serving = tokio::spawn(TcpPort::serve(listener, datagrams, door));
+                (Some(endpoint), Some(AbortOnDrop(serving)))
+            }
+            None => (None, None),
+        };
+        let tcp_endpoint = tcp_endpoint.as_ref();
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
@@ -369,32 +399,10 @@ impl Server {
                 }
                 incoming = self.endpoint.accept() => {
                     let Some(incoming) = incoming else { break };
-                    if sessions.len() >= MAX_CONNECTIONS {
-                        warn!(remote = %incoming.remote_address(), "too many sessions: refusing a connection");
-                        self.shared.metrics.refused();
-                        incoming.refuse();
-                        continue;
-                    }
-                    let ip = incoming.remote_address().ip().to_canonical();
-                    let span = info_span!("session", remote = %incoming.remote_address());
-                    match self.shared.admit(ip, incoming.remote_address_validated()) {
-                        Admission::Place(pending) => {
-                            sessions.spawn(serve_connection(incoming, pending).instrument(span));
-                        }
-                        Admission::Wait(waiting) => {
-                            sessions.spawn(wait_for_place(incoming, waiting).instrument(span));
-                        }
-                        Admission::Retry => {
-                            if let Err(e) = incoming.retry() {
-                                e.into_incoming().refuse();
-                            }
-                        }
-                        Admission::Refuse(why) => {
-                            debug!(%ip, why, "refusing a connection");
-                            self.shared.metrics.refused();
-                            incoming.refuse();
-                        }
-                    }
+                    self.admit(incoming, false, &mut sessions);
+                }
+                Some(incoming) = accept_some(tcp_endpoint) => {
+                    self.admit(incoming, true, &mut sessions);
                 }
                 Some(served) = sessions.join_next(), if !sessions.is_empty() => {
                     if wait.is_some() && served.unwrap_or(false) {
@@ -406,6 +414,9 @@ impl Server {
         }
         info!("shutting down");
         self.endpoint.close(close_code::SHUTDOWN.into(), b"server shutting down");
+        if let Some(endpoint) = tcp_endpoint {
+            endpoint.close(close_code::SHUTDOWN.into(), b"server shutting down");
+        }
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
             while sessions.join_next().await.is_some() {}
         })
@@ -419,6 +430,94 @@ impl Server {
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
         result
+    }
+
+    /// Takes a new connection (`over_tcp`: from the TCP endpoint) into `sessions`, makes it
+    /// wait for a place, asks it to prove its address, or refuses it.
+    fn admit(&self, incoming: quinn::Incoming, over_tcp: bool, sessions: &mut JoinSet<bool>) {
+        if sessions.len() >= MAX_CONNECTIONS {
+            warn!(remote = %incoming.remote_address(), "too many sessions: refusing a connection");
+            self.shared.metrics.refused();
+            incoming.refuse();
+            return;
+        }
+        let ip = incoming.remote_address().ip().to_canonical();
+        let span = info_span!("session", remote = %incoming.remote_address(), tcp = over_tcp);
+        // A TCP connection proved its address with TCP's own handshake.
+        let validated = over_tcp || incoming.remote_address_validated();
+        match self.shared.admit(ip, validated) {
+            Admission::Place(pending) => {
+                sessions.spawn(serve_connection(incoming, pending, over_tcp).instrument(span));
+            }
+            Admission::Wait(waiting) => {
+                sessions.spawn(wait_for_place(incoming, waiting, over_tcp).instrument(span));
+            }
+            Admission::Retry => {
+                if let Err(e) = incoming.retry() {
+                    e.into_incoming().refuse();
+                }
+            }
+            Admission::Refuse(why) => {
+                debug!(%ip, why, "refusing a connection");
+                self.shared.metrics.refused();
+                incoming.refuse();
+            }
+        }
+    }
+}
+
+/// The next connection of an endpoint that may not be there (never, then).
+async fn accept_some(endpoint: Option<&quinn::Endpoint>) -> Option<quinn::Incoming> {
+    match endpoint {
+        Some(endpoint) => endpoint.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A task that stops when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Binds the QUIC endpoint's UDP socket on `listen` and, with `tcp`, a TCP listener on the
+/// same IP and port. With port 0 the pair is bound anew (up to 20 times) until the TCP port of
+/// the UDP port the system chose is free too.
+fn bind_ports(
+    listen: SocketAddr,
+    tcp: bool,
+) -> Result<(quinn::Endpoint, Option<TcpPort>), SessionError> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let socket = std::net::UdpSocket::bind(listen)
+            .map_err(|e| SessionError::io(format!("binding {listen}"), e))?;
+        let bound = socket.local_addr().map_err(|e| SessionError::io("reading the address", e))?;
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            None,
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(|e| SessionError::io(format!("binding {listen}"), e))?;
+        if !tcp {
+            return Ok((endpoint, None));
+        }
+        match TcpPort::bind(bound) {
+            Ok(port) => return Ok((endpoint, Some(port))),
+            Err(_) if listen.port() == 0 && attempts < 20 => {}
+            Err(e) => {
+                return Err(SessionError::io(
+                    format!(
+                        "listening on TCP {bound} (for clients whose path blocks UDP; `tcp = false` turns it off)"
+                    ),
+                    e,
+                ));
+            }
+        }
     }
 }
 
@@ -562,10 +661,10 @@ impl Shared {
 
 /// A connection waiting for a place among its address's: set up when one comes free within
 /// [`PLACE_WAIT`], else refused. Returns whether a session was established.
-async fn wait_for_place(incoming: quinn::Incoming, waiting: Waiting) -> bool {
+async fn wait_for_place(incoming: quinn::Incoming, waiting: Waiting, over_tcp: bool) -> bool {
     let places = waiting.places.clone();
     match tokio::time::timeout(PLACE_WAIT, places.acquire_owned()).await {
-        Ok(Ok(place)) => serve_connection(incoming, waiting.into_place(place)).await,
+        Ok(Ok(place)) => serve_connection(incoming, waiting.into_place(place), over_tcp).await,
         _ => {
             debug!("no place came free in time: refusing the connection");
             waiting.shared.metrics.refused();
@@ -580,7 +679,11 @@ async fn wait_for_place(incoming: quinn::Incoming, waiting: Waiting) -> bool {
 /// was established. `pending` holds the connection's place among the unauthenticated ones
 /// until its token is accepted; its `Hello` must come within [`HANDSHAKE_TIMEOUT`] of its
 /// acceptance, the QUIC handshake included.
-async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -> bool {
+async fn serve_connection(
+    incoming: quinn::Incoming,
+    pending: Unauthenticated,
+    over_tcp: bool,
+) -> bool {
     let shared = pending.shared.clone();
     let connecting = match incoming.accept() {
         Ok(connecting) => connecting,
@@ -614,7 +717,8 @@ async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -
             return false;
         }
     };
-    let early = if shared.early_offers {
+    // Over TCP the data moves on streams the client dials: no sockets to offer.
+    let early = if shared.early_offers && !over_tcp {
         let local = conn.local_ip().map(|ip| ip.to_canonical());
         let peer = conn.remote_address().ip().to_canonical();
         EarlySockets::bind(shared.max_channels, local, peer, &shared.early_sockets)
@@ -624,7 +728,7 @@ async fn serve_connection(incoming: quinn::Incoming, pending: Unauthenticated) -
     if let Err(e) = send_offer(&conn, id, shared.max_channels, early.as_ref()).await {
         debug!(error = %e, "could not send the offer");
     }
-    let Some(session) = handshake(&conn, &shared, id, early, handshaken).await else {
+    let Some(session) = handshake(&conn, &shared, id, early, handshaken, over_tcp).await else {
         return false;
     };
     drop(pending);
@@ -669,6 +773,8 @@ struct Session {
     /// The grant it was admitted with, when its peer is a server reading for a third-party
     /// job: it reads the grant's paths only.
     granted: Option<sluice_session::grant::Grant>,
+    /// It came over TCP: its transfers' data moves on TCP streams.
+    over_tcp: bool,
 }
 
 /// Reads `Hello`, checks the token, version and spec, and answers `Welcome` with the session's
@@ -680,6 +786,7 @@ async fn handshake(
     id: SessionId,
     early: Option<EarlySockets>,
     mut handshaken: Option<quinn::ZeroRttAccepted>,
+    over_tcp: bool,
 ) -> Option<Session> {
     let mut admission = ServerHandshake::new(
         Instant::now(),
@@ -766,7 +873,7 @@ async fn handshake(
     let (token, access) = access?;
     let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS_PER_SESSION));
     let early = std::sync::Mutex::new(early);
-    Some(Session { id, negotiated, access, transfers, early, token, granted })
+    Some(Session { id, negotiated, access, transfers, early, token, granted, over_tcp })
 }
 
 /// The check of a grant presented in a handshake: this server issues grants, the grant holds
@@ -912,6 +1019,12 @@ impl<'a> RequestCtx<'a> {
         write_message(self.send, msg).await.map_err(|e| frame_error(e, self.conn))
     }
 
+    /// Over TCP, where this request's data streams come in.
+    fn streams_opener(&self) -> Option<Opener<'a>> {
+        let shared: &'a Shared = self.shared;
+        self.session.over_tcp.then_some(Opener::Door(&shared.door))
+    }
+
     fn setup(&self) -> ChannelSetup<'a> {
         let shared: &'a Shared = self.shared;
         ChannelSetup {
@@ -922,6 +1035,7 @@ impl<'a> RequestCtx<'a> {
             base: &shared.channel,
             request_id: self.request_id,
             phase: 0,
+            streams: self.streams_opener(),
         }
     }
 

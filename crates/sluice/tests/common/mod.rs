@@ -57,6 +57,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         digest_timeout: None,
         fault: None,
         third_party: Default::default(),
+        tcp: true,
     }
 }
 

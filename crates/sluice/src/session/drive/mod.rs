@@ -10,6 +10,7 @@
 //! and hand it in. A failure of this end is handed in too ([`Sending::handle_failure`]), so the
 //! peer always hears why, and is returned as it happened.
 
+mod data;
 mod receive;
 mod send;
 
@@ -29,9 +30,10 @@ use super::keys::Role;
 use super::messages::{FrameError, Messages, write_message};
 use super::observe::PlannedFile;
 use super::{Peer, SessionError};
-use crate::datapath::{self, Fault as TestFault};
+use crate::datapath::Fault as TestFault;
 use crate::tree::FileSet;
 
+use data::DataPlan;
 pub(crate) use receive::{Destination, run_receiving};
 pub(crate) use send::{run_sending, wanted_names, write_opening};
 
@@ -115,7 +117,12 @@ impl Channels<'_> {
         self.setup.conn.remote_address().ip().to_canonical()
     }
 
+    /// This end's data sockets and their ports; over TCP none (the client dials the server's
+    /// TCP port), and zeros for the ports the messages carry.
     fn bind(&self) -> Result<(Vec<UdpSocket>, Vec<u16>), SessionError> {
+        if self.setup.streams.is_some() {
+            return Ok((Vec::new(), vec![0; self.setup.negotiated.channels as usize]));
+        }
         let local = self.setup.conn.local_ip().map(|ip| ip.to_canonical());
         let buffer = crate::datapath::SOCKET_BUFFER_BYTES;
         bind_data_sockets(self.setup.negotiated.channels, local, self.peer_ip(), buffer)
@@ -130,7 +137,10 @@ impl Channels<'_> {
         sockets: Option<Vec<UdpSocket>>,
         peer_ports: &[u16],
         patient: Option<std::time::Duration>,
-    ) -> Result<Vec<datapath::ChannelParams>, SessionError> {
+    ) -> Result<DataPlan, SessionError> {
+        if let Some(opener) = self.setup.streams {
+            return ChannelSetup { phase, ..self.setup }.streams(opener).map(DataPlan::Streams);
+        }
         let sockets = sockets.ok_or_else(|| {
             SessionError::Protocol(format!("data of phase {phase} before its sockets were bound"))
         })?;
@@ -142,7 +152,7 @@ impl Channels<'_> {
                 *idle = (*idle).max(wait.as_micros() as u64);
             }
         }
-        Ok(params)
+        Ok(DataPlan::Channels(params))
     }
 }
 

@@ -9,9 +9,10 @@ use sluice_session::{Planned, Received, Receiving, RecvEffect};
 use tokio::task::JoinHandle;
 
 use super::{
-    Channels, Wire, fail, hash_blocks, join_job, planned_files, sleep_until, take_read, write_msg,
+    Channels, DataPlan, Wire, fail, hash_blocks, join_job, planned_files, sleep_until, take_read,
+    write_msg,
 };
-use crate::datapath::{self, ChannelReport, Progress};
+use crate::datapath::{ChannelReport, Progress};
 use crate::session::SessionError;
 use crate::session::blocks::{DataStore, data_store};
 use crate::session::channel::{Receive, Step, data_error};
@@ -124,7 +125,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
                                 continue;
                             }
                         },
-                        None => Vec::new(),
+                        None => DataPlan::Channels(Vec::new()),
                     };
                     let store = store.clone();
                     let mut progress = observer.take().filter(|_| first);
@@ -139,9 +140,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
                                 o.progress(p);
                             }
                         };
-                        datapath::receive(
-                            params, &*store, span, &present, ends, &mut tell, hashed, cancel,
-                        )
+                        params.receive(&*store, span, &present, ends, &mut tell, hashed, cancel)
                     });
                     receiving = Some((phase, task, false));
                 }

@@ -13,7 +13,7 @@ use super::{
     Channels, Wire, fail, hash_blocks, join_job, join_some, planned_files, sleep_until, take_read,
     write_msg,
 };
-use crate::datapath::{self, ChannelReport, DataError, Progress};
+use crate::datapath::{ChannelReport, DataError, Progress};
 use crate::files::hash_extents;
 use crate::session::SessionError;
 use crate::session::blocks::{DataStore, data_store};
@@ -223,9 +223,7 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                                             o.progress(p);
                                         }
                                     };
-                                    datapath::send(
-                                        params, &*store, &ranges, compress, &mut tell, cancel,
-                                    )
+                                    params.send(&*store, &ranges, compress, &mut tell, cancel)
                                 }),
                             ));
                         }
