@@ -29,6 +29,7 @@ async fn an_interrupted_upload_over_tcp_resumes_from_the_servers_partial_file() 
     interrupted_upload_resumes(TransportChoice::Tcp).await;
 }
 
+#[allow(clippy::print_stdout)] // the seed and the result, as the tests print them
 async fn interrupted_upload_resumes(transport: TransportChoice) {
     println!("seed 31, {transport:?}");
     let server = TestServer::start().await;
