@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use sluice::session::identity::check_private;
 use sluice::session::known_hosts::KnownHosts;
-use sluice::session::{Client, ClientConfig, HostKeyError, SessionError, TrustPolicy};
+use sluice::session::{
+    Client, ClientConfig, HostKeyError, SessionError, TransportChoice, TrustPolicy,
+};
 use sluice_proto::config::ChannelConfig;
 
 use crate::config::Prefs;
@@ -75,12 +77,18 @@ impl ConnectArgs {
         );
         config.channel = channel;
         config.channels = channels;
-        let transport = self.transport.as_ref().or(prefs.transport.as_ref());
-        if let Some(name) = transport {
-            config.transport =
-                name.parse().map_err(|e: String| exit::usage(format!("--transport: {e}")))?;
-        }
+        config.transport = self.transport(prefs)?;
         Ok(config)
+    }
+
+    /// The transport: the flag (or its variable), else the config file's, else auto.
+    pub(crate) fn transport(&self, prefs: &Prefs) -> anyhow::Result<TransportChoice> {
+        match self.transport.as_ref().or(prefs.transport.as_ref()) {
+            Some(name) => {
+                name.parse().map_err(|e: String| exit::usage(format!("--transport: {e}")))
+            }
+            None => Ok(TransportChoice::Auto),
+        }
     }
 }
 
@@ -184,6 +192,7 @@ pub(crate) async fn reach(
     let mut config = server.client_config(known_hosts)?;
     config.channel = channel;
     config.channels = channels;
+    config.transport = connect.transport(prefs)?;
     Ok(Reached { client: Client::start(config).await?, ssh: Some(server) })
 }
 

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use sluice::session::{CopyOptions, Links, Overwrite, TransferReport};
+use sluice::session::{
+    CopyOptions, Links, Overwrite, SessionError, TransferReport, Transport, TransportChoice,
+};
 use sluice_proto::cc::CcKind;
 
 use crate::config::Prefs;
@@ -102,6 +104,16 @@ pub(crate) struct CpArgs {
     /// warning, summary, error), for scripts and GUIs; the schema is docs/json-events.md.
     #[arg(long)]
     json: bool,
+}
+
+/// How many times `auto` takes up a transfer the path stopped carrying ([`copy`]).
+const MID_WAY_RETRIES: u32 = 1;
+
+/// Tells once that the session went over TCP because UDP did not get through.
+fn tell_transport(show: &Show, client: &sluice::session::Client) {
+    if let Some(notice) = client.transport_notice() {
+        show.warning(notice);
+    }
 }
 
 /// Which way a copy goes.
@@ -305,22 +317,52 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         return crate::between::copy(ends, sources, dest, &options, mode).await;
     }
     let started = std::time::Instant::now();
-    let reached = reach(&args.connect, &args.ssh, &host, &prefs, channel, args.channels).await?;
+    let mut reached =
+        reach(&args.connect, &args.ssh, &host, &prefs, channel.clone(), args.channels).await?;
     direction.map_remote(|p| reached.remote_path(p));
-    let client = &reached.client;
     let way = match &direction {
         Direction::Download { .. } => "download",
         Direction::Upload { .. } | Direction::Between { .. } => "upload",
     };
     let show = Show::new(mode, way);
-    let report: TransferReport = match &direction {
-        Direction::Download { sources, dest } => {
-            client.download_observed(sources, dest, &options, show.clone()).await?
+    tell_transport(&show, &reached.client);
+    // With `auto`, a transfer over UDP that the path stops carrying (a firewall rule added
+    // mid-way) is taken up again on a new session, over TCP if UDP no longer gets through,
+    // resuming from what arrived.
+    let mut retries = match args.connect.transport(&prefs)? {
+        TransportChoice::Auto if !args.ssh.ssh => MID_WAY_RETRIES,
+        _ => 0,
+    };
+    let report: TransferReport = loop {
+        let client = &reached.client;
+        let result = match &direction {
+            Direction::Download { sources, dest } => {
+                client.download_observed(sources, dest, &options, show.clone()).await
+            }
+            Direction::Upload { sources, dest } => {
+                client.upload_observed(sources, dest, &options, show.clone()).await
+            }
+            Direction::Between { .. } => unreachable!("a copy between servers returned above"),
+        };
+        let again = match &result {
+            Err(SessionError::Network(why)) if client.transport() == Transport::Udp => Some(why),
+            _ => None,
+        };
+        match again {
+            Some(why) if retries > 0 => {
+                retries -= 1;
+                show.warning(&format!(
+                    "the transfer stopped ({why}): taking it up again on a new session (over \
+                     TCP if UDP no longer gets through), from what arrived"
+                ));
+                reached.close().await;
+                reached =
+                    reach(&args.connect, &args.ssh, &host, &prefs, channel.clone(), args.channels)
+                        .await?;
+                tell_transport(&show, &reached.client);
+            }
+            _ => break result?,
         }
-        Direction::Upload { sources, dest } => {
-            client.upload_observed(sources, dest, &options, show.clone()).await?
-        }
-        Direction::Between { .. } => unreachable!("a copy between servers returned above"),
     };
     reached.close().await;
     let secs = started.elapsed().as_secs_f64();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 use sluice::datapath::Progress;
-use sluice::session::{CopyObserver, PlannedFile, TransferReport};
+use sluice::session::{CopyObserver, PlannedFile, TransferReport, Transport};
 
 /// The version of the JSON lines' schema (`docs/json-events.md`); it changes when a field
 /// changes meaning or goes away, not when one is added.
@@ -151,6 +151,7 @@ impl Show {
                     "replaced": report.replaced,
                     "kept": report.kept,
                     "blake3": report.blake3,
+                    "transport": report.transport.name(),
                     "would_copy": if dry_run { json!(report.planned) } else { Value::Null },
                 }));
             }
@@ -188,6 +189,9 @@ impl Show {
                     let blocks = if report.repaired == 1 { "block" } else { "blocks" };
                     extra.push_str(&format!(", {} {blocks} repaired", report.repaired));
                 }
+                if report.transport == Transport::Tcp {
+                    extra.push_str(", over TCP");
+                }
                 say(&format!(
                     "sluice: {files}, {} bytes in {secs:.2} s, {:.1} Mbit/s{extra}, BLAKE3 verified",
                     report.bytes,
@@ -217,6 +221,8 @@ impl CopyObserver for Show {
             })
             .collect();
         seen.files = files.to_vec();
+        // A transfer taken up again counts its progress anew.
+        seen.samples.clear();
         drop(seen);
         self.started(files.len() as u64, at);
     }
@@ -228,7 +234,7 @@ impl CopyObserver for Show {
         seen.samples.push((now, p.bytes));
         let rate_bps = match (seen.samples.first(), seen.samples.last()) {
             (Some(&(t0, b0)), Some(&(t1, b1))) if t1 > t0 => {
-                Some((b1 - b0) as f64 * 8.0 / t1.duration_since(t0).as_secs_f64())
+                Some(b1.saturating_sub(b0) as f64 * 8.0 / t1.duration_since(t0).as_secs_f64())
             }
             _ => None,
         };

@@ -14,6 +14,10 @@ pub struct TcpRtt {
     /// receive buffer uses (from the timestamps of arriving data, or the time to receive one
     /// window).
     pub rcv_rtt_us: u32,
+    /// Segments this end retransmitted, in all.
+    pub retransmitted: u32,
+    /// The congestion window, in bytes.
+    pub cwnd_bytes: u64,
 }
 
 /// Reads `TCP_INFO` of `stream`. `Unsupported` off Linux.
@@ -41,7 +45,12 @@ pub fn tcp_rtt(stream: &TcpStream) -> io::Result<TcpRtt> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(TcpRtt { rtt_us: info.tcpi_rtt, rcv_rtt_us: info.tcpi_rcv_rtt })
+    Ok(TcpRtt {
+        rtt_us: info.tcpi_rtt,
+        rcv_rtt_us: info.tcpi_rcv_rtt,
+        retransmitted: info.tcpi_total_retrans,
+        cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+    })
 }
 
 /// Reads `TCP_INFO` of `stream`. `Unsupported` off Linux.

@@ -32,6 +32,7 @@ pub fn isolate(c: &mut Command, dir: &Path) {
         "SLUICE_COMPRESS",
         "SLUICE_POLICY",
         "SLUICE_PACKET_SIZE",
+        "SLUICE_TRANSPORT",
         "SLUICE_SSH",
         "SLUICE_REMOTE_SLUICE",
     ] {

@@ -145,6 +145,8 @@ pub struct TransferReport {
     /// the receiver took it (a session's first upload to a server that offered sockets, a
     /// download to where nothing was).
     pub early: bool,
+    /// The transport the data moved on.
+    pub transport: Transport,
 }
 
 impl TransferReport {
@@ -569,6 +571,7 @@ impl Client {
         report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
         report.channel = channel.filter(|c| c.channels > 0);
         report.early = received.early;
+        report.transport = self.transport;
         report.repaired = received.received.repaired;
         report.resumed = received.received.resumed;
         Ok(report.finished(started))
@@ -694,6 +697,7 @@ impl Client {
         report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
         report.channel = sent.report;
         report.early = sent.early;
+        report.transport = self.transport;
         report.repaired = sent.sent.repaired;
         Ok(report.finished(started))
     }

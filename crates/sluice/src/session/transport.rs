@@ -40,9 +40,10 @@ impl FromStr for TransportChoice {
 }
 
 /// The transport a session runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
     /// QUIC on UDP, data on UDP channels.
+    #[default]
     Udp,
     /// QUIC over TCP, data on TCP streams.
     Tcp,

@@ -49,6 +49,7 @@ impl Conn {
     ) -> Result<Self, DataError> {
         stream.set_nonblocking(true).map_err(DataError::Socket)?;
         stream.set_nodelay(true).map_err(DataError::Socket)?;
+        prefer_bbr(&stream);
         let now = Instant::now();
         Ok(Self {
             stream,
@@ -255,5 +256,19 @@ impl Conn {
             }
         }
         Ok(())
+    }
+}
+
+/// Moves the stream to BBR where the host offers it (and allows it to this process: the
+/// kernel's `tcp_allowed_congestion_control`): on a lossy long path a loss-based controller
+/// (cubic, reno) halves its window at every loss, BBR paces at the bandwidth it measures. Where
+/// BBR is not there, the host's default stays, said once at debug level.
+fn prefer_bbr(stream: &TcpStream) {
+    if let Err(e) = rustix::net::sockopt::set_tcp_congestion(stream, "bbr") {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            let current = rustix::net::sockopt::tcp_congestion(stream).unwrap_or_default();
+            tracing::debug!(error = %e, congestion_control = current, "BBR is not available");
+        });
     }
 }

@@ -16,6 +16,9 @@ use super::record::{REASON_BROKEN, REASON_CANCELLED, REASON_DONE, Record, shutdo
 use super::{StreamParams, keep_alive_every};
 use sluice_session::compress::{COMPRESS_BLOCK_BYTES, COMPRESSED, Deflater};
 
+/// How often a stream traces its counters ([`Run::trace`]), as a UDP channel does.
+const TRACE_EVERY: Duration = Duration::from_millis(250);
+
 /// Bytes of records a stream queues per turn of its loop at most, before it reads the ACKs.
 const TURN_BYTES: usize = 4 << 20;
 /// Longest sleep: how soon a stream with nothing to send sees the plan done or `stop`.
@@ -70,6 +73,8 @@ pub(super) fn stream(
             idle: Duration::from_micros(config.idle_timeout_us),
             idle_secs: config.idle_secs(),
             buffer_set: None,
+            index,
+            traced: (start, 0),
         };
         let result = match run.drive() {
             // The peer may have said why before its socket went.
@@ -78,6 +83,8 @@ pub(super) fn stream(
             }
             other => other,
         };
+        // The last counters, however short the stream's life.
+        run.trace(Instant::now());
         let reason = match &result {
             Ok(()) => REASON_DONE,
             Err(DataError::Cancelled) if !ctx.shared.failed() => REASON_CANCELLED,
@@ -114,6 +121,9 @@ struct Run<'r, 'a> {
     idle_secs: u64,
     /// The send buffer set on the socket (`None` while the kernel tunes it).
     buffer_set: Option<u64>,
+    index: usize,
+    /// When the stream's counters were last traced, and the bytes confirmed then.
+    traced: (Instant, u64),
 }
 
 impl Run<'_, '_> {
@@ -152,6 +162,9 @@ impl Run<'_, '_> {
             let now = Instant::now();
             if now.duration_since(self.conn.heard) >= self.idle {
                 return Err(DataError::PeerSilent(self.idle_secs));
+            }
+            if now.duration_since(self.traced.0) >= TRACE_EVERY {
+                self.trace(now);
             }
             let mut queued = 0;
             loop {
@@ -194,6 +207,28 @@ impl Run<'_, '_> {
                 self.conn.wait(until)?;
             }
         }
+    }
+
+    /// The stream's state, for `RUST_LOG=sluice=debug` and the server's event log, as the UDP
+    /// channels trace theirs: the rate the receiver confirmed since the last trace, and the
+    /// kernel's round trip, window and retransmissions.
+    fn trace(&mut self, now: Instant) {
+        let (at, written) = self.traced;
+        let secs = now.duration_since(at).as_secs_f64().max(1e-6);
+        let rate_mbit = ((self.counts.written - written) as f64 * 8.0 / secs / 1e6) as u64;
+        self.traced = (now, self.counts.written);
+        let info = sluice_udp::tcp_rtt(self.conn.socket()).unwrap_or_default();
+        tracing::debug!(
+            stream = self.index,
+            rate_mbit,
+            rtt_ms = f64::from(info.rtt_us) / 1000.0,
+            cwnd_kib = info.cwnd_bytes >> 10,
+            acked_mib = self.counts.written >> 20,
+            records = self.counts.data_records,
+            retransmitted = info.retransmitted,
+            buffer_kib = self.buffer_set.map(|b| b >> 10),
+            "sending"
+        );
     }
 
     /// Credits the plan with what the receiver confirmed; forgets the frames done.
