@@ -12,5 +12,8 @@ ALL = [Iperf3("cubic"), Iperf3("bbr"), Scp(), Rsync(), GridFtp(1), GridFtp(4), S
 # Only when named in --tools: the compressing variants (they matter for --content text), and
 # Sluice blasting at the WAN link rate with no congestion control (the ceiling of the path and
 # this host for Sluice's data plane, to read the default against).
-EXTRA = [Rsync(compress=True), Sluice(compress=1), Sluice(fixed_mbit=RATE_MBIT)]
+# And Sluice's default on a path that drops UDP (issue 30: it must fall back to TCP), and with
+# the transport held to UDP or TCP, to compare auto with them in the same run.
+EXTRA = [Rsync(compress=True), Sluice(compress=1), Sluice(fixed_mbit=RATE_MBIT),
+         Sluice(block_udp=True), Sluice(transport="udp"), Sluice(transport="tcp")]
 BY_NAME = {t.name: t for t in ALL + EXTRA}

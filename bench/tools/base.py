@@ -46,6 +46,9 @@ class Tool:
     def server_argv(self, ctx):
         return None
 
+    def finish(self, ctx):
+        """Once per run, after both ends stopped (undo what `prepare` changed on the path)."""
+
     def client_argv(self, ctx):
         raise NotImplementedError
 
@@ -108,6 +111,7 @@ class Tool:
             if server is not None:
                 time.sleep(0.3)   # let a forking server reap its connection child first
                 server.stop()
+            self.finish(ctx)
             link = ctx.path.end_run()
         res.update({k: v for k, v in link.items()})
         res["client_rc"] = client.returncode

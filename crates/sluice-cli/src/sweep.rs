@@ -1,12 +1,12 @@
 //! `sluice sweep host`: FFTM's "sweep copy" done properly. Real uploads of test data over the
-//! real path, one per packet size and channel count, a table of goodput and retransmissions,
-//! and the best settings, ready for the config file.
+//! real path, one per transport, packet size and channel count (over TCP, per stream count), a
+//! table of goodput and retransmissions, and the best settings, ready for the config file.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use sluice::session::{CopyOptions, Overwrite};
+use sluice::session::{CopyOptions, Overwrite, SessionError, Transport, TransportChoice};
 
 use crate::config::ClientFile;
 use crate::connect::{ConnectArgs, reach};
@@ -43,7 +43,9 @@ pub(crate) struct SweepArgs {
 
 /// One run's outcome.
 struct Row {
-    packet_size: usize,
+    transport: Transport,
+    /// `None` over TCP (the kernel sizes the segments).
+    packet_size: Option<usize>,
     channels: u32,
     mbit: f64,
     /// Retransmitted data packets over all sent, when the sender's channels reported.
@@ -80,60 +82,91 @@ pub(crate) async fn run(args: SweepArgs) -> anyhow::Result<()> {
     let options = CopyOptions { overwrite: Overwrite::Always, ..CopyOptions::default() };
     println!("sweep of {host}: {size} bytes of random data per run, to {dest}");
     println!(
-        "{:>11} {:>8} {:>14} {:>14} {:>8}",
-        "packet size", "channels", "goodput Mbit/s", "retransmitted", "time s"
+        "{:>9} {:>11} {:>8} {:>14} {:>14} {:>8}",
+        "transport", "packet size", "channels", "goodput Mbit/s", "retransmitted", "time s"
     );
+    // Both transports, unless --transport (or the config file) holds one.
+    let transports = match args.connect.transport(&prefs)? {
+        TransportChoice::Auto => vec![Transport::Udp, Transport::Tcp],
+        TransportChoice::Udp => vec![Transport::Udp],
+        TransportChoice::Tcp => vec![Transport::Tcp],
+    };
     let mut rows = Vec::new();
-    for &packet_size in &args.packet_sizes {
-        for &channels in &args.channels {
-            let mut channel = sluice::session::default_channel_config();
-            channel.packet_size = packet_size;
-            channel
-                .validate()
-                .map_err(|e| exit::usage(format!("--packet-sizes {packet_size}: {e}")))?;
-            let reached =
-                reach(&args.connect, &args.ssh, &host, &prefs, channel, Some(channels)).await?;
-            let (client, dest) = (&reached.client, reached.remote_path(&dest));
-            let started = std::time::Instant::now();
-            let sources = std::slice::from_ref(&scratch.0);
-            let report = client.upload(sources, &dest, &options, |_| {}).await?;
-            let seconds = started.elapsed().as_secs_f64();
-            let granted = client.channels().await?;
-            reached.close().await;
-            let retransmitted = report.channel.as_ref().map(|c| {
-                c.retransmitted_pkts as f64 / (c.data_pkts + c.retransmitted_pkts).max(1) as f64
-            });
-            let row = Row {
-                packet_size,
-                channels: granted,
-                mbit: report.bytes as f64 * 8.0 / seconds / 1e6,
-                retransmitted,
-                seconds,
-            };
-            println!(
-                "{:>11} {:>8} {:>14.1} {:>14} {:>8.2}",
-                row.packet_size,
-                row.channels,
-                row.mbit,
-                row.retransmitted.map_or("-".to_owned(), |r| format!("{:.2} %", r * 100.0)),
-                row.seconds
-            );
-            rows.push(row);
+    for transport in transports {
+        let connect =
+            ConnectArgs { transport: Some(transport.name().to_owned()), ..args.connect.clone() };
+        let sizes: Vec<Option<usize>> = match transport {
+            Transport::Udp => args.packet_sizes.iter().copied().map(Some).collect(),
+            Transport::Tcp => vec![None],
+        };
+        for &packet_size in &sizes {
+            for &channels in &args.channels {
+                let mut channel = sluice::session::default_channel_config();
+                if let Some(size) = packet_size {
+                    channel.packet_size = size;
+                    channel
+                        .validate()
+                        .map_err(|e| exit::usage(format!("--packet-sizes {size}: {e}")))?;
+                }
+                let run = async {
+                    let reached =
+                        reach(&connect, &args.ssh, &host, &prefs, channel, Some(channels)).await?;
+                    let (client, dest) = (&reached.client, reached.remote_path(&dest));
+                    let started = std::time::Instant::now();
+                    let sources = std::slice::from_ref(&scratch.0);
+                    let report = client.upload(sources, &dest, &options, |_| {}).await?;
+                    let seconds = started.elapsed().as_secs_f64();
+                    let granted = client.channels().await?;
+                    reached.close().await;
+                    anyhow::Ok((report, seconds, granted))
+                };
+                let shown = packet_size.map_or("-".to_owned(), |p| p.to_string());
+                let (report, seconds, granted) = match run.await {
+                    Ok(done) => done,
+                    // A transport the path does not carry (UDP blocked) is a row, not the end.
+                    Err(e) if matches!(e.downcast_ref(), Some(SessionError::Network(_))) => {
+                        println!("{:>9} {shown:>11} {channels:>8} failed: {e:#}", transport.name());
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let retransmitted = report.channel.as_ref().map(|c| {
+                    c.retransmitted_pkts as f64 / (c.data_pkts + c.retransmitted_pkts).max(1) as f64
+                });
+                let row = Row {
+                    transport,
+                    packet_size,
+                    channels: granted,
+                    mbit: report.bytes as f64 * 8.0 / seconds / 1e6,
+                    retransmitted: retransmitted.filter(|_| transport == Transport::Udp),
+                    seconds,
+                };
+                println!(
+                    "{:>9} {shown:>11} {:>8} {:>14.1} {:>14} {:>8.2}",
+                    row.transport.name(),
+                    row.channels,
+                    row.mbit,
+                    row.retransmitted.map_or("-".to_owned(), |r| format!("{:.2} %", r * 100.0)),
+                    row.seconds
+                );
+                rows.push(row);
+            }
         }
     }
     let best = rows
         .iter()
         .max_by(|a, b| a.mbit.total_cmp(&b.mbit))
         .ok_or_else(|| anyhow::anyhow!("no run finished"))?;
-    let section = format!(
-        "[hosts.\"{}\"]\npacket_size = {}\nchannels = {}\n",
-        host.escape_default(),
-        best.packet_size,
-        best.channels
-    );
+    // Over UDP the packet size; over TCP the transport itself (auto would try UDP first).
+    let (setting, flags) = match best.packet_size {
+        Some(size) => (format!("packet_size = {size}"), format!("--packet-size {size}")),
+        None => ("transport = \"tcp\"".to_owned(), "--transport tcp".to_owned()),
+    };
+    let section =
+        format!("[hosts.\"{}\"]\n{setting}\nchannels = {}\n", host.escape_default(), best.channels);
     println!(
-        "best: --packet-size {} --channels {} ({:.1} Mbit/s). For the config file:\n\n{section}",
-        best.packet_size, best.channels, best.mbit
+        "best: {flags} --channels {} ({:.1} Mbit/s). For the config file:\n\n{section}",
+        best.channels, best.mbit
     );
     if args.save {
         save(&host, &section)?;

@@ -1484,14 +1484,19 @@ fn sweep_measures_each_setting_and_saves_the_best_to_the_config_file() {
     let rows: Vec<Vec<&str>> = out
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|w| w.len() >= 4 && w[0].parse::<u32>().is_ok())
+        .filter(|w| w.len() >= 5 && ["udp", "tcp"].contains(&w[0]))
         .collect();
-    assert_eq!(rows.len(), 4, "{out}");
+    // Over UDP each packet size with each channel count; over TCP each stream count. auto
+    // sweeps both transports, tcp only its own.
+    let (udp, tcp) = (rows.iter().filter(|r| r[0] == "udp").count(), rows.len());
+    let expected = if TRANSPORT == "tcp" { (0, 2) } else { (4, 6) };
+    assert_eq!((udp, tcp), expected, "{out}");
     for row in &rows {
-        let mbit: f64 = row[2].parse().unwrap_or_else(|_| panic!("{out}"));
+        let mbit: f64 = row[3].parse().unwrap_or_else(|_| panic!("{out}"));
         assert!(mbit > 0.0, "{out}");
+        assert_eq!(row[1] == "-", row[0] == "tcp", "a packet size over UDP only: {out}");
     }
-    assert!(out.contains("best: --packet-size "), "{out}");
+    assert!(out.contains("best: --packet-size ") || out.contains("best: --transport tcp"), "{out}");
     // The best settings went into the config file, which still reads (cp uses it).
     let saved = std::fs::read_to_string(&config).unwrap();
     assert!(

@@ -246,8 +246,11 @@ impl Client {
         tokio::spawn(async move {
             let _ = offered_tx.send(Some(read_offer(&reading).await));
         });
-        let proposal =
-            Negotiated::proposal(&config.channel, config.channels.unwrap_or_else(auto_channels));
+        let channels = config.channels.unwrap_or_else(|| match transport {
+            Transport::Udp => auto_channels(),
+            Transport::Tcp => auto_channels().max(transport::TCP_STREAMS),
+        });
+        let proposal = Negotiated::proposal(&config.channel, channels);
         let recv = send_hello(&conn, &config.token, config.grant.as_ref(), &proposal)
             .await
             .inspect_err(|_| {

@@ -51,6 +51,7 @@ use super::streams::{Door, Opener};
 use super::tcp_port::TcpPort;
 use super::third_party::{Grants, ThirdPartyConfig};
 use super::tokens::{Rights, TokenSet};
+use super::transport::TCP_STREAMS;
 use super::tunnel;
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
@@ -206,6 +207,10 @@ struct Shared {
     channel: ChannelConfig,
     /// The most data channels per transfer.
     max_channels: u32,
+    /// The most TCP data streams per transfer of a session over TCP: `max_channels` when the
+    /// operator set it, else at least [`TCP_STREAMS`] (the kernel does a stream's work, not a
+    /// thread per core).
+    max_streams: u32,
     /// See [`ServerConfig::digest_timeout`].
     digest_timeout: Option<Duration>,
     /// See [`ServerConfig::fault`].
@@ -325,6 +330,9 @@ impl Server {
                 transfers,
                 channel,
                 max_channels: config.max_channels.unwrap_or_else(auto_channels),
+                max_streams: config
+                    .max_channels
+                    .unwrap_or_else(|| auto_channels().max(TCP_STREAMS)),
                 digest_timeout: config.digest_timeout,
                 fault: config.fault,
                 metrics: Arc::default(),
@@ -792,7 +800,7 @@ async fn handshake(
         Instant::now(),
         PROTOCOL_VERSION,
         id.to_string(),
-        shared.max_channels,
+        if over_tcp { shared.max_streams } else { shared.max_channels },
         HANDSHAKE_TIMEOUT,
     );
     let mut send = None;

@@ -65,14 +65,21 @@ impl fmt::Display for Transport {
     }
 }
 
+/// TCP data streams per transfer unless the user says (`--channels`): FSP's rule of thumb.
+/// Each stream's congestion control is the kernel's, so N streams take about N fair shares of
+/// a shared bottleneck.
+pub const TCP_STREAMS: u32 = 4;
+
 /// How long UDP's handshake runs alone before TCP's starts too.
 const TCP_HEAD_START: Duration = Duration::from_millis(250);
 
-/// When TCP's handshake finished first, how long after the start UDP's may still win: at least
-/// this, and at least [`UDP_GRACE_RTTS`] round trips (as TCP measured them). A QUIC handshake
-/// takes one round trip, two with a retry; this leaves room for a lost first packet.
-const UDP_GRACE: Duration = Duration::from_millis(1500);
-const UDP_GRACE_RTTS: u32 = 4;
+/// When TCP's handshake finished first, how much longer UDP's may still win: at least this, and
+/// at least [`UDP_GRACE_RTTS`] round trips (as the tunnelled session measured them). By then a
+/// path that carries UDP has had its one round trip of QUIC handshake several times over (TCP
+/// started later and needed two: its own and QUIC's inside it); only a lost first flight is
+/// still on its way.
+const UDP_GRACE: Duration = Duration::from_millis(200);
+const UDP_GRACE_RTTS: u32 = 2;
 
 /// How long the TCP connection of a tunnelled session may take.
 const TCP_CONNECT_WAIT: Duration = Duration::from_secs(10);
@@ -113,7 +120,7 @@ pub(crate) async fn endpoint(
 
 /// Connects on `choice`'s transport, `connect` running the QUIC handshake on an endpoint. For
 /// `auto`, UDP starts at once and TCP after [`TCP_HEAD_START`] (or at once when UDP failed);
-/// the first to finish wins, but a TCP win waits for UDP up to the grace. A refusal that is
+/// the first to finish wins, but a TCP win waits for UDP a little longer ([`UDP_GRACE`]). A refusal that is
 /// not the path's (a changed fingerprint, a refused token) ends the race.
 pub(crate) async fn connect<F, Fut>(
     choice: TransportChoice,
@@ -145,19 +152,18 @@ where
     };
     let (mut udp, mut tcp) = (std::pin::pin!(udp), std::pin::pin!(tcp));
     let (mut udp_failed, mut tcp_failed) = (None, None);
-    let mut tcp_won: Option<Connected> = None;
+    // The TCP session, when it was up first, and when.
+    let mut tcp_won: Option<(Connected, Instant)> = None;
     loop {
-        let grace = tcp_won.as_ref().map(|won| {
-            let rtts = won.conn.rtt() * UDP_GRACE_RTTS;
-            started + UDP_GRACE.max(rtts)
-        });
+        let grace =
+            tcp_won.as_ref().map(|(won, at)| *at + UDP_GRACE.max(won.conn.rtt() * UDP_GRACE_RTTS));
         tokio::select! {
             done = &mut udp, if udp_failed.is_none() => match done {
                 Ok(connected) => return Ok(connected),
                 Err(err) if !path_failure(&err) => return Err(err),
                 Err(err) => {
                     debug!(error = %err, "the UDP handshake failed");
-                    if let Some(won) = tcp_won.take() {
+                    if let Some((won, _)) = tcp_won.take() {
                         return Ok(taken_tcp(won, &err));
                     }
                     if let Some(tcp_err) = tcp_failed.take() {
@@ -169,7 +175,7 @@ where
             done = &mut tcp, if tcp_won.is_none() && tcp_failed.is_none() => match done {
                 Ok(connected) => match udp_failed.take() {
                     Some(udp_err) => return Ok(taken_tcp(connected, &udp_err)),
-                    None => tcp_won = Some(connected),
+                    None => tcp_won = Some((connected, Instant::now())),
                 },
                 Err(err) if !path_failure(&err) => return Err(err),
                 Err(err) => {
@@ -181,7 +187,7 @@ where
                 }
             },
             () = sleep_until(grace) => {
-                let won = tcp_won.take().expect("a grace only with a TCP session");
+                let (won, _) = tcp_won.take().expect("a grace only with a TCP session");
                 let why = SessionError::Network(format!(
                     "no QUIC handshake over UDP within {:.1} s",
                     started.elapsed().as_secs_f64()
