@@ -351,14 +351,24 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         match again {
             Some(why) if retries > 0 => {
                 retries -= 1;
+                // The session got through but its data channels did not (this end saw
+                // nothing through, or no byte moved at all): UDP to the data ports is blocked,
+                // so the new session goes over TCP at once.
+                let blocked = client.udp_data_blocked() || !show.moved_any();
+                let (connect, how) = match blocked {
+                    true => (
+                        ConnectArgs { transport: Some("tcp".into()), ..args.connect.clone() },
+                        "over TCP: UDP reaches the server's port but not its data ports",
+                    ),
+                    false => (args.connect.clone(), "over TCP if UDP no longer gets through"),
+                };
                 show.warning(&format!(
-                    "the transfer stopped ({why}): taking it up again on a new session (over \
-                     TCP if UDP no longer gets through), from what arrived"
+                    "the transfer stopped ({why}): taking it up again on a new session ({how}), \
+                     from what arrived"
                 ));
                 reached.close().await;
-                reached =
-                    reach(&args.connect, &args.ssh, &host, &prefs, channel.clone(), args.channels)
-                        .await?;
+                reached = reach(&connect, &args.ssh, &host, &prefs, channel.clone(), args.channels)
+                    .await?;
                 tell_transport(&show, &reached.client);
             }
             _ => break result?,

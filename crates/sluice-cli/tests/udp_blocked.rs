@@ -83,8 +83,24 @@ impl Path2 {
 
     /// Drops every UDP packet that comes into the server's namespace, without a word.
     fn block_udp(&self) {
-        let rules = "table inet sluice_test {\n  chain input {\n    type filter hook input \
-                     priority 0; policy accept;\n    meta l4proto udp drop\n  }\n}\n";
+        self.nft(
+            "table inet sluice_test {\n  chain input {\n    type filter hook input \
+                  priority 0; policy accept;\n    meta l4proto udp drop\n  }\n}\n",
+        );
+    }
+
+    /// Drops every UDP packet to or from the server's namespace but those of its own port:
+    /// the session gets through, the data channels (other ports) do not.
+    fn block_udp_but_the_port(&self) {
+        self.nft(&format!(
+            "table inet sluice_test {{\n  chain input {{\n    type filter hook input priority 0; \
+             policy accept;\n    udp dport != {PORT} drop\n  }}\n  chain output {{\n    type \
+             filter hook output priority 0; policy accept;\n    udp sport != {PORT} drop\n  \
+             }}\n}}\n"
+        ));
+    }
+
+    fn nft(&self, rules: &str) {
         let file = self.dir.path().join("block-udp.nft");
         std::fs::write(&file, rules).unwrap();
         let out = in_ns(self.pair.b(), "nft").arg("-f").arg(&file).output().unwrap();
@@ -251,4 +267,26 @@ fn udp_blocked_mid_way_the_copy_finishes_over_tcp_from_what_arrived() {
     println!("resumed {resumed} bytes; {blocked_at} had arrived when UDP was blocked");
     assert!(resumed > 0 && resumed.is_multiple_of(4 << 20), "{end}");
     assert!(resumed + (64 << 20) >= blocked_at, "kept {resumed} of {blocked_at}");
+}
+
+#[test]
+fn with_only_the_servers_udp_port_open_the_data_goes_over_tcp() {
+    if !root_or_skip() {
+        return;
+    }
+    let path = Path2::new("sluice-udp-port");
+    path.block_udp_but_the_port();
+    println!("seed 3003");
+    let src = path.dir.path().join("up.bin");
+    random_file(&src, 64 << 20, 3003);
+    // The session connects over UDP (its port is open); the data channels get nothing through,
+    // and the copy is taken up over TCP from what arrived (nothing).
+    let out = path.cp(&["--json"], src.to_str().unwrap(), ":up.bin").output().unwrap();
+    let events = events(&out);
+    let said = warnings(&events);
+    println!("exit {}: {said:?} {}", code(&out), summary(&events));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(same_file(&src, &path.root.join("up.bin")), "the file arrived intact");
+    assert!(said.iter().any(|w| w.contains("not its data ports")), "{said:?}");
+    assert_eq!(summary(&events)["transport"], "tcp");
 }

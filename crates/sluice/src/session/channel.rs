@@ -113,6 +113,24 @@ pub(crate) struct ChannelSetup<'a> {
     /// `None` when the data moves on UDP channels; over TCP (the session came over TCP), how
     /// this end gets its streams.
     pub(crate) streams: Option<Opener<'a>>,
+    /// Set when a data phase over UDP got nothing through from its start
+    /// ([`DataError::NothingThrough`]): the path carries the session but not the data channels
+    /// (a firewall that lets only the server's port through). A client's, to take the transfer
+    /// up over TCP.
+    pub(crate) udp_blocked: Option<&'a AtomicBool>,
+}
+
+impl ChannelSetup<'_> {
+    /// What a failed data phase means to the user ([`data_error`]), noting a UDP path that
+    /// carried nothing.
+    pub(crate) fn data_error(&self, err: DataError) -> SessionError {
+        if matches!(err, DataError::NothingThrough { .. })
+            && let Some(blocked) = self.udp_blocked
+        {
+            blocked.store(true, Ordering::Relaxed);
+        }
+        data_error(err, self.conn)
+    }
 }
 
 impl ChannelSetup<'_> {

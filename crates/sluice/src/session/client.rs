@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use sluice_proto::config::ChannelConfig;
@@ -170,6 +171,8 @@ pub struct Client {
     transport: Transport,
     /// Why `auto` chose TCP, once.
     notice: Option<String>,
+    /// A transfer's UDP data channels got nothing through ([`Client::udp_data_blocked`]).
+    udp_blocked: Arc<AtomicBool>,
     /// The server's answer to `Hello`, once it came ([`read_welcome`]).
     welcome: watch::Receiver<Option<Result<Welcomed, (ErrorCode, String)>>>,
     /// The server's offer for an early upload, once read (`Some(None)`: none came).
@@ -263,6 +266,7 @@ impl Client {
             conn,
             transport,
             notice,
+            udp_blocked: Arc::default(),
             welcome,
             offer,
             proposal,
@@ -282,6 +286,13 @@ impl Client {
     /// user once.
     pub fn transport_notice(&self) -> Option<&str> {
         self.notice.as_deref()
+    }
+
+    /// Whether a transfer of this session failed because its UDP data channels got nothing
+    /// through from their start while the session itself got through: a path that carries
+    /// only the server's port. The transfer can be taken up with [`TransportChoice::Tcp`].
+    pub fn udp_data_blocked(&self) -> bool {
+        self.udp_blocked.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Over TCP, how this end gets a transfer's data streams: it dials the server's port.
@@ -760,6 +771,7 @@ impl Client {
             request_id,
             phase: 0,
             streams: self.streams_opener(),
+            udp_blocked: Some(&self.udp_blocked),
         }
     }
 }

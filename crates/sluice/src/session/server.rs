@@ -1044,6 +1044,7 @@ impl<'a> RequestCtx<'a> {
             request_id: self.request_id,
             phase: 0,
             streams: self.streams_opener(),
+            udp_blocked: None,
         }
     }
 

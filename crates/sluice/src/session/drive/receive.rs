@@ -15,7 +15,7 @@ use super::{
 use crate::datapath::{ChannelReport, Progress};
 use crate::session::SessionError;
 use crate::session::blocks::{DataStore, data_store};
-use crate::session::channel::{Receive, Step, data_error};
+use crate::session::channel::{Receive, Step};
 use crate::session::observe::CopyObserver;
 use crate::session::{mismatch_error, plan_error};
 use crate::tree::{Committed, FileSet, Incoming, ReceiveOptions, plan};
@@ -188,7 +188,7 @@ pub(crate) async fn run_receiving<O: CopyObserver>(
                 }
                 Step::Ended(done) => {
                     let delivered = receiving.take().is_some_and(|(_, _, delivered)| delivered);
-                    match done.and_then(|r| r.map_err(|e| data_error(e, wire.conn))) {
+                    match done.and_then(|r| r.map_err(|e| channels.setup.data_error(e))) {
                         Ok(received) => {
                             if phase == machine.first_phase() {
                                 first_report = Some(received.report);

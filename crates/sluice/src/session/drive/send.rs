@@ -17,7 +17,7 @@ use crate::datapath::{ChannelReport, DataError, Progress};
 use crate::files::hash_extents;
 use crate::session::SessionError;
 use crate::session::blocks::{DataStore, data_store};
-use crate::session::channel::{DataTask, data_error};
+use crate::session::channel::DataTask;
 use crate::session::observe::CopyObserver;
 use crate::tree::resume::matching_prefix;
 use crate::tree::{EntryKind, FileSet, Outgoing};
@@ -259,7 +259,7 @@ pub(crate) async fn run_sending<O: CopyObserver>(
             (phase, done) = data_end(&mut data) => {
                 data = None;
                 grace = None;
-                match done.and_then(|r| r.map_err(|e| data_error(e, wire.conn))) {
+                match done.and_then(|r| r.map_err(|e| channels.setup.data_error(e))) {
                     Ok(report) if phase == machine.first_phase() => reports.0 = Some(report),
                     Ok(report) => reports.1 = Some(report),
                     Err(err) => {
