@@ -8,86 +8,32 @@
 
 #![allow(clippy::print_stdout)] // tests print their seeds and results
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::Output;
 
-use linkem::{DirectionConfig, Emulator, LinkConfig, NetnsPair};
+use linkem::DirectionConfig;
 
 mod common;
 
-use common::{BIN, code, random_file, same_file, serve_with, skip_or_fail, stderr};
+use common::{Linked, code, random_file, same_file, skip_or_fail, stderr};
 
 const TOKEN: &str = "black-hole-test-token-41c9";
 const PORT: &str = "7810";
 
-/// A link that drops IP packets above `above` bytes both ways, and a server behind it; the
-/// server is stopped before the link goes.
-struct Hole {
-    server: Option<Child>,
-    emulator: Option<Emulator>,
-    pair: NetnsPair,
-    root: PathBuf,
-    dir: tempfile::TempDir,
+/// A link that drops IP packets above `above` bytes both ways, and a server behind it.
+fn hole(tag: &str, above: u32) -> Linked {
+    let link = DirectionConfig {
+        rate_bps: 200_000_000,
+        delay_ns: 5_000_000,
+        black_hole_above_bytes: Some(above),
+        ..Default::default()
+    };
+    Linked::new(tag, link, PORT, TOKEN)
 }
 
-impl Drop for Hole {
-    fn drop(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            let _ = server.kill();
-            let _ = server.wait();
-        }
-        drop(self.emulator.take());
-    }
-}
-
-fn in_ns(ns: &str) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, BIN]);
-    c
-}
-
-impl Hole {
-    fn new(tag: &str, above: u32) -> Hole {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        std::fs::create_dir_all(&root).unwrap();
-        let tokens = dir.path().join("tokens");
-        std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
-        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let link = DirectionConfig {
-            rate_bps: 200_000_000,
-            delay_ns: 5_000_000,
-            black_hole_above_bytes: Some(above),
-            ..Default::default()
-        };
-        let pair = NetnsPair::create(&NetnsPair::unique_prefix(tag)).unwrap();
-        let emulator = Emulator::start(pair.a(), pair.b(), &LinkConfig::symmetric(link)).unwrap();
-        let mut hole = Hole { server: None, emulator: Some(emulator), pair, root, dir };
-        let listen = format!("{}:{PORT}", linkem::B_ADDR);
-        let state = hole.dir.path().join("state");
-        let server = serve_with(in_ns(hole.pair.b()), &listen, &hole.root, &state, &tokens);
-        hole.server = Some(server);
-        hole
-    }
-
-    /// `sluice cp [extra] FROM TO` in namespace a, where a `:name` is the server's.
-    fn cp(&self, extra: &[&str], from: &str, to: &str) -> Output {
-        let remote = |s: &str| match s.strip_prefix(':') {
-            Some(name) => format!("{}:{name}", linkem::B_ADDR),
-            None => s.to_owned(),
-        };
-        in_ns(self.pair.a())
-            .args(["cp", "-P", PORT, "--accept-new-host"])
-            .args(extra)
-            .arg("--known-hosts")
-            .arg(self.dir.path().join("known_hosts"))
-            .env("SLUICE_TOKEN", TOKEN)
-            .arg(remote(from))
-            .arg(remote(to))
-            .output()
-            .unwrap()
-    }
+/// `sluice cp [extra] FROM TO` in namespace a, where a `:name` is the server's.
+fn cp(hole: &Linked, extra: &[&str], from: &str, to: &str) -> Output {
+    hole.cp(extra, from, to).output().unwrap()
 }
 
 #[track_caller]
@@ -111,10 +57,10 @@ fn through_a_black_hole_above_the_base_size_both_ways_move_at_the_base_size() {
     if !root_or_skip() {
         return;
     }
-    let hole = Hole::new("sluice-bh1400", 1400);
+    let hole = hole("sluice-bh1400", 1400);
     // 20 MB at 200 Mbit/s outlasts the wait for an answer to the probes (200 ms or more).
     let src = source(hole.dir.path(), 20_000_000, 4101);
-    let up = hole.cp(&[], src.to_str().unwrap(), ":up.bin");
+    let up = cp(&hole, &[], src.to_str().unwrap(), ":up.bin");
     let said = stderr(&up);
     println!("upload: exit {}, {said}", code(&up));
     assert_eq!(code(&up), 0, "{said}");
@@ -123,7 +69,7 @@ fn through_a_black_hole_above_the_base_size_both_ways_move_at_the_base_size() {
     assert!(said.contains("no answer to 1472-byte probes: sending 1232-byte packets"), "{said}");
     // A download: the server sends, probes, and falls back on its own.
     let back = hole.dir.path().join("back.bin");
-    let down = hole.cp(&[], ":up.bin", back.to_str().unwrap());
+    let down = cp(&hole, &[], ":up.bin", back.to_str().unwrap());
     assert_eq!(code(&down), 0, "{}", stderr(&down));
     assert!(same_file(&src, &back));
 }
@@ -135,9 +81,9 @@ fn below_the_base_size_nothing_gets_through_and_the_error_says_what_to_try() {
     }
     // QUIC's first packets are 1200-byte datagrams, 1228 bytes of IP: the session connects;
     // the data channels' 1232-byte datagrams (1260 bytes of IP) do not pass.
-    let hole = Hole::new("sluice-bh1250", 1250);
+    let hole = hole("sluice-bh1250", 1250);
     let src = source(hole.dir.path(), 3_000_000, 4102);
-    let lost = hole.cp(&[], src.to_str().unwrap(), ":default.bin");
+    let lost = cp(&hole, &[], src.to_str().unwrap(), ":default.bin");
     let said = stderr(&lost);
     println!("default packet size: exit {}, {said}", code(&lost));
     assert_eq!(code(&lost), 5, "{said}");
@@ -146,7 +92,7 @@ fn below_the_base_size_nothing_gets_through_and_the_error_says_what_to_try() {
     assert!(said.contains("try a smaller --packet-size"), "{said}");
     assert!(!hole.root.join("default.bin").exists());
     // A size the path carries (1200 + 28 bytes of headers) gets through, intact.
-    let fits = hole.cp(&["--packet-size", "1200"], src.to_str().unwrap(), ":small.bin");
+    let fits = cp(&hole, &["--packet-size", "1200"], src.to_str().unwrap(), ":small.bin");
     assert_eq!(code(&fits), 0, "{}", stderr(&fits));
     assert!(same_file(&src, &hole.root.join("small.bin")));
 }

@@ -246,8 +246,15 @@ fn cp_over_ssh_starts_a_one_shot_server_and_moves_files_both_ways() {
     let o = run_ssh(&ns, dir.path(), "sweep", (&quoted, BIN), &args);
     assert_eq!(code(&o), 0, "{}\nsshd: {}", stderr(&o), sshd.log());
     let out = String::from_utf8_lossy(&o.stdout);
-    let rows = out.lines().filter(|l| l.trim_start().starts_with("1452 ")).count();
-    assert_eq!(rows, 2, "{out}");
+    // Both transports through the one-shot servers: UDP per packet size and channel count,
+    // TCP per stream count.
+    let rows = |first: &str, second: &str| {
+        out.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|w| w.len() >= 5 && w[0] == first && w[1] == second)
+            .count()
+    };
+    assert_eq!((rows("udp", "1452"), rows("tcp", "-")), (2, 2), "{out}");
     assert_eq!(std::fs::metadata(dir.path().join("sw/.sluice-sweep.bin")).unwrap().len(), 1 << 20);
     assert_eq!(servers_left_after(Duration::from_secs(10)), Vec::<u32>::new(), "servers left");
 

@@ -16,16 +16,15 @@
 #![allow(clippy::print_stdout)] // tests print their seeds and results
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::Instant;
 
-use linkem::{DirectionConfig, Emulator, LinkConfig, NetnsPair};
+use linkem::DirectionConfig;
 
 mod common;
 
-use common::{BIN, code, isolate, random_file, same_file, serve_with, skip_or_fail, stderr};
+use common::{Linked, code, random_file, same_file, skip_or_fail, stderr};
 
 const TOKEN: &str = "udp-blocked-test-token-5e21";
 const PORT: &str = "7820";
@@ -36,95 +35,41 @@ fn large_size() -> u64 {
     std::env::var("SLUICE_UDP_BLOCKED_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024) << 20
 }
 
-/// The two namespaces, their link and the server in b; the server stops before the link goes.
-struct Path2 {
-    server: Option<Child>,
-    emulator: Option<Emulator>,
-    pair: NetnsPair,
-    root: PathBuf,
-    dir: tempfile::TempDir,
+/// The two namespaces and their link (1000 Mbit/s, 10 ms round trip), the server in b.
+fn path(tag: &str) -> Linked {
+    let link =
+        DirectionConfig { rate_bps: 1_000_000_000, delay_ns: 5_000_000, ..Default::default() };
+    Linked::new(tag, link, PORT, TOKEN)
 }
 
-impl Drop for Path2 {
-    fn drop(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            let _ = server.kill();
-            let _ = server.wait();
-        }
-        drop(self.emulator.take());
-    }
+/// Drops every UDP packet that comes into the server's namespace, without a word.
+fn block_udp(path: &Linked) {
+    nft(
+        path,
+        "table inet sluice_test {\n  chain input {\n    type filter hook input priority 0; \
+               policy accept;\n    meta l4proto udp drop\n  }\n}\n",
+    );
 }
 
-fn in_ns(ns: &str, program: &str) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, program]);
-    c
-}
-
-impl Path2 {
-    fn new(tag: &str) -> Path2 {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        std::fs::create_dir_all(&root).unwrap();
-        let tokens = dir.path().join("tokens");
-        std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
-        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let link =
-            DirectionConfig { rate_bps: 1_000_000_000, delay_ns: 5_000_000, ..Default::default() };
-        let pair = NetnsPair::create(&NetnsPair::unique_prefix(tag)).unwrap();
-        let emulator = Emulator::start(pair.a(), pair.b(), &LinkConfig::symmetric(link)).unwrap();
-        let mut path = Path2 { server: None, emulator: Some(emulator), pair, root, dir };
-        let listen = format!("{}:{PORT}", linkem::B_ADDR);
-        let state = path.dir.path().join("state");
-        let server = serve_with(in_ns(path.pair.b(), BIN), &listen, &path.root, &state, &tokens);
-        path.server = Some(server);
-        path
-    }
-
-    /// Drops every UDP packet that comes into the server's namespace, without a word.
-    fn block_udp(&self) {
-        self.nft(
-            "table inet sluice_test {\n  chain input {\n    type filter hook input \
-                  priority 0; policy accept;\n    meta l4proto udp drop\n  }\n}\n",
-        );
-    }
-
-    /// Drops every UDP packet to or from the server's namespace but those of its own port:
-    /// the session gets through, the data channels (other ports) do not.
-    fn block_udp_but_the_port(&self) {
-        self.nft(&format!(
+/// Drops every UDP packet to or from the server's namespace but those of its own port: the
+/// session gets through, the data channels (other ports) do not.
+fn block_udp_but_the_port(path: &Linked) {
+    nft(
+        path,
+        &format!(
             "table inet sluice_test {{\n  chain input {{\n    type filter hook input priority 0; \
              policy accept;\n    udp dport != {PORT} drop\n  }}\n  chain output {{\n    type \
              filter hook output priority 0; policy accept;\n    udp sport != {PORT} drop\n  \
              }}\n}}\n"
-        ));
-    }
+        ),
+    );
+}
 
-    fn nft(&self, rules: &str) {
-        let file = self.dir.path().join("block-udp.nft");
-        std::fs::write(&file, rules).unwrap();
-        let out = in_ns(self.pair.b(), "nft").arg("-f").arg(&file).output().unwrap();
-        assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// `sluice cp [extra] FROM TO` in namespace a, where a `:name` is the server's; default
-    /// settings otherwise (the transport is auto).
-    fn cp(&self, extra: &[&str], from: &str, to: &str) -> Command {
-        let remote = |s: &str| match s.strip_prefix(':') {
-            Some(name) => format!("{}:{name}", linkem::B_ADDR),
-            None => s.to_owned(),
-        };
-        let mut c = in_ns(self.pair.a(), BIN);
-        isolate(&mut c, self.dir.path());
-        c.args(["cp", "-P", PORT, "--accept-new-host"])
-            .args(extra)
-            .arg("--known-hosts")
-            .arg(self.dir.path().join("known_hosts"))
-            .env("SLUICE_TOKEN", TOKEN)
-            .arg(remote(from))
-            .arg(remote(to));
-        c
-    }
+fn nft(path: &Linked, rules: &str) {
+    let file = path.dir.path().join("block-udp.nft");
+    std::fs::write(&file, rules).unwrap();
+    let out = path.in_b("nft").arg("-f").arg(&file).output().unwrap();
+    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[track_caller]
@@ -181,8 +126,8 @@ fn with_udp_dropped_cp_moves_a_large_file_and_a_tree_over_tcp_saying_so_once() {
     if !root_or_skip() {
         return;
     }
-    let path = Path2::new("sluice-udp-off");
-    path.block_udp();
+    let path = path("sluice-udp-off");
+    block_udp(&path);
     let size = large_size();
     println!("seed 3001, {} MiB", size >> 20);
     random_file(&path.root.join("big.bin"), size, 3001);
@@ -221,7 +166,7 @@ fn udp_blocked_mid_way_the_copy_finishes_over_tcp_from_what_arrived() {
     if !root_or_skip() {
         return;
     }
-    let path = Path2::new("sluice-udp-mid");
+    let path = path("sluice-udp-mid");
     let size: u64 = 192 << 20;
     println!("seed 3002");
     random_file(&path.root.join("mid.bin"), size, 3002);
@@ -242,7 +187,7 @@ fn udp_blocked_mid_way_the_copy_finishes_over_tcp_from_what_arrived() {
             && value["event"] == "progress"
             && value["bytes"].as_u64().is_some_and(|b| b * 3 >= size)
         {
-            path.block_udp();
+            block_udp(&path);
             blocked_at = value["bytes"].as_u64();
             println!("UDP blocked at {blocked_at:?} bytes");
         }
@@ -274,8 +219,8 @@ fn with_only_the_servers_udp_port_open_the_data_goes_over_tcp() {
     if !root_or_skip() {
         return;
     }
-    let path = Path2::new("sluice-udp-port");
-    path.block_udp_but_the_port();
+    let path = path("sluice-udp-port");
+    block_udp_but_the_port(&path);
     println!("seed 3003");
     let src = path.dir.path().join("up.bin");
     random_file(&src, 64 << 20, 3003);

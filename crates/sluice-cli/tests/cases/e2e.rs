@@ -255,6 +255,7 @@ mod events {
         pub replaced: u64,
         pub kept: u64,
         pub blake3: Option<String>,
+        pub transport: String,
         pub would_copy: Option<Vec<String>>,
     }
 
@@ -315,6 +316,9 @@ fn json_lines_follow_their_schema() {
     assert_eq!((summary.replaced, summary.kept, summary.wire_share), (0, 0, None));
     assert!(summary.retransmitted_share.is_some_and(|r| (0.0..1.0).contains(&r)), "{summary:?}");
     assert_eq!(summary.blake3, None, "three files: no single BLAKE3");
+    // auto takes UDP on loopback.
+    let transport = if TRANSPORT == "tcp" { "tcp" } else { "udp" };
+    assert_eq!(summary.transport, transport, "{summary:?}");
     let progress: Vec<_> = events
         .iter()
         .filter_map(|e| if let Event::Progress(p) = e { Some(p) } else { None })

@@ -129,3 +129,83 @@ impl Drop for Netns {
         let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
+
+/// A client namespace a and a server namespace b of the test's own, joined by a `tools/linkem`
+/// link, with `sluice serve` in b on `port` (its own root, state and one token). The server
+/// stops before the link goes; the namespaces go last.
+pub struct Linked {
+    server: Option<Child>,
+    emulator: Option<linkem::Emulator>,
+    pub pair: linkem::NetnsPair,
+    pub root: std::path::PathBuf,
+    pub dir: tempfile::TempDir,
+    port: String,
+    token: String,
+}
+
+impl Linked {
+    /// The namespaces `tag`, the link `link` both ways, and the server.
+    pub fn new(tag: &str, link: linkem::DirectionConfig, port: &str, token: &str) -> Linked {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, format!("{token}\n")).unwrap();
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let pair = linkem::NetnsPair::create(&linkem::NetnsPair::unique_prefix(tag)).unwrap();
+        let config = linkem::LinkConfig::symmetric(link);
+        let emulator = linkem::Emulator::start(pair.a(), pair.b(), &config).unwrap();
+        let mut linked = Linked {
+            server: None,
+            emulator: Some(emulator),
+            pair,
+            root,
+            dir,
+            port: port.to_owned(),
+            token: token.to_owned(),
+        };
+        let listen = format!("{}:{port}", linkem::B_ADDR);
+        let state = linked.dir.path().join("state");
+        let server = serve_with(linked.in_b(BIN), &listen, &linked.root, &state, &tokens);
+        linked.server = Some(server);
+        linked
+    }
+
+    /// `program` in namespace b.
+    pub fn in_b(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.pair.b(), program]);
+        c
+    }
+
+    /// `sluice cp [extra] FROM TO` in namespace a (isolated from this machine's settings),
+    /// where a `:name` is the server's; first contact pins the server.
+    pub fn cp(&self, extra: &[&str], from: &str, to: &str) -> Command {
+        let remote = |s: &str| match s.strip_prefix(':') {
+            Some(name) => format!("{}:{name}", linkem::B_ADDR),
+            None => s.to_owned(),
+        };
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.pair.a(), BIN]);
+        isolate(&mut c, self.dir.path());
+        c.args(["cp", "-P", &self.port, "--accept-new-host"])
+            .args(extra)
+            .arg("--known-hosts")
+            .arg(self.dir.path().join("known_hosts"))
+            .env("SLUICE_TOKEN", &self.token)
+            .arg(remote(from))
+            .arg(remote(to));
+        c
+    }
+}
+
+impl Drop for Linked {
+    fn drop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        drop(self.emulator.take());
+    }
+}

@@ -48,7 +48,7 @@ use super::messages::{
 use super::metrics::Metrics;
 use super::observe::NoObserver;
 use super::streams::{Door, Opener};
-use super::tcp_port::TcpPort;
+use super::tcp_port::{TcpPort, bind_ports};
 use super::third_party::{Grants, ThirdPartyConfig};
 use super::tokens::{Rights, TokenSet};
 use super::transport::TCP_STREAMS;
@@ -488,44 +488,6 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// Binds the QUIC endpoint's UDP socket on `listen` and, with `tcp`, a TCP listener on the
-/// same IP and port. With port 0 the pair is bound anew (up to 20 times) until the TCP port of
-/// the UDP port the system chose is free too.
-fn bind_ports(
-    listen: SocketAddr,
-    tcp: bool,
-) -> Result<(quinn::Endpoint, Option<TcpPort>), SessionError> {
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let socket = std::net::UdpSocket::bind(listen)
-            .map_err(|e| SessionError::io(format!("binding {listen}"), e))?;
-        let bound = socket.local_addr().map_err(|e| SessionError::io("reading the address", e))?;
-        let endpoint = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            None,
-            socket,
-            Arc::new(quinn::TokioRuntime),
-        )
-        .map_err(|e| SessionError::io(format!("binding {listen}"), e))?;
-        if !tcp {
-            return Ok((endpoint, None));
-        }
-        match TcpPort::bind(bound) {
-            Ok(port) => return Ok((endpoint, Some(port))),
-            Err(_) if listen.port() == 0 && attempts < 20 => {}
-            Err(e) => {
-                return Err(SessionError::io(
-                    format!(
-                        "listening on TCP {bound} (for clients whose path blocks UDP; `tcp = false` turns it off)"
-                    ),
-                    e,
-                ));
-            }
-        }
     }
 }
 

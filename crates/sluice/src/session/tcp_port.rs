@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
+use super::SessionError;
 use super::streams::{Door, HELLO_BYTES};
 use super::tunnel::{Preface, TcpDatagrams};
 
@@ -88,5 +89,43 @@ async fn sort(mut stream: TcpStream, datagrams: &TcpDatagrams, door: &Door) -> i
             Ok(())
         }
         None => Err(io::Error::new(io::ErrorKind::InvalidData, "not a Sluice preface")),
+    }
+}
+
+/// Binds the QUIC endpoint's UDP socket on `listen` and, with `tcp`, a TCP listener on the
+/// same IP and port. With port 0 the pair is bound anew (up to 20 times) until the TCP port of
+/// the UDP port the system chose is free too.
+pub(crate) fn bind_ports(
+    listen: SocketAddr,
+    tcp: bool,
+) -> Result<(quinn::Endpoint, Option<TcpPort>), SessionError> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let socket = std::net::UdpSocket::bind(listen)
+            .map_err(|e| SessionError::io(format!("binding {listen}"), e))?;
+        let bound = socket.local_addr().map_err(|e| SessionError::io("reading the address", e))?;
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            None,
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(|e| SessionError::io(format!("binding {listen}"), e))?;
+        if !tcp {
+            return Ok((endpoint, None));
+        }
+        match TcpPort::bind(bound) {
+            Ok(port) => return Ok((endpoint, Some(port))),
+            Err(_) if listen.port() == 0 && attempts < 20 => {}
+            Err(e) => {
+                return Err(SessionError::io(
+                    format!(
+                        "listening on TCP {bound} (for clients whose path blocks UDP; `tcp = false` turns it off)"
+                    ),
+                    e,
+                ));
+            }
+        }
     }
 }

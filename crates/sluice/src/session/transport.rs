@@ -81,6 +81,11 @@ const TCP_HEAD_START: Duration = Duration::from_millis(250);
 const UDP_GRACE: Duration = Duration::from_millis(200);
 const UDP_GRACE_RTTS: u32 = 2;
 
+/// Once TCP's attempt failed, how much longer UDP's may take. A host that refuses the TCP
+/// connection (nothing listens: the server is down, or runs with `--tcp off`) and does not
+/// answer UDP by then is given up, not waited for until QUIC's handshake times out.
+const UDP_ALONE: Duration = Duration::from_secs(1);
+
 /// How long the TCP connection of a tunnelled session may take.
 const TCP_CONNECT_WAIT: Duration = Duration::from_secs(10);
 
@@ -154,6 +159,8 @@ where
     let (mut udp_failed, mut tcp_failed) = (None, None);
     // The TCP session, when it was up first, and when.
     let mut tcp_won: Option<(Connected, Instant)> = None;
+    // When TCP's attempt failed, the end of UDP's wait.
+    let mut udp_alone: Option<Instant> = None;
     loop {
         let grace =
             tcp_won.as_ref().map(|(won, at)| *at + UDP_GRACE.max(won.conn.rtt() * UDP_GRACE_RTTS));
@@ -183,9 +190,18 @@ where
                     if let Some(udp_err) = udp_failed.take() {
                         return Err(both_failed(server, udp_err, err));
                     }
+                    udp_alone = Some(Instant::now() + UDP_ALONE);
                     tcp_failed = Some(err);
                 }
             },
+            () = sleep_until(udp_alone) => {
+                let udp_err = SessionError::Network(format!(
+                    "no QUIC handshake within {:.1} s",
+                    started.elapsed().as_secs_f64()
+                ));
+                let tcp_err = tcp_failed.take().expect("UDP waits alone only once TCP failed");
+                return Err(both_failed(server, udp_err, tcp_err));
+            }
             () = sleep_until(grace) => {
                 let (won, _) = tcp_won.take().expect("a grace only with a TCP session");
                 let why = SessionError::Network(format!(
