@@ -37,8 +37,8 @@ pub(crate) struct ConnectArgs {
     pub(crate) fingerprint: Option<String>,
     /// The transport: auto (UDP when it gets through, else TCP: the default), udp, or tcp
     /// (the session tunnelled over TCP and the data on parallel TCP streams, for paths that
-    /// block UDP; slower than UDP on long lossy paths, where each stream's congestion control
-    /// halves its rate at every loss).
+    /// block UDP; slower than UDP on long lossy paths, where a lost segment holds up its
+    /// stream and a loss-based congestion control backs off at every loss).
     #[arg(long, value_name = "auto|udp|tcp", env = "SLUICE_TRANSPORT")]
     pub(crate) transport: Option<String>,
 }

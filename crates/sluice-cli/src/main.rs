@@ -58,6 +58,11 @@ enum Command {
     /// names the server it came from:
     ///   SLUICE_TOKEN_DTN=... SLUICE_TOKEN_HPC=... sluice cp dtn:run7/raw.h5 hpc:incoming/
     ///   sluice cp -r --overwrite if-different dtn:run7 hpc:scratch/
+    ///
+    /// Where a firewall blocks UDP, the copy goes over TCP by itself (--transport auto, the
+    /// default: it says so once), on 4 parallel TCP streams: slower than UDP on long lossy
+    /// paths, where a lost segment holds up its stream. To choose:
+    ///   sluice cp --transport tcp big.bin server:      # or udp; SLUICE_TRANSPORT too
     #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
     Cp(cp::CpArgs),
     /// List a directory on a server (one level), or show a file: the server's view within its
