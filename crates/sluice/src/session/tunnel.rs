@@ -59,14 +59,16 @@ impl Preface {
     }
 }
 
-/// The largest datagram a frame carries (its length is a u16).
-const MAX_DATAGRAM: usize = u16::MAX as usize;
+/// The largest datagram a frame may carry: QUIC's packets here are at most its path MTU's
+/// (1452 bytes unless MTU discovery finds more, capped at 1452 by quinn's defaults), so this
+/// bounds what a peer that sends junk can make the server hold ([`INBOUND_QUEUE`] of them).
+const MAX_DATAGRAM: usize = 4096;
 
 /// Datagrams queued toward one peer before more are dropped (as a full UDP socket buffer
 /// drops them; QUIC sends them again). QUIC's congestion window keeps far fewer in flight.
 const PEER_QUEUE: usize = 4096;
 
-/// Datagrams from every peer waiting for the endpoint to read them.
+/// Datagrams from every peer waiting for the endpoint to read them (16 MiB at most).
 const INBOUND_QUEUE: usize = 4096;
 
 /// A tunnel that carried nothing for this long is closed: longer than any QUIC idle timeout
@@ -165,7 +167,11 @@ async fn read_frames(
             Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Ok(r) => r?,
         };
-        let mut datagram = vec![0u8; u16::from_be_bytes(len) as usize];
+        let len = u16::from_be_bytes(len) as usize;
+        if len > MAX_DATAGRAM {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "a frame over 4096 bytes"));
+        }
+        let mut datagram = vec![0u8; len];
         read.read_exact(&mut datagram).await?;
         if arrive.send((peer, datagram)).await.is_err() {
             return Ok(()); // the socket is gone
