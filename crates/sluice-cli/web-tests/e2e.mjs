@@ -56,18 +56,24 @@ for (let i = 0; i < 200; i += 1) {
 }
 fs.writeFileSync(path.join(local, "one.bin"), bytes(1 << 20));
 fs.writeFileSync(path.join(local, "resume.bin"), bytes(6 << 20));
+fs.writeFileSync(path.join(root, "down.bin"), bytes(6 << 20));
 
 // The server.
 const server = spawn(bin, [
   "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
-  "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0",
+  "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
 ], { stdio: ["ignore", "pipe", "inherit"] });
+let metricsUrl = "";
 const base = await new Promise((resolve, reject) => {
   let text = "";
   server.stdout.on("data", (d) => {
     text += d;
+    const metrics = text.match(/metrics on (http:\/\/[^ ]+\/metrics)/);
     const m = text.match(/web app on (https:\/\/[^ ]+\/) with fingerprint/);
-    if (m) resolve(m[1]);
+    if (m && metrics) {
+      metricsUrl = metrics[1];
+      resolve(m[1]);
+    }
   });
   server.on("exit", (code) => reject(new Error(`the server exited (${code}): ${text}`)));
 });
@@ -282,6 +288,43 @@ try {
   check(JSON.stringify(hashes, Object.keys(hashes).sort()) === JSON.stringify(expected, Object.keys(expected).sort()),
     `the folder downloaded hashes the same: ${JSON.stringify(hashes).slice(0, 300)}`);
 
+  step = "cancel and resume a download";
+  await clearDone();
+  const opfsSize = (name) => page.evaluate(async (name) => {
+    const dir = await navigator.storage.getDirectory();
+    try {
+      return (await (await dir.getFileHandle(name)).getFile()).size;
+    } catch {
+      return -1;
+    }
+  }, name);
+  await page.fill("#rate", "2");
+  await row(server0, "down.bin").click();
+  await page.keyboard.press("F5");
+  // What a download writes shows in its file once closed (a cancel closes it): watch the bar.
+  await page.waitForFunction(() => Number(document.querySelector("#queue tr progress")?.value) >= (1 << 20),
+    null, { timeout: 30000, polling: 50 });
+  await page.click("#queue tr button.cancel");
+  await page.waitForSelector('#queue tr[data-state="cancelled"]');
+  const kept = await opfsSize(".down.bin.sluice-download");
+  check(kept > 0 && kept < (6 << 20), `a partial download is kept: ${kept}`);
+  await page.fill("#rate", "0");
+  // Only the rest is asked for: a Range from what is kept, with the tag of that version.
+  const ranges = [];
+  page.on("request", (r) => {
+    if (r.url().includes("/api/file") && r.url().includes("down.bin")) ranges.push(r.headers()["range"] ?? "");
+  });
+  await page.click("#queue tr button.retry");
+  await jobsDone(1);
+  check(ranges.length === 1 && ranges[0] === `bytes=${kept}-`, `the retry asked for the rest: ${ranges}`);
+  check((await page.textContent("#queue")).includes("resumed at"), "the panel says the download resumed");
+  const downHash = await page.evaluate(async () => {
+    const file = await (await (await navigator.storage.getDirectory()).getFileHandle("down.bin")).getFile();
+    const digest = await crypto.subtle.digest("SHA-256", await file.arrayBuffer());
+    return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  });
+  check(downHash === shaFile(path.join(root, "down.bin")), "the resumed download hashes the same");
+
   step = "drag and drop";
   await clearDone();
   await page.dragAndDrop('#pane-1 tr:has(td.name:text-is("one.bin"))', "#pane-0 .list");
@@ -293,6 +336,17 @@ try {
     return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
   });
   check(dropped === shaFile(path.join(root, "one.bin")), "the dragged file hashes the same");
+
+  step = "metrics";
+  // The page's transfers are the server's: counted in its metrics as the CLI's are.
+  const scrape = await (await fetch(metricsUrl)).text();
+  const series = (name) => Number(scrape.split("\n").find((l) => l.startsWith(`${name} `))?.split(" ")[1] ?? -1);
+  const puts = series('sluice_transfers_total{direction="put"}');
+  const gets = series('sluice_transfers_total{direction="get"}');
+  check(puts >= 203 && gets >= 23, `the page's transfers are counted: ${puts} puts, ${gets} gets`);
+  check(series("sluice_transfers_active") === 0, "none runs now");
+  check(series('sluice_file_bytes_total{direction="received"}') >= (6 << 20) + (2 << 20),
+    "the bytes uploaded are counted");
 
   step = "logout";
   await page.click("#logout");

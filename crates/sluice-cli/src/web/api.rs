@@ -13,9 +13,14 @@
 //! | `POST /api/mkdir {path}`                  | `{}`                                        |
 //! | `POST /api/rename {from, to}`             | `{}`                                        |
 //! | `POST /api/delete {path}`                 | `{removed}`                                 |
-//! | `GET /api/file?path=` (`Range` honoured)  | the bytes (206 for a range)                 |
+//! | `GET /api/file?path=&rate_bps=` (`Range` with `If-Range` honoured) | the bytes (206 for a range), `ETag` |
 //! | `GET /api/upload?path=&size=&mtime=`      | `{have, exists}`                            |
-//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
+//! | `POST /api/upload/stop?path=&size=&mtime=` | `{stopped}`: the requests writing that upload end, keeping what they wrote |
+//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
+//!
+//! A download or upload request is a transfer of the server's: it takes a place among its
+//! token's transfers (`busy` when they all run) and the server's, shows in `/metrics` as a QUIC
+//! transfer does, and is paced to the token's rate limit or the lower `rate_bps` the page asks.
 
 use std::os::unix::fs::FileExt;
 
@@ -30,7 +35,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice::session::FileKind;
 use sluice::tree::EntryKind;
-use sluice::web::{Policy, Upload, UploadDone, UploadSpec};
+use sluice::web::{Pace, Policy, Upload, UploadDone, UploadSpec};
 
 use super::auth::{COOKIE, LoginError, SESSION_TTL, Session};
 use super::range::{ByteRange, content_disposition, parse_range};
@@ -38,6 +43,8 @@ use super::request::{ApiError, AppState, Authed, blocking, json_body, peer, quer
 
 /// Bytes an upload gathers before each write to disk.
 const WRITE_BYTES: usize = 1 << 20;
+/// How often an upload waiting for its next bytes looks whether it was stopped.
+const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 /// Bytes a download reads at once.
 const READ_BYTES: usize = 256 << 10;
 
@@ -99,6 +106,14 @@ pub(super) async fn session(State(state): State<AppState>, authed: Authed) -> Js
 pub(super) struct PathQuery {
     #[serde(default)]
     path: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct FileQuery {
+    path: String,
+    /// A rate the page asks for, below its token's (bits per second; 0 or none: the token's).
+    #[serde(default)]
+    rate_bps: Option<u64>,
 }
 
 /// `GET /api/list?path=`.
@@ -183,19 +198,25 @@ pub(super) async fn delete(
     Ok(Json(json!({ "removed": removed })))
 }
 
-/// `GET /api/file?path=`: the file, or the part a `Range` header asks for.
+/// `GET /api/file?path=`: the file, or the part a `Range` header asks for. With `If-Range`, the
+/// part only while the file is still the one of that entity tag (else all of it, 200), so a
+/// resumed download never joins two versions of a file.
 pub(super) async fn download(
+    State(state): State<AppState>,
     authed: Authed,
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let PathQuery { path } = query(&uri)?;
+    let FileQuery { path, rate_bps } = query(&uri)?;
     let access = authed.session.access.clone();
     let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
     let opened = blocking(move || sluice::web::open_download(&access, &path)).await?;
     let size = opened.size;
+    let etag = format!("\"{}\"", opened.validator);
     let asked = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    let (status, range) = match asked.map(|r| parse_range(r, size)) {
+    // A weak tag or a date never matches: only this exact strong tag keeps the range.
+    let same = headers.get(header::IF_RANGE).is_none_or(|v| v.as_bytes() == etag.as_bytes());
+    let (status, range) = match asked.filter(|_| same).map(|r| parse_range(r, size)) {
         None => (StatusCode::OK, ByteRange { start: 0, end: size }),
         Some(Some(range)) => (StatusCode::PARTIAL_CONTENT, range),
         Some(None) => {
@@ -208,6 +229,8 @@ pub(super) async fn download(
             return Ok(response);
         }
     };
+    let running = state.gate.transfer(&authed.session.access, true).await?;
+    let pace = Pace::lowest(&[running.rate_bps(), rate_bps]);
     // A thread reads ahead a few blocks; it stops when the client goes (the channel closes).
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
     let file = opened.file;
@@ -224,11 +247,20 @@ pub(super) async fn download(
             at += n as u64;
         }
     });
-    let stream =
-        futures_util::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
-        );
+    // The transfer runs while the body streams: it counts what went out, and holds the pace
+    // (the reader waits for it, its channel being full).
+    let sending = Sending { rx, running, pace, started: tokio::time::Instant::now() };
+    let stream = futures_util::stream::unfold(sending, |mut s| async move {
+        let item = s.rx.recv().await?;
+        if let Ok(bytes) = &item {
+            let n = bytes.len() as u64;
+            s.running.moved(n);
+            if let Some(pace) = &mut s.pace {
+                tokio::time::sleep(pace.wait(n, s.started.elapsed())).await;
+            }
+        }
+        Some((item, s))
+    });
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = status;
     let h = response.headers_mut();
@@ -237,12 +269,20 @@ pub(super) async fn download(
     h.insert(header::CONTENT_LENGTH, value((range.end - range.start).to_string())?);
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::CONTENT_DISPOSITION, value(content_disposition(&name))?);
-    h.insert(header::ETAG, value(format!("\"{size:x}-{:x}\"", opened.mtime))?);
+    h.insert(header::ETAG, value(etag)?);
     if status == StatusCode::PARTIAL_CONTENT {
         let end = range.end.saturating_sub(1);
         h.insert(header::CONTENT_RANGE, value(format!("bytes {}-{end}/{size}", range.start))?);
     }
     Ok(response)
+}
+
+/// A download's body as it streams.
+struct Sending {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
+    running: sluice::session::Running,
+    pace: Option<Pace>,
+    started: tokio::time::Instant,
 }
 
 #[derive(Deserialize)]
@@ -255,10 +295,13 @@ pub(super) struct UploadQuery {
     offset: u64,
     #[serde(default)]
     policy: Option<String>,
+    /// As [`FileQuery::rate_bps`].
+    #[serde(default)]
+    rate_bps: Option<u64>,
 }
 
 impl UploadQuery {
-    fn spec(self) -> Result<(UploadSpec, u64), ApiError> {
+    fn spec(self) -> Result<(UploadSpec, u64, Option<u64>), ApiError> {
         let policy = match self.policy.as_deref() {
             None | Some("") => Policy::Overwrite(sluice::session::Overwrite::Refuse),
             Some(name) => Policy::from_name(name).ok_or_else(|| {
@@ -270,27 +313,49 @@ impl UploadQuery {
         Ok((
             UploadSpec { path: self.path, size: self.size, mtime: self.mtime, policy },
             self.offset,
+            self.rate_bps,
         ))
     }
 }
 
 /// `GET /api/upload?path=&size=&mtime=`: how much of that upload the server holds.
-pub(super) async fn upload_status(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
-    let (spec, _) = query::<UploadQuery>(&uri)?.spec()?;
+pub(super) async fn upload_status(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let (spec, _, _) = query::<UploadQuery>(&uri)?.spec()?;
     let access = authed.session.access.clone();
-    let status = blocking(move || sluice::web::upload_status(&access, &spec)).await?;
+    let partials = state.partials.clone();
+    let status = blocking(move || sluice::web::upload_status(&access, &spec, &partials)).await?;
     let exists = status.exists.map(|s| json!({ "size": s.size, "mtime": s.mtime }));
     Ok(Json(json!({ "have": status.have, "exists": exists })))
 }
 
+/// `POST /api/upload/stop?path=&size=&mtime=`: a cancel. The page's end of the connection
+/// stops at once, but the request here would read on what was already in flight (paced, that
+/// takes a while); this ends it now.
+pub(super) async fn upload_stop(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let (spec, _, _) = query::<UploadQuery>(&uri)?.spec()?;
+    let access = authed.session.access.clone();
+    let partials = state.partials.clone();
+    let stopped = blocking(move || sluice::web::stop_upload(&access, &spec, &partials)).await?;
+    Ok(Json(json!({ "stopped": stopped })))
+}
+
 /// `PUT /api/upload?...`: bytes from `offset`, which must be what the server holds.
 pub(super) async fn upload(
+    State(state): State<AppState>,
     authed: Authed,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let (spec, offset) = query::<UploadQuery>(&uri)?.spec()?;
+    let (spec, offset, rate_bps) = query::<UploadQuery>(&uri)?.spec()?;
     let expected = match headers.get("x-sluice-blake3") {
         None => None,
         Some(v) => Some(
@@ -301,21 +366,39 @@ pub(super) async fn upload(
         ),
     };
     let access = authed.session.access.clone();
-    let mut upload = blocking(move || Upload::open(&access, spec)).await?;
+    // A place first: a request refused as busy leaves nothing behind.
+    access.require(|r| r.write, "write (upload)")?;
+    let mut running = state.gate.transfer(&access, false).await?;
+    let partials = state.partials.clone();
+    let mut upload = blocking(move || Upload::open(&access, spec, partials)).await?;
     if upload.have() != offset {
         let why = format!("the server holds {} bytes: send from there", upload.have());
         return Err(
             ApiError::new(StatusCode::CONFLICT, "offset", why).with("have", json!(upload.have()))
         );
     }
+    let mut pace = Pace::lowest(&[running.rate_bps(), rate_bps]);
+    let started = tokio::time::Instant::now();
     let mut stream = body.into_data_stream();
     let mut buf = Vec::with_capacity(WRITE_BYTES);
     let mut cut = None;
     loop {
-        let next = stream.next().await;
+        // A stop is looked for between pieces, and every STOP_CHECK while none comes.
+        let mut next = None;
+        while next.is_none() && !upload.stopped() {
+            next = tokio::time::timeout(STOP_CHECK, stream.next()).await.ok();
+        }
+        let next = match next {
+            Some(next) => next,
+            None => Some(Err(axum::Error::new("stopped by the client"))),
+        };
         let more = match next {
             Some(Ok(bytes)) => {
                 buf.extend_from_slice(&bytes);
+                running.moved(bytes.len() as u64);
+                if let Some(pace) = &mut pace {
+                    tokio::time::sleep(pace.wait(bytes.len() as u64, started.elapsed())).await;
+                }
                 true
             }
             // The client went away: keep what came, for it to resume.

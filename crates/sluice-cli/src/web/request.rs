@@ -28,6 +28,10 @@ pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src '
 pub(crate) struct AppState {
     /// Sessions and the login check.
     pub(crate) logins: Arc<Logins>,
+    /// The server's gate: its transfers' places and counters, which web transfers share.
+    pub(crate) gate: sluice::session::Gate,
+    /// Partial uploads, swept when abandoned ([`sluice::web::PARTIAL_TTL`]).
+    pub(crate) partials: Arc<sluice::web::Partials>,
     /// The fingerprint of the certificate served, shown on the page.
     pub(crate) fingerprint: String,
 }
@@ -39,7 +43,12 @@ impl AppState {
         fingerprint: String,
         limits: LoginLimits,
     ) -> Self {
-        AppState { logins: Arc::new(Logins::new(gate, limits)), fingerprint }
+        AppState {
+            logins: Arc::new(Logins::new(gate.clone(), limits)),
+            gate,
+            partials: Arc::default(),
+            fingerprint,
+        }
     }
 }
 

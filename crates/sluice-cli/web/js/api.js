@@ -104,10 +104,13 @@ export const rename = (from, to) => post("/api/rename", { from, to });
 export const remove = (path) => post("/api/delete", { path });
 
 /**
- * The URL a file downloads from (Range requests resume it).
+ * The URL a file downloads from (Range requests resume it), paced by the server to `rateBps`
+ * (bits per second; 0: only the token's limit).
  * @param {string} path
+ * @param {number} [rateBps]
  */
-export const fileUrl = (path) => url("/api/file", { path });
+export const fileUrl = (path, rateBps = 0) =>
+  url("/api/file", rateBps ? { path, rate_bps: rateBps } : { path });
 
 /**
  * @param {string} path
@@ -120,8 +123,22 @@ export async function uploadStatus(path, size, mtime) {
 }
 
 /**
- * Sends `blob` (the file's bytes from `offset`) with progress, abortable.
- * @param {{ path: string, size: number, mtime: number, offset: number, policy: string }} spec
+ * Stops the server's requests writing that upload (a cancel: the server would otherwise read on
+ * what the connection still holds).
+ * @param {{ path: string, size: number, mtime: number }} spec
+ */
+export async function stopUpload(spec) {
+  const response = await fetch(url("/api/upload/stop", spec), {
+    method: "POST",
+    headers: { "X-Sluice-CSRF": csrf },
+  });
+  return parse(response);
+}
+
+/**
+ * Sends `blob` (the file's bytes from `offset`) with progress, abortable; the server paces it
+ * to `rate_bps` (0: only the token's limit).
+ * @param {{ path: string, size: number, mtime: number, offset: number, policy: string, rate_bps: number }} spec
  * @param {Blob} blob
  * @param {(sent: number) => void} progress
  * @param {AbortSignal} signal

@@ -14,6 +14,10 @@ pub struct Download {
     pub size: u64,
     /// Its modification time, seconds since the epoch.
     pub mtime: i64,
+    /// A strong validator of these bytes (HTTP's entity tag, without quotes): its size,
+    /// modification time to the nanosecond, and inode, so a file rewritten in place or replaced
+    /// by a rename gets another one, and a range of it is never joined to a range of the other.
+    pub validator: String,
 }
 
 /// Opens `requested` for download; a folder or special file is refused (folders are the
@@ -27,5 +31,11 @@ pub fn open_download(access: &Access, requested: &str) -> Result<Download, Sessi
     if !meta.is_file() {
         return Err(SessionError::Refused(format!("{requested}: not a regular file")));
     }
-    Ok(Download { file, size: meta.len(), mtime: mtime_secs(&meta) })
+    Ok(Download { file, size: meta.len(), mtime: mtime_secs(&meta), validator: validator(&meta) })
+}
+
+/// See [`Download::validator`].
+fn validator(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{:x}-{:x}.{:x}-{:x}", meta.len(), meta.mtime(), meta.mtime_nsec(), meta.ino())
 }

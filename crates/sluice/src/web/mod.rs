@@ -18,8 +18,13 @@
 
 mod download;
 mod ops;
+mod pace;
 mod upload;
 
 pub use download::{Download, open_download};
 pub use ops::{delete, make_dir, rename};
-pub use upload::{Policy, Upload, UploadDone, UploadSpec, UploadStatus, upload_status};
+pub use pace::Pace;
+pub use upload::{
+    PARTIAL_TTL, PARTIALS_MAX, Partials, Policy, Upload, UploadDone, UploadSpec, UploadStatus,
+    stop_upload, upload_status,
+};
