@@ -242,7 +242,21 @@ try {
   check(after === size - held, `only the rest moved: ${after} + ${held} != ${size}`);
   check(shaFile(path.join(root, "resume.bin")) === shaFile(path.join(local, "resume.bin")), "resume.bin hashes the same");
   check((await page.textContent("#queue")).includes("resumed at"), "the panel says it resumed");
+  const totalBar = await page.$eval("#total-bar", (e) => [e.value, e.max]);
+  check(totalBar[0] === totalBar[1] && totalBar[1] === size, `the total bar is full: ${totalBar}`);
   await shot("transfers");
+  await clearDone();
+
+  step = "a standing overwrite policy";
+  // Replace, chosen once in the panel: no question, the server's file replaced.
+  fs.writeFileSync(path.join(root, "one.bin"), "older\n");
+  await page.selectOption("#policy", "always");
+  await row(local0, "one.bin").click();
+  await page.keyboard.press("F5");
+  await jobsDone();
+  check(await page.locator("#ask[open]").count() === 0, "no question asked");
+  check(shaFile(path.join(root, "one.bin")) === shaFile(path.join(local, "one.bin")), "one.bin replaced");
+  await page.selectOption("#policy", "");
   await clearDone();
 
   step = "download a file";
@@ -302,8 +316,14 @@ try {
   await row(server0, "down.bin").click();
   await page.keyboard.press("F5");
   // What a download writes shows in its file once closed (a cancel closes it): watch the bar.
-  await page.waitForFunction(() => Number(document.querySelector("#queue tr progress")?.value) >= (1 << 20),
+  // The rate over time: the chart draws the last minute, and says its peak, while it runs.
+  await page.waitForFunction(() => Number(document.querySelector("#queue tr progress")?.value) >= (1 << 20)
+    && !/^peak 0 /.test(document.querySelector("#rate-peak")?.textContent ?? "peak 0 "),
     null, { timeout: 30000, polling: 50 });
+  const peak = await page.textContent("#rate-peak");
+  check(/^peak [1-9][0-9.]* (KiB|MiB|GiB)\/s$/.test(peak ?? ""), `the chart's peak is a rate: ${peak}`);
+  const chartPoints = await page.$eval("#rate-chart polyline", (e) => (e.getAttribute("points") ?? "").trim().split(" ").length);
+  check(chartPoints >= 4, `the rate chart has points: ${chartPoints}`);
   await page.click("#queue tr button.cancel");
   await page.waitForSelector('#queue tr[data-state="cancelled"]');
   const kept = await opfsSize(".down.bin.sluice-download");

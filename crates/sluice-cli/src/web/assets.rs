@@ -18,6 +18,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("/js/pane.js", JS, include_str!("../../web/js/pane.js")),
     ("/js/local.js", JS, include_str!("../../web/js/local.js")),
     ("/js/transfers.js", JS, include_str!("../../web/js/transfers.js")),
+    ("/js/chart.js", JS, include_str!("../../web/js/chart.js")),
 ];
 
 const JS: &str = "text/javascript; charset=utf-8";

@@ -7,6 +7,7 @@
 // walked here and their files queued one by one.
 
 import * as api from "./api.js";
+import { RateChart } from "./chart.js";
 import { byId, duration, el, size, ask } from "./dom.js";
 import { join, split } from "./local.js";
 
@@ -54,7 +55,17 @@ export class Transfers {
       this.jobs = this.jobs.filter((j) => !["done", "skipped"].includes(j.state));
       this.render();
     });
-    setInterval(() => this.render(), 500);
+    /** Bytes moved by every transfer of this page. */
+    this.movedAll = 0;
+    this.chart = new RateChart(byId("chart"), byId("rate-peak"));
+    // The chart's rate: bytes moved between two ticks (short transfers count too).
+    let last = { t: performance.now(), moved: 0 };
+    setInterval(() => {
+      this.render();
+      const now = { t: performance.now(), moved: this.movedAll };
+      this.chart.add(now.t, ((now.moved - last.moved) * 1000) / Math.max(1, now.t - last.t));
+      last = now;
+    }, 500);
   }
 
   /** Bits per second each transfer may move (the server paces it); 0: no limit but the token's. */
@@ -79,7 +90,8 @@ export class Transfers {
       job.state = "running";
       job.note = "";
       job.abort = new AbortController();
-      job.samples = [];
+      // From the start: the first progress already gives a rate.
+      job.samples = [{ t: performance.now(), bytes: job.moved }];
       try {
         await work(job);
         if (job.state === "running") job.state = "done";
@@ -117,6 +129,8 @@ export class Transfers {
    * @returns {Promise<Policy | null>} null: cancelled
    */
   async question(name, existing) {
+    const standing = /** @type {HTMLSelectElement} */ (byId("policy")).value;
+    if (standing) return /** @type {Policy} */ (standing);
     if (this.policyForAll) return this.policyForAll;
     const answer = await ask(
       `"${name}" exists (${existing}). What should happen?`,
@@ -138,6 +152,7 @@ export class Transfers {
   progress(job, delta) {
     job.done += delta;
     job.moved += delta;
+    this.movedAll += delta;
     const now = performance.now();
     job.samples.push({ t: now, bytes: job.moved });
     while (job.samples.length > 2 && now - job.samples[0].t > 3000) job.samples.shift();
@@ -172,15 +187,19 @@ export class Transfers {
         job.done = status.have;
         if (status.have) job.note = `resumed at ${size(status.have)}`;
         const offset = status.have;
-        let sent = 0;
         const spec = { ...which, offset, policy, rate_bps: this.rateLimit() };
+        // Progress is what the server holds, asked twice a second: the browser's own count is
+        // of what went into the connection, megabytes ahead of the server when it paces.
+        const polling = setInterval(() => {
+          api.uploadStatus(dest, file.size, mtime).then((now) => {
+            if (job.state === "running" && now.have > job.done) this.progress(job, now.have - job.done);
+          }, () => {});
+        }, 500);
         try {
           // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
-          const result = await api.uploadPart(spec, file.slice(offset), (n) => {
-            this.progress(job, n - sent);
-            sent = n;
-          }, signal);
-          this.progress(job, file.size - offset - sent);
+          const result = await api.uploadPart(spec, file.slice(offset), () => {}, signal)
+            .finally(() => clearInterval(polling));
+          this.progress(job, Math.max(0, result.have - job.done));
           job.done = result.have;
           if (!result.done) throw new Error(`cut off at ${size(result.have)}: Retry resumes`);
           if (!result.stored) job.state = "skipped";
@@ -189,7 +208,6 @@ export class Transfers {
         } catch (e) {
           const code = e instanceof api.ApiError ? e.code : "";
           if (signal.aborted || !["busy", "offset"].includes(code) || attempt >= 40) throw e;
-          job.moved -= sent;
           await new Promise((r) => setTimeout(r, 250));
           status = await api.uploadStatus(dest, file.size, mtime);
         }
@@ -346,6 +364,9 @@ export class Transfers {
     for (const row of [...body.children]) {
       if (!this.jobs.some((j) => j.row === row)) row.remove();
     }
+    const bar = /** @type {HTMLProgressElement} */ (byId("total-bar"));
+    bar.max = total || 1;
+    bar.value = total ? done : 0;
     const left = rate > 0 ? (total - done) / rate : NaN;
     byId("total").textContent = this.jobs.length
       ? `${size(done)} of ${size(total)} · ${size(rate)}/s · ETA ${duration(left) || "-"}`
