@@ -57,6 +57,7 @@ for (let i = 0; i < 200; i += 1) {
 fs.writeFileSync(path.join(local, "one.bin"), bytes(1 << 20));
 fs.writeFileSync(path.join(local, "resume.bin"), bytes(6 << 20));
 fs.writeFileSync(path.join(root, "down.bin"), bytes(6 << 20));
+fs.writeFileSync(path.join(root, "bad.bin"), bytes(300000));
 
 // The server.
 const server = spawn(bin, [
@@ -160,8 +161,17 @@ try {
   step = "upload a file";
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "one.bin"));
   await row(local0, "one.bin").click();
-  await page.keyboard.press("F5");
+  // The page's BLAKE3 (Rust in WebAssembly) goes with the upload; the server's own must match.
+  const [put] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === "PUT" && r.url().includes("one.bin")),
+    page.keyboard.press("F5"),
+  ]);
+  const pageHash = put.request().headers()["x-sluice-blake3"];
+  const serverHash = (await put.json()).blake3;
+  check(/^[0-9a-f]{64}$/.test(pageHash ?? ""), `the page sent its BLAKE3: ${pageHash}`);
+  check(pageHash === serverHash, `the page's BLAKE3 is the server's: ${pageHash} ${serverHash}`);
   await jobsDone();
+  check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the panel says it was verified");
   check(shaFile(path.join(root, "one.bin")) === shaFile(path.join(local, "one.bin")), "one.bin hashes the same");
   await clearDone();
 
@@ -344,6 +354,30 @@ try {
     return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
   });
   check(downHash === shaFile(path.join(root, "down.bin")), "the resumed download hashes the same");
+  check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the download was verified");
+
+  step = "a download corrupted on the way";
+  await clearDone();
+  // One byte changed between the server and the page: the page's BLAKE3 differs from the
+  // server's, it says so, and stores nothing.
+  await page.route(/\/api\/file\?path=bad\.bin/, async (route) => {
+    const response = await route.fetch();
+    const body = Buffer.from(await response.body());
+    body[1234] ^= 0x40;
+    await route.fulfill({ response, body });
+  });
+  await row(server0, "bad.bin").click();
+  await page.keyboard.press("F5");
+  await page.waitForSelector('#queue tr[data-state="failed"]', { timeout: 30000 });
+  const failedText = await page.textContent('#queue tr[data-state="failed"]');
+  check(failedText.includes("BLAKE3 mismatch"), `the mismatch is shown: ${failedText}`);
+  check(await opfsSize("bad.bin") === -1 && await opfsSize(".bad.bin.sluice-download") === -1,
+    "nothing of the corrupted download is kept");
+  await page.unroute(/\/api\/file\?path=bad\.bin/);
+  await page.click('#queue tr[data-state="failed"] button.retry');
+  await jobsDone(1);
+  check(await opfsSize("bad.bin") === 300000, "the retry stores it whole");
+  await shot("verified");
 
   step = "drag and drop";
   await clearDone();

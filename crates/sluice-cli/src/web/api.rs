@@ -14,6 +14,7 @@
 //! | `POST /api/rename {from, to}`             | `{}`                                        |
 //! | `POST /api/delete {path}`                 | `{removed}`                                 |
 //! | `GET /api/file?path=&rate_bps=` (`Range` with `If-Range` honoured) | the bytes (206 for a range), `ETag` |
+//! | `GET /api/hash?path=`                     | `{blake3, etag}`: the file's BLAKE3 and the version hashed |
 //! | `GET /api/upload?path=&size=&mtime=`      | `{have, exists}`                            |
 //! | `POST /api/upload/stop?path=&size=&mtime=` | `{stopped}`: the requests writing that upload end, keeping what they wrote |
 //! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
@@ -275,6 +276,23 @@ pub(super) async fn download(
         h.insert(header::CONTENT_RANGE, value(format!("bytes {}-{end}/{size}", range.start))?);
     }
     Ok(response)
+}
+
+/// `GET /api/hash?path=`: the file's BLAKE3 and the `ETag` of the version hashed, for the page
+/// to compare with its own hash of a download. Hashing reads the whole file: it takes a place
+/// among the token's and the server's transfers while it runs.
+pub(super) async fn hash(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let PathQuery { path } = query(&uri)?;
+    let access = authed.session.access.clone();
+    access.require(|r| r.read, "read (hash)")?;
+    let place = state.gate.place(&access).await?;
+    let (validator, hash) = blocking(move || sluice::web::file_hash(&access, &path)).await?;
+    drop(place);
+    Ok(Json(json!({ "blake3": hash.to_hex().as_str(), "etag": format!("\"{validator}\"") })))
 }
 
 /// A download's body as it streams.

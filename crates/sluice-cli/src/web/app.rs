@@ -29,6 +29,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/rename", post(api::rename))
         .route("/api/delete", post(api::delete))
         .route("/api/file", get(api::download))
+        .route("/api/hash", get(api::hash))
         .route("/api/upload", get(api::upload_status).put(api::upload))
         .route("/api/upload/stop", post(api::upload_stop));
     assets::routes(api)

@@ -198,7 +198,8 @@ async fn every_answer_has_the_strict_policy_headers() {
         assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{uri}");
     }
     assert!(CSP.contains("default-src 'self'") && CSP.contains("frame-ancestors 'none'"));
-    assert!(!CSP.contains("unsafe-inline") && !CSP.contains("unsafe-eval"));
+    // 'wasm-unsafe-eval' (the page's WebAssembly) is not 'unsafe-eval' (JavaScript's eval).
+    assert!(!CSP.contains("unsafe-inline") && !CSP.contains("'unsafe-eval'"));
     let page = bytes_of(app.send(Request::get("/").body(Body::empty()).unwrap()).await).await;
     let page = String::from_utf8(page).unwrap();
     assert!(!page.contains("<script>") && !page.contains("style="), "inline script or style");
@@ -488,6 +489,45 @@ async fn a_range_holds_only_while_the_file_is_the_same() {
     for stale in [format!("W/{tag}"), "Thu, 01 Jan 2026 00:00:00 GMT".to_owned()] {
         assert_eq!(app.send(ranged(stale)).await.status(), StatusCode::OK);
     }
+}
+
+/// The server's BLAKE3 of a file, for the page to compare with its own hash of a download: of
+/// the version the download's tag names, with the `read` right only.
+#[tokio::test]
+async fn the_servers_blake3_of_a_file_names_its_version() {
+    let app = app();
+    let data = counted(200_000);
+    std::fs::write(app.root().join("h.bin"), &data).unwrap();
+    let c = Client::new(&app, "all-token").await;
+    let tag =
+        c.get("/api/file?path=h.bin").await.headers()[header::ETAG].to_str().unwrap().to_owned();
+    let answer = json_of(c.get("/api/hash?path=h.bin").await).await;
+    assert_eq!(answer["blake3"], blake3::hash(&data).to_hex().as_str());
+    assert_eq!(answer["etag"], tag.as_str());
+    let writer = Client::new(&app, "write-token").await;
+    assert_eq!(writer.get("/api/hash?path=h.bin").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(c.get("/api/hash?path=pub").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(c.get("/api/hash?path=..%2Foutside.txt").await.status(), StatusCode::FORBIDDEN);
+}
+
+/// The page's BLAKE3 module is built into the binary and served as WebAssembly, with its
+/// exports; the policy lets the page compile it and nothing else.
+#[tokio::test]
+async fn the_pages_webassembly_is_served() {
+    let app = app();
+    let response = app.send(Request::get("/sluice.wasm").body(Body::empty()).unwrap()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "application/wasm");
+    let bytes = bytes_of(response).await;
+    assert_eq!(&bytes[..4], b"\0asm", "a WebAssembly module");
+    for export in
+        ["sluice_buffer", "sluice_hasher_new", "sluice_hasher_update", "sluice_hasher_finish"]
+    {
+        assert!(bytes.windows(export.len()).any(|w| w == export.as_bytes()), "exports {export}");
+    }
+    assert!(
+        CSP.contains("script-src 'self' 'wasm-unsafe-eval';") && !CSP.contains("'unsafe-eval'")
+    );
 }
 
 /// Web downloads and uploads are the server's transfers: they take the token's places (a

@@ -19,7 +19,10 @@ use super::auth::{COOKIE, LoginLimits, Logins, Session, csrf_matches};
 pub(crate) const CSRF_HEADER: &str = "x-sluice-csrf";
 
 /// The policy: everything from this server only, nothing inline, no plugins, no framing.
-pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+/// `'wasm-unsafe-eval'` lets the page compile WebAssembly (its BLAKE3, `/sluice.wasm`, from this
+/// server like every script); it allows no `eval` of JavaScript.
+pub(crate) const CSP: &str = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; \
+     style-src 'self'; \
      img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 

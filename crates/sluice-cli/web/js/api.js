@@ -123,6 +123,15 @@ export async function uploadStatus(path, size, mtime) {
 }
 
 /**
+ * The server's BLAKE3 of a file, and the ETag of the version it hashed.
+ * @param {string} path
+ * @returns {Promise<{ blake3: string, etag: string }>}
+ */
+export async function fileHash(path) {
+  return parse(await fetch(url("/api/hash", { path })));
+}
+
+/**
  * Stops the server's requests writing that upload (a cancel: the server would otherwise read on
  * what the connection still holds).
  * @param {{ path: string, size: number, mtime: number }} spec
@@ -137,19 +146,22 @@ export async function stopUpload(spec) {
 
 /**
  * Sends `blob` (the file's bytes from `offset`) with progress, abortable; the server paces it
- * to `rate_bps` (0: only the token's limit).
+ * to `rate_bps` (0: only the token's limit), and stores the file only if the whole file hashes
+ * to `blake3` (hex).
  * @param {{ path: string, size: number, mtime: number, offset: number, policy: string, rate_bps: number }} spec
  * @param {Blob} blob
+ * @param {string} blake3
  * @param {(sent: number) => void} progress
  * @param {AbortSignal} signal
  * @returns {Promise<any>}
  */
-export function uploadPart(spec, blob, progress, signal) {
+export function uploadPart(spec, blob, blake3, progress, signal) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("PUT", url("/api/upload", spec));
     xhr.setRequestHeader("X-Sluice-CSRF", csrf);
     xhr.setRequestHeader("Content-Type", "application/octet-stream");
+    xhr.setRequestHeader("X-Sluice-Blake3", blake3);
     xhr.upload.onprogress = (e) => progress(e.loaded);
     xhr.onload = () => {
       const response = new Response(xhr.responseText, { status: xhr.status });

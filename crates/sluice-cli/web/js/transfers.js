@@ -9,6 +9,7 @@
 import * as api from "./api.js";
 import { RateChart } from "./chart.js";
 import { byId, duration, el, size, ask } from "./dom.js";
+import { hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
 
 /** Transfers at once. */
@@ -181,6 +182,11 @@ export class Transfers {
         }
       }
       const signal = /** @type {AbortController} */ (job.abort).signal;
+      // The whole file's BLAKE3 first (Sluice's own, in WebAssembly): the server stores the
+      // file only if what it holds hashes the same.
+      job.note = "hashing";
+      const blake3 = await hashBlob(file, (n) => { job.note = `hashing ${size(n)}`; }, signal);
+      job.note = "";
       // A request of before (cancelled, or cut off) may still be ending at the server: it
       // answers busy until then, and the offset it left is asked again.
       for (let attempt = 1; ; attempt += 1) {
@@ -197,13 +203,17 @@ export class Transfers {
         }, 500);
         try {
           // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
-          const result = await api.uploadPart(spec, file.slice(offset), () => {}, signal)
+          const result = await api.uploadPart(spec, file.slice(offset), blake3, () => {}, signal)
             .finally(() => clearInterval(polling));
+          if (result.done && result.stored && result.blake3 !== blake3) {
+            throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
+          }
+          if (result.done) job.note = [job.note, "BLAKE3 verified"].filter(Boolean).join("; ");
           this.progress(job, Math.max(0, result.have - job.done));
           job.done = result.have;
           if (!result.done) throw new Error(`cut off at ${size(result.have)}: Retry resumes`);
           if (!result.stored) job.state = "skipped";
-          else if (result.name && result.name !== split(dest)[1]) job.note = `stored as ${result.name}`;
+          else if (result.name && result.name !== split(dest)[1]) job.note = `${job.note}; stored as ${result.name}`;
           return;
         } catch (e) {
           const code = e instanceof api.ApiError ? e.code : "";
@@ -278,12 +288,26 @@ export class Transfers {
         await out.close().catch(() => {});
         throw e;
       }
+      // What arrived, hashed here (BLAKE3 in WebAssembly), against the server's hash of the
+      // version it came from; on a mismatch nothing is stored and the partial file goes.
+      job.note = [job.note, "verifying"].filter(Boolean).join("; ");
+      const got = await hashBlob(await part.getFile(), undefined, signal);
+      const theirs = await api.fileHash(src);
+      const changed = theirs.etag !== localStorage.getItem(tagKey);
+      if (changed || theirs.blake3 !== got) {
+        await dir.removeEntry(partName).catch(() => {});
+        localStorage.removeItem(tagKey);
+        throw new Error(changed
+          ? "the file changed on the server while it downloaded: Retry fetches it again"
+          : `BLAKE3 mismatch: this page hashed ${got}, the server has ${theirs.blake3}; nothing was stored`);
+      }
+      job.note = job.note.replace("verifying", "BLAKE3 verified");
       if (existing && finalName === name) await dir.removeEntry(name);
       const move = /** @type {any} */ (part).move;
       if (!move) throw new Error("this browser cannot rename the finished file");
       await move.call(part, finalName);
       localStorage.removeItem(tagKey);
-      if (finalName !== name) job.note = `stored as ${finalName}`;
+      if (finalName !== name) job.note = `${job.note}; stored as ${finalName}`;
     });
   }
 

@@ -183,14 +183,20 @@ pub struct Gate {
     pub(crate) metrics: Arc<Metrics>,
 }
 
+/// A place among a token's transfers and the server's ([`Gate::place`]), held while it lives.
+#[derive(Debug)]
+pub struct Place {
+    _token: Option<OwnedSemaphorePermit>,
+    _server: OwnedSemaphorePermit,
+}
+
 /// A transfer of another front end than the QUIC sessions (the web app's download or upload
 /// request) while it runs: it holds a place among its token's transfers and the server's, counts
 /// as running in the server's [`Metrics`], and adds the file bytes it moved ([`Running::moved`])
 /// to them when it ends (dropped), finished or not.
 #[derive(Debug)]
 pub struct Running {
-    _token: Option<OwnedSemaphorePermit>,
-    _server: OwnedSemaphorePermit,
+    _place: Place,
     _active: Active,
     metrics: Arc<Metrics>,
     sending: bool,
@@ -239,17 +245,22 @@ impl Gate {
     /// server's (waited for up to [`TRANSFER_WAIT`]), counted in the server's metrics as a QUIC
     /// transfer is.
     pub async fn transfer(&self, access: &Access, sending: bool) -> Result<Running, SessionError> {
-        let token = token_place(access)?;
-        let (server, _) = server_place(&self.transfers).await?;
         Ok(Running {
-            _token: token,
-            _server: server,
+            _place: self.place(access).await?,
             _active: self.metrics.transfer(sending),
             metrics: self.metrics.clone(),
             sending,
             moved: 0,
             rate_bps: access.rate_bps,
         })
+    }
+
+    /// A place as [`Gate::transfer`] takes, for work as heavy as a transfer that moves no file
+    /// (hashing one for a client): not counted as a transfer.
+    pub async fn place(&self, access: &Access) -> Result<Place, SessionError> {
+        let token = token_place(access)?;
+        let (server, _) = server_place(&self.transfers).await?;
+        Ok(Place { _token: token, _server: server })
     }
 
     /// The server's counters.

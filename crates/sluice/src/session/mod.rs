@@ -133,7 +133,7 @@ pub mod tokens;
 use std::time::Duration;
 
 pub use crate::tree::{Links, Overwrite};
-pub use access::{Access, Gate, Running};
+pub use access::{Access, Gate, Place, Running};
 pub(crate) use channel::check_spec;
 pub use channel::{DEFAULT_PACKET_SIZE, default_channel_config};
 pub use client::{Client, ClientConfig, Granted, TransferReport};

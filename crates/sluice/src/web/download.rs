@@ -1,7 +1,9 @@
 //! Opening a file to download, with its `read` right.
 
 use std::fs::File;
+use std::sync::atomic::AtomicBool;
 
+use crate::files::hash_prefix;
 use crate::session::access::{mtime_secs, open_error};
 use crate::session::{Access, SessionError};
 
@@ -38,4 +40,19 @@ pub fn open_download(access: &Access, requested: &str) -> Result<Download, Sessi
 fn validator(meta: &std::fs::Metadata) -> String {
     use std::os::unix::fs::MetadataExt;
     format!("{:x}-{:x}.{:x}-{:x}", meta.len(), meta.mtime(), meta.mtime_nsec(), meta.ino())
+}
+
+/// The BLAKE3 of the file `requested` (right `read`), and the validator of the version hashed
+/// ([`Download::validator`]): a client that downloaded that version compares it with its own
+/// hash of what it received. A file that changes while it is hashed is `busy`.
+pub fn file_hash(access: &Access, requested: &str) -> Result<(String, blake3::Hash), SessionError> {
+    let opened = open_download(access, requested)?;
+    let hash = hash_prefix(&opened.file, opened.size, &AtomicBool::new(false))
+        .map_err(|e| open_error(requested, e))?
+        .ok_or_else(|| SessionError::Network("hashing was cancelled".into()))?;
+    let after = opened.file.metadata().map_err(|e| open_error(requested, e))?;
+    if validator(&after) != opened.validator {
+        return Err(SessionError::Busy(format!("{requested}: it changed while it was hashed")));
+    }
+    Ok((opened.validator, hash))
 }

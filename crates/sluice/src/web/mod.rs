@@ -8,7 +8,7 @@
 //! | operation                          | right                                          |
 //! |------------------------------------|------------------------------------------------|
 //! | list a directory, stat a path      | `list` (stat: `list` or `read`, as `sluice stat`) |
-//! | download a file                    | `read`                                         |
+//! | download a file, hash it (BLAKE3)  | `read`                                         |
 //! | upload a file, make a folder       | `write`                                        |
 //! | rename, delete (folders: recursively) | `write`: an upload with `--overwrite always` replaces files already |
 //!
@@ -21,7 +21,7 @@ mod ops;
 mod pace;
 mod upload;
 
-pub use download::{Download, open_download};
+pub use download::{Download, file_hash, open_download};
 pub use ops::{delete, make_dir, rename};
 pub use pace::Pace;
 pub use upload::{
