@@ -391,6 +391,32 @@ try {
   });
   check(dropped === shaFile(path.join(root, "one.bin")), "the dragged file hashes the same");
 
+  step = "sweep";
+  // FFTM's sweep over the page's connection: every cell measured, charted, the best named.
+  await page.click("#sweep summary");
+  await page.fill("#sweep-mib", "2");
+  await page.fill("#sweep-blocks", "256, 1024");
+  await page.fill("#sweep-streams", "1, 2");
+  await page.click("#sweep-run");
+  await page.waitForSelector('#sweep-result[data-done="true"]', { timeout: 60000 });
+  const recommended = await page.textContent("#sweep-result");
+  check(/^Recommended: (256\.0 KiB|1\.0 MiB) blocks × [12] streams?: [0-9.]+ (KiB|MiB|GiB)\/s \(download, 2\.0 MiB per cell\)$/
+    .test(recommended ?? ""), `a recommendation: ${recommended}`);
+  console.log(`e2e: sweep: ${recommended}; cells: ${await page.$$eval("#sweep-svg rect title", (ts) => ts.map((t) => t.textContent).join(", "))}`);
+  check(await page.locator("#sweep-svg rect").count() === 4, "four bars");
+  check(await page.locator("#sweep-svg rect.failed").count() === 0, "no cell failed");
+  await shot("sweep");
+  // The upload side, one cell.
+  await page.selectOption("#sweep-dir", "up");
+  await page.fill("#sweep-blocks", "512");
+  await page.fill("#sweep-streams", "2");
+  await page.evaluate(() => delete document.querySelector("#sweep-result").dataset.done);
+  await page.click("#sweep-run");
+  await page.waitForSelector('#sweep-result[data-done="true"]', { timeout: 60000 });
+  const up = await page.textContent("#sweep-result");
+  console.log(`e2e: sweep: ${up}`);
+  check(/^Recommended: 512\.0 KiB blocks × 2 streams: .* \(upload, 2\.0 MiB per cell\)$/.test(up ?? ""), `an upload sweep: ${up}`);
+
   step = "metrics";
   // The page's transfers are the server's: counted in its metrics as the CLI's are.
   const scrape = await (await fetch(metricsUrl)).text();

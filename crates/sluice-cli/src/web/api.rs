@@ -16,6 +16,8 @@
 //! | `GET /api/file?path=&rate_bps=` (`Range` with `If-Range` honoured) | the bytes (206 for a range), `ETag` |
 //! | `GET /api/hash?path=`                     | `{blake3, etag}`: the file's BLAKE3 and the version hashed |
 //! | `GET /api/upload?path=&size=&mtime=`      | `{have, exists}`                            |
+//! | `GET /api/sweep?bytes=` (right `read`)    | that many bytes (zeros; at most 256 MiB), for the page's sweep |
+//! | `PUT /api/sweep`, body any bytes (right `write`) | `{received}`; the bytes are dropped (at most 256 MiB) |
 //! | `POST /api/upload/stop?path=&size=&mtime=` | `{stopped}`: the requests writing that upload end, keeping what they wrote |
 //! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
 //!
@@ -293,6 +295,82 @@ pub(super) async fn hash(
     let (validator, hash) = blocking(move || sluice::web::file_hash(&access, &path)).await?;
     drop(place);
     Ok(Json(json!({ "blake3": hash.to_hex().as_str(), "etag": format!("\"{validator}\"") })))
+}
+
+/// The most bytes one sweep request moves.
+const SWEEP_BYTES_MAX: u64 = 256 << 20;
+/// What a sweep download sends: zeros, a piece at a time.
+static ZEROS: [u8; READ_BYTES] = [0; READ_BYTES];
+
+#[derive(Deserialize)]
+pub(super) struct SweepQuery {
+    bytes: u64,
+}
+
+/// `GET /api/sweep?bytes=`: bytes of nothing, to measure this connection (the page's sweep of
+/// block sizes and streams). As a download: a place among the token's and the server's
+/// transfers (not counted as a transfer: no file moves), paced to the token's rate.
+pub(super) async fn sweep_down(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let SweepQuery { bytes } = query(&uri)?;
+    if bytes > SWEEP_BYTES_MAX {
+        return Err(ApiError::bad(format!("bytes: at most {SWEEP_BYTES_MAX}")));
+    }
+    let access = authed.session.access.clone();
+    access.require(|r| r.read, "read (sweep downloads)")?;
+    let place = state.gate.place(&access).await?;
+    let pace = Pace::lowest(&[access.rate_bps()]);
+    let state0 = (bytes, place, pace, tokio::time::Instant::now());
+    let stream =
+        futures_util::stream::unfold(state0, |(left, place, mut pace, started)| async move {
+            if left == 0 {
+                return None;
+            }
+            let n = left.min(READ_BYTES as u64);
+            if let Some(pace) = &mut pace {
+                tokio::time::sleep(pace.wait(n, started.elapsed())).await;
+            }
+            let piece = Bytes::from_static(&ZEROS[..n as usize]);
+            Some((Ok::<_, std::io::Error>(piece), (left - n, place, pace, started)))
+        });
+    let mut response = Response::new(Body::from_stream(stream));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    let length =
+        HeaderValue::from_str(&bytes.to_string()).map_err(|e| ApiError::bad(e.to_string()))?;
+    h.insert(header::CONTENT_LENGTH, length);
+    Ok(response)
+}
+
+/// `PUT /api/sweep`: bytes dropped as they come, counted (the upload side of the sweep), under
+/// the same place and pace as a sweep download.
+pub(super) async fn sweep_up(
+    State(state): State<AppState>,
+    authed: Authed,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let access = authed.session.access.clone();
+    access.require(|r| r.write, "write (sweep uploads)")?;
+    let _place = state.gate.place(&access).await?;
+    let mut pace = Pace::lowest(&[access.rate_bps()]);
+    let started = tokio::time::Instant::now();
+    let mut stream = body.into_data_stream();
+    let mut received = 0u64;
+    while let Some(piece) = stream.next().await {
+        let piece = piece.map_err(|e| ApiError::bad(format!("the upload was cut off: {e}")))?;
+        received += piece.len() as u64;
+        if received > SWEEP_BYTES_MAX {
+            let why = format!("at most {SWEEP_BYTES_MAX} bytes");
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too-large", why));
+        }
+        if let Some(pace) = &mut pace {
+            tokio::time::sleep(pace.wait(piece.len() as u64, started.elapsed())).await;
+        }
+    }
+    Ok(Json(json!({ "received": received })))
 }
 
 /// A download's body as it streams.

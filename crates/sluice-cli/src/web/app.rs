@@ -30,6 +30,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/delete", post(api::delete))
         .route("/api/file", get(api::download))
         .route("/api/hash", get(api::hash))
+        .route("/api/sweep", get(api::sweep_down).put(api::sweep_up))
         .route("/api/upload", get(api::upload_status).put(api::upload))
         .route("/api/upload/stop", post(api::upload_stop));
     assets::routes(api)

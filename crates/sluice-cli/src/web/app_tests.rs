@@ -530,6 +530,37 @@ async fn the_pages_webassembly_is_served() {
     );
 }
 
+/// The sweep's two sides: exactly the bytes asked for, and a count of the bytes sent; each
+/// with its right, bounded, and held to the token's places like a transfer.
+#[tokio::test]
+async fn the_sweep_moves_what_it_is_asked_and_no_more() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    let down = c.get("/api/sweep?bytes=1000000").await;
+    assert_eq!(down.status(), StatusCode::OK);
+    assert_eq!(down.headers()[header::CONTENT_LENGTH], "1000000");
+    assert_eq!(bytes_of(down).await.len(), 1_000_000);
+    assert_eq!(bytes_of(c.get("/api/sweep?bytes=0").await).await.len(), 0);
+    assert_eq!(c.get("/api/sweep?bytes=268435457").await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(c.get("/api/sweep?bytes=-1").await.status(), StatusCode::BAD_REQUEST);
+    let up = json_of(c.put("/api/sweep", counted(700_000)).await).await;
+    assert_eq!(up, json!({ "received": 700_000 }));
+    let reader = Client::new(&app, "read-token").await;
+    assert_eq!(reader.put("/api/sweep", counted(10)).await.status(), StatusCode::FORBIDDEN);
+    let writer = Client::new(&app, "write-token").await;
+    assert_eq!(writer.get("/api/sweep?bytes=10").await.status(), StatusCode::FORBIDDEN);
+    // A token of one transfer at once: a second sweep request while one runs is busy.
+    let one = Client::new(&app, "one-token").await;
+    let held = one.get("/api/sweep?bytes=10000000").await;
+    assert_eq!(one.get("/api/sweep?bytes=10").await.status(), StatusCode::CONFLICT);
+    drop(held);
+    assert_eq!(one.get("/api/sweep?bytes=10").await.status(), StatusCode::OK);
+    // Not counted as transfers: no file moved.
+    assert!(
+        app.state.gate.metrics().render().contains("sluice_transfers_total{direction=\"get\"} 0\n")
+    );
+}
+
 /// Web downloads and uploads are the server's transfers: they take the token's places (a
 /// token of one transfer at once is `busy` for a second) and the server's, and show in its
 /// metrics with the bytes they moved.

@@ -22,6 +22,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/js/transfers.js", JS, include_bytes!("../../web/js/transfers.js")),
     ("/js/chart.js", JS, include_bytes!("../../web/js/chart.js")),
     ("/js/hash.js", JS, include_bytes!("../../web/js/hash.js")),
+    ("/js/sweep.js", JS, include_bytes!("../../web/js/sweep.js")),
     ("/sluice.wasm", "application/wasm", include_bytes!(concat!(env!("OUT_DIR"), "/sluice.wasm"))),
 ];
 

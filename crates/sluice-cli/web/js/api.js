@@ -177,3 +177,28 @@ export function uploadPart(spec, blob, blake3, progress, signal) {
     xhr.send(blob);
   });
 }
+
+/**
+ * The sweep's download: `bytes` bytes of nothing from the server, read to the end.
+ * @param {number} bytes
+ */
+export async function sweepDown(bytes) {
+  const response = await fetch(url("/api/sweep", { bytes }));
+  if (!response.ok) await parse(response);
+  const got = (await response.arrayBuffer()).byteLength;
+  if (got !== bytes) throw new ApiError(0, "short", `${got} of ${bytes} bytes came`);
+}
+
+/**
+ * The sweep's upload: `bytes` bytes the server drops and counts.
+ * @param {number} bytes
+ */
+export async function sweepUp(bytes) {
+  const response = await fetch("/api/sweep", {
+    method: "PUT",
+    headers: { "X-Sluice-CSRF": csrf, "Content-Type": "application/octet-stream" },
+    body: new Uint8Array(bytes),
+  });
+  const body = await parse(response);
+  if (body.received !== bytes) throw new ApiError(0, "short", `the server got ${body.received} of ${bytes} bytes`);
+}

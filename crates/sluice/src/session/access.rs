@@ -95,6 +95,11 @@ impl Access {
         })
     }
 
+    /// The most each of the token's transfers may send, bits per second, when limited.
+    pub fn rate_bps(&self) -> Option<u64> {
+        self.rate_bps
+    }
+
     /// What the token may do.
     pub fn rights(&self) -> Rights {
         self.rights
