@@ -233,7 +233,7 @@ pub(super) async fn download(
         }
     };
     let running = state.gate.transfer(&authed.session.access, true).await?;
-    let pace = Pace::lowest(&[running.rate_bps(), rate_bps]);
+    let pace = Pace::lowest(&[authed.session.access.rate_bps(), rate_bps]);
     // A thread reads ahead a few blocks; it stops when the client goes (the channel closes).
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
     let file = opened.file;
@@ -465,6 +465,7 @@ pub(super) async fn upload(
     // A place first: a request refused as busy leaves nothing behind.
     access.require(|r| r.write, "write (upload)")?;
     let mut running = state.gate.transfer(&access, false).await?;
+    let mut pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
     let partials = state.partials.clone();
     let mut upload = blocking(move || Upload::open(&access, spec, partials)).await?;
     if upload.have() != offset {
@@ -473,7 +474,6 @@ pub(super) async fn upload(
             ApiError::new(StatusCode::CONFLICT, "offset", why).with("have", json!(upload.have()))
         );
     }
-    let mut pace = Pace::lowest(&[running.rate_bps(), rate_bps]);
     let started = tokio::time::Instant::now();
     let mut stream = body.into_data_stream();
     let mut buf = Vec::with_capacity(WRITE_BYTES);

@@ -198,7 +198,8 @@ pub struct Place {
 /// A transfer of another front end than the QUIC sessions (the web app's download or upload
 /// request) while it runs: it holds a place among its token's transfers and the server's, counts
 /// as running in the server's [`Metrics`], and adds the file bytes it moved ([`Running::moved`])
-/// to them when it ends (dropped), finished or not.
+/// to them when it ends (dropped), finished or not. Its pacing is its driver's, to the token's
+/// [`Access::rate_bps`].
 #[derive(Debug)]
 pub struct Running {
     _place: Place,
@@ -206,18 +207,12 @@ pub struct Running {
     metrics: Arc<Metrics>,
     sending: bool,
     moved: u64,
-    rate_bps: Option<u64>,
 }
 
 impl Running {
     /// Counts `bytes` more file bytes moved.
     pub fn moved(&mut self, bytes: u64) {
         self.moved = self.moved.saturating_add(bytes);
-    }
-
-    /// The token's rate limit, bits per second: the transfer's own pacing must hold it.
-    pub fn rate_bps(&self) -> Option<u64> {
-        self.rate_bps
     }
 }
 
@@ -256,7 +251,6 @@ impl Gate {
             metrics: self.metrics.clone(),
             sending,
             moved: 0,
-            rate_bps: access.rate_bps,
         })
     }
 

@@ -325,7 +325,8 @@ impl Server {
     }
 
     /// The server's own token check and what each token may do, for another front end of the
-    /// same files (the web app): it admits exactly the tokens this server does.
+    /// same files (the web app): it admits exactly the tokens this server does, and its
+    /// transfers take the same places and count in the same metrics ([`Gate::transfer`]).
     pub fn gate(&self) -> Gate {
         Gate {
             tokens: self.shared.tokens.clone(),
