@@ -223,7 +223,12 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let app = async {
         if let Some((app, state)) = app {
-            app.serve(web::app::router(state), until_stopped(stopped.clone())).await;
+            let sweeping =
+                web::app::sweep_partials(state.partials.clone(), until_stopped(stopped.clone()));
+            tokio::join!(
+                app.serve(web::app::router(state), until_stopped(stopped.clone())),
+                sweeping
+            );
         }
     };
     let (result, (), ()) = tokio::join!(serving, metrics, app);

@@ -90,7 +90,7 @@ fn the_file_manager_in_chromium() {
             .env("SLUICE_SEED", seed.to_string())
             .env("SLUICE_CHROMIUM", &chromium),
     );
-    for shot in ["login", "uploaded", "overwrite", "transfers", "main"] {
+    for shot in ["login", "uploaded", "overwrite", "transfers", "main", "verified", "sweep"] {
         let png = out.join(format!("{shot}.png"));
         assert!(png.metadata().is_ok_and(|m| m.len() > 0), "no screenshot {}", png.display());
     }

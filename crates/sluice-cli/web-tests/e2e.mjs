@@ -56,18 +56,25 @@ for (let i = 0; i < 200; i += 1) {
 }
 fs.writeFileSync(path.join(local, "one.bin"), bytes(1 << 20));
 fs.writeFileSync(path.join(local, "resume.bin"), bytes(6 << 20));
+fs.writeFileSync(path.join(root, "down.bin"), bytes(6 << 20));
+fs.writeFileSync(path.join(root, "bad.bin"), bytes(300000));
 
 // The server.
 const server = spawn(bin, [
   "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
-  "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0",
+  "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
 ], { stdio: ["ignore", "pipe", "inherit"] });
+let metricsUrl = "";
 const base = await new Promise((resolve, reject) => {
   let text = "";
   server.stdout.on("data", (d) => {
     text += d;
+    const metrics = text.match(/metrics on (http:\/\/[^ ]+\/metrics)/);
     const m = text.match(/web app on (https:\/\/[^ ]+\/) with fingerprint/);
-    if (m) resolve(m[1]);
+    if (m && metrics) {
+      metricsUrl = metrics[1];
+      resolve(m[1]);
+    }
   });
   server.on("exit", (code) => reject(new Error(`the server exited (${code}): ${text}`)));
 });
@@ -101,14 +108,16 @@ try {
   const server0 = page.locator("#pane-1");
   const local0 = page.locator("#pane-0");
   const row = (pane, name) => pane.locator("tr").filter({ has: page.locator("td.name", { hasText: name }) }).first();
-  // Waits until `n` transfers are listed and each is done or skipped.
+  // Waits until `n` transfers are listed and each is done or skipped. The wait only guards
+  // against a hang (no speed is asserted): 200 uploads took over 30 s while another build
+  // loaded this 2-core machine.
   const jobsDone = async (n = 1) => {
     await page.waitForFunction((n) => {
       const rows = [...document.querySelectorAll("#queue tr")];
       const failed = rows.find((r) => r.dataset.state === "failed");
       if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
       return rows.length === n && rows.every((r) => ["done", "skipped"].includes(r.dataset.state ?? ""));
-    }, n, { timeout: 30000, polling: 100 });
+    }, n, { timeout: 120000, polling: 100 });
   };
   const clearDone = () => page.click("#clear-done");
 
@@ -154,8 +163,17 @@ try {
   step = "upload a file";
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "one.bin"));
   await row(local0, "one.bin").click();
-  await page.keyboard.press("F5");
+  // The page's BLAKE3 (Rust in WebAssembly) goes with the upload; the server's own must match.
+  const [put] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === "PUT" && r.url().includes("one.bin")),
+    page.keyboard.press("F5"),
+  ]);
+  const pageHash = put.request().headers()["x-sluice-blake3"];
+  const serverHash = (await put.json()).blake3;
+  check(/^[0-9a-f]{64}$/.test(pageHash ?? ""), `the page sent its BLAKE3: ${pageHash}`);
+  check(pageHash === serverHash, `the page's BLAKE3 is the server's: ${pageHash} ${serverHash}`);
   await jobsDone();
+  check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the panel says it was verified");
   check(shaFile(path.join(root, "one.bin")) === shaFile(path.join(local, "one.bin")), "one.bin hashes the same");
   await clearDone();
 
@@ -236,7 +254,21 @@ try {
   check(after === size - held, `only the rest moved: ${after} + ${held} != ${size}`);
   check(shaFile(path.join(root, "resume.bin")) === shaFile(path.join(local, "resume.bin")), "resume.bin hashes the same");
   check((await page.textContent("#queue")).includes("resumed at"), "the panel says it resumed");
+  const totalBar = await page.$eval("#total-bar", (e) => [e.value, e.max]);
+  check(totalBar[0] === totalBar[1] && totalBar[1] === size, `the total bar is full: ${totalBar}`);
   await shot("transfers");
+  await clearDone();
+
+  step = "a standing overwrite policy";
+  // Replace, chosen once in the panel: no question, the server's file replaced.
+  fs.writeFileSync(path.join(root, "one.bin"), "older\n");
+  await page.selectOption("#policy", "always");
+  await row(local0, "one.bin").click();
+  await page.keyboard.press("F5");
+  await jobsDone();
+  check(await page.locator("#ask[open]").count() === 0, "no question asked");
+  check(shaFile(path.join(root, "one.bin")) === shaFile(path.join(local, "one.bin")), "one.bin replaced");
+  await page.selectOption("#policy", "");
   await clearDone();
 
   step = "download a file";
@@ -282,6 +314,73 @@ try {
   check(JSON.stringify(hashes, Object.keys(hashes).sort()) === JSON.stringify(expected, Object.keys(expected).sort()),
     `the folder downloaded hashes the same: ${JSON.stringify(hashes).slice(0, 300)}`);
 
+  step = "cancel and resume a download";
+  await clearDone();
+  const opfsSize = (name) => page.evaluate(async (name) => {
+    const dir = await navigator.storage.getDirectory();
+    try {
+      return (await (await dir.getFileHandle(name)).getFile()).size;
+    } catch {
+      return -1;
+    }
+  }, name);
+  await page.fill("#rate", "2");
+  await row(server0, "down.bin").click();
+  await page.keyboard.press("F5");
+  // What a download writes shows in its file once closed (a cancel closes it): watch the bar.
+  // The rate over time: the chart draws the last minute, and says its peak, while it runs.
+  await page.waitForFunction(() => Number(document.querySelector("#queue tr progress")?.value) >= (1 << 20)
+    && !/^peak 0 /.test(document.querySelector("#rate-peak")?.textContent ?? "peak 0 "),
+    null, { timeout: 30000, polling: 50 });
+  const peak = await page.textContent("#rate-peak");
+  check(/^peak [1-9][0-9.]* (KiB|MiB|GiB)\/s$/.test(peak ?? ""), `the chart's peak is a rate: ${peak}`);
+  const chartPoints = await page.$eval("#rate-chart polyline", (e) => (e.getAttribute("points") ?? "").trim().split(" ").length);
+  check(chartPoints >= 4, `the rate chart has points: ${chartPoints}`);
+  await page.click("#queue tr button.cancel");
+  await page.waitForSelector('#queue tr[data-state="cancelled"]');
+  const kept = await opfsSize(".down.bin.sluice-download");
+  check(kept > 0 && kept < (6 << 20), `a partial download is kept: ${kept}`);
+  await page.fill("#rate", "0");
+  // Only the rest is asked for: a Range from what is kept, with the tag of that version.
+  const ranges = [];
+  page.on("request", (r) => {
+    if (r.url().includes("/api/file") && r.url().includes("down.bin")) ranges.push(r.headers()["range"] ?? "");
+  });
+  await page.click("#queue tr button.retry");
+  await jobsDone(1);
+  check(ranges.length === 1 && ranges[0] === `bytes=${kept}-`, `the retry asked for the rest: ${ranges}`);
+  check((await page.textContent("#queue")).includes("resumed at"), "the panel says the download resumed");
+  const downHash = await page.evaluate(async () => {
+    const file = await (await (await navigator.storage.getDirectory()).getFileHandle("down.bin")).getFile();
+    const digest = await crypto.subtle.digest("SHA-256", await file.arrayBuffer());
+    return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  });
+  check(downHash === shaFile(path.join(root, "down.bin")), "the resumed download hashes the same");
+  check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the download was verified");
+
+  step = "a download corrupted on the way";
+  await clearDone();
+  // One byte changed between the server and the page: the page's BLAKE3 differs from the
+  // server's, it says so, and stores nothing.
+  await page.route(/\/api\/file\?path=bad\.bin/, async (route) => {
+    const response = await route.fetch();
+    const body = Buffer.from(await response.body());
+    body[1234] ^= 0x40;
+    await route.fulfill({ response, body });
+  });
+  await row(server0, "bad.bin").click();
+  await page.keyboard.press("F5");
+  await page.waitForSelector('#queue tr[data-state="failed"]', { timeout: 30000 });
+  const failedText = await page.textContent('#queue tr[data-state="failed"]');
+  check(failedText.includes("BLAKE3 mismatch"), `the mismatch is shown: ${failedText}`);
+  check(await opfsSize("bad.bin") === -1 && await opfsSize(".bad.bin.sluice-download") === -1,
+    "nothing of the corrupted download is kept");
+  await page.unroute(/\/api\/file\?path=bad\.bin/);
+  await page.click('#queue tr[data-state="failed"] button.retry');
+  await jobsDone(1);
+  check(await opfsSize("bad.bin") === 300000, "the retry stores it whole");
+  await shot("verified");
+
   step = "drag and drop";
   await clearDone();
   await page.dragAndDrop('#pane-1 tr:has(td.name:text-is("one.bin"))', "#pane-0 .list");
@@ -293,6 +392,43 @@ try {
     return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
   });
   check(dropped === shaFile(path.join(root, "one.bin")), "the dragged file hashes the same");
+
+  step = "sweep";
+  // FFTM's sweep over the page's connection: every cell measured, charted, the best named.
+  await page.click("#sweep summary");
+  await page.fill("#sweep-mib", "2");
+  await page.fill("#sweep-blocks", "256, 1024");
+  await page.fill("#sweep-streams", "1, 2");
+  await page.click("#sweep-run");
+  await page.waitForSelector('#sweep-result[data-done="true"]', { timeout: 60000 });
+  const recommended = await page.textContent("#sweep-result");
+  check(/^Recommended: (256\.0 KiB|1\.0 MiB) blocks × [12] streams?: [0-9.]+ (KiB|MiB|GiB)\/s \(download, 2\.0 MiB per cell\)$/
+    .test(recommended ?? ""), `a recommendation: ${recommended}`);
+  console.log(`e2e: sweep: ${recommended}; cells: ${await page.$$eval("#sweep-svg rect title", (ts) => ts.map((t) => t.textContent).join(", "))}`);
+  check(await page.locator("#sweep-svg rect").count() === 4, "four bars");
+  check(await page.locator("#sweep-svg rect.failed").count() === 0, "no cell failed");
+  await shot("sweep");
+  // The upload side, one cell.
+  await page.selectOption("#sweep-dir", "up");
+  await page.fill("#sweep-blocks", "512");
+  await page.fill("#sweep-streams", "2");
+  await page.evaluate(() => delete document.querySelector("#sweep-result").dataset.done);
+  await page.click("#sweep-run");
+  await page.waitForSelector('#sweep-result[data-done="true"]', { timeout: 60000 });
+  const up = await page.textContent("#sweep-result");
+  console.log(`e2e: sweep: ${up}`);
+  check(/^Recommended: 512\.0 KiB blocks × 2 streams: .* \(upload, 2\.0 MiB per cell\)$/.test(up ?? ""), `an upload sweep: ${up}`);
+
+  step = "metrics";
+  // The page's transfers are the server's: counted in its metrics as the CLI's are.
+  const scrape = await (await fetch(metricsUrl)).text();
+  const series = (name) => Number(scrape.split("\n").find((l) => l.startsWith(`${name} `))?.split(" ")[1] ?? -1);
+  const puts = series('sluice_transfers_total{direction="put"}');
+  const gets = series('sluice_transfers_total{direction="get"}');
+  check(puts >= 203 && gets >= 23, `the page's transfers are counted: ${puts} puts, ${gets} gets`);
+  check(series("sluice_transfers_active") === 0, "none runs now");
+  check(series('sluice_file_bytes_total{direction="received"}') >= (6 << 20) + (2 << 20),
+    "the bytes uploaded are counted");
 
   step = "logout";
   await page.click("#logout");

@@ -13,9 +13,17 @@
 //! | `POST /api/mkdir {path}`                  | `{}`                                        |
 //! | `POST /api/rename {from, to}`             | `{}`                                        |
 //! | `POST /api/delete {path}`                 | `{removed}`                                 |
-//! | `GET /api/file?path=` (`Range` honoured)  | the bytes (206 for a range)                 |
+//! | `GET /api/file?path=&rate_bps=` (`Range` with `If-Range` honoured) | the bytes (206 for a range), `ETag` |
+//! | `GET /api/hash?path=`                     | `{blake3, etag}`: the file's BLAKE3 and the version hashed |
 //! | `GET /api/upload?path=&size=&mtime=`      | `{have, exists}`                            |
-//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
+//! | `GET /api/sweep?bytes=` (right `read`)    | that many bytes (zeros; at most 256 MiB), for the page's sweep |
+//! | `PUT /api/sweep`, body any bytes (right `write`) | `{received}`; the bytes are dropped (at most 256 MiB) |
+//! | `POST /api/upload/stop?path=&size=&mtime=` | `{stopped}`: the requests writing that upload end, keeping what they wrote |
+//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
+//!
+//! A download or upload request is a transfer of the server's: it takes a place among its
+//! token's transfers (`busy` when they all run) and the server's, shows in `/metrics` as a QUIC
+//! transfer does, and is paced to the token's rate limit or the lower `rate_bps` the page asks.
 
 use std::os::unix::fs::FileExt;
 
@@ -30,7 +38,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice::session::FileKind;
 use sluice::tree::EntryKind;
-use sluice::web::{Policy, Upload, UploadDone, UploadSpec};
+use sluice::web::{Pace, Policy, Upload, UploadDone, UploadSpec};
 
 use super::auth::{COOKIE, LoginError, SESSION_TTL, Session};
 use super::range::{ByteRange, content_disposition, parse_range};
@@ -38,6 +46,8 @@ use super::request::{ApiError, AppState, Authed, blocking, json_body, peer, quer
 
 /// Bytes an upload gathers before each write to disk.
 const WRITE_BYTES: usize = 1 << 20;
+/// How often an upload waiting for its next bytes looks whether it was stopped.
+const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 /// Bytes a download reads at once.
 const READ_BYTES: usize = 256 << 10;
 
@@ -99,6 +109,14 @@ pub(super) async fn session(State(state): State<AppState>, authed: Authed) -> Js
 pub(super) struct PathQuery {
     #[serde(default)]
     path: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct FileQuery {
+    path: String,
+    /// A rate the page asks for, below its token's (bits per second; 0 or none: the token's).
+    #[serde(default)]
+    rate_bps: Option<u64>,
 }
 
 /// `GET /api/list?path=`.
@@ -183,19 +201,25 @@ pub(super) async fn delete(
     Ok(Json(json!({ "removed": removed })))
 }
 
-/// `GET /api/file?path=`: the file, or the part a `Range` header asks for.
+/// `GET /api/file?path=`: the file, or the part a `Range` header asks for. With `If-Range`, the
+/// part only while the file is still the one of that entity tag (else all of it, 200), so a
+/// resumed download never joins two versions of a file.
 pub(super) async fn download(
+    State(state): State<AppState>,
     authed: Authed,
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let PathQuery { path } = query(&uri)?;
+    let FileQuery { path, rate_bps } = query(&uri)?;
     let access = authed.session.access.clone();
     let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
     let opened = blocking(move || sluice::web::open_download(&access, &path)).await?;
     let size = opened.size;
+    let etag = format!("\"{}\"", opened.validator);
     let asked = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    let (status, range) = match asked.map(|r| parse_range(r, size)) {
+    // A weak tag or a date never matches: only this exact strong tag keeps the range.
+    let same = headers.get(header::IF_RANGE).is_none_or(|v| v.as_bytes() == etag.as_bytes());
+    let (status, range) = match asked.filter(|_| same).map(|r| parse_range(r, size)) {
         None => (StatusCode::OK, ByteRange { start: 0, end: size }),
         Some(Some(range)) => (StatusCode::PARTIAL_CONTENT, range),
         Some(None) => {
@@ -208,6 +232,8 @@ pub(super) async fn download(
             return Ok(response);
         }
     };
+    let running = state.gate.transfer(&authed.session.access, true).await?;
+    let pace = Pace::lowest(&[authed.session.access.rate_bps(), rate_bps]);
     // A thread reads ahead a few blocks; it stops when the client goes (the channel closes).
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
     let file = opened.file;
@@ -224,11 +250,20 @@ pub(super) async fn download(
             at += n as u64;
         }
     });
-    let stream =
-        futures_util::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
-        );
+    // The transfer runs while the body streams: it counts what went out, and holds the pace
+    // (the reader waits for it, its channel being full).
+    let sending = Sending { rx, running, pace, started: tokio::time::Instant::now() };
+    let stream = futures_util::stream::unfold(sending, |mut s| async move {
+        let item = s.rx.recv().await?;
+        if let Ok(bytes) = &item {
+            let n = bytes.len() as u64;
+            s.running.moved(n);
+            if let Some(pace) = &mut s.pace {
+                tokio::time::sleep(pace.wait(n, s.started.elapsed())).await;
+            }
+        }
+        Some((item, s))
+    });
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = status;
     let h = response.headers_mut();
@@ -237,12 +272,113 @@ pub(super) async fn download(
     h.insert(header::CONTENT_LENGTH, value((range.end - range.start).to_string())?);
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::CONTENT_DISPOSITION, value(content_disposition(&name))?);
-    h.insert(header::ETAG, value(format!("\"{size:x}-{:x}\"", opened.mtime))?);
+    h.insert(header::ETAG, value(etag)?);
     if status == StatusCode::PARTIAL_CONTENT {
         let end = range.end.saturating_sub(1);
         h.insert(header::CONTENT_RANGE, value(format!("bytes {}-{end}/{size}", range.start))?);
     }
     Ok(response)
+}
+
+/// `GET /api/hash?path=`: the file's BLAKE3 and the `ETag` of the version hashed, for the page
+/// to compare with its own hash of a download. Hashing reads the whole file: it takes a place
+/// among the token's and the server's transfers while it runs.
+pub(super) async fn hash(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let PathQuery { path } = query(&uri)?;
+    let access = authed.session.access.clone();
+    access.require(|r| r.read, "read (hash)")?;
+    let place = state.gate.place(&access).await?;
+    let (validator, hash) = blocking(move || sluice::web::file_hash(&access, &path)).await?;
+    drop(place);
+    Ok(Json(json!({ "blake3": hash.to_hex().as_str(), "etag": format!("\"{validator}\"") })))
+}
+
+/// The most bytes one sweep request moves.
+const SWEEP_BYTES_MAX: u64 = 256 << 20;
+/// What a sweep download sends: zeros, a piece at a time.
+static ZEROS: [u8; READ_BYTES] = [0; READ_BYTES];
+
+#[derive(Deserialize)]
+pub(super) struct SweepQuery {
+    bytes: u64,
+}
+
+/// `GET /api/sweep?bytes=`: bytes of nothing, to measure this connection (the page's sweep of
+/// block sizes and streams). As a download: a place among the token's and the server's
+/// transfers (not counted as a transfer: no file moves), paced to the token's rate.
+pub(super) async fn sweep_down(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let SweepQuery { bytes } = query(&uri)?;
+    if bytes > SWEEP_BYTES_MAX {
+        return Err(ApiError::bad(format!("bytes: at most {SWEEP_BYTES_MAX}")));
+    }
+    let access = authed.session.access.clone();
+    access.require(|r| r.read, "read (sweep downloads)")?;
+    let place = state.gate.place(&access).await?;
+    let pace = Pace::lowest(&[access.rate_bps()]);
+    let state0 = (bytes, place, pace, tokio::time::Instant::now());
+    let stream =
+        futures_util::stream::unfold(state0, |(left, place, mut pace, started)| async move {
+            if left == 0 {
+                return None;
+            }
+            let n = left.min(READ_BYTES as u64);
+            if let Some(pace) = &mut pace {
+                tokio::time::sleep(pace.wait(n, started.elapsed())).await;
+            }
+            let piece = Bytes::from_static(&ZEROS[..n as usize]);
+            Some((Ok::<_, std::io::Error>(piece), (left - n, place, pace, started)))
+        });
+    let mut response = Response::new(Body::from_stream(stream));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    let length =
+        HeaderValue::from_str(&bytes.to_string()).map_err(|e| ApiError::bad(e.to_string()))?;
+    h.insert(header::CONTENT_LENGTH, length);
+    Ok(response)
+}
+
+/// `PUT /api/sweep`: bytes dropped as they come, counted (the upload side of the sweep), under
+/// the same place and pace as a sweep download.
+pub(super) async fn sweep_up(
+    State(state): State<AppState>,
+    authed: Authed,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let access = authed.session.access.clone();
+    access.require(|r| r.write, "write (sweep uploads)")?;
+    let _place = state.gate.place(&access).await?;
+    let mut pace = Pace::lowest(&[access.rate_bps()]);
+    let started = tokio::time::Instant::now();
+    let mut stream = body.into_data_stream();
+    let mut received = 0u64;
+    while let Some(piece) = stream.next().await {
+        let piece = piece.map_err(|e| ApiError::bad(format!("the upload was cut off: {e}")))?;
+        received += piece.len() as u64;
+        if received > SWEEP_BYTES_MAX {
+            let why = format!("at most {SWEEP_BYTES_MAX} bytes");
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too-large", why));
+        }
+        if let Some(pace) = &mut pace {
+            tokio::time::sleep(pace.wait(piece.len() as u64, started.elapsed())).await;
+        }
+    }
+    Ok(Json(json!({ "received": received })))
+}
+
+/// A download's body as it streams.
+struct Sending {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
+    running: sluice::session::Running,
+    pace: Option<Pace>,
+    started: tokio::time::Instant,
 }
 
 #[derive(Deserialize)]
@@ -255,10 +391,13 @@ pub(super) struct UploadQuery {
     offset: u64,
     #[serde(default)]
     policy: Option<String>,
+    /// As [`FileQuery::rate_bps`].
+    #[serde(default)]
+    rate_bps: Option<u64>,
 }
 
 impl UploadQuery {
-    fn spec(self) -> Result<(UploadSpec, u64), ApiError> {
+    fn spec(self) -> Result<(UploadSpec, u64, Option<u64>), ApiError> {
         let policy = match self.policy.as_deref() {
             None | Some("") => Policy::Overwrite(sluice::session::Overwrite::Refuse),
             Some(name) => Policy::from_name(name).ok_or_else(|| {
@@ -270,27 +409,49 @@ impl UploadQuery {
         Ok((
             UploadSpec { path: self.path, size: self.size, mtime: self.mtime, policy },
             self.offset,
+            self.rate_bps,
         ))
     }
 }
 
 /// `GET /api/upload?path=&size=&mtime=`: how much of that upload the server holds.
-pub(super) async fn upload_status(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
-    let (spec, _) = query::<UploadQuery>(&uri)?.spec()?;
+pub(super) async fn upload_status(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let (spec, _, _) = query::<UploadQuery>(&uri)?.spec()?;
     let access = authed.session.access.clone();
-    let status = blocking(move || sluice::web::upload_status(&access, &spec)).await?;
+    let partials = state.partials.clone();
+    let status = blocking(move || sluice::web::upload_status(&access, &spec, &partials)).await?;
     let exists = status.exists.map(|s| json!({ "size": s.size, "mtime": s.mtime }));
     Ok(Json(json!({ "have": status.have, "exists": exists })))
 }
 
+/// `POST /api/upload/stop?path=&size=&mtime=`: a cancel. The page's end of the connection
+/// stops at once, but the request here would read on what was already in flight (paced, that
+/// takes a while); this ends it now.
+pub(super) async fn upload_stop(
+    State(state): State<AppState>,
+    authed: Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let (spec, _, _) = query::<UploadQuery>(&uri)?.spec()?;
+    let access = authed.session.access.clone();
+    let partials = state.partials.clone();
+    let stopped = blocking(move || sluice::web::stop_upload(&access, &spec, &partials)).await?;
+    Ok(Json(json!({ "stopped": stopped })))
+}
+
 /// `PUT /api/upload?...`: bytes from `offset`, which must be what the server holds.
 pub(super) async fn upload(
+    State(state): State<AppState>,
     authed: Authed,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let (spec, offset) = query::<UploadQuery>(&uri)?.spec()?;
+    let (spec, offset, rate_bps) = query::<UploadQuery>(&uri)?.spec()?;
     let expected = match headers.get("x-sluice-blake3") {
         None => None,
         Some(v) => Some(
@@ -301,21 +462,39 @@ pub(super) async fn upload(
         ),
     };
     let access = authed.session.access.clone();
-    let mut upload = blocking(move || Upload::open(&access, spec)).await?;
+    // A place first: a request refused as busy leaves nothing behind.
+    access.require(|r| r.write, "write (upload)")?;
+    let mut running = state.gate.transfer(&access, false).await?;
+    let mut pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
+    let partials = state.partials.clone();
+    let mut upload = blocking(move || Upload::open(&access, spec, partials)).await?;
     if upload.have() != offset {
         let why = format!("the server holds {} bytes: send from there", upload.have());
         return Err(
             ApiError::new(StatusCode::CONFLICT, "offset", why).with("have", json!(upload.have()))
         );
     }
+    let started = tokio::time::Instant::now();
     let mut stream = body.into_data_stream();
     let mut buf = Vec::with_capacity(WRITE_BYTES);
     let mut cut = None;
     loop {
-        let next = stream.next().await;
+        // A stop is looked for between pieces, and every STOP_CHECK while none comes.
+        let mut next = None;
+        while next.is_none() && !upload.stopped() {
+            next = tokio::time::timeout(STOP_CHECK, stream.next()).await.ok();
+        }
+        let next = match next {
+            Some(next) => next,
+            None => Some(Err(axum::Error::new("stopped by the client"))),
+        };
         let more = match next {
             Some(Ok(bytes)) => {
                 buf.extend_from_slice(&bytes);
+                running.moved(bytes.len() as u64);
+                if let Some(pace) = &mut pace {
+                    tokio::time::sleep(pace.wait(bytes.len() as u64, started.elapsed())).await;
+                }
                 true
             }
             // The client went away: keep what came, for it to resume.

@@ -29,7 +29,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/rename", post(api::rename))
         .route("/api/delete", post(api::delete))
         .route("/api/file", get(api::download))
-        .route("/api/upload", get(api::upload_status).put(api::upload));
+        .route("/api/hash", get(api::hash))
+        .route("/api/sweep", get(api::sweep_down).put(api::sweep_up))
+        .route("/api/upload", get(api::upload_status).put(api::upload))
+        .route("/api/upload/stop", post(api::upload_stop));
     assets::routes(api)
         .fallback(not_found)
         .layer(axum::middleware::map_response(secure_headers))
@@ -51,4 +54,34 @@ async fn secure_headers(mut response: Response) -> Response {
     h.insert("cross-origin-resource-policy", HeaderValue::from_static("same-origin"));
     h.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
     response
+}
+
+/// How often abandoned partial uploads are looked for.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes abandoned partial uploads ([`sluice::web::PARTIAL_TTL`] after their last write)
+/// every [`SWEEP_EVERY`], until `stop` ends.
+pub(crate) async fn sweep_partials(
+    partials: std::sync::Arc<sluice::web::Partials>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                let partials = partials.clone();
+                let removed = tokio::task::spawn_blocking(move || {
+                    partials.sweep(std::time::SystemTime::now(), sluice::web::PARTIAL_TTL)
+                })
+                .await
+                .unwrap_or(0);
+                if removed > 0 {
+                    tracing::info!(removed, "abandoned partial uploads removed");
+                }
+            }
+            () = &mut stop => return,
+        }
+    }
 }

@@ -17,10 +17,12 @@ use super::app::router;
 use super::auth::{LoginLimits, Rate};
 use super::request::{AppState, CSP, CSRF_HEADER};
 
-const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\nwrite-token rights=write\n";
+const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\nwrite-token rights=write\n\
+                      one-token transfers=1\nslow-token rate=2Mbit\n";
 
 struct App {
     router: Router,
+    state: AppState,
     dir: tempfile::TempDir,
 }
 
@@ -33,7 +35,7 @@ fn app_with(limits: LoginLimits) -> App {
     std::fs::write(dir.path().join("outside.txt"), b"secret").unwrap();
     let gate = Gate::new(&root, TokenSet::parse(TOKENS).unwrap()).unwrap();
     let state = AppState::new(gate, "SHA256:test".into(), limits);
-    App { router: router(state), dir }
+    App { router: router(state.clone()), state, dir }
 }
 
 fn app() -> App {
@@ -196,7 +198,8 @@ async fn every_answer_has_the_strict_policy_headers() {
         assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{uri}");
     }
     assert!(CSP.contains("default-src 'self'") && CSP.contains("frame-ancestors 'none'"));
-    assert!(!CSP.contains("unsafe-inline") && !CSP.contains("unsafe-eval"));
+    // 'wasm-unsafe-eval' (the page's WebAssembly) is not 'unsafe-eval' (JavaScript's eval).
+    assert!(!CSP.contains("unsafe-inline") && !CSP.contains("'unsafe-eval'"));
     let page = bytes_of(app.send(Request::get("/").body(Body::empty()).unwrap()).await).await;
     let page = String::from_utf8(page).unwrap();
     assert!(!page.contains("<script>") && !page.contains("style="), "inline script or style");
@@ -446,6 +449,296 @@ async fn a_download_resumes_with_a_range() {
     assert_eq!(beyond.status(), StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(beyond.headers()[header::CONTENT_RANGE], "bytes */300000");
     assert_eq!(c.get("/api/file?path=pub").await.status(), StatusCode::FORBIDDEN);
+}
+
+/// A `Range` with `If-Range` keeps the range only while the file is the one of that tag: a file
+/// rewritten in place (same size) or replaced comes whole, so a resumed download never joins
+/// two versions.
+#[tokio::test]
+async fn a_range_holds_only_while_the_file_is_the_same() {
+    let app = app();
+    let path = app.root().join("v.bin");
+    std::fs::write(&path, counted(100_000)).unwrap();
+    let c = Client::new(&app, "all-token").await;
+    let ranged = |tag: String| {
+        Request::get("/api/file?path=v.bin")
+            .header(header::COOKIE, &c.cookie)
+            .header(header::RANGE, "bytes=40000-")
+            .header(header::IF_RANGE, tag)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let whole = c.get("/api/file?path=v.bin").await;
+    let tag = whole.headers()[header::ETAG].to_str().unwrap().to_owned();
+    assert!(tag.starts_with('"') && tag.len() > 10, "a strong tag: {tag}");
+    let same = app.send(ranged(tag.clone())).await;
+    assert_eq!(same.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(bytes_of(same).await, &counted(100_000)[40_000..]);
+    // The same size, other bytes, written in place: another tag, so all of it.
+    let other: Vec<u8> = counted(100_000).iter().map(|b| b ^ 0xff).collect();
+    std::fs::write(&path, &other).unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    let later =
+        std::fs::metadata(&path).unwrap().modified().unwrap() + std::time::Duration::from_nanos(1);
+    f.set_modified(later).unwrap();
+    let changed = app.send(ranged(tag.clone())).await;
+    assert_eq!(changed.status(), StatusCode::OK);
+    assert_ne!(changed.headers()[header::ETAG].to_str().unwrap(), tag);
+    assert_eq!(bytes_of(changed).await, other);
+    // A weak tag or a date never keeps the range.
+    for stale in [format!("W/{tag}"), "Thu, 01 Jan 2026 00:00:00 GMT".to_owned()] {
+        assert_eq!(app.send(ranged(stale)).await.status(), StatusCode::OK);
+    }
+}
+
+/// The server's BLAKE3 of a file, for the page to compare with its own hash of a download: of
+/// the version the download's tag names, with the `read` right only.
+#[tokio::test]
+async fn the_servers_blake3_of_a_file_names_its_version() {
+    let app = app();
+    let data = counted(200_000);
+    std::fs::write(app.root().join("h.bin"), &data).unwrap();
+    let c = Client::new(&app, "all-token").await;
+    let tag =
+        c.get("/api/file?path=h.bin").await.headers()[header::ETAG].to_str().unwrap().to_owned();
+    let answer = json_of(c.get("/api/hash?path=h.bin").await).await;
+    assert_eq!(answer["blake3"], blake3::hash(&data).to_hex().as_str());
+    assert_eq!(answer["etag"], tag.as_str());
+    let writer = Client::new(&app, "write-token").await;
+    assert_eq!(writer.get("/api/hash?path=h.bin").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(c.get("/api/hash?path=pub").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(c.get("/api/hash?path=..%2Foutside.txt").await.status(), StatusCode::FORBIDDEN);
+}
+
+/// The page's BLAKE3 module is built into the binary and served as WebAssembly, with its
+/// exports; the policy lets the page compile it and nothing else.
+#[tokio::test]
+async fn the_pages_webassembly_is_served() {
+    let app = app();
+    let response = app.send(Request::get("/sluice.wasm").body(Body::empty()).unwrap()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "application/wasm");
+    let bytes = bytes_of(response).await;
+    assert_eq!(&bytes[..4], b"\0asm", "a WebAssembly module");
+    for export in
+        ["sluice_buffer", "sluice_hasher_new", "sluice_hasher_update", "sluice_hasher_finish"]
+    {
+        assert!(bytes.windows(export.len()).any(|w| w == export.as_bytes()), "exports {export}");
+    }
+    assert!(
+        CSP.contains("script-src 'self' 'wasm-unsafe-eval';") && !CSP.contains("'unsafe-eval'")
+    );
+}
+
+/// The sweep's two sides: exactly the bytes asked for, and a count of the bytes sent; each
+/// with its right, bounded, and held to the token's places like a transfer.
+#[tokio::test]
+async fn the_sweep_moves_what_it_is_asked_and_no_more() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    let down = c.get("/api/sweep?bytes=1000000").await;
+    assert_eq!(down.status(), StatusCode::OK);
+    assert_eq!(down.headers()[header::CONTENT_LENGTH], "1000000");
+    assert_eq!(bytes_of(down).await.len(), 1_000_000);
+    assert_eq!(bytes_of(c.get("/api/sweep?bytes=0").await).await.len(), 0);
+    assert_eq!(c.get("/api/sweep?bytes=268435457").await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(c.get("/api/sweep?bytes=-1").await.status(), StatusCode::BAD_REQUEST);
+    let up = json_of(c.put("/api/sweep", counted(700_000)).await).await;
+    assert_eq!(up, json!({ "received": 700_000 }));
+    let reader = Client::new(&app, "read-token").await;
+    assert_eq!(reader.put("/api/sweep", counted(10)).await.status(), StatusCode::FORBIDDEN);
+    let writer = Client::new(&app, "write-token").await;
+    assert_eq!(writer.get("/api/sweep?bytes=10").await.status(), StatusCode::FORBIDDEN);
+    // A token of one transfer at once: a second sweep request while one runs is busy.
+    let one = Client::new(&app, "one-token").await;
+    let held = one.get("/api/sweep?bytes=10000000").await;
+    assert_eq!(one.get("/api/sweep?bytes=10").await.status(), StatusCode::CONFLICT);
+    drop(held);
+    assert_eq!(one.get("/api/sweep?bytes=10").await.status(), StatusCode::OK);
+    // Not counted as transfers: no file moved.
+    assert!(
+        app.state.gate.metrics().render().contains("sluice_transfers_total{direction=\"get\"} 0\n")
+    );
+}
+
+/// Web downloads and uploads are the server's transfers: they take the token's places (a
+/// token of one transfer at once is `busy` for a second) and the server's, and show in its
+/// metrics with the bytes they moved.
+#[tokio::test]
+async fn web_transfers_take_the_tokens_places_and_show_in_the_metrics() {
+    let app = app();
+    let data = counted(600_000);
+    std::fs::write(app.root().join("f.bin"), &data).unwrap();
+    let c = Client::new(&app, "one-token").await;
+    let metrics = app.state.gate.metrics();
+    let line = |name: &str| {
+        let text = metrics.render();
+        text.lines().find(|l| l.starts_with(name)).map(str::to_owned).unwrap_or_default()
+    };
+    let first = c.get("/api/file?path=f.bin").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(line("sluice_transfers_active"), "sluice_transfers_active 1");
+    let second = c.get("/api/file?path=f.bin").await;
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+    let busy = json_of(second).await;
+    assert_eq!(busy["error"], "busy", "{busy}");
+    let up = upload_with(&c, "u.bin", b"abc", 1, "refuse").await;
+    assert_eq!(up.status(), StatusCode::CONFLICT, "an upload takes the same place");
+    let names: Vec<_> =
+        std::fs::read_dir(app.root()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "nothing but pub and f.bin: {names:?}");
+    assert_eq!(bytes_of(first).await, data);
+    assert_eq!(line("sluice_transfers_active"), "sluice_transfers_active 0");
+    assert_eq!(
+        line("sluice_transfers_total{direction=\"get\"}"),
+        "sluice_transfers_total{direction=\"get\"} 1"
+    );
+    assert_eq!(
+        line("sluice_file_bytes_total{direction=\"sent\"}"),
+        "sluice_file_bytes_total{direction=\"sent\"} 600000"
+    );
+    // Its place is free again: an upload goes, and counts as a put.
+    assert_eq!(upload_with(&c, "u.bin", b"abc", 1, "refuse").await.status(), StatusCode::OK);
+    assert_eq!(
+        line("sluice_transfers_total{direction=\"put\"}"),
+        "sluice_transfers_total{direction=\"put\"} 1"
+    );
+    assert_eq!(
+        line("sluice_file_bytes_total{direction=\"received\"}"),
+        "sluice_file_bytes_total{direction=\"received\"} 3"
+    );
+}
+
+/// The token's rate limit (2 Mbit/s here), or a lower one the page asks, paces a download and
+/// an upload. On tokio's paused clock: what is checked is the time the pacing waited, never the
+/// machine's speed.
+#[tokio::test(start_paused = true)]
+async fn web_transfers_hold_the_tokens_rate_and_the_pages() {
+    let app = app();
+    let data = counted(1_000_000);
+    std::fs::write(app.root().join("f.bin"), &data).unwrap();
+    let slow = Client::new(&app, "slow-token").await;
+    let at = tokio::time::Instant::now();
+    assert_eq!(bytes_of(slow.get("/api/file?path=f.bin").await).await, data);
+    // 1 MB at 2 Mbit/s: 4 s; no faster.
+    let took = at.elapsed().as_secs_f64();
+    assert!((4.0..4.5).contains(&took), "the download took {took} s of paused time");
+    // The page asks for less than its token allows: 1 Mbit/s.
+    let at = tokio::time::Instant::now();
+    assert_eq!(bytes_of(slow.get("/api/file?path=f.bin&rate_bps=1000000").await).await, data);
+    let took = at.elapsed().as_secs_f64();
+    assert!((8.0..8.5).contains(&took), "the paced download took {took} s");
+    // An upload is paced as it arrives (in the pieces the body comes in).
+    let at = tokio::time::Instant::now();
+    let uri = format!("/api/upload?path=u.bin&size={}&mtime=1", data.len());
+    let request = Request::put(uri)
+        .header(header::COOKIE, &slow.cookie)
+        .header(CSRF_HEADER, &slow.csrf)
+        .body(Body::from_stream(futures_util::stream::iter(
+            data.chunks(100_000).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>(),
+        )))
+        .unwrap();
+    assert_eq!(app.send(request).await.status(), StatusCode::OK);
+    let took = at.elapsed().as_secs_f64();
+    assert!((4.0..4.5).contains(&took), "the upload took {took} s of paused time");
+    // Without a limit nothing waits.
+    let all = Client::new(&app, "all-token").await;
+    let at = tokio::time::Instant::now();
+    assert_eq!(bytes_of(all.get("/api/file?path=f.bin").await).await, data);
+    assert!(at.elapsed() < std::time::Duration::from_millis(100));
+}
+
+/// A cancel: the page's `POST /api/upload/stop` ends the request writing that upload at once,
+/// though its client never closed the body, keeping what it wrote for a retry to resume.
+#[tokio::test]
+async fn a_stopped_upload_ends_at_once_and_keeps_what_it_wrote() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    let which = "path=s.bin&size=1000&mtime=5";
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let body =
+        futures_util::stream::unfold(rx, |mut rx| async move { Some((rx.recv().await?, rx)) });
+    let mut request = Request::put(format!("/api/upload?{which}&offset=0"))
+        .header(header::COOKIE, &c.cookie)
+        .header(CSRF_HEADER, &c.csrf)
+        .body(Body::from_stream(body))
+        .unwrap();
+    request.extensions_mut().insert(ConnectInfo("127.0.0.1:5000".parse::<SocketAddr>().unwrap()));
+    tx.send(Ok(counted(300))).await.unwrap();
+    let put = tokio::spawn(app.router.clone().oneshot(request));
+    let mut stopped = false;
+    for _ in 0..500 {
+        let answer = json_of(c.post(&format!("/api/upload/stop?{which}"), json!({})).await).await;
+        stopped = answer["stopped"] == true;
+        if stopped {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(stopped, "the upload was never seen running");
+    let ended = put.await.unwrap().unwrap();
+    assert_eq!(ended.status(), StatusCode::BAD_REQUEST);
+    let ended = json_of(ended).await;
+    assert!(ended["message"].as_str().unwrap().contains("stopped"), "{ended}");
+    assert_eq!(ended["have"], 300);
+    assert_eq!(json_of(c.get(&format!("/api/upload?{which}")).await).await["have"], 300);
+    let again = json_of(c.post(&format!("/api/upload/stop?{which}"), json!({})).await).await;
+    assert_eq!(again["stopped"], false, "nothing runs now");
+    // The rest resumes from there.
+    let rest = json_of(
+        c.put(&format!("/api/upload?{which}&offset=300"), counted(1000)[300..].to_vec()).await,
+    )
+    .await;
+    assert_eq!(rest["stored"], true, "{rest}");
+    assert_eq!(std::fs::read(app.root().join("s.bin")).unwrap(), counted(1000));
+    // The first request's body was open all along: the stop ended it, not its client.
+    drop(tx);
+}
+
+/// An abandoned partial upload stays resumable until [`sluice::web::PARTIAL_TTL`] after its
+/// last write, then the sweep removes it; one being written is never removed.
+#[tokio::test]
+async fn an_abandoned_partial_upload_is_swept_after_its_time() {
+    use sluice::web::PARTIAL_TTL;
+    use std::time::{Duration, SystemTime};
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    let base = "/api/upload?path=p.bin&size=1000&mtime=5";
+    let first = json_of(c.put(&format!("{base}&offset=0"), counted(400)).await).await;
+    assert_eq!(first["have"], 400);
+    let partials = app.state.partials.clone();
+    assert_eq!(partials.len(), 1);
+    let part_exists = || {
+        std::fs::read_dir(app.root())
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".p.bin.sluice-web-"))
+    };
+    // Within its time it stays, and resumes.
+    let soon = SystemTime::now() + PARTIAL_TTL - Duration::from_secs(60);
+    assert_eq!(partials.sweep(soon, PARTIAL_TTL), 0);
+    assert!(part_exists());
+    assert_eq!(json_of(c.get(base).await).await["have"], 400);
+    // Past it, it goes, and the upload starts again from 0.
+    let later = SystemTime::now() + PARTIAL_TTL + Duration::from_secs(60);
+    assert_eq!(partials.sweep(later, PARTIAL_TTL), 1);
+    assert!(!part_exists());
+    assert!(partials.is_empty());
+    assert_eq!(json_of(c.get(base).await).await["have"], 0);
+    // An upload being written is not swept, however old its time.
+    let spec = sluice::web::UploadSpec {
+        path: "p.bin".into(),
+        size: 1000,
+        mtime: 5,
+        policy: sluice::web::Policy::from_name("refuse").unwrap(),
+    };
+    let access = app.state.gate.admit("all-token").unwrap();
+    let mut open = sluice::web::Upload::open(&access, spec, partials.clone()).unwrap();
+    open.write(&counted(10)).unwrap();
+    assert_eq!(partials.sweep(later, PARTIAL_TTL), 0);
+    assert!(part_exists());
+    drop(open);
+    assert_eq!(partials.sweep(later, PARTIAL_TTL), 1);
+    assert!(!part_exists());
 }
 
 #[tokio::test]

@@ -19,7 +19,10 @@ use super::auth::{COOKIE, LoginLimits, Logins, Session, csrf_matches};
 pub(crate) const CSRF_HEADER: &str = "x-sluice-csrf";
 
 /// The policy: everything from this server only, nothing inline, no plugins, no framing.
-pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+/// `'wasm-unsafe-eval'` lets the page compile WebAssembly (its BLAKE3, `/sluice.wasm`, from this
+/// server like every script); it allows no `eval` of JavaScript.
+pub(crate) const CSP: &str = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; \
+     style-src 'self'; \
      img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 
@@ -28,6 +31,10 @@ pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src '
 pub(crate) struct AppState {
     /// Sessions and the login check.
     pub(crate) logins: Arc<Logins>,
+    /// The server's gate: its transfers' places and counters, which web transfers share.
+    pub(crate) gate: sluice::session::Gate,
+    /// Partial uploads, swept when abandoned ([`sluice::web::PARTIAL_TTL`]).
+    pub(crate) partials: Arc<sluice::web::Partials>,
     /// The fingerprint of the certificate served, shown on the page.
     pub(crate) fingerprint: String,
 }
@@ -39,7 +46,12 @@ impl AppState {
         fingerprint: String,
         limits: LoginLimits,
     ) -> Self {
-        AppState { logins: Arc::new(Logins::new(gate, limits)), fingerprint }
+        AppState {
+            logins: Arc::new(Logins::new(gate.clone(), limits)),
+            gate,
+            partials: Arc::default(),
+            fingerprint,
+        }
     }
 }
 

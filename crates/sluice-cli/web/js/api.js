@@ -104,10 +104,13 @@ export const rename = (from, to) => post("/api/rename", { from, to });
 export const remove = (path) => post("/api/delete", { path });
 
 /**
- * The URL a file downloads from (Range requests resume it).
+ * The URL a file downloads from (Range requests resume it), paced by the server to `rateBps`
+ * (bits per second; 0: only the token's limit).
  * @param {string} path
+ * @param {number} [rateBps]
  */
-export const fileUrl = (path) => url("/api/file", { path });
+export const fileUrl = (path, rateBps = 0) =>
+  url("/api/file", rateBps ? { path, rate_bps: rateBps } : { path });
 
 /**
  * @param {string} path
@@ -120,19 +123,45 @@ export async function uploadStatus(path, size, mtime) {
 }
 
 /**
- * Sends `blob` (the file's bytes from `offset`) with progress, abortable.
- * @param {{ path: string, size: number, mtime: number, offset: number, policy: string }} spec
+ * The server's BLAKE3 of a file, and the ETag of the version it hashed.
+ * @param {string} path
+ * @returns {Promise<{ blake3: string, etag: string }>}
+ */
+export async function fileHash(path) {
+  return parse(await fetch(url("/api/hash", { path })));
+}
+
+/**
+ * Stops the server's requests writing that upload (a cancel: the server would otherwise read on
+ * what the connection still holds).
+ * @param {{ path: string, size: number, mtime: number }} spec
+ */
+export async function stopUpload(spec) {
+  const response = await fetch(url("/api/upload/stop", spec), {
+    method: "POST",
+    headers: { "X-Sluice-CSRF": csrf },
+  });
+  return parse(response);
+}
+
+/**
+ * Sends `blob` (the file's bytes from `offset`) with progress, abortable; the server paces it
+ * to `rate_bps` (0: only the token's limit), and stores the file only if the whole file hashes
+ * to `blake3` (hex).
+ * @param {{ path: string, size: number, mtime: number, offset: number, policy: string, rate_bps: number }} spec
  * @param {Blob} blob
+ * @param {string} blake3
  * @param {(sent: number) => void} progress
  * @param {AbortSignal} signal
  * @returns {Promise<any>}
  */
-export function uploadPart(spec, blob, progress, signal) {
+export function uploadPart(spec, blob, blake3, progress, signal) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("PUT", url("/api/upload", spec));
     xhr.setRequestHeader("X-Sluice-CSRF", csrf);
     xhr.setRequestHeader("Content-Type", "application/octet-stream");
+    xhr.setRequestHeader("X-Sluice-Blake3", blake3);
     xhr.upload.onprogress = (e) => progress(e.loaded);
     xhr.onload = () => {
       const response = new Response(xhr.responseText, { status: xhr.status });
@@ -147,4 +176,29 @@ export function uploadPart(spec, blob, progress, signal) {
     signal.addEventListener("abort", () => xhr.abort(), { once: true });
     xhr.send(blob);
   });
+}
+
+/**
+ * The sweep's download: `bytes` bytes of nothing from the server, read to the end.
+ * @param {number} bytes
+ */
+export async function sweepDown(bytes) {
+  const response = await fetch(url("/api/sweep", { bytes }));
+  if (!response.ok) await parse(response);
+  const got = (await response.arrayBuffer()).byteLength;
+  if (got !== bytes) throw new ApiError(0, "short", `${got} of ${bytes} bytes came`);
+}
+
+/**
+ * The sweep's upload: `bytes` bytes the server drops and counts.
+ * @param {number} bytes
+ */
+export async function sweepUp(bytes) {
+  const response = await fetch("/api/sweep", {
+    method: "PUT",
+    headers: { "X-Sluice-CSRF": csrf, "Content-Type": "application/octet-stream" },
+    body: new Uint8Array(bytes),
+  });
+  const body = await parse(response);
+  if (body.received !== bytes) throw new ApiError(0, "short", `the server got ${body.received} of ${bytes} bytes`);
 }

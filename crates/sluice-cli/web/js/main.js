@@ -5,6 +5,7 @@ import * as api from "./api.js";
 import { ask, byId } from "./dom.js";
 import { HandleDir, PickedFiles, join } from "./local.js";
 import { Pane } from "./pane.js";
+import { Sweep } from "./sweep.js";
 import { Transfers } from "./transfers.js";
 
 /** @type {Pane[]} */
@@ -50,6 +51,7 @@ function showApp(info) {
   byId("fingerprint").textContent = `certificate ${info.fingerprint}`;
   if (panes.length) return;
   transfers = new Transfers(() => panes.forEach((p) => p.load(p.path)));
+  new Sweep();
   panes = [
     new Pane(byId("pane-0"), "local", focus),
     new Pane(byId("pane-1"), "server", focus),

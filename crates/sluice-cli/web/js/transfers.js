@@ -1,17 +1,17 @@
 // The transfer panel: a queue of file copies (uploads to the server, downloads to a folder of
 // this computer), a few at a time, each with progress, rate, ETA, cancel and retry. An upload
-// resumes from what the server holds (it says how much); a download from what the partial file
-// beside its destination holds (a Range request). Folders are walked here and their files
-// queued one by one.
+// resumes from what the server holds (it says how much) and sends the rest in one request; a
+// download from what the partial file beside its destination holds (a Range request with
+// If-Range, so a file changed on the server since comes whole). The rate limit is the
+// server's to hold (it paces each transfer to it, or to the token's lower one). Folders are
+// walked here and their files queued one by one.
 
 import * as api from "./api.js";
+import { RateChart } from "./chart.js";
 import { byId, duration, el, size, ask } from "./dom.js";
+import { hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
 
-/** Bytes per upload request (a cancel keeps what arrived; the next request resumes). */
-const UPLOAD_CHUNK = 16 << 20;
-/** Bytes per request while a rate limit is set (then the page waits between requests). */
-const PACED_CHUNK = 256 << 10;
 /** Transfers at once. */
 const RUNNING_MAX = 3;
 
@@ -37,6 +37,7 @@ const POLICIES = [
  * @property {string} state queued, running, done, skipped, cancelled, failed
  * @property {string} note
  * @property {AbortController | null} abort
+ * @property {(() => void) | null} onCancel what a cancel tells the server, if anything
  * @property {() => Promise<void>} run
  * @property {{ t: number, bytes: number }[]} samples
  * @property {HTMLTableRowElement | null} row
@@ -55,13 +56,23 @@ export class Transfers {
       this.jobs = this.jobs.filter((j) => !["done", "skipped"].includes(j.state));
       this.render();
     });
-    setInterval(() => this.render(), 500);
+    /** Bytes moved by every transfer of this page. */
+    this.movedAll = 0;
+    this.chart = new RateChart(byId("chart"), byId("rate-peak"));
+    // The chart's rate: bytes moved between two ticks (short transfers count too).
+    let last = { t: performance.now(), moved: 0 };
+    setInterval(() => {
+      this.render();
+      const now = { t: performance.now(), moved: this.movedAll };
+      this.chart.add(now.t, ((now.moved - last.moved) * 1000) / Math.max(1, now.t - last.t));
+      last = now;
+    }, 500);
   }
 
-  /** Bytes per second the page may send or receive; 0: no limit. */
+  /** Bits per second each transfer may move (the server paces it); 0: no limit but the token's. */
   rateLimit() {
     const mb = Number(/** @type {HTMLInputElement} */ (byId("rate")).value);
-    return Number.isFinite(mb) && mb > 0 ? mb * 1e6 : 0;
+    return Number.isFinite(mb) && mb > 0 ? Math.round(mb * 8e6) : 0;
   }
 
   /**
@@ -74,13 +85,14 @@ export class Transfers {
     /** @type {Job} */
     const job = {
       id: this.nextId++, name, dir, size, done: 0, moved: 0, state: "queued", note: "",
-      abort: null, samples: [], row: null, run: async () => {},
+      abort: null, onCancel: null, samples: [], row: null, run: async () => {},
     };
     job.run = async () => {
       job.state = "running";
       job.note = "";
       job.abort = new AbortController();
-      job.samples = [];
+      // From the start: the first progress already gives a rate.
+      job.samples = [{ t: performance.now(), bytes: job.moved }];
       try {
         await work(job);
         if (job.state === "running") job.state = "done";
@@ -118,6 +130,8 @@ export class Transfers {
    * @returns {Promise<Policy | null>} null: cancelled
    */
   async question(name, existing) {
+    const standing = /** @type {HTMLSelectElement} */ (byId("policy")).value;
+    if (standing) return /** @type {Policy} */ (standing);
     if (this.policyForAll) return this.policyForAll;
     const answer = await ask(
       `"${name}" exists (${existing}). What should happen?`,
@@ -132,22 +146,17 @@ export class Transfers {
   }
 
   /**
-   * Records progress and waits as long as the rate limit asks.
+   * Records progress.
    * @param {Job} job
    * @param {number} delta bytes just moved
    */
-  async progress(job, delta) {
+  progress(job, delta) {
     job.done += delta;
     job.moved += delta;
+    this.movedAll += delta;
     const now = performance.now();
     job.samples.push({ t: now, bytes: job.moved });
     while (job.samples.length > 2 && now - job.samples[0].t > 3000) job.samples.shift();
-    const limit = this.rateLimit();
-    if (limit && job.samples.length > 1) {
-      const first = job.samples[0];
-      const ahead = (job.moved - first.bytes) / limit * 1000 - (now - first.t);
-      if (ahead > 0) await new Promise((r) => setTimeout(r, Math.min(ahead, 1000)));
-    }
   }
 
   /**
@@ -158,7 +167,9 @@ export class Transfers {
   upload(file, dest) {
     return this.add(dest, "up", file.size, async (job) => {
       const mtime = Math.floor(file.lastModified / 1000);
-      const status = await api.uploadStatus(dest, file.size, mtime);
+      const which = { path: dest, size: file.size, mtime };
+      job.onCancel = () => { api.stopUpload(which).catch(() => {}); };
+      let status = await api.uploadStatus(dest, file.size, mtime);
       /** @type {string} */
       let policy = "refuse";
       if (status.exists) {
@@ -170,27 +181,45 @@ export class Transfers {
           return;
         }
       }
-      job.done = status.have;
-      if (status.have) job.note = `resumed at ${size(status.have)}`;
-      let offset = status.have;
-      for (;;) {
-        const signal = /** @type {AbortController} */ (job.abort).signal;
-        if (signal.aborted) throw new Error("cancelled");
-        const chunk = this.rateLimit() ? PACED_CHUNK : UPLOAD_CHUNK;
-        const end = Math.min(file.size, offset + chunk);
-        let sent = 0;
-        const spec = { path: dest, size: file.size, mtime, offset, policy };
-        const result = await api.uploadPart(spec, file.slice(offset, end), (n) => {
-          this.progress(job, n - sent);
-          sent = n;
-        }, signal);
-        await this.progress(job, end - offset - sent);
-        offset = result.have;
-        job.done = offset;
-        if (result.done) {
+      const signal = /** @type {AbortController} */ (job.abort).signal;
+      // The whole file's BLAKE3 first (Sluice's own, in WebAssembly): the server stores the
+      // file only if what it holds hashes the same.
+      job.note = "hashing";
+      const blake3 = await hashBlob(file, (n) => { job.note = `hashing ${size(n)}`; }, signal);
+      job.note = "";
+      // A request of before (cancelled, or cut off) may still be ending at the server: it
+      // answers busy until then, and the offset it left is asked again.
+      for (let attempt = 1; ; attempt += 1) {
+        job.done = status.have;
+        if (status.have) job.note = `resumed at ${size(status.have)}`;
+        const offset = status.have;
+        const spec = { ...which, offset, policy, rate_bps: this.rateLimit() };
+        // Progress is what the server holds, asked twice a second: the browser's own count is
+        // of what went into the connection, megabytes ahead of the server when it paces.
+        const polling = setInterval(() => {
+          api.uploadStatus(dest, file.size, mtime).then((now) => {
+            if (job.state === "running" && now.have > job.done) this.progress(job, now.have - job.done);
+          }, () => {});
+        }, 500);
+        try {
+          // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
+          const result = await api.uploadPart(spec, file.slice(offset), blake3, () => {}, signal)
+            .finally(() => clearInterval(polling));
+          if (result.done && result.stored && result.blake3 !== blake3) {
+            throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
+          }
+          if (result.done) job.note = [job.note, "BLAKE3 verified"].filter(Boolean).join("; ");
+          this.progress(job, Math.max(0, result.have - job.done));
+          job.done = result.have;
+          if (!result.done) throw new Error(`cut off at ${size(result.have)}: Retry resumes`);
           if (!result.stored) job.state = "skipped";
-          else if (result.name && result.name !== split(dest)[1]) job.note = `stored as ${result.name}`;
+          else if (result.name && result.name !== split(dest)[1]) job.note = `${job.note}; stored as ${result.name}`;
           return;
+        } catch (e) {
+          const code = e instanceof api.ApiError ? e.code : "";
+          if (signal.aborted || !["busy", "offset"].includes(code) || attempt >= 40) throw e;
+          await new Promise((r) => setTimeout(r, 250));
+          status = await api.uploadStatus(dest, file.size, mtime);
         }
       }
     });
@@ -223,14 +252,21 @@ export class Transfers {
       const partName = `.${finalName}.sluice-download`;
       const part = await dir.getFileHandle(partName, { create: true });
       let have = (await part.getFile()).size;
-      if (have > fileSize) have = 0;
-      const headers = have ? { Range: `bytes=${have}-` } : undefined;
+      // The version of the file the partial bytes are of: without it they cannot be trusted.
+      const tagKey = `sluice-etag:${src}\n${dest}`;
+      const tag = localStorage.getItem(tagKey);
+      if (have > fileSize || !tag) have = 0;
+      /** @type {Record<string, string>} */
+      const headers = have ? { Range: `bytes=${have}-`, "If-Range": tag ?? "" } : {};
       const signal = /** @type {AbortController} */ (job.abort).signal;
-      const response = have === fileSize && fileSize > 0 ? null : await fetch(api.fileUrl(src), { headers, signal });
+      const url = api.fileUrl(src, this.rateLimit());
+      const response = have === fileSize && fileSize > 0 ? null : await fetch(url, { headers, signal });
       if (response && !response.ok) {
         const body = await response.json().catch(() => ({}));
         throw new api.ApiError(response.status, body.error ?? "error", body.message ?? response.statusText);
       }
+      const etag = response?.headers.get("ETag");
+      if (etag) localStorage.setItem(tagKey, etag);
       if (response && response.status !== 206) have = 0;
       if (have) job.note = `resumed at ${size(have)}`;
       job.done = have;
@@ -243,7 +279,7 @@ export class Transfers {
             const { done, value } = await reader.read();
             if (done) break;
             await out.write(value);
-            await this.progress(job, value.byteLength);
+            this.progress(job, value.byteLength);
           }
         }
         await out.close();
@@ -252,17 +288,33 @@ export class Transfers {
         await out.close().catch(() => {});
         throw e;
       }
+      // What arrived, hashed here (BLAKE3 in WebAssembly), against the server's hash of the
+      // version it came from; on a mismatch nothing is stored and the partial file goes.
+      job.note = [job.note, "verifying"].filter(Boolean).join("; ");
+      const got = await hashBlob(await part.getFile(), undefined, signal);
+      const theirs = await api.fileHash(src);
+      const changed = theirs.etag !== localStorage.getItem(tagKey);
+      if (changed || theirs.blake3 !== got) {
+        await dir.removeEntry(partName).catch(() => {});
+        localStorage.removeItem(tagKey);
+        throw new Error(changed
+          ? "the file changed on the server while it downloaded: Retry fetches it again"
+          : `BLAKE3 mismatch: this page hashed ${got}, the server has ${theirs.blake3}; nothing was stored`);
+      }
+      job.note = job.note.replace("verifying", "BLAKE3 verified");
       if (existing && finalName === name) await dir.removeEntry(name);
       const move = /** @type {any} */ (part).move;
       if (!move) throw new Error("this browser cannot rename the finished file");
       await move.call(part, finalName);
-      if (finalName !== name) job.note = `stored as ${finalName}`;
+      localStorage.removeItem(tagKey);
+      if (finalName !== name) job.note = `${job.note}; stored as ${finalName}`;
     });
   }
 
   /** @param {Job} job */
   cancel(job) {
     job.abort?.abort();
+    job.onCancel?.();
     if (job.state === "queued") job.state = "cancelled";
     this.render();
   }
@@ -336,6 +388,9 @@ export class Transfers {
     for (const row of [...body.children]) {
       if (!this.jobs.some((j) => j.row === row)) row.remove();
     }
+    const bar = /** @type {HTMLProgressElement} */ (byId("total-bar"));
+    bar.max = total || 1;
+    bar.value = total ? done : 0;
     const left = rate > 0 ? (total - done) / rate : NaN;
     byId("total").textContent = this.jobs.length
       ? `${size(done)} of ${size(total)} · ${size(rate)}/s · ETA ${duration(left) || "-"}`

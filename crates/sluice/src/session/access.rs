@@ -7,11 +7,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::SessionError;
 use super::copy::walk_error;
 use super::messages::{FileKind, StatInfo};
+use super::metrics::{Active, Metrics};
+use super::server::{MAX_TRANSFERS, TRANSFER_WAIT};
 use super::tokens::{Grant, Rights, TokenSet};
 use crate::files::{self, Confined, PathError};
 use crate::tree::{Listing, WalkError};
@@ -26,6 +28,35 @@ pub struct Access {
     pub(crate) transfers: Option<(u32, Arc<Semaphore>)>,
     /// The most each transfer may send, in bits per second.
     pub(crate) rate_bps: Option<u64>,
+}
+
+/// A place among the token's transfers at once, when it has a limit: taken at once or `busy`
+/// (the client's own transfers hold them; waiting would not free one).
+pub(crate) fn token_place(access: &Access) -> Result<Option<OwnedSemaphorePermit>, SessionError> {
+    let Some((n, places)) = &access.transfers else { return Ok(None) };
+    places.clone().try_acquire_owned().map(Some).map_err(|_| {
+        SessionError::Busy(format!(
+            "this token's {n} transfers at once are all running; try again when one ends"
+        ))
+    })
+}
+
+/// A place among the server's [`MAX_TRANSFERS`]: at once, or waited for in turn up to
+/// [`TRANSFER_WAIT`], then `busy`. The flag says whether it waited.
+pub(crate) async fn server_place(
+    places: &Arc<Semaphore>,
+) -> Result<(OwnedSemaphorePermit, bool), SessionError> {
+    if let Ok(place) = places.clone().try_acquire_owned() {
+        return Ok((place, false));
+    }
+    tracing::info!("{MAX_TRANSFERS} transfers are running: this one waits for one to end");
+    match tokio::time::timeout(TRANSFER_WAIT, places.clone().acquire_owned()).await {
+        Ok(Ok(place)) => Ok((place, true)),
+        _ => Err(SessionError::Busy(format!(
+            "{MAX_TRANSFERS} transfers are running and none ended within {} s; try again later",
+            TRANSFER_WAIT.as_secs()
+        ))),
+    }
 }
 
 impl Access {
@@ -62,6 +93,11 @@ impl Access {
             transfers: grant.transfers.map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
             rate_bps: grant.rate_bps,
         })
+    }
+
+    /// The most each of the token's transfers may send, bits per second, when limited.
+    pub fn rate_bps(&self) -> Option<u64> {
+        self.rate_bps
     }
 
     /// What the token may do.
@@ -139,12 +175,52 @@ impl Access {
 }
 
 /// The server's tokens and what each may do: the one place a presented token becomes an
-/// [`Access`].
+/// [`Access`]; and the server's accounts of transfers, which every front end's transfers go
+/// through ([`Gate::transfer`]).
 #[derive(Debug, Clone)]
 pub struct Gate {
     pub(crate) tokens: TokenSet,
     /// What each token may do, in the order of `tokens`.
     pub(crate) access: Vec<Arc<Access>>,
+    /// The server's places for transfers ([`MAX_TRANSFERS`]).
+    pub(crate) transfers: Arc<Semaphore>,
+    /// The server's counters.
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// A place among a token's transfers and the server's ([`Gate::place`]), held while it lives.
+#[derive(Debug)]
+pub struct Place {
+    _token: Option<OwnedSemaphorePermit>,
+    _server: OwnedSemaphorePermit,
+}
+
+/// A transfer of another front end than the QUIC sessions (the web app's download or upload
+/// request) while it runs: it holds a place among its token's transfers and the server's, counts
+/// as running in the server's [`Metrics`], and adds the file bytes it moved ([`Running::moved`])
+/// to them when it ends (dropped), finished or not. Its pacing is its driver's, to the token's
+/// [`Access::rate_bps`].
+#[derive(Debug)]
+pub struct Running {
+    _place: Place,
+    _active: Active,
+    metrics: Arc<Metrics>,
+    sending: bool,
+    moved: u64,
+}
+
+impl Running {
+    /// Counts `bytes` more file bytes moved.
+    pub fn moved(&mut self, bytes: u64) {
+        self.moved = self.moved.saturating_add(bytes);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // No data channel: its bytes went over TCP, so no packets are counted.
+        self.metrics.moved(self.sending, self.moved, 0, 0);
+    }
 }
 
 impl Gate {
@@ -160,7 +236,35 @@ impl Gate {
             .enumerate()
             .map(|(i, grant)| Access::resolve_grant(&served, grant, i + 1).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Gate { tokens, access })
+        let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS));
+        Ok(Gate { tokens, access, transfers, metrics: Arc::default() })
+    }
+
+    /// Starts a transfer of `access`'s token (`sending`: the server sends, a download): a place
+    /// among the token's transfers (`busy` at once when they are all running) and one among the
+    /// server's (waited for up to [`TRANSFER_WAIT`]), counted in the server's metrics as a QUIC
+    /// transfer is.
+    pub async fn transfer(&self, access: &Access, sending: bool) -> Result<Running, SessionError> {
+        Ok(Running {
+            _place: self.place(access).await?,
+            _active: self.metrics.transfer(sending),
+            metrics: self.metrics.clone(),
+            sending,
+            moved: 0,
+        })
+    }
+
+    /// A place as [`Gate::transfer`] takes, for work as heavy as a transfer that moves no file
+    /// (hashing one for a client): not counted as a transfer.
+    pub async fn place(&self, access: &Access) -> Result<Place, SessionError> {
+        let token = token_place(access)?;
+        let (server, _) = server_place(&self.transfers).await?;
+        Ok(Place { _token: token, _server: server })
+    }
+
+    /// The server's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// What `token` may do, or `None` when it is not accepted (compared in constant time).

@@ -83,9 +83,10 @@ impl<const N: usize> EncodeMetric for ByLabel<N> {
 }
 
 /// Counts one more of something while it lasts (an active session or transfer).
-pub(crate) struct Active<'a>(&'a Gauge);
+#[derive(Debug)]
+pub(crate) struct Active(Gauge);
 
-impl Drop for Active<'_> {
+impl Drop for Active {
     fn drop(&mut self) {
         self.0.dec();
     }
@@ -159,10 +160,10 @@ impl Metrics {
     pub const CONTENT_TYPE: &'static str = prometheus_text::CONTENT_TYPE;
 
     /// A session was accepted; it counts as active until the guard drops.
-    pub(crate) fn session(&self) -> Active<'_> {
+    pub(crate) fn session(&self) -> Active {
         self.sessions.inc();
         self.sessions_active.inc();
-        Active(&self.sessions_active)
+        Active(self.sessions_active.clone())
     }
 
     /// A session was refused (bad token, version, spec).
@@ -171,10 +172,10 @@ impl Metrics {
     }
 
     /// A transfer started (`sending`: a get); it counts as active until the guard drops.
-    pub(crate) fn transfer(&self, sending: bool) -> Active<'_> {
+    pub(crate) fn transfer(&self, sending: bool) -> Active {
         self.transfers.at(if sending { 0 } else { 1 }).inc();
         self.transfers_active.inc();
-        Active(&self.transfers_active)
+        Active(self.transfers_active.clone())
     }
 
     /// File bytes a transfer moved, and its data channels' packets.

@@ -137,7 +137,7 @@ mod tunnel;
 use std::time::Duration;
 
 pub use crate::tree::{Links, Overwrite};
-pub use access::{Access, Gate};
+pub use access::{Access, Gate, Place, Running};
 pub(crate) use channel::check_spec;
 pub use channel::{DEFAULT_PACKET_SIZE, default_channel_config};
 pub use client::{Client, ClientConfig, Granted, TransferReport};

@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 pub(crate) use super::access::resolve;
-use super::access::{Access, Gate, open_error};
+use super::access::{Access, Gate, open_error, server_place, token_place};
 use super::channel::{
     ChannelSetup, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, blocking, control_transport,
     default_channel_config, frame_error,
@@ -311,10 +311,9 @@ impl Server {
         let local_addr = endpoint
             .local_addr()
             .map_err(|e| SessionError::io("reading the endpoint's address", e))?;
-        let Gate { tokens, access } = Gate::new(&root, tokens)?;
+        let Gate { tokens, access, transfers, metrics } = Gate::new(&root, tokens)?;
         info!(%local_addr, fingerprint = %identity.fingerprint(), root = %root.display(), tokens = tokens.len(), "server bound");
         let fingerprint = identity.fingerprint().clone();
-        let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS));
         let channel = default_channel_config();
         let state_dir = config.credentials.state_dir();
         let jobs = Jobs::new(state_dir, Arc::new(identity), channel.clone(), transfers.clone());
@@ -335,7 +334,7 @@ impl Server {
                     .unwrap_or_else(|| auto_channels().max(TCP_STREAMS)),
                 digest_timeout: config.digest_timeout,
                 fault: config.fault,
-                metrics: Arc::default(),
+                metrics,
                 one_session,
                 claimed: false.into(),
                 unauthenticated: Default::default(),
@@ -356,9 +355,15 @@ impl Server {
     }
 
     /// The server's own token check and what each token may do, for another front end of the
-    /// same files (the web app): it admits exactly the tokens this server does.
+    /// same files (the web app): it admits exactly the tokens this server does, and its
+    /// transfers take the same places and count in the same metrics ([`Gate::transfer`]).
     pub fn gate(&self) -> Gate {
-        Gate { tokens: self.shared.tokens.clone(), access: self.shared.access.clone() }
+        Gate {
+            tokens: self.shared.tokens.clone(),
+            access: self.shared.access.clone(),
+            transfers: self.shared.transfers.clone(),
+            metrics: self.shared.metrics.clone(),
+        }
     }
 
     /// The fingerprint clients pin.
@@ -1015,43 +1020,17 @@ impl<'a> RequestCtx<'a> {
     /// once. A place among the server's is waited for, in turn, up to [`TRANSFER_WAIT`]; the
     /// flag says whether it was.
     async fn acquire_transfer(&self) -> Result<(TransferPermits, bool), SessionError> {
-        let token = match &self.session.access.transfers {
-            None => None,
-            Some((n, places)) => Some(places.clone().try_acquire_owned().map_err(|_| {
-                SessionError::Busy(format!(
-                    "this token's {n} transfers at once are all running; try again when one ends"
-                ))
-            })?),
-        };
+        let token = token_place(&self.session.access)?;
         let session = self.session.transfers.clone().try_acquire_owned().map_err(|_| {
             SessionError::Busy(format!(
                 "this session runs {MAX_TRANSFERS_PER_SESSION} transfers already; wait for one"
             ))
         })?;
-        let places = self.shared.transfers.clone();
-        let mut waited = false;
-        let server = match places.clone().try_acquire_owned() {
-            Ok(place) => place,
-            Err(_) => {
-                waited = true;
-                info!("{MAX_TRANSFERS} transfers are running: this one waits for one to end");
-                let waited = tokio::select! {
-                    place = tokio::time::timeout(TRANSFER_WAIT, places.acquire_owned()) => place,
-                    _ = self.conn.closed() => {
-                        let why = "the session closed while its transfer waited for a place";
-                        return Err(SessionError::Network(why.into()));
-                    }
-                };
-                match waited {
-                    Ok(Ok(place)) => place,
-                    _ => {
-                        return Err(SessionError::Busy(format!(
-                            "{MAX_TRANSFERS} transfers are running and none ended within {} s; \
-                             try again later",
-                            TRANSFER_WAIT.as_secs()
-                        )));
-                    }
-                }
+        let (server, waited) = tokio::select! {
+            place = server_place(&self.shared.transfers) => place?,
+            _ = self.conn.closed() => {
+                let why = "the session closed while its transfer waited for a place";
+                return Err(SessionError::Network(why.into()));
             }
         };
         Ok((TransferPermits { _server: server, _session: session, _token: token }, waited))

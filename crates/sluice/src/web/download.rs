@@ -1,7 +1,9 @@
 //! Opening a file to download, with its `read` right.
 
 use std::fs::File;
+use std::sync::atomic::AtomicBool;
 
+use crate::files::hash_prefix;
 use crate::session::access::{mtime_secs, open_error};
 use crate::session::{Access, SessionError};
 
@@ -14,6 +16,10 @@ pub struct Download {
     pub size: u64,
     /// Its modification time, seconds since the epoch.
     pub mtime: i64,
+    /// A strong validator of these bytes (HTTP's entity tag, without quotes): its size,
+    /// modification time to the nanosecond, and inode, so a file rewritten in place or replaced
+    /// by a rename gets another one, and a range of it is never joined to a range of the other.
+    pub validator: String,
 }
 
 /// Opens `requested` for download; a folder or special file is refused (folders are the
@@ -27,5 +33,26 @@ pub fn open_download(access: &Access, requested: &str) -> Result<Download, Sessi
     if !meta.is_file() {
         return Err(SessionError::Refused(format!("{requested}: not a regular file")));
     }
-    Ok(Download { file, size: meta.len(), mtime: mtime_secs(&meta) })
+    Ok(Download { file, size: meta.len(), mtime: mtime_secs(&meta), validator: validator(&meta) })
+}
+
+/// See [`Download::validator`].
+fn validator(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{:x}-{:x}.{:x}-{:x}", meta.len(), meta.mtime(), meta.mtime_nsec(), meta.ino())
+}
+
+/// The BLAKE3 of the file `requested` (right `read`), and the validator of the version hashed
+/// ([`Download::validator`]): a client that downloaded that version compares it with its own
+/// hash of what it received. A file that changes while it is hashed is `busy`.
+pub fn file_hash(access: &Access, requested: &str) -> Result<(String, blake3::Hash), SessionError> {
+    let opened = open_download(access, requested)?;
+    let hash = hash_prefix(&opened.file, opened.size, &AtomicBool::new(false))
+        .map_err(|e| open_error(requested, e))?
+        .ok_or_else(|| SessionError::Network("hashing was cancelled".into()))?;
+    let after = opened.file.metadata().map_err(|e| open_error(requested, e))?;
+    if validator(&after) != opened.validator {
+        return Err(SessionError::Busy(format!("{requested}: it changed while it was hashed")));
+    }
+    Ok((opened.validator, hash))
 }

@@ -8,7 +8,7 @@
 //! | operation                          | right                                          |
 //! |------------------------------------|------------------------------------------------|
 //! | list a directory, stat a path      | `list` (stat: `list` or `read`, as `sluice stat`) |
-//! | download a file                    | `read`                                         |
+//! | download a file, hash it (BLAKE3)  | `read`                                         |
 //! | upload a file, make a folder       | `write`                                        |
 //! | rename, delete (folders: recursively) | `write`: an upload with `--overwrite always` replaces files already |
 //!
@@ -18,8 +18,13 @@
 
 mod download;
 mod ops;
+mod pace;
 mod upload;
 
-pub use download::{Download, open_download};
+pub use download::{Download, file_hash, open_download};
 pub use ops::{delete, make_dir, rename};
-pub use upload::{Policy, Upload, UploadDone, UploadSpec, UploadStatus, upload_status};
+pub use pace::Pace;
+pub use upload::{
+    PARTIAL_TTL, PARTIALS_MAX, Partials, Policy, Upload, UploadDone, UploadSpec, UploadStatus,
+    stop_upload, upload_status,
+};

@@ -12,11 +12,18 @@
 //! When the last byte is in, the partial file is hashed (BLAKE3), checked against the hash the
 //! client sent if any, and renamed into place by the overwrite policy ([`Policy`]), or removed
 //! when the policy keeps the existing file.
+//!
+//! An abandoned partial file stays resumable for [`PARTIAL_TTL`] after its last write, then
+//! [`Partials::sweep`] removes it. The server knows the partial files it wrote or was asked
+//! about since it started ([`Partials`], in memory, at most [`PARTIALS_MAX`]); one left from
+//! before a restart is swept once its upload is asked about again.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::files::{Confined, hash_prefix, side_name};
@@ -24,6 +31,119 @@ use crate::session::access::{mtime_secs, open_error};
 use crate::session::messages::{FileKind, StatInfo};
 use crate::session::{Access, Overwrite, SessionError};
 use crate::tree::claim::{ClaimError, Claims};
+
+/// How long a partial upload stays resumable after its last write.
+pub const PARTIAL_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Partial uploads known at once; beyond them a new one is not swept (it stays until its
+/// upload is asked about again, once there is room).
+pub const PARTIALS_MAX: usize = 65_536;
+
+/// The partial uploads the server knows of, to remove those abandoned ([`Partials::sweep`]).
+#[derive(Debug, Default)]
+pub struct Partials {
+    known: Mutex<HashMap<PathBuf, Known>>,
+}
+
+#[derive(Debug)]
+struct Known {
+    /// The root it is confined beneath (its token's).
+    root: PathBuf,
+    /// Uploads writing it now.
+    open: usize,
+    /// Set to stop them ([`stop_upload`]).
+    stop: Arc<AtomicBool>,
+}
+
+impl Partials {
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Known>> {
+        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes `part`; when `opened`, one more upload writes it: its stop flag.
+    fn note(&self, root: &Path, part: &Path, opened: bool) -> Arc<AtomicBool> {
+        let mut known = self.known();
+        if !known.contains_key(part) && known.len() >= PARTIALS_MAX {
+            return Arc::default();
+        }
+        let entry = known.entry(part.to_owned()).or_insert_with(|| Known {
+            root: root.to_owned(),
+            open: 0,
+            stop: Arc::default(),
+        });
+        if opened {
+            if entry.open == 0 {
+                entry.stop = Arc::default();
+            }
+            entry.open += 1;
+        }
+        entry.stop.clone()
+    }
+
+    fn closed(&self, part: &Path) {
+        if let Some(entry) = self.known().get_mut(part) {
+            entry.open = entry.open.saturating_sub(1);
+        }
+    }
+
+    /// Tells the uploads writing `part` to stop; whether one was.
+    fn stop(&self, part: &Path) -> bool {
+        match self.known().get(part) {
+            Some(entry) if entry.open > 0 => {
+                entry.stop.store(true, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// How many partial uploads are known.
+    pub fn len(&self) -> usize {
+        self.known().len()
+    }
+
+    /// Whether none is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes the partial files not written to for `ttl` before `now` (none that an upload
+    /// has open) and forgets those gone; returns how many it removed.
+    pub fn sweep(&self, now: SystemTime, ttl: Duration) -> usize {
+        let candidates: Vec<(PathBuf, PathBuf)> = {
+            let mut known = self.known();
+            known.retain(|part, k| {
+                k.open > 0
+                    || Confined::new(Some(&k.root))
+                        .is_ok_and(|fs| fs.symlink_metadata(part).is_ok())
+            });
+            known
+                .iter()
+                .filter(|(_, k)| k.open == 0)
+                .map(|(p, k)| (p.clone(), k.root.clone()))
+                .collect()
+        };
+        let mut removed = 0;
+        for (part, root) in candidates {
+            let Ok(fs) = Confined::new(Some(&root)) else { continue };
+            let stale = fs.symlink_metadata(&part).is_ok_and(|meta| {
+                meta.is_file()
+                    && meta
+                        .modified()
+                        .is_ok_and(|at| now.duration_since(at).is_ok_and(|age| age >= ttl))
+            });
+            let mut known = self.known();
+            // An upload may have opened it since.
+            if stale
+                && known.get(&part).is_some_and(|k| k.open == 0)
+                && fs.remove_file(&part).is_ok()
+            {
+                known.remove(&part);
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
 
 /// What to do when the destination exists: the CLI's `--overwrite` policies, or keep both
 /// (the new file takes the next free name `name (n).ext`).
@@ -118,15 +238,36 @@ fn stat_of(meta: &std::fs::Metadata) -> StatInfo {
     StatInfo { size: meta.len(), mtime: mtime_secs(meta), kind: FileKind::File }
 }
 
-/// How many bytes of `spec` the server holds, and what is at its destination.
-pub fn upload_status(access: &Access, spec: &UploadSpec) -> Result<UploadStatus, SessionError> {
+/// How many bytes of `spec` the server holds, and what is at its destination; a partial file
+/// found is noted in `partials` (to be swept if abandoned).
+pub fn upload_status(
+    access: &Access,
+    spec: &UploadSpec,
+    partials: &Partials,
+) -> Result<UploadStatus, SessionError> {
     let fs = access.confined(&spec.path)?;
     let (target, found) = destination(access, &fs, spec)?;
-    let have = match fs.symlink_metadata(&part_path(&target, spec)) {
-        Ok(meta) if meta.is_file() && meta.len() <= spec.size => meta.len(),
+    let part = part_path(&target, spec);
+    let have = match fs.symlink_metadata(&part) {
+        Ok(meta) if meta.is_file() && meta.len() <= spec.size => {
+            partials.note(access.root(), &part, false);
+            meta.len()
+        }
         _ => 0,
     };
     Ok(UploadStatus { have, exists: found.as_ref().map(stat_of) })
+}
+
+/// Tells the requests writing the upload `spec` to stop (a client cancelling it: its own end of
+/// the connection cannot stop a server still reading what was sent before); whether one was.
+pub fn stop_upload(
+    access: &Access,
+    spec: &UploadSpec,
+    partials: &Partials,
+) -> Result<bool, SessionError> {
+    let fs = access.confined(&spec.path)?;
+    let (target, _) = destination(access, &fs, spec)?;
+    Ok(partials.stop(&part_path(&target, spec)))
 }
 
 /// An upload being written: [`Upload::open`], [`Upload::write`] its bytes in order, then
@@ -139,12 +280,25 @@ pub struct Upload {
     part: PathBuf,
     file: File,
     have: u64,
+    partials: Arc<Partials>,
+    stop: Arc<AtomicBool>,
     _claim: Claims,
 }
 
+impl Drop for Upload {
+    fn drop(&mut self) {
+        self.partials.closed(&self.part);
+    }
+}
+
 impl Upload {
-    /// Claims the destination and opens (or starts) its partial file.
-    pub fn open(access: &Access, spec: UploadSpec) -> Result<Upload, SessionError> {
+    /// Claims the destination and opens (or starts) its partial file, noted in `partials` as
+    /// open until the upload drops.
+    pub fn open(
+        access: &Access,
+        spec: UploadSpec,
+        partials: Arc<Partials>,
+    ) -> Result<Upload, SessionError> {
         let fs = access.confined(&spec.path)?;
         let (target, _) = destination(access, &fs, &spec)?;
         let mut claim = Claims::new(fs.clone());
@@ -170,12 +324,21 @@ impl Upload {
             Err(_) => fs.create_new(&part, 0o644),
         }
         .map_err(|e| open_error(&spec.path, e))?;
-        let mut have = file.metadata().map_err(|e| open_error(&spec.path, e))?.len();
-        if have > spec.size {
-            file.set_len(0).map_err(|e| open_error(&spec.path, e))?;
-            have = 0;
+        let stop = partials.note(access.root(), &part, true);
+        let mut upload =
+            Upload { spec, fs, target, part, file, have: 0, partials, stop, _claim: claim };
+        upload.have = upload.file.metadata().map_err(|e| open_error(&upload.spec.path, e))?.len();
+        if upload.have > upload.spec.size {
+            upload.file.set_len(0).map_err(|e| open_error(&upload.spec.path, e))?;
+            upload.have = 0;
         }
-        Ok(Upload { spec, fs, target, part, file, have, _claim: claim })
+        Ok(upload)
+    }
+
+    /// Whether the client asked it to stop ([`stop_upload`]): end the request, keeping what
+    /// was written (the client's own connection may still hold bytes it sent before).
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
     }
 
     /// Bytes in the partial file: the offset the next bytes must start at.
