@@ -23,6 +23,10 @@ const PREFACE_WAIT: Duration = Duration::from_secs(10);
 /// the listener's backlog.
 const MAX_UNSORTED: usize = 256;
 
+/// Tunnelled sessions at once (each one TCP connection); beyond them a new one is closed. The
+/// server's limits of sessions (in all and per address) then apply inside, as over UDP.
+const MAX_TUNNELS: usize = 1024;
+
 /// The server's TCP side: the listener, the socket its sessions' QUIC runs on, and the door
 /// of data streams.
 #[derive(Debug)]
@@ -79,6 +83,9 @@ async fn sort(mut stream: TcpStream, datagrams: &TcpDatagrams, door: &Door) -> i
     let mut preface = [0u8; 8];
     stream.read_exact(&mut preface).await?;
     match Preface::parse(&preface) {
+        Some(Preface::Session) if datagrams.connections() >= MAX_TUNNELS => {
+            Err(io::Error::other(format!("{MAX_TUNNELS} tunnelled sessions are open: closed")))
+        }
         Some(Preface::Session) => datagrams.attach(stream),
         Some(Preface::Data) => {
             let mut hello = [0u8; HELLO_BYTES];

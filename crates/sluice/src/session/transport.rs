@@ -125,8 +125,9 @@ pub(crate) async fn endpoint(
 
 /// Connects on `choice`'s transport, `connect` running the QUIC handshake on an endpoint. For
 /// `auto`, UDP starts at once and TCP after [`TCP_HEAD_START`] (or at once when UDP failed);
-/// the first to finish wins, but a TCP win waits for UDP a little longer ([`UDP_GRACE`]). A refusal that is
-/// not the path's (a changed fingerprint, a refused token) ends the race.
+/// the first to finish wins, but a TCP win waits for UDP a little longer ([`UDP_GRACE`]), and
+/// a TCP failure leaves UDP [`UDP_ALONE`] more. A refusal that is not the path's (a changed
+/// fingerprint, a busy server) ends the race.
 pub(crate) async fn connect<F, Fut>(
     choice: TransportChoice,
     server: SocketAddr,

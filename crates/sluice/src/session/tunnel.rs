@@ -110,6 +110,11 @@ impl TcpDatagrams {
         })
     }
 
+    /// The connections it carries now.
+    pub(crate) fn connections(&self) -> usize {
+        lock(&self.peers).readers.len()
+    }
+
     /// Carries datagrams to and from the peer at the other end of `stream` (its preface already
     /// sent or read). The connection closes when the peer closes it, when it carries nothing for
     /// [`TUNNEL_IDLE`], or when this socket is dropped.
