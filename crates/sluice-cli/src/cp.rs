@@ -351,10 +351,9 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         match again {
             Some(why) if retries > 0 => {
                 retries -= 1;
-                // The session got through but its data channels did not (this end saw
-                // nothing through, or no byte moved at all): UDP to the data ports is blocked,
-                // so the new session goes over TCP at once.
-                let blocked = client.udp_data_blocked() || !show.moved_any();
+                // The session got through but its data channels did not: UDP to the data ports
+                // is blocked, so the new session goes over TCP at once.
+                let blocked = client.udp_data_blocked();
                 let (connect, how) = match blocked {
                     true => (
                         ConnectArgs { transport: Some("tcp".into()), ..args.connect.clone() },

@@ -54,8 +54,6 @@ struct Seen {
     last_json: Option<Instant>,
     /// Data channels per transfer, once the server said.
     channels: u32,
-    /// The most bytes the transfer reported moved since it was planned (last taken up).
-    moved: u64,
 }
 
 /// Shows one copy.
@@ -103,11 +101,6 @@ impl Show {
                 "channels": channels,
             }));
         }
-    }
-
-    /// Whether the transfer (since it was last planned) reported any byte moved.
-    pub(crate) fn moved_any(&self) -> bool {
-        self.seen().moved > 0
     }
 
     /// A warning (a file the sender left out, ...).
@@ -230,7 +223,6 @@ impl CopyObserver for Show {
         seen.files = files.to_vec();
         // A transfer taken up again counts its progress anew.
         seen.samples.clear();
-        seen.moved = 0;
         drop(seen);
         self.started(files.len() as u64, at);
     }
@@ -240,7 +232,6 @@ impl CopyObserver for Show {
         let mut seen = self.seen();
         seen.samples.retain(|&(t, _)| now.duration_since(t) <= RATE_WINDOW);
         seen.samples.push((now, p.bytes));
-        seen.moved = seen.moved.max(p.bytes);
         let rate_bps = match (seen.samples.first(), seen.samples.last()) {
             (Some(&(t0, b0)), Some(&(t1, b1))) if t1 > t0 => {
                 Some(b1.saturating_sub(b0) as f64 * 8.0 / t1.duration_since(t0).as_secs_f64())

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_proto::config::ChannelConfig;
@@ -31,7 +31,7 @@ use super::messages::{
     Answer, ErrorCode, GrantClaim, JobDone, JobProgress, Offer, PullJob, Request, Spec, StatInfo,
     read_message, write_message,
 };
-use super::observe::{CopyObserver, OnProgress};
+use super::observe::{CopyObserver, OnProgress, Watched};
 use super::retry::{Backoff, BusyRetry};
 use super::streams::Opener;
 use super::transport::{self, Connected, Transport, TransportChoice};
@@ -289,10 +289,12 @@ impl Client {
     }
 
     /// Whether a transfer of this session failed because its UDP data channels got nothing
-    /// through from their start while the session itself got through: a path that carries
-    /// only the server's port. The transfer can be taken up with [`TransportChoice::Tcp`].
+    /// through while the session itself got through (this end's channels saw nothing from
+    /// their start, or the copy failed on the network before any byte moved): a path that
+    /// carries only the server's port. The transfer can be taken up with
+    /// [`TransportChoice::Tcp`].
     pub fn udp_data_blocked(&self) -> bool {
-        self.udp_blocked.load(std::sync::atomic::Ordering::Relaxed)
+        self.udp_blocked.load(Ordering::Relaxed)
     }
 
     /// Over TCP, how this end gets a transfer's data streams: it dials the server's port.
@@ -504,6 +506,20 @@ impl Client {
         dest: &Path,
         options: &CopyOptions,
         confine: Option<PathBuf>,
+        observer: impl CopyObserver,
+    ) -> Result<TransferReport, SessionError> {
+        let (observer, moved) = Watched::new(observer);
+        let result = self.download_watched(remote_paths, dest, options, confine, observer).await;
+        self.judge_data_path(&result, &moved);
+        result
+    }
+
+    async fn download_watched(
+        &self,
+        remote_paths: &[String],
+        dest: &Path,
+        options: &CopyOptions,
+        confine: Option<PathBuf>,
         mut observer: impl CopyObserver,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
@@ -607,6 +623,33 @@ impl Client {
 
     /// [`Client::upload`], telling `observer` the files that will move and the progress.
     pub async fn upload_observed(
+        &self,
+        local_paths: &[PathBuf],
+        dest: &str,
+        options: &CopyOptions,
+        observer: impl CopyObserver,
+    ) -> Result<TransferReport, SessionError> {
+        let (observer, moved) = Watched::new(observer);
+        let result = self.upload_watched(local_paths, dest, options, observer).await;
+        self.judge_data_path(&result, &moved);
+        result
+    }
+
+    /// A copy over UDP that failed on the network before any byte moved met a path that
+    /// carries the session but not its data channels ([`Client::udp_data_blocked`]), whichever
+    /// end noticed first.
+    fn judge_data_path(
+        &self,
+        result: &Result<TransferReport, SessionError>,
+        moved: &std::sync::atomic::AtomicBool,
+    ) {
+        let failed = matches!(result, Err(SessionError::Network(_)));
+        if failed && self.transport == Transport::Udp && !moved.load(Ordering::Relaxed) {
+            self.udp_blocked.store(true, Ordering::Relaxed);
+        }
+    }
+
+    async fn upload_watched(
         &self,
         local_paths: &[PathBuf],
         dest: &str,

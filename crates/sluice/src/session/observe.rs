@@ -1,5 +1,8 @@
 //! What a copy tells its caller while it runs: the files it will move, then its progress.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::datapath::Progress;
 
 /// A file a copy will move.
@@ -45,4 +48,36 @@ pub(crate) struct NoObserver;
 
 impl CopyObserver for NoObserver {
     fn progress(&mut self, _: Progress) {}
+}
+
+/// An observer that also notes whether any byte of the copy moved: a copy over UDP that failed
+/// before one did met a path that does not carry its data channels.
+pub(crate) struct Watched<O> {
+    inner: O,
+    moved: Arc<AtomicBool>,
+}
+
+impl<O> Watched<O> {
+    /// `inner`, watched, and the flag it sets.
+    pub(crate) fn new(inner: O) -> (Watched<O>, Arc<AtomicBool>) {
+        let moved = Arc::new(AtomicBool::new(false));
+        (Watched { inner, moved: moved.clone() }, moved)
+    }
+}
+
+impl<O: CopyObserver> CopyObserver for Watched<O> {
+    fn channels(&mut self, channels: u32) {
+        self.inner.channels(channels);
+    }
+
+    fn planned(&mut self, files: &[PlannedFile]) {
+        self.inner.planned(files);
+    }
+
+    fn progress(&mut self, progress: Progress) {
+        if progress.bytes > 0 {
+            self.moved.store(true, Ordering::Relaxed);
+        }
+        self.inner.progress(progress);
+    }
 }
