@@ -329,6 +329,20 @@ impl SessionError {
     }
 }
 
+/// Waits until `at`; without one, never (a `select!` arm that is off).
+pub(crate) async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A mutex's guard, whoever held it when panicking (what it guards stays consistent: each
+/// holder's change is whole or not made).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What a closed connection means to the user.
 pub(crate) fn connection_error(err: &quinn::ConnectionError) -> SessionError {
     use quinn::ConnectionError as E;

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use super::keys::{ChannelRef, ChannelSecrets, KeyExporter, Role, SessionId};
+use super::lock;
 use super::tunnel::Preface;
 use crate::datapath::DataError;
 use crate::datapath::tcp::{StreamConfig, StreamParams};
@@ -196,7 +197,7 @@ impl Door {
     /// the request asks. A hello that does not match is closed.
     pub(crate) fn arrive(&self, hello: &[u8; HELLO_BYTES], stream: TcpStream) {
         let (key, tag) = StreamKey::parse(hello);
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = lock(&self.slots);
         if let Some((expected, _)) = slots.waiting.get(&key) {
             if *expected != tag {
                 debug!("a data stream with a wrong tag: closed");
@@ -228,7 +229,7 @@ impl Door {
     ) -> Result<TcpStream, DataError> {
         let (to, from) = mpsc::channel();
         {
-            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            let mut slots = lock(&self.slots);
             if let Some((presented, stream, _)) = slots.parked.remove(&key) {
                 if presented == tag {
                     return Ok(stream);
@@ -252,7 +253,7 @@ impl Door {
             }
         };
         if result.is_err() {
-            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            let mut slots = lock(&self.slots);
             slots.waiting.remove(&key);
         }
         result

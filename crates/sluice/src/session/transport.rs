@@ -12,8 +12,8 @@ use std::future::Future;
 
 use tracing::{debug, info};
 
-use super::SessionError;
 use super::tunnel;
+use super::{SessionError, sleep_until};
 
 /// The transport a client asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -212,13 +212,6 @@ where
                 return Ok(taken_tcp(won, &why));
             }
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
     }
 }
 

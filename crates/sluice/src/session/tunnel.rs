@@ -30,6 +30,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use super::lock;
+
 /// What a TCP connection to a server's port carries, said in its first 8 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Preface {
@@ -153,10 +155,6 @@ impl Drop for TcpDatagrams {
             reader.abort();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Reads frames until the peer closes, fails, or goes quiet; each datagram goes to `arrive`.

@@ -29,7 +29,7 @@ use super::channel::{ChannelSetup, DataTask, bind_data_sockets, frame_error};
 use super::keys::Role;
 use super::messages::{FrameError, Messages, write_message};
 use super::observe::PlannedFile;
-use super::{Peer, SessionError};
+use super::{Peer, SessionError, sleep_until};
 use crate::datapath::Fault as TestFault;
 use crate::tree::FileSet;
 
@@ -309,13 +309,6 @@ async fn join_job<T>(job: &mut Option<JoinHandle<T>>) -> Result<T, SessionError>
             *job = None;
             result.map_err(|e| SessionError::io("file task", std::io::Error::other(e.to_string())))
         }
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
 }

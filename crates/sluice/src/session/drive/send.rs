@@ -15,10 +15,10 @@ use super::{
 };
 use crate::datapath::{ChannelReport, DataError, Progress};
 use crate::files::hash_extents;
-use crate::session::SessionError;
 use crate::session::blocks::{DataStore, data_store};
 use crate::session::channel::DataTask;
 use crate::session::observe::CopyObserver;
+use crate::session::{SessionError, lock};
 use crate::tree::resume::matching_prefix;
 use crate::tree::{EntryKind, FileSet, Outgoing};
 
@@ -321,11 +321,6 @@ pub(crate) async fn run_sending<O: CopyObserver>(
         repair_report: reports.1,
         early: started_early && machine.first_phase() == 0,
     })
-}
-
-/// The observer, whoever held its lock when panicking.
-fn lock<T>(shared: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The end of the running data phase, with its number; without one, never.
