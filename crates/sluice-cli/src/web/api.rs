@@ -264,12 +264,9 @@ pub(super) async fn download(
         }
         Some((item, s))
     });
-    let mut response = Response::new(Body::from_stream(stream));
-    *response.status_mut() = status;
+    let mut response = octet_stream(Body::from_stream(stream), status, range.end - range.start);
     let h = response.headers_mut();
     let value = |s: String| HeaderValue::from_str(&s).map_err(|e| ApiError::bad(e.to_string()));
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-    h.insert(header::CONTENT_LENGTH, value((range.end - range.start).to_string())?);
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::CONTENT_DISPOSITION, value(content_disposition(&name))?);
     h.insert(header::ETAG, value(etag)?);
@@ -278,6 +275,16 @@ pub(super) async fn download(
         h.insert(header::CONTENT_RANGE, value(format!("bytes {}-{end}/{size}", range.start))?);
     }
     Ok(response)
+}
+
+/// A response of `length` bytes of `body` as an octet stream, with `status`.
+fn octet_stream(body: Body, status: StatusCode, length: u64) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    response
 }
 
 /// `GET /api/hash?path=`: the file's BLAKE3 and the `ETag` of the version hashed, for the page
@@ -336,13 +343,7 @@ pub(super) async fn sweep_down(
             let piece = Bytes::from_static(&ZEROS[..n as usize]);
             Some((Ok::<_, std::io::Error>(piece), (left - n, place, pace, started)))
         });
-    let mut response = Response::new(Body::from_stream(stream));
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-    let length =
-        HeaderValue::from_str(&bytes.to_string()).map_err(|e| ApiError::bad(e.to_string()))?;
-    h.insert(header::CONTENT_LENGTH, length);
-    Ok(response)
+    Ok(octet_stream(Body::from_stream(stream), StatusCode::OK, bytes))
 }
 
 /// `PUT /api/sweep`: bytes dropped as they come, counted (the upload side of the sweep), under
