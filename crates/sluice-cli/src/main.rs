@@ -60,7 +60,8 @@ enum Command {
     ///   sluice cp -r --overwrite if-different dtn:run7 hpc:scratch/
     ///
     /// Where a firewall blocks UDP, the copy goes over TCP by itself (--transport auto, the
-    /// default: it says so once), on 4 parallel TCP streams: slower than UDP on long lossy
+    /// default: it says so once), on parallel TCP streams (4 at first, more while they help,
+    /// fewer on a shared path; --channels N fixes the count): slower than UDP on long lossy
     /// paths, where a lost segment holds up its stream. To choose:
     ///   sluice cp --transport tcp big.bin server:      # or udp; SLUICE_TRANSPORT too
     #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]

@@ -130,6 +130,9 @@ impl Show {
             .as_ref()
             .filter(|c| c.bytes > 0 && c.payload_bytes != c.bytes)
             .map(|c| c.payload_bytes as f64 / c.bytes as f64);
+        // Over TCP, the streams that carried data (the sender grows them while they help).
+        let streams = (report.transport == Transport::Tcp)
+            .then(|| report.channel.as_ref().map_or(0, |c| c.carrying));
         match self.mode {
             Mode::Json => {
                 if !dry_run {
@@ -152,6 +155,7 @@ impl Show {
                     "kept": report.kept,
                     "blake3": report.blake3,
                     "transport": report.transport.name(),
+                    "streams": streams,
                     "would_copy": if dry_run { json!(report.planned) } else { Value::Null },
                 }));
             }
@@ -189,8 +193,13 @@ impl Show {
                     let blocks = if report.repaired == 1 { "block" } else { "blocks" };
                     extra.push_str(&format!(", {} {blocks} repaired", report.repaired));
                 }
-                if report.transport == Transport::Tcp {
-                    extra.push_str(", over TCP");
+                match streams {
+                    Some(n) if n > 0 => extra.push_str(&format!(
+                        ", over TCP ({n} stream{} carried data)",
+                        if n == 1 { "" } else { "s" }
+                    )),
+                    Some(_) => extra.push_str(", over TCP"),
+                    None => {}
                 }
                 say(&format!(
                     "sluice: {files}, {} bytes in {secs:.2} s, {:.1} Mbit/s{extra}, BLAKE3 verified",

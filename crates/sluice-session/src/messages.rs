@@ -42,6 +42,11 @@ pub struct Spec {
     /// A floor for the transfer's sending rate when non-zero (bit/s).
     #[serde(default)]
     pub min_rate_bps: u64,
+    /// Over TCP: `max_channels` is a ceiling, and the sender starts with fewer streams
+    /// carrying data and adds them while they help (the client asks for it when the user did
+    /// not fix the count).
+    #[serde(default)]
+    pub grow_streams: bool,
 }
 
 /// The first message of a stream, from the client.

@@ -43,6 +43,8 @@ pub struct Negotiated {
     pub rate_bps: u64,
     /// A floor for the sending rate when non-zero (bit/s).
     pub min_rate_bps: u64,
+    /// Over TCP: `channels` is a ceiling, and the sender grows the streams carrying data.
+    pub grow_streams: bool,
 }
 
 impl Negotiated {
@@ -55,6 +57,7 @@ impl Negotiated {
             cipher: cipher_name(config.aead).to_owned(),
             rate_bps: config.rate_bps,
             min_rate_bps: config.min_rate_bps,
+            grow_streams: false,
         }
     }
 
@@ -74,6 +77,7 @@ impl Negotiated {
             aead,
             rate_bps: spec.rate_bps,
             min_rate_bps: spec.min_rate_bps,
+            grow_streams: spec.grow_streams,
         };
         negotiated.apply(&ChannelConfig::default()).validate().map_err(|e| e.to_string())?;
         Ok(negotiated)
@@ -108,6 +112,7 @@ impl Negotiated {
             cipher: cipher_name(self.aead).to_owned(),
             rate_bps: self.rate_bps,
             min_rate_bps: self.min_rate_bps,
+            grow_streams: self.grow_streams,
         }
     }
 

@@ -22,6 +22,7 @@ fn spec(channels: u32) -> Spec {
         cipher: "aes-256-gcm".into(),
         rate_bps: 0,
         min_rate_bps: 0,
+        grow_streams: false,
     }
 }
 

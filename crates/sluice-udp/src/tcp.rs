@@ -18,6 +18,29 @@ pub struct TcpRtt {
     pub retransmitted: u32,
     /// The congestion window, in bytes.
     pub cwnd_bytes: u64,
+    /// The least round trip the connection saw (Linux 4.6 on; 0 where the kernel lacks it).
+    pub min_rtt_us: u32,
+    /// Data segments this end sent, in all (Linux 4.6 on; 0 where the kernel lacks it).
+    pub data_segs_out: u32,
+}
+
+/// `struct tcp_info` as Linux 4.6 on has it: the fields `libc` names, then those up to
+/// `tcpi_data_segs_out` (the kernel fills what it has and says how much).
+#[cfg(target_os = "linux")]
+#[repr(C)]
+#[allow(dead_code)] // the fields before those read are there for the layout
+struct TcpInfo {
+    base: libc::tcp_info,
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    segs_out: u32,
+    segs_in: u32,
+    notsent_bytes: u32,
+    min_rtt: u32,
+    data_segs_in: u32,
+    data_segs_out: u32,
 }
 
 /// Reads `TCP_INFO` of `stream`. `Unsupported` off Linux.
@@ -25,11 +48,12 @@ pub struct TcpRtt {
 pub fn tcp_rtt(stream: &TcpStream) -> io::Result<TcpRtt> {
     use std::os::fd::AsRawFd;
 
-    // SAFETY: `tcp_info` is plain integers; all zeroes is a valid value.
+    // SAFETY: `TcpInfo` is plain integers; all zeroes is a valid value (and the value of
+    // every field an older kernel does not fill).
     #[allow(unsafe_code)]
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `info` is a live `tcp_info` of `len` bytes; the kernel writes at most `len` bytes
+    let mut info: TcpInfo = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<TcpInfo>() as libc::socklen_t;
+    // SAFETY: `info` is a live `TcpInfo` of `len` bytes; the kernel writes at most `len` bytes
     // of integers into it and stores the count in `len`. The descriptor is borrowed from
     // `stream`, so it stays open for the call.
     #[allow(unsafe_code)]
@@ -45,11 +69,14 @@ pub fn tcp_rtt(stream: &TcpStream) -> io::Result<TcpRtt> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
+    let base = &info.base;
     Ok(TcpRtt {
-        rtt_us: info.tcpi_rtt,
-        rcv_rtt_us: info.tcpi_rcv_rtt,
-        retransmitted: info.tcpi_total_retrans,
-        cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+        rtt_us: base.tcpi_rtt,
+        rcv_rtt_us: base.tcpi_rcv_rtt,
+        retransmitted: base.tcpi_total_retrans,
+        cwnd_bytes: u64::from(base.tcpi_snd_cwnd) * u64::from(base.tcpi_snd_mss),
+        min_rtt_us: info.min_rtt,
+        data_segs_out: info.data_segs_out,
     })
 }
 
@@ -82,6 +109,9 @@ mod tests {
         let (sender, receiver) = (tcp_rtt(&a).unwrap(), tcp_rtt(&b).unwrap());
         println!("sender {sender:?}, receiver {receiver:?}");
         assert!(sender.rtt_us > 0, "{sender:?}");
+        // 8 MiB went out in segments of at most 64 KiB (loopback's MTU), each counted.
+        assert!(sender.data_segs_out >= 128, "{sender:?}");
+        assert!(sender.min_rtt_us > 0 && sender.min_rtt_us <= sender.rtt_us, "{sender:?}");
         // Loopback's round trip is far below a second.
         assert!(sender.rtt_us < 1_000_000 && receiver.rcv_rtt_us < 1_000_000);
     }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice::datapath::tcp::{StreamConfig, StreamParams, receive_streams, send_streams};
+use sluice::datapath::tcp::{Growth, StreamConfig, StreamParams, receive_streams, send_streams};
 use sluice::datapath::{ChannelReport, DataError, Progress};
 
 use data::{CancelAt, content, file_with, keys, mixed_content, seed, serial};
@@ -436,18 +436,26 @@ fn streams_with_relays(
 
 #[test]
 fn a_stream_shut_down_mid_way_hands_its_pieces_to_the_others() {
-    cut_stream("cut_stream", None);
+    cut_stream("cut_stream", None, Growth::Fixed, 1);
 }
 
 #[test]
 fn a_stream_shut_down_mid_way_hands_its_compressed_pieces_to_the_others() {
-    cut_stream("cut_stream_compressed", Some(3));
+    cut_stream("cut_stream_compressed", Some(3), Growth::Fixed, 1);
 }
 
-/// Three streams; stream 1's connection is shut down after 3 MB, or 300 kB with compression
-/// (the text pieces shrink to a fifth: a stream that drew mostly text chunks carried 1.1 to 1.6
-/// MB in all and finished before a relay dying at 3 MB, 3 runs of 6).
-fn cut_stream(test: &str, compress: Option<i32>) {
+#[test]
+fn the_one_stream_carrying_data_shut_down_mid_way_hands_over_to_an_idle_one() {
+    // Stream 0 alone carries data; when it dies, stream 1 takes its pieces and stream 2 stays
+    // idle.
+    cut_stream("cut_carrying_stream", None, Growth::Single, 0);
+}
+
+/// Three streams, `growth` deciding which carry data; stream `cut`'s connection is shut down
+/// after 3 MB, or 300 kB with compression (the text pieces shrink to a fifth: a stream that
+/// drew mostly text chunks carried 1.1 to 1.6 MB in all and finished before a relay dying at 3
+/// MB, 3 runs of 6).
+fn cut_stream(test: &str, compress: Option<i32>, growth: Growth, cut: usize) {
     let _serial = serial();
     let seed = seed(test, 39);
     let len = 12 * sluice::datapath::CHUNK_BYTES as usize;
@@ -456,7 +464,8 @@ fn cut_stream(test: &str, compress: Option<i32>) {
     let src = file_with(&dir, "src", &data);
     let dst = file_with(&dir, "dst", &vec![0u8; len]);
     let die_after = if compress.is_some() { 300_000 } else { 3_000_000 };
-    let (ends, relays) = streams_with_relays(3, seed, config(2), &[(1, Fault::Die(die_after))]);
+    let config = StreamConfig { growth, ..config(2) };
+    let (ends, relays) = streams_with_relays(3, seed, config, &[(cut, Fault::Die(die_after))]);
     let mut job = Job::whole(&src, &dst, 0..len as u64);
     job.compress = compress;
     let no = AtomicBool::new(false);
@@ -467,9 +476,11 @@ fn cut_stream(test: &str, compress: Option<i32>) {
     println!("{test}: relay forwarded {forwarded}");
     println!("{test}: sender {sent:?}");
     println!("{test}: receiver {received:?}");
-    assert_eq!(forwarded, die_after, "stream 1 finished before its connection was cut");
-    assert_eq!((sent.channels, sent.lost_channels), (3, 1), "the sender lost stream 1 alone");
+    assert_eq!(forwarded, die_after, "stream {cut} finished before its connection was cut");
+    assert_eq!((sent.channels, sent.lost_channels), (3, 1), "the sender lost stream {cut} alone");
     assert_eq!((received.channels, received.lost_channels), (3, 1), "so did the receiver");
+    let carrying = if growth == Growth::Single { 2 } else { 3 };
+    assert_eq!((sent.carrying, received.carrying), (carrying, carrying));
     assert_eq!((sent.bytes, received.bytes), (len as u64, len as u64));
     let mut got = vec![0u8; len];
     dst.read_exact_at(&mut got, 0).unwrap();

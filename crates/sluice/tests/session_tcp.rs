@@ -56,9 +56,10 @@ async fn over_tcp_files_and_trees_arrive_exactly_both_ways() {
     let client = Client::connect(over(&server, TransportChoice::Tcp)).await.unwrap();
     assert_eq!(client.transport(), Transport::Tcp);
     assert_eq!(client.transport_notice(), None, "asked for TCP: nothing to explain");
-    // At least four streams unless asked otherwise (each is the kernel's work, not a core's).
+    // Streams up to the ceiling unless asked otherwise (each is the kernel's work, not a
+    // core's); the sender starts with four of them carrying data and grows from there.
     let streams = client.channels().await.unwrap();
-    assert!(streams >= sluice::session::transport::TCP_STREAMS, "{streams} streams");
+    assert_eq!(streams, sluice::session::transport::TCP_STREAMS_MAX);
     let local = tempfile::tempdir().unwrap();
     for (i, size) in [0usize, 1, (9 << 20) + 3].into_iter().enumerate() {
         let data = pattern(size, i as u8);
@@ -67,6 +68,11 @@ async fn over_tcp_files_and_trees_arrive_exactly_both_ways() {
         let down = local.path().join(&name);
         let report = client.get(&name, &down, |_| {}).await.unwrap();
         assert_eq!(fs::read(&down).unwrap(), data, "download of {size} bytes");
+        // Too short a transfer to try more streams (a try takes two epochs of at least
+        // 0.5 s, and only with the rest of the transfer longer than four).
+        let carrying = report.channel.as_ref().map_or(0, |c| c.carrying);
+        let most = sluice::session::transport::TCP_STREAMS.min(size.div_ceil(4 << 20) as u32);
+        assert!(carrying <= most, "{carrying} streams carried {size} bytes");
         assert_eq!(report.blake3.as_deref(), Some(blake3::hash(&data).to_hex().as_str()));
         let remote = format!("up-{size}");
         client.put(&down, &remote, |_| {}).await.unwrap();
@@ -83,6 +89,25 @@ async fn over_tcp_files_and_trees_arrive_exactly_both_ways() {
     fs::create_dir_all(server.root().join("back")).unwrap();
     client.upload(&[dest.join("tree")], "back", &recursive, |_| {}).await.unwrap();
     assert_eq!(hashes(&server.root().join("back/tree")), hashes(&dest.join("tree")));
+    client.close().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_count_the_user_fixed_is_what_carries_data() {
+    let server = TestServer::start().await;
+    let mut config = over(&server, TransportChoice::Tcp);
+    config.channels = Some(3);
+    let client = Client::connect(config).await.unwrap();
+    assert_eq!(client.channels().await.unwrap(), 3);
+    // Sixteen chunks: each of the three streams takes one at the start.
+    let data = pattern(64 << 20, 3);
+    fs::write(server.root().join("big"), &data).unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let report = client.get("big", &local.path().join("big"), |_| {}).await.unwrap();
+    assert_eq!(fs::read(local.path().join("big")).unwrap(), data);
+    let channel = report.channel.unwrap();
+    assert_eq!((channel.channels, channel.carrying), (3, 3), "{channel:?}");
     client.close().await;
     server.stop().await;
 }

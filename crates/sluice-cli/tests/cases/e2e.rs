@@ -256,6 +256,7 @@ mod events {
         pub kept: u64,
         pub blake3: Option<String>,
         pub transport: String,
+        pub streams: Option<u32>,
         pub would_copy: Option<Vec<String>>,
     }
 
@@ -319,6 +320,11 @@ fn json_lines_follow_their_schema() {
     // auto takes UDP on loopback.
     let transport = if TRANSPORT == "tcp" { "tcp" } else { "udp" };
     assert_eq!(summary.transport, transport, "{summary:?}");
+    // Over TCP, the streams that carried data: at least one, at most the ceiling.
+    match TRANSPORT {
+        "tcp" => assert!(summary.streams.is_some_and(|n| (1..=16).contains(&n)), "{summary:?}"),
+        _ => assert_eq!(summary.streams, None, "{summary:?}"),
+    }
     let progress: Vec<_> = events
         .iter()
         .filter_map(|e| if let Event::Progress(p) = e { Some(p) } else { None })

@@ -146,6 +146,9 @@ pub struct ChannelReport {
     pub channels: u32,
     /// Channels that failed while the others completed the transfer.
     pub lost_channels: u32,
+    /// Channels or streams that carried data: over TCP the sender may keep some of the open
+    /// streams idle ([`tcp`]'s growth of the stream count).
+    pub carrying: u32,
     /// What the user should set when the kernel held socket buffers below what the path needs
     /// (TCP streams only, [`tcp`]); said once per transfer.
     pub buffer_notice: Option<String>,
@@ -280,7 +283,8 @@ pub fn send(
     };
     let now = || Progress { bytes: ctx.plan.acked_bytes(), total, prefix: 0 };
     let run = |index, params, start| send::channel(index, params, &ctx, start);
-    let ends = transfer::supervise(channels, &ctx.shared, cancel, &now, progress, &run);
+    let ends =
+        transfer::supervise(channels, &ctx.shared, cancel, &now, progress, &mut |_| {}, &run);
     let mut report = transfer::verdict(ends, ctx.plan.done(), &ctx.shared, cancel)?;
     report.bytes = ctx.plan.acked_bytes();
     Ok(report)
@@ -375,7 +379,8 @@ fn receive_over<P: Send>(
             .map_err(DataError::Hash)?;
         // The hasher must hear the end on every path, a panicking channel's included.
         let ending = EndOnDrop(&ctx.file);
-        let ends = transfer::supervise(channels, &ctx.shared, cancel, &now, progress, run);
+        let ends =
+            transfer::supervise(channels, &ctx.shared, cancel, &now, progress, &mut |_| {}, run);
         ctx.file.finish(ctx.complete());
         drop(ending);
         let hashed = hasher

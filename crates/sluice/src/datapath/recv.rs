@@ -150,6 +150,8 @@ pub(super) fn channel(
         rejected_pkts: s.rejected_pkts,
         channels: 1,
         lost_channels: 0,
+        // Counted over the channels by the verdict.
+        carrying: 0,
         buffer_notice: None,
     });
     ChannelEnd { report: report.unwrap_or_default(), result }

@@ -59,14 +59,16 @@ pub(super) struct ChannelEnd {
 
 /// Runs `run(index, params, start)` for every channel (a UDP channel's or a TCP stream's
 /// parameters) on a thread of its own and waits for all of them, reporting `now()` as progress
-/// meanwhile and setting `shared.stop` when `cancel` is set. `start` is the transfer's clock
-/// origin, common to all channels.
+/// meanwhile, calling `watch` every few milliseconds (the sender's choice of how many TCP
+/// streams carry data) and setting `shared.stop` when `cancel` is set. `start` is the
+/// transfer's clock origin, common to all channels.
 pub(super) fn supervise<P: Send>(
     channels: Vec<P>,
     shared: &Shared,
     cancel: &AtomicBool,
     now: &(dyn Fn() -> Progress + Sync),
     progress: &mut dyn FnMut(Progress),
+    watch: &mut dyn FnMut(Instant),
     run: &(dyn Fn(usize, P, Instant) -> ChannelEnd + Sync),
 ) -> Vec<ChannelEnd> {
     // Each channel's thread logs within the caller's span.
@@ -89,6 +91,7 @@ pub(super) fn supervise<P: Send>(
                 shared.stop.store(true, Ordering::Relaxed);
             }
             let at = Instant::now();
+            watch(at);
             if at >= next_report {
                 progress(now());
                 next_report = at + REPORT_EVERY;
@@ -135,6 +138,7 @@ pub(super) fn verdict(
         sum.rejected_pkts += end.report.rejected_pkts;
         sum.buffer_notice = sum.buffer_notice.or(end.report.buffer_notice);
         sum.channels += 1;
+        sum.carrying += u32::from(end.report.data_pkts > 0);
         if let Err(e) = end.result {
             sum.lost_channels += 1;
             if !complete {

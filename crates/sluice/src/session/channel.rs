@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use sluice_proto::cc::CcKind;
 use sluice_proto::config::ChannelConfig;
 pub(crate) use sluice_session::negotiate::Negotiated;
 use tokio::sync::oneshot;
@@ -14,8 +15,9 @@ use tokio::task::JoinHandle;
 use super::keys::{ChannelRef, ChannelSecrets, Role, SessionId};
 use super::messages::{FrameError, Spec};
 use super::streams::{Opener, PendingStream, StreamsPlan};
+use super::transport::TCP_STREAMS;
 use super::{DATA_IDLE_TIMEOUT, MAX_CHANNELS, SessionError, connection_error};
-use crate::datapath::tcp::StreamConfig;
+use crate::datapath::tcp::{Growth, StreamConfig};
 use crate::datapath::{ChannelParams, ChannelReport, DataError, ReceivedExtents};
 
 /// Initial congestion window of the session's QUIC connection. A manifest of 10,000 files is
@@ -179,6 +181,8 @@ impl ChannelSetup<'_> {
             min_rate_bps: self.negotiated.min_rate_bps,
             rtt_hint_us: self.conn.rtt().as_micros() as u64,
             right_size: true,
+            growth: growth(&self.negotiated),
+            start_streams: TCP_STREAMS,
         };
         Ok(StreamsPlan {
             pending,
@@ -406,5 +410,17 @@ pub(crate) fn frame_error(err: FrameError, conn: &quinn::Connection) -> SessionE
             SessionError::Network(format!("the peer did not answer within {} s", d.as_secs()))
         }
         other => SessionError::Protocol(other.to_string()),
+    }
+}
+
+/// How the sender may change the count of streams carrying data: a count the user fixed stays;
+/// else more while they help, and fewer on a shared path, except for a fixed rate (not a share
+/// of anything) and the scavenger (one stream: the least TCP can take).
+fn growth(negotiated: &Negotiated) -> Growth {
+    match (negotiated.grow_streams, negotiated.cc) {
+        (false, _) => Growth::Fixed,
+        (true, CcKind::Low) => Growth::Single,
+        (true, CcKind::Fixed) => Growth::Adaptive { fair: false },
+        (true, _) => Growth::Adaptive { fair: true },
     }
 }

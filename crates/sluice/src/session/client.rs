@@ -251,9 +251,11 @@ impl Client {
         });
         let channels = config.channels.unwrap_or_else(|| match transport {
             Transport::Udp => auto_channels(),
-            Transport::Tcp => auto_channels().max(transport::TCP_STREAMS),
+            Transport::Tcp => transport::TCP_STREAMS_MAX,
         });
-        let proposal = Negotiated::proposal(&config.channel, channels);
+        let mut proposal = Negotiated::proposal(&config.channel, channels);
+        // Over TCP a count the user did not fix is a ceiling the sender grows into.
+        proposal.grow_streams = transport == Transport::Tcp && config.channels.is_none();
         let recv = send_hello(&conn, &config.token, config.grant.as_ref(), &proposal)
             .await
             .inspect_err(|_| {

@@ -51,7 +51,7 @@ use super::streams::{Door, Opener};
 use super::tcp_port::{TcpPort, bind_ports};
 use super::third_party::{Grants, ThirdPartyConfig};
 use super::tokens::{Rights, TokenSet};
-use super::transport::TCP_STREAMS;
+use super::transport::TCP_STREAMS_MAX;
 use super::tunnel;
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
@@ -208,8 +208,8 @@ struct Shared {
     /// The most data channels per transfer.
     max_channels: u32,
     /// The most TCP data streams per transfer of a session over TCP: `max_channels` when the
-    /// operator set it, else at least [`TCP_STREAMS`] (the kernel does a stream's work, not a
-    /// thread per core).
+    /// operator set it, else [`TCP_STREAMS_MAX`] (the kernel does a stream's work, not a
+    /// thread per core; the sender keeps those that do not help idle).
     max_streams: u32,
     /// See [`ServerConfig::digest_timeout`].
     digest_timeout: Option<Duration>,
@@ -329,9 +329,7 @@ impl Server {
                 transfers,
                 channel,
                 max_channels: config.max_channels.unwrap_or_else(auto_channels),
-                max_streams: config
-                    .max_channels
-                    .unwrap_or_else(|| auto_channels().max(TCP_STREAMS)),
+                max_streams: config.max_channels.unwrap_or(TCP_STREAMS_MAX),
                 digest_timeout: config.digest_timeout,
                 fault: config.fault,
                 metrics,

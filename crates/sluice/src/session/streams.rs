@@ -146,20 +146,35 @@ impl From<Opener<'_>> for OwnedOpener {
 }
 
 impl StreamsPlan {
-    /// Opens every stream (within [`OPEN_WAIT`]), or fails naming why.
+    /// Opens every stream (within [`OPEN_WAIT`]), or fails naming why. The client dials them
+    /// all at once: one round trip, however many.
     pub(crate) fn open(self, cancel: &AtomicBool) -> Result<Vec<StreamParams>, DataError> {
         let StreamsPlan { pending, role, aead, config, opener } = self;
+        let streams: Vec<Result<TcpStream, DataError>> = match &opener {
+            OwnedOpener::Dial(server) => std::thread::scope(|s| {
+                let dials: Vec<_> =
+                    pending.iter().map(|p| s.spawn(move || dial(*server, p))).collect();
+                dials
+                    .into_iter()
+                    .map(|d| d.join().unwrap_or_else(|_| Err(dial_panicked())))
+                    .collect()
+            }),
+            OwnedOpener::Door(door) => {
+                pending.iter().map(|p| door.wait(p.key, p.tag, cancel, OPEN_WAIT)).collect()
+            }
+        };
         pending
             .into_iter()
-            .map(|p| {
-                let stream = match &opener {
-                    OwnedOpener::Dial(server) => dial(*server, &p)?,
-                    OwnedOpener::Door(door) => door.wait(p.key, p.tag, cancel, OPEN_WAIT)?,
-                };
-                Ok(StreamParams { stream, keys: p.secrets.keys(role, aead), config })
+            .zip(streams)
+            .map(|(p, stream)| {
+                Ok(StreamParams { stream: stream?, keys: p.secrets.keys(role, aead), config })
             })
             .collect()
     }
+}
+
+fn dial_panicked() -> DataError {
+    DataError::Socket(std::io::Error::other("opening a TCP data stream: its thread panicked"))
 }
 
 fn dial(server: SocketAddr, pending: &PendingStream) -> Result<TcpStream, DataError> {

@@ -65,10 +65,16 @@ impl fmt::Display for Transport {
     }
 }
 
-/// TCP data streams per transfer unless the user says (`--channels`): FSP's rule of thumb.
-/// Each stream's congestion control is the kernel's, so N streams take about N fair shares of
-/// a shared bottleneck.
+/// TCP data streams carrying data at the start of a transfer unless the user fixed the count
+/// (`--channels`): FSP's rule of thumb. The sender adds more, up to [`TCP_STREAMS_MAX`], while
+/// they help, and halves them on a shared path (`datapath::tcp`'s growth). Each stream's
+/// congestion control is the kernel's, so N streams take about N fair shares of a shared
+/// bottleneck.
 pub const TCP_STREAMS: u32 = 4;
+
+/// TCP data streams per transfer at most unless the user or the server's `max_channels` says:
+/// all are opened at the start, and those not carrying data idle.
+pub const TCP_STREAMS_MAX: u32 = 16;
 
 /// How long UDP's handshake runs alone before TCP's starts too.
 const TCP_HEAD_START: Duration = Duration::from_millis(250);

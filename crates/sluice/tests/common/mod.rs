@@ -185,6 +185,7 @@ pub fn hello(token: &str) -> sluice::session::messages::Request {
             cipher: "aes-256-gcm".into(),
             rate_bps: 0,
             min_rate_bps: 0,
+            grow_streams: false,
         },
         grant: None,
     }

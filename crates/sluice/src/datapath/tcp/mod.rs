@@ -21,6 +21,8 @@
 //!   ([`ChannelReport::buffer_notice`]).
 //! - The rate is the kernel's congestion control per stream; the sender caps the transfer's
 //!   payload rate with one schedule shared by its streams ([`StreamConfig::rate_bps`]).
+//! - How many of the open streams carry data is the sender's choice ([`grow`]): a few at
+//!   first, more while the aggregate grows and loss does not, fewer when the path is shared.
 //!
 //! Each stream runs on a thread of its own, non-blocking, waiting in `poll(2)`: a sender
 //! queues records while the socket takes them and reads the confirmations between turns; a
@@ -40,8 +42,8 @@
 
 use std::net::TcpStream;
 use std::ops::Range;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use sluice_session::chunks::{CHUNK_BYTES, Plan};
 
@@ -50,11 +52,13 @@ use super::{ChannelKeys, ChannelReport, DataError, Progress, ReceivedExtents};
 
 mod buffers;
 mod conn;
+mod grow;
 mod pace;
 mod record;
 mod recv;
 mod send;
 
+pub use grow::Growth;
 pub use record::RECORD_DATA_BYTES;
 
 /// Settings of one end of a stream.
@@ -74,6 +78,10 @@ pub struct StreamConfig {
     /// Receiver: whether to right-size the streams' buffers ([`buffers`]); without it the
     /// kernel's own tuning alone sizes them (for comparison, or where a site pins them).
     pub right_size: bool,
+    /// Sender: how the count of streams carrying data may change ([`grow`]).
+    pub growth: Growth,
+    /// Sender: streams carrying data at first under [`Growth::Adaptive`]; 0 for all.
+    pub start_streams: u32,
 }
 
 impl Default for StreamConfig {
@@ -84,6 +92,8 @@ impl Default for StreamConfig {
             min_rate_bps: 0,
             rtt_hint_us: 0,
             right_size: true,
+            growth: Growth::Fixed,
+            start_streams: 0,
         }
     }
 }
@@ -131,6 +141,9 @@ pub fn send_streams(
         return Ok(ChannelReport::default());
     }
     let config = streams[0].config;
+    let mut grower = grow::Grower::new(config.growth, streams.len(), config.start_streams as _);
+    // Copies of the sockets, to read their `TCP_INFO` for the grower.
+    let probes: Vec<TcpStream> = streams.iter().filter_map(|s| s.stream.try_clone().ok()).collect();
     let ctx = send::SendShared {
         store,
         plan: Plan::new(ranges, CHUNK_BYTES),
@@ -138,10 +151,33 @@ pub fn send_streams(
         compress,
         pacer: pace::Pacer::new(config.rate_bps),
         sizer: buffers::Sizer::new(buffers::Side::Send),
+        carrying: AtomicUsize::new(grower.active()),
+        dead: AtomicU64::new(0),
     };
     let now = || Progress { bytes: ctx.plan.acked_bytes(), total, prefix: 0 };
+    let mut sampled = Instant::now();
+    let mut path_rtt = Duration::ZERO;
+    let mut watch = |at: Instant| {
+        if at.duration_since(sampled) < grow::SAMPLE_EVERY {
+            return;
+        }
+        sampled = at;
+        let acked = ctx.plan.acked_bytes();
+        let carrying = ctx.carrying.load(Ordering::Relaxed);
+        let sample = grow::sample(&probes, carrying, acked, total - acked, at, &mut path_rtt);
+        if let Some(n) = grower.sample(sample) {
+            ctx.carrying.store(n, Ordering::Relaxed);
+        }
+    };
     let run = |index, params, start| send::stream(index, params, &ctx, start);
-    let ends = super::transfer::supervise(streams, &ctx.shared, cancel, &now, progress, &run);
+    let ends =
+        super::transfer::supervise(streams, &ctx.shared, cancel, &now, progress, &mut watch, &run);
+    tracing::debug!(
+        open = probes.len(),
+        peak = grower.peak(),
+        last = grower.active(),
+        "streams carrying data, at most and at the end"
+    );
     let mut report = super::transfer::verdict(ends, ctx.plan.done(), &ctx.shared, cancel)?;
     report.bytes = ctx.plan.acked_bytes();
     report.buffer_notice = ctx.sizer.notice.take();

@@ -1,6 +1,7 @@
 //! The sending end of a stream: one thread each, fed chunk by chunk from the shared
 //! [`Plan`], as the UDP channels are.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_proto::wire::Kind;
@@ -36,6 +37,21 @@ pub(super) struct SendShared<'a> {
     pub(super) pacer: Pacer,
     /// Sizes the send buffers as the receivers ask.
     pub(super) sizer: Sizer,
+    /// How many streams take chunks ([`super::grow`]): the first that many of those alive;
+    /// the others finish the chunk they hold and idle (and one of them takes over from a
+    /// stream that dies).
+    pub(super) carrying: AtomicUsize,
+    /// The streams that died, one bit each (a transfer has at most 64).
+    pub(super) dead: AtomicU64,
+}
+
+impl SendShared<'_> {
+    /// Whether stream `index` is among those that take chunks.
+    fn carries(&self, index: usize) -> bool {
+        let below = u64::MAX.checked_shr(64 - index as u32).unwrap_or(0);
+        let dead_below = (self.dead.load(Ordering::Relaxed) & below).count_ones() as usize;
+        index - dead_below < self.carrying.load(Ordering::Relaxed)
+    }
 }
 
 /// What a stream did.
@@ -98,6 +114,7 @@ pub(super) fn stream(
         result
     })();
     if result.is_err() {
+        ctx.dead.fetch_or(1u64.checked_shl(index as u32).unwrap_or(0), Ordering::Relaxed);
         ctx.plan.give_back(taken.unacked());
     }
     let report = ChannelReport {
@@ -253,6 +270,9 @@ impl Run<'_, '_> {
         let next = loop {
             if let Some(next) = self.taken.next(COMPRESS_BLOCK_BYTES) {
                 break next;
+            }
+            if !ctx.carries(self.index) {
+                return Ok(Ok(0));
             }
             let Some(chunk) = ctx.plan.take() else { return Ok(Ok(0)) };
             self.taken.take(chunk);

@@ -1,0 +1,222 @@
+//! The grower against a model path: each stream carrying data moves at most `per_stream`, all
+//! together at most `capacity`; loss and the least round trip as each case sets them.
+
+use super::*;
+
+const MBIT: f64 = 1e6 / 8.0;
+const PATH_RTT: Duration = Duration::from_millis(100);
+const TICK: Duration = Duration::from_millis(50);
+
+/// A model path. `loss(n)` is the loss rate with `n` streams; `queue(n, t)` the extra round
+/// trip at `t` seconds.
+struct Path {
+    per_stream: f64,
+    capacity: f64,
+    loss: fn(usize) -> f64,
+    queue: fn(usize, f64) -> Duration,
+    /// Seconds each change of count takes to reach its rate (TCP's start-up), linearly.
+    ramp_secs: f64,
+}
+
+/// Runs `grower` on `path` for `secs` of a transfer of `total` bytes; returns the counts it
+/// chose, one per tick.
+fn run(grower: &mut Grower, path: &Path, total: u64, secs: f64) -> Vec<usize> {
+    let start = Instant::now();
+    let (mut acked, mut retransmitted, mut segments) = (0f64, 0f64, 0f64);
+    let mut changed_at = 0.0;
+    let mut from_rate = 0.0;
+    let mut counts = Vec::new();
+    let mut t = 0.0;
+    while t < secs {
+        let n = grower.active();
+        let target = (n as f64 * path.per_stream).min(path.capacity);
+        let ramp = ((t - changed_at) / path.ramp_secs).min(1.0);
+        let rate = from_rate + (target - from_rate) * ramp;
+        let bytes = rate * TICK.as_secs_f64();
+        acked += bytes;
+        segments += bytes / 1448.0;
+        retransmitted += bytes / 1448.0 * (path.loss)(n);
+        t += TICK.as_secs_f64();
+        let sample = Sample {
+            at: start + Duration::from_secs_f64(t),
+            acked: acked as u64,
+            remaining: total.saturating_sub(acked as u64),
+            retransmitted: retransmitted as u64,
+            segments: segments as u64,
+            srtt: PATH_RTT + (path.queue)(n, t),
+            path_rtt: PATH_RTT,
+        };
+        if grower.sample(sample).is_some() {
+            changed_at = t;
+            from_rate = rate;
+        }
+        counts.push(grower.active());
+    }
+    counts
+}
+
+fn no_loss(_: usize) -> f64 {
+    0.0
+}
+
+fn no_queue(_: usize, _: f64) -> Duration {
+    Duration::ZERO
+}
+
+const BIG: u64 = 1 << 40;
+
+#[test]
+fn streams_limited_each_are_added_until_the_path_is_full_and_the_last_try_is_undone() {
+    // Each stream 90 Mbit/s (a window cap), the path 1000: 4 -> 6 -> 9 -> 13 (+23 %, kept)
+    // -> 16 (no gain: back to 13).
+    let path = Path {
+        per_stream: 90.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: no_loss,
+        queue: no_queue,
+        ramp_secs: 1.0,
+    };
+    let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
+    let counts = run(&mut grower, &path, BIG, 40.0);
+    let changes = dedup(&counts);
+    println!("counts {changes:?}");
+    assert_eq!(&changes[..6], &[4, 6, 9, 13, 16, 13]);
+    // Later, only the periodic retry of 16.
+    assert!(changes[6..].iter().all(|&n| n == 13 || n == 16), "{changes:?}");
+    assert_eq!(grower.peak(), 16);
+}
+
+#[test]
+fn a_path_the_first_streams_fill_keeps_them() {
+    let path = Path {
+        per_stream: 400.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: no_loss,
+        queue: no_queue,
+        ramp_secs: 0.5,
+    };
+    let mut grower = Grower::new(Growth::Adaptive { fair: false }, 16, 4);
+    let counts = run(&mut grower, &path, BIG, 20.0);
+    println!("counts {:?}", dedup(&counts));
+    // One try (6: no gain), undone, and hold for REPROBE_EPOCHS (8 s) before the next try.
+    assert_eq!(&dedup(&counts)[..3], &[4, 6, 4]);
+    let six = counts.iter().filter(|&&n| n == 6).count();
+    assert!(six * 4 < counts.len(), "{six} of {} ticks at 6", counts.len());
+}
+
+#[test]
+fn streams_that_raise_the_loss_rate_are_undone_even_when_the_rate_grew() {
+    fn congested(n: usize) -> f64 {
+        if n > 4 { 0.03 } else { 0.001 }
+    }
+    let path = Path {
+        per_stream: 100.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: congested,
+        queue: no_queue,
+        ramp_secs: 0.5,
+    };
+    let mut grower = Grower::new(Growth::Adaptive { fair: false }, 16, 4);
+    let counts = run(&mut grower, &path, BIG, 6.0);
+    println!("counts {:?}", dedup(&counts));
+    assert_eq!(dedup(&counts), vec![4, 6, 4]);
+}
+
+#[test]
+fn random_loss_that_does_not_grow_with_streams_does_not_stop_the_growth() {
+    fn random(_: usize) -> f64 {
+        0.01
+    }
+    let path = Path {
+        per_stream: 100.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: random,
+        queue: no_queue,
+        ramp_secs: 0.5,
+    };
+    let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
+    let counts = run(&mut grower, &path, BIG, 30.0);
+    assert!(counts.iter().any(|&n| n >= 13), "{:?}", dedup(&counts));
+}
+
+#[test]
+fn a_fair_grower_halves_its_streams_when_a_queue_stands_and_holds_them() {
+    // Another flow fills the bottleneck's queue from the 5th second on.
+    fn shared(_: usize, t: f64) -> Duration {
+        if t >= 5.0 { Duration::from_millis(80) } else { Duration::ZERO }
+    }
+    let path = Path {
+        per_stream: 400.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: no_loss,
+        queue: shared,
+        ramp_secs: 0.5,
+    };
+    let mut fair = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
+    let counts = run(&mut fair, &path, BIG, 30.0);
+    println!("fair {:?}", dedup(&counts));
+    assert_eq!(*counts.last().unwrap(), 1, "{:?}", dedup(&counts));
+    // Not before the queue stood for SHARED_EPOCHS epochs.
+    assert!(counts[..(5.0 / TICK.as_secs_f64()) as usize].iter().all(|&n| n >= 4));
+    let mut greedy = Grower::new(Growth::Adaptive { fair: false }, 16, 4);
+    let counts = run(&mut greedy, &path, BIG, 30.0);
+    assert_eq!(*counts.last().unwrap(), 4, "{:?}", dedup(&counts));
+}
+
+#[test]
+fn a_queue_our_own_ramp_makes_briefly_is_not_a_shared_path() {
+    // A queue in one epoch of three (each stream's start-up overshoot) never stands.
+    fn bursts(_: usize, t: f64) -> Duration {
+        if (t as u64).is_multiple_of(3) { Duration::from_millis(80) } else { Duration::ZERO }
+    }
+    let path = Path {
+        per_stream: 400.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: no_loss,
+        queue: bursts,
+        ramp_secs: 0.5,
+    };
+    let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
+    let counts = run(&mut grower, &path, BIG, 30.0);
+    assert!(counts.iter().all(|&n| n >= 4), "{:?}", dedup(&counts));
+}
+
+#[test]
+fn no_streams_are_added_near_the_end_of_a_transfer() {
+    let path = Path {
+        per_stream: 100.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: no_loss,
+        queue: no_queue,
+        ramp_secs: 0.5,
+    };
+    // 400 Mbit/s leave 60 MB for 1.2 s: fewer than WORTH_EPOCHS epochs.
+    let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
+    let counts = run(&mut grower, &path, 60_000_000, 1.5);
+    assert!(counts.iter().all(|&n| n == 4), "{:?}", dedup(&counts));
+}
+
+#[test]
+fn fixed_and_single_never_change_and_start_counts_hold_the_ceiling() {
+    let path = Path {
+        per_stream: 100.0 * MBIT,
+        capacity: 1000.0 * MBIT,
+        loss: no_loss,
+        queue: no_queue,
+        ramp_secs: 0.5,
+    };
+    for (growth, start, want) in
+        [(Growth::Fixed, 4, 16), (Growth::Single, 4, 1), (Growth::Adaptive { fair: true }, 0, 16)]
+    {
+        let mut grower = Grower::new(growth, 16, start);
+        let counts = run(&mut grower, &path, BIG, 20.0);
+        assert!(counts.iter().all(|&n| n == want), "{growth:?}: {:?}", dedup(&counts));
+    }
+    assert_eq!(Grower::new(Growth::Adaptive { fair: true }, 2, 4).active(), 2);
+}
+
+fn dedup(counts: &[usize]) -> Vec<usize> {
+    let mut out = counts.to_vec();
+    out.dedup();
+    out
+}
