@@ -37,7 +37,7 @@ from workload import MIB, make_file, received_bytes
 DEFAULT_CELLS = "wan-rtt100-loss0,wan-rtt100-loss1"
 PAIRS = ("cubic+cubic", "sluice+cubic", "sluice+sluice")
 # More pairs, run when named (--fairness-pairs): Sluice's `--policy low` beside a fair flow.
-EXTRA_PAIRS = ("sluice-low+sluice", "sluice-low+cubic")
+EXTRA_PAIRS = ("sluice-low+sluice", "sluice-low+cubic", "sluice-tcp+cubic", "sluice-tcp4+cubic")
 TICK_S = 0.2
 
 
@@ -77,7 +77,14 @@ class _Flow:
         self.ctx = Ctx(path, work, cap, scratch, self.dst, port, seed, root)
         self.ctx.iperf_s = seconds
         if self.sluice:
-            self.tool = Sluice(policy="low" if kind == "sluice-low" else None)
+            if kind == "sluice-tcp":
+                # Over TCP, the default: the sender grows and halves its streams.
+                self.tool = Sluice(transport="tcp")
+            elif kind == "sluice-tcp4":
+                # Over TCP, four streams fixed (FSP's rule of thumb).
+                self.tool = Sluice(4, transport="tcp")
+            else:
+                self.tool = Sluice(policy="low" if kind == "sluice-low" else None)
         else:
             self.tool = Iperf3("cubic")
         self.tool.prepare(self.ctx)

@@ -15,5 +15,8 @@ ALL = [Iperf3("cubic"), Iperf3("bbr"), Scp(), Rsync(), GridFtp(1), GridFtp(4), S
 # And Sluice's default on a path that drops UDP (issue 30: it must fall back to TCP), and with
 # the transport held to UDP or TCP, to compare auto with them in the same run.
 EXTRA = [Rsync(compress=True), Sluice(compress=1), Sluice(fixed_mbit=RATE_MBIT),
-         Sluice(block_udp=True), Sluice(transport="udp"), Sluice(transport="tcp")]
+         Sluice(block_udp=True), Sluice(transport="udp"), Sluice(transport="tcp"),
+         # UDP blocked with the stream count fixed at 4 (FSP's rule of thumb, and the count
+         # before the sender grew it): the A/B of the growth.
+         Sluice(4, block_udp=True)]
 BY_NAME = {t.name: t for t in ALL + EXTRA}

@@ -24,23 +24,19 @@ pub struct TcpRtt {
     pub data_segs_out: u32,
 }
 
-/// `struct tcp_info` as Linux 4.6 on has it: the fields `libc` names, then those up to
-/// `tcpi_data_segs_out` (the kernel fills what it has and says how much).
+/// Byte offsets in Linux's `struct tcp_info` (`include/uapi/linux/tcp.h`; the structure only
+/// grows, and the kernel fills what it has and says how much). `libc`'s own structure differs
+/// between its versions and C libraries, so the fields are read by offset.
 #[cfg(target_os = "linux")]
-#[repr(C)]
-#[allow(dead_code)] // the fields before those read are there for the layout
-struct TcpInfo {
-    base: libc::tcp_info,
-    pacing_rate: u64,
-    max_pacing_rate: u64,
-    bytes_acked: u64,
-    bytes_received: u64,
-    segs_out: u32,
-    segs_in: u32,
-    notsent_bytes: u32,
-    min_rtt: u32,
-    data_segs_in: u32,
-    data_segs_out: u32,
+mod offset {
+    pub(super) const SND_MSS: usize = 16;
+    pub(super) const RTT: usize = 68;
+    pub(super) const SND_CWND: usize = 80;
+    pub(super) const RCV_RTT: usize = 92;
+    pub(super) const TOTAL_RETRANS: usize = 100;
+    /// Linux 4.6 on.
+    pub(super) const MIN_RTT: usize = 148;
+    pub(super) const DATA_SEGS_OUT: usize = 156;
 }
 
 /// Reads `TCP_INFO` of `stream`. `Unsupported` off Linux.
@@ -48,13 +44,11 @@ struct TcpInfo {
 pub fn tcp_rtt(stream: &TcpStream) -> io::Result<TcpRtt> {
     use std::os::fd::AsRawFd;
 
-    // SAFETY: `TcpInfo` is plain integers; all zeroes is a valid value (and the value of
-    // every field an older kernel does not fill).
-    #[allow(unsafe_code)]
-    let mut info: TcpInfo = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<TcpInfo>() as libc::socklen_t;
-    // SAFETY: `info` is a live `TcpInfo` of `len` bytes; the kernel writes at most `len` bytes
-    // of integers into it and stores the count in `len`. The descriptor is borrowed from
+    // Room for the whole structure of any kernel so far (280 bytes in Linux 6), 8-aligned.
+    let mut info = [0u64; 64];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` is a live buffer of `len` bytes; the kernel writes at most `len` bytes of
+    // integers into it and stores the count in `len`. The descriptor is borrowed from
     // `stream`, so it stays open for the call.
     #[allow(unsafe_code)]
     let rc = unsafe {
@@ -62,21 +56,26 @@ pub fn tcp_rtt(stream: &TcpStream) -> io::Result<TcpRtt> {
             stream.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
-            (&raw mut info).cast(),
+            info.as_mut_ptr().cast(),
             &mut len,
         )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let base = &info.base;
+    let bytes: Vec<u8> = info.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let filled = &bytes[..(len as usize).min(bytes.len())];
+    // A field past what the kernel filled reads 0.
+    let at = |offset: usize| {
+        filled.get(offset..offset + 4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
     Ok(TcpRtt {
-        rtt_us: base.tcpi_rtt,
-        rcv_rtt_us: base.tcpi_rcv_rtt,
-        retransmitted: base.tcpi_total_retrans,
-        cwnd_bytes: u64::from(base.tcpi_snd_cwnd) * u64::from(base.tcpi_snd_mss),
-        min_rtt_us: info.min_rtt,
-        data_segs_out: info.data_segs_out,
+        rtt_us: at(offset::RTT),
+        rcv_rtt_us: at(offset::RCV_RTT),
+        retransmitted: at(offset::TOTAL_RETRANS),
+        cwnd_bytes: u64::from(at(offset::SND_CWND)) * u64::from(at(offset::SND_MSS)),
+        min_rtt_us: at(offset::MIN_RTT),
+        data_segs_out: at(offset::DATA_SEGS_OUT),
     })
 }
 
