@@ -1,6 +1,6 @@
 //! Client trust: pins, first contact, changed fingerprints.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -1,6 +1,6 @@
 //! The builder and the transfer handle: typed progress events, then the final result.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -5,7 +5,7 @@
 //! "kill"), so these tests start this test binary again as the server: the ignored test
 //! `server_process` is its entry point.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -50,7 +50,7 @@ impl ServerProcess {
         // Write the root and the tokens before the child reads them.
         common::server_config(dir);
         let child = Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "server_process", "--test-threads=1"])
+            .args(["--ignored", "--exact", "session_failure::server_process", "--test-threads=1"])
             .env(DIR_VAR, dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

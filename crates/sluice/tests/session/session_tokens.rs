@@ -1,6 +1,6 @@
 //! Authentication: the token file, refusals, and that an unauthenticated session gets nothing.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -215,7 +215,7 @@ fn token_file_ignores_comments_blank_lines_and_surrounding_space() {
 fn token_comparison_is_constant_time() {
     // The comparison itself cannot be timed reliably in a test; this guards the
     // implementation: digests are compared with aws-lc's constant-time routine, without `==`.
-    let source = include_str!("../src/session/tokens.rs");
+    let source = include_str!("../../src/session/tokens.rs");
     let verify = &source[source.find("pub fn verify").expect("verify exists")..];
     let body = &verify[..verify.find("\n    }\n").expect("end of verify")];
     assert!(body.contains("verify_slices_are_equal"), "{body}");

@@ -2,7 +2,7 @@
 //! record, and the next upload of the same file moves only what is missing. The data is a fixed
 //! pattern (seed 31), so every run is the same.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! A one-shot server (`Credentials::OneTime`, what `sluice cp --ssh` starts): a new identity, one
 //! token, one session; it stops when that session ends, and fails when no client came in time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

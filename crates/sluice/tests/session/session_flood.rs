@@ -4,7 +4,7 @@
 
 #![allow(clippy::print_stdout)] // tests print their seeds and counts
 
-mod common;
+use crate::common;
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};

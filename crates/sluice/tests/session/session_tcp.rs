@@ -3,7 +3,7 @@
 //! on a path where UDP gets through; and what the TCP port does with connections that are not
 //! Sluice's. Contents are fixed patterns, so every run is the same.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io::Write;

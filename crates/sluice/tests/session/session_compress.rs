@@ -3,7 +3,7 @@
 //! in a compressed piece is repaired, a resumed transfer compresses what is left, and a level
 //! zstd does not take is refused. Contents are seeded (seeds printed).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! The server identity: made once, kept owner-only, refused when exposed.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -128,7 +128,7 @@ fn a_killed_transfers_partial_file_is_resumed_and_a_live_ones_is_busy_across_pro
     println!("seed 71");
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "claim_holder_process", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "tree_claim::claim_holder_process", "--nocapture", "--test-threads=1"])
         .env("SLUICE_TEST_CLAIM_DIR", dir.path())
         .stdout(Stdio::piped())
         .spawn()

@@ -4,7 +4,7 @@
 //! differ and the file is mended, not failed. Contents are a fixed pattern (the seed printed),
 //! rates are capped so loopback drops nothing and each fault strikes exactly where it is set.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stdout)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! many transfers at once and how fast; a token file that grants something impossible is
 //! refused at start, naming the line or token.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

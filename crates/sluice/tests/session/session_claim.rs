@@ -5,7 +5,7 @@
 //! once the first's partial file is on disk (and, for the large file, recorded), so the two
 //! overlap on every run. The data are fixed patterns (seeds 51 and 52).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Whole transfers through the session plane and the data path, on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::net::SocketAddr;

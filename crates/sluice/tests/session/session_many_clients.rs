@@ -4,7 +4,7 @@
 
 #![allow(clippy::print_stdout)] // tests print their counts
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

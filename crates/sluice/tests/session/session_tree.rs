@@ -2,7 +2,7 @@
 //! empty files and directories, overwrite policies, dry runs, metadata. The contents are a
 //! fixed pattern (seed = the file's number), so every run is the same.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -1,7 +1,7 @@
 //! Requests for paths outside the served root are refused, for every request kind, and touch
 //! nothing outside it.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::symlink;

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stdout)] // tests print their seeds
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
