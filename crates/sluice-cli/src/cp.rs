@@ -94,8 +94,15 @@ pub(crate) struct CpArgs {
     /// where the path carries jumbo frames).
     #[arg(long, env = "SLUICE_PACKET_SIZE")]
     packet_size: Option<usize>,
-    /// Data channels per transfer (default: one per core, as many as the server allows).
-    #[arg(long, env = "SLUICE_CHANNELS", value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Data channels per transfer (default: one per core, as many as the server allows); over
+    /// TCP the streams, all carrying data (default: 4 at first, more while they help, up to
+    /// 16).
+    #[arg(
+        long,
+        visible_alias = "streams",
+        env = "SLUICE_CHANNELS",
+        value_parser = clap::value_parser!(u32).range(1..=64)
+    )]
     channels: Option<u32>,
     /// Print nothing but errors.
     #[arg(short, long)]
