@@ -154,6 +154,7 @@ pub use relay::spool::SpoolConfig;
 pub use relay::stripe::{RelayTarget, RelayedOptions, RelayedReport};
 pub use retry::BusyRetry;
 pub use server::{Credentials, Server, ServerConfig};
+pub use sluice_session::relay::Strategy;
 pub use third_party::{DialRule, ThirdParty, ThirdPartyConfig};
 pub use transport::{Transport, TransportChoice};
 

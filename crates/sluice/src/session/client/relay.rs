@@ -51,6 +51,11 @@ pub(crate) struct RelayedRequest {
 }
 
 impl Client {
+    /// The session's round-trip time as QUIC measures it (FSP 3.1 selects relays by it).
+    pub fn rtt(&self) -> std::time::Duration {
+        self.conn.rtt()
+    }
+
     /// The session's connection (its exporter and close reason).
     pub(crate) fn connection(&self) -> &quinn::Connection {
         &self.conn
