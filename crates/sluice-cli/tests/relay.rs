@@ -7,12 +7,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{BIN, code, isolate, random_file, same_file, stderr};
+use common::{BIN, code, isolate, random_file, same_file, serve_seen, stderr};
 
 const TOKEN: &str = "relay-cli-token-0123456789";
 const SEED: u64 = 2028;
@@ -32,29 +31,20 @@ impl Drop for Proc {
     }
 }
 
-fn serve(dir: &Path, extra: &[&str]) -> Proc {
+/// A server in `dir`; a relay when `spool` names its spool and its size.
+fn serve(dir: &Path, spool: Option<(&Path, &str)>) -> Proc {
     let root = dir.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
     std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-        .arg(&root)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--tokens")
-        .arg(&tokens)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("server said {line:?}"));
-    let port = addr.rsplit(':').next().unwrap().parse().unwrap();
-    let fingerprint = line.split_whitespace().last().unwrap().to_string();
+    let mut runner = Command::new(BIN);
+    if let Some((spool, max)) = spool {
+        runner.env("SLUICE_SPOOL", spool).env("SLUICE_SPOOL_MAX", max);
+    }
+    runner.stderr(Stdio::null());
+    let (child, port, fingerprint) =
+        serve_seen(runner, "127.0.0.1:0", &root, &dir.join("state"), &tokens);
     Proc { child, port, fingerprint, root }
 }
 
@@ -85,9 +75,9 @@ fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
     println!("seed {SEED}");
     let (rdir, ldir, cdir) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let receiver = serve(rdir.path(), &[]);
+    let receiver = serve(rdir.path(), None);
     let spool = ldir.path().join("spool");
-    let relay = serve(ldir.path(), &["--spool", spool.to_str().unwrap(), "--spool-max", "64MiB"]);
+    let relay = serve(ldir.path(), Some((&spool, "64MiB")));
     let src = cdir.path().join("data.bin");
     random_file(&src, 3_000_000, SEED);
     let out = cp(
@@ -124,18 +114,17 @@ fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(same_file(&src, &dest));
-    let _ = relay.root.exists();
+    let left: Vec<_> =
+        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
 }
 
 #[test]
 fn bad_relay_input_fails_clearly() {
     let (rdir, ldir, cdir) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let receiver = serve(rdir.path(), &[]);
-    let relay = serve(
-        ldir.path(),
-        &["--spool", ldir.path().join("s").to_str().unwrap(), "--spool-max", "1MiB"],
-    );
+    let receiver = serve(rdir.path(), None);
+    let relay = serve(ldir.path(), Some((&ldir.path().join("s"), "1MiB")));
     let src = cdir.path().join("f.bin");
     random_file(&src, 1000, SEED);
     let cases: [(&[&str], &str); 4] = [

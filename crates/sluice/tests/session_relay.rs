@@ -133,7 +133,8 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     let hijack = sender.deposit_blocks(&to_hex(&transfer), &other_hash, sealed[..1].to_vec()).await;
     assert!(matches!(hijack, Err(SessionError::Refused(_))), "{hijack:?}");
 
-    // A restart keeps the spool and serves it (the same identity, from a copy of the state).
+    // A restart keeps the spool and serves it (the same identity, from a copy of the state; a
+    // port of its own, as the old one may be taken meanwhile).
     sender.close().await;
     let saved = tempfile::tempdir().unwrap();
     let state = saved.path().join("state");
@@ -146,10 +147,9 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     }
     let tokens = saved.path().join("tokens");
     write_private(&tokens, &fs::read_to_string(server.dir.path().join("tokens")).unwrap());
-    let (addr, fingerprint) = (server.addr, server.fingerprint.clone());
+    let fingerprint = server.fingerprint.clone();
     server.stop().await;
     let restarted = TestServer::start_with(|config| {
-        config.listen = addr;
         config.credentials =
             sluice::session::Credentials::Stored { state_dir: state.clone(), tokens_file: tokens };
         config.spool = Some(SpoolConfig {
@@ -300,18 +300,43 @@ async fn a_relayed_upload_arrives_intact_by_every_strategy() {
     }
 }
 
+/// A receiver, one relay (with `fault`) and a file of `len` bytes at the sender, named `name`.
+struct OneRelay {
+    receiver: TestServer,
+    spool: tempfile::TempDir,
+    relay: TestServer,
+    _local: tempfile::TempDir,
+    source: PathBuf,
+    content: Vec<u8>,
+    sender: Client,
+    relays: Vec<RelayTarget>,
+}
+
+impl OneRelay {
+    async fn new(fault: Option<Fault>, len: usize, name: &str) -> OneRelay {
+        println!("seed {SEED}");
+        let receiver = TestServer::start().await;
+        let spool = tempfile::tempdir().unwrap();
+        let relay = relay(spool.path(), 64 << 20, fault).await;
+        let local = tempfile::tempdir().unwrap();
+        let content = pattern(len, SEED);
+        let source = local.path().join(name);
+        fs::write(&source, &content).unwrap();
+        let sender = receiver.client().await;
+        let relays = targets(&[&relay]).await;
+        OneRelay { receiver, spool, relay, _local: local, source, content, sender, relays }
+    }
+
+    async fn stop(self) {
+        self.receiver.stop().await;
+        self.relay.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sender_retreats_and_the_receiver_collects_alone() {
-    println!("seed {SEED}");
-    let receiver = TestServer::start().await;
-    let spool = tempfile::tempdir().unwrap();
-    let a = relay(spool.path(), 64 << 20, None).await;
-    let local = tempfile::tempdir().unwrap();
-    let content = pattern(2 << 20, SEED);
-    let source = local.path().join("run.h5");
-    fs::write(&source, &content).unwrap();
-    let sender = receiver.client().await;
-    let relays = targets(&[&a]).await;
+    let OneRelay { receiver, spool, relay: a, _local, source, content, sender, relays } =
+        OneRelay::new(None, 2 << 20, "run.h5").await;
     let options = relayed_options(Strategy::Fcfs, false, false);
     let report = sender.upload_relayed(&source, "", &relays, &options).await.unwrap();
     assert_eq!(report.total_seconds, None);
@@ -335,27 +360,18 @@ async fn the_sender_retreats_and_the_receiver_collects_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_that_returns_a_wrong_byte_is_caught_and_the_block_comes_directly() {
-    println!("seed {SEED}");
-    let receiver = TestServer::start().await;
-    let spool = tempfile::tempdir().unwrap();
-    // The relay's reads for a collection flip one byte, once.
-    let a = relay(spool.path(), 64 << 20, Some(Fault { offset: 1000, times: 1 })).await;
-    let local = tempfile::tempdir().unwrap();
-    let content = pattern(1 << 20, SEED);
-    let source = local.path().join("f.bin");
-    fs::write(&source, &content).unwrap();
-    let sender = receiver.client().await;
-    let relays = targets(&[&a]).await;
+    // The relay's reads for each collection flip the batch's byte 1000 (in its first block).
+    let world = OneRelay::new(Some(Fault { offset: 1000, times: 1 }), 1 << 20, "f.bin").await;
+    let (sender, source, relays) = (&world.sender, &world.source, &world.relays);
     let options = relayed_options(Strategy::Cyclic, false, true);
-    let report = sender.upload_relayed(&source, "f.bin", &relays, &options).await.unwrap();
+    let report = sender.upload_relayed(source, "f.bin", relays, &options).await.unwrap();
     println!("{report:?}");
-    assert_eq!(fs::read(receiver.root().join("f.bin")).unwrap(), content);
+    assert_eq!(fs::read(world.receiver.root().join("f.bin")).unwrap(), world.content);
     // Every block went to the relay once; each one whose copy came back wrong went directly.
     assert_eq!(report.placed[0].blocks, 4, "{:?}", report.placed);
     assert!(report.placed[1].blocks >= 1, "{:?}", report.placed);
-    assert!(block_files(spool.path()).is_empty(), "wrong copies are released too");
-    receiver.stop().await;
-    a.stop().await;
+    assert!(block_files(world.spool.path()).is_empty(), "wrong copies are released too");
+    world.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

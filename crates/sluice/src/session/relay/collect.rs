@@ -5,7 +5,7 @@
 //! sender's, renames it into place. It goes on when the sender has left (FSP's retreat).
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -19,6 +19,7 @@ use tracing::{info, warn};
 
 use super::seal::BlockKey;
 use super::spool::TransferId;
+use crate::files::Confined;
 use crate::session::channel::blocking;
 use crate::session::keys::SessionId;
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
@@ -80,6 +81,8 @@ pub(crate) struct Collection {
     part: PathBuf,
     dest: PathBuf,
     file: File,
+    /// Every file step beneath the client's root.
+    fs: Confined,
     relays: Vec<RelayAt>,
     clients: Mutex<Vec<Option<Client>>>,
     progress: Mutex<Progress>,
@@ -121,6 +124,8 @@ pub(crate) struct Start {
     pub(crate) key: BlockKey,
     pub(crate) plan: BlockPlan,
     pub(crate) dest: PathBuf,
+    /// How the destination's files are reached (beneath the client's root).
+    pub(crate) fs: Confined,
     pub(crate) relays: Vec<RelayAt>,
     pub(crate) permits: Box<dyn Send + Sync>,
 }
@@ -135,12 +140,11 @@ impl Collection {
             start.dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let part =
             start.dest.with_file_name(format!(".{name}.{}.relayed", to_hex(&start.transfer[..4])));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&part)
+        // One a crash left is ours to replace.
+        let _ = start.fs.remove_file(&part);
+        let file = start
+            .fs
+            .create_new(&part, 0o600)
             .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
         file.set_len(start.plan.size)
             .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
@@ -154,6 +158,7 @@ impl Collection {
             part,
             dest: start.dest,
             file,
+            fs: start.fs,
             clients: Mutex::new(vec![None; start.relays.len()]),
             relays: start.relays,
             progress: Mutex::new(Progress {
@@ -362,7 +367,7 @@ impl Collection {
             }
             Err(e) => {
                 warn!(transfer = %self.name(), error = %e, "relayed upload failed");
-                let _ = fs::remove_file(&self.part);
+                let _ = self.fs.remove_file(&self.part);
                 Err(e)
             }
         };
@@ -456,7 +461,9 @@ impl Collection {
         let me = self.clone();
         blocking(move || {
             let mut hasher = blake3::Hasher::new();
-            let mut file = File::open(&me.part)
+            let mut file = me
+                .fs
+                .open(&me.part, false)
                 .map_err(|e| SessionError::io(format!("reading {}", me.part.display()), e))?;
             hasher
                 .update_reader(&mut file)
@@ -467,7 +474,8 @@ impl Collection {
                     me.dest.display()
                 )));
             }
-            fs::rename(&me.part, &me.dest)
+            me.fs
+                .rename(&me.part, &me.dest)
                 .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
             Ok(me.plan.size)
         })

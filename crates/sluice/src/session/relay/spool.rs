@@ -384,6 +384,9 @@ impl Reservation {
                 .map_err(io(format!("syncing {}", path.display())))?;
         }
         let spool = self.spool.clone();
+        // Under the lock: a release that empties the transfer deletes its directory, and must
+        // not do so between these renames and the record of the blocks.
+        let mut state = lock(&spool.state);
         let dir = spool.transfer_dir(&self.transfer);
         fs::DirBuilder::new()
             .recursive(true)
@@ -408,7 +411,6 @@ impl Reservation {
         sync_dir(&dir)?;
         sync_dir(&spool.dir)?;
         let files = std::mem::take(&mut self.files);
-        let mut state = lock(&spool.state);
         let held = state
             .transfers
             .entry(self.transfer)

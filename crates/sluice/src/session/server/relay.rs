@@ -11,6 +11,7 @@ use sluice_session::relay::{
 use tracing::{info, warn};
 
 use super::{RequestCtx, Shared, blocking, resolve};
+use crate::files::Confined;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{GrantClaim, Messages, write_message};
 use crate::session::relay::collect::{Collection, JobEvent, RelayAt, Start};
@@ -198,16 +199,18 @@ impl RequestCtx<'_> {
         let root = self.session.access.root.clone();
         let requested = put.dest.clone();
         let overwrite = put.overwrite;
-        let dest = blocking(move || {
+        let (dest, fs) = blocking(move || {
+            let fs = Confined::new(Some(&root))
+                .map_err(|e| SessionError::io("opening the served directory", e))?;
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
-            let dest = if at.is_dir() { at.join(&name) } else { at };
+            let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
             let replace = matches!(overwrite, sluice_session::options::Overwrite::Always);
-            if dest.exists() && !replace {
+            if fs.symlink_metadata(&dest).is_ok() && !replace {
                 return Err(SessionError::Refused(format!(
                     "{requested}: the file exists (--overwrite always replaces it)"
                 )));
             }
-            Ok(dest)
+            Ok((dest, fs))
         })
         .await?;
         let at =
@@ -221,6 +224,7 @@ impl RequestCtx<'_> {
             key: BlockKey::new(&secret, transfer),
             plan,
             dest,
+            fs,
             relays,
             permits: Box::new(permits),
         };
