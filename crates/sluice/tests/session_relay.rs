@@ -390,3 +390,26 @@ async fn a_relayed_upload_refuses_to_replace_a_file_unless_asked() {
     assert_eq!(fs::read(receiver.root().join("x.bin")).unwrap(), pattern(300_000, SEED));
     receiver.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_dies_after_it_was_chosen_leaves_its_blocks_to_the_others() {
+    println!("seed {SEED}");
+    let world = OneRelay::new(None, 3 << 20, "g.bin").await;
+    let spool_b = tempfile::tempdir().unwrap();
+    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let mut relays = world.relays.clone();
+    relays.extend(targets(&[&b]).await);
+    relays[1].name = "dead".into();
+    // The relay goes away with the sender's session open: every deposit with it fails.
+    b.stop().await;
+    let options = relayed_options(Strategy::Partitioned, false, true);
+    let report = world.sender.upload_relayed(&world.source, "g.bin", &relays, &options).await;
+    let report = report.unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(world.receiver.root().join("g.bin")).unwrap(), world.content);
+    assert_eq!(report.placed[1].blocks, 0, "{:?}", report.placed);
+    // Its share went to the live relay or the direct path, whoever asked first.
+    assert_eq!(report.placed[0].blocks + report.placed[2].blocks, 12, "{:?}", report.placed);
+    assert!(report.placed[0].blocks >= 6, "{:?}", report.placed);
+    world.stop().await;
+}

@@ -11,7 +11,9 @@ use crate::session::Peer;
 use crate::session::channel::{REPLY_TIMEOUT, frame_error};
 use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret};
 use crate::session::messages::{Request, read_message};
-use crate::session::relay::hop::{Direction, Memory, move_batch, read_hop, write_hop};
+use crate::session::relay::hop::{
+    Direction, Memory, move_batch, read_hop, receive_blocks, write_hop,
+};
 use crate::session::relay::seal::RELAY_KEY_LABEL;
 
 /// What a collection got from a relay; [`CollectHop::release`] tells the relay which of them
@@ -127,27 +129,8 @@ impl Client {
         let mut blocks = Vec::with_capacity(held.len());
         if total > 0 {
             let setup = self.setup(req.id, welcomed);
-            let len = usize::try_from(total)
-                .map_err(|_| SessionError::Protocol("a batch beyond memory".into()))?;
-            let store = Arc::new(Memory::zeroed(len));
-            let sink = store.clone();
-            move_batch(
-                setup,
-                &mut req.send,
-                &mut req.recv,
-                Peer::Server,
-                Direction::Receive,
-                sink,
-                total,
-            )
-            .await?;
-            let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
-            let mut at = 0usize;
-            for block in &held {
-                let end = at + block.len as usize;
-                blocks.push((block.id, bytes.get(at..end).unwrap_or_default().to_vec()));
-                at = end;
-            }
+            blocks =
+                receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held).await?;
         }
         let OpenRequestParts { send, recv } = req.into_parts();
         Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })

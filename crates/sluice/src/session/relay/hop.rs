@@ -11,7 +11,7 @@
 use std::io;
 use std::sync::{Arc, RwLock};
 
-use sluice_session::relay::HopMsg;
+use sluice_session::relay::{BlockLen, HopMsg};
 
 use crate::datapath::{self, Store};
 use crate::session::SessionError;
@@ -92,6 +92,31 @@ pub(crate) async fn write_hop(
     msg: &HopMsg,
 ) -> Result<(), SessionError> {
     write_message(send, msg).await.map_err(|e| frame_error(e, conn))
+}
+
+/// Receives `blocks` (sealed, end to end in this order) across the hop into memory, as
+/// [`move_batch`] does, and cuts them apart.
+pub(crate) async fn receive_blocks(
+    setup: ChannelSetup<'_>,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    peer: crate::session::Peer,
+    blocks: &[BlockLen],
+) -> Result<Vec<(u64, Vec<u8>)>, SessionError> {
+    let total: u64 = blocks.iter().map(|b| b.len).sum();
+    let len = usize::try_from(total)
+        .map_err(|_| SessionError::Protocol(format!("a batch of {total} bytes")))?;
+    let store = Arc::new(Memory::zeroed(len));
+    move_batch(setup, send, recv, peer, Direction::Receive, store.clone(), total).await?;
+    let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
+    let mut at = 0usize;
+    let mut out = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let end = at + block.len as usize;
+        out.push((block.id, bytes.get(at..end).unwrap_or_default().to_vec()));
+        at = end;
+    }
+    Ok(out)
 }
 
 /// Moves `total` bytes of `store` across the hop, this end sending or receiving: the `Ready`

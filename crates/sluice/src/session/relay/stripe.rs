@@ -216,9 +216,9 @@ impl Client {
         let mut answers = Messages::<CollectMsg>::new(&mut req.recv);
         loop {
             if send_seconds.is_none() && digest_sent && safe.iter().all(|s| *s) {
-                write_message(&mut req.send, &StripeMsg::Sent)
-                    .await
-                    .map_err(|e| frame_error(e, &conn))?;
+                // The receiver may have ended already (it had every block and the digest): it
+                // stopped reading, and its `Done` is what comes next.
+                let _ = write_message(&mut req.send, &StripeMsg::Sent).await;
                 let secs = started.elapsed().as_secs_f64();
                 send_seconds = Some(secs);
                 info!(seconds = secs, "every block is safe: the sender's part is done");

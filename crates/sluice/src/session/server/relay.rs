@@ -15,7 +15,7 @@ use crate::files::Confined;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{GrantClaim, Messages, write_message};
 use crate::session::relay::collect::{Collection, JobEvent, RelayAt, Start};
-use crate::session::relay::hop::{Direction, Memory, move_batch, read_hop, write_hop};
+use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::TransferId;
 use crate::session::{Peer, SessionError};
@@ -106,20 +106,8 @@ impl RequestCtx<'_> {
         blocks: &[BlockLen],
         total: u64,
     ) -> Result<(), SessionError> {
-        let len = usize::try_from(total).map_err(|_| SessionError::Protocol("too large".into()))?;
-        let store = Arc::new(Memory::zeroed(len));
         let setup = self.setup();
-        let sink = store.clone();
-        move_batch(setup, self.send, self.recv, Peer::Client, Direction::Receive, sink, total)
-            .await?;
-        let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
-        let mut sealed = Vec::with_capacity(blocks.len());
-        let mut at = 0usize;
-        for b in blocks {
-            let end = at + b.len as usize;
-            sealed.push((b.id, bytes.get(at..end).unwrap_or_default().to_vec()));
-            at = end;
-        }
+        let sealed = receive_blocks(setup, self.send, self.recv, Peer::Client, blocks).await?;
         let ids: Vec<u64> = blocks.iter().map(|b| b.id).collect();
         blocking(move || job.deliver(&sealed)).await?;
         self.shared.metrics.moved(false, total, 0, 0);
