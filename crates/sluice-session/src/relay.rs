@@ -32,6 +32,9 @@ pub const DEFAULT_BLOCK_BYTES: u64 = 4 << 20;
 /// Bytes a sealed block has beyond its (compressed or plain) payload: a flag byte and the
 /// AEAD tag.
 pub const SEAL_OVERHEAD: u64 = 1 + 16;
+/// The most blocks one transfer has (4 TiB in blocks of 4 MiB): the receiver keeps a few
+/// bytes of state per block.
+pub const MAX_BLOCKS: u64 = 1 << 20;
 /// The most relays one transfer stripes over.
 pub const MAX_RELAYS: usize = 16;
 
@@ -212,7 +215,15 @@ impl BlockPlan {
                  are possible"
             ));
         }
-        Ok(BlockPlan { size, block_bytes })
+        let plan = BlockPlan { size, block_bytes };
+        if plan.count() > MAX_BLOCKS {
+            return Err(format!(
+                "{size} bytes in blocks of {block_bytes} are {} blocks: at most {MAX_BLOCKS} \
+                 (choose larger blocks)",
+                plan.count()
+            ));
+        }
+        Ok(plan)
     }
 
     /// How many blocks.
@@ -433,6 +444,8 @@ mod tests {
         assert_eq!(BlockPlan::new(0, MIN_BLOCK_BYTES).unwrap().count(), 0);
         assert!(BlockPlan::new(1, 1).is_err());
         assert!(BlockPlan::new(1, MAX_BLOCK_BYTES + 1).is_err());
+        assert!(BlockPlan::new(u64::MAX, MAX_BLOCK_BYTES).is_err(), "a huge file, bounded state");
+        assert!(BlockPlan::new(MAX_BLOCKS * MIN_BLOCK_BYTES, MIN_BLOCK_BYTES).is_ok());
         assert_eq!(from_hex::<2>("0aFf"), Some([0x0a, 0xff]));
         assert_eq!(from_hex::<2>("0aF"), None);
         assert_eq!(to_hex(&[0x0a, 0xff]), "0aff");

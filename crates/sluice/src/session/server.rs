@@ -815,16 +815,9 @@ async fn handshake(
                 if claim.grant.starts_with(sluice_session::relay::CAPABILITY_TAG) =>
             {
                 let verdict = match relay::check_capability(shared, &claim) {
-                    Ok(transfer) => {
+                    Ok((transfer, nothing)) => {
                         info!(transfer = claim.job, "a collector admitted");
-                        let none = Rights { read: false, write: false, list: false, relay: false };
-                        let nothing = Access {
-                            rights: none,
-                            root: shared.root.clone(),
-                            transfers: None,
-                            rate_bps: None,
-                        };
-                        access = Some((usize::MAX, Arc::new(nothing)));
+                        access = Some((usize::MAX, nothing));
                         collects = Some(transfer);
                         TokenVerdict::Accepted { rate_cap: None }
                     }

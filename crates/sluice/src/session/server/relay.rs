@@ -10,7 +10,7 @@ use sluice_session::relay::{
 };
 use tracing::{info, warn};
 
-use super::{RequestCtx, Shared, blocking, resolve};
+use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
 use crate::files::Confined;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{GrantClaim, Messages, write_message};
@@ -21,8 +21,12 @@ use crate::session::relay::spool::TransferId;
 use crate::session::{Peer, SessionError};
 use crate::tree::FileSet;
 
-/// The transfer a collector's capability admits it to, when it is this relay's; else why not.
-pub(super) fn check_capability(shared: &Shared, claim: &GrantClaim) -> Result<TransferId, String> {
+/// The transfer a collector's capability admits it to, when it is this relay's, and the access
+/// of its session: no right at all (it may only collect that transfer); else why not.
+pub(super) fn check_capability(
+    shared: &Shared,
+    claim: &GrantClaim,
+) -> Result<(TransferId, Arc<Access>), String> {
     let Some(spool) = &shared.spool else {
         return Err("this server is not a relay (serve --spool)".into());
     };
@@ -33,7 +37,10 @@ pub(super) fn check_capability(shared: &Shared, claim: &GrantClaim) -> Result<Tr
         .ok_or("a capability is 64 hex digits")?;
     let transfer = from_hex::<16>(&claim.job).ok_or("a transfer id is 32 hex digits")?;
     if spool.admits(&transfer, &capability) {
-        Ok(transfer)
+        let none = Rights { read: false, write: false, list: false, relay: false };
+        let access =
+            Access { rights: none, root: shared.root.clone(), transfers: None, rate_bps: None };
+        Ok((transfer, Arc::new(access)))
     } else {
         Err("the capability was not accepted".into())
     }
