@@ -65,9 +65,9 @@ pub(crate) struct CpArgs {
     #[arg(long, value_name = "POLICY", default_value = "copy")]
     links: String,
     #[command(flatten)]
-    connect: ConnectArgs,
+    pub(crate) connect: ConnectArgs,
     #[command(flatten)]
-    ssh: SshArgs,
+    pub(crate) ssh: SshArgs,
     /// Congestion control: adaptive (default), udt, low, or fixed (needs --rate-mbit).
     #[arg(long, default_value = "adaptive")]
     cc: String,
@@ -103,7 +103,7 @@ pub(crate) struct CpArgs {
         env = "SLUICE_CHANNELS",
         value_parser = clap::value_parser!(u32).range(1..=64)
     )]
-    channels: Option<u32>,
+    pub(crate) channels: Option<u32>,
     /// Print nothing but errors.
     #[arg(short, long)]
     quiet: bool,
@@ -111,6 +111,8 @@ pub(crate) struct CpArgs {
     /// warning, summary, error), for scripts and GUIs; the schema is docs/json-events.md.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pub(crate) relays: crate::relayed::RelayArgs,
 }
 
 /// How many times `auto` takes up a transfer the path stopped carrying ([`copy`]).
@@ -310,6 +312,13 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         }
     }
 
+    if !args.relays.relay.is_empty() {
+        let Direction::Upload { sources, dest } = &direction else {
+            return Err(exit::usage("--relay stripes an upload: the destination must be remote"));
+        };
+        let upload = crate::relayed::Upload { host: &host, prefs: &prefs, sources, dest };
+        return crate::relayed::upload(args, upload, channel, &options, mode).await;
+    }
     if let Direction::Between { source_host, sources, dest } = &direction {
         if args.ssh.ssh {
             return Err(exit::usage("--ssh cannot reach two servers: copy between daemons"));

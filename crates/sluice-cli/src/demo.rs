@@ -144,6 +144,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         fault: None,
         third_party: Default::default(),
         tcp: true,
+        spool: None,
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();

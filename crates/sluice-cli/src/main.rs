@@ -10,6 +10,7 @@ mod connect;
 mod cp;
 mod demo;
 mod exit;
+mod relayed;
 mod remote;
 mod serve;
 mod show;

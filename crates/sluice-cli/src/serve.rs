@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use sluice::session::{Credentials, DialRule, Server, ServerConfig, ThirdParty, ThirdPartyConfig};
+use sluice::session::{
+    Credentials, DialRule, Server, ServerConfig, SpoolConfig, ThirdParty, ThirdPartyConfig,
+};
 use sluice::settings::ServerFile;
 
 use crate::{exit, web};
@@ -66,6 +68,17 @@ pub(crate) struct ServeArgs {
     /// (their sessions and data go over TCP): on (the default) or off.
     #[arg(long, env = "SLUICE_TCP", value_name = "on|off")]
     tcp: Option<String>,
+    /// Be a relay too (FSP striping, docs/relay.md): keep senders' sealed blocks in this
+    /// directory until their collector takes them. Tokens need the relay right to deposit.
+    #[arg(long, env = "SLUICE_SPOOL", value_name = "DIR", requires = "spool_max")]
+    spool: Option<PathBuf>,
+    /// The most bytes the spool holds (e.g. 200GB); a deposit beyond it is answered busy.
+    #[arg(long, env = "SLUICE_SPOOL_MAX", value_name = "SIZE", requires = "spool")]
+    spool_max: Option<String>,
+    /// Delete blocks nobody collected this long after their transfer's last deposit, in
+    /// hours [default: 24].
+    #[arg(long, env = "SLUICE_SPOOL_EXPIRY_HOURS", value_name = "HOURS", requires = "spool")]
+    spool_expiry_hours: Option<u64>,
     /// The server's config file (TOML; flags and their environment variables win over it).
     #[arg(long, env = "SLUICE_SERVER_CONFIG")]
     config: Option<PathBuf>,
@@ -74,7 +87,7 @@ pub(crate) struct ServeArgs {
     /// presenting the token, and stop when its session ends, when stdin closes (the ssh
     /// connection is gone), or when no client came within 60 s. The root defaults to `/`; the
     /// address to the one the ssh connection came in on ($SSH_CONNECTION), any port.
-    #[arg(long, conflicts_with_all = ["tokens", "state_dir", "config", "metrics", "event_log", "web"])]
+    #[arg(long, conflicts_with_all = ["tokens", "state_dir", "config", "metrics", "event_log", "web", "spool"])]
     once: bool,
 }
 
@@ -115,6 +128,22 @@ fn third_party(
     Ok(ThirdPartyConfig { mode, dial })
 }
 
+/// The relay's spool, when `--spool` asks for one.
+fn spool(args: &ServeArgs) -> anyhow::Result<Option<SpoolConfig>> {
+    let Some(dir) = &args.spool else { return Ok(None) };
+    let max = args.spool_max.as_deref().unwrap_or_default();
+    let max_bytes = sluice::units::parse_size(max)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| exit::usage(format!("--spool-max {max:?}: a size above 0, e.g. 200GB")))?;
+    let expiry = match args.spool_expiry_hours {
+        Some(0) => return Err(exit::usage("--spool-expiry-hours must be at least 1")),
+        Some(h) => Duration::from_secs(h * 3600),
+        None => sluice::session::relay::spool::DEFAULT_EXPIRY,
+    };
+    Ok(Some(SpoolConfig { dir: dir.clone(), max_bytes, expiry }))
+}
+
 /// `on` or `off`, for the setting `name`.
 fn on_off(name: &str, value: &str) -> anyhow::Result<bool> {
     match value {
@@ -130,6 +159,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         return once(args).await;
     }
     let file = load_server_file(args.config.as_ref())?;
+    let spool = spool(&args)?;
     let third_parties = third_party(&args.third_party, &args.third_party_dial, &file)?;
     let root = args.root.or(file.root).ok_or_else(|| {
         exit::usage("no directory to serve: pass --root, set SLUICE_ROOT, or put root in --config")
@@ -164,6 +194,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         fault: None,
         third_party: third_parties,
         tcp: on_off("tcp", args.tcp.as_deref().or(file.tcp.as_deref()).unwrap_or("on"))?,
+        spool,
     };
     let metrics_addr = args.metrics.or(file.metrics);
     let server = Server::bind(config).context("cannot start the server")?;
@@ -257,6 +288,7 @@ async fn once(args: ServeArgs) -> anyhow::Result<()> {
         third_party: ThirdPartyConfig { mode: ThirdParty::Off, dial: Vec::new() },
         // A client whose path blocks UDP reaches it over TCP, as ssh did.
         tcp: on_off("tcp", args.tcp.as_deref().unwrap_or("on"))?,
+        spool: None,
     };
     let server = Server::bind(config).context("cannot start the one-shot server")?;
     {

@@ -313,6 +313,51 @@ fn say(line: &str) {
     eprintln!("{line}");
 }
 
+impl Show {
+    /// The end of a relayed upload: the sender's part (every block safe) and, when it waited,
+    /// the receiver's (the verified file in place).
+    pub(crate) fn relayed(&self, report: &sluice::session::RelayedReport) {
+        let placed: Vec<Value> = report
+            .placed
+            .iter()
+            .map(|p| json!({"name": p.name, "blocks": p.blocks, "bytes": p.bytes}))
+            .collect();
+        match self.mode {
+            Mode::Json => emit(&json!({
+                "event": "summary",
+                "relayed": true,
+                "files": 1,
+                "bytes": report.bytes,
+                "blocks": report.blocks,
+                "send_seconds": round3(report.send_seconds),
+                "total_seconds": report.total_seconds.map(round3),
+                "job": report.job,
+                "placed": placed,
+            })),
+            Mode::Quiet => {}
+            Mode::Terminal | Mode::Plain => {
+                let shares: Vec<String> = report
+                    .placed
+                    .iter()
+                    .filter(|p| p.blocks > 0)
+                    .map(|p| format!("{} {}", p.name, p.blocks))
+                    .collect();
+                let after = match report.total_seconds {
+                    Some(total) => format!("the server has the verified file after {total:.1} s"),
+                    None => format!("collection goes on at the server (job {})", report.job),
+                };
+                say(&format!(
+                    "sluice: sent {} bytes in {:.1} s ({} blocks: {}); {after}",
+                    report.bytes,
+                    report.send_seconds,
+                    report.blocks,
+                    shares.join(", ")
+                ));
+            }
+        }
+    }
+}
+
 /// A dry run's files that would move, one per line on stdout (names escaped).
 #[allow(clippy::print_stdout)]
 pub(crate) fn print_planned(report: &TransferReport) {

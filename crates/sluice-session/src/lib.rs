@@ -27,6 +27,7 @@
 //!   served; a dying channel's chunks go to the others);
 //! - [`layout`]: the wanted files end to end in one offset space, and the resume and repair
 //!   arithmetic on it;
+//! - [`relay`]: the relay plane's messages, blocks and striping strategies (FSP);
 //! - [`transfer`]: deadlines, faults and the manifest in parts, shared by the roles;
 //! - [`sending`] and [`receiving`]: the two machines.
 
@@ -41,6 +42,7 @@ pub mod messages;
 pub mod negotiate;
 pub mod options;
 pub mod receiving;
+pub mod relay;
 pub mod sending;
 pub mod transfer;
 

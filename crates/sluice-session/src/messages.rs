@@ -136,6 +136,15 @@ pub enum Request {
     /// `source` with the grant, into `dest`, as a job that goes on without the client.
     /// Answered with `JobProgress` while it runs and `JobDone` or `Failed` at its end.
     Pull(PullJob),
+    /// A relay's end of a relayed upload's hop: keep these sealed blocks (`relay` module).
+    /// Answered with `HopMsg`s.
+    Deposit(crate::relay::Deposit),
+    /// A relay's end of a collection: send these blocks to their collector. Answered with
+    /// `HopMsg`s.
+    Collect(crate::relay::Collect),
+    /// A relayed upload's receiving end: collect the blocks the sender stripes. Followed by
+    /// `StripeMsg`s, answered with `CollectMsg`s.
+    Relayed(crate::relay::RelayedPut),
 }
 
 /// A grant as its reader presents it in `Hello`.

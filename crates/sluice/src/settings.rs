@@ -81,6 +81,10 @@ pub struct ClientFile {
     /// `[hosts.NAME]` sections.
     #[serde(default)]
     pub hosts: BTreeMap<String, Prefs>,
+    /// `[relays.NAME]` sections: relays a relayed upload may stripe over (`cp --relay NAME`),
+    /// each with its address, port, fingerprint and token file, as a host has.
+    #[serde(default)]
+    pub relays: BTreeMap<String, Prefs>,
 }
 
 impl ClientFile {

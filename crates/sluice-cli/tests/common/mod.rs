@@ -74,12 +74,23 @@ pub fn stderr(o: &Output) -> String {
 /// Starts `sluice serve` through `runner` (the binary, or `ip netns exec NS` and the binary)
 /// listening on `listen`, and waits for its "serving on" line.
 pub fn serve_with(
-    mut runner: Command,
+    runner: Command,
     listen: &str,
     root: &Path,
     state_dir: &Path,
     tokens: &Path,
 ) -> Child {
+    serve_seen(runner, listen, root, state_dir, tokens).0
+}
+
+/// [`serve_with`], and the port and fingerprint its "serving on" line names (for port 0).
+pub fn serve_seen(
+    mut runner: Command,
+    listen: &str,
+    root: &Path,
+    state_dir: &Path,
+    tokens: &Path,
+) -> (Child, u16, String) {
     let mut server = runner
         .args(["serve", "--listen", listen, "--root"])
         .arg(root)
@@ -93,7 +104,11 @@ pub fn serve_with(
     let mut line = String::new();
     BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.contains("serving on"), "server said {line:?}");
-    server
+    // "sluice: serving on 127.0.0.1:PORT with fingerprint SHA256:..."
+    let addr = line.split_whitespace().nth(3).unwrap_or_default();
+    let port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let fingerprint = line.split_whitespace().last().unwrap_or_default().to_owned();
+    (server, port, fingerprint)
 }
 
 /// A network namespace of this test's own (loopback only), removed on drop.

@@ -5,6 +5,10 @@
 //! each renamed there only after its BLAKE3 matched: a failed file leaves nothing under its
 //! final name.
 
+mod relay;
+
+pub use relay::CollectHop;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -964,6 +968,11 @@ impl OpenRequest<'_> {
 
     fn finish(&mut self) {
         let _ = self.send.finish();
+    }
+
+    /// Its streams, for a request whose messages are not `Answer`s (the relay plane's).
+    fn into_parts(self) -> relay::OpenRequestParts {
+        relay::OpenRequestParts { send: self.send, recv: self.recv }
     }
 
     /// Waits (briefly) until the server has read our last message and ended the request, so a

@@ -18,6 +18,8 @@
 //! the address's places have all been held for [`PLACE_WAIT`] without one given back (they
 //! stalled: connections that never authenticate, which only the handshake deadline frees).
 
+mod relay;
+
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -47,6 +49,8 @@ use super::messages::{
 };
 use super::metrics::Metrics;
 use super::observe::NoObserver;
+use super::relay::collect::Collections;
+use super::relay::spool::{Spool, SpoolConfig, TransferId};
 use super::streams::{Door, Opener};
 use super::tcp_port::{TcpPort, bind_ports};
 use super::third_party::{Grants, ThirdPartyConfig};
@@ -149,6 +153,9 @@ pub struct ServerConfig {
     /// Whether it also listens on TCP, on the QUIC endpoint's IP and port, for clients whose
     /// path blocks UDP: their sessions come tunnelled and their data on TCP streams.
     pub tcp: bool,
+    /// A relay's spool: when set, the server keeps sealed blocks for collectors
+    /// (`docs/relay.md`).
+    pub spool: Option<SpoolConfig>,
 }
 
 /// Who a server is and whom it admits.
@@ -238,6 +245,10 @@ struct Shared {
     jobs: Arc<Jobs>,
     /// Where the TCP data streams of sessions over TCP come in.
     door: Arc<Door>,
+    /// A relay's spool.
+    spool: Option<Arc<Spool>>,
+    /// Relayed uploads being collected here.
+    collections: Arc<Collections>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -318,6 +329,7 @@ impl Server {
         let state_dir = config.credentials.state_dir();
         let jobs = Jobs::new(state_dir, Arc::new(identity), channel.clone(), transfers.clone());
         let door = tcp.as_ref().map(|(_, port)| port.door.clone()).unwrap_or_default();
+        let spool = config.spool.as_ref().map(Spool::open).transpose()?;
         Ok(Server {
             endpoint,
             tcp,
@@ -341,6 +353,8 @@ impl Server {
                 third_party: config.third_party,
                 grants,
                 jobs: Arc::new(jobs),
+                spool,
+                collections: Arc::default(),
             }),
             fingerprint,
             local_addr,
@@ -399,6 +413,8 @@ impl Server {
             None => (None, None),
         };
         let tcp_endpoint = tcp_endpoint.as_ref();
+        let _expiring =
+            self.shared.spool.clone().map(|spool| AbortOnDrop(tokio::spawn(spool.expire_every())));
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
@@ -748,6 +764,8 @@ struct Session {
     granted: Option<sluice_session::grant::Grant>,
     /// It came over TCP: its transfers' data moves on TCP streams.
     over_tcp: bool,
+    /// The relayed transfer it collects, when a collector's capability admitted it.
+    collects: Option<TransferId>,
 }
 
 /// Reads `Hello`, checks the token, version and spec, and answers `Welcome` with the session's
@@ -788,8 +806,23 @@ async fn handshake(
     }
     let mut access = None;
     let mut granted = None;
+    let mut collects = None;
     let negotiated = loop {
         match admission.poll_effect() {
+            Some(HandshakeEffect::CheckGrant(claim))
+                if claim.grant.starts_with(sluice_session::relay::CAPABILITY_TAG) =>
+            {
+                let verdict = match relay::check_capability(shared, &claim) {
+                    Ok((transfer, nothing)) => {
+                        info!(transfer = claim.job, "a collector admitted");
+                        access = Some((usize::MAX, nothing));
+                        collects = Some(transfer);
+                        TokenVerdict::Accepted { rate_cap: None }
+                    }
+                    Err(why) => TokenVerdict::Refused(why),
+                };
+                admission.handle_token(verdict);
+            }
             Some(HandshakeEffect::CheckToken(token)) => {
                 access = shared
                     .tokens
@@ -846,7 +879,7 @@ async fn handshake(
     let (token, access) = access?;
     let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS_PER_SESSION));
     let early = std::sync::Mutex::new(early);
-    Some(Session { id, negotiated, access, transfers, early, token, granted, over_tcp })
+    Some(Session { id, negotiated, access, transfers, early, token, granted, over_tcp, collects })
 }
 
 /// The check of a grant presented in a handshake: this server issues grants, the grant holds
@@ -867,7 +900,7 @@ fn check_grant(
         return Err("the grant's token may no longer read".into());
     }
     let read_only = Access {
-        rights: Rights { read: true, write: false, list: false },
+        rights: Rights { read: true, write: false, list: false, relay: false },
         root: base.root.clone(),
         transfers: base.transfers.clone(),
         rate_bps: base.rate_bps,
@@ -942,6 +975,9 @@ async fn serve_request(
         }
         Request::Grant { reader, paths } => ctx.grant(&reader, &paths).await,
         Request::Pull(job) => ctx.pull(job).await,
+        Request::Deposit(deposit) => ctx.deposit(deposit).await,
+        Request::Collect(collect) => ctx.collect(collect).await,
+        Request::Relayed(put) => ctx.relayed(put).await,
         Request::Hello { .. } => Err(SessionError::Protocol("Hello on a request stream".into())),
     };
     let told = ctx.told;

@@ -8,12 +8,14 @@
 //! a1c9e0...5f  rights=write root=incoming
 //! ```
 //!
-//! - `rights`: any of `read` (download), `write` (upload) and `list` (`ls`, `stat`), joined by
-//!   commas; all three when absent.
+//! - `rights`: any of `read` (download), `write` (upload), `list` (`ls`, `stat`) and `relay`
+//!   (deposit sealed blocks in a relay's spool, `docs/relay.md`), joined by commas; all four when
+//!   absent.
 //! - `root`: a directory under the served directory, relative to it, that the token sees as its
 //!   whole world; the served directory itself when absent.
 //! - `transfers`: how many transfers the token may run at once, over all its sessions.
 //! - `rate`: the most each of its transfers may send, with a unit (`200Mbit`, `25MB`).
+//! - `spool`: on a relay, the most bytes its blocks may hold in the spool at once (`20GB`).
 //!
 //! Only the SHA-256 of each token is kept. A presented token is hashed too and compared with
 //! every accepted digest by `aws_lc_rs::constant_time::verify_slices_are_equal`, without stopping
@@ -38,21 +40,24 @@ pub struct Rights {
     pub write: bool,
     /// List directories and stat paths.
     pub list: bool,
+    /// Deposit sealed blocks in a relay's spool (`serve --spool`).
+    pub relay: bool,
 }
 
 impl Rights {
     /// Every right.
-    pub const ALL: Rights = Rights { read: true, write: true, list: true };
+    pub const ALL: Rights = Rights { read: true, write: true, list: true, relay: true };
 
     fn parse(text: &str) -> Result<Rights, String> {
-        let mut rights = Rights { read: false, write: false, list: false };
+        let mut rights = Rights { read: false, write: false, list: false, relay: false };
         for word in text.split(',') {
             match word {
                 "read" => rights.read = true,
                 "write" => rights.write = true,
                 "list" => rights.list = true,
+                "relay" => rights.relay = true,
                 other => {
-                    return Err(format!("unknown right {other:?} (use read, write, list)"));
+                    return Err(format!("unknown right {other:?} (use read, write, list, relay)"));
                 }
             }
         }
@@ -71,11 +76,19 @@ pub struct Grant {
     pub transfers: Option<u32>,
     /// The most each transfer may send, in bits per second.
     pub rate_bps: Option<u64>,
+    /// The most bytes its blocks may take in a relay's spool.
+    pub spool_bytes: Option<u64>,
 }
 
 impl Default for Grant {
     fn default() -> Grant {
-        Grant { rights: Rights::ALL, root: None, transfers: None, rate_bps: None }
+        Grant {
+            rights: Rights::ALL,
+            root: None,
+            transfers: None,
+            rate_bps: None,
+            spool_bytes: None,
+        }
     }
 }
 
@@ -106,9 +119,14 @@ impl Grant {
                         .map_err(|e| format!("rate {value:?}: {e}"))?;
                     grant.rate_bps = Some(rate);
                 }
+                "spool" => {
+                    let bytes = crate::units::parse_size(value)
+                        .map_err(|e| format!("spool {value:?}: {e}"))?;
+                    grant.spool_bytes = Some(bytes);
+                }
                 other => {
                     return Err(format!(
-                        "unknown key {other:?} (use rights, root, transfers, rate)"
+                        "unknown key {other:?} (use rights, root, transfers, rate, spool)"
                     ));
                 }
             }
@@ -236,10 +254,13 @@ mod tests {
         assert_eq!(set.verify("beta rights=read,list"), None);
         assert_eq!(set.grants()[0], Grant::default());
         let beta = &set.grants()[1];
-        assert_eq!(beta.rights, Rights { read: true, write: false, list: true });
+        assert_eq!(beta.rights, Rights { read: true, write: false, list: true, relay: false });
         assert_eq!(beta.root.as_deref(), Some("projects/run7"));
         assert_eq!((beta.transfers, beta.rate_bps), (Some(2), Some(200_000_000)));
-        assert_eq!(set.grants()[2].rights, Rights { read: false, write: true, list: false });
+        assert_eq!(
+            set.grants()[2].rights,
+            Rights { read: false, write: true, list: false, relay: false }
+        );
     }
 
     #[test]

@@ -58,6 +58,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         fault: None,
         third_party: Default::default(),
         tcp: true,
+        spool: None,
     }
 }
 

@@ -20,6 +20,7 @@ mod session_many_clients;
 mod session_messages;
 mod session_once;
 mod session_paths;
+mod session_relay;
 mod session_repair;
 mod session_resume;
 mod session_tcp;

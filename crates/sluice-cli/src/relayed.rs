@@ -1,0 +1,147 @@
+//! `sluice cp --relay NAME,...`: an upload striped over relays and the direct path (FSP,
+//! docs/relay.md). The relays come from `[relays.NAME]` sections of the config file; each is
+//! reached like a host (its address, port, fingerprint and token file; its token from
+//! `SLUICE_TOKEN_<NAME>`, else its token_file, else `SLUICE_TOKEN`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use sluice::session::{CopyOptions, RelayTarget, RelayedOptions, Strategy};
+use sluice_proto::config::ChannelConfig;
+
+use crate::config::Prefs;
+use crate::connect::{ConnectArgs, connect_asking, reach};
+use crate::cp::CpArgs;
+use crate::exit;
+use crate::show::{Mode, Show};
+
+/// The flags of a relayed upload.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct RelayArgs {
+    /// Stripe the upload over these relays (names of [relays.NAME] sections of the config
+    /// file), then leave: the server collects from them. One file at a time.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub(crate) relay: Vec<String>,
+    /// Who takes which blocks: fcfs (whoever is ready: faster paths take more; the default),
+    /// cyclic (round robin) or partitioned (equal contiguous shares).
+    #[arg(long, value_name = "STRATEGY", requires = "relay")]
+    relay_strategy: Option<String>,
+    /// Block size of the striping (64KiB to 64MiB) [default: 4MiB].
+    #[arg(long, value_name = "SIZE", requires = "relay")]
+    relay_block: Option<String>,
+    /// Whether the receiver takes blocks directly too: on (the default) or off (relays only;
+    /// the direct path then carries only blocks the receiver asks for again).
+    #[arg(long, value_name = "on|off", requires = "relay")]
+    relay_direct: Option<String>,
+    /// Stay until the server has the verified file (report the total time too).
+    #[arg(long, requires = "relay")]
+    relay_wait: bool,
+    /// Keep only relays whose round trip from here is at most this many milliseconds.
+    #[arg(long, value_name = "MS", requires = "relay")]
+    relay_max_rtt_sender: Option<u64>,
+}
+
+/// Where a relayed upload goes.
+pub(crate) struct Upload<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) prefs: &'a Prefs,
+    pub(crate) sources: &'a [PathBuf],
+    pub(crate) dest: &'a str,
+}
+
+impl RelayArgs {
+    fn options(&self, copy: &CopyOptions) -> anyhow::Result<RelayedOptions> {
+        let mut options = RelayedOptions {
+            compress: copy.compress,
+            overwrite: copy.overwrite,
+            wait: self.relay_wait,
+            ..RelayedOptions::default()
+        };
+        if let Some(name) = &self.relay_strategy {
+            options.strategy = Strategy::from_name(name).ok_or_else(|| {
+                exit::usage(format!("--relay-strategy {name}: use fcfs, cyclic or partitioned"))
+            })?;
+        }
+        if let Some(size) = &self.relay_block {
+            options.block_bytes = sluice::units::parse_size(size)
+                .map_err(|e| exit::usage(format!("--relay-block {size}: {e}")))?;
+        }
+        options.direct = match self.relay_direct.as_deref().unwrap_or("on") {
+            "on" => true,
+            "off" => false,
+            other => return Err(exit::usage(format!("--relay-direct {other}: use on or off"))),
+        };
+        Ok(options)
+    }
+}
+
+/// Connects to each named relay, keeps those within `--relay-max-rtt-sender`, and stripes
+/// the one source over them and the direct path to the server.
+pub(crate) async fn upload(
+    args: &CpArgs,
+    to: Upload<'_>,
+    channel: ChannelConfig,
+    copy: &CopyOptions,
+    mode: Mode,
+) -> anyhow::Result<()> {
+    let flags = &args.relays;
+    let options = flags.options(copy)?;
+    let [source] = to.sources else {
+        return Err(exit::usage("--relay carries one file per copy (trees are not built yet)"));
+    };
+    if !source.is_file() {
+        return Err(exit::usage(format!(
+            "{}: --relay carries a regular file (trees are not built yet)",
+            source.display()
+        )));
+    }
+    if copy.dry_run || copy.preserve || copy.checksum {
+        return Err(exit::usage("--relay does not take --dry-run, --preserve or --checksum yet"));
+    }
+    let file = crate::config::load()?;
+    let show = Show::new(mode, "upload");
+    let mut relays = Vec::new();
+    for name in &flags.relay {
+        let section = file.relays.get(name).ok_or_else(|| {
+            exit::usage(format!("--relay {name}: no [relays.{name}] section in the config file"))
+        })?;
+        let prefs = section.clone().over(&file.defaults);
+        // The command's connection flags are the server's; a relay's come from its section.
+        let connect = ConnectArgs {
+            port: None,
+            token_file: None,
+            known_hosts: args.connect.known_hosts.clone(),
+            accept_new_host: false,
+            fingerprint: None,
+            transport: Some("udp".into()),
+        };
+        let config = connect.client_config(name, &prefs, channel.clone(), args.channels)?;
+        let client = connect_asking(config).await?;
+        client.ready().await?;
+        let rtt = client.rtt();
+        if let Some(max) = flags.relay_max_rtt_sender
+            && rtt > Duration::from_millis(max)
+        {
+            show.warning(&format!(
+                "relay {name} left out: its round trip from here is {} ms (--relay-max-rtt-sender {max})",
+                rtt.as_millis()
+            ));
+            client.close().await;
+            continue;
+        }
+        relays.push(RelayTarget { name: name.clone(), client });
+    }
+    if relays.is_empty() && !options.direct {
+        return Err(exit::usage("no relay is left and --relay-direct is off: nowhere to send"));
+    }
+    let reached =
+        reach(&args.connect, &args.ssh, to.host, to.prefs, channel, args.channels).await?;
+    let result = reached.client.upload_relayed(source, to.dest, &relays, &options).await;
+    reached.close().await;
+    for relay in relays {
+        relay.client.close().await;
+    }
+    show.relayed(&result?);
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! `sluice cp --relay` end to end on loopback (issue 28, docs/relay.md): a receiver and a relay
+//! (`serve --spool`) as processes, the relay named in the client's config file; the upload
+//! retreats with its send time and the receiver collects the file; bad relay input fails with
+//! a clear message and a non-zero exit.
+
+#![allow(clippy::print_stdout)] // tests print their seeds
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{BIN, code, isolate, random_file, same_file, serve_seen, stderr};
+
+const TOKEN: &str = "relay-cli-token-0123456789";
+const SEED: u64 = 2028;
+
+/// A `sluice serve` process with `extra` arguments; killed on drop.
+struct Proc {
+    child: Child,
+    port: u16,
+    fingerprint: String,
+    root: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server in `dir`; a relay when `spool` names its spool and its size.
+fn serve(dir: &Path, spool: Option<(&Path, &str)>) -> Proc {
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut runner = Command::new(BIN);
+    if let Some((spool, max)) = spool {
+        runner.env("SLUICE_SPOOL", spool).env("SLUICE_SPOOL_MAX", max);
+    }
+    runner.stderr(Stdio::null());
+    let (child, port, fingerprint) =
+        serve_seen(runner, "127.0.0.1:0", &root, &dir.join("state"), &tokens);
+    Proc { child, port, fingerprint, root }
+}
+
+/// `sluice cp` with a config file naming `relay` as `[relays.near]`.
+fn cp(dir: &Path, receiver: &Proc, relay: &Proc, args: &[&str]) -> Output {
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[relays.near]\naddress = \"127.0.0.1\"\nport = {}\nfingerprint = \"{}\"\n",
+            relay.port, relay.fingerprint
+        ),
+    )
+    .unwrap();
+    let mut c = Command::new(BIN);
+    isolate(&mut c, dir);
+    c.env("SLUICE_CONFIG", &config)
+        .env("SLUICE_TOKEN", TOKEN)
+        .args(["cp", "-P", &receiver.port.to_string(), "--fingerprint", &receiver.fingerprint])
+        .arg("--known-hosts")
+        .arg(dir.join("known_hosts"))
+        .args(args);
+    c.output().unwrap()
+}
+
+#[test]
+fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
+    println!("seed {SEED}");
+    let (rdir, ldir, cdir) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let receiver = serve(rdir.path(), None);
+    let spool = ldir.path().join("spool");
+    let relay = serve(ldir.path(), Some((&spool, "64MiB")));
+    let src = cdir.path().join("data.bin");
+    random_file(&src, 3_000_000, SEED);
+    let out = cp(
+        cdir.path(),
+        &receiver,
+        &relay,
+        &[
+            "--relay",
+            "near",
+            "--relay-block",
+            "256KiB",
+            "--json",
+            src.to_str().unwrap(),
+            "127.0.0.1:",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(summary["event"], "summary");
+    assert_eq!(summary["relayed"], true);
+    assert_eq!(summary["bytes"], 3_000_000);
+    assert!(summary["send_seconds"].as_f64().unwrap() > 0.0, "{summary}");
+    assert!(summary["total_seconds"].is_null(), "the sender did not wait: {summary}");
+    let placed: u64 =
+        summary["placed"].as_array().unwrap().iter().map(|p| p["blocks"].as_u64().unwrap()).sum();
+    assert_eq!(placed, 12, "{summary}");
+    let dest = receiver.root.join("data.bin");
+    for _ in 0..300 {
+        if dest.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(same_file(&src, &dest));
+    let left: Vec<_> =
+        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
+}
+
+#[test]
+fn bad_relay_input_fails_clearly() {
+    let (rdir, ldir, cdir) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let receiver = serve(rdir.path(), None);
+    let relay = serve(ldir.path(), Some((&ldir.path().join("s"), "1MiB")));
+    let src = cdir.path().join("f.bin");
+    random_file(&src, 1000, SEED);
+    let cases: [(&[&str], &str); 4] = [
+        (&["--relay", "far"], "no [relays.far] section"),
+        (&["--relay", "near", "--relay-strategy", "random"], "use fcfs, cyclic or partitioned"),
+        (&["--relay", "near", "--relay-block", "1KiB"], "between"),
+        (&["--relay", "near", "-r"], "regular file"),
+    ];
+    for (flags, expected) in cases {
+        let mut args = flags.to_vec();
+        let source = if flags.contains(&"-r") {
+            cdir.path().to_str().unwrap()
+        } else {
+            src.to_str().unwrap()
+        };
+        args.extend([source, "127.0.0.1:"]);
+        let out = cp(cdir.path(), &receiver, &relay, &args);
+        assert_ne!(code(&out), 0, "{flags:?}");
+        assert!(stderr(&out).contains(expected), "{flags:?}: {}", stderr(&out));
+    }
+    let bad = Command::new(BIN)
+        .args([
+            "serve",
+            "--root",
+            ".",
+            "--tokens",
+            "/dev/null",
+            "--spool",
+            "x",
+            "--spool-max",
+            "lots",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(code(&bad), 0);
+    assert!(stderr(&bad).contains("--spool-max"), "{}", stderr(&bad));
+}

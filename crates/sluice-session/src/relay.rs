@@ -1,0 +1,453 @@
+//! The relay plane (FSP striping, `docs/relay.md`) as pure logic: its messages, how a file is
+//! cut into blocks, and which destination takes which block by strategy.
+//!
+//! A relayed upload has three kinds of party: the sending end (the client, with the file), the
+//! receiving end (a server, which collects) and relays (servers with a spool). The sender cuts
+//! the file into blocks ([`BlockPlan`]), seals each with a key of its session with the receiver,
+//! and hands them out ([`Stripe`]) to the relays and the receiver itself. A hop to or from a
+//! relay is a request of its own on a session with that relay: [`Deposit`] (the sender's, under
+//! a token of the relay's) or [`Collect`] (the receiver's, under the transfer's capability),
+//! then [`HopMsg`]s. The relayed request on the sender's session with the receiver is
+//! [`RelayedPut`], then [`StripeMsg`]s from the sender and [`CollectMsg`]s from the receiver.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::messages::ErrorCode;
+use crate::options::Overwrite;
+
+/// The tag a collector's capability starts with, as it is presented in `Hello` (in the grant
+/// field, [`crate::messages::GrantClaim`], with the transfer id as the job).
+pub const CAPABILITY_TAG: &str = "sluice-relay-cap-v1.";
+/// The most blocks one deposit or collection moves.
+pub const MAX_BATCH_BLOCKS: usize = 256;
+/// The largest block a plan may have (its sealed form adds [`SEAL_OVERHEAD`]).
+pub const MAX_BLOCK_BYTES: u64 = 64 << 20;
+/// The smallest block a plan may have.
+pub const MIN_BLOCK_BYTES: u64 = 64 << 10;
+/// The block size a sender uses unless told otherwise.
+pub const DEFAULT_BLOCK_BYTES: u64 = 4 << 20;
+/// Bytes a sealed block has beyond its (compressed or plain) payload: a flag byte and the
+/// AEAD tag.
+pub const SEAL_OVERHEAD: u64 = 1 + 16;
+/// The most blocks one transfer has (4 TiB in blocks of 4 MiB): the receiver keeps a few
+/// bytes of state per block.
+pub const MAX_BLOCKS: u64 = 1 << 20;
+/// The most relays one transfer stripes over.
+pub const MAX_RELAYS: usize = 16;
+
+/// A block of a deposit or a collection, with the length of its sealed form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockLen {
+    /// The block's index in its transfer's [`BlockPlan`].
+    pub id: u64,
+    /// Bytes of its sealed form.
+    pub len: u64,
+}
+
+/// A sender's request to a relay: keep these sealed blocks of `transfer` until their
+/// collector, who proves the capability whose BLAKE3 is `capability_hash`, takes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deposit {
+    /// The transfer's id: 32 hex digits, chosen at random by the sender.
+    pub transfer: String,
+    /// BLAKE3 of the collector's capability at this relay, 64 hex digits. A relay keeps only
+    /// this; every deposit of a transfer must name the same.
+    pub capability_hash: String,
+    /// The blocks, in the order their bytes follow each other on the data channels.
+    pub blocks: Vec<BlockLen>,
+}
+
+/// A collector's request to a relay: send these blocks of `transfer` (the session's own; its
+/// capability admitted it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Collect {
+    /// The transfer's id.
+    pub transfer: String,
+    /// The blocks wanted.
+    pub blocks: Vec<u64>,
+}
+
+/// What either end of a hop (a deposit or a collection) says after the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HopMsg {
+    /// The receiving end of the hop's data is ready on these ports (one per channel), or the
+    /// sending end sends from these.
+    Ready {
+        /// Ports, channel 0 first.
+        udp_ports: Vec<u16>,
+    },
+    /// The relay holds these blocks durably (written and fsync'd): the deposit's answer.
+    Stored {
+        /// The blocks' ids.
+        blocks: Vec<u64>,
+    },
+    /// The relay's answer to a collection: the blocks it holds of those asked for, whose bytes
+    /// follow in this order once the collector is `Ready`.
+    Holding {
+        /// The blocks and their sealed lengths.
+        blocks: Vec<BlockLen>,
+    },
+    /// The collector has these blocks safe: the relay deletes them.
+    Release {
+        /// The blocks' ids.
+        blocks: Vec<u64>,
+    },
+    /// The relay deleted what was released.
+    Released,
+    /// Either end gives up.
+    Failed {
+        /// The class of the failure.
+        code: ErrorCode,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// A relay a transfer stripes over, as the sender tells the receiver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelaySpot {
+    /// Its QUIC address as the sender reached it (`ip:port`).
+    pub address: String,
+    /// Its fingerprint as the sender pinned it (`SHA256:...`).
+    pub fingerprint: String,
+    /// The collector's capability there, 64 hex digits (the relay holds only its hash).
+    pub capability: String,
+}
+
+/// A relayed upload, on the sender's session with the receiver: the receiver takes it as a
+/// job that collects the blocks from where the sender reports them and goes on when the
+/// sender has left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayedPut {
+    /// Where, relative to the server's root, as for `Put` (one file).
+    pub dest: String,
+    /// The file's name, used when `dest` is a directory.
+    pub name: String,
+    /// A file at the destination.
+    #[serde(default)]
+    pub overwrite: Overwrite,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// Bytes per block (the last may be shorter).
+    pub block_bytes: u64,
+    /// The transfer's id, 32 hex digits.
+    pub transfer: String,
+    /// The relays, in the order [`StripeMsg::Placed`] numbers them.
+    pub relays: Vec<RelaySpot>,
+}
+
+/// What the sender says on a relayed upload's stream after its request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StripeMsg {
+    /// These blocks are durable on relay `relay` (an index into `RelayedPut::relays`).
+    Placed {
+        /// The relay.
+        relay: u32,
+        /// The blocks.
+        blocks: Vec<u64>,
+    },
+    /// The BLAKE3 of the whole file, hex.
+    Digest {
+        /// The hash.
+        blake3: String,
+    },
+    /// Every block is on the receiver or durable on a relay: the sender leaves.
+    Sent,
+    /// The sender gives up.
+    Failed {
+        /// The class of the failure.
+        code: ErrorCode,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// What the receiver says on a relayed upload's stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CollectMsg {
+    /// The job is set up: deposits of the transfer on this session go straight to it.
+    Accepted {
+        /// The job's name, for `sluice jobs`.
+        job: String,
+    },
+    /// These blocks could not be had from where they were (a relay's copy did not open, or
+    /// the relay lost it): the sender, while it is there, deposits them with the receiver.
+    Refetch {
+        /// The blocks.
+        blocks: Vec<u64>,
+    },
+    /// The file is verified and in place (said when the sender is still there).
+    Done {
+        /// Bytes of the file.
+        bytes: u64,
+    },
+    /// The receiver gives up.
+    Failed {
+        /// The class of the failure.
+        code: ErrorCode,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// How a file of `size` bytes is cut into blocks of `block_bytes` (the last may be shorter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockPlan {
+    /// Bytes of the file.
+    pub size: u64,
+    /// Bytes per block.
+    pub block_bytes: u64,
+}
+
+impl BlockPlan {
+    /// The plan of `size` bytes in blocks of `block_bytes`, which must lie in
+    /// [`MIN_BLOCK_BYTES`]..=[`MAX_BLOCK_BYTES`].
+    pub fn new(size: u64, block_bytes: u64) -> Result<BlockPlan, String> {
+        if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&block_bytes) {
+            return Err(format!(
+                "a block of {block_bytes} bytes: between {MIN_BLOCK_BYTES} and {MAX_BLOCK_BYTES} \
+                 are possible"
+            ));
+        }
+        let plan = BlockPlan { size, block_bytes };
+        if plan.count() > MAX_BLOCKS {
+            return Err(format!(
+                "{size} bytes in blocks of {block_bytes} are {} blocks: at most {MAX_BLOCKS} \
+                 (choose larger blocks)",
+                plan.count()
+            ));
+        }
+        Ok(plan)
+    }
+
+    /// How many blocks.
+    pub fn count(&self) -> u64 {
+        self.size.div_ceil(self.block_bytes)
+    }
+
+    /// The file bytes of block `id`, or `None` past the end.
+    pub fn range(&self, id: u64) -> Option<Range<u64>> {
+        (id < self.count()).then(|| {
+            let start = id * self.block_bytes;
+            start..(start + self.block_bytes).min(self.size)
+        })
+    }
+
+    /// The largest sealed length block `id` may have (its payload never grows by sealing
+    /// beyond [`SEAL_OVERHEAD`]: a block that does not shrink is sent plain).
+    pub fn max_sealed(&self, id: u64) -> Option<u64> {
+        self.range(id).map(|r| r.end - r.start + SEAL_OVERHEAD)
+    }
+}
+
+/// How blocks are handed out among destinations (FSP section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// First come, first served: whoever is ready takes the next blocks, so a faster
+    /// destination takes more.
+    #[default]
+    Fcfs,
+    /// Round robin: block `i` goes to destination `i mod n`.
+    Cyclic,
+    /// Each destination an equal contiguous share.
+    Partitioned,
+}
+
+impl Strategy {
+    /// The strategy named `name` (`fcfs`, `cyclic`, `partitioned`).
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        match name {
+            "fcfs" => Some(Strategy::Fcfs),
+            "cyclic" => Some(Strategy::Cyclic),
+            "partitioned" => Some(Strategy::Partitioned),
+            _ => None,
+        }
+    }
+}
+
+/// Which blocks each destination takes next. Destinations `0..sharing` share the blocks by
+/// the strategy; one beyond them (the direct path, when the receiver is not in the striping)
+/// takes only blocks assigned to it and blocks given back. Blocks assigned to a destination
+/// are its first; blocks a destination gives back (it failed) are taken next by whoever asks,
+/// whatever the strategy.
+#[derive(Debug, Clone)]
+pub struct Stripe {
+    /// Blocks of each sharing destination's own share (one shared queue under `fcfs`).
+    shares: Vec<VecDeque<u64>>,
+    strategy: Strategy,
+    /// Blocks given back, for anyone.
+    orphans: VecDeque<u64>,
+    /// Blocks for one destination only, by destination.
+    assigned: Vec<(usize, u64)>,
+    /// How many destinations share by the strategy.
+    sharing: usize,
+}
+
+impl Stripe {
+    /// Blocks `0..count` shared over `sharing` destinations (at least one).
+    pub fn new(strategy: Strategy, count: u64, sharing: usize) -> Stripe {
+        let n = sharing.max(1);
+        let mut shares = vec![VecDeque::new(); if strategy == Strategy::Fcfs { 1 } else { n }];
+        for id in 0..count {
+            let at = match strategy {
+                Strategy::Fcfs => 0,
+                Strategy::Cyclic => (id % n as u64) as usize,
+                // Share k is ids [k*count/n, (k+1)*count/n).
+                Strategy::Partitioned => ((id as u128 * n as u128) / count as u128) as usize,
+            };
+            shares[at].push_back(id);
+        }
+        Stripe { shares, strategy, orphans: VecDeque::new(), assigned: Vec::new(), sharing: n }
+    }
+
+    /// Up to `max` blocks for destination `dest` to take now; empty when it has nothing left.
+    pub fn take(&mut self, dest: usize, max: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.assigned.retain(|&(d, id)| {
+            let mine = d == dest && out.len() < max;
+            if mine {
+                out.push(id);
+            }
+            !mine
+        });
+        while out.len() < max
+            && let Some(id) = self.orphans.pop_front()
+        {
+            out.push(id);
+        }
+        let share = if self.strategy == Strategy::Fcfs { 0 } else { dest };
+        if dest < self.sharing
+            && let Some(queue) = self.shares.get_mut(share)
+        {
+            while out.len() < max
+                && let Some(id) = queue.pop_front()
+            {
+                out.push(id);
+            }
+        }
+        out
+    }
+
+    /// Destination `dest` is gone: its share that nobody took, and `blocks` it had taken but
+    /// not placed, go to whoever asks next.
+    pub fn give_back(&mut self, dest: usize, blocks: impl IntoIterator<Item = u64>) {
+        self.orphans.extend(blocks);
+        if self.strategy != Strategy::Fcfs
+            && let Some(queue) = self.shares.get_mut(dest)
+        {
+            self.orphans.extend(queue.drain(..));
+        }
+    }
+
+    /// `blocks` go to destination `dest` only (the receiver asks for them again: they go the
+    /// direct way).
+    pub fn assign(&mut self, dest: usize, blocks: impl IntoIterator<Item = u64>) {
+        self.assigned.extend(blocks.into_iter().map(|id| (dest, id)));
+    }
+
+    /// Whether every block has been taken.
+    pub fn is_empty(&self) -> bool {
+        self.orphans.is_empty()
+            && self.assigned.is_empty()
+            && self.shares.iter().all(VecDeque::is_empty)
+    }
+}
+
+/// Parses 2n lowercase or uppercase hex digits into n bytes.
+pub fn from_hex<const N: usize>(hex: &str) -> Option<[u8; N]> {
+    if hex.len() != 2 * N || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Lowercase hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(stripe: &mut Stripe, dests: usize) -> Vec<Vec<u64>> {
+        let mut got = vec![Vec::new(); dests];
+        loop {
+            let mut any = false;
+            for (d, g) in got.iter_mut().enumerate() {
+                let taken = stripe.take(d, 2);
+                any |= !taken.is_empty();
+                g.extend(taken);
+            }
+            if !any {
+                return got;
+            }
+        }
+    }
+
+    #[test]
+    fn strategies_hand_out_every_block_once() {
+        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, 7, 3), 3);
+        assert_eq!(cyclic, vec![vec![0, 3, 6], vec![1, 4], vec![2, 5]]);
+        let parted = drain(&mut Stripe::new(Strategy::Partitioned, 7, 3), 3);
+        assert_eq!(parted, vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]]);
+        let fcfs = drain(&mut Stripe::new(Strategy::Fcfs, 7, 3), 3);
+        assert_eq!(fcfs, vec![vec![0, 1, 6], vec![2, 3], vec![4, 5]]);
+        for got in [cyclic, parted, fcfs] {
+            let mut all: Vec<u64> = got.concat();
+            all.sort_unstable();
+            assert_eq!(all, (0..7).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_destination_beyond_the_sharing_ones_takes_only_what_is_assigned_or_given_back() {
+        for strategy in [Strategy::Fcfs, Strategy::Cyclic] {
+            let mut stripe = Stripe::new(strategy, 4, 1);
+            assert_eq!(stripe.take(1, 10), Vec::<u64>::new(), "{strategy:?}");
+            assert_eq!(stripe.take(0, 10), vec![0, 1, 2, 3], "{strategy:?}");
+            stripe.assign(1, [2]);
+            assert_eq!(stripe.take(0, 10), Vec::<u64>::new(), "{strategy:?}");
+            assert_eq!(stripe.take(1, 10), vec![2], "{strategy:?}");
+            stripe.give_back(0, [3]);
+            assert_eq!(stripe.take(1, 10), vec![3], "{strategy:?}");
+            assert!(stripe.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_gone_destination_leaves_its_share_to_the_others() {
+        let mut stripe = Stripe::new(Strategy::Partitioned, 6, 2);
+        assert_eq!(stripe.take(1, 1), vec![3]);
+        stripe.give_back(1, [3]);
+        assert_eq!(stripe.take(0, 10), vec![3, 4, 5, 0, 1, 2]);
+        assert!(stripe.is_empty());
+    }
+
+    #[test]
+    fn plans_cut_files_into_blocks() {
+        let plan = BlockPlan::new(10 * MIN_BLOCK_BYTES + 1, MIN_BLOCK_BYTES).unwrap();
+        assert_eq!(plan.count(), 11);
+        assert_eq!(plan.range(10), Some(10 * MIN_BLOCK_BYTES..10 * MIN_BLOCK_BYTES + 1));
+        assert_eq!(plan.range(11), None);
+        assert_eq!(BlockPlan::new(0, MIN_BLOCK_BYTES).unwrap().count(), 0);
+        assert!(BlockPlan::new(1, 1).is_err());
+        assert!(BlockPlan::new(1, MAX_BLOCK_BYTES + 1).is_err());
+        assert!(BlockPlan::new(u64::MAX, MAX_BLOCK_BYTES).is_err(), "a huge file, bounded state");
+        assert!(BlockPlan::new(MAX_BLOCKS * MIN_BLOCK_BYTES, MIN_BLOCK_BYTES).is_ok());
+        assert_eq!(from_hex::<2>("0aFf"), Some([0x0a, 0xff]));
+        assert_eq!(from_hex::<2>("0aF"), None);
+        assert_eq!(to_hex(&[0x0a, 0xff]), "0aff");
+    }
+}

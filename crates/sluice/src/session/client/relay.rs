@@ -1,0 +1,168 @@
+//! The client's ends of the relay plane's requests: a deposit with a relay, a collection from
+//! one (a collector is a client of the relay, admitted by its capability), and a relayed
+//! upload's request to its receiver.
+
+use std::sync::Arc;
+
+use sluice_session::relay::{BlockLen, Collect, CollectMsg, Deposit, HopMsg, RelayedPut};
+
+use super::{Client, SessionError};
+use crate::session::Peer;
+use crate::session::channel::{REPLY_TIMEOUT, frame_error};
+use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret};
+use crate::session::messages::{Request, read_message};
+use crate::session::relay::hop::{
+    Direction, Memory, move_batch, read_hop, receive_blocks, write_hop,
+};
+use crate::session::relay::seal::RELAY_KEY_LABEL;
+
+/// What a collection got from a relay; [`CollectHop::release`] tells the relay which of them
+/// it may delete.
+#[derive(Debug)]
+pub struct CollectHop {
+    /// The blocks the relay had of those asked for, sealed, in its order.
+    pub blocks: Vec<(u64, Vec<u8>)>,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    conn: quinn::Connection,
+}
+
+impl CollectHop {
+    /// The collector has `ids` safe: the relay deletes them (and says so).
+    pub async fn release(mut self, ids: &[u64]) -> Result<(), SessionError> {
+        write_hop(&mut self.send, &self.conn, &HopMsg::Release { blocks: ids.to_vec() }).await?;
+        match read_hop(&mut self.recv, &self.conn, Peer::Server).await? {
+            HopMsg::Released => {
+                let _ = self.send.finish();
+                Ok(())
+            }
+            other => Err(SessionError::Protocol(format!("expected Released, got {other:?}"))),
+        }
+    }
+}
+
+/// A relayed upload's request on the sender's session with its receiver.
+#[derive(Debug)]
+pub(crate) struct RelayedRequest {
+    pub(crate) send: quinn::SendStream,
+    pub(crate) recv: quinn::RecvStream,
+    /// The key material of the transfer's blocks (the upload's direction).
+    pub(crate) secret: DirectionSecret,
+    /// The receiver's name of the job.
+    pub(crate) job: String,
+}
+
+impl Client {
+    /// The session's round-trip time as QUIC measures it (FSP 3.1 selects relays by it).
+    pub fn rtt(&self) -> std::time::Duration {
+        self.conn.rtt()
+    }
+
+    /// The session's connection (its exporter and close reason).
+    pub(crate) fn connection(&self) -> &quinn::Connection {
+        &self.conn
+    }
+
+    /// Deposits `blocks` (sealed, by id) of `transfer` (32 hex digits) with this relay for the
+    /// collector whose capability hashes to `capability_hash` (BLAKE3, 64 hex digits); returns
+    /// the blocks the relay holds durably (written and fsync'd). The relay plane's primitive:
+    /// [`Client::upload_relayed`] stripes with it.
+    pub async fn deposit_blocks(
+        &self,
+        transfer: &str,
+        capability_hash: &str,
+        blocks: Vec<(u64, Vec<u8>)>,
+    ) -> Result<Vec<u64>, SessionError> {
+        let lens: Vec<BlockLen> =
+            blocks.iter().map(|(id, b)| BlockLen { id: *id, len: b.len() as u64 }).collect();
+        let total: u64 = lens.iter().map(|b| b.len).sum();
+        let mut req = self.request().await?;
+        let deposit = Request::Deposit(Deposit {
+            transfer: transfer.to_owned(),
+            capability_hash: capability_hash.to_owned(),
+            blocks: lens,
+        });
+        let welcomed = self.opened(req.write(&deposit).await).await?;
+        let setup = self.setup(req.id, welcomed);
+        let bytes: Vec<u8> = blocks.into_iter().flat_map(|(_, b)| b).collect();
+        let store = Arc::new(Memory::of(bytes));
+        move_batch(
+            setup,
+            &mut req.send,
+            &mut req.recv,
+            Peer::Server,
+            Direction::Send,
+            store,
+            total,
+        )
+        .await?;
+        match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {
+            HopMsg::Stored { blocks } => {
+                req.finish();
+                Ok(blocks)
+            }
+            other => Err(SessionError::Protocol(format!("expected Stored, got {other:?}"))),
+        }
+    }
+
+    /// Collects `ids` of `transfer` from this relay, on a session its capability admitted
+    /// ([`crate::session::relay::capability_claim`]); the blocks it does not hold are left out.
+    pub async fn collect_blocks(
+        &self,
+        transfer: &str,
+        ids: &[u64],
+    ) -> Result<CollectHop, SessionError> {
+        let mut req = self.request().await?;
+        let collect =
+            Request::Collect(Collect { transfer: transfer.to_owned(), blocks: ids.to_vec() });
+        let welcomed = self.opened(req.write(&collect).await).await?;
+        let held = match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {
+            HopMsg::Holding { blocks } => blocks,
+            other => {
+                return Err(SessionError::Protocol(format!("expected Holding, got {other:?}")));
+            }
+        };
+        if held.iter().any(|b| !ids.contains(&b.id)) {
+            return Err(SessionError::Protocol("the relay sent a block not asked for".into()));
+        }
+        let total: u64 = held.iter().map(|b| b.len).sum();
+        let mut blocks = Vec::with_capacity(held.len());
+        if total > 0 {
+            let setup = self.setup(req.id, welcomed);
+            blocks =
+                receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held).await?;
+        }
+        let OpenRequestParts { send, recv } = req.into_parts();
+        Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })
+    }
+
+    /// Opens a relayed upload with this server (the receiver): it answers once its job is
+    /// set up.
+    pub(crate) async fn relayed(&self, put: RelayedPut) -> Result<RelayedRequest, SessionError> {
+        let mut req = self.request().await?;
+        let welcomed = self.opened(req.write(&Request::Relayed(put)).await).await?;
+        let at = ChannelRef { session_id: welcomed.session_id, request_id: req.id, channel: 0 };
+        let secret =
+            ChannelSecrets::derive_labelled(&self.conn, RELAY_KEY_LABEL, &at)?.client_to_server;
+        let answer = read_message(&mut req.recv, REPLY_TIMEOUT)
+            .await
+            .map_err(|e| frame_error(e, &self.conn))?;
+        let job = match answer {
+            CollectMsg::Accepted { job } => job,
+            CollectMsg::Failed { code, message } => {
+                return Err(SessionError::from_server(code, message));
+            }
+            other => {
+                return Err(SessionError::Protocol(format!("expected Accepted, got {other:?}")));
+            }
+        };
+        let OpenRequestParts { send, recv } = req.into_parts();
+        Ok(RelayedRequest { send, recv, secret, job })
+    }
+}
+
+/// A request's streams, taken out of it.
+pub(super) struct OpenRequestParts {
+    pub(super) send: quinn::SendStream,
+    pub(super) recv: quinn::RecvStream,
+}

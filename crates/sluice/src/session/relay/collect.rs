@@ -1,0 +1,484 @@
+//! A relayed upload's receiving end: the job that collects the sender's blocks, from the relays
+//! where the sender reports them and from the sender's own deposits, opens each (a block that
+//! does not open is fetched again: from the sender while it is there), writes it into a part
+//! file beside the destination, and, once every block is written and the file's BLAKE3 is the
+//! sender's, renames it into place. It goes on when the sender has left (FSP's retreat).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_session::relay::{BlockPlan, MAX_BATCH_BLOCKS, to_hex};
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::seal::BlockKey;
+use super::spool::TransferId;
+use crate::files::Confined;
+use crate::session::channel::blocking;
+use crate::session::keys::SessionId;
+use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
+
+/// The most bytes of blocks one collection from a relay asks for.
+const BATCH_BYTES: u64 = 64 << 20;
+/// Attempts to collect from a relay that failed, before its blocks count as lost there.
+const RELAY_ATTEMPTS: u32 = 3;
+/// The wait between them.
+const RELAY_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// A relay as the collector reaches it.
+#[derive(Debug, Clone)]
+pub(crate) struct RelayAt {
+    pub(crate) address: SocketAddr,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) capability: [u8; 32],
+}
+
+/// Where a block is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Where {
+    /// Not yet placed anywhere (or lost where it was).
+    Missing,
+    /// Durable on this relay.
+    At(u32),
+    /// Being collected from this relay.
+    Fetching(u32),
+    /// Written into the part file.
+    Written,
+}
+
+/// What the job tells the sender's request while it is there.
+#[derive(Debug)]
+pub(crate) enum JobEvent {
+    /// Deposit these blocks here again.
+    Refetch(Vec<u64>),
+    /// The job ended: the file's size, or why it failed.
+    End(Result<u64, SessionError>),
+}
+
+#[derive(Debug)]
+struct Progress {
+    blocks: Vec<Where>,
+    digest: Option<blake3::Hash>,
+    /// Whether the sender has gone (no refetch possible).
+    sender_gone: bool,
+    /// Whether the sender said every block is placed.
+    sent: bool,
+}
+
+/// One relayed upload being collected.
+pub(crate) struct Collection {
+    transfer: TransferId,
+    /// The sender's session: its deposits of this transfer come straight here.
+    session: SessionId,
+    key: BlockKey,
+    plan: BlockPlan,
+    part: PathBuf,
+    dest: PathBuf,
+    file: File,
+    /// Every file step beneath the client's root.
+    fs: Confined,
+    relays: Vec<RelayAt>,
+    clients: Mutex<Vec<Option<Client>>>,
+    progress: Mutex<Progress>,
+    wake: Notify,
+    events: mpsc::UnboundedSender<JobEvent>,
+    /// Held while the job runs (the server's places for transfers).
+    _permits: Box<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for Collection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collection")
+            .field("transfer", &to_hex(&self.transfer))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The collections a server runs, by transfer.
+#[derive(Debug, Default)]
+pub(crate) struct Collections {
+    running: Mutex<HashMap<TransferId, Arc<Collection>>>,
+}
+
+impl Collections {
+    /// The collection of `transfer` when `session` is its sender's: its deposits go there.
+    pub(crate) fn direct(
+        &self,
+        transfer: &TransferId,
+        session: SessionId,
+    ) -> Option<Arc<Collection>> {
+        lock(&self.running).get(transfer).filter(|c| c.session == session).cloned()
+    }
+}
+
+/// What a collection starts from.
+pub(crate) struct Start {
+    pub(crate) transfer: TransferId,
+    pub(crate) session: SessionId,
+    pub(crate) key: BlockKey,
+    pub(crate) plan: BlockPlan,
+    pub(crate) dest: PathBuf,
+    /// How the destination's files are reached (beneath the client's root).
+    pub(crate) fs: Confined,
+    pub(crate) relays: Vec<RelayAt>,
+    pub(crate) permits: Box<dyn Send + Sync>,
+}
+
+impl Collection {
+    /// Makes the part file and starts the job; its events go to the sender's request.
+    pub(crate) fn start(
+        start: Start,
+        collections: &Arc<Collections>,
+    ) -> Result<(Arc<Collection>, mpsc::UnboundedReceiver<JobEvent>), SessionError> {
+        let name =
+            start.dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let part =
+            start.dest.with_file_name(format!(".{name}.{}.relayed", to_hex(&start.transfer[..4])));
+        // One a crash left is ours to replace.
+        let _ = start.fs.remove_file(&part);
+        let file = start
+            .fs
+            .create_new(&part, 0o600)
+            .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
+        file.set_len(start.plan.size)
+            .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let count = start.plan.count() as usize;
+        let job = Arc::new(Collection {
+            transfer: start.transfer,
+            session: start.session,
+            key: start.key,
+            plan: start.plan,
+            part,
+            dest: start.dest,
+            file,
+            fs: start.fs,
+            clients: Mutex::new(vec![None; start.relays.len()]),
+            relays: start.relays,
+            progress: Mutex::new(Progress {
+                blocks: vec![Where::Missing; count],
+                digest: None,
+                sender_gone: false,
+                sent: false,
+            }),
+            wake: Notify::new(),
+            events: tx,
+            _permits: start.permits,
+        });
+        {
+            let mut running = lock(&collections.running);
+            if running.contains_key(&job.transfer) {
+                return Err(SessionError::Busy("this transfer is being collected already".into()));
+            }
+            running.insert(job.transfer, job.clone());
+        }
+        tokio::spawn(job.clone().run(collections.clone()));
+        Ok((job, rx))
+    }
+
+    /// The job's name (the transfer's id).
+    pub(crate) fn name(&self) -> String {
+        to_hex(&self.transfer)
+    }
+
+    /// The sender placed `blocks` on relay `relay`.
+    pub(crate) fn placed(&self, relay: u32, blocks: &[u64]) -> Result<(), SessionError> {
+        if relay as usize >= self.relays.len() {
+            return Err(SessionError::Protocol(format!("no relay {relay}")));
+        }
+        let mut progress = lock(&self.progress);
+        for &id in blocks {
+            let slot = progress
+                .blocks
+                .get_mut(id as usize)
+                .ok_or_else(|| SessionError::Protocol(format!("no block {id}")))?;
+            if *slot == Where::Missing {
+                *slot = Where::At(relay);
+            }
+        }
+        drop(progress);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// The sender's BLAKE3 of the whole file.
+    pub(crate) fn digest(&self, hash: blake3::Hash) {
+        lock(&self.progress).digest = Some(hash);
+        self.wake.notify_one();
+    }
+
+    /// The sender said every block is placed (`gone`: and it has left, or it left without).
+    pub(crate) fn sender_left(&self, sent: bool) {
+        let mut progress = lock(&self.progress);
+        progress.sender_gone = true;
+        progress.sent |= sent;
+        drop(progress);
+        self.wake.notify_one();
+    }
+
+    /// Opens and writes blocks the sender deposited here itself (`sealed` end to end in the
+    /// order of `ids`). Blocking.
+    pub(crate) fn deliver(&self, blocks: &[(u64, Vec<u8>)]) -> Result<(), SessionError> {
+        let (good, bad) = self.write_blocks(blocks)?;
+        if let Some(id) = bad.first() {
+            return Err(SessionError::Integrity(format!(
+                "block {id} from the sender did not open"
+            )));
+        }
+        self.mark_written(&good);
+        Ok(())
+    }
+
+    /// Opens each block and writes the good ones, then syncs the part file: the written and
+    /// the rejected blocks.
+    fn write_blocks(
+        &self,
+        blocks: &[(u64, Vec<u8>)],
+    ) -> Result<(Vec<u64>, Vec<u64>), SessionError> {
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
+        for (id, sealed) in blocks {
+            let Some(range) = self.plan.range(*id) else {
+                bad.push(*id);
+                continue;
+            };
+            match self.key.open(*id, range.end - range.start, sealed) {
+                Ok(plain) => {
+                    self.file.write_all_at(&plain, range.start).map_err(|e| {
+                        SessionError::io(format!("writing {}", self.part.display()), e)
+                    })?;
+                    good.push(*id);
+                }
+                Err(e) => {
+                    warn!(transfer = %self.name(), error = %e, "a relayed block was rejected");
+                    bad.push(*id);
+                }
+            }
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| SessionError::io(format!("syncing {}", self.part.display()), e))?;
+        Ok((good, bad))
+    }
+
+    fn mark_written(&self, ids: &[u64]) {
+        let mut progress = lock(&self.progress);
+        for &id in ids {
+            if let Some(slot) = progress.blocks.get_mut(id as usize) {
+                *slot = Where::Written;
+            }
+        }
+        drop(progress);
+        self.wake.notify_one();
+    }
+
+    /// Blocks that could not be had where they were: missing again, and asked of the sender.
+    fn lost(&self, ids: Vec<u64>) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut progress = lock(&self.progress);
+        for &id in &ids {
+            if let Some(slot) = progress.blocks.get_mut(id as usize)
+                && *slot != Where::Written
+            {
+                *slot = Where::Missing;
+            }
+        }
+        drop(progress);
+        let _ = self.events.send(JobEvent::Refetch(ids));
+    }
+
+    /// A batch that failed at `relay` waits there for another attempt.
+    fn put_back(&self, relay: u32, batch: &[u64]) {
+        let mut progress = lock(&self.progress);
+        for id in batch {
+            if let Some(w) = progress.blocks.get_mut(*id as usize)
+                && *w == Where::Fetching(relay)
+            {
+                *w = Where::At(relay);
+            }
+        }
+    }
+
+    /// The next batch to collect from `relay`, marked as being fetched.
+    fn next_batch(&self, relay: u32) -> Vec<u64> {
+        let mut progress = lock(&self.progress);
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        for (id, slot) in progress.blocks.iter_mut().enumerate() {
+            if *slot == Where::At(relay) && batch.len() < MAX_BATCH_BLOCKS && bytes < BATCH_BYTES {
+                *slot = Where::Fetching(relay);
+                batch.push(id as u64);
+                bytes += self.plan.block_bytes;
+            }
+        }
+        batch
+    }
+
+    async fn relay_client(&self, relay: u32) -> Result<Client, SessionError> {
+        if let Some(client) = lock(&self.clients)[relay as usize].clone() {
+            return Ok(client);
+        }
+        let at = &self.relays[relay as usize];
+        let mut config = ClientConfig::new(
+            at.address,
+            at.address.to_string(),
+            "",
+            "/dev/null",
+            TrustPolicy::Pinned(at.fingerprint.clone()),
+        );
+        config.grant = Some(super::capability_claim(&self.transfer, &at.capability));
+        config.transport = crate::session::TransportChoice::Udp;
+        let client = Client::connect(config).await?;
+        lock(&self.clients)[relay as usize] = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Collects `batch` from `relay`, writes what opens, releases it there; what the relay did
+    /// not have or did not open is lost there.
+    async fn collect(self: Arc<Self>, relay: u32, batch: Vec<u64>) -> Result<(), SessionError> {
+        let client = self.relay_client(relay).await?;
+        let hop = client.collect_blocks(&self.name(), &batch).await?;
+        let me = self.clone();
+        let blocks = hop.blocks.clone();
+        let (good, mut bad) = blocking(move || me.write_blocks(&blocks)).await?;
+        let had: Vec<u64> = hop.blocks.iter().map(|(id, _)| *id).collect();
+        // A copy that did not open is no use there either.
+        hop.release(&had).await?;
+        self.mark_written(&good);
+        bad.extend(batch.iter().filter(|id| !had.contains(id)));
+        self.lost(bad);
+        Ok(())
+    }
+
+    /// Runs the job to its end.
+    async fn run(self: Arc<Self>, collections: Arc<Collections>) {
+        let end = self.drive().await;
+        let end = match end {
+            Ok(bytes) => {
+                info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed upload collected");
+                Ok(bytes)
+            }
+            Err(e) => {
+                warn!(transfer = %self.name(), error = %e, "relayed upload failed");
+                let _ = self.fs.remove_file(&self.part);
+                Err(e)
+            }
+        };
+        lock(&collections.running).remove(&self.transfer);
+        let _ = self.events.send(JobEvent::End(end));
+    }
+
+    async fn drive(self: &Arc<Self>) -> Result<u64, SessionError> {
+        let mut busy = vec![false; self.relays.len()];
+        let mut failures = vec![0u32; self.relays.len()];
+        let mut fetching: JoinSet<(u32, Vec<u64>, Result<(), SessionError>)> = JoinSet::new();
+        loop {
+            for relay in 0..self.relays.len() as u32 {
+                if busy[relay as usize] {
+                    continue;
+                }
+                let batch = self.next_batch(relay);
+                if batch.is_empty() {
+                    continue;
+                }
+                busy[relay as usize] = true;
+                let job = self.clone();
+                fetching.spawn(async move {
+                    let result = job.clone().collect(relay, batch.clone()).await;
+                    (relay, batch, result)
+                });
+            }
+            let (all_written, digest, gone, missing) = {
+                let p = lock(&self.progress);
+                let missing: Vec<u64> = p
+                    .blocks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| **w == Where::Missing)
+                    .map(|(i, _)| i as u64)
+                    .collect();
+                (p.blocks.iter().all(|w| *w == Where::Written), p.digest, p.sender_gone, missing)
+            };
+            if all_written && let Some(digest) = digest {
+                return self.finish(digest).await;
+            }
+            if gone && fetching.is_empty() && (!missing.is_empty() || digest.is_none()) {
+                return Err(self.left_behind(&missing, digest.is_none()));
+            }
+            tokio::select! {
+                Some(joined) = fetching.join_next(), if !fetching.is_empty() => {
+                    let Ok((relay, batch, result)) = joined else { continue };
+                    busy[relay as usize] = false;
+                    if let Err(e) = result {
+                        failures[relay as usize] += 1;
+                        warn!(transfer = %self.name(), relay, error = %e, "collecting from a relay failed");
+                        lock(&self.clients)[relay as usize] = None;
+                        if failures[relay as usize] >= RELAY_ATTEMPTS {
+                            self.lost(batch);
+                        } else {
+                            self.put_back(relay, &batch);
+                            tokio::time::sleep(RELAY_RETRY_WAIT).await;
+                        }
+                    }
+                }
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Why the job cannot end: the sender left with these blocks nowhere (named as byte
+    /// ranges of the file), or without its digest.
+    fn left_behind(&self, missing: &[u64], no_digest: bool) -> SessionError {
+        if no_digest && missing.is_empty() {
+            return SessionError::Network(
+                "the sender left before it sent the file's BLAKE3".into(),
+            );
+        }
+        let ranges: Vec<String> = missing
+            .iter()
+            .take(8)
+            .filter_map(|id| self.plan.range(*id))
+            .map(|r| format!("{}..{}", r.start, r.end))
+            .collect();
+        let more = missing.len().saturating_sub(8);
+        SessionError::Network(format!(
+            "the sender left and {} blocks are nowhere to collect (bytes {}{})",
+            missing.len(),
+            ranges.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        ))
+    }
+
+    /// Hashes the part file, compares, and renames it into place.
+    async fn finish(self: &Arc<Self>, digest: blake3::Hash) -> Result<u64, SessionError> {
+        let me = self.clone();
+        blocking(move || {
+            let mut hasher = blake3::Hasher::new();
+            let mut file = me
+                .fs
+                .open(&me.part, false)
+                .map_err(|e| SessionError::io(format!("reading {}", me.part.display()), e))?;
+            hasher
+                .update_reader(&mut file)
+                .map_err(|e| SessionError::io(format!("hashing {}", me.part.display()), e))?;
+            if hasher.finalize() != digest {
+                return Err(SessionError::Integrity(format!(
+                    "{}: the collected file does not hash to the sender's BLAKE3",
+                    me.dest.display()
+                )));
+            }
+            me.fs
+                .rename(&me.part, &me.dest)
+                .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
+            Ok(me.plan.size)
+        })
+        .await
+    }
+}

@@ -1,0 +1,188 @@
+//! One hop's data: the bytes of a batch of sealed blocks over the session's own UDP data
+//! channels, between a sender and a relay (a deposit) or a relay and a collector (a
+//! collection). The hop is a request of its own on the session with the relay, so its
+//! channels have keys of their own from that session's exporter; the blocks inside are sealed
+//! end to end as well ([`super::seal`]).
+//!
+//! Both ends bind one socket per negotiated channel and say `Ready` with their ports, the
+//! receiving end first (so a sending end whose request was refused reads the refusal), then the sending end sends the batch as one range (blocks end to end, in the order
+//! the request or `Holding` listed them) and the receiving end writes it into its store.
+
+use std::io;
+use std::sync::{Arc, RwLock};
+
+use sluice_session::relay::{BlockLen, HopMsg};
+
+use crate::datapath::{self, Store};
+use crate::session::SessionError;
+use crate::session::channel::{ChannelSetup, DataTask, bind_data_sockets};
+use crate::session::channel::{REPLY_TIMEOUT, frame_error};
+use crate::session::messages::{read_message, write_message};
+
+/// Bytes in memory, as a store the data channels read or write (a batch of sealed blocks:
+/// bounded by the batch size).
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
+    data: RwLock<Vec<u8>>,
+}
+
+impl Memory {
+    /// `len` zero bytes, to be written.
+    pub(crate) fn zeroed(len: usize) -> Memory {
+        Memory { data: RwLock::new(vec![0; len]) }
+    }
+
+    /// These bytes, to be read.
+    pub(crate) fn of(data: Vec<u8>) -> Memory {
+        Memory { data: RwLock::new(data) }
+    }
+
+    /// The bytes.
+    pub(crate) fn into_inner(self) -> Vec<u8> {
+        self.data.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Store for Memory {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let data = self.data.read().unwrap_or_else(|e| e.into_inner());
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(data.len());
+        let n = buf.len().min(data.len() - start);
+        buf[..n].copy_from_slice(&data[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let end =
+            start.checked_add(buf.len()).filter(|end| *end <= data.len()).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "a write past the end of the batch")
+            })?;
+        data[start..end].copy_from_slice(buf);
+        Ok(buf.len())
+    }
+}
+
+/// Which way the hop's data goes from this end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// This end sends the batch.
+    Send,
+    /// This end receives it.
+    Receive,
+}
+
+/// Reads the peer's next hop message; its `Failed` is the error.
+pub(crate) async fn read_hop(
+    recv: &mut quinn::RecvStream,
+    conn: &quinn::Connection,
+    peer: crate::session::Peer,
+) -> Result<HopMsg, SessionError> {
+    match read_message(recv, REPLY_TIMEOUT).await.map_err(|e| frame_error(e, conn))? {
+        HopMsg::Failed { code, message } => Err(SessionError::from_peer(peer, code, message)),
+        other => Ok(other),
+    }
+}
+
+/// Writes a hop message.
+pub(crate) async fn write_hop(
+    send: &mut quinn::SendStream,
+    conn: &quinn::Connection,
+    msg: &HopMsg,
+) -> Result<(), SessionError> {
+    write_message(send, msg).await.map_err(|e| frame_error(e, conn))
+}
+
+/// Receives `blocks` (sealed, end to end in this order) across the hop into memory, as
+/// [`move_batch`] does, and cuts them apart.
+pub(crate) async fn receive_blocks(
+    setup: ChannelSetup<'_>,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    peer: crate::session::Peer,
+    blocks: &[BlockLen],
+) -> Result<Vec<(u64, Vec<u8>)>, SessionError> {
+    let total: u64 = blocks.iter().map(|b| b.len).sum();
+    let len = usize::try_from(total)
+        .map_err(|_| SessionError::Protocol(format!("a batch of {total} bytes")))?;
+    let store = Arc::new(Memory::zeroed(len));
+    move_batch(setup, send, recv, peer, Direction::Receive, store.clone(), total).await?;
+    let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
+    let mut at = 0usize;
+    let mut out = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let end = at + block.len as usize;
+        out.push((block.id, bytes.get(at..end).unwrap_or_default().to_vec()));
+        at = end;
+    }
+    Ok(out)
+}
+
+/// Moves `total` bytes of `store` across the hop, this end sending or receiving: the `Ready`
+/// exchange, then the data channels. Returns once every byte is acknowledged (sending) or
+/// written (receiving).
+pub(crate) async fn move_batch(
+    setup: ChannelSetup<'_>,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    peer: crate::session::Peer,
+    direction: Direction,
+    store: Arc<dyn Store + Send + Sync>,
+    total: u64,
+) -> Result<(), SessionError> {
+    if setup.streams.is_some() {
+        return Err(SessionError::Refused(
+            "relayed blocks move on UDP data channels; this session runs over TCP".into(),
+        ));
+    }
+    let conn = setup.conn;
+    let local = conn.local_ip().map(|ip| ip.to_canonical());
+    let peer_ip = conn.remote_address().ip().to_canonical();
+    let (sockets, ports) = bind_data_sockets(
+        setup.negotiated.channels,
+        local,
+        peer_ip,
+        datapath::SOCKET_BUFFER_BYTES,
+    )?;
+    // The receiving end speaks first: a sending end that was refused instead reads why.
+    let ready = HopMsg::Ready { udp_ports: ports };
+    if direction == Direction::Receive {
+        write_hop(send, conn, &ready).await?;
+    }
+    let peer_ports = match read_hop(recv, conn, peer).await? {
+        HopMsg::Ready { udp_ports } => udp_ports,
+        other => return Err(SessionError::Protocol(format!("expected Ready, got {other:?}"))),
+    };
+    if direction == Direction::Send {
+        write_hop(send, conn, &ready).await?;
+    }
+    let channels = setup.params(sockets, peer_ip, &peer_ports)?;
+    let mut task = DataTask::spawn(move |cancel| match direction {
+        Direction::Send => datapath::send(
+            channels,
+            &*store,
+            std::slice::from_ref(&(0..total)),
+            None,
+            &mut |_| {},
+            cancel,
+        )
+        .map(drop),
+        Direction::Receive => datapath::receive(
+            channels,
+            &*store,
+            0..total,
+            &[],
+            vec![total],
+            &mut |_| {},
+            &|_| {},
+            cancel,
+        )
+        .map(drop),
+    });
+    let done = tokio::select! {
+        done = task.join() => done?,
+        closed = conn.closed() => return Err(crate::session::connection_error(&closed)),
+    };
+    done.map_err(|e| setup.data_error(e))
+}

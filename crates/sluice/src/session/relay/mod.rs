@@ -1,0 +1,23 @@
+//! The relay plane (FSP striping through intermediate nodes; `docs/relay.md`).
+//!
+//! - [`spool`]: a relay's bounded on-disk store of sealed blocks;
+//! - [`seal`]: the blocks' end-to-end sealing with a key no relay holds;
+//! - [`hop`]: one hop's batch of blocks over the session's UDP data channels;
+//! - [`collect`]: a relayed upload's receiving end, a job on the receiving server;
+//! - [`stripe`]: a relayed upload's sending end, the client's striping.
+
+pub(crate) mod collect;
+pub(crate) mod hop;
+pub mod seal;
+pub mod spool;
+pub mod stripe;
+
+use sluice_session::relay::{CAPABILITY_TAG, to_hex};
+
+use super::messages::GrantClaim;
+
+/// What a collector presents in `Hello` (in [`super::ClientConfig::grant`]) to a relay: the
+/// capability of `transfer` there (both as bytes; the wire carries hex).
+pub fn capability_claim(transfer: &[u8; 16], capability: &[u8; 32]) -> GrantClaim {
+    GrantClaim { grant: format!("{CAPABILITY_TAG}{}", to_hex(capability)), job: to_hex(transfer) }
+}

@@ -1,0 +1,371 @@
+//! A relayed upload's sending end (FSP's striping): the client cuts the file into blocks,
+//! seals each, and hands them out over the relays and, when asked, the receiver itself (the
+//! direct path), by strategy. It tells the receiver where each block is as soon as the relay
+//! holds it durably, and is done ("retreats") once every block is on the receiver or on a
+//! relay and the file's BLAKE3 is sent: the receiver's job collects the rest.
+//!
+//! A destination that fails gives its blocks back; the others (or the direct path) take them.
+//! A block the receiver could not collect comes back as `Refetch` while the sender is there.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sluice_session::relay::{
+    BlockPlan, CollectMsg, DEFAULT_BLOCK_BYTES, RelaySpot, RelayedPut, Strategy, Stripe, StripeMsg,
+    to_hex,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::seal::BlockKey;
+use crate::session::channel::frame_error;
+use crate::session::messages::{Messages, write_message};
+use crate::session::{Client, Overwrite, SessionError};
+
+/// How long an idle destination waits before it asks for blocks again (others' failures or
+/// the receiver's refetches may give some back).
+const IDLE_POLL: Duration = Duration::from_millis(20);
+/// How long the sender waits for the receiver to end the request once it said `Sent`.
+const LEAVE_WAIT: Duration = Duration::from_secs(2);
+
+/// A relay to stripe over: a name for reports and a session with it (its token must have
+/// the `relay` right there).
+#[derive(Debug, Clone)]
+pub struct RelayTarget {
+    /// The name the user knows it by.
+    pub name: String,
+    /// The session with it.
+    pub client: Client,
+}
+
+/// How a relayed upload stripes.
+#[derive(Debug, Clone)]
+pub struct RelayedOptions {
+    /// Who takes which blocks.
+    pub strategy: Strategy,
+    /// Bytes per block.
+    pub block_bytes: u64,
+    /// Blocks each deposit carries at most.
+    pub batch_blocks: usize,
+    /// Compress each block at this zstd level when it shrinks.
+    pub compress: Option<i32>,
+    /// Whether the receiver takes blocks directly too (it is "in the striping").
+    pub direct: bool,
+    /// A file at the destination.
+    pub overwrite: Overwrite,
+    /// Stay until the receiver has the verified file (else leave once every block is safe).
+    pub wait: bool,
+}
+
+impl Default for RelayedOptions {
+    fn default() -> Self {
+        RelayedOptions {
+            strategy: Strategy::Fcfs,
+            block_bytes: DEFAULT_BLOCK_BYTES,
+            batch_blocks: 8,
+            compress: None,
+            direct: true,
+            overwrite: Overwrite::Refuse,
+            wait: false,
+        }
+    }
+}
+
+/// What one destination took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// The relay's name, or `direct`.
+    pub name: String,
+    /// Blocks it holds.
+    pub blocks: u64,
+    /// Sealed bytes of them.
+    pub bytes: u64,
+}
+
+/// What a relayed upload did.
+#[derive(Debug, Clone, Default)]
+pub struct RelayedReport {
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// Blocks it was cut into.
+    pub blocks: u64,
+    /// Seconds until every block was safe and the digest sent (the sender's part).
+    pub send_seconds: f64,
+    /// Seconds until the receiver had the verified file, when the sender waited for it.
+    pub total_seconds: Option<f64>,
+    /// The receiver's job.
+    pub job: String,
+    /// Each destination's share.
+    pub placed: Vec<Placed>,
+}
+
+/// What a destination's worker reports.
+enum Report {
+    Placed { dest: usize, blocks: Vec<u64>, bytes: u64 },
+    Failed { dest: usize, error: SessionError },
+}
+
+fn random<const N: usize>() -> Result<[u8; N], SessionError> {
+    let mut out = [0u8; N];
+    aws_lc_rs::rand::fill(&mut out)
+        .map_err(|_| SessionError::Config("the system random generator failed".into()))?;
+    Ok(out)
+}
+
+impl Client {
+    /// Uploads the file `local` to `dest` on this server (the receiver) through `relays`:
+    /// striped by `options`, sealed end to end, and collected by a job on the server.
+    pub async fn upload_relayed(
+        &self,
+        local: &Path,
+        dest: &str,
+        relays: &[RelayTarget],
+        options: &RelayedOptions,
+    ) -> Result<RelayedReport, SessionError> {
+        let started = Instant::now();
+        let file = File::open(local)
+            .map_err(|e| SessionError::io(format!("opening {}", local.display()), e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| SessionError::io(format!("reading {}", local.display()), e))?;
+        if !meta.is_file() {
+            return Err(SessionError::Config(format!(
+                "{}: relays carry one regular file",
+                local.display()
+            )));
+        }
+        let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let plan = BlockPlan::new(meta.len(), options.block_bytes).map_err(SessionError::Config)?;
+        // The direct path is always there for blocks the receiver asks for again; it shares
+        // in the striping only when asked.
+        let sharing = relays.len() + usize::from(options.direct);
+        if sharing == 0 {
+            return Err(SessionError::Config("no relay and no direct path to stripe over".into()));
+        }
+        let direct = relays.len();
+        let dests = relays.len() + 1;
+        let transfer = random::<16>()?;
+        let caps = (0..relays.len()).map(|_| random::<32>()).collect::<Result<Vec<_>, _>>()?;
+        let spots = relays
+            .iter()
+            .zip(&caps)
+            .map(|(r, cap)| RelaySpot {
+                address: r.client.server_address().to_string(),
+                fingerprint: r.client.server_fingerprint().to_string(),
+                capability: to_hex(cap),
+            })
+            .collect();
+        let put = RelayedPut {
+            dest: dest.to_owned(),
+            name,
+            overwrite: options.overwrite,
+            size: plan.size,
+            block_bytes: plan.block_bytes,
+            transfer: to_hex(&transfer),
+            relays: spots,
+        };
+        let mut req = self.relayed(put).await?;
+        let key = Arc::new(BlockKey::new(&req.secret, transfer));
+        let file = Arc::new(file);
+        let hash_file = file.clone();
+        let mut hashing = tokio::task::spawn_blocking(move || {
+            let mut hasher = blake3::Hasher::new();
+            hasher.update_reader(&mut &*hash_file).map(|h| h.finalize())
+        });
+
+        let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, plan.count(), sharing)));
+        let (reports, mut reported) = mpsc::unbounded_channel();
+        let mut workers = JoinSet::new();
+        for dest in 0..dests {
+            let (client, cap_hash) = match relays.get(dest).zip(caps.get(dest)) {
+                Some((relay, cap)) => (relay.client.clone(), to_hex(blake3::hash(cap).as_bytes())),
+                None => (self.clone(), String::new()),
+            };
+            let worker = Worker {
+                dest,
+                client,
+                cap_hash,
+                transfer: to_hex(&transfer),
+                stripe: stripe.clone(),
+                key: key.clone(),
+                file: file.clone(),
+                plan,
+                batch: options.batch_blocks.max(1),
+                compress: options.compress,
+                reports: reports.clone(),
+            };
+            workers.spawn(worker.run());
+        }
+        drop(reports);
+
+        let mut placed: Vec<Placed> = (0..dests)
+            .map(|d| Placed {
+                name: relays.get(d).map_or_else(|| "direct".to_owned(), |r| r.name.clone()),
+                ..Placed::default()
+            })
+            .collect();
+        let mut safe = vec![false; plan.count() as usize];
+        let mut alive = dests;
+        let mut digest_sent = false;
+        let mut send_seconds = None;
+        let conn = self.connection().clone();
+        let mut answers = Messages::<CollectMsg>::new(&mut req.recv);
+        loop {
+            if send_seconds.is_none() && digest_sent && safe.iter().all(|s| *s) {
+                // The receiver may have ended already (it had every block and the digest): it
+                // stopped reading, and its `Done` is what comes next.
+                let _ = write_message(&mut req.send, &StripeMsg::Sent).await;
+                let secs = started.elapsed().as_secs_f64();
+                send_seconds = Some(secs);
+                info!(seconds = secs, "every block is safe: the sender's part is done");
+                if !options.wait {
+                    let _ = req.send.finish();
+                    // The receiver ends the request once it read `Sent`.
+                    let _ = tokio::time::timeout(LEAVE_WAIT, async {
+                        while answers.next().await.is_ok() {}
+                    })
+                    .await;
+                    break;
+                }
+            }
+            tokio::select! {
+                report = reported.recv() => match report {
+                    Some(Report::Placed { dest, blocks, bytes }) => {
+                        placed[dest].blocks += blocks.len() as u64;
+                        placed[dest].bytes += bytes;
+                        for id in &blocks {
+                            safe[*id as usize] = true;
+                        }
+                        if dest < relays.len() {
+                            let msg = StripeMsg::Placed { relay: dest as u32, blocks };
+                            write_message(&mut req.send, &msg).await.map_err(|e| frame_error(e, &conn))?;
+                        }
+                    }
+                    Some(Report::Failed { dest, error }) => {
+                        warn!(destination = placed[dest].name, %error, "a destination failed: its blocks go to the others");
+                        alive -= 1;
+                        if alive == 0 || dest == direct {
+                            let msg = StripeMsg::Failed { code: error.code(), message: error.detail() };
+                            let _ = write_message(&mut req.send, &msg).await;
+                            return Err(error);
+                        }
+                    }
+                    None => return Err(SessionError::Network("every destination failed".into())),
+                },
+                hash = &mut hashing, if !digest_sent => {
+                    let hash = hash
+                        .map_err(|e| SessionError::io("hashing", std::io::Error::other(e.to_string())))?
+                        .map_err(|e| SessionError::io(format!("hashing {}", local.display()), e))?;
+                    let msg = StripeMsg::Digest { blake3: hash.to_hex().to_string() };
+                    write_message(&mut req.send, &msg).await.map_err(|e| frame_error(e, &conn))?;
+                    digest_sent = true;
+                }
+                answer = answers.next() => match answer.map_err(|e| frame_error(e, &conn))? {
+                    CollectMsg::Refetch { blocks } => {
+                        warn!(blocks = blocks.len(), "the receiver asks for blocks again");
+                        for id in &blocks {
+                            if let Some(s) = safe.get_mut(*id as usize) {
+                                *s = false;
+                            }
+                        }
+                        crate::session::lock(&stripe).assign(direct, blocks);
+                    }
+                    CollectMsg::Done { .. } => break,
+                    CollectMsg::Failed { code, message } => {
+                        return Err(SessionError::from_server(code, message));
+                    }
+                    CollectMsg::Accepted { .. } => {
+                        return Err(SessionError::Protocol("a second Accepted".into()));
+                    }
+                },
+            }
+        }
+        workers.shutdown().await;
+        let total_seconds = options.wait.then(|| started.elapsed().as_secs_f64());
+        Ok(RelayedReport {
+            bytes: plan.size,
+            blocks: plan.count(),
+            send_seconds: send_seconds.unwrap_or_else(|| started.elapsed().as_secs_f64()),
+            total_seconds,
+            job: req.job,
+            placed,
+        })
+    }
+}
+
+/// One destination's share of the striping.
+struct Worker {
+    dest: usize,
+    client: Client,
+    cap_hash: String,
+    transfer: String,
+    stripe: Arc<Mutex<Stripe>>,
+    key: Arc<BlockKey>,
+    file: Arc<File>,
+    plan: BlockPlan,
+    batch: usize,
+    compress: Option<i32>,
+    reports: mpsc::UnboundedSender<Report>,
+}
+
+impl Worker {
+    /// Takes batches and deposits them until the sender is done (it stops the worker) or the
+    /// destination fails (its batch goes back).
+    async fn run(self) {
+        loop {
+            let batch = crate::session::lock(&self.stripe).take(self.dest, self.batch);
+            if batch.is_empty() {
+                tokio::time::sleep(IDLE_POLL).await;
+                continue;
+            }
+            let (key, file, plan, compress) =
+                (self.key.clone(), self.file.clone(), self.plan, self.compress);
+            let ids = batch.clone();
+            let sealed = tokio::task::spawn_blocking(move || {
+                ids.iter()
+                    .map(|&id| {
+                        let range = plan.range(id).unwrap_or(0..0);
+                        let mut plain = vec![0u8; (range.end - range.start) as usize];
+                        file.read_exact_at(&mut plain, range.start)?;
+                        Ok((id, key.seal(id, &plain, compress)))
+                    })
+                    .collect::<std::io::Result<Vec<_>>>()
+            })
+            .await;
+            let sealed = match sealed {
+                Ok(Ok(sealed)) => sealed,
+                Ok(Err(e)) => {
+                    let error = SessionError::io("reading the file to send", e);
+                    let _ = self.reports.send(Report::Failed { dest: self.dest, error });
+                    return;
+                }
+                Err(e) => {
+                    let error = SessionError::io("sealing", std::io::Error::other(e.to_string()));
+                    let _ = self.reports.send(Report::Failed { dest: self.dest, error });
+                    return;
+                }
+            };
+            let bytes: u64 = sealed.iter().map(|(_, b)| b.len() as u64).sum();
+            match self.client.deposit_blocks(&self.transfer, &self.cap_hash, sealed).await {
+                Ok(stored) => {
+                    // What the relay did not say it stored is not safe: it goes back.
+                    let (blocks, unsaid): (Vec<u64>, Vec<u64>) =
+                        batch.iter().partition(|id| stored.contains(id));
+                    if !unsaid.is_empty() {
+                        crate::session::lock(&self.stripe).give_back(usize::MAX, unsaid);
+                    }
+                    let _ = self.reports.send(Report::Placed { dest: self.dest, blocks, bytes });
+                }
+                Err(error) => {
+                    crate::session::lock(&self.stripe).give_back(self.dest, batch);
+                    let _ = self.reports.send(Report::Failed { dest: self.dest, error });
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The server's ends of the relay plane (`docs/relay.md`): a relay's deposits and collections
+//! (with a spool, `serve --spool`), the admission of a collector by its capability, and a
+//! relayed upload's receiving end (any server that takes uploads).
+
+use std::sync::Arc;
+
+use sluice_session::relay::{
+    BlockLen, BlockPlan, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS,
+    MAX_BLOCK_BYTES, MAX_RELAYS, RelayedPut, SEAL_OVERHEAD, StripeMsg, from_hex,
+};
+use tracing::{info, warn};
+
+use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
+use crate::files::Confined;
+use crate::session::keys::{ChannelRef, ChannelSecrets};
+use crate::session::messages::{GrantClaim, Messages, write_message};
+use crate::session::relay::collect::{Collection, JobEvent, RelayAt, Start};
+use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
+use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
+use crate::session::relay::spool::TransferId;
+use crate::session::{Peer, SessionError};
+use crate::tree::FileSet;
+
+/// The transfer a collector's capability admits it to, when it is this relay's, and the access
+/// of its session: no right at all (it may only collect that transfer); else why not.
+pub(super) fn check_capability(
+    shared: &Shared,
+    claim: &GrantClaim,
+) -> Result<(TransferId, Arc<Access>), String> {
+    let Some(spool) = &shared.spool else {
+        return Err("this server is not a relay (serve --spool)".into());
+    };
+    let capability = claim
+        .grant
+        .strip_prefix(CAPABILITY_TAG)
+        .and_then(from_hex::<32>)
+        .ok_or("a capability is 64 hex digits")?;
+    let transfer = from_hex::<16>(&claim.job).ok_or("a transfer id is 32 hex digits")?;
+    if spool.admits(&transfer, &capability) {
+        let none = Rights { read: false, write: false, list: false, relay: false };
+        let access =
+            Access { rights: none, root: shared.root.clone(), transfers: None, rate_bps: None };
+        Ok((transfer, Arc::new(access)))
+    } else {
+        Err("the capability was not accepted".into())
+    }
+}
+
+/// A transfer id from the wire.
+fn transfer_id(hex: &str) -> Result<TransferId, SessionError> {
+    from_hex::<16>(hex)
+        .ok_or_else(|| SessionError::Protocol(format!("bad transfer id {hex:?}: 32 hex digits")))
+}
+
+/// Refuses a batch that is empty, too large, repeats a block, or has a block beyond the
+/// largest sealed block.
+fn check_batch(blocks: &[BlockLen]) -> Result<u64, SessionError> {
+    if blocks.is_empty() || blocks.len() > MAX_BATCH_BLOCKS {
+        return Err(SessionError::Protocol(format!(
+            "a batch of {} blocks: between 1 and {MAX_BATCH_BLOCKS}",
+            blocks.len()
+        )));
+    }
+    let mut ids: Vec<u64> = blocks.iter().map(|b| b.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() != blocks.len() {
+        return Err(SessionError::Protocol("a batch names a block twice".into()));
+    }
+    if let Some(b) = blocks.iter().find(|b| b.len == 0 || b.len > MAX_BLOCK_BYTES + SEAL_OVERHEAD) {
+        return Err(SessionError::Protocol(format!("block {} of {} bytes", b.id, b.len)));
+    }
+    Ok(blocks.iter().map(|b| b.len).sum())
+}
+
+impl RequestCtx<'_> {
+    /// A sender's deposit: into the spool (a relay), or straight to the collection of this
+    /// session's own relayed upload (the direct path of the striping).
+    pub(super) async fn deposit(&mut self, deposit: Deposit) -> Result<(), SessionError> {
+        let transfer = transfer_id(&deposit.transfer)?;
+        let total = check_batch(&deposit.blocks)?;
+        if let Some(job) = self.shared.collections.direct(&transfer, self.session.id) {
+            return self.deposit_direct(job, &deposit.blocks, total).await;
+        }
+        let Some(spool) = self.shared.spool.clone() else {
+            return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
+        };
+        self.require(|r| r.relay, "relay blocks (its rights lack relay)")?;
+        from_hex::<32>(&deposit.capability_hash)
+            .ok_or_else(|| SessionError::Protocol("a capability hash is 64 hex digits".into()))?;
+        let (_permits, _) = self.acquire_transfer().await?;
+        let quota = self.shared.tokens.grants().get(self.session.token).and_then(|g| g.spool_bytes);
+        let token = self.session.token;
+        let blocks = deposit.blocks.clone();
+        let hash = deposit.capability_hash.clone();
+        let reservation =
+            blocking(move || spool.reserve(transfer, &hash, token, quota, &blocks)).await?;
+        let store = Arc::new(reservation.store());
+        let setup = self.setup();
+        move_batch(setup, self.send, self.recv, Peer::Client, Direction::Receive, store, total)
+            .await?;
+        let stored = blocking(move || reservation.commit()).await?;
+        self.shared.metrics.moved(false, total, 0, 0);
+        info!(transfer = deposit.transfer, blocks = stored.len(), bytes = total, "blocks spooled");
+        write_hop(self.send, self.conn, &HopMsg::Stored { blocks: stored }).await
+    }
+
+    /// The sender's own deposit of its relayed upload: received in memory and handed to the
+    /// collection, which opens and writes it before the answer.
+    async fn deposit_direct(
+        &mut self,
+        job: Arc<Collection>,
+        blocks: &[BlockLen],
+        total: u64,
+    ) -> Result<(), SessionError> {
+        let setup = self.setup();
+        let sealed = receive_blocks(setup, self.send, self.recv, Peer::Client, blocks).await?;
+        let ids: Vec<u64> = blocks.iter().map(|b| b.id).collect();
+        blocking(move || job.deliver(&sealed)).await?;
+        self.shared.metrics.moved(false, total, 0, 0);
+        write_hop(self.send, self.conn, &HopMsg::Stored { blocks: ids }).await
+    }
+
+    /// A collector's collection: the blocks asked for that the spool holds, then their release.
+    pub(super) async fn collect(&mut self, collect: Collect) -> Result<(), SessionError> {
+        let Some(spool) = self.shared.spool.clone() else {
+            return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
+        };
+        let transfer = transfer_id(&collect.transfer)?;
+        if self.session.collects != Some(transfer) {
+            return Err(SessionError::Refused(
+                "this session's capability does not collect that transfer".into(),
+            ));
+        }
+        if collect.blocks.len() > MAX_BATCH_BLOCKS {
+            return Err(SessionError::Protocol(format!("at most {MAX_BATCH_BLOCKS} blocks")));
+        }
+        let held = spool.holding(&transfer, &collect.blocks);
+        let lens: Vec<BlockLen> = held.iter().map(|(b, _)| *b).collect();
+        write_hop(self.send, self.conn, &HopMsg::Holding { blocks: lens.clone() }).await?;
+        let total: u64 = lens.iter().map(|b| b.len).sum();
+        if total > 0 {
+            let files = FileSet::new(held.iter().map(|(b, p)| (p.clone(), b.len)).collect(), false);
+            let store: Arc<dyn crate::datapath::Store + Send + Sync> = match self.shared.fault {
+                // Tests of a relay that returns wrong bytes.
+                Some(fault) => Arc::new(crate::datapath::Faulty::reading(files, fault)),
+                None => Arc::new(files),
+            };
+            let setup = self.setup();
+            move_batch(setup, self.send, self.recv, Peer::Client, Direction::Send, store, total)
+                .await?;
+            self.shared.metrics.moved(true, total, 0, 0);
+        }
+        let released = match read_hop(self.recv, self.conn, Peer::Client).await? {
+            HopMsg::Release { blocks } => blocks,
+            other => {
+                return Err(SessionError::Protocol(format!("expected Release, got {other:?}")));
+            }
+        };
+        let ids: Vec<u64> =
+            released.into_iter().filter(|id| lens.iter().any(|b| b.id == *id)).collect();
+        let count = ids.len();
+        blocking(move || spool.release(&transfer, &ids)).await?;
+        info!(transfer = collect.transfer, blocks = count, "collected blocks released");
+        write_hop(self.send, self.conn, &HopMsg::Released).await
+    }
+
+    /// A relayed upload's receiving end: starts the collection job, then follows the sender's
+    /// reports while it is there.
+    pub(super) async fn relayed(&mut self, put: RelayedPut) -> Result<(), SessionError> {
+        self.require(|r| r.write, "write (upload)")?;
+        let transfer = transfer_id(&put.transfer)?;
+        let plan = BlockPlan::new(put.size, put.block_bytes).map_err(SessionError::Refused)?;
+        if put.relays.len() > MAX_RELAYS {
+            return Err(SessionError::Refused(format!("at most {MAX_RELAYS} relays")));
+        }
+        let relays = put
+            .relays
+            .iter()
+            .map(|r| {
+                let bad =
+                    |what: &str| SessionError::Protocol(format!("relay {}: bad {what}", r.address));
+                Ok(RelayAt {
+                    address: r.address.parse().map_err(|_| bad("address"))?,
+                    fingerprint: r.fingerprint.parse().map_err(|_| bad("fingerprint"))?,
+                    capability: from_hex::<32>(&r.capability).ok_or_else(|| bad("capability"))?,
+                })
+            })
+            .collect::<Result<Vec<_>, SessionError>>()?;
+        let name = put.name.clone();
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(SessionError::Refused(format!("bad file name {name:?}")));
+        }
+        let root = self.session.access.root.clone();
+        let requested = put.dest.clone();
+        let overwrite = put.overwrite;
+        let (dest, fs) = blocking(move || {
+            let fs = Confined::new(Some(&root))
+                .map_err(|e| SessionError::io("opening the served directory", e))?;
+            let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
+            let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
+            let replace = matches!(overwrite, sluice_session::options::Overwrite::Always);
+            if fs.symlink_metadata(&dest).is_ok() && !replace {
+                return Err(SessionError::Refused(format!(
+                    "{requested}: the file exists (--overwrite always replaces it)"
+                )));
+            }
+            Ok((dest, fs))
+        })
+        .await?;
+        let at =
+            ChannelRef { session_id: self.session.id, request_id: self.request_id, channel: 0 };
+        let secret =
+            ChannelSecrets::derive_labelled(self.conn, RELAY_KEY_LABEL, &at)?.client_to_server;
+        let (permits, _) = self.acquire_transfer().await?;
+        let start = Start {
+            transfer,
+            session: self.session.id,
+            key: BlockKey::new(&secret, transfer),
+            plan,
+            dest,
+            fs,
+            relays,
+            permits: Box::new(permits),
+        };
+        let collections = self.shared.collections.clone();
+        let (job, mut events) = blocking(move || Collection::start(start, &collections)).await?;
+        info!(job = %job.name(), size = put.size, relays = put.relays.len(), "relayed upload taken");
+        let accepted = CollectMsg::Accepted { job: job.name() };
+        write_message(self.send, &accepted).await.map_err(|e| super::frame_error(e, self.conn))?;
+        self.told = true;
+        let mut reports = Messages::<StripeMsg>::new(self.recv);
+        let mut sent = false;
+        loop {
+            tokio::select! {
+                msg = reports.next() => match msg {
+                    Ok(StripeMsg::Placed { relay, blocks }) => job.placed(relay, &blocks)?,
+                    Ok(StripeMsg::Digest { blake3 }) => {
+                        let hash = blake3::Hash::from_hex(&blake3)
+                            .map_err(|_| SessionError::Protocol("bad BLAKE3".into()))?;
+                        job.digest(hash);
+                    }
+                    Ok(StripeMsg::Sent) => sent = true,
+                    Ok(StripeMsg::Failed { code, message }) => {
+                        warn!(?code, message, "the sender gave up its relayed upload");
+                        job.sender_left(false);
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        // The sender left: the job goes on with what it placed.
+                        job.sender_left(sent);
+                        return Ok(());
+                    }
+                },
+                event = events.recv() => match event {
+                    Some(JobEvent::Refetch(blocks)) => {
+                        let msg = CollectMsg::Refetch { blocks };
+                        let _ = write_message(self.send, &msg).await;
+                    }
+                    Some(JobEvent::End(Ok(bytes))) => {
+                        let _ = write_message(self.send, &CollectMsg::Done { bytes }).await;
+                        return Ok(());
+                    }
+                    Some(JobEvent::End(Err(e))) => {
+                        let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
+                        let _ = write_message(self.send, &msg).await;
+                        return Err(e);
+                    }
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! Relays on loopback (issue 28, `docs/relay.md`): a relay's spool (deposits under a token with
+//! the relay right, durable before the answer, bounded in all and per token, kept across a
+//! restart, handed only to the collector with the transfer's capability, deleted once
+//! released), end-to-end sealing (no plaintext in a spool, a changed byte caught), and relayed
+//! uploads striped over relays and the direct path, collected by the receiver's job.
+
+#![allow(clippy::print_stdout)] // tests print their seeds
+
+use crate::common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{TOKEN, TestServer, pattern, write_private};
+use sluice::datapath::Fault;
+use sluice::session::keys::DirectionSecret;
+use sluice::session::relay::capability_claim;
+use sluice::session::relay::seal::BlockKey;
+use sluice::session::{
+    Client, Overwrite, RelayTarget, RelayedOptions, SessionError, SpoolConfig, TrustPolicy,
+};
+use sluice_session::relay::{Strategy, to_hex};
+
+/// The seed of these tests' content.
+const SEED: u8 = 28;
+/// A marker that must never show in a spool.
+const MARKER: &[u8] = b"SLUICE-RELAY-PLAINTEXT-MARKER-";
+/// A token without the relay right.
+const NO_RELAY_TOKEN: &str = "no-relay-token-0123456789";
+/// A token with a spool quota of 300 KB.
+const SMALL_QUOTA_TOKEN: &str = "small-quota-token-0123456789";
+
+fn marked(len: usize) -> Vec<u8> {
+    MARKER.iter().copied().cycle().take(len).collect()
+}
+
+/// A relay: a server with a spool in its own directory of `dir` (kept across restarts).
+async fn relay(spool: &Path, max_bytes: u64, fault: Option<Fault>) -> TestServer {
+    let spool = spool.to_owned();
+    TestServer::start_with(move |config| {
+        let tokens = format!(
+            "{TOKEN}\n{NO_RELAY_TOKEN} rights=read,write,list\n{SMALL_QUOTA_TOKEN} spool=300KB\n"
+        );
+        write_private(&config.root.with_file_name("tokens"), &tokens);
+        config.spool =
+            Some(SpoolConfig { dir: spool, max_bytes, expiry: Duration::from_secs(3600) });
+        config.fault = fault;
+    })
+    .await
+}
+
+/// Block files anywhere under `dir`.
+fn block_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(block_files(&path));
+        } else if path.extension().is_some_and(|e| e == "blk") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A client of `server` with `token`.
+async fn client_with(server: &TestServer, token: &str) -> Result<Client, SessionError> {
+    let mut config = server.client_config();
+    config.token = token.into();
+    Client::connect(config).await
+}
+
+/// A collector's session with `relay` for `transfer`, presenting `capability`.
+async fn collector(
+    relay: &TestServer,
+    transfer: &[u8; 16],
+    capability: &[u8; 32],
+) -> Result<Client, SessionError> {
+    let mut config = sluice::session::ClientConfig::new(
+        relay.addr,
+        "127.0.0.1",
+        "",
+        "/dev/null",
+        TrustPolicy::Pinned(relay.fingerprint.clone()),
+    );
+    config.grant = Some(capability_claim(transfer, capability));
+    Client::connect(config).await
+}
+
+fn test_key(transfer: [u8; 16]) -> BlockKey {
+    BlockKey::new(&DirectionSecret { key: [SEED; 32], iv: [SEED; 12] }, transfer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only() {
+    println!("seed {SEED}");
+    let spool = tempfile::tempdir().unwrap();
+    let server = relay(spool.path(), 8 << 20, None).await;
+    let transfer = [1u8; 16];
+    let capability = [2u8; 32];
+    let cap_hash = to_hex(blake3::hash(&capability).as_bytes());
+    let key = test_key(transfer);
+    let plain: Vec<Vec<u8>> = (0..3).map(|i| marked(100_000 + i * 7)).collect();
+    let sealed: Vec<(u64, Vec<u8>)> =
+        plain.iter().enumerate().map(|(i, p)| (i as u64, key.seal(i as u64, p, None))).collect();
+
+    let sender = server.client().await;
+    let stored =
+        sender.deposit_blocks(&to_hex(&transfer), &cap_hash, sealed.clone()).await.unwrap();
+    assert_eq!(stored, vec![0, 1, 2]);
+    let files = block_files(spool.path());
+    assert_eq!(files.len(), 3, "{files:?}");
+    for file in &files {
+        let bytes = fs::read(file).unwrap();
+        assert!(!contains(&bytes, MARKER), "plaintext in {}", file.display());
+    }
+    let spooled = fs::read_to_string(files[0].parent().unwrap().join("meta.json")).unwrap();
+    assert!(spooled.contains(&cap_hash) && !spooled.contains(&to_hex(&capability)));
+
+    // Only the transfer's capability collects, and only that transfer.
+    let wrong = collector(&server, &transfer, &[3u8; 32]).await.unwrap_err();
+    assert!(matches!(wrong, SessionError::Auth(ref m) if m.contains("capability")), "{wrong}");
+    let other = collector(&server, &[9u8; 16], &capability).await.unwrap_err();
+    assert!(matches!(other, SessionError::Auth(_)), "{other}");
+    // A deposit naming another collector for the same transfer is refused.
+    let other_hash = "ab".repeat(32);
+    let hijack = sender.deposit_blocks(&to_hex(&transfer), &other_hash, sealed[..1].to_vec()).await;
+    assert!(matches!(hijack, Err(SessionError::Refused(_))), "{hijack:?}");
+
+    // A restart keeps the spool and serves it (the same identity, from a copy of the state; a
+    // port of its own, as the old one may be taken meanwhile).
+    sender.close().await;
+    let saved = tempfile::tempdir().unwrap();
+    let state = saved.path().join("state");
+    fs::create_dir(&state).unwrap();
+    fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    for entry in fs::read_dir(server.dir.path().join("state")).unwrap().flatten() {
+        if entry.path().is_file() {
+            fs::copy(entry.path(), state.join(entry.file_name())).unwrap();
+        }
+    }
+    let tokens = saved.path().join("tokens");
+    write_private(&tokens, &fs::read_to_string(server.dir.path().join("tokens")).unwrap());
+    let fingerprint = server.fingerprint.clone();
+    server.stop().await;
+    let restarted = TestServer::start_with(|config| {
+        config.credentials =
+            sluice::session::Credentials::Stored { state_dir: state.clone(), tokens_file: tokens };
+        config.spool = Some(SpoolConfig {
+            dir: spool.path().to_owned(),
+            max_bytes: 8 << 20,
+            expiry: Duration::from_secs(3600),
+        });
+    })
+    .await;
+    assert_eq!(restarted.fingerprint, fingerprint);
+    let collecting = collector(&restarted, &transfer, &capability).await.unwrap();
+    let hop = collecting.collect_blocks(&to_hex(&transfer), &[2, 0, 7]).await.unwrap();
+    let ids: Vec<u64> = hop.blocks.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![2, 0], "block 7 was never deposited");
+    for (id, bytes) in &hop.blocks {
+        let opened = key.open(*id, plain[*id as usize].len() as u64, bytes).unwrap();
+        assert_eq!(opened, plain[*id as usize]);
+    }
+    hop.release(&[2, 0]).await.unwrap();
+    assert_eq!(block_files(spool.path()).len(), 1, "released blocks are deleted");
+    let hop = collecting.collect_blocks(&to_hex(&transfer), &[1]).await.unwrap();
+    hop.release(&[1]).await.unwrap();
+    assert!(block_files(spool.path()).is_empty());
+    let left: Vec<_> =
+        fs::read_dir(spool.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the transfer's directory goes too");
+    restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_is_bounded_in_all_and_per_token_and_needs_the_relay_right() {
+    println!("seed {SEED}");
+    let spool = tempfile::tempdir().unwrap();
+    let server = relay(spool.path(), 1 << 20, None).await;
+    let key = test_key([4; 16]);
+    let cap = to_hex(blake3::hash(&[5u8; 32]).as_bytes());
+    let block = |id: u64, len: usize| (id, key.seal(id, &pattern(len, SEED), None));
+
+    let no_relay = client_with(&server, NO_RELAY_TOKEN).await.unwrap();
+    let err = no_relay.deposit_blocks(&to_hex(&[4; 16]), &cap, vec![block(0, 1000)]).await;
+    assert!(matches!(err, Err(SessionError::Refused(ref m)) if m.contains("relay")), "{err:?}");
+
+    let small = client_with(&server, SMALL_QUOTA_TOKEN).await.unwrap();
+    let transfer = to_hex(&[6; 16]);
+    small.deposit_blocks(&transfer, &cap, vec![block(0, 200_000)]).await.unwrap();
+    let err = small.deposit_blocks(&transfer, &cap, vec![block(1, 200_000)]).await;
+    assert!(matches!(err, Err(SessionError::Refused(ref m)) if m.contains("quota")), "{err:?}");
+
+    let full = server.client().await;
+    let transfer = to_hex(&[7; 16]);
+    full.deposit_blocks(&transfer, &cap, vec![block(0, 600_000)]).await.unwrap();
+    let err = full.deposit_blocks(&transfer, &cap, vec![block(1, 400_000)]).await;
+    assert!(matches!(err, Err(SessionError::Busy(ref m)) if m.contains("full")), "{err:?}");
+    let held: u64 = block_files(spool.path()).iter().map(|f| f.metadata().unwrap().len()).sum();
+    assert!(held <= 1 << 20, "the spool holds {held} bytes");
+    assert_eq!(block_files(spool.path()).len(), 2);
+    let tmp: Vec<_> = fs::read_dir(spool.path().join("tmp")).unwrap().collect();
+    assert!(tmp.is_empty(), "a refused deposit leaves nothing behind");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_byte_in_a_spooled_block_is_caught() {
+    println!("seed {SEED}");
+    let spool = tempfile::tempdir().unwrap();
+    let server = relay(spool.path(), 8 << 20, None).await;
+    let (transfer, capability) = ([8u8; 16], [9u8; 32]);
+    let key = test_key(transfer);
+    let plain = pattern(50_000, SEED);
+    let sender = server.client().await;
+    let cap_hash = to_hex(blake3::hash(&capability).as_bytes());
+    let sealed = vec![(0, key.seal(0, &plain, Some(3))), (1, key.seal(1, &plain, None))];
+    sender.deposit_blocks(&to_hex(&transfer), &cap_hash, sealed).await.unwrap();
+    let files = block_files(spool.path());
+    let mut bytes = fs::read(&files[0]).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    fs::write(&files[0], &bytes).unwrap();
+    let collecting = collector(&server, &transfer, &capability).await.unwrap();
+    let hop = collecting.collect_blocks(&to_hex(&transfer), &[0, 1]).await.unwrap();
+    assert!(key.open(0, plain.len() as u64, &hop.blocks[0].1).is_err(), "the change got through");
+    // A block passed off as another does not open either.
+    assert!(key.open(0, plain.len() as u64, &hop.blocks[1].1).is_err());
+    assert_eq!(key.open(1, plain.len() as u64, &hop.blocks[1].1).unwrap(), plain);
+    server.stop().await;
+}
+
+/// Sessions with `relays` for a sender.
+async fn targets(relays: &[&TestServer]) -> Vec<RelayTarget> {
+    let mut out = Vec::new();
+    for (i, relay) in relays.iter().enumerate() {
+        out.push(RelayTarget { name: format!("relay{i}"), client: relay.client().await });
+    }
+    out
+}
+
+fn relayed_options(strategy: Strategy, direct: bool, wait: bool) -> RelayedOptions {
+    RelayedOptions {
+        strategy,
+        block_bytes: 256 << 10,
+        batch_blocks: 2,
+        direct,
+        wait,
+        ..RelayedOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_upload_arrives_intact_by_every_strategy() {
+    println!("seed {SEED}");
+    let receiver = TestServer::start().await;
+    let (spool_a, spool_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = relay(spool_a.path(), 64 << 20, None).await;
+    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let local = tempfile::tempdir().unwrap();
+    let mut content = marked(3 << 20);
+    content.extend(pattern((1 << 20) + 12_345, SEED));
+    let source = local.path().join("big.bin");
+    fs::write(&source, &content).unwrap();
+    let sender = receiver.client().await;
+    let relays = targets(&[&a, &b]).await;
+    for (i, strategy) in
+        [Strategy::Fcfs, Strategy::Cyclic, Strategy::Partitioned].into_iter().enumerate()
+    {
+        let dest = format!("out{i}.bin");
+        let options = relayed_options(strategy, true, true);
+        let report = sender.upload_relayed(&source, &dest, &relays, &options).await.unwrap();
+        println!("{strategy:?}: {report:?}");
+        assert_eq!(fs::read(receiver.root().join(&dest)).unwrap(), content, "{strategy:?}");
+        assert_eq!(report.blocks, 17);
+        assert_eq!(report.placed.iter().map(|p| p.blocks).sum::<u64>(), 17);
+        if strategy != Strategy::Fcfs {
+            assert!(
+                report.placed.iter().all(|p| p.blocks >= 5),
+                "{strategy:?}: {:?}",
+                report.placed
+            );
+        }
+        assert!(report.total_seconds.unwrap() >= report.send_seconds);
+        for spool in [spool_a.path(), spool_b.path()] {
+            assert!(block_files(spool).is_empty(), "collected blocks are deleted");
+        }
+    }
+    let parts: Vec<_> = common::listing(&receiver.root());
+    assert_eq!(parts, vec!["out0.bin", "out1.bin", "out2.bin"], "no part file is left");
+    for stop in [receiver, a, b] {
+        stop.stop().await;
+    }
+}
+
+/// A receiver, one relay (with `fault`) and a file of `len` bytes at the sender, named `name`.
+struct OneRelay {
+    receiver: TestServer,
+    spool: tempfile::TempDir,
+    relay: TestServer,
+    _local: tempfile::TempDir,
+    source: PathBuf,
+    content: Vec<u8>,
+    sender: Client,
+    relays: Vec<RelayTarget>,
+}
+
+impl OneRelay {
+    async fn new(fault: Option<Fault>, len: usize, name: &str) -> OneRelay {
+        println!("seed {SEED}");
+        let receiver = TestServer::start().await;
+        let spool = tempfile::tempdir().unwrap();
+        let relay = relay(spool.path(), 64 << 20, fault).await;
+        let local = tempfile::tempdir().unwrap();
+        let content = pattern(len, SEED);
+        let source = local.path().join(name);
+        fs::write(&source, &content).unwrap();
+        let sender = receiver.client().await;
+        let relays = targets(&[&relay]).await;
+        OneRelay { receiver, spool, relay, _local: local, source, content, sender, relays }
+    }
+
+    async fn stop(self) {
+        self.receiver.stop().await;
+        self.relay.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_retreats_and_the_receiver_collects_alone() {
+    let OneRelay { receiver, spool, relay: a, _local, source, content, sender, relays } =
+        OneRelay::new(None, 2 << 20, "run.h5").await;
+    let options = relayed_options(Strategy::Fcfs, false, false);
+    let report = sender.upload_relayed(&source, "", &relays, &options).await.unwrap();
+    assert_eq!(report.total_seconds, None);
+    assert_eq!(report.placed[0].blocks, 8, "everything went to the one relay");
+    sender.close().await;
+    for relay in relays {
+        relay.client.close().await;
+    }
+    let dest = receiver.root().join("run.h5");
+    for _ in 0..300 {
+        if dest.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert!(block_files(spool.path()).is_empty());
+    receiver.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_returns_a_wrong_byte_is_caught_and_the_block_comes_directly() {
+    // The relay's reads for each collection flip the batch's byte 1000 (in its first block).
+    let world = OneRelay::new(Some(Fault { offset: 1000, times: 1 }), 1 << 20, "f.bin").await;
+    let (sender, source, relays) = (&world.sender, &world.source, &world.relays);
+    let options = relayed_options(Strategy::Cyclic, false, true);
+    let report = sender.upload_relayed(source, "f.bin", relays, &options).await.unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(world.receiver.root().join("f.bin")).unwrap(), world.content);
+    // Every block went to the relay once; each one whose copy came back wrong went directly.
+    assert_eq!(report.placed[0].blocks, 4, "{:?}", report.placed);
+    assert!(report.placed[1].blocks >= 1, "{:?}", report.placed);
+    assert!(block_files(world.spool.path()).is_empty(), "wrong copies are released too");
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_upload_refuses_to_replace_a_file_unless_asked() {
+    let receiver = TestServer::start().await;
+    fs::write(receiver.root().join("x.bin"), b"old").unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let source = local.path().join("x.bin");
+    fs::write(&source, pattern(300_000, SEED)).unwrap();
+    let sender = receiver.client().await;
+    let mut options = relayed_options(Strategy::Fcfs, true, true);
+    let err = sender.upload_relayed(&source, "x.bin", &[], &options).await.unwrap_err();
+    assert!(matches!(err, SessionError::Refused(ref m) if m.contains("exists")), "{err}");
+    options.overwrite = Overwrite::Always;
+    sender.upload_relayed(&source, "x.bin", &[], &options).await.unwrap();
+    assert_eq!(fs::read(receiver.root().join("x.bin")).unwrap(), pattern(300_000, SEED));
+    receiver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_dies_after_it_was_chosen_leaves_its_blocks_to_the_others() {
+    println!("seed {SEED}");
+    let world = OneRelay::new(None, 3 << 20, "g.bin").await;
+    let spool_b = tempfile::tempdir().unwrap();
+    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let mut relays = world.relays.clone();
+    relays.extend(targets(&[&b]).await);
+    relays[1].name = "dead".into();
+    // The relay goes away with the sender's session open: every deposit with it fails.
+    b.stop().await;
+    let options = relayed_options(Strategy::Partitioned, false, true);
+    let report = world.sender.upload_relayed(&world.source, "g.bin", &relays, &options).await;
+    let report = report.unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(world.receiver.root().join("g.bin")).unwrap(), world.content);
+    assert_eq!(report.placed[1].blocks, 0, "{:?}", report.placed);
+    // Its share went to the live relay or the direct path, whoever asked first.
+    assert_eq!(report.placed[0].blocks + report.placed[2].blocks, 12, "{:?}", report.placed);
+    assert!(report.placed[0].blocks >= 6, "{:?}", report.placed);
+    world.stop().await;
+}
