@@ -59,6 +59,21 @@ fn run(grower: &mut Grower, path: &Path, total: u64, secs: f64) -> Vec<usize> {
     counts
 }
 
+impl Path {
+    /// Streams of `per_stream_mbit` each on a 1000 Mbit/s path of the transfer's alone, no
+    /// loss, no queue, each change at full rate after 0.5 s.
+    fn limited(per_stream_mbit: f64) -> Path {
+        Path {
+            per_stream: per_stream_mbit * MBIT,
+            capacity: 1000.0 * MBIT,
+            others: alone,
+            loss: no_loss,
+            queue: no_queue,
+            ramp_secs: 0.5,
+        }
+    }
+}
+
 fn alone(_: f64) -> f64 {
     0.0
 }
@@ -77,14 +92,7 @@ const BIG: u64 = 1 << 40;
 fn streams_limited_each_are_added_until_the_path_is_full_and_the_last_try_is_undone() {
     // Each stream 90 Mbit/s (a window cap), the path 1000: 4 -> 6 -> 9 -> 13 (+23 %, kept)
     // -> 16 (no gain: back to 13).
-    let path = Path {
-        per_stream: 90.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: no_loss,
-        queue: no_queue,
-        ramp_secs: 1.0,
-    };
+    let path = Path { ramp_secs: 1.0, ..Path::limited(90.0) };
     let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
     let counts = run(&mut grower, &path, BIG, 60.0);
     let changes = dedup(&counts);
@@ -97,14 +105,7 @@ fn streams_limited_each_are_added_until_the_path_is_full_and_the_last_try_is_und
 
 #[test]
 fn a_path_the_first_streams_fill_keeps_them() {
-    let path = Path {
-        per_stream: 400.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: no_loss,
-        queue: no_queue,
-        ramp_secs: 0.5,
-    };
+    let path = Path::limited(400.0);
     let mut grower = Grower::new(Growth::Adaptive { fair: false }, 16, 4);
     let counts = run(&mut grower, &path, BIG, 30.0);
     println!("counts {:?}", dedup(&counts));
@@ -119,14 +120,7 @@ fn streams_that_raise_the_loss_rate_are_undone_even_when_the_rate_grew() {
     fn congested(n: usize) -> f64 {
         if n > 4 { 0.03 } else { 0.001 }
     }
-    let path = Path {
-        per_stream: 100.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: congested,
-        queue: no_queue,
-        ramp_secs: 0.5,
-    };
+    let path = Path { loss: congested, ..Path::limited(100.0) };
     let mut grower = Grower::new(Growth::Adaptive { fair: false }, 16, 4);
     let counts = run(&mut grower, &path, BIG, 12.0);
     println!("counts {:?}", dedup(&counts));
@@ -138,14 +132,7 @@ fn random_loss_that_does_not_grow_with_streams_does_not_stop_the_growth() {
     fn random(_: usize) -> f64 {
         0.01
     }
-    let path = Path {
-        per_stream: 100.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: random,
-        queue: no_queue,
-        ramp_secs: 0.5,
-    };
+    let path = Path { loss: random, ..Path::limited(100.0) };
     let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
     let counts = run(&mut grower, &path, BIG, 30.0);
     assert!(counts.iter().any(|&n| n >= 13), "{:?}", dedup(&counts));
@@ -153,21 +140,14 @@ fn random_loss_that_does_not_grow_with_streams_does_not_stop_the_growth() {
 
 #[test]
 fn a_fair_grower_halves_its_streams_when_others_keep_a_queue_and_take_rate() {
-    // Another flow comes at the 5th second, fills the bottleneck's queue and takes a share.
+    // Two flows come at the 5th second, fill the bottleneck's queue and take their shares.
     fn queue(_: usize, t: f64) -> Duration {
         if t >= 5.0 { Duration::from_millis(80) } else { Duration::ZERO }
     }
-    fn one(t: f64) -> f64 {
-        if t >= 5.0 { 1.0 } else { 0.0 }
+    fn two(t: f64) -> f64 {
+        if t >= 5.0 { 2.0 } else { 0.0 }
     }
-    let path = Path {
-        per_stream: 400.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: one,
-        loss: no_loss,
-        queue,
-        ramp_secs: 0.5,
-    };
+    let path = Path { others: two, queue, ..Path::limited(400.0) };
     let mut fair = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
     let counts = run(&mut fair, &path, BIG, 40.0);
     println!("fair {:?}", dedup(&counts));
@@ -186,14 +166,7 @@ fn a_queue_the_transfer_makes_itself_is_not_a_shared_path() {
     fn ours(n: usize, _: f64) -> Duration {
         if n >= 4 { Duration::from_millis(80) } else { Duration::ZERO }
     }
-    let path = Path {
-        per_stream: 400.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: no_loss,
-        queue: ours,
-        ramp_secs: 0.5,
-    };
+    let path = Path { queue: ours, ..Path::limited(400.0) };
     let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
     let counts = run(&mut grower, &path, BIG, 40.0);
     println!("counts {:?}", dedup(&counts));
@@ -206,14 +179,7 @@ fn a_queue_our_own_ramp_makes_briefly_is_not_a_shared_path() {
     fn bursts(_: usize, t: f64) -> Duration {
         if (t as u64).is_multiple_of(3) { Duration::from_millis(80) } else { Duration::ZERO }
     }
-    let path = Path {
-        per_stream: 400.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: no_loss,
-        queue: bursts,
-        ramp_secs: 0.5,
-    };
+    let path = Path { queue: bursts, ..Path::limited(400.0) };
     let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
     let counts = run(&mut grower, &path, BIG, 30.0);
     assert!(counts.iter().all(|&n| n >= 4), "{:?}", dedup(&counts));
@@ -221,14 +187,7 @@ fn a_queue_our_own_ramp_makes_briefly_is_not_a_shared_path() {
 
 #[test]
 fn no_streams_are_added_near_the_end_of_a_transfer() {
-    let path = Path {
-        per_stream: 100.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: no_loss,
-        queue: no_queue,
-        ramp_secs: 0.5,
-    };
+    let path = Path::limited(100.0);
     // 400 Mbit/s move 250 MB in 5 s: at the plateau (3 s) fewer than WORTH_EPOCHS are left.
     let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
     let counts = run(&mut grower, &path, 250_000_000, 5.0);
@@ -244,14 +203,7 @@ fn no_streams_are_added_while_loss_is_high() {
     fn start_up(_: usize) -> f64 {
         0.05
     }
-    let path = Path {
-        per_stream: 100.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: start_up,
-        queue: no_queue,
-        ramp_secs: 0.5,
-    };
+    let path = Path { loss: start_up, ..Path::limited(100.0) };
     let mut grower = Grower::new(Growth::Adaptive { fair: true }, 16, 4);
     let counts = run(&mut grower, &path, BIG, 20.0);
     assert!(counts.iter().all(|&n| n == 4), "{:?}", dedup(&counts));
@@ -259,14 +211,7 @@ fn no_streams_are_added_while_loss_is_high() {
 
 #[test]
 fn fixed_and_single_never_change_and_start_counts_hold_the_ceiling() {
-    let path = Path {
-        per_stream: 100.0 * MBIT,
-        capacity: 1000.0 * MBIT,
-        others: alone,
-        loss: no_loss,
-        queue: no_queue,
-        ramp_secs: 0.5,
-    };
+    let path = Path::limited(100.0);
     for (growth, start, want) in
         [(Growth::Fixed, 4, 16), (Growth::Single, 4, 1), (Growth::Adaptive { fair: true }, 0, 16)]
     {
