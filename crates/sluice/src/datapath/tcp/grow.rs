@@ -167,6 +167,11 @@ impl Grower {
         }
     }
 
+    /// Whether the count may change at all (else sampling is for nothing).
+    pub(super) fn adapts(&self) -> bool {
+        matches!(self.growth, Growth::Adaptive { .. })
+    }
+
     /// Streams with an index below this take chunks.
     pub(super) fn active(&self) -> usize {
         self.active
@@ -179,7 +184,7 @@ impl Grower {
 
     /// Takes a sample; returns the new count when it changes.
     pub(super) fn sample(&mut self, now: Sample) -> Option<usize> {
-        if !matches!(self.growth, Growth::Adaptive { .. }) {
+        if !self.adapts() {
             return None;
         }
         let Some(epoch) = &mut self.epoch else {
@@ -312,7 +317,7 @@ impl Grower {
 /// with the transfer's `acked` and `remaining` bytes; `path_rtt` keeps the least round trip
 /// seen across samples.
 pub(super) fn sample(
-    probes: &[TcpStream],
+    probes: &[Option<TcpStream>],
     carrying: usize,
     acked: u64,
     remaining: u64,
@@ -329,7 +334,7 @@ pub(super) fn sample(
         path_rtt: *path_rtt,
     };
     for (index, probe) in probes.iter().enumerate() {
-        let Ok(info) = sluice_udp::tcp_rtt(probe) else { continue };
+        let Some(Ok(info)) = probe.as_ref().map(sluice_udp::tcp_rtt) else { continue };
         out.retransmitted += u64::from(info.retransmitted);
         out.segments += u64::from(info.data_segs_out);
         let least = Duration::from_micros(u64::from(info.min_rtt_us));

@@ -140,10 +140,14 @@ pub fn send_streams(
     if super::nothing_to_move(streams.len(), total, progress)? {
         return Ok(ChannelReport::default());
     }
-    let config = streams[0].config;
+    let (config, open) = (streams[0].config, streams.len());
     let mut grower = grow::Grower::new(config.growth, streams.len(), config.start_streams as _);
-    // Copies of the sockets, to read their `TCP_INFO` for the grower.
-    let probes: Vec<TcpStream> = streams.iter().filter_map(|s| s.stream.try_clone().ok()).collect();
+    // Copies of the sockets, to read their `TCP_INFO` for the grower (by index: a copy that
+    // could not be made leaves its place empty); none when the count cannot change.
+    let probes: Vec<Option<TcpStream>> = match grower.adapts() {
+        true => streams.iter().map(|s| s.stream.try_clone().ok()).collect(),
+        false => Vec::new(),
+    };
     let ctx = send::SendShared {
         store,
         plan: Plan::new(ranges, CHUNK_BYTES),
@@ -158,7 +162,7 @@ pub fn send_streams(
     let mut sampled = Instant::now();
     let mut path_rtt = Duration::ZERO;
     let mut watch = |at: Instant| {
-        if at.duration_since(sampled) < grow::SAMPLE_EVERY {
+        if probes.is_empty() || at.duration_since(sampled) < grow::SAMPLE_EVERY {
             return;
         }
         sampled = at;
@@ -173,7 +177,7 @@ pub fn send_streams(
     let ends =
         super::transfer::supervise(streams, &ctx.shared, cancel, &now, progress, &mut watch, &run);
     tracing::debug!(
-        open = probes.len(),
+        open,
         peak = grower.peak(),
         last = grower.active(),
         "streams carrying data, at most and at the end"
