@@ -308,26 +308,138 @@ impl Default for DeliveryRate {
     }
 }
 
-/// Link capacity by receiver-based packet pairs. Every [`PAIR_PERIOD_PKTS`]-th packet the sender
-/// sends two packets back to back, flagged `PAIR_FIRST` and `PAIR_SECOND`; the bottleneck link
-/// spreads them apart by one packet's transmission time, which the receiver measures. The pair
-/// counts only if nothing else arrived between its two packets.
+/// Link capacity by receiver-based packet pairs and, in startup, packet trains.
+///
+/// Every [`PAIR_PERIOD_PKTS`]-th packet the sender sends two packets back to back, flagged
+/// `PAIR_FIRST` and `PAIR_SECOND`; the bottleneck link spreads them apart by one packet's
+/// transmission time, which the receiver measures. The pair counts only if nothing else arrived
+/// between its two packets.
+///
+/// A receive path that hands packets over in bunches (interrupt coalescing, GRO, an emulator
+/// thread that wakes every 50-1000 us) delivers a pair in one bunch or across two, and the pair
+/// reads the receiver's clock resolution or a fraction of the link: it cannot resolve 12 us
+/// with a granularity of 200. While a controller probes for the link (startup), the sender
+/// therefore sends trains: a `PAIR_FIRST`, middles flagged [`crate::wire::flags::TRAIN`], and a
+/// `PAIR_SECOND`, all back to back, spanning milliseconds at the bottleneck. A train of `n`
+/// packets received is timed as `(span + widest gap) / n`: on a precise path the widest gap is
+/// one packet's time and this is exact; under bunching the observed span is short of the true
+/// one by at most one bunching interval, which the widest gap (one such interval, when the
+/// train spans several) makes up, so a train never reads much faster than the link, and reads
+/// slower only by the bunching's share of its span. A train that arrived in one bunch (no gap)
+/// reads the clock resolution, as an unresolved pair does. For a while after a train (the
+/// receiver says how long: a couple of round trips, as trains come once per round trip), the
+/// estimate is that train's: the pairs in between are what bunching does not let resolve. Once
+/// trains stop (startup is over), the pairs' reading comes back, and with it the controller's
+/// judgement of whether the pairs can be trusted.
 #[derive(Clone, Debug)]
 pub struct CapacityEstimator {
     intervals: Ring<PAIR_WINDOW>,
     /// Arrival of a `PAIR_FIRST` packet still waiting for its second.
     pending_first_us: Option<u64>,
+    /// The train in progress after its first packet: packets so far, the last arrival, the
+    /// widest gap between arrivals.
+    train: Option<Train>,
+    /// The per-packet interval of the latest complete train in nanoseconds, scaled to
+    /// full-size packets.
+    train_interval_ns: Option<u64>,
+    /// When the latest train completed.
+    train_at_us: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Train {
+    first_us: u64,
+    pkts: u64,
+    last_us: u64,
+    widest_gap_us: u64,
+    /// Packets of the bunch the last arrival belongs to.
+    bunch_pkts: u64,
+    /// The last arrival of the train's first bunch, once a second began.
+    first_bunch_end_us: Option<u64>,
+    /// Packets of the bunches after the first that are complete, and the last arrival of the
+    /// latest of them.
+    middle_pkts: u64,
+    middle_end_us: u64,
+}
+
+/// Arrivals this close belong to one bunch (one release by the receive path): whole
+/// microseconds, and a host that stamps a batch packet by packet.
+const BUNCH_GAP_US: u64 = 1;
+
+impl Train {
+    fn new(now_us: u64) -> Self {
+        Train {
+            first_us: now_us,
+            pkts: 1,
+            last_us: now_us,
+            widest_gap_us: 0,
+            bunch_pkts: 1,
+            first_bunch_end_us: None,
+            middle_pkts: 0,
+            middle_end_us: now_us,
+        }
+    }
+
+    fn on_arrival(&mut self, now_us: u64) {
+        let gap_us = now_us.saturating_sub(self.last_us);
+        if gap_us > BUNCH_GAP_US {
+            match self.first_bunch_end_us {
+                None => self.first_bunch_end_us = Some(self.last_us),
+                Some(_) => {
+                    self.middle_pkts += self.bunch_pkts;
+                    self.middle_end_us = self.last_us;
+                }
+            }
+            self.bunch_pkts = 0;
+        }
+        self.widest_gap_us = self.widest_gap_us.max(gap_us);
+        self.bunch_pkts += 1;
+        self.pkts += 1;
+        self.last_us = now_us;
+    }
+
+    /// Nanoseconds per packet. The packets of the bunches between the first and the last
+    /// arrived at the bottleneck's pace, each bunch after the one before it was released:
+    /// they took the time from the first bunch's release to the latest's (exact on a precise
+    /// path, where each packet is a bunch; within a packet or so under bunching). A train in
+    /// one or two bunches has none: its span and its widest gap bound the time from above.
+    fn interval_ns(&self) -> u64 {
+        match self.first_bunch_end_us {
+            Some(first_end_us) if self.middle_pkts > 0 => {
+                self.middle_end_us.saturating_sub(first_end_us) * 1000 / self.middle_pkts
+            }
+            _ => {
+                let span_us = self.last_us.saturating_sub(self.first_us);
+                (span_us + self.widest_gap_us) * 1000 / self.pkts
+            }
+        }
+    }
 }
 
 impl CapacityEstimator {
     /// An estimator that has seen no pair.
     pub const fn new() -> Self {
-        Self { intervals: Ring::new(), pending_first_us: None }
+        Self {
+            intervals: Ring::new(),
+            pending_first_us: None,
+            train: None,
+            train_interval_ns: None,
+            train_at_us: 0,
+        }
     }
 
     /// A `PAIR_FIRST` packet arrived at `now_us`; it replaces any first still unpaired.
     pub fn on_pair_first(&mut self, now_us: u64) {
         self.pending_first_us = Some(now_us);
+        self.train = Some(Train::new(now_us));
+    }
+
+    /// A train's middle packet arrived at `now_us`; without a train in progress it is ignored.
+    pub fn on_train_middle(&mut self, now_us: u64) {
+        self.pending_first_us = None;
+        if let Some(train) = &mut self.train {
+            train.on_arrival(now_us);
+        }
     }
 
     /// A `PAIR_SECOND` packet arrived at `now_us`. It completes a pair only if the packet before
@@ -341,24 +453,43 @@ impl CapacityEstimator {
     /// packet's transmission time, so the interval is scaled to what a full-size packet would
     /// take (headers of IPv4 and UDP counted), and the estimate stays in full-size packets per
     /// second while a channel sends smaller ones (`crate::pmtu`: data starts at the base size).
+    /// After a train's middles it completes the train instead.
     pub fn on_pair_second_sized(&mut self, now_us: u64, datagram_bytes: usize, full_bytes: usize) {
+        let wire = |bytes: usize| bytes as u64 + IP_UDP_HEADER_BYTES;
+        let scale = |interval_us: u64| interval_us * wire(full_bytes) / wire(datagram_bytes).max(1);
+        let train = self.train.take();
         if let Some(first_us) = self.pending_first_us.take() {
             let interval_us = now_us.saturating_sub(first_us);
-            let wire = |bytes: usize| bytes as u64 + IP_UDP_HEADER_BYTES;
-            self.intervals.push(interval_us * wire(full_bytes) / wire(datagram_bytes).max(1));
+            self.intervals.push(scale(interval_us));
+        } else if let Some(mut train) = train.filter(|t| t.pkts >= 2) {
+            train.on_arrival(now_us);
+            // In nanoseconds: one full-size packet's interval may be under 1 us.
+            self.train_interval_ns = Some(scale(train.interval_ns()));
+            self.train_at_us = now_us;
         }
     }
 
-    /// Any other data packet arrived: it breaks a pair in progress.
+    /// Any other data packet arrived: it breaks a pair or train in progress.
     pub fn on_other_arrival(&mut self) {
         self.pending_first_us = None;
+        self.train = None;
     }
 
     /// Packets per second the bottleneck carries: one second over the median of the last
-    /// [`PAIR_WINDOW`] pair intervals; 0 before the first pair. An interval of 0 counts as 1 us,
-    /// so whole-microsecond timestamps cap the estimate at 1,000,000 packets per second.
-    pub fn pkts_per_sec(&self) -> u32 {
-        self.intervals.median_us().map_or(0, |median_us| per_second(1, median_us))
+    /// [`PAIR_WINDOW`] pair intervals, or over the latest train's interval for `fresh_us` after
+    /// it arrived; 0 before the first pair. An interval of 0 counts as 1 us, so
+    /// whole-microsecond timestamps cap the estimate at 1,000,000 packets per second.
+    pub fn pkts_per_sec(&self, now_us: u64, fresh_us: u64) -> u32 {
+        match self.train_interval_ns {
+            Some(interval_ns) if now_us < self.train_at_us + fresh_us => {
+                if interval_ns < 1000 {
+                    per_second(1, 1)
+                } else {
+                    u32::try_from(1_000_000_000 / interval_ns).unwrap_or(u32::MAX)
+                }
+            }
+            _ => self.intervals.median_us().map_or(0, |median_us| per_second(1, median_us)),
+        }
     }
 }
 

@@ -255,7 +255,9 @@ impl Receiver {
         }
         self.arrival.on_arrival(now_us);
         self.delivery.on_arrival(now_us);
-        if header.flags & wire::flags::PAIR_FIRST != 0 {
+        if header.flags & wire::flags::TRAIN == wire::flags::TRAIN {
+            self.capacity.on_train_middle(now_us);
+        } else if header.flags & wire::flags::PAIR_FIRST != 0 {
             self.capacity.on_pair_first(now_us);
         } else if header.flags & wire::flags::PAIR_SECOND != 0 {
             let datagram_bytes = HEADER_LEN + body.len() + TAG_LEN;
@@ -458,6 +460,13 @@ impl Receiver {
             .map(move |(lo, hi)| (lo.max(from), hi))
     }
 
+    /// How long a packet train's capacity reading stands for the pairs'
+    /// ([`CapacityEstimator`]): two round trips and a SYN, trains coming once per round trip
+    /// (at most every 40 ms) while the sender's controller probes for the link.
+    fn train_fresh_us(&self) -> u64 {
+        2 * self.rtt.rtt_us().max(40_000) + SYN_US
+    }
+
     fn make_ack(&mut self, now_us: u64) -> Ack {
         let ack_point = self.ack_point();
         self.ack_no = self.ack_no.wrapping_add(1);
@@ -477,7 +486,7 @@ impl Receiver {
                 u64::from(self.config.recv_window_pkts).saturating_sub(span),
             ),
             recv_rate_pps: self.arrival.pkts_per_sec(),
-            capacity_pps: self.capacity.pkts_per_sec(),
+            capacity_pps: self.capacity.pkts_per_sec(now_us, self.train_fresh_us()),
             queue_delay_us: self.queue_delay.take_us(),
             rcv_next_dsn: Seq31::from_ext(self.rcv_next),
             missing_pkts: clamp_u32(self.loss.len()),

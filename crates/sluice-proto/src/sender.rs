@@ -53,6 +53,20 @@ const MAX_PENDING_ACK2: usize = 64;
 /// link time the tail leaves idle: a share p of the last round trip's packets, twice.
 pub const TAIL_EXTRA_COPIES: usize = 2;
 
+/// How long a packet train lasts at the bottleneck, at the capacity last reported: long against
+/// the bunching of a receive path (a release every 50-1000 us reads a train of this span within
+/// a fifth) and short against any queue (4 ms of the link, once per round trip, in startup).
+const TRAIN_SPAN_US: u64 = 4_000;
+/// The shortest train: 46 KB of full-size packets, about three TCP initial windows.
+const TRAIN_MIN_PKTS: u32 = 32;
+/// The longest train.
+const TRAIN_MAX_PKTS: u32 = 256;
+/// Trains at most this often, however short the round trip: at most a tenth of the link.
+const TRAIN_MIN_GAP_US: u64 = 40_000;
+/// A capacity report at the receiver's clock resolution: a pair or train that arrived in one
+/// bunch (`crate::estimate::CapacityEstimator`), which resolves nothing.
+const UNRESOLVED_PPS: u32 = 1_000_000;
+
 /// Sender counters.
 #[derive(Debug, Clone, Default)]
 pub struct SenderStats {
@@ -131,6 +145,10 @@ pub struct Sender {
     tail_begun: bool,
     next_send_us: f64,
     pair_second_due: bool,
+    /// Packets of the current packet train still to send, right behind each other.
+    train_left: u32,
+    /// When the latest train began, and how many packets it had.
+    last_train: Option<(u64, u32)>,
     timers: TimerTable,
     last_feedback_us: u64,
     last_sent_us: u64,
@@ -207,6 +225,8 @@ impl Sender {
             tail_begun: false,
             next_send_us: now_us as f64,
             pair_second_due: false,
+            train_left: 0,
+            last_train: None,
             timers,
             last_feedback_us: now_us,
             last_sent_us: now_us,
@@ -344,16 +364,20 @@ impl Sender {
     /// Whether the flow window, the sender's buffer bound and the receiver's window all allow
     /// one more new packet.
     fn window_allows_new(&self) -> bool {
-        if self.in_flight_pkts() >= u64::from(self.config.max_flight_pkts)
-            || self.next_dsn >= self.peer_rcv_next + self.peer_window_pkts
-        {
-            return false;
-        }
+        self.window_room() > 0
+    }
+
+    /// How many new packets the windows (the sender's flight, the receiver's, the
+    /// controller's) let go now.
+    fn window_room(&self) -> u64 {
+        let flight = u64::from(self.config.max_flight_pkts).saturating_sub(self.in_flight_pkts());
+        let peer = (self.peer_rcv_next + self.peer_window_pkts).saturating_sub(self.next_dsn);
         let counted = match self.cc.window_basis() {
             WindowBasis::Unacknowledged => self.in_flight_pkts(),
             WindowBasis::Unreceived => self.unreceived_pkts(),
         };
-        counted < self.cc.window_pkts().max(2.0) as u64
+        let cc = (self.cc.window_pkts().max(2.0) as u64).saturating_sub(counted);
+        flight.min(peer).min(cc)
     }
 
     fn exp_interval_us(&self) -> u64 {
@@ -574,7 +598,7 @@ impl Sender {
         // two sends, and a sending thread preempted between them stretched the pair (632 us
         // instead of 12 through linkem at 1 Gbit/s). At the start that one pair is the whole
         // capacity estimate, and startup ended there, at 3 Mbit/s, in 1 transfer of 4.
-        if self.pair_second_due
+        if (self.pair_second_due || self.train_left > 0)
             && let Some(len) = self.poll_data(now_us, buf, fill)
         {
             return Some(len);
@@ -609,9 +633,11 @@ impl Sender {
         let now = now_us as f64;
         if now_us < self.cc.frozen_until_us() {
             self.interval_starved = true;
+            self.train_left = 0;
             return None;
         }
-        if !self.pair_second_due && now < self.next_send_us {
+        let in_train = self.train_left > 0;
+        if !self.pair_second_due && !in_train && now < self.next_send_us {
             return None;
         }
         if !self.tail_begun && self.in_tail() {
@@ -626,15 +652,26 @@ impl Sender {
                     None => {
                         self.interval_starved = true;
                         self.pair_second_due = false;
+                        self.train_left = 0;
                         return None;
                     }
                 },
             },
         };
         let mut flags = if retransmit { wire::flags::RETRANSMIT } else { 0 };
-        if self.pair_second_due {
+        if in_train {
+            self.train_left -= 1;
+            flags |= match self.train_left {
+                0 => wire::flags::PAIR_SECOND,
+                _ => wire::flags::TRAIN,
+            };
+        } else if self.pair_second_due {
             flags |= wire::flags::PAIR_SECOND;
             self.pair_second_due = false;
+        } else if let Some(pkts) = self.train_due(now_us) {
+            flags |= wire::flags::PAIR_FIRST;
+            self.train_left = pkts - 1;
+            self.last_train = Some((now_us, pkts));
         } else if (self.stats.new_pkts + self.stats.retransmitted_pkts)
             .is_multiple_of(PAIR_PERIOD_PKTS)
         {
@@ -659,13 +696,17 @@ impl Sender {
         fill(offset, &mut buf[payload_at..payload_at + len]);
         let total = self.seal(now_us, buf, limit, body_len)?;
 
-        let period = self.period_us();
-        let catch_up = f64::from(self.config.max_burst_pkts);
-        let earliest = now - period * catch_up;
-        if self.next_send_us < earliest {
-            self.stats.pacing_dropped_us += (earliest - self.next_send_us) as u64;
+        // A train's packets after its first are not paced: they are the probe, a few
+        // milliseconds of the link at most once per round trip in startup (see `train_due`).
+        if !in_train {
+            let period = self.period_us();
+            let catch_up = f64::from(self.config.max_burst_pkts);
+            let earliest = now - period * catch_up;
+            if self.next_send_us < earliest {
+                self.stats.pacing_dropped_us += (earliest - self.next_send_us) as u64;
+            }
+            self.next_send_us = self.next_send_us.max(earliest) + period;
         }
-        self.next_send_us = self.next_send_us.max(earliest) + period;
         match (retransmit, copy) {
             (_, true) => self.stats.tail_copy_pkts += 1,
             (true, false) => self.stats.retransmitted_pkts += 1,
@@ -685,6 +726,37 @@ impl Sender {
             self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
         }
         Some(total)
+    }
+
+    /// The length of the packet train to begin now, if one is due: while the controller
+    /// [wants trains](CongestionControl::wants_trains), at most one per round trip and per
+    /// [`TRAIN_MIN_GAP_US`]. A train spans [`TRAIN_SPAN_US`] at the capacity the receiver last
+    /// reported (so that a receive path's bunching of up to a millisecond is a small part of
+    /// it), between [`TRAIN_MIN_PKTS`] and [`TRAIN_MAX_PKTS`]; while the receiver reports no
+    /// resolved capacity (every train arrived in one bunch), each train is four times the last.
+    fn train_due(&self, now_us: u64) -> Option<u32> {
+        if !self.cc.wants_trains() {
+            return None;
+        }
+        let gap_us = self.rtt.rtt_us().max(TRAIN_MIN_GAP_US);
+        let last_pkts = match self.last_train {
+            Some((at_us, _)) if now_us < at_us + gap_us => return None,
+            Some((_, pkts)) => pkts,
+            None => 0,
+        };
+        let capacity = u64::from(self.peer_capacity_pps);
+        let pkts = if capacity > 0 && capacity < u64::from(UNRESOLVED_PPS) {
+            (capacity * TRAIN_SPAN_US / 1_000_000) as u32
+        } else {
+            last_pkts.saturating_mul(4)
+        };
+        // A train cut short has no last packet and measures nothing: no longer than the
+        // windows and the data let it be.
+        let payload = self.pmtu.datagram_bytes().saturating_sub(wire::DATA_OVERHEAD).max(1);
+        let ready = self.queued_bytes.div_ceil(payload as u64) + self.loss.len();
+        let room = self.window_room().min(ready).min(u64::from(TRAIN_MAX_PKTS)) as u32;
+        let pkts = pkts.clamp(TRAIN_MIN_PKTS, TRAIN_MAX_PKTS).min(room);
+        (pkts >= TRAIN_MIN_PKTS / 2).then_some(pkts)
     }
 
     /// The next sequence number to retransmit, skipping any acknowledged meanwhile.
@@ -785,6 +857,7 @@ fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cc::CcKind;
     use crate::crypto::Algorithm;
 
     #[test]
@@ -809,28 +882,48 @@ mod tests {
         panic!("the sender neither sent nor broke: {:?}", sender.state());
     }
 
-    #[test]
-    fn at_the_start_a_pairs_two_packets_follow_the_probe_back_to_back() {
+    /// What the start sends at once with `cc`: the kinds and flags of the packets.
+    fn start(cc: CcKind) -> Vec<(Kind, u8)> {
         let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
-        let mut sender = Sender::new(ChannelConfig::default(), key(1), key(2), 0).unwrap();
+        let config = ChannelConfig { cc, ..ChannelConfig::default() };
+        let mut sender = Sender::new(config, key(1), key(2), 0).unwrap();
         sender.push(0, 1 << 20);
         assert!(matches!(sender.path_probe(), Probe::Probing { .. }), "{:?}", sender.path_probe());
         let mut buf = vec![0u8; 2048];
         let mut fill = |_: u64, out: &mut [u8]| out.fill(7);
-        // What the start sends at once: a path MTU probe, then the first data packet (a
-        // pair's first) and its second. (This order held before the pair was sent ahead of
-        // control packets too; the datapath's batching split the pair, see
-        // `datapath::send::starts_new_send`.)
         let mut sent = Vec::new();
         while let Some(len) = sender.poll_transmit(0, &mut buf, &mut fill) {
             let header = Header::parse(&buf[..len]).unwrap();
             sent.push((header.kind, header.flags));
-            assert!(sent.len() < 16, "{sent:?}");
+            assert!(sent.len() <= 2 + TRAIN_MAX_PKTS as usize, "{sent:?}");
         }
-        let first = sent.iter().position(|(_, f)| f & wire::flags::PAIR_FIRST != 0).unwrap();
         assert!(sent.iter().any(|(k, _)| *k != Kind::Data), "no probe went out: {sent:?}");
+        sent
+    }
+
+    #[test]
+    fn at_the_start_a_pairs_two_packets_follow_the_probe_back_to_back() {
+        // A path MTU probe, then the first data packet (a pair's first) and its second. (This
+        // order held before the pair was sent ahead of control packets too; the datapath's
+        // batching split the pair, see `datapath::send::starts_new_send`.)
+        let sent = start(CcKind::Udt);
+        let first = sent.iter().position(|(_, f)| f & wire::flags::PAIR_FIRST != 0).unwrap();
         let (kind, flags) = sent[first + 1];
-        assert!(kind == Kind::Data && flags & wire::flags::PAIR_SECOND != 0, "{sent:?}");
+        assert!(kind == Kind::Data && flags == wire::flags::PAIR_SECOND, "{sent:?}");
+    }
+
+    #[test]
+    fn in_startup_a_trains_packets_follow_each_other_back_to_back() {
+        // `adaptive` in startup wants trains: a pair's first, middles, a pair's second, with
+        // nothing between them, as long as the windows let go at once.
+        let sent = start(CcKind::Adaptive);
+        let first = sent.iter().position(|(_, f)| *f == wire::flags::PAIR_FIRST).unwrap();
+        let train: Vec<u8> = sent[first..].iter().map(|(_, f)| *f).collect();
+        let n = train.len();
+        assert!((TRAIN_MIN_PKTS / 2..=TRAIN_MAX_PKTS).contains(&(n as u32)), "{sent:?}");
+        assert!(sent[first..].iter().all(|(k, _)| *k == Kind::Data), "{sent:?}");
+        assert!(train[1..n - 1].iter().all(|f| *f == wire::flags::TRAIN), "{train:?}");
+        assert_eq!(train[n - 1], wire::flags::PAIR_SECOND, "{train:?}");
     }
 
     #[test]

@@ -119,6 +119,7 @@ pub struct CouplingGroup {
     period_bits: AtomicU64,
     window_bits: AtomicU64,
     frozen_until_us: AtomicU64,
+    wants_trains: AtomicBool,
     /// Number of sharing channels, at least 1.
     sharing: AtomicUsize,
     pilot: AtomicUsize,
@@ -145,6 +146,7 @@ impl CouplingGroup {
             period_bits: AtomicU64::new(0),
             window_bits: AtomicU64::new(0),
             frozen_until_us: AtomicU64::new(0),
+            wants_trains: AtomicBool::new(false),
             inner: Mutex::new(Inner { cc, fed_by: None, seq_offset: 0, last_snd_next: 0 }),
             slots: (0..channels)
                 .map(|_| Slot { active: AtomicBool::new(true), ..Slot::default() })
@@ -227,6 +229,7 @@ impl CouplingGroup {
         self.period_bits.store(period.to_bits(), Relaxed);
         self.window_bits.store(inner.cc.window_pkts().to_bits(), Relaxed);
         self.frozen_until_us.store(inner.cc.frozen_until_us(), Relaxed);
+        self.wants_trains.store(inner.cc.wants_trains(), Relaxed);
     }
 
     /// Recomputes who shares the rate and who is the pilot; returns whether some active channel
@@ -388,6 +391,10 @@ impl CongestionControl for Member {
 
     fn window_basis(&self) -> WindowBasis {
         self.group.basis
+    }
+
+    fn wants_trains(&self) -> bool {
+        self.group.wants_trains.load(Relaxed)
     }
 
     fn name(&self) -> &'static str {

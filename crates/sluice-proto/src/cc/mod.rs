@@ -147,6 +147,12 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     fn window_basis(&self) -> WindowBasis {
         WindowBasis::Unacknowledged
     }
+    /// Whether the controller is probing for the link's rate and wants the sender to time the
+    /// path with packet trains (`crate::estimate::CapacityEstimator`): pairs cannot resolve a
+    /// receive path that hands packets over in bunches.
+    fn wants_trains(&self) -> bool {
+        false
+    }
     /// Short name for traces.
     fn name(&self) -> &'static str;
 }

@@ -216,11 +216,11 @@ fn pairs(capacity: &mut CapacityEstimator, start_us: u64, gap_us: &[u64]) {
 #[test]
 fn capacity_from_packet_pairs() {
     let mut capacity = CapacityEstimator::new();
-    assert_eq!(capacity.pkts_per_sec(), 0);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 0);
     pairs(&mut capacity, 0, &[12]);
-    assert_eq!(capacity.pkts_per_sec(), 1_000_000 / 12);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 1_000_000 / 12);
     pairs(&mut capacity, 10_000, &[12; 20]);
-    assert_eq!(capacity.pkts_per_sec(), 83_333);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 83_333);
 }
 
 #[test]
@@ -230,10 +230,10 @@ fn capacity_takes_the_median_of_the_last_16_pairs() {
     let mut gaps = vec![10; 10];
     gaps.extend([100; 6]);
     pairs(&mut capacity, 0, &gaps);
-    assert_eq!(capacity.pkts_per_sec(), 100_000);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 100_000);
     // Only the last 16 count: the link got slower.
     pairs(&mut capacity, 100_000, &[20; 16]);
-    assert_eq!(capacity.pkts_per_sec(), 50_000);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 50_000);
 }
 
 #[test]
@@ -249,23 +249,23 @@ fn capacity_ignores_broken_pairs() {
     capacity.on_pair_first(100);
     capacity.on_pair_second(110);
     capacity.on_pair_second(5_000);
-    assert_eq!(capacity.pkts_per_sec(), 100_000);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 100_000);
     // A first replaced by a later first (the second was lost).
     capacity.on_pair_first(6_000);
     capacity.on_pair_first(7_000);
     capacity.on_pair_second(7_010);
-    assert_eq!(capacity.pkts_per_sec(), 100_000);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 100_000);
 }
 
 #[test]
 fn capacity_zero_interval_counts_as_one_microsecond() {
     let mut capacity = CapacityEstimator::new();
     pairs(&mut capacity, 0, &[0; 3]);
-    assert_eq!(capacity.pkts_per_sec(), 1_000_000);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 1_000_000);
     // Time going backwards between the two packets is a zero interval, not a panic.
     capacity.on_pair_first(u64::MAX);
     capacity.on_pair_second(0);
-    assert_eq!(capacity.pkts_per_sec(), 1_000_000);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 1_000_000);
 }
 
 /// Feeds `DeliveryRate` packets every `interval_us` in bunches of `bunch` that arrive at the
@@ -363,11 +363,78 @@ fn capacity_of_smaller_packets_is_counted_in_full_size_packets() {
         full.on_pair_first(i * 1_000);
         full.on_pair_second_sized(i * 1_000 + 12, 1472, 1472);
     }
-    assert_eq!(full.pkts_per_sec(), 83_333);
+    assert_eq!(full.pkts_per_sec(0, 0), 83_333);
     // 10 us scaled by 1500 / 1260 is 11.9, which whole microseconds keep as 11.
-    assert_eq!(small.pkts_per_sec(), 90_909);
+    assert_eq!(small.pkts_per_sec(0, 0), 90_909);
     let mut plain = CapacityEstimator::new();
     plain.on_pair_first(0);
     plain.on_pair_second(12);
-    assert_eq!(plain.pkts_per_sec(), 83_333, "equal sizes are not scaled");
+    assert_eq!(plain.pkts_per_sec(0, 0), 83_333, "equal sizes are not scaled");
+}
+
+/// Feeds a train of `pkts` packets that cross a bottleneck `gap_ns` apart from `start_us`, as
+/// a receive path releases them: at wakes every `release_us` (0: each at its own time).
+fn train(capacity: &mut CapacityEstimator, start_us: u64, pkts: u64, gap_ns: u64, release_us: u64) {
+    capacity.on_other_arrival();
+    for i in 0..pkts {
+        let at_us = start_us + i * gap_ns / 1000;
+        let released_us = match release_us {
+            0 => at_us,
+            g => at_us.div_ceil(g) * g,
+        };
+        match i {
+            0 => capacity.on_pair_first(released_us),
+            i if i + 1 == pkts => capacity.on_pair_second(released_us),
+            _ => capacity.on_train_middle(released_us),
+        }
+    }
+}
+
+#[test]
+fn a_train_reads_the_bottleneck_whether_or_not_the_receive_path_bunches_it() {
+    // 1 Gbit/s and 1480-byte packets on the wire: 11,840 ns each, 84,459 packets per second.
+    let link_pps = 1e9 / 11_840.0;
+    for release_us in [0, 20, 50, 200, 1_000] {
+        for start_us in [10_000, 10_137, 10_999] {
+            let mut capacity = CapacityEstimator::new();
+            // Bunched pairs read the clock resolution (both in one release) or a fraction of
+            // the link (across two).
+            pairs(&mut capacity, 0, &[0; PAIR_WINDOW]);
+            train(&mut capacity, start_us, 256, 11_840, release_us);
+            let read = f64::from(capacity.pkts_per_sec(start_us + 5_000, 100_000));
+            println!("release every {release_us} us, start {start_us}: {read} of {link_pps:.0}");
+            assert!(
+                (0.95 * link_pps..=1.05 * link_pps).contains(&read),
+                "release every {release_us} us: a 256-packet train read {read} pps"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_train_in_one_bunch_resolves_nothing_and_a_broken_one_counts_not() {
+    let mut capacity = CapacityEstimator::new();
+    pairs(&mut capacity, 0, &[10; PAIR_WINDOW]);
+    // 32 packets 11.84 us apart, all released at one wake 1 ms long: the clock's resolution.
+    train(&mut capacity, 100_001, 32, 11_840, 1_000);
+    assert_eq!(capacity.pkts_per_sec(101_000, 100_000), 1_000_000);
+    // Another packet in the middle of a train breaks it: the last reading stands.
+    capacity.on_pair_first(200_000);
+    capacity.on_train_middle(200_010);
+    capacity.on_other_arrival();
+    capacity.on_train_middle(200_020);
+    capacity.on_pair_second(200_030);
+    assert_eq!(capacity.pkts_per_sec(200_030, 100_000), 1_000_000);
+}
+
+#[test]
+fn a_train_stands_for_the_pairs_only_while_it_is_fresh() {
+    let mut capacity = CapacityEstimator::new();
+    pairs(&mut capacity, 0, &[10; PAIR_WINDOW]);
+    assert_eq!(capacity.pkts_per_sec(0, 0), 100_000);
+    train(&mut capacity, 100_000, 64, 20_000, 0);
+    let end_us = 100_000 + 63 * 20;
+    assert_eq!(capacity.pkts_per_sec(end_us, 50_000), 50_000, "the train's 20 us");
+    assert_eq!(capacity.pkts_per_sec(end_us + 49_999, 50_000), 50_000);
+    assert_eq!(capacity.pkts_per_sec(end_us + 50_000, 50_000), 100_000, "the pairs' again");
 }

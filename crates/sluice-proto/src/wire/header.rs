@@ -58,10 +58,6 @@ impl Header {
             }
         } else if self.flags & !flags::ALL != 0 {
             return Err(WireError::Malformed("unknown flag bits"));
-        } else if self.flags & (flags::PAIR_FIRST | flags::PAIR_SECOND)
-            == flags::PAIR_FIRST | flags::PAIR_SECOND
-        {
-            return Err(WireError::Malformed("both packet-pair flags set"));
         }
         Ok(())
     }

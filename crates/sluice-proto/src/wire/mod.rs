@@ -26,7 +26,7 @@
 //! | bytes  | field          | notes                                                          |
 //! |--------|----------------|----------------------------------------------------------------|
 //! | 0      | kind           | 0 data, 1 ack, 2 ack2, 3 nak, 4 keep-alive, 5 shutdown, 6 drop-request, 7 probe, 8 probe-ack; else `UnknownKind` |
-//! | 1      | flags          | data only: [`flags::PAIR_FIRST`] 1, [`flags::PAIR_SECOND`] 2, [`flags::RETRANSMIT`] 4; other bits, both pair bits, or any bit on a control kind: `Malformed` |
+//! | 1      | flags          | data only: [`flags::PAIR_FIRST`] 1, [`flags::PAIR_SECOND`] 2, both a train's middle ([`flags::TRAIN`]), [`flags::RETRANSMIT`] 4; other bits, or any bit on a control kind: `Malformed` |
 //! | 2..4   | reserved       | zero, else `Malformed`                                         |
 //! | 4..12  | packet number  | u64; AEAD nonce input, never reused under one key              |
 //! | 12..16 | timestamp_us   | u32, microseconds on the sender's clock, wrapping              |
@@ -138,6 +138,10 @@ pub mod flags {
     pub const PAIR_FIRST: u8 = 1;
     /// Second packet of a packet pair.
     pub const PAIR_SECOND: u8 = 2;
+    /// A packet train's middle packet (both pair bits): a train is a `PAIR_FIRST`, middles, and
+    /// a `PAIR_SECOND`, back to back (`crate::estimate::CapacityEstimator`). Protocol 10 on
+    /// (`sluice::session::PROTOCOL_VERSION`); before, both bits were malformed.
+    pub const TRAIN: u8 = PAIR_FIRST | PAIR_SECOND;
     /// The payload was sent before under another packet number.
     pub const RETRANSMIT: u8 = 4;
     /// Every flag bit the format defines; any other bit is malformed.

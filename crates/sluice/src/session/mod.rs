@@ -169,8 +169,10 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// messages typed by role (`sluice_session`): a transfer's sender and receiver say the same
 /// things in an upload and a download, the receiver's `Ready` always comes right behind `Want`
 /// and `Repair`, a dry run is a flag of `Want`, and every failure is `Failed`; 9: the early
-/// start: the server's `Offer` before `Hello`, `Put.early`, `Get.udp_ports`, `Want.early`).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// start: the server's `Offer` before `Hello`, `Put.early`, `Get.udp_ports`, `Want.early`; 10: in startup the data
+/// channels time the path with packet trains, whose middle packets carry both pair flags,
+/// `sluice_proto::wire::flags::TRAIN`).
+pub const PROTOCOL_VERSION: u32 = 10;
 pub use sluice_session::negotiate::MAX_CHANNELS;
 /// The most channels chosen automatically (one per core, up to this).
 pub const AUTO_CHANNELS_CAP: u32 = 8;
