@@ -672,6 +672,7 @@ impl Sender {
             flags |= wire::flags::PAIR_FIRST;
             self.train_left = pkts - 1;
             self.last_train = Some((now_us, pkts));
+            self.cc.on_train(now_us);
         } else if (self.stats.new_pkts + self.stats.retransmitted_pkts)
             .is_multiple_of(PAIR_PERIOD_PKTS)
         {

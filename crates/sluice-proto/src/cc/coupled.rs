@@ -54,6 +54,10 @@ use crate::config::ChannelConfig;
 /// The smallest flow window a member gets from the split (or the group window, if smaller).
 pub const MIN_MEMBER_WINDOW_PKTS: f64 = 16.0;
 
+/// How long the other channels hold while the pilot sends a packet train: the train's 4 ms
+/// (`crate::sender`) and a millisecond more.
+const TRAIN_HOLD_US: u64 = 5_000;
+
 /// `pilot` when no channel was ever elected (a group always has one; kept for robustness).
 const NO_PILOT: usize = usize::MAX;
 
@@ -120,6 +124,11 @@ pub struct CouplingGroup {
     window_bits: AtomicU64,
     frozen_until_us: AtomicU64,
     wants_trains: AtomicBool,
+    /// Until when the channels other than the pilot hold their sending: the pilot's packet
+    /// train is timing the path, and another channel's packets among the train's would read as
+    /// a slower link (two channels' trains at once read 647 Mbit/s of a 1000 Mbit/s link
+    /// through linkem, and startup held there).
+    train_hold_until_us: AtomicU64,
     /// Number of sharing channels, at least 1.
     sharing: AtomicUsize,
     pilot: AtomicUsize,
@@ -147,6 +156,7 @@ impl CouplingGroup {
             window_bits: AtomicU64::new(0),
             frozen_until_us: AtomicU64::new(0),
             wants_trains: AtomicBool::new(false),
+            train_hold_until_us: AtomicU64::new(0),
             inner: Mutex::new(Inner { cc, fed_by: None, seq_offset: 0, last_snd_next: 0 }),
             slots: (0..channels)
                 .map(|_| Slot { active: AtomicBool::new(true), ..Slot::default() })
@@ -386,15 +396,26 @@ impl CongestionControl for Member {
     }
 
     fn frozen_until_us(&self) -> u64 {
-        self.group.frozen_until_us.load(Relaxed)
+        let frozen = self.group.frozen_until_us.load(Relaxed);
+        match self.is_pilot() {
+            true => frozen,
+            false => frozen.max(self.group.train_hold_until_us.load(Relaxed)),
+        }
     }
 
     fn window_basis(&self) -> WindowBasis {
         self.group.basis
     }
 
+    /// Only the pilot times the path: its reports are what the group's controller reads.
     fn wants_trains(&self) -> bool {
-        self.group.wants_trains.load(Relaxed)
+        self.group.wants_trains.load(Relaxed) && self.is_pilot()
+    }
+
+    fn on_train(&mut self, now_us: u64) {
+        if self.group.sharing.load(Relaxed) > 1 {
+            self.group.train_hold_until_us.store(now_us + TRAIN_HOLD_US, Relaxed);
+        }
     }
 
     fn name(&self) -> &'static str {

@@ -153,6 +153,8 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     fn wants_trains(&self) -> bool {
         false
     }
+    /// The sender began a packet train at `now_us`.
+    fn on_train(&mut self, _now_us: u64) {}
     /// Short name for traces.
     fn name(&self) -> &'static str;
 }
