@@ -379,9 +379,8 @@ fn low_yields_to_a_fair_transfer_and_takes_the_link_back_after_it() {
 // coalescing, GRO, virtual NICs, an emulator thread that wakes periodically), feedback comes
 // back compressed, jitter with and without reordering, and a sender whose sleeps overshoot.
 // Each model runs on the plain scenario of a utilization target and must hold that target: a
-// result that holds only with precise release is not a result. Those the current controller
-// misses are ignored with the number measured, so they are seen, not silently passing; run them
-// with `cargo test -p sluice-netsim --test scenarios timing -- --include-ignored`.
+// result that holds only with precise release is not a result. (A model the controller misses
+// is marked ignored with the number measured, so it is seen, not silently passing; none is now.)
 
 /// Runs `s` and checks it holds the plain scenario's utilization `target`.
 fn check_timing_noise(name: &str, s: Scenario, target: f64) {
@@ -446,7 +445,6 @@ timing_noise! {
     timing_ack_compression_1000us: plain_100ms_1pct, |s| s.ack_compression_us = 1_000;
     timing_jitter_100us_in_order: plain_100ms_1pct, |s| s.jitter_ms = 0.1;
     timing_jitter_1ms_in_order: plain_100ms_1pct, |s| s.jitter_ms = 1.0;
-    #[ignore = "issue 25: 100 us of jitter that reorders reads as loss (the receiver reports a gap at once, and repairs what was only late); measured 0.656 (0.524 before packet trains, 0.269 before the delivered-rate cap) vs target 0.90"]
     timing_jitter_100us_reordering: plain_100ms_1pct, |s| {
         s.jitter_ms = 0.1;
         s.jitter_reorders = true;

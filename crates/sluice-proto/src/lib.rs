@@ -28,6 +28,7 @@ pub mod estimate;
 pub mod intervals;
 pub mod pmtu;
 pub mod receiver;
+pub mod reorder;
 pub mod rng;
 pub mod sender;
 pub mod seq;

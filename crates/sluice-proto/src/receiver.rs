@@ -24,6 +24,7 @@ use crate::crypto::PacketKey;
 use crate::delay::QueueDelay;
 use crate::estimate::{ArrivalSpeed, CapacityEstimator, DeliveryRate, RttEstimator};
 use crate::intervals::IntervalSet;
+use crate::reorder::Reorder;
 use crate::seq::Seq31;
 use crate::timer::{Timer, TimerTable};
 use crate::wire::{self, Ack, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
@@ -140,6 +141,8 @@ pub struct Receiver {
     /// report, up to a round trip later, and at the end of a transfer every such wait adds to
     /// its length.
     renak_from: Option<u64>,
+    /// How long a gap waits before it is reported: the path's reordering (`crate::reorder`).
+    reorder: Reorder,
     pending: VecDeque<Pending>,
     state: State,
     stats: ReceiverStats,
@@ -177,6 +180,7 @@ impl Receiver {
             data_since_ack: false,
             nak_backoff: 1,
             renak_from: None,
+            reorder: Reorder::new(),
             pending: VecDeque::new(),
             state: State::Open,
             stats: ReceiverStats::default(),
@@ -274,18 +278,18 @@ impl Receiver {
             if dsn > self.rcv_next {
                 let (lo, hi) = (self.rcv_next, dsn - 1);
                 self.stats.detected_lost_pkts += self.loss.insert(lo, hi);
-                if self.pending.len() < MAX_PENDING {
-                    self.pending.push_back(Pending::NakGap(lo, hi));
-                }
-                self.renak_from.get_or_insert(lo);
-                if self.timers.get(Timer::Nak).is_none() {
-                    self.timers.set(Timer::Nak, now_us + self.nak_interval_us());
+                if self.reorder.on_gap(lo, hi, now_us) {
+                    self.report_gap(now_us, lo, hi);
                 }
             }
             self.rcv_next = dsn + 1;
             true
         } else {
-            self.loss.remove(dsn)
+            let filled = self.loss.remove(dsn);
+            if filled && header.flags & wire::flags::RETRANSMIT == 0 {
+                self.reorder.on_late(dsn, now_us, self.rtt.rtt_us() / 4);
+            }
+            filled
         };
         if !fresh {
             // A repeat means the sender has not seen our acknowledgement (e.g. its timeout probe
@@ -333,10 +337,25 @@ impl Receiver {
         Ok(None)
     }
 
+    /// Reports the gap `lo..=hi` (what of it is still missing): a NAK now, again at the next
+    /// ACK tick, and periodically until it is filled.
+    fn report_gap(&mut self, now_us: u64, lo: u64, hi: u64) {
+        if self.pending.len() < MAX_PENDING {
+            self.pending.push_back(Pending::NakGap(lo, hi));
+        }
+        self.renak_from = Some(self.renak_from.map_or(lo, |from| from.min(lo)));
+        if self.timers.get(Timer::Nak).is_none() {
+            self.timers.set(Timer::Nak, now_us + self.nak_interval_us());
+        }
+    }
+
     /// Fires the timers due at `now_us`.
     pub fn handle_timeout(&mut self, now_us: u64) {
         if self.state != State::Open {
             return;
+        }
+        while let Some((lo, hi)) = self.reorder.due(now_us) {
+            self.report_gap(now_us, lo, hi);
         }
         if self.timers.is_due(Timer::Idle, now_us) {
             self.state = State::Broken;
@@ -384,7 +403,11 @@ impl Receiver {
 
     /// The earliest time at which [`Receiver::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.timers.next_deadline()
+        let timers = self.timers.next_deadline();
+        match (timers, self.reorder.next_due_us()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Writes the next control packet to send into `buf` (at least `packet_size` bytes) and
