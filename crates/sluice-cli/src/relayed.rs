@@ -117,8 +117,20 @@ pub(crate) async fn upload(
             transport: Some("udp".into()),
         };
         let config = connect.client_config(name, &prefs, channel.clone(), args.channels)?;
-        let client = connect_asking(config).await?;
-        client.ready().await?;
+        // A relay that is down is left out: the same command run again after a relay died
+        // moves what it lost over the others.
+        let reached = async {
+            let client = connect_asking(config).await?;
+            client.ready().await?;
+            anyhow::Ok(client)
+        };
+        let client = match reached.await {
+            Ok(client) => client,
+            Err(e) => {
+                show.warning(&format!("relay {name} left out: {e:#}"));
+                continue;
+            }
+        };
         let rtt = client.rtt();
         if let Some(max) = flags.relay_max_rtt_sender
             && rtt > Duration::from_millis(max)

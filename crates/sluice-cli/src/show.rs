@@ -332,6 +332,7 @@ impl Show {
                 "send_seconds": round3(report.send_seconds),
                 "total_seconds": report.total_seconds.map(round3),
                 "job": report.job,
+                "resumed_blocks": report.resumed_blocks,
                 "placed": placed,
             })),
             Mode::Quiet => {}
@@ -346,8 +347,12 @@ impl Show {
                     Some(total) => format!("the server has the verified file after {total:.1} s"),
                     None => format!("collection goes on at the server (job {})", report.job),
                 };
+                let resumed = match report.resumed_blocks {
+                    0 => String::new(),
+                    n => format!("; {n} were at the server from an earlier run"),
+                };
                 say(&format!(
-                    "sluice: sent {} bytes in {:.1} s ({} blocks: {}); {after}",
+                    "sluice: sent {} bytes in {:.1} s ({} blocks: {}{resumed}); {after}",
                     report.bytes,
                     report.send_seconds,
                     report.blocks,

@@ -175,6 +175,10 @@ pub enum CollectMsg {
     Accepted {
         /// The job's name, for `sluice jobs`.
         job: String,
+        /// Blocks the receiver has already (ranges of block ids, `[start, end)`): a re-run of
+        /// a copy whose sender left blocks nowhere to collect moves only the others.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        have: Vec<[u64; 2]>,
     },
     /// These blocks could not be had from where they were (a relay's copy did not open, or
     /// the relay lost it): the sender, while it is there, deposits them with the receiver.
@@ -291,16 +295,17 @@ pub struct Stripe {
 }
 
 impl Stripe {
-    /// Blocks `0..count` shared over `sharing` destinations (at least one).
-    pub fn new(strategy: Strategy, count: u64, sharing: usize) -> Stripe {
+    /// `blocks` (in this order) shared over `sharing` destinations (at least one).
+    pub fn new(strategy: Strategy, blocks: &[u64], sharing: usize) -> Stripe {
         let n = sharing.max(1);
+        let count = blocks.len() as u128;
         let mut shares = vec![VecDeque::new(); if strategy == Strategy::Fcfs { 1 } else { n }];
-        for id in 0..count {
+        for (i, &id) in blocks.iter().enumerate() {
             let at = match strategy {
                 Strategy::Fcfs => 0,
-                Strategy::Cyclic => (id % n as u64) as usize,
-                // Share k is ids [k*count/n, (k+1)*count/n).
-                Strategy::Partitioned => ((id as u128 * n as u128) / count as u128) as usize,
+                Strategy::Cyclic => i % n,
+                // Share k is the blocks at [k*count/n, (k+1)*count/n).
+                Strategy::Partitioned => ((i as u128 * n as u128) / count) as usize,
             };
             shares[at].push_back(id);
         }
@@ -360,6 +365,19 @@ impl Stripe {
     }
 }
 
+/// Ranges `[start, end)` of the ids in `ids` (sorted, each once): the compact form of a set of
+/// blocks on the wire.
+pub fn id_ranges(ids: impl IntoIterator<Item = u64>) -> Vec<[u64; 2]> {
+    let mut out: Vec<[u64; 2]> = Vec::new();
+    for id in ids {
+        match out.last_mut() {
+            Some(last) if last[1] == id => last[1] = id + 1,
+            _ => out.push([id, id + 1]),
+        }
+    }
+    out
+}
+
 /// Parses 2n lowercase or uppercase hex digits into n bytes.
 pub fn from_hex<const N: usize>(hex: &str) -> Option<[u8; N]> {
     if hex.len() != 2 * N || !hex.is_ascii() {
@@ -381,6 +399,10 @@ pub fn to_hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn ids(count: u64) -> Vec<u64> {
+        (0..count).collect()
+    }
+
     fn drain(stripe: &mut Stripe, dests: usize) -> Vec<Vec<u64>> {
         let mut got = vec![Vec::new(); dests];
         loop {
@@ -398,11 +420,11 @@ mod tests {
 
     #[test]
     fn strategies_hand_out_every_block_once() {
-        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, 7, 3), 3);
+        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &ids(7), 3), 3);
         assert_eq!(cyclic, vec![vec![0, 3, 6], vec![1, 4], vec![2, 5]]);
-        let parted = drain(&mut Stripe::new(Strategy::Partitioned, 7, 3), 3);
+        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &ids(7), 3), 3);
         assert_eq!(parted, vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]]);
-        let fcfs = drain(&mut Stripe::new(Strategy::Fcfs, 7, 3), 3);
+        let fcfs = drain(&mut Stripe::new(Strategy::Fcfs, &ids(7), 3), 3);
         assert_eq!(fcfs, vec![vec![0, 1, 6], vec![2, 3], vec![4, 5]]);
         for got in [cyclic, parted, fcfs] {
             let mut all: Vec<u64> = got.concat();
@@ -414,7 +436,7 @@ mod tests {
     #[test]
     fn a_destination_beyond_the_sharing_ones_takes_only_what_is_assigned_or_given_back() {
         for strategy in [Strategy::Fcfs, Strategy::Cyclic] {
-            let mut stripe = Stripe::new(strategy, 4, 1);
+            let mut stripe = Stripe::new(strategy, &ids(4), 1);
             assert_eq!(stripe.take(1, 10), Vec::<u64>::new(), "{strategy:?}");
             assert_eq!(stripe.take(0, 10), vec![0, 1, 2, 3], "{strategy:?}");
             stripe.assign(1, [2]);
@@ -428,11 +450,21 @@ mod tests {
 
     #[test]
     fn a_gone_destination_leaves_its_share_to_the_others() {
-        let mut stripe = Stripe::new(Strategy::Partitioned, 6, 2);
+        let mut stripe = Stripe::new(Strategy::Partitioned, &ids(6), 2);
         assert_eq!(stripe.take(1, 1), vec![3]);
         stripe.give_back(1, [3]);
         assert_eq!(stripe.take(0, 10), vec![3, 4, 5, 0, 1, 2]);
         assert!(stripe.is_empty());
+    }
+
+    #[test]
+    fn a_re_run_stripes_only_the_blocks_given() {
+        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &[1, 4, 5, 9], 2), 2);
+        assert_eq!(parted, vec![vec![1, 4], vec![5, 9]]);
+        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &[1, 4, 5], 2), 2);
+        assert_eq!(cyclic, vec![vec![1, 5], vec![4]]);
+        assert_eq!(id_ranges([0, 1, 2, 5, 7, 8]), vec![[0, 3], [5, 6], [7, 9]]);
+        assert_eq!(id_ranges([]), Vec::<[u64; 2]>::new());
     }
 
     #[test]

@@ -3,14 +3,19 @@
 //! does not open is fetched again: from the sender while it is there), writes it into a part
 //! file beside the destination, and, once every block is written and the file's BLAKE3 is the
 //! sender's, renames it into place. It goes on when the sender has left (FSP's retreat).
+//!
+//! A job whose sender left with blocks nowhere to collect (a relay lost them) names the
+//! missing byte ranges and is kept, stalled, with its part file: a re-run of the same copy
+//! (the same destination, size and block size) takes it over and moves only the blocks it
+//! lacks, under the new run's key; the file's BLAKE3 must be the first run's.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_session::relay::{BlockPlan, MAX_BATCH_BLOCKS, to_hex};
 use tokio::sync::{Notify, mpsc};
@@ -21,6 +26,7 @@ use super::seal::BlockKey;
 use super::spool::TransferId;
 use crate::files::Confined;
 use crate::session::channel::blocking;
+use crate::session::identity::Identity;
 use crate::session::keys::SessionId;
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
 
@@ -30,6 +36,8 @@ const BATCH_BYTES: u64 = 64 << 20;
 const RELAY_ATTEMPTS: u32 = 3;
 /// The wait between them.
 const RELAY_RETRY_WAIT: Duration = Duration::from_secs(1);
+/// How long a stalled job waits for a re-run before its part file is deleted.
+const STALLED_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A relay as the collector reaches it.
 #[derive(Debug, Clone)]
@@ -69,6 +77,30 @@ struct Progress {
     sender_gone: bool,
     /// Whether the sender said every block is placed.
     sent: bool,
+    /// The digest of the run this job took over: the sender's must be the same.
+    expect: Option<blake3::Hash>,
+    /// The sender's digest was not `expect`: the written blocks are of another file.
+    changed: bool,
+    /// The job ended with blocks nowhere to collect: it waits for a re-run.
+    stalled: bool,
+}
+
+/// What a stalled job keeps for a re-run of its copy.
+#[derive(Debug)]
+pub(crate) struct Stalled {
+    part: PathBuf,
+    fs: Confined,
+    plan: BlockPlan,
+    written: Vec<bool>,
+    digest: blake3::Hash,
+    until: Instant,
+}
+
+impl Stalled {
+    /// Blocks the part file holds.
+    pub(crate) fn have(&self) -> impl Iterator<Item = u64> + '_ {
+        self.written.iter().enumerate().filter(|(_, w)| **w).map(|(id, _)| id as u64)
+    }
 }
 
 /// One relayed upload being collected.
@@ -84,6 +116,7 @@ pub(crate) struct Collection {
     /// Every file step beneath the client's root.
     fs: Confined,
     relays: Vec<RelayAt>,
+    identity: Arc<Identity>,
     clients: Mutex<Vec<Option<Client>>>,
     progress: Mutex<Progress>,
     wake: Notify,
@@ -100,10 +133,11 @@ impl std::fmt::Debug for Collection {
     }
 }
 
-/// The collections a server runs, by transfer.
+/// The collections a server runs, by transfer, and those stalled, by destination.
 #[derive(Debug, Default)]
 pub(crate) struct Collections {
     running: Mutex<HashMap<TransferId, Arc<Collection>>>,
+    stalled: Mutex<HashMap<PathBuf, Stalled>>,
 }
 
 impl Collections {
@@ -114,6 +148,32 @@ impl Collections {
         session: SessionId,
     ) -> Option<Arc<Collection>> {
         lock(&self.running).get(transfer).filter(|c| c.session == session).cloned()
+    }
+
+    /// Whether a running job writes `dest`.
+    pub(crate) fn writing(&self, dest: &Path) -> bool {
+        lock(&self.running).values().any(|c| c.dest == dest)
+    }
+
+    /// The stalled job of `dest`, for a re-run of its copy (`plan` must be its), after
+    /// deleting the part files of those that waited too long. Does file I/O.
+    pub(crate) fn take_stalled(&self, dest: &Path, plan: &BlockPlan) -> Option<Stalled> {
+        let now = Instant::now();
+        let mut stalled = lock(&self.stalled);
+        let expired: Vec<PathBuf> =
+            stalled.iter().filter(|(_, s)| s.until <= now).map(|(d, _)| d.clone()).collect();
+        for dest in expired {
+            if let Some(s) = stalled.remove(&dest) {
+                let _ = s.fs.remove_file(&s.part);
+            }
+        }
+        let found = stalled.remove(dest)?;
+        if found.plan == *plan {
+            return Some(found);
+        }
+        info!(dest = %dest.display(), "another file's copy: the stalled part is dropped");
+        let _ = found.fs.remove_file(&found.part);
+        None
     }
 }
 
@@ -127,7 +187,11 @@ pub(crate) struct Start {
     /// How the destination's files are reached (beneath the client's root).
     pub(crate) fs: Confined,
     pub(crate) relays: Vec<RelayAt>,
+    /// The receiver's identity, which the relays' capabilities are bound to.
+    pub(crate) identity: Arc<Identity>,
     pub(crate) permits: Box<dyn Send + Sync>,
+    /// A stalled job of the same copy to take over.
+    pub(crate) resume: Option<Stalled>,
 }
 
 impl Collection {
@@ -136,20 +200,39 @@ impl Collection {
         start: Start,
         collections: &Arc<Collections>,
     ) -> Result<(Arc<Collection>, mpsc::UnboundedReceiver<JobEvent>), SessionError> {
-        let name =
-            start.dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let part =
-            start.dest.with_file_name(format!(".{name}.{}.relayed", to_hex(&start.transfer[..4])));
-        // One a crash left is ours to replace.
-        let _ = start.fs.remove_file(&part);
-        let file = start
-            .fs
-            .create_new(&part, 0o600)
-            .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
-        file.set_len(start.plan.size)
-            .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
-        let (tx, rx) = mpsc::unbounded_channel();
         let count = start.plan.count() as usize;
+        let mut blocks = vec![Where::Missing; count];
+        let (part, file, expect) = match &start.resume {
+            Some(stalled) => {
+                let file = start.fs.open(&stalled.part, true).map_err(|e| {
+                    SessionError::io(format!("opening {}", stalled.part.display()), e)
+                })?;
+                for id in stalled.have() {
+                    blocks[id as usize] = Where::Written;
+                }
+                (stalled.part.clone(), file, Some(stalled.digest))
+            }
+            None => {
+                let name = start
+                    .dest
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let part = start
+                    .dest
+                    .with_file_name(format!(".{name}.{}.relayed", to_hex(&start.transfer[..4])));
+                // One a crash left is ours to replace.
+                let _ = start.fs.remove_file(&part);
+                let file = start
+                    .fs
+                    .create_new(&part, 0o600)
+                    .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
+                file.set_len(start.plan.size)
+                    .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
+                (part, file, None)
+            }
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
         let job = Arc::new(Collection {
             transfer: start.transfer,
             session: start.session,
@@ -161,11 +244,15 @@ impl Collection {
             fs: start.fs,
             clients: Mutex::new(vec![None; start.relays.len()]),
             relays: start.relays,
+            identity: start.identity,
             progress: Mutex::new(Progress {
-                blocks: vec![Where::Missing; count],
+                blocks,
                 digest: None,
                 sender_gone: false,
                 sent: false,
+                expect,
+                changed: false,
+                stalled: false,
             }),
             wake: Notify::new(),
             events: tx,
@@ -207,9 +294,19 @@ impl Collection {
         Ok(())
     }
 
+    /// The blocks the job has written (those a re-run need not move).
+    pub(crate) fn have(&self) -> Vec<u64> {
+        let progress = lock(&self.progress);
+        let written = progress.blocks.iter().enumerate().filter(|(_, w)| **w == Where::Written);
+        written.map(|(id, _)| id as u64).collect()
+    }
+
     /// The sender's BLAKE3 of the whole file.
     pub(crate) fn digest(&self, hash: blake3::Hash) {
-        lock(&self.progress).digest = Some(hash);
+        let mut progress = lock(&self.progress);
+        progress.changed |= progress.expect.is_some_and(|e| e != hash);
+        progress.digest = Some(hash);
+        drop(progress);
         self.wake.notify_one();
     }
 
@@ -334,6 +431,7 @@ impl Collection {
             TrustPolicy::Pinned(at.fingerprint.clone()),
         );
         config.grant = Some(super::capability_claim(&self.transfer, &at.capability));
+        config.identity = Some(self.identity.clone());
         config.transport = crate::session::TransportChoice::Udp;
         let client = Client::connect(config).await?;
         lock(&self.clients)[relay as usize] = Some(client.clone());
@@ -357,17 +455,34 @@ impl Collection {
         Ok(())
     }
 
-    /// Runs the job to its end.
+    /// Runs the job to its end: the file in place, or a stalled job kept for a re-run, or
+    /// (it cannot go on) its part file deleted.
     async fn run(self: Arc<Self>, collections: Arc<Collections>) {
         let end = self.drive().await;
+        let stalled = {
+            let p = lock(&self.progress);
+            (end.is_err() && p.stalled).then(|| Stalled {
+                part: self.part.clone(),
+                fs: self.fs.clone(),
+                plan: self.plan,
+                written: p.blocks.iter().map(|w| *w == Where::Written).collect(),
+                digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
+                until: Instant::now() + STALLED_KEEP,
+            })
+        };
         let end = match end {
             Ok(bytes) => {
                 info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed upload collected");
                 Ok(bytes)
             }
             Err(e) => {
-                warn!(transfer = %self.name(), error = %e, "relayed upload failed");
-                let _ = self.fs.remove_file(&self.part);
+                if let Some(stalled) = stalled {
+                    warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed upload stalled: the same copy run again moves only the missing blocks");
+                    lock(&collections.stalled).insert(self.dest.clone(), stalled);
+                } else {
+                    warn!(transfer = %self.name(), error = %e, "relayed upload failed");
+                    let _ = self.fs.remove_file(&self.part);
+                }
                 Err(e)
             }
         };
@@ -397,6 +512,13 @@ impl Collection {
             }
             let (all_written, digest, gone, missing) = {
                 let p = lock(&self.progress);
+                if p.changed {
+                    return Err(SessionError::Integrity(format!(
+                        "{}: the file is not the one whose copy left blocks behind: the \
+                         collected part is dropped; run the copy again",
+                        self.dest.display()
+                    )));
+                }
                 let missing: Vec<u64> = p
                     .blocks
                     .iter()
@@ -410,6 +532,8 @@ impl Collection {
                 return self.finish(digest).await;
             }
             if gone && fetching.is_empty() && (!missing.is_empty() || digest.is_none()) {
+                // What it has is kept for a re-run when the sender told what the file is.
+                lock(&self.progress).stalled = digest.is_some();
                 return Err(self.left_behind(&missing, digest.is_none()));
             }
             tokio::select! {

@@ -14,7 +14,19 @@ pub mod stripe;
 
 use sluice_session::relay::{CAPABILITY_TAG, to_hex};
 
+use super::identity::Fingerprint;
 use super::messages::GrantClaim;
+
+/// What a relay keeps of a collector's capability: a BLAKE3 of the capability and the
+/// certificate fingerprint of the one receiver that may present it (64 hex digits). A relay
+/// admits a session only when its capability and the certificate it proved hash to this, so a
+/// capability that leaks is of no use to another peer.
+pub fn collector_hash(capability: &[u8; 32], collector: &Fingerprint) -> String {
+    let mut hasher = blake3::Hasher::new_derive_key("sluice relay collector v1");
+    hasher.update(capability);
+    hasher.update(collector.as_str().as_bytes());
+    to_hex(hasher.finalize().as_bytes())
+}
 
 /// What a collector presents in `Hello` (in [`super::ClientConfig::grant`]) to a relay: the
 /// capability of `transfer` there (both as bytes; the wire carries hex).

@@ -10,6 +10,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -99,6 +100,8 @@ pub struct RelayedReport {
     pub total_seconds: Option<f64>,
     /// The receiver's job.
     pub job: String,
+    /// Blocks the receiver had already from an earlier run of this copy (not moved again).
+    pub resumed_blocks: u64,
     /// Each destination's share.
     pub placed: Vec<Placed>,
 }
@@ -177,12 +180,27 @@ impl Client {
             hasher.update_reader(&mut &*hash_file).map(|h| h.finalize())
         });
 
-        let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, plan.count(), sharing)));
+        // A re-run of a copy that left blocks behind moves only those the receiver lacks.
+        let mut safe = vec![false; plan.count() as usize];
+        for &[start, end] in &req.have {
+            for s in safe.iter_mut().take(end as usize).skip(start as usize) {
+                *s = true;
+            }
+        }
+        let resumed_blocks = safe.iter().filter(|s| **s).count() as u64;
+        if resumed_blocks > 0 {
+            info!(blocks = resumed_blocks, "the receiver has these blocks from an earlier run");
+        }
+        let pending: Vec<u64> = (0..plan.count()).filter(|id| !safe[*id as usize]).collect();
+        let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing)));
         let (reports, mut reported) = mpsc::unbounded_channel();
+        let depositing = Arc::new(AtomicUsize::new(0));
         let mut workers = JoinSet::new();
         for dest in 0..dests {
             let (client, cap_hash) = match relays.get(dest).zip(caps.get(dest)) {
-                Some((relay, cap)) => (relay.client.clone(), to_hex(blake3::hash(cap).as_bytes())),
+                Some((relay, cap)) => {
+                    (relay.client.clone(), super::collector_hash(cap, self.server_fingerprint()))
+                }
                 None => (self.clone(), String::new()),
             };
             let worker = Worker {
@@ -197,6 +215,7 @@ impl Client {
                 batch: options.batch_blocks.max(1),
                 compress: options.compress,
                 reports: reports.clone(),
+                depositing: depositing.clone(),
             };
             workers.spawn(worker.run());
         }
@@ -208,7 +227,6 @@ impl Client {
                 ..Placed::default()
             })
             .collect();
-        let mut safe = vec![false; plan.count() as usize];
         let mut alive = dests;
         let mut digest_sent = false;
         let mut send_seconds = None;
@@ -274,7 +292,10 @@ impl Client {
                         }
                         crate::session::lock(&stripe).assign(direct, blocks);
                     }
-                    CollectMsg::Done { .. } => break,
+                    CollectMsg::Done { .. } => {
+                        settle(&mut reported, &depositing, &mut placed).await;
+                        break;
+                    }
                     CollectMsg::Failed { code, message } => {
                         return Err(SessionError::from_server(code, message));
                     }
@@ -292,6 +313,7 @@ impl Client {
             send_seconds: send_seconds.unwrap_or_else(|| started.elapsed().as_secs_f64()),
             total_seconds,
             job: req.job,
+            resumed_blocks,
             placed,
         })
     }
@@ -310,6 +332,47 @@ struct Worker {
     batch: usize,
     compress: Option<i32>,
     reports: mpsc::UnboundedSender<Report>,
+    /// Workers between taking a batch and reporting it.
+    depositing: Arc<AtomicUsize>,
+}
+
+/// Counts a worker as depositing while it lives (it ends after the worker's report).
+struct Depositing(Arc<AtomicUsize>);
+
+impl Depositing {
+    fn enter(count: &Arc<AtomicUsize>) -> Depositing {
+        count.fetch_add(1, Ordering::SeqCst);
+        Depositing(count.clone())
+    }
+}
+
+impl Drop for Depositing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts the deposits the receiver answered before its `Done` but whose workers had not
+/// reported yet (the report is what the user is shown), waiting at most [`LEAVE_WAIT`].
+async fn settle(
+    reported: &mut mpsc::UnboundedReceiver<Report>,
+    depositing: &AtomicUsize,
+    placed: &mut [Placed],
+) {
+    let deadline = Instant::now() + LEAVE_WAIT;
+    loop {
+        let idle = depositing.load(Ordering::SeqCst) == 0;
+        while let Ok(report) = reported.try_recv() {
+            if let Report::Placed { dest, blocks, bytes } = report {
+                placed[dest].blocks += blocks.len() as u64;
+                placed[dest].bytes += bytes;
+            }
+        }
+        if idle || Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 impl Worker {
@@ -322,6 +385,7 @@ impl Worker {
                 tokio::time::sleep(IDLE_POLL).await;
                 continue;
             }
+            let _depositing = Depositing::enter(&self.depositing);
             let (key, file, plan, compress) =
                 (self.key.clone(), self.file.clone(), self.plan, self.compress);
             let ids = batch.clone();
