@@ -20,7 +20,7 @@ use crate::show::{Mode, Show};
 #[derive(Args, Debug, Clone, Default)]
 pub(crate) struct RelayArgs {
     /// Stripe the upload over these relays (names of [relays.NAME] sections of the config
-    /// file), then leave: the server collects from them. One file at a time.
+    /// file), then leave: the server collects from them. One source: a file, or a tree (-r).
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     pub(crate) relay: Vec<String>,
     /// Who takes which blocks: fcfs (whoever is ready: faster paths take more; the default),
@@ -88,11 +88,14 @@ pub(crate) async fn upload(
     let flags = &args.relays;
     let options = flags.options(copy)?;
     let [source] = to.sources else {
-        return Err(exit::usage("--relay carries one file per copy (trees are not built yet)"));
+        return Err(exit::usage("--relay carries one source per copy (a file, or a tree with -r)"));
     };
-    if !source.is_file() {
+    if source.is_dir() && !args.recursive {
+        return Err(exit::usage(format!("{} is a directory: copy it with -r", source.display())));
+    }
+    if !source.is_dir() && !source.is_file() {
         return Err(exit::usage(format!(
-            "{}: --relay carries a regular file (trees are not built yet)",
+            "{}: --relay carries a regular file or, with -r, a directory",
             source.display()
         )));
     }

@@ -326,7 +326,7 @@ impl Show {
             Mode::Json => emit(&json!({
                 "event": "summary",
                 "relayed": true,
-                "files": 1,
+                "files": report.files,
                 "bytes": report.bytes,
                 "blocks": report.blocks,
                 "send_seconds": round3(report.send_seconds),
@@ -344,7 +344,13 @@ impl Show {
                     .map(|p| format!("{} {}", p.name, p.blocks))
                     .collect();
                 let after = match report.total_seconds {
-                    Some(total) => format!("the server has the verified file after {total:.1} s"),
+                    Some(total) if report.files == 1 => {
+                        format!("the server has the verified file after {total:.1} s")
+                    }
+                    Some(total) => format!(
+                        "the server has the {} verified files after {total:.1} s",
+                        report.files
+                    ),
                     None => format!("collection goes on at the server (job {})", report.job),
                 };
                 let resumed = match report.resumed_blocks {

@@ -138,6 +138,11 @@ pub struct RelayedPut {
     pub transfer: String,
     /// The relays, in the order [`StripeMsg::Placed`] numbers them.
     pub relays: Vec<RelaySpot>,
+    /// A tree's manifest (empty: one file, `name`): the blocks then cut its files' bytes laid
+    /// end to end in manifest order (`size` is their sum), and the digest is the BLAKE3 of
+    /// that whole offset space.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<crate::manifest::Entry>,
 }
 
 /// What the sender says on a relayed upload's stream after its request.
@@ -151,7 +156,7 @@ pub enum StripeMsg {
         /// The blocks.
         blocks: Vec<u64>,
     },
-    /// The BLAKE3 of the whole file, hex.
+    /// The BLAKE3 of the whole file (of a tree: of its files' bytes end to end), hex.
     Digest {
         /// The hash.
         blake3: String,

@@ -4,7 +4,11 @@
 //! file beside the destination, and, once every block is written and the file's BLAKE3 is the
 //! sender's, renames it into place. It goes on when the sender has left (FSP's retreat).
 //!
-//! A job whose sender left with blocks nowhere to collect (a relay lost them) names the
+//! A tree lands in the temporary files of its plan (`tree::incoming`, as a direct tree copy's)
+//! laid end to end; once the whole offset space hashes to the sender's BLAKE3, the plan is
+//! committed: each file renamed into place.
+//!
+//! A job (of one file) whose sender left with blocks nowhere to collect (a relay lost them) names the
 //! missing byte ranges and is kept, stalled, with its part file: a re-run of the same copy
 //! (the same destination, size and block size) takes it over and moves only the blocks it
 //! lacks, under the new run's key; the file's BLAKE3 must be the first run's.
@@ -22,13 +26,18 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+use super::read_range;
 use super::seal::BlockKey;
 use super::spool::TransferId;
+use crate::datapath::write_all_at;
 use crate::files::Confined;
 use crate::session::channel::blocking;
+use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
 use crate::session::keys::SessionId;
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
+use crate::tree::FileSet;
+use crate::tree::incoming::Incoming;
 
 /// The most bytes of blocks one collection from a relay asks for.
 const BATCH_BYTES: u64 = 64 << 20;
@@ -103,6 +112,16 @@ impl Stalled {
     }
 }
 
+/// Where a job's blocks land.
+enum Landing {
+    /// One file: a part file beside the destination, renamed into place once verified (kept
+    /// for a re-run when the job stalls).
+    File { part: PathBuf, file: File },
+    /// A tree: its plan's temporary files as one offset space, committed once verified;
+    /// dropped uncommitted, they go.
+    Tree { store: Box<FileSet>, incoming: Box<Mutex<Option<Incoming>>> },
+}
+
 /// One relayed upload being collected.
 pub(crate) struct Collection {
     transfer: TransferId,
@@ -110,9 +129,9 @@ pub(crate) struct Collection {
     session: SessionId,
     key: BlockKey,
     plan: BlockPlan,
-    part: PathBuf,
+    /// The file, or a tree's destination directory.
     dest: PathBuf,
-    file: File,
+    landing: Landing,
     /// Every file step beneath the client's root.
     fs: Confined,
     relays: Vec<RelayAt>,
@@ -192,6 +211,8 @@ pub(crate) struct Start {
     pub(crate) permits: Box<dyn Send + Sync>,
     /// A stalled job of the same copy to take over.
     pub(crate) resume: Option<Stalled>,
+    /// A tree's plan, prepared (its directories made, its files' paths claimed).
+    pub(crate) tree: Option<Incoming>,
 }
 
 impl Collection {
@@ -202,17 +223,21 @@ impl Collection {
     ) -> Result<(Arc<Collection>, mpsc::UnboundedReceiver<JobEvent>), SessionError> {
         let count = start.plan.count() as usize;
         let mut blocks = vec![Where::Missing; count];
-        let (part, file, expect) = match &start.resume {
-            Some(stalled) => {
+        let (landing, expect) = match (start.tree, &start.resume) {
+            (Some(incoming), _) => {
+                let store = Box::new(incoming.store());
+                (Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }, None)
+            }
+            (None, Some(stalled)) => {
                 let file = start.fs.open(&stalled.part, true).map_err(|e| {
                     SessionError::io(format!("opening {}", stalled.part.display()), e)
                 })?;
                 for id in stalled.have() {
                     blocks[id as usize] = Where::Written;
                 }
-                (stalled.part.clone(), file, Some(stalled.digest))
+                (Landing::File { part: stalled.part.clone(), file }, Some(stalled.digest))
             }
-            None => {
+            (None, None) => {
                 let name = start
                     .dest
                     .file_name()
@@ -229,7 +254,7 @@ impl Collection {
                     .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
                 file.set_len(start.plan.size)
                     .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
-                (part, file, None)
+                (Landing::File { part, file }, None)
             }
         };
         let (tx, rx) = mpsc::unbounded_channel();
@@ -238,9 +263,8 @@ impl Collection {
             session: start.session,
             key: start.key,
             plan: start.plan,
-            part,
             dest: start.dest,
-            file,
+            landing,
             fs: start.fs,
             clients: Mutex::new(vec![None; start.relays.len()]),
             relays: start.relays,
@@ -346,9 +370,7 @@ impl Collection {
             };
             match self.key.open(*id, range.end - range.start, sealed) {
                 Ok(plain) => {
-                    self.file.write_all_at(&plain, range.start).map_err(|e| {
-                        SessionError::io(format!("writing {}", self.part.display()), e)
-                    })?;
+                    self.write_at(&plain, range.start)?;
                     good.push(*id);
                 }
                 Err(e) => {
@@ -357,10 +379,35 @@ impl Collection {
                 }
             }
         }
-        self.file
-            .sync_data()
-            .map_err(|e| SessionError::io(format!("syncing {}", self.part.display()), e))?;
+        self.sync()?;
         Ok((good, bad))
+    }
+
+    fn write_at(&self, plain: &[u8], at: u64) -> Result<(), SessionError> {
+        match &self.landing {
+            Landing::File { part, file } => file
+                .write_all_at(plain, at)
+                .map_err(|e| SessionError::io(format!("writing {}", part.display()), e)),
+            Landing::Tree { store, .. } => write_all_at(&**store, plain, at).map_err(|e| {
+                SessionError::io(format!("writing beneath {}", self.dest.display()), e)
+            }),
+        }
+    }
+
+    /// Makes what was written durable (before the relays may delete it).
+    fn sync(&self) -> Result<(), SessionError> {
+        match &self.landing {
+            Landing::File { part, file } => file
+                .sync_data()
+                .map_err(|e| SessionError::io(format!("syncing {}", part.display()), e)),
+            // The files written may have left the set's window of open files: the whole file
+            // system's, once.
+            Landing::Tree { .. } => self
+                .fs
+                .open(&self.dest, false)
+                .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from))
+                .map_err(|e| SessionError::io(format!("syncing {}", self.dest.display()), e)),
+        }
     }
 
     fn mark_written(&self, ids: &[u64]) {
@@ -459,16 +506,19 @@ impl Collection {
     /// (it cannot go on) its part file deleted.
     async fn run(self: Arc<Self>, collections: Arc<Collections>) {
         let end = self.drive().await;
-        let stalled = {
-            let p = lock(&self.progress);
-            (end.is_err() && p.stalled).then(|| Stalled {
-                part: self.part.clone(),
-                fs: self.fs.clone(),
-                plan: self.plan,
-                written: p.blocks.iter().map(|w| *w == Where::Written).collect(),
-                digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
-                until: Instant::now() + STALLED_KEEP,
-            })
+        let stalled = match &self.landing {
+            Landing::File { part, .. } => {
+                let p = lock(&self.progress);
+                (end.is_err() && p.stalled).then(|| Stalled {
+                    part: part.clone(),
+                    fs: self.fs.clone(),
+                    plan: self.plan,
+                    written: p.blocks.iter().map(|w| *w == Where::Written).collect(),
+                    digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
+                    until: Instant::now() + STALLED_KEEP,
+                })
+            }
+            Landing::Tree { .. } => None,
         };
         let end = match end {
             Ok(bytes) => {
@@ -481,7 +531,13 @@ impl Collection {
                     lock(&collections.stalled).insert(self.dest.clone(), stalled);
                 } else {
                     warn!(transfer = %self.name(), error = %e, "relayed upload failed");
-                    let _ = self.fs.remove_file(&self.part);
+                    match &self.landing {
+                        Landing::File { part, .. } => {
+                            let _ = self.fs.remove_file(part);
+                        }
+                        // Dropped, the plan removes its temporary files.
+                        Landing::Tree { incoming, .. } => drop(lock(incoming).take()),
+                    }
                 }
                 Err(e)
             }
@@ -533,7 +589,8 @@ impl Collection {
             }
             if gone && fetching.is_empty() && (!missing.is_empty() || digest.is_none()) {
                 // What it has is kept for a re-run when the sender told what the file is.
-                lock(&self.progress).stalled = digest.is_some();
+                lock(&self.progress).stalled =
+                    digest.is_some() && matches!(self.landing, Landing::File { .. });
                 return Err(self.left_behind(&missing, digest.is_none()));
             }
             tokio::select! {
@@ -580,18 +637,62 @@ impl Collection {
         ))
     }
 
-    /// Hashes the part file, compares, and renames it into place.
+    /// Hashes what landed, compares, and renames it into place.
     async fn finish(self: &Arc<Self>, digest: blake3::Hash) -> Result<u64, SessionError> {
         let me = self.clone();
-        blocking(move || {
+        blocking(move || match &me.landing {
+            Landing::File { part, .. } => me.finish_file(part, digest),
+            Landing::Tree { store, incoming } => me.finish_tree(store, incoming, digest),
+        })
+        .await
+    }
+
+    /// A tree: every file's BLAKE3 and the whole offset space's in one pass; the plan is
+    /// committed only when the whole is the sender's (which makes every file's bytes the
+    /// sender's, so each file's own check in the commit is its own hash).
+    fn finish_tree(
+        &self,
+        store: &FileSet,
+        incoming: &Mutex<Option<Incoming>>,
+        digest: blake3::Hash,
+    ) -> Result<u64, SessionError> {
+        let mut whole = blake3::Hasher::new();
+        let mut each = Vec::with_capacity(store.len());
+        for k in 0..store.len() {
+            let (path, size, base) = store.file_at(k).unwrap_or((&self.dest, 0, 0));
+            let mut file = blake3::Hasher::new();
+            read_range(store, base..base + size, &mut |b| {
+                file.update(b);
+                whole.update(b);
+            })
+            .map_err(|e| SessionError::io(format!("hashing {}", path.display()), e))?;
+            each.push(file.finalize());
+        }
+        if whole.finalize() != digest {
+            return Err(SessionError::Integrity(format!(
+                "{}: the collected tree does not hash to the sender's BLAKE3",
+                self.dest.display()
+            )));
+        }
+        let Some(incoming) = lock(incoming).take() else {
+            return Err(SessionError::Protocol("the tree was committed already".into()));
+        };
+        let committed = incoming.commit(&each, &each).map_err(plan_error)?;
+        info!(dest = %self.dest.display(), files = committed.files, links = committed.links, "relayed tree in place");
+        Ok(self.plan.size)
+    }
+
+    fn finish_file(&self, part: &Path, digest: blake3::Hash) -> Result<u64, SessionError> {
+        let me = self;
+        {
             let mut hasher = blake3::Hasher::new();
             let mut file = me
                 .fs
-                .open(&me.part, false)
-                .map_err(|e| SessionError::io(format!("reading {}", me.part.display()), e))?;
+                .open(part, false)
+                .map_err(|e| SessionError::io(format!("reading {}", part.display()), e))?;
             hasher
                 .update_reader(&mut file)
-                .map_err(|e| SessionError::io(format!("hashing {}", me.part.display()), e))?;
+                .map_err(|e| SessionError::io(format!("hashing {}", part.display()), e))?;
             if hasher.finalize() != digest {
                 return Err(SessionError::Integrity(format!(
                     "{}: the collected file does not hash to the sender's BLAKE3",
@@ -599,10 +700,9 @@ impl Collection {
                 )));
             }
             me.fs
-                .rename(&me.part, &me.dest)
+                .rename(part, &me.dest)
                 .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
             Ok(me.plan.size)
-        })
-        .await
+        }
     }
 }

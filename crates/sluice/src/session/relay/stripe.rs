@@ -4,11 +4,12 @@
 //! holds it durably, and is done ("retreats") once every block is on the receiver or on a
 //! relay and the file's BLAKE3 is sent: the receiver's job collects the rest.
 //!
+//! A tree is sent as its files' bytes end to end in manifest order (a [`FileSet`], as the
+//! direct path moves trees): blocks may span files; the receiver lays them out the same way.
+//!
 //! A destination that fails gives its blocks back; the others (or the direct path) take them.
 //! A block the receiver could not collect comes back as `Refetch` while the sender is there.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,9 +24,14 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use super::seal::BlockKey;
+use crate::datapath::read_exact_at;
 use crate::session::channel::frame_error;
+use crate::session::copy::local_walk_error;
 use crate::session::messages::{Messages, write_message};
 use crate::session::{Client, Overwrite, SessionError};
+use crate::tree::FileSet;
+use crate::tree::manifest::{Entry, EntryKind};
+use crate::tree::walk::{WalkOptions, walk};
 
 /// How long an idle destination waits before it asks for blocks again (others' failures or
 /// the receiver's refetches may give some back).
@@ -90,7 +96,9 @@ pub struct Placed {
 /// What a relayed upload did.
 #[derive(Debug, Clone, Default)]
 pub struct RelayedReport {
-    /// Bytes of the file.
+    /// Files sent (1, or a tree's).
+    pub files: u64,
+    /// Bytes of the file (of a tree: of its files).
     pub bytes: u64,
     /// Blocks it was cut into.
     pub blocks: u64,
@@ -104,6 +112,46 @@ pub struct RelayedReport {
     pub resumed_blocks: u64,
     /// Each destination's share.
     pub placed: Vec<Placed>,
+}
+
+/// What a relayed upload sends: one file, or a tree's files, as one offset space.
+struct Source {
+    /// The name at the destination (a tree's top directory's).
+    name: String,
+    /// A tree's manifest (empty for one file).
+    entries: Vec<Entry>,
+    files: u64,
+    store: FileSet,
+}
+
+impl Source {
+    /// Lists `local`: a regular file, or a directory and everything beneath it. Does file I/O.
+    fn of(local: &Path) -> Result<Source, SessionError> {
+        let shown = local.display();
+        let meta = std::fs::metadata(local)
+            .map_err(|e| SessionError::io(format!("reading {shown}"), e))?;
+        let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if meta.is_file() {
+            let store = FileSet::new(vec![(local.to_owned(), meta.len())], false);
+            return Ok(Source { name, entries: Vec::new(), files: 1, store });
+        }
+        if !meta.is_dir() {
+            return Err(SessionError::Config(format!(
+                "{shown}: relays carry a regular file or a directory"
+            )));
+        }
+        let options = WalkOptions { recursive: true, ..WalkOptions::default() };
+        let walked = walk(&[local.to_owned()], &options).map_err(local_walk_error)?;
+        for skipped in &walked.skipped {
+            warn!(%skipped, "left out of the relayed tree");
+        }
+        let sizes = walked.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size);
+        let files: Vec<(std::path::PathBuf, u64)> =
+            walked.files.iter().cloned().zip(sizes).collect();
+        let count = files.len() as u64;
+        let store = FileSet::new(files, false).confined(walked.fs.clone());
+        Ok(Source { name, entries: walked.entries, files: count, store })
+    }
 }
 
 /// What a destination's worker reports.
@@ -130,19 +178,12 @@ impl Client {
         options: &RelayedOptions,
     ) -> Result<RelayedReport, SessionError> {
         let started = Instant::now();
-        let file = File::open(local)
-            .map_err(|e| SessionError::io(format!("opening {}", local.display()), e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| SessionError::io(format!("reading {}", local.display()), e))?;
-        if !meta.is_file() {
-            return Err(SessionError::Config(format!(
-                "{}: relays carry one regular file",
-                local.display()
-            )));
-        }
-        let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let plan = BlockPlan::new(meta.len(), options.block_bytes).map_err(SessionError::Config)?;
+        let at = local.to_owned();
+        let source = tokio::task::spawn_blocking(move || Source::of(&at))
+            .await
+            .map_err(|e| SessionError::io("listing", std::io::Error::other(e.to_string())))??;
+        let plan = BlockPlan::new(source.store.total(), options.block_bytes)
+            .map_err(SessionError::Config)?;
         // The direct path is always there for blocks the receiver asks for again; it shares
         // in the striping only when asked.
         let sharing = relays.len() + usize::from(options.direct);
@@ -164,20 +205,24 @@ impl Client {
             .collect();
         let put = RelayedPut {
             dest: dest.to_owned(),
-            name,
+            name: source.name,
             overwrite: options.overwrite,
             size: plan.size,
             block_bytes: plan.block_bytes,
             transfer: to_hex(&transfer),
             relays: spots,
+            entries: source.entries,
         };
         let mut req = self.relayed(put).await?;
         let key = Arc::new(BlockKey::new(&req.secret, transfer));
-        let file = Arc::new(file);
+        let file = Arc::new(source.store);
         let hash_file = file.clone();
         let mut hashing = tokio::task::spawn_blocking(move || {
             let mut hasher = blake3::Hasher::new();
-            hasher.update_reader(&mut &*hash_file).map(|h| h.finalize())
+            super::read_range(&*hash_file, 0..hash_file.total(), &mut |b| {
+                hasher.update(b);
+            })
+            .map(|()| hasher.finalize())
         });
 
         // A re-run of a copy that left blocks behind moves only those the receiver lacks.
@@ -308,6 +353,7 @@ impl Client {
         workers.shutdown().await;
         let total_seconds = options.wait.then(|| started.elapsed().as_secs_f64());
         Ok(RelayedReport {
+            files: source.files,
             bytes: plan.size,
             blocks: plan.count(),
             send_seconds: send_seconds.unwrap_or_else(|| started.elapsed().as_secs_f64()),
@@ -327,7 +373,7 @@ struct Worker {
     transfer: String,
     stripe: Arc<Mutex<Stripe>>,
     key: Arc<BlockKey>,
-    file: Arc<File>,
+    file: Arc<FileSet>,
     plan: BlockPlan,
     batch: usize,
     compress: Option<i32>,
@@ -394,7 +440,7 @@ impl Worker {
                     .map(|&id| {
                         let range = plan.range(id).unwrap_or(0..0);
                         let mut plain = vec![0u8; (range.end - range.start) as usize];
-                        file.read_exact_at(&mut plain, range.start)?;
+                        read_exact_at(&*file, &mut plain, range.start)?;
                         Ok((id, key.seal(id, &plain, compress)))
                     })
                     .collect::<std::io::Result<Vec<_>>>()

@@ -2,6 +2,7 @@
 //! (with a spool, `serve --spool`), the admission of a collector by its capability, and a
 //! relayed upload's receiving end (any server that takes uploads).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use sluice_session::relay::{
@@ -12,6 +13,7 @@ use tracing::{info, warn};
 
 use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
 use crate::files::Confined;
+use crate::session::copy::plan_error;
 use crate::session::identity::peer_fingerprint;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{GrantClaim, Messages, write_message};
@@ -20,7 +22,8 @@ use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::TransferId;
 use crate::session::{Peer, SessionError};
-use crate::tree::FileSet;
+use crate::tree::incoming::{self, Incoming, Overwrite, ReceiveOptions};
+use crate::tree::{Entry, EntryKind, FileSet};
 
 /// The transfer a collector's capability admits it to, when it is this relay's, and the access
 /// of its session: no right at all (it may only collect that transfer); else why not.
@@ -78,6 +81,36 @@ fn check_batch(blocks: &[BlockLen]) -> Result<u64, SessionError> {
         return Err(SessionError::Protocol(format!("block {} of {} bytes", b.id, b.len)));
     }
     Ok(blocks.iter().map(|b| b.len).sum())
+}
+
+/// A relayed tree's plan under `at`, prepared (directories made, files' paths claimed): every
+/// file of the manifest moves (the blocks cut all of them as one offset space), and their bytes
+/// are `size`.
+fn prepare_tree(
+    root: &Path,
+    at: &Path,
+    entries: Vec<Entry>,
+    overwrite: Overwrite,
+    size: u64,
+) -> Result<Incoming, SessionError> {
+    let options =
+        ReceiveOptions { overwrite, checksum: false, preserve: false, confine: Some(root.into()) };
+    let files = entries.iter().filter(|e| e.kind == EntryKind::File).count();
+    let plan = incoming::plan(at, entries, &options).map_err(plan_error)?;
+    if plan.wanted().len() != files {
+        return Err(SessionError::Refused(format!(
+            "{} of the tree's files exist and would be kept: relays carry every file of a tree \
+             (--overwrite always replaces them)",
+            files - plan.wanted().len()
+        )));
+    }
+    if plan.wanted_bytes() != size {
+        return Err(SessionError::Protocol(format!(
+            "a tree of {} bytes announced as {size}",
+            plan.wanted_bytes()
+        )));
+    }
+    plan.prepare().map_err(plan_error)
 }
 
 impl RequestCtx<'_> {
@@ -201,10 +234,15 @@ impl RequestCtx<'_> {
         let root = self.session.access.root.clone();
         let requested = put.dest.clone();
         let overwrite = put.overwrite;
-        let (dest, fs) = blocking(move || {
+        let (entries, size) = (put.entries.clone(), put.size);
+        let (dest, fs, tree) = blocking(move || {
             let fs = Confined::new(Some(&root))
                 .map_err(|e| SessionError::io("opening the served directory", e))?;
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
+            if !entries.is_empty() {
+                let tree = prepare_tree(&root, &at, entries, overwrite, size)?;
+                return Ok((at, fs, Some(tree)));
+            }
             let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
             let replace = matches!(overwrite, sluice_session::options::Overwrite::Always);
             if fs.symlink_metadata(&dest).is_ok() && !replace {
@@ -212,7 +250,7 @@ impl RequestCtx<'_> {
                     "{requested}: the file exists (--overwrite always replaces it)"
                 )));
             }
-            Ok((dest, fs))
+            Ok((dest, fs, None))
         })
         .await?;
         let at =
@@ -228,7 +266,10 @@ impl RequestCtx<'_> {
             )));
         }
         let (found, at_dest) = (collections.clone(), dest.clone());
-        let resume = blocking(move || Ok(found.take_stalled(&at_dest, &plan))).await?;
+        let resume = match tree {
+            Some(_) => None,
+            None => blocking(move || Ok(found.take_stalled(&at_dest, &plan))).await?,
+        };
         let start = Start {
             transfer,
             session: self.session.id,
@@ -240,6 +281,7 @@ impl RequestCtx<'_> {
             identity: self.shared.jobs.identity(),
             permits: Box::new(permits),
             resume,
+            tree,
         };
         let (job, events) = blocking(move || Collection::start(start, &collections)).await?;
         let have = job.have();
