@@ -34,6 +34,10 @@ pub(crate) struct RelayArgs {
     /// the direct path then carries only blocks the receiver asks for again).
     #[arg(long, value_name = "on|off", requires = "relay")]
     relay_direct: Option<String>,
+    /// Count a block safe only once it is on this many relays (1 or 2), unless the server has
+    /// it: with 2, a relay lost after the sender left loses nothing [default: 1].
+    #[arg(long, value_name = "N", requires = "relay")]
+    relay_copies: Option<u8>,
     /// Stay until the server has the verified file (report the total time too).
     #[arg(long, requires = "relay")]
     relay_wait: bool,
@@ -56,6 +60,7 @@ impl RelayArgs {
             compress: copy.compress,
             overwrite: copy.overwrite,
             wait: self.relay_wait,
+            copies: self.relay_copies.unwrap_or(1),
             ..RelayedOptions::default()
         };
         if let Some(name) = &self.relay_strategy {

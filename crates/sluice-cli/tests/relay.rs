@@ -127,11 +127,12 @@ fn bad_relay_input_fails_clearly() {
     let relay = serve(ldir.path(), Some((&ldir.path().join("s"), "1MiB")));
     let src = cdir.path().join("f.bin");
     random_file(&src, 1000, SEED);
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--relay", "far"], "no [relays.far] section"),
         (&["--relay", "near", "--relay-strategy", "random"], "use fcfs, cyclic or partitioned"),
         (&["--relay", "near", "--relay-block", "1KiB"], "between"),
         (&["--relay", "near", "-r"], "one source per copy"),
+        (&["--relay", "near", "--relay-copies", "2"], "at least two relays"),
     ];
     for (flags, expected) in cases {
         let mut args = flags.to_vec();

@@ -297,6 +297,9 @@ pub struct Stripe {
     assigned: Vec<(usize, u64)>,
     /// How many destinations share by the strategy.
     sharing: usize,
+    /// Blocks that need another copy, and the destination that holds one (`--relay-copies
+    /// 2`): any other sharing destination takes them, first.
+    again: VecDeque<(u64, usize)>,
 }
 
 impl Stripe {
@@ -314,7 +317,14 @@ impl Stripe {
             };
             shares[at].push_back(id);
         }
-        Stripe { shares, strategy, orphans: VecDeque::new(), assigned: Vec::new(), sharing: n }
+        Stripe {
+            shares,
+            strategy,
+            orphans: VecDeque::new(),
+            assigned: Vec::new(),
+            sharing: n,
+            again: VecDeque::new(),
+        }
     }
 
     /// Up to `max` blocks for destination `dest` to take now; empty when it has nothing left.
@@ -322,6 +332,13 @@ impl Stripe {
         let mut out = Vec::new();
         self.assigned.retain(|&(d, id)| {
             let mine = d == dest && out.len() < max;
+            if mine {
+                out.push(id);
+            }
+            !mine
+        });
+        self.again.retain(|&(id, holder)| {
+            let mine = holder != dest && dest < self.sharing && out.len() < max;
             if mine {
                 out.push(id);
             }
@@ -362,9 +379,16 @@ impl Stripe {
         self.assigned.extend(blocks.into_iter().map(|id| (dest, id)));
     }
 
+    /// Block `id`, which destination `holder` has, needs a copy elsewhere too: whoever else
+    /// asks next takes it.
+    pub fn again_elsewhere(&mut self, id: u64, holder: usize) {
+        self.again.push_back((id, holder));
+    }
+
     /// Whether every block has been taken.
     pub fn is_empty(&self) -> bool {
-        self.orphans.is_empty()
+        self.again.is_empty()
+            && self.orphans.is_empty()
             && self.assigned.is_empty()
             && self.shares.iter().all(VecDeque::is_empty)
     }
@@ -451,6 +475,17 @@ mod tests {
             assert_eq!(stripe.take(1, 10), vec![3], "{strategy:?}");
             assert!(stripe.is_empty());
         }
+    }
+
+    #[test]
+    fn a_second_copy_goes_to_another_destination_first() {
+        let mut stripe = Stripe::new(Strategy::Cyclic, &ids(4), 2);
+        assert_eq!(stripe.take(0, 1), vec![0]);
+        stripe.again_elsewhere(0, 0);
+        assert_eq!(stripe.take(0, 1), vec![2], "not to its holder");
+        assert_eq!(stripe.take(1, 1), vec![0], "before the destination's own share");
+        assert_eq!(stripe.take(1, 5), vec![1, 3]);
+        assert!(stripe.is_empty());
     }
 
     #[test]

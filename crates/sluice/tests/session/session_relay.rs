@@ -263,6 +263,16 @@ async fn a_changed_byte_in_a_spooled_block_is_caught() {
     server.stop().await;
 }
 
+/// A receiver and relays A and B with spools of 64 MiB (which must outlive them).
+pub(crate) async fn receiver_and_two_relays()
+-> (TestServer, [tempfile::TempDir; 2], TestServer, TestServer) {
+    let receiver = TestServer::start().await;
+    let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let a = relay(spools[0].path(), 64 << 20, None).await;
+    let b = relay(spools[1].path(), 64 << 20, None).await;
+    (receiver, spools, a, b)
+}
+
 /// Sessions with `relays` for a sender.
 pub(crate) async fn targets(relays: &[&TestServer]) -> Vec<RelayTarget> {
     let mut out = Vec::new();
@@ -286,10 +296,7 @@ pub(crate) fn relayed_options(strategy: Strategy, direct: bool, wait: bool) -> R
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relayed_upload_arrives_intact_by_every_strategy() {
     println!("seed {SEED}");
-    let receiver = TestServer::start().await;
-    let (spool_a, spool_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = relay(spool_a.path(), 64 << 20, None).await;
-    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
     let local = tempfile::tempdir().unwrap();
     let mut content = marked(3 << 20);
     content.extend(pattern((1 << 20) + 12_345, SEED));
@@ -315,7 +322,7 @@ async fn a_relayed_upload_arrives_intact_by_every_strategy() {
             );
         }
         assert!(report.total_seconds.unwrap() >= report.send_seconds);
-        for spool in [spool_a.path(), spool_b.path()] {
+        for spool in [spools[0].path(), spools[1].path()] {
             assert!(block_files(spool).is_empty(), "collected blocks are deleted");
         }
     }

@@ -10,7 +10,9 @@
 #![allow(clippy::print_stdout)] // tests print their seeds
 
 use crate::common;
-use crate::session_relay::{SEED, block_files, relay, relayed_options, restart, targets};
+use crate::session_relay::{
+    SEED, block_files, receiver_and_two_relays, relay, relayed_options, restart, targets,
+};
 
 use std::collections::HashMap;
 use std::fs;
@@ -119,10 +121,7 @@ fn moved(report: &RelayedReport) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_mid_way_leaves_its_unconfirmed_blocks_to_the_others() {
     println!("seed {SEED}");
-    let receiver = TestServer::start().await;
-    let (spool_a, spool_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = relay(spool_a.path(), 64 << 20, None).await;
-    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
     let local = tempfile::tempdir().unwrap();
     let content = pattern(48 * BLOCK as usize - 1000, SEED);
     let source = local.path().join("k.bin");
@@ -131,7 +130,7 @@ async fn a_relay_killed_mid_way_leaves_its_unconfirmed_blocks_to_the_others() {
     let relays = targets(&[&a, &b]).await;
     // B dies once it stored its first deposit (a block file in a transfer's directory, not
     // in `tmp/`), with the sender's session open; its share is half the blocks.
-    let watched = spool_b.path().to_owned();
+    let watched = spools[1].path().to_owned();
     let tmp = watched.join("tmp");
     let killer = tokio::spawn(async move {
         for _ in 0..60_000 {
@@ -164,12 +163,12 @@ async fn a_relay_killed_mid_way_leaves_its_unconfirmed_blocks_to_the_others() {
 async fn a_relay_whose_spool_fills_mid_way_leaves_the_rest_to_the_others() {
     println!("seed {SEED}");
     let receiver = TestServer::start().await;
-    let (spool_a, spool_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     // A holds one deposit of two blocks, and the receiver never collects from it (so it
     // stays full): its second deposit is answered busy.
-    let a = relay(spool_a.path(), 2 * SEALED + 1000, None).await;
+    let a = relay(spools[0].path(), 2 * SEALED + 1000, None).await;
     let gate = Gate::before(a.addr).await;
-    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let b = relay(spools[1].path(), 64 << 20, None).await;
     let local = tempfile::tempdir().unwrap();
     let content = pattern(16 * BLOCK as usize, SEED);
     let source = local.path().join("f.bin");
@@ -187,7 +186,7 @@ async fn a_relay_whose_spool_fills_mid_way_leaves_the_rest_to_the_others() {
     // and the full relay's two blocks, which the receiver could not collect, directly.
     assert_eq!(placed[1] + placed[2], 14 + 2, "{placed:?}");
     assert!(placed[2] >= 2, "the full relay's blocks came directly: {placed:?}");
-    assert_eq!(block_files(spool_a.path()).len(), 2, "the spool stayed full");
+    assert_eq!(block_files(spools[0].path()).len(), 2, "the spool stayed full");
     assert_eq!(common::listing(&receiver.root()), vec!["f.bin"]);
     drop(gate);
     for stop in [receiver, a, b] {
@@ -246,10 +245,7 @@ struct Stalled {
 impl Stalled {
     async fn new(name: &str) -> Stalled {
         println!("seed {SEED}");
-        let receiver = TestServer::start().await;
-        let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-        let a = relay(spools[0].path(), 64 << 20, None).await;
-        let b = relay(spools[1].path(), 64 << 20, None).await;
+        let (receiver, spools, a, b) = receiver_and_two_relays().await;
         let gate = Gate::before(b.addr).await;
         let local = tempfile::tempdir().unwrap();
         let content = pattern(16 * BLOCK as usize - 77, SEED);
@@ -323,4 +319,44 @@ async fn a_re_run_with_another_file_drops_the_stalled_part_and_renames_nothing()
     assert_eq!(report.resumed_blocks, 0);
     assert_eq!(fs::read(world.receiver.root().join("c.bin")).unwrap(), changed);
     world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_copies_a_relay_lost_after_the_retreat_loses_nothing() {
+    println!("seed {SEED}");
+    // The receiver never reaches A (it stands behind a gate, and dies after the retreat):
+    // every block comes from B, those placed on A first included.
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
+    let gate = Gate::before(a.addr).await;
+    let local = tempfile::tempdir().unwrap();
+    let content = pattern(12 * BLOCK as usize + 3, SEED);
+    let source = local.path().join("two.bin");
+    fs::write(&source, &content).unwrap();
+    let sender = receiver.client().await;
+    let mut relays = vec![through(&gate, &a, "lost").await];
+    relays.extend(targets(&[&b]).await);
+    let mut options = relayed_options(Strategy::Partitioned, false, false);
+    options.copies = 2;
+    let report = sender.upload_relayed(&source, "two.bin", &relays, &options).await.unwrap();
+    println!("{report:?}");
+    let placed: Vec<u64> = report.placed.iter().map(|p| p.blocks).collect();
+    assert_eq!(placed, vec![13, 13, 0], "every block on both relays before the retreat");
+    sender.close().await;
+    for relay in relays {
+        relay.client.close().await;
+    }
+    a.stop().await;
+    let dest = receiver.root().join("two.bin");
+    assert!(appears(&dest).await, "the file never arrived");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert!(block_files(spools[1].path()).is_empty(), "B's copies were all collected");
+    assert_eq!(block_files(spools[0].path()).len(), 13, "A's were never touched");
+    drop(gate);
+    // One copy is not enough for two: refused before anything moves.
+    let sender = receiver.client().await;
+    let one = targets(&[&b]).await;
+    let err = sender.upload_relayed(&source, "again.bin", &one, &options).await.unwrap_err();
+    assert!(matches!(err, SessionError::Config(ref m) if m.contains("two relays")), "{err}");
+    receiver.stop().await;
+    b.stop().await;
 }

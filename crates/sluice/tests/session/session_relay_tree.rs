@@ -5,12 +5,12 @@
 #![allow(clippy::print_stdout)] // tests print their seeds
 
 use crate::common;
-use crate::session_relay::{SEED, block_files, relay, relayed_options, targets};
+use crate::session_relay::{SEED, block_files, receiver_and_two_relays, relayed_options, targets};
 
 use std::fs;
 use std::path::Path;
 
-use common::{TestServer, pattern};
+use common::pattern;
 use sluice::session::SessionError;
 use sluice_session::relay::Strategy;
 
@@ -80,10 +80,7 @@ fn same_tree(a: &Path, b: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_goes_through_relays_intact_and_nothing_half_done_is_left() {
     println!("seed {SEED}");
-    let receiver = TestServer::start().await;
-    let (spool_a, spool_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = relay(spool_a.path(), 64 << 20, None).await;
-    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
     let local = tempfile::tempdir().unwrap();
     let (files, bytes) = make_tree(local.path(), "results", 300, 3);
     let sender = receiver.client().await;
@@ -96,7 +93,7 @@ async fn a_tree_goes_through_relays_intact_and_nothing_half_done_is_left() {
     assert!(report.placed[0].blocks > 0 && report.placed[1].blocks > 0, "{:?}", report.placed);
     same_tree(&source, &receiver.root().join("results"));
     assert_eq!(common::listing(&receiver.root()), vec!["results"], "no part file is left");
-    for spool in [spool_a.path(), spool_b.path()] {
+    for spool in [spools[0].path(), spools[1].path()] {
         assert!(block_files(spool).is_empty(), "collected blocks are deleted");
     }
 

@@ -92,6 +92,9 @@ struct Progress {
     changed: bool,
     /// The job ended with blocks nowhere to collect: it waits for a re-run.
     stalled: bool,
+    /// Other relays that hold a block (`--relay-copies 2`): where it is collected from when
+    /// the first one fails.
+    elsewhere: HashMap<u64, Vec<u32>>,
 }
 
 /// What a stalled job keeps for a re-run of its copy.
@@ -277,6 +280,7 @@ impl Collection {
                 expect,
                 changed: false,
                 stalled: false,
+                elsewhere: HashMap::new(),
             }),
             wake: Notify::new(),
             events: tx,
@@ -309,8 +313,13 @@ impl Collection {
                 .blocks
                 .get_mut(id as usize)
                 .ok_or_else(|| SessionError::Protocol(format!("no block {id}")))?;
-            if *slot == Where::Missing {
-                *slot = Where::At(relay);
+            match *slot {
+                Where::Missing => *slot = Where::At(relay),
+                Where::At(r) | Where::Fetching(r) if r != relay => {
+                    progress.elsewhere.entry(id).or_default().push(relay);
+                }
+                // Its copy there stays until the relay's expiry.
+                _ => {}
             }
         }
         drop(progress);
@@ -421,21 +430,30 @@ impl Collection {
         self.wake.notify_one();
     }
 
-    /// Blocks that could not be had where they were: missing again, and asked of the sender.
+    /// Blocks that could not be had where they were: collected from another relay that holds
+    /// them, else missing again, and asked of the sender.
     fn lost(&self, ids: Vec<u64>) {
-        if ids.is_empty() {
-            return;
-        }
         let mut progress = lock(&self.progress);
-        for &id in &ids {
-            if let Some(slot) = progress.blocks.get_mut(id as usize)
-                && *slot != Where::Written
-            {
-                *slot = Where::Missing;
+        let mut refetch = Vec::new();
+        for id in ids {
+            let other = progress.elsewhere.get_mut(&id).and_then(Vec::pop);
+            let Some(slot) = progress.blocks.get_mut(id as usize) else { continue };
+            if *slot == Where::Written {
+                continue;
+            }
+            match other {
+                Some(relay) => *slot = Where::At(relay),
+                None => {
+                    *slot = Where::Missing;
+                    refetch.push(id);
+                }
             }
         }
         drop(progress);
-        let _ = self.events.send(JobEvent::Refetch(ids));
+        self.wake.notify_one();
+        if !refetch.is_empty() {
+            let _ = self.events.send(JobEvent::Refetch(refetch));
+        }
     }
 
     /// A batch that failed at `relay` waits there for another attempt.

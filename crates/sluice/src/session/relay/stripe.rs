@@ -36,6 +36,8 @@ use crate::tree::walk::{WalkOptions, walk};
 /// How long an idle destination waits before it asks for blocks again (others' failures or
 /// the receiver's refetches may give some back).
 const IDLE_POLL: Duration = Duration::from_millis(20);
+/// A block's count of relays holding it when the receiver has it.
+const AT_RECEIVER: u8 = u8::MAX;
 /// How long the sender waits for the receiver to end the request once it said `Sent`.
 const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
@@ -66,6 +68,10 @@ pub struct RelayedOptions {
     pub overwrite: Overwrite,
     /// Stay until the receiver has the verified file (else leave once every block is safe).
     pub wait: bool,
+    /// On how many relays a block must be (fsync'd) before it counts as safe, unless the
+    /// receiver has it: 1, or 2 (`--relay-copies 2`: a relay lost after the retreat loses
+    /// nothing).
+    pub copies: u8,
 }
 
 impl Default for RelayedOptions {
@@ -78,6 +84,7 @@ impl Default for RelayedOptions {
             direct: true,
             overwrite: Overwrite::Refuse,
             wait: false,
+            copies: 1,
         }
     }
 }
@@ -186,6 +193,13 @@ impl Client {
             .map_err(SessionError::Config)?;
         // The direct path is always there for blocks the receiver asks for again; it shares
         // in the striping only when asked.
+        if !(1..=2).contains(&options.copies) || usize::from(options.copies) > relays.len().max(1) {
+            return Err(SessionError::Config(format!(
+                "{} copies on relays with {} relays: 1, or 2 with at least two relays",
+                options.copies,
+                relays.len()
+            )));
+        }
         let sharing = relays.len() + usize::from(options.direct);
         if sharing == 0 {
             return Err(SessionError::Config("no relay and no direct path to stripe over".into()));
@@ -225,18 +239,21 @@ impl Client {
             .map(|()| hasher.finalize())
         });
 
-        // A re-run of a copy that left blocks behind moves only those the receiver lacks.
-        let mut safe = vec![false; plan.count() as usize];
+        // How many relays hold each block ([`AT_RECEIVER`]: the receiver has it); a block is
+        // safe once that is `need`. A re-run of a copy that left blocks behind moves only those
+        // the receiver lacks.
+        let need = options.copies;
+        let mut held = vec![0u8; plan.count() as usize];
         for &[start, end] in &req.have {
-            for s in safe.iter_mut().take(end as usize).skip(start as usize) {
-                *s = true;
+            for h in held.iter_mut().take(end as usize).skip(start as usize) {
+                *h = AT_RECEIVER;
             }
         }
-        let resumed_blocks = safe.iter().filter(|s| **s).count() as u64;
+        let resumed_blocks = held.iter().filter(|h| **h == AT_RECEIVER).count() as u64;
         if resumed_blocks > 0 {
             info!(blocks = resumed_blocks, "the receiver has these blocks from an earlier run");
         }
-        let pending: Vec<u64> = (0..plan.count()).filter(|id| !safe[*id as usize]).collect();
+        let pending: Vec<u64> = (0..plan.count()).filter(|id| held[*id as usize] == 0).collect();
         let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing)));
         let (reports, mut reported) = mpsc::unbounded_channel();
         let depositing = Arc::new(AtomicUsize::new(0));
@@ -278,7 +295,7 @@ impl Client {
         let conn = self.connection().clone();
         let mut answers = Messages::<CollectMsg>::new(&mut req.recv);
         loop {
-            if send_seconds.is_none() && digest_sent && safe.iter().all(|s| *s) {
+            if send_seconds.is_none() && digest_sent && held.iter().all(|h| *h >= need) {
                 // The receiver may have ended already (it had every block and the digest): it
                 // stopped reading, and its `Done` is what comes next.
                 let _ = write_message(&mut req.send, &StripeMsg::Sent).await;
@@ -300,8 +317,16 @@ impl Client {
                     Some(Report::Placed { dest, blocks, bytes }) => {
                         placed[dest].blocks += blocks.len() as u64;
                         placed[dest].bytes += bytes;
-                        for id in &blocks {
-                            safe[*id as usize] = true;
+                        for &id in &blocks {
+                            let h = &mut held[id as usize];
+                            if dest == direct {
+                                *h = AT_RECEIVER;
+                            } else {
+                                *h = h.saturating_add(1);
+                                if *h < need {
+                                    crate::session::lock(&stripe).again_elsewhere(id, dest);
+                                }
+                            }
                         }
                         if dest < relays.len() {
                             let msg = StripeMsg::Placed { relay: dest as u32, blocks };
@@ -331,8 +356,8 @@ impl Client {
                     CollectMsg::Refetch { blocks } => {
                         warn!(blocks = blocks.len(), "the receiver asks for blocks again");
                         for id in &blocks {
-                            if let Some(s) = safe.get_mut(*id as usize) {
-                                *s = false;
+                            if let Some(h) = held.get_mut(*id as usize) {
+                                *h = 0;
                             }
                         }
                         crate::session::lock(&stripe).assign(direct, blocks);
