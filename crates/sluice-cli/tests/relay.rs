@@ -70,14 +70,29 @@ fn cp(dir: &Path, receiver: &Proc, relay: &Proc, args: &[&str]) -> Output {
     c.output().unwrap()
 }
 
+/// A receiver and a relay with a spool of 64 MiB, and the client's directory.
+struct World {
+    receiver: Proc,
+    relay: Proc,
+    spool: PathBuf,
+    cdir: tempfile::TempDir,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl World {
+    fn new() -> World {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let receiver = serve(dirs[0].path(), None);
+        let spool = dirs[1].path().join("spool");
+        let relay = serve(dirs[1].path(), Some((&spool, "64MiB")));
+        World { receiver, relay, spool, cdir: tempfile::tempdir().unwrap(), _dirs: dirs }
+    }
+}
+
 #[test]
 fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
     println!("seed {SEED}");
-    let (rdir, ldir, cdir) =
-        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let receiver = serve(rdir.path(), None);
-    let spool = ldir.path().join("spool");
-    let relay = serve(ldir.path(), Some((&spool, "64MiB")));
+    let World { receiver, relay, spool, cdir, _dirs } = World::new();
     let src = cdir.path().join("data.bin");
     random_file(&src, 3_000_000, SEED);
     let out = cp(
@@ -166,11 +181,7 @@ fn bad_relay_input_fails_clearly() {
 #[test]
 fn a_tree_through_a_relay_needs_r_and_arrives_whole() {
     println!("seed {SEED}");
-    let (rdir, ldir, cdir) =
-        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let receiver = serve(rdir.path(), None);
-    let spool = ldir.path().join("spool");
-    let relay = serve(ldir.path(), Some((&spool, "64MiB")));
+    let World { receiver, relay, spool, cdir, _dirs } = World::new();
     let tree = cdir.path().join("tree");
     for i in 0..40u64 {
         let dir = tree.join(format!("d{}", i % 4));
@@ -204,4 +215,7 @@ fn a_tree_through_a_relay_needs_r_and_arrives_whole() {
         let rel = format!("d{}/f{i}", i % 4);
         assert!(same_file(&tree.join(&rel), &receiver.root.join("tree").join(&rel)), "{rel}");
     }
+    let left: Vec<_> =
+        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
 }
