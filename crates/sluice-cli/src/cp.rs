@@ -29,7 +29,7 @@ pub(crate) struct CpArgs {
     paths: Vec<String>,
     /// Copy directories with everything in them.
     #[arg(short = 'r', long)]
-    recursive: bool,
+    pub(crate) recursive: bool,
     /// What to do with files that exist at the destination: never (keep them), always,
     /// if-newer (source modified later) or if-different (size or time differ; with
     /// --checksum, the content). Without it, existing files stop the copy before anything

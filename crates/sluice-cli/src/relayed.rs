@@ -20,7 +20,7 @@ use crate::show::{Mode, Show};
 #[derive(Args, Debug, Clone, Default)]
 pub(crate) struct RelayArgs {
     /// Stripe the upload over these relays (names of [relays.NAME] sections of the config
-    /// file), then leave: the server collects from them. One file at a time.
+    /// file), then leave: the server collects from them. One source: a file, or a tree (-r).
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     pub(crate) relay: Vec<String>,
     /// Who takes which blocks: fcfs (whoever is ready: faster paths take more; the default),
@@ -34,6 +34,10 @@ pub(crate) struct RelayArgs {
     /// the direct path then carries only blocks the receiver asks for again).
     #[arg(long, value_name = "on|off", requires = "relay")]
     relay_direct: Option<String>,
+    /// Count a block safe only once it is on this many relays (1 or 2), unless the server has
+    /// it: with 2, a relay lost after the sender left loses nothing [default: 1].
+    #[arg(long, value_name = "N", requires = "relay")]
+    relay_copies: Option<u8>,
     /// Stay until the server has the verified file (report the total time too).
     #[arg(long, requires = "relay")]
     relay_wait: bool,
@@ -56,6 +60,7 @@ impl RelayArgs {
             compress: copy.compress,
             overwrite: copy.overwrite,
             wait: self.relay_wait,
+            copies: self.relay_copies.unwrap_or(1),
             ..RelayedOptions::default()
         };
         if let Some(name) = &self.relay_strategy {
@@ -88,11 +93,14 @@ pub(crate) async fn upload(
     let flags = &args.relays;
     let options = flags.options(copy)?;
     let [source] = to.sources else {
-        return Err(exit::usage("--relay carries one file per copy (trees are not built yet)"));
+        return Err(exit::usage("--relay carries one source per copy (a file, or a tree with -r)"));
     };
-    if !source.is_file() {
+    if source.is_dir() && !args.recursive {
+        return Err(exit::usage(format!("{} is a directory: copy it with -r", source.display())));
+    }
+    if !source.is_dir() && !source.is_file() {
         return Err(exit::usage(format!(
-            "{}: --relay carries a regular file (trees are not built yet)",
+            "{}: --relay carries a regular file or, with -r, a directory",
             source.display()
         )));
     }
@@ -117,8 +125,20 @@ pub(crate) async fn upload(
             transport: Some("udp".into()),
         };
         let config = connect.client_config(name, &prefs, channel.clone(), args.channels)?;
-        let client = connect_asking(config).await?;
-        client.ready().await?;
+        // A relay that is down is left out: the same command run again after a relay died
+        // moves what it lost over the others.
+        let reached = async {
+            let client = connect_asking(config).await?;
+            client.ready().await?;
+            anyhow::Ok(client)
+        };
+        let client = match reached.await {
+            Ok(client) => client,
+            Err(e) => {
+                show.warning(&format!("relay {name} left out: {e:#}"));
+                continue;
+            }
+        };
         let rtt = client.rtt();
         if let Some(max) = flags.relay_max_rtt_sender
             && rtt > Duration::from_millis(max)

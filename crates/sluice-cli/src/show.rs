@@ -326,12 +326,13 @@ impl Show {
             Mode::Json => emit(&json!({
                 "event": "summary",
                 "relayed": true,
-                "files": 1,
+                "files": report.files,
                 "bytes": report.bytes,
                 "blocks": report.blocks,
                 "send_seconds": round3(report.send_seconds),
                 "total_seconds": report.total_seconds.map(round3),
                 "job": report.job,
+                "resumed_blocks": report.resumed_blocks,
                 "placed": placed,
             })),
             Mode::Quiet => {}
@@ -343,11 +344,21 @@ impl Show {
                     .map(|p| format!("{} {}", p.name, p.blocks))
                     .collect();
                 let after = match report.total_seconds {
-                    Some(total) => format!("the server has the verified file after {total:.1} s"),
+                    Some(total) if report.files == 1 => {
+                        format!("the server has the verified file after {total:.1} s")
+                    }
+                    Some(total) => format!(
+                        "the server has the {} verified files after {total:.1} s",
+                        report.files
+                    ),
                     None => format!("collection goes on at the server (job {})", report.job),
                 };
+                let resumed = match report.resumed_blocks {
+                    0 => String::new(),
+                    n => format!("; {n} were at the server from an earlier run"),
+                };
                 say(&format!(
-                    "sluice: sent {} bytes in {:.1} s ({} blocks: {}); {after}",
+                    "sluice: sent {} bytes in {:.1} s ({} blocks: {}{resumed}); {after}",
                     report.bytes,
                     report.send_seconds,
                     report.blocks,

@@ -70,14 +70,29 @@ fn cp(dir: &Path, receiver: &Proc, relay: &Proc, args: &[&str]) -> Output {
     c.output().unwrap()
 }
 
+/// A receiver and a relay with a spool of 64 MiB, and the client's directory.
+struct World {
+    receiver: Proc,
+    relay: Proc,
+    spool: PathBuf,
+    cdir: tempfile::TempDir,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl World {
+    fn new() -> World {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let receiver = serve(dirs[0].path(), None);
+        let spool = dirs[1].path().join("spool");
+        let relay = serve(dirs[1].path(), Some((&spool, "64MiB")));
+        World { receiver, relay, spool, cdir: tempfile::tempdir().unwrap(), _dirs: dirs }
+    }
+}
+
 #[test]
 fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
     println!("seed {SEED}");
-    let (rdir, ldir, cdir) =
-        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let receiver = serve(rdir.path(), None);
-    let spool = ldir.path().join("spool");
-    let relay = serve(ldir.path(), Some((&spool, "64MiB")));
+    let World { receiver, relay, spool, cdir, _dirs } = World::new();
     let src = cdir.path().join("data.bin");
     random_file(&src, 3_000_000, SEED);
     let out = cp(
@@ -127,20 +142,20 @@ fn bad_relay_input_fails_clearly() {
     let relay = serve(ldir.path(), Some((&ldir.path().join("s"), "1MiB")));
     let src = cdir.path().join("f.bin");
     random_file(&src, 1000, SEED);
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--relay", "far"], "no [relays.far] section"),
         (&["--relay", "near", "--relay-strategy", "random"], "use fcfs, cyclic or partitioned"),
         (&["--relay", "near", "--relay-block", "1KiB"], "between"),
-        (&["--relay", "near", "-r"], "regular file"),
+        (&["--relay", "near", "-r"], "one source per copy"),
+        (&["--relay", "near", "--relay-copies", "2"], "at least two relays"),
     ];
     for (flags, expected) in cases {
         let mut args = flags.to_vec();
-        let source = if flags.contains(&"-r") {
-            cdir.path().to_str().unwrap()
-        } else {
-            src.to_str().unwrap()
-        };
-        args.extend([source, "127.0.0.1:"]);
+        // With -r: two sources (a file and a tree), which one relayed copy does not take.
+        if flags.contains(&"-r") {
+            args.push(cdir.path().to_str().unwrap());
+        }
+        args.extend([src.to_str().unwrap(), "127.0.0.1:"]);
         let out = cp(cdir.path(), &receiver, &relay, &args);
         assert_ne!(code(&out), 0, "{flags:?}");
         assert!(stderr(&out).contains(expected), "{flags:?}: {}", stderr(&out));
@@ -161,4 +176,46 @@ fn bad_relay_input_fails_clearly() {
         .unwrap();
     assert_ne!(code(&bad), 0);
     assert!(stderr(&bad).contains("--spool-max"), "{}", stderr(&bad));
+}
+
+#[test]
+fn a_tree_through_a_relay_needs_r_and_arrives_whole() {
+    println!("seed {SEED}");
+    let World { receiver, relay, spool, cdir, _dirs } = World::new();
+    let tree = cdir.path().join("tree");
+    for i in 0..40u64 {
+        let dir = tree.join(format!("d{}", i % 4));
+        std::fs::create_dir_all(&dir).unwrap();
+        random_file(&dir.join(format!("f{i}")), i * 997, SEED + i);
+    }
+    random_file(&tree.join("big.bin"), 2_500_000, SEED);
+    let args = ["--relay", "near", "--relay-block", "256KiB", "--relay-wait", "--json"];
+    let out = cp(
+        cdir.path(),
+        &receiver,
+        &relay,
+        &[&args[..], &[tree.to_str().unwrap(), "127.0.0.1:"]].concat(),
+    );
+    assert_eq!(code(&out), 2, "a directory needs -r: {}", stderr(&out));
+    assert!(stderr(&out).contains("-r"), "{}", stderr(&out));
+    let out = cp(
+        cdir.path(),
+        &receiver,
+        &relay,
+        &[&["-r"], &args[..], &[tree.to_str().unwrap(), "127.0.0.1:"]].concat(),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(summary["files"], 41, "{summary}");
+    assert!(summary["total_seconds"].as_f64().is_some(), "it waited: {summary}");
+    assert!(same_file(&tree.join("big.bin"), &receiver.root.join("tree/big.bin")));
+    for i in 0..40u64 {
+        let rel = format!("d{}/f{i}", i % 4);
+        assert!(same_file(&tree.join(&rel), &receiver.root.join("tree").join(&rel)), "{rel}");
+    }
+    let left: Vec<_> =
+        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
 }

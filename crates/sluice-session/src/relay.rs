@@ -138,6 +138,11 @@ pub struct RelayedPut {
     pub transfer: String,
     /// The relays, in the order [`StripeMsg::Placed`] numbers them.
     pub relays: Vec<RelaySpot>,
+    /// A tree's manifest (empty: one file, `name`): the blocks then cut its files' bytes laid
+    /// end to end in manifest order (`size` is their sum), and the digest is the BLAKE3 of
+    /// that whole offset space.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<crate::manifest::Entry>,
 }
 
 /// What the sender says on a relayed upload's stream after its request.
@@ -151,7 +156,7 @@ pub enum StripeMsg {
         /// The blocks.
         blocks: Vec<u64>,
     },
-    /// The BLAKE3 of the whole file, hex.
+    /// The BLAKE3 of the whole file (of a tree: of its files' bytes end to end), hex.
     Digest {
         /// The hash.
         blake3: String,
@@ -175,6 +180,10 @@ pub enum CollectMsg {
     Accepted {
         /// The job's name, for `sluice jobs`.
         job: String,
+        /// Blocks the receiver has already (ranges of block ids, `[start, end)`): a re-run of
+        /// a copy whose sender left blocks nowhere to collect moves only the others.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        have: Vec<[u64; 2]>,
     },
     /// These blocks could not be had from where they were (a relay's copy did not open, or
     /// the relay lost it): the sender, while it is there, deposits them with the receiver.
@@ -288,23 +297,34 @@ pub struct Stripe {
     assigned: Vec<(usize, u64)>,
     /// How many destinations share by the strategy.
     sharing: usize,
+    /// Blocks that need another copy, and the destination that holds one (`--relay-copies
+    /// 2`): any other sharing destination takes them, first.
+    again: VecDeque<(u64, usize)>,
 }
 
 impl Stripe {
-    /// Blocks `0..count` shared over `sharing` destinations (at least one).
-    pub fn new(strategy: Strategy, count: u64, sharing: usize) -> Stripe {
+    /// `blocks` (in this order) shared over `sharing` destinations (at least one).
+    pub fn new(strategy: Strategy, blocks: &[u64], sharing: usize) -> Stripe {
         let n = sharing.max(1);
+        let count = blocks.len() as u128;
         let mut shares = vec![VecDeque::new(); if strategy == Strategy::Fcfs { 1 } else { n }];
-        for id in 0..count {
+        for (i, &id) in blocks.iter().enumerate() {
             let at = match strategy {
                 Strategy::Fcfs => 0,
-                Strategy::Cyclic => (id % n as u64) as usize,
-                // Share k is ids [k*count/n, (k+1)*count/n).
-                Strategy::Partitioned => ((id as u128 * n as u128) / count as u128) as usize,
+                Strategy::Cyclic => i % n,
+                // Share k is the blocks at [k*count/n, (k+1)*count/n).
+                Strategy::Partitioned => ((i as u128 * n as u128) / count) as usize,
             };
             shares[at].push_back(id);
         }
-        Stripe { shares, strategy, orphans: VecDeque::new(), assigned: Vec::new(), sharing: n }
+        Stripe {
+            shares,
+            strategy,
+            orphans: VecDeque::new(),
+            assigned: Vec::new(),
+            sharing: n,
+            again: VecDeque::new(),
+        }
     }
 
     /// Up to `max` blocks for destination `dest` to take now; empty when it has nothing left.
@@ -312,6 +332,13 @@ impl Stripe {
         let mut out = Vec::new();
         self.assigned.retain(|&(d, id)| {
             let mine = d == dest && out.len() < max;
+            if mine {
+                out.push(id);
+            }
+            !mine
+        });
+        self.again.retain(|&(id, holder)| {
+            let mine = holder != dest && dest < self.sharing && out.len() < max;
             if mine {
                 out.push(id);
             }
@@ -352,12 +379,32 @@ impl Stripe {
         self.assigned.extend(blocks.into_iter().map(|id| (dest, id)));
     }
 
+    /// Block `id`, which destination `holder` has, needs a copy elsewhere too: whoever else
+    /// asks next takes it.
+    pub fn again_elsewhere(&mut self, id: u64, holder: usize) {
+        self.again.push_back((id, holder));
+    }
+
     /// Whether every block has been taken.
     pub fn is_empty(&self) -> bool {
-        self.orphans.is_empty()
+        self.again.is_empty()
+            && self.orphans.is_empty()
             && self.assigned.is_empty()
             && self.shares.iter().all(VecDeque::is_empty)
     }
+}
+
+/// Ranges `[start, end)` of the ids in `ids` (sorted, each once): the compact form of a set of
+/// blocks on the wire.
+pub fn id_ranges(ids: impl IntoIterator<Item = u64>) -> Vec<[u64; 2]> {
+    let mut out: Vec<[u64; 2]> = Vec::new();
+    for id in ids {
+        match out.last_mut() {
+            Some(last) if last[1] == id => last[1] = id + 1,
+            _ => out.push([id, id + 1]),
+        }
+    }
+    out
 }
 
 /// Parses 2n lowercase or uppercase hex digits into n bytes.
@@ -381,6 +428,10 @@ pub fn to_hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn ids(count: u64) -> Vec<u64> {
+        (0..count).collect()
+    }
+
     fn drain(stripe: &mut Stripe, dests: usize) -> Vec<Vec<u64>> {
         let mut got = vec![Vec::new(); dests];
         loop {
@@ -398,11 +449,11 @@ mod tests {
 
     #[test]
     fn strategies_hand_out_every_block_once() {
-        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, 7, 3), 3);
+        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &ids(7), 3), 3);
         assert_eq!(cyclic, vec![vec![0, 3, 6], vec![1, 4], vec![2, 5]]);
-        let parted = drain(&mut Stripe::new(Strategy::Partitioned, 7, 3), 3);
+        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &ids(7), 3), 3);
         assert_eq!(parted, vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]]);
-        let fcfs = drain(&mut Stripe::new(Strategy::Fcfs, 7, 3), 3);
+        let fcfs = drain(&mut Stripe::new(Strategy::Fcfs, &ids(7), 3), 3);
         assert_eq!(fcfs, vec![vec![0, 1, 6], vec![2, 3], vec![4, 5]]);
         for got in [cyclic, parted, fcfs] {
             let mut all: Vec<u64> = got.concat();
@@ -414,7 +465,7 @@ mod tests {
     #[test]
     fn a_destination_beyond_the_sharing_ones_takes_only_what_is_assigned_or_given_back() {
         for strategy in [Strategy::Fcfs, Strategy::Cyclic] {
-            let mut stripe = Stripe::new(strategy, 4, 1);
+            let mut stripe = Stripe::new(strategy, &ids(4), 1);
             assert_eq!(stripe.take(1, 10), Vec::<u64>::new(), "{strategy:?}");
             assert_eq!(stripe.take(0, 10), vec![0, 1, 2, 3], "{strategy:?}");
             stripe.assign(1, [2]);
@@ -427,12 +478,33 @@ mod tests {
     }
 
     #[test]
+    fn a_second_copy_goes_to_another_destination_first() {
+        let mut stripe = Stripe::new(Strategy::Cyclic, &ids(4), 2);
+        assert_eq!(stripe.take(0, 1), vec![0]);
+        stripe.again_elsewhere(0, 0);
+        assert_eq!(stripe.take(0, 1), vec![2], "not to its holder");
+        assert_eq!(stripe.take(1, 1), vec![0], "before the destination's own share");
+        assert_eq!(stripe.take(1, 5), vec![1, 3]);
+        assert!(stripe.is_empty());
+    }
+
+    #[test]
     fn a_gone_destination_leaves_its_share_to_the_others() {
-        let mut stripe = Stripe::new(Strategy::Partitioned, 6, 2);
+        let mut stripe = Stripe::new(Strategy::Partitioned, &ids(6), 2);
         assert_eq!(stripe.take(1, 1), vec![3]);
         stripe.give_back(1, [3]);
         assert_eq!(stripe.take(0, 10), vec![3, 4, 5, 0, 1, 2]);
         assert!(stripe.is_empty());
+    }
+
+    #[test]
+    fn a_re_run_stripes_only_the_blocks_given() {
+        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &[1, 4, 5, 9], 2), 2);
+        assert_eq!(parted, vec![vec![1, 4], vec![5, 9]]);
+        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &[1, 4, 5], 2), 2);
+        assert_eq!(cyclic, vec![vec![1, 5], vec![4]]);
+        assert_eq!(id_ranges([0, 1, 2, 5, 7, 8]), vec![[0, 3], [5, 6], [7, 9]]);
+        assert_eq!(id_ranges([]), Vec::<[u64; 2]>::new());
     }
 
     #[test]

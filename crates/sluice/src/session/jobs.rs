@@ -101,6 +101,12 @@ impl Jobs {
         Jobs { dir, identity, channel, transfers, running: Mutex::default() }
     }
 
+    /// This server's identity, which it proves as a client (to sources, and to relays as a
+    /// collector).
+    pub(crate) fn identity(&self) -> Arc<Identity> {
+        self.identity.clone()
+    }
+
     /// Checks a client's job before it starts: a source address, a fingerprint, and options
     /// this server can use.
     pub(crate) fn check(pull: &PullJob) -> Result<(SocketAddr, Fingerprint), SessionError> {

@@ -812,7 +812,7 @@ async fn handshake(
             Some(HandshakeEffect::CheckGrant(claim))
                 if claim.grant.starts_with(sluice_session::relay::CAPABILITY_TAG) =>
             {
-                let verdict = match relay::check_capability(shared, &claim) {
+                let verdict = match relay::check_capability(shared, conn, &claim) {
                     Ok((transfer, nothing)) => {
                         info!(transfer = claim.job, "a collector admitted");
                         access = Some((usize::MAX, nothing));

@@ -21,6 +21,8 @@ mod session_messages;
 mod session_once;
 mod session_paths;
 mod session_relay;
+mod session_relay_faults;
+mod session_relay_tree;
 mod session_repair;
 mod session_resume;
 mod session_tcp;

@@ -10,20 +10,22 @@ use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{TOKEN, TestServer, pattern, write_private};
 use sluice::datapath::Fault;
 use sluice::session::keys::DirectionSecret;
-use sluice::session::relay::capability_claim;
 use sluice::session::relay::seal::BlockKey;
+use sluice::session::relay::{capability_claim, collector_hash};
 use sluice::session::{
-    Client, Overwrite, RelayTarget, RelayedOptions, SessionError, SpoolConfig, TrustPolicy,
+    Client, Identity, Overwrite, RelayTarget, RelayedOptions, SessionError, SpoolConfig,
+    TrustPolicy,
 };
 use sluice_session::relay::{Strategy, to_hex};
 
 /// The seed of these tests' content.
-const SEED: u8 = 28;
+pub(crate) const SEED: u8 = 28;
 /// A marker that must never show in a spool.
 const MARKER: &[u8] = b"SLUICE-RELAY-PLAINTEXT-MARKER-";
 /// A token without the relay right.
@@ -31,12 +33,12 @@ const NO_RELAY_TOKEN: &str = "no-relay-token-0123456789";
 /// A token with a spool quota of 300 KB.
 const SMALL_QUOTA_TOKEN: &str = "small-quota-token-0123456789";
 
-fn marked(len: usize) -> Vec<u8> {
+pub(crate) fn marked(len: usize) -> Vec<u8> {
     MARKER.iter().copied().cycle().take(len).collect()
 }
 
 /// A relay: a server with a spool in its own directory of `dir` (kept across restarts).
-async fn relay(spool: &Path, max_bytes: u64, fault: Option<Fault>) -> TestServer {
+pub(crate) async fn relay(spool: &Path, max_bytes: u64, fault: Option<Fault>) -> TestServer {
     let spool = spool.to_owned();
     TestServer::start_with(move |config| {
         let tokens = format!(
@@ -51,7 +53,7 @@ async fn relay(spool: &Path, max_bytes: u64, fault: Option<Fault>) -> TestServer
 }
 
 /// Block files anywhere under `dir`.
-fn block_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn block_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
@@ -76,11 +78,13 @@ async fn client_with(server: &TestServer, token: &str) -> Result<Client, Session
     Client::connect(config).await
 }
 
-/// A collector's session with `relay` for `transfer`, presenting `capability`.
+/// A collector's session with `relay` for `transfer`, presenting `capability` and proving
+/// `identity` (none: no certificate).
 async fn collector(
     relay: &TestServer,
     transfer: &[u8; 16],
     capability: &[u8; 32],
+    identity: Option<&Arc<Identity>>,
 ) -> Result<Client, SessionError> {
     let mut config = sluice::session::ClientConfig::new(
         relay.addr,
@@ -90,6 +94,7 @@ async fn collector(
         TrustPolicy::Pinned(relay.fingerprint.clone()),
     );
     config.grant = Some(capability_claim(transfer, capability));
+    config.identity = identity.cloned();
     Client::connect(config).await
 }
 
@@ -104,7 +109,9 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     let server = relay(spool.path(), 8 << 20, None).await;
     let transfer = [1u8; 16];
     let capability = [2u8; 32];
-    let cap_hash = to_hex(blake3::hash(&capability).as_bytes());
+    // The receiver's certificate, which the capability is bound to.
+    let receiver = Arc::new(Identity::ephemeral().unwrap());
+    let cap_hash = collector_hash(&capability, receiver.fingerprint());
     let key = test_key(transfer);
     let plain: Vec<Vec<u8>> = (0..3).map(|i| marked(100_000 + i * 7)).collect();
     let sealed: Vec<(u64, Vec<u8>)> =
@@ -124,10 +131,16 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     assert!(spooled.contains(&cap_hash) && !spooled.contains(&to_hex(&capability)));
 
     // Only the transfer's capability collects, and only that transfer.
-    let wrong = collector(&server, &transfer, &[3u8; 32]).await.unwrap_err();
+    let wrong = collector(&server, &transfer, &[3u8; 32], Some(&receiver)).await.unwrap_err();
     assert!(matches!(wrong, SessionError::Auth(ref m) if m.contains("capability")), "{wrong}");
-    let other = collector(&server, &[9u8; 16], &capability).await.unwrap_err();
+    let other = collector(&server, &[9u8; 16], &capability, Some(&receiver)).await.unwrap_err();
     assert!(matches!(other, SessionError::Auth(_)), "{other}");
+    // The right capability presented by another peer (its own certificate, or none).
+    let thief = Arc::new(Identity::ephemeral().unwrap());
+    let stolen = collector(&server, &transfer, &capability, Some(&thief)).await.unwrap_err();
+    assert!(matches!(stolen, SessionError::Auth(ref m) if m.contains("peer")), "{stolen}");
+    let bare = collector(&server, &transfer, &capability, None).await.unwrap_err();
+    assert!(matches!(bare, SessionError::Auth(ref m) if m.contains("certificate")), "{bare}");
     // A deposit naming another collector for the same transfer is refused.
     let other_hash = "ab".repeat(32);
     let hijack = sender.deposit_blocks(&to_hex(&transfer), &other_hash, sealed[..1].to_vec()).await;
@@ -137,30 +150,10 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     // port of its own, as the old one may be taken meanwhile).
     sender.close().await;
     let saved = tempfile::tempdir().unwrap();
-    let state = saved.path().join("state");
-    fs::create_dir(&state).unwrap();
-    fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    for entry in fs::read_dir(server.dir.path().join("state")).unwrap().flatten() {
-        if entry.path().is_file() {
-            fs::copy(entry.path(), state.join(entry.file_name())).unwrap();
-        }
-    }
-    let tokens = saved.path().join("tokens");
-    write_private(&tokens, &fs::read_to_string(server.dir.path().join("tokens")).unwrap());
     let fingerprint = server.fingerprint.clone();
-    server.stop().await;
-    let restarted = TestServer::start_with(|config| {
-        config.credentials =
-            sluice::session::Credentials::Stored { state_dir: state.clone(), tokens_file: tokens };
-        config.spool = Some(SpoolConfig {
-            dir: spool.path().to_owned(),
-            max_bytes: 8 << 20,
-            expiry: Duration::from_secs(3600),
-        });
-    })
-    .await;
+    let restarted = restart(server, spool.path(), 8 << 20, saved.path()).await;
     assert_eq!(restarted.fingerprint, fingerprint);
-    let collecting = collector(&restarted, &transfer, &capability).await.unwrap();
+    let collecting = collector(&restarted, &transfer, &capability, Some(&receiver)).await.unwrap();
     let hop = collecting.collect_blocks(&to_hex(&transfer), &[2, 0, 7]).await.unwrap();
     let ids: Vec<u64> = hop.blocks.iter().map(|(id, _)| *id).collect();
     assert_eq!(ids, vec![2, 0], "block 7 was never deposited");
@@ -177,6 +170,38 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
         fs::read_dir(spool.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the transfer's directory goes too");
     restarted.stop().await;
+}
+
+/// `server`, a relay with its spool at `spool`, stopped and started again with the same
+/// identity, tokens (copied to `saved`, which must outlive it) and spool, on a port of its own
+/// (the old one may be taken meanwhile).
+pub(crate) async fn restart(
+    server: TestServer,
+    spool: &Path,
+    max_bytes: u64,
+    saved: &Path,
+) -> TestServer {
+    let state = saved.join("state");
+    fs::create_dir(&state).unwrap();
+    fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    for entry in fs::read_dir(server.dir.path().join("state")).unwrap().flatten() {
+        if entry.path().is_file() {
+            fs::copy(entry.path(), state.join(entry.file_name())).unwrap();
+        }
+    }
+    let tokens = saved.join("tokens");
+    write_private(&tokens, &fs::read_to_string(server.dir.path().join("tokens")).unwrap());
+    server.stop().await;
+    TestServer::start_with(|config| {
+        config.credentials =
+            sluice::session::Credentials::Stored { state_dir: state.clone(), tokens_file: tokens };
+        config.spool = Some(SpoolConfig {
+            dir: spool.to_owned(),
+            max_bytes,
+            expiry: Duration::from_secs(3600),
+        });
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,7 +245,8 @@ async fn a_changed_byte_in_a_spooled_block_is_caught() {
     let key = test_key(transfer);
     let plain = pattern(50_000, SEED);
     let sender = server.client().await;
-    let cap_hash = to_hex(blake3::hash(&capability).as_bytes());
+    let receiver = Arc::new(Identity::ephemeral().unwrap());
+    let cap_hash = collector_hash(&capability, receiver.fingerprint());
     let sealed = vec![(0, key.seal(0, &plain, Some(3))), (1, key.seal(1, &plain, None))];
     sender.deposit_blocks(&to_hex(&transfer), &cap_hash, sealed).await.unwrap();
     let files = block_files(spool.path());
@@ -228,7 +254,7 @@ async fn a_changed_byte_in_a_spooled_block_is_caught() {
     let at = bytes.len() / 2;
     bytes[at] ^= 0x40;
     fs::write(&files[0], &bytes).unwrap();
-    let collecting = collector(&server, &transfer, &capability).await.unwrap();
+    let collecting = collector(&server, &transfer, &capability, Some(&receiver)).await.unwrap();
     let hop = collecting.collect_blocks(&to_hex(&transfer), &[0, 1]).await.unwrap();
     assert!(key.open(0, plain.len() as u64, &hop.blocks[0].1).is_err(), "the change got through");
     // A block passed off as another does not open either.
@@ -237,8 +263,18 @@ async fn a_changed_byte_in_a_spooled_block_is_caught() {
     server.stop().await;
 }
 
+/// A receiver and relays A and B with spools of 64 MiB (which must outlive them).
+pub(crate) async fn receiver_and_two_relays()
+-> (TestServer, [tempfile::TempDir; 2], TestServer, TestServer) {
+    let receiver = TestServer::start().await;
+    let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let a = relay(spools[0].path(), 64 << 20, None).await;
+    let b = relay(spools[1].path(), 64 << 20, None).await;
+    (receiver, spools, a, b)
+}
+
 /// Sessions with `relays` for a sender.
-async fn targets(relays: &[&TestServer]) -> Vec<RelayTarget> {
+pub(crate) async fn targets(relays: &[&TestServer]) -> Vec<RelayTarget> {
     let mut out = Vec::new();
     for (i, relay) in relays.iter().enumerate() {
         out.push(RelayTarget { name: format!("relay{i}"), client: relay.client().await });
@@ -246,7 +282,7 @@ async fn targets(relays: &[&TestServer]) -> Vec<RelayTarget> {
     out
 }
 
-fn relayed_options(strategy: Strategy, direct: bool, wait: bool) -> RelayedOptions {
+pub(crate) fn relayed_options(strategy: Strategy, direct: bool, wait: bool) -> RelayedOptions {
     RelayedOptions {
         strategy,
         block_bytes: 256 << 10,
@@ -260,10 +296,7 @@ fn relayed_options(strategy: Strategy, direct: bool, wait: bool) -> RelayedOptio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relayed_upload_arrives_intact_by_every_strategy() {
     println!("seed {SEED}");
-    let receiver = TestServer::start().await;
-    let (spool_a, spool_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = relay(spool_a.path(), 64 << 20, None).await;
-    let b = relay(spool_b.path(), 64 << 20, None).await;
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
     let local = tempfile::tempdir().unwrap();
     let mut content = marked(3 << 20);
     content.extend(pattern((1 << 20) + 12_345, SEED));
@@ -289,7 +322,7 @@ async fn a_relayed_upload_arrives_intact_by_every_strategy() {
             );
         }
         assert!(report.total_seconds.unwrap() >= report.send_seconds);
-        for spool in [spool_a.path(), spool_b.path()] {
+        for spool in [spools[0].path(), spools[1].path()] {
             assert!(block_files(spool).is_empty(), "collected blocks are deleted");
         }
     }

@@ -50,6 +50,8 @@ pub(crate) struct RelayedRequest {
     pub(crate) secret: DirectionSecret,
     /// The receiver's name of the job.
     pub(crate) job: String,
+    /// Blocks the receiver has already (a re-run's), as id ranges `[start, end)`.
+    pub(crate) have: Vec<[u64; 2]>,
 }
 
 impl Client {
@@ -147,8 +149,8 @@ impl Client {
         let answer = read_message(&mut req.recv, REPLY_TIMEOUT)
             .await
             .map_err(|e| frame_error(e, &self.conn))?;
-        let job = match answer {
-            CollectMsg::Accepted { job } => job,
+        let (job, have) = match answer {
+            CollectMsg::Accepted { job, have } => (job, have),
             CollectMsg::Failed { code, message } => {
                 return Err(SessionError::from_server(code, message));
             }
@@ -157,7 +159,7 @@ impl Client {
             }
         };
         let OpenRequestParts { send, recv } = req.into_parts();
-        Ok(RelayedRequest { send, recv, secret, job })
+        Ok(RelayedRequest { send, recv, secret, job, have })
     }
 }
 

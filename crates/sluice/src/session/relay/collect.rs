@@ -3,26 +3,41 @@
 //! does not open is fetched again: from the sender while it is there), writes it into a part
 //! file beside the destination, and, once every block is written and the file's BLAKE3 is the
 //! sender's, renames it into place. It goes on when the sender has left (FSP's retreat).
+//!
+//! A tree lands in the temporary files of its plan (`tree::incoming`, as a direct tree copy's)
+//! laid end to end; once the whole offset space hashes to the sender's BLAKE3, the plan is
+//! committed: each file renamed into place.
+//!
+//! A job (of one file) whose sender left with blocks nowhere to collect (a relay lost them) names the
+//! missing byte ranges and is kept, stalled, with its part file: a re-run of the same copy
+//! (the same destination, size and block size) takes it over and moves only the blocks it
+//! lacks, under the new run's key; the file's BLAKE3 must be the first run's.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_session::relay::{BlockPlan, MAX_BATCH_BLOCKS, to_hex};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+use super::read_range;
 use super::seal::BlockKey;
 use super::spool::TransferId;
+use crate::datapath::write_all_at;
 use crate::files::Confined;
 use crate::session::channel::blocking;
+use crate::session::copy::plan_error;
+use crate::session::identity::Identity;
 use crate::session::keys::SessionId;
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
+use crate::tree::FileSet;
+use crate::tree::incoming::Incoming;
 
 /// The most bytes of blocks one collection from a relay asks for.
 const BATCH_BYTES: u64 = 64 << 20;
@@ -30,6 +45,8 @@ const BATCH_BYTES: u64 = 64 << 20;
 const RELAY_ATTEMPTS: u32 = 3;
 /// The wait between them.
 const RELAY_RETRY_WAIT: Duration = Duration::from_secs(1);
+/// How long a stalled job waits for a re-run before its part file is deleted.
+const STALLED_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A relay as the collector reaches it.
 #[derive(Debug, Clone)]
@@ -69,6 +86,43 @@ struct Progress {
     sender_gone: bool,
     /// Whether the sender said every block is placed.
     sent: bool,
+    /// The digest of the run this job took over: the sender's must be the same.
+    expect: Option<blake3::Hash>,
+    /// The sender's digest was not `expect`: the written blocks are of another file.
+    changed: bool,
+    /// The job ended with blocks nowhere to collect: it waits for a re-run.
+    stalled: bool,
+    /// Other relays that hold a block (`--relay-copies 2`): where it is collected from when
+    /// the first one fails.
+    elsewhere: HashMap<u64, Vec<u32>>,
+}
+
+/// What a stalled job keeps for a re-run of its copy.
+#[derive(Debug)]
+pub(crate) struct Stalled {
+    part: PathBuf,
+    fs: Confined,
+    plan: BlockPlan,
+    written: Vec<bool>,
+    digest: blake3::Hash,
+    until: Instant,
+}
+
+impl Stalled {
+    /// Blocks the part file holds.
+    pub(crate) fn have(&self) -> impl Iterator<Item = u64> + '_ {
+        self.written.iter().enumerate().filter(|(_, w)| **w).map(|(id, _)| id as u64)
+    }
+}
+
+/// Where a job's blocks land.
+enum Landing {
+    /// One file: a part file beside the destination, renamed into place once verified (kept
+    /// for a re-run when the job stalls).
+    File { part: PathBuf, file: File },
+    /// A tree: its plan's temporary files as one offset space, committed once verified;
+    /// dropped uncommitted, they go.
+    Tree { store: Box<FileSet>, incoming: Box<Mutex<Option<Incoming>>> },
 }
 
 /// One relayed upload being collected.
@@ -78,12 +132,13 @@ pub(crate) struct Collection {
     session: SessionId,
     key: BlockKey,
     plan: BlockPlan,
-    part: PathBuf,
+    /// The file, or a tree's destination directory.
     dest: PathBuf,
-    file: File,
+    landing: Landing,
     /// Every file step beneath the client's root.
     fs: Confined,
     relays: Vec<RelayAt>,
+    identity: Arc<Identity>,
     clients: Mutex<Vec<Option<Client>>>,
     progress: Mutex<Progress>,
     wake: Notify,
@@ -100,10 +155,11 @@ impl std::fmt::Debug for Collection {
     }
 }
 
-/// The collections a server runs, by transfer.
+/// The collections a server runs, by transfer, and those stalled, by destination.
 #[derive(Debug, Default)]
 pub(crate) struct Collections {
     running: Mutex<HashMap<TransferId, Arc<Collection>>>,
+    stalled: Mutex<HashMap<PathBuf, Stalled>>,
 }
 
 impl Collections {
@@ -114,6 +170,32 @@ impl Collections {
         session: SessionId,
     ) -> Option<Arc<Collection>> {
         lock(&self.running).get(transfer).filter(|c| c.session == session).cloned()
+    }
+
+    /// Whether a running job writes `dest`.
+    pub(crate) fn writing(&self, dest: &Path) -> bool {
+        lock(&self.running).values().any(|c| c.dest == dest)
+    }
+
+    /// The stalled job of `dest`, for a re-run of its copy (`plan` must be its), after
+    /// deleting the part files of those that waited too long. Does file I/O.
+    pub(crate) fn take_stalled(&self, dest: &Path, plan: &BlockPlan) -> Option<Stalled> {
+        let now = Instant::now();
+        let mut stalled = lock(&self.stalled);
+        let expired: Vec<PathBuf> =
+            stalled.iter().filter(|(_, s)| s.until <= now).map(|(d, _)| d.clone()).collect();
+        for dest in expired {
+            if let Some(s) = stalled.remove(&dest) {
+                let _ = s.fs.remove_file(&s.part);
+            }
+        }
+        let found = stalled.remove(dest)?;
+        if found.plan == *plan {
+            return Some(found);
+        }
+        info!(dest = %dest.display(), "another file's copy: the stalled part is dropped");
+        let _ = found.fs.remove_file(&found.part);
+        None
     }
 }
 
@@ -127,7 +209,13 @@ pub(crate) struct Start {
     /// How the destination's files are reached (beneath the client's root).
     pub(crate) fs: Confined,
     pub(crate) relays: Vec<RelayAt>,
+    /// The receiver's identity, which the relays' capabilities are bound to.
+    pub(crate) identity: Arc<Identity>,
     pub(crate) permits: Box<dyn Send + Sync>,
+    /// A stalled job of the same copy to take over.
+    pub(crate) resume: Option<Stalled>,
+    /// A tree's plan, prepared (its directories made, its files' paths claimed).
+    pub(crate) tree: Option<Incoming>,
 }
 
 impl Collection {
@@ -136,36 +224,63 @@ impl Collection {
         start: Start,
         collections: &Arc<Collections>,
     ) -> Result<(Arc<Collection>, mpsc::UnboundedReceiver<JobEvent>), SessionError> {
-        let name =
-            start.dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let part =
-            start.dest.with_file_name(format!(".{name}.{}.relayed", to_hex(&start.transfer[..4])));
-        // One a crash left is ours to replace.
-        let _ = start.fs.remove_file(&part);
-        let file = start
-            .fs
-            .create_new(&part, 0o600)
-            .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
-        file.set_len(start.plan.size)
-            .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
-        let (tx, rx) = mpsc::unbounded_channel();
         let count = start.plan.count() as usize;
+        let mut blocks = vec![Where::Missing; count];
+        let (landing, expect) = match (start.tree, &start.resume) {
+            (Some(incoming), _) => {
+                let store = Box::new(incoming.store());
+                (Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }, None)
+            }
+            (None, Some(stalled)) => {
+                let file = start.fs.open(&stalled.part, true).map_err(|e| {
+                    SessionError::io(format!("opening {}", stalled.part.display()), e)
+                })?;
+                for id in stalled.have() {
+                    blocks[id as usize] = Where::Written;
+                }
+                (Landing::File { part: stalled.part.clone(), file }, Some(stalled.digest))
+            }
+            (None, None) => {
+                let name = start
+                    .dest
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let part = start
+                    .dest
+                    .with_file_name(format!(".{name}.{}.relayed", to_hex(&start.transfer[..4])));
+                // One a crash left is ours to replace.
+                let _ = start.fs.remove_file(&part);
+                let file = start
+                    .fs
+                    .create_new(&part, 0o600)
+                    .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
+                file.set_len(start.plan.size)
+                    .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
+                (Landing::File { part, file }, None)
+            }
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
         let job = Arc::new(Collection {
             transfer: start.transfer,
             session: start.session,
             key: start.key,
             plan: start.plan,
-            part,
             dest: start.dest,
-            file,
+            landing,
             fs: start.fs,
             clients: Mutex::new(vec![None; start.relays.len()]),
             relays: start.relays,
+            identity: start.identity,
             progress: Mutex::new(Progress {
-                blocks: vec![Where::Missing; count],
+                blocks,
                 digest: None,
                 sender_gone: false,
                 sent: false,
+                expect,
+                changed: false,
+                stalled: false,
+                elsewhere: HashMap::new(),
             }),
             wake: Notify::new(),
             events: tx,
@@ -198,8 +313,13 @@ impl Collection {
                 .blocks
                 .get_mut(id as usize)
                 .ok_or_else(|| SessionError::Protocol(format!("no block {id}")))?;
-            if *slot == Where::Missing {
-                *slot = Where::At(relay);
+            match *slot {
+                Where::Missing => *slot = Where::At(relay),
+                Where::At(r) | Where::Fetching(r) if r != relay => {
+                    progress.elsewhere.entry(id).or_default().push(relay);
+                }
+                // Its copy there stays until the relay's expiry.
+                _ => {}
             }
         }
         drop(progress);
@@ -207,9 +327,19 @@ impl Collection {
         Ok(())
     }
 
+    /// The blocks the job has written (those a re-run need not move).
+    pub(crate) fn have(&self) -> Vec<u64> {
+        let progress = lock(&self.progress);
+        let written = progress.blocks.iter().enumerate().filter(|(_, w)| **w == Where::Written);
+        written.map(|(id, _)| id as u64).collect()
+    }
+
     /// The sender's BLAKE3 of the whole file.
     pub(crate) fn digest(&self, hash: blake3::Hash) {
-        lock(&self.progress).digest = Some(hash);
+        let mut progress = lock(&self.progress);
+        progress.changed |= progress.expect.is_some_and(|e| e != hash);
+        progress.digest = Some(hash);
+        drop(progress);
         self.wake.notify_one();
     }
 
@@ -249,9 +379,7 @@ impl Collection {
             };
             match self.key.open(*id, range.end - range.start, sealed) {
                 Ok(plain) => {
-                    self.file.write_all_at(&plain, range.start).map_err(|e| {
-                        SessionError::io(format!("writing {}", self.part.display()), e)
-                    })?;
+                    self.write_at(&plain, range.start)?;
                     good.push(*id);
                 }
                 Err(e) => {
@@ -260,10 +388,35 @@ impl Collection {
                 }
             }
         }
-        self.file
-            .sync_data()
-            .map_err(|e| SessionError::io(format!("syncing {}", self.part.display()), e))?;
+        self.sync()?;
         Ok((good, bad))
+    }
+
+    fn write_at(&self, plain: &[u8], at: u64) -> Result<(), SessionError> {
+        match &self.landing {
+            Landing::File { part, file } => file
+                .write_all_at(plain, at)
+                .map_err(|e| SessionError::io(format!("writing {}", part.display()), e)),
+            Landing::Tree { store, .. } => write_all_at(&**store, plain, at).map_err(|e| {
+                SessionError::io(format!("writing beneath {}", self.dest.display()), e)
+            }),
+        }
+    }
+
+    /// Makes what was written durable (before the relays may delete it).
+    fn sync(&self) -> Result<(), SessionError> {
+        match &self.landing {
+            Landing::File { part, file } => file
+                .sync_data()
+                .map_err(|e| SessionError::io(format!("syncing {}", part.display()), e)),
+            // The files written may have left the set's window of open files: the whole file
+            // system's, once.
+            Landing::Tree { .. } => self
+                .fs
+                .open(&self.dest, false)
+                .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from))
+                .map_err(|e| SessionError::io(format!("syncing {}", self.dest.display()), e)),
+        }
     }
 
     fn mark_written(&self, ids: &[u64]) {
@@ -277,21 +430,30 @@ impl Collection {
         self.wake.notify_one();
     }
 
-    /// Blocks that could not be had where they were: missing again, and asked of the sender.
+    /// Blocks that could not be had where they were: collected from another relay that holds
+    /// them, else missing again, and asked of the sender.
     fn lost(&self, ids: Vec<u64>) {
-        if ids.is_empty() {
-            return;
-        }
         let mut progress = lock(&self.progress);
-        for &id in &ids {
-            if let Some(slot) = progress.blocks.get_mut(id as usize)
-                && *slot != Where::Written
-            {
-                *slot = Where::Missing;
+        let mut refetch = Vec::new();
+        for id in ids {
+            let other = progress.elsewhere.get_mut(&id).and_then(Vec::pop);
+            let Some(slot) = progress.blocks.get_mut(id as usize) else { continue };
+            if *slot == Where::Written {
+                continue;
+            }
+            match other {
+                Some(relay) => *slot = Where::At(relay),
+                None => {
+                    *slot = Where::Missing;
+                    refetch.push(id);
+                }
             }
         }
         drop(progress);
-        let _ = self.events.send(JobEvent::Refetch(ids));
+        self.wake.notify_one();
+        if !refetch.is_empty() {
+            let _ = self.events.send(JobEvent::Refetch(refetch));
+        }
     }
 
     /// A batch that failed at `relay` waits there for another attempt.
@@ -334,6 +496,7 @@ impl Collection {
             TrustPolicy::Pinned(at.fingerprint.clone()),
         );
         config.grant = Some(super::capability_claim(&self.transfer, &at.capability));
+        config.identity = Some(self.identity.clone());
         config.transport = crate::session::TransportChoice::Udp;
         let client = Client::connect(config).await?;
         lock(&self.clients)[relay as usize] = Some(client.clone());
@@ -357,17 +520,43 @@ impl Collection {
         Ok(())
     }
 
-    /// Runs the job to its end.
+    /// Runs the job to its end: the file in place, or a stalled job kept for a re-run, or
+    /// (it cannot go on) its part file deleted.
     async fn run(self: Arc<Self>, collections: Arc<Collections>) {
         let end = self.drive().await;
+        let stalled = match &self.landing {
+            Landing::File { part, .. } => {
+                let p = lock(&self.progress);
+                (end.is_err() && p.stalled).then(|| Stalled {
+                    part: part.clone(),
+                    fs: self.fs.clone(),
+                    plan: self.plan,
+                    written: p.blocks.iter().map(|w| *w == Where::Written).collect(),
+                    digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
+                    until: Instant::now() + STALLED_KEEP,
+                })
+            }
+            Landing::Tree { .. } => None,
+        };
         let end = match end {
             Ok(bytes) => {
                 info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed upload collected");
                 Ok(bytes)
             }
             Err(e) => {
-                warn!(transfer = %self.name(), error = %e, "relayed upload failed");
-                let _ = self.fs.remove_file(&self.part);
+                if let Some(stalled) = stalled {
+                    warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed upload stalled: the same copy run again moves only the missing blocks");
+                    lock(&collections.stalled).insert(self.dest.clone(), stalled);
+                } else {
+                    warn!(transfer = %self.name(), error = %e, "relayed upload failed");
+                    match &self.landing {
+                        Landing::File { part, .. } => {
+                            let _ = self.fs.remove_file(part);
+                        }
+                        // Dropped, the plan removes its temporary files.
+                        Landing::Tree { incoming, .. } => drop(lock(incoming).take()),
+                    }
+                }
                 Err(e)
             }
         };
@@ -397,6 +586,13 @@ impl Collection {
             }
             let (all_written, digest, gone, missing) = {
                 let p = lock(&self.progress);
+                if p.changed {
+                    return Err(SessionError::Integrity(format!(
+                        "{}: the file is not the one whose copy left blocks behind: the \
+                         collected part is dropped; run the copy again",
+                        self.dest.display()
+                    )));
+                }
                 let missing: Vec<u64> = p
                     .blocks
                     .iter()
@@ -410,6 +606,9 @@ impl Collection {
                 return self.finish(digest).await;
             }
             if gone && fetching.is_empty() && (!missing.is_empty() || digest.is_none()) {
+                // What it has is kept for a re-run when the sender told what the file is.
+                lock(&self.progress).stalled =
+                    digest.is_some() && matches!(self.landing, Landing::File { .. });
                 return Err(self.left_behind(&missing, digest.is_none()));
             }
             tokio::select! {
@@ -456,18 +655,62 @@ impl Collection {
         ))
     }
 
-    /// Hashes the part file, compares, and renames it into place.
+    /// Hashes what landed, compares, and renames it into place.
     async fn finish(self: &Arc<Self>, digest: blake3::Hash) -> Result<u64, SessionError> {
         let me = self.clone();
-        blocking(move || {
+        blocking(move || match &me.landing {
+            Landing::File { part, .. } => me.finish_file(part, digest),
+            Landing::Tree { store, incoming } => me.finish_tree(store, incoming, digest),
+        })
+        .await
+    }
+
+    /// A tree: every file's BLAKE3 and the whole offset space's in one pass; the plan is
+    /// committed only when the whole is the sender's (which makes every file's bytes the
+    /// sender's, so each file's own check in the commit is its own hash).
+    fn finish_tree(
+        &self,
+        store: &FileSet,
+        incoming: &Mutex<Option<Incoming>>,
+        digest: blake3::Hash,
+    ) -> Result<u64, SessionError> {
+        let mut whole = blake3::Hasher::new();
+        let mut each = Vec::with_capacity(store.len());
+        for k in 0..store.len() {
+            let (path, size, base) = store.file_at(k).unwrap_or((&self.dest, 0, 0));
+            let mut file = blake3::Hasher::new();
+            read_range(store, base..base + size, &mut |b| {
+                file.update(b);
+                whole.update(b);
+            })
+            .map_err(|e| SessionError::io(format!("hashing {}", path.display()), e))?;
+            each.push(file.finalize());
+        }
+        if whole.finalize() != digest {
+            return Err(SessionError::Integrity(format!(
+                "{}: the collected tree does not hash to the sender's BLAKE3",
+                self.dest.display()
+            )));
+        }
+        let Some(incoming) = lock(incoming).take() else {
+            return Err(SessionError::Protocol("the tree was committed already".into()));
+        };
+        let committed = incoming.commit(&each, &each).map_err(plan_error)?;
+        info!(dest = %self.dest.display(), files = committed.files, links = committed.links, "relayed tree in place");
+        Ok(self.plan.size)
+    }
+
+    fn finish_file(&self, part: &Path, digest: blake3::Hash) -> Result<u64, SessionError> {
+        let me = self;
+        {
             let mut hasher = blake3::Hasher::new();
             let mut file = me
                 .fs
-                .open(&me.part, false)
-                .map_err(|e| SessionError::io(format!("reading {}", me.part.display()), e))?;
+                .open(part, false)
+                .map_err(|e| SessionError::io(format!("reading {}", part.display()), e))?;
             hasher
                 .update_reader(&mut file)
-                .map_err(|e| SessionError::io(format!("hashing {}", me.part.display()), e))?;
+                .map_err(|e| SessionError::io(format!("hashing {}", part.display()), e))?;
             if hasher.finalize() != digest {
                 return Err(SessionError::Integrity(format!(
                     "{}: the collected file does not hash to the sender's BLAKE3",
@@ -475,10 +718,9 @@ impl Collection {
                 )));
             }
             me.fs
-                .rename(&me.part, &me.dest)
+                .rename(part, &me.dest)
                 .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
             Ok(me.plan.size)
-        })
-        .await
+        }
     }
 }

@@ -14,7 +14,37 @@ pub mod stripe;
 
 use sluice_session::relay::{CAPABILITY_TAG, to_hex};
 
+use super::identity::Fingerprint;
 use super::messages::GrantClaim;
+
+/// Feeds `range` of `store` to `each` in order, a MiB at a time (hashing a file or a tree's
+/// offset space).
+pub(crate) fn read_range(
+    store: &dyn crate::datapath::Store,
+    range: std::ops::Range<u64>,
+    each: &mut dyn FnMut(&[u8]),
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = range.start;
+    while at < range.end {
+        let n = ((range.end - at) as usize).min(buf.len());
+        crate::datapath::read_exact_at(store, &mut buf[..n], at)?;
+        each(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// What a relay keeps of a collector's capability: a BLAKE3 of the capability and the
+/// certificate fingerprint of the one receiver that may present it (64 hex digits). A relay
+/// admits a session only when its capability and the certificate it proved hash to this, so a
+/// capability that leaks is of no use to another peer.
+pub fn collector_hash(capability: &[u8; 32], collector: &Fingerprint) -> String {
+    let mut hasher = blake3::Hasher::new_derive_key("sluice relay collector v1");
+    hasher.update(capability);
+    hasher.update(collector.as_str().as_bytes());
+    to_hex(hasher.finalize().as_bytes())
+}
 
 /// What a collector presents in `Hello` (in [`super::ClientConfig::grant`]) to a relay: the
 /// capability of `transfer` there (both as bytes; the wire carries hex).

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use sluice_session::relay::{BlockLen, from_hex, to_hex};
 use tracing::{info, warn};
 
-use crate::session::identity::write_private;
+use crate::session::identity::{Fingerprint, write_private};
 use crate::session::{SessionError, lock};
 use crate::tree::FileSet;
 
@@ -272,8 +272,13 @@ impl Spool {
     }
 
     /// Whether `capability` is the collector's of `transfer`.
-    pub(crate) fn admits(&self, transfer: &TransferId, capability: &[u8; 32]) -> bool {
-        let presented = to_hex(blake3::hash(capability).as_bytes());
+    pub(crate) fn admits(
+        &self,
+        transfer: &TransferId,
+        capability: &[u8; 32],
+        presenter: &Fingerprint,
+    ) -> bool {
+        let presented = super::collector_hash(capability, presenter);
         let state = lock(&self.state);
         state.transfers.get(transfer).is_some_and(|held| {
             verify_slices_are_equal(held.meta.capability_hash.as_bytes(), presented.as_bytes())

@@ -4,12 +4,14 @@
 //! holds it durably, and is done ("retreats") once every block is on the receiver or on a
 //! relay and the file's BLAKE3 is sent: the receiver's job collects the rest.
 //!
+//! A tree is sent as its files' bytes end to end in manifest order (a [`FileSet`], as the
+//! direct path moves trees): blocks may span files; the receiver lays them out the same way.
+//!
 //! A destination that fails gives its blocks back; the others (or the direct path) take them.
 //! A block the receiver could not collect comes back as `Refetch` while the sender is there.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,13 +24,20 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use super::seal::BlockKey;
+use crate::datapath::read_exact_at;
 use crate::session::channel::frame_error;
+use crate::session::copy::local_walk_error;
 use crate::session::messages::{Messages, write_message};
 use crate::session::{Client, Overwrite, SessionError};
+use crate::tree::FileSet;
+use crate::tree::manifest::{Entry, EntryKind};
+use crate::tree::walk::{WalkOptions, walk};
 
 /// How long an idle destination waits before it asks for blocks again (others' failures or
 /// the receiver's refetches may give some back).
 const IDLE_POLL: Duration = Duration::from_millis(20);
+/// A block's count of relays holding it when the receiver has it.
+const AT_RECEIVER: u8 = u8::MAX;
 /// How long the sender waits for the receiver to end the request once it said `Sent`.
 const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
@@ -59,6 +68,10 @@ pub struct RelayedOptions {
     pub overwrite: Overwrite,
     /// Stay until the receiver has the verified file (else leave once every block is safe).
     pub wait: bool,
+    /// On how many relays a block must be (fsync'd) before it counts as safe, unless the
+    /// receiver has it: 1, or 2 (`--relay-copies 2`: a relay lost after the retreat loses
+    /// nothing).
+    pub copies: u8,
 }
 
 impl Default for RelayedOptions {
@@ -71,6 +84,7 @@ impl Default for RelayedOptions {
             direct: true,
             overwrite: Overwrite::Refuse,
             wait: false,
+            copies: 1,
         }
     }
 }
@@ -89,7 +103,9 @@ pub struct Placed {
 /// What a relayed upload did.
 #[derive(Debug, Clone, Default)]
 pub struct RelayedReport {
-    /// Bytes of the file.
+    /// Files sent (1, or a tree's).
+    pub files: u64,
+    /// Bytes of the file (of a tree: of its files).
     pub bytes: u64,
     /// Blocks it was cut into.
     pub blocks: u64,
@@ -99,8 +115,50 @@ pub struct RelayedReport {
     pub total_seconds: Option<f64>,
     /// The receiver's job.
     pub job: String,
+    /// Blocks the receiver had already from an earlier run of this copy (not moved again).
+    pub resumed_blocks: u64,
     /// Each destination's share.
     pub placed: Vec<Placed>,
+}
+
+/// What a relayed upload sends: one file, or a tree's files, as one offset space.
+struct Source {
+    /// The name at the destination (a tree's top directory's).
+    name: String,
+    /// A tree's manifest (empty for one file).
+    entries: Vec<Entry>,
+    files: u64,
+    store: FileSet,
+}
+
+impl Source {
+    /// Lists `local`: a regular file, or a directory and everything beneath it. Does file I/O.
+    fn of(local: &Path) -> Result<Source, SessionError> {
+        let shown = local.display();
+        let meta = std::fs::metadata(local)
+            .map_err(|e| SessionError::io(format!("reading {shown}"), e))?;
+        let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if meta.is_file() {
+            let store = FileSet::new(vec![(local.to_owned(), meta.len())], false);
+            return Ok(Source { name, entries: Vec::new(), files: 1, store });
+        }
+        if !meta.is_dir() {
+            return Err(SessionError::Config(format!(
+                "{shown}: relays carry a regular file or a directory"
+            )));
+        }
+        let options = WalkOptions { recursive: true, ..WalkOptions::default() };
+        let walked = walk(&[local.to_owned()], &options).map_err(local_walk_error)?;
+        for skipped in &walked.skipped {
+            warn!(%skipped, "left out of the relayed tree");
+        }
+        let sizes = walked.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size);
+        let files: Vec<(std::path::PathBuf, u64)> =
+            walked.files.iter().cloned().zip(sizes).collect();
+        let count = files.len() as u64;
+        let store = FileSet::new(files, false).confined(walked.fs.clone());
+        Ok(Source { name, entries: walked.entries, files: count, store })
+    }
 }
 
 /// What a destination's worker reports.
@@ -127,21 +185,21 @@ impl Client {
         options: &RelayedOptions,
     ) -> Result<RelayedReport, SessionError> {
         let started = Instant::now();
-        let file = File::open(local)
-            .map_err(|e| SessionError::io(format!("opening {}", local.display()), e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| SessionError::io(format!("reading {}", local.display()), e))?;
-        if !meta.is_file() {
-            return Err(SessionError::Config(format!(
-                "{}: relays carry one regular file",
-                local.display()
-            )));
-        }
-        let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let plan = BlockPlan::new(meta.len(), options.block_bytes).map_err(SessionError::Config)?;
+        let at = local.to_owned();
+        let source = tokio::task::spawn_blocking(move || Source::of(&at))
+            .await
+            .map_err(|e| SessionError::io("listing", std::io::Error::other(e.to_string())))??;
+        let plan = BlockPlan::new(source.store.total(), options.block_bytes)
+            .map_err(SessionError::Config)?;
         // The direct path is always there for blocks the receiver asks for again; it shares
         // in the striping only when asked.
+        if !(1..=2).contains(&options.copies) || usize::from(options.copies) > relays.len().max(1) {
+            return Err(SessionError::Config(format!(
+                "{} copies on relays with {} relays: 1, or 2 with at least two relays",
+                options.copies,
+                relays.len()
+            )));
+        }
         let sharing = relays.len() + usize::from(options.direct);
         if sharing == 0 {
             return Err(SessionError::Config("no relay and no direct path to stripe over".into()));
@@ -161,28 +219,50 @@ impl Client {
             .collect();
         let put = RelayedPut {
             dest: dest.to_owned(),
-            name,
+            name: source.name,
             overwrite: options.overwrite,
             size: plan.size,
             block_bytes: plan.block_bytes,
             transfer: to_hex(&transfer),
             relays: spots,
+            entries: source.entries,
         };
         let mut req = self.relayed(put).await?;
         let key = Arc::new(BlockKey::new(&req.secret, transfer));
-        let file = Arc::new(file);
+        let file = Arc::new(source.store);
         let hash_file = file.clone();
         let mut hashing = tokio::task::spawn_blocking(move || {
             let mut hasher = blake3::Hasher::new();
-            hasher.update_reader(&mut &*hash_file).map(|h| h.finalize())
+            super::read_range(&*hash_file, 0..hash_file.total(), &mut |b| {
+                hasher.update(b);
+            })
+            .map(|()| hasher.finalize())
         });
 
-        let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, plan.count(), sharing)));
+        // How many relays hold each block ([`AT_RECEIVER`]: the receiver has it); a block is
+        // safe once that is `need`. A re-run of a copy that left blocks behind moves only those
+        // the receiver lacks.
+        let need = options.copies;
+        let mut held = vec![0u8; plan.count() as usize];
+        for &[start, end] in &req.have {
+            for h in held.iter_mut().take(end as usize).skip(start as usize) {
+                *h = AT_RECEIVER;
+            }
+        }
+        let resumed_blocks = held.iter().filter(|h| **h == AT_RECEIVER).count() as u64;
+        if resumed_blocks > 0 {
+            info!(blocks = resumed_blocks, "the receiver has these blocks from an earlier run");
+        }
+        let pending: Vec<u64> = (0..plan.count()).filter(|id| held[*id as usize] == 0).collect();
+        let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing)));
         let (reports, mut reported) = mpsc::unbounded_channel();
+        let depositing = Arc::new(AtomicUsize::new(0));
         let mut workers = JoinSet::new();
         for dest in 0..dests {
             let (client, cap_hash) = match relays.get(dest).zip(caps.get(dest)) {
-                Some((relay, cap)) => (relay.client.clone(), to_hex(blake3::hash(cap).as_bytes())),
+                Some((relay, cap)) => {
+                    (relay.client.clone(), super::collector_hash(cap, self.server_fingerprint()))
+                }
                 None => (self.clone(), String::new()),
             };
             let worker = Worker {
@@ -197,6 +277,7 @@ impl Client {
                 batch: options.batch_blocks.max(1),
                 compress: options.compress,
                 reports: reports.clone(),
+                depositing: depositing.clone(),
             };
             workers.spawn(worker.run());
         }
@@ -208,14 +289,13 @@ impl Client {
                 ..Placed::default()
             })
             .collect();
-        let mut safe = vec![false; plan.count() as usize];
         let mut alive = dests;
         let mut digest_sent = false;
         let mut send_seconds = None;
         let conn = self.connection().clone();
         let mut answers = Messages::<CollectMsg>::new(&mut req.recv);
         loop {
-            if send_seconds.is_none() && digest_sent && safe.iter().all(|s| *s) {
+            if send_seconds.is_none() && digest_sent && held.iter().all(|h| *h >= need) {
                 // The receiver may have ended already (it had every block and the digest): it
                 // stopped reading, and its `Done` is what comes next.
                 let _ = write_message(&mut req.send, &StripeMsg::Sent).await;
@@ -237,8 +317,16 @@ impl Client {
                     Some(Report::Placed { dest, blocks, bytes }) => {
                         placed[dest].blocks += blocks.len() as u64;
                         placed[dest].bytes += bytes;
-                        for id in &blocks {
-                            safe[*id as usize] = true;
+                        for &id in &blocks {
+                            let h = &mut held[id as usize];
+                            if dest == direct {
+                                *h = AT_RECEIVER;
+                            } else {
+                                *h = h.saturating_add(1);
+                                if *h < need {
+                                    crate::session::lock(&stripe).again_elsewhere(id, dest);
+                                }
+                            }
                         }
                         if dest < relays.len() {
                             let msg = StripeMsg::Placed { relay: dest as u32, blocks };
@@ -268,13 +356,16 @@ impl Client {
                     CollectMsg::Refetch { blocks } => {
                         warn!(blocks = blocks.len(), "the receiver asks for blocks again");
                         for id in &blocks {
-                            if let Some(s) = safe.get_mut(*id as usize) {
-                                *s = false;
+                            if let Some(h) = held.get_mut(*id as usize) {
+                                *h = 0;
                             }
                         }
                         crate::session::lock(&stripe).assign(direct, blocks);
                     }
-                    CollectMsg::Done { .. } => break,
+                    CollectMsg::Done { .. } => {
+                        settle(&mut reported, &depositing, &mut placed).await;
+                        break;
+                    }
                     CollectMsg::Failed { code, message } => {
                         return Err(SessionError::from_server(code, message));
                     }
@@ -287,11 +378,13 @@ impl Client {
         workers.shutdown().await;
         let total_seconds = options.wait.then(|| started.elapsed().as_secs_f64());
         Ok(RelayedReport {
+            files: source.files,
             bytes: plan.size,
             blocks: plan.count(),
             send_seconds: send_seconds.unwrap_or_else(|| started.elapsed().as_secs_f64()),
             total_seconds,
             job: req.job,
+            resumed_blocks,
             placed,
         })
     }
@@ -305,11 +398,52 @@ struct Worker {
     transfer: String,
     stripe: Arc<Mutex<Stripe>>,
     key: Arc<BlockKey>,
-    file: Arc<File>,
+    file: Arc<FileSet>,
     plan: BlockPlan,
     batch: usize,
     compress: Option<i32>,
     reports: mpsc::UnboundedSender<Report>,
+    /// Workers between taking a batch and reporting it.
+    depositing: Arc<AtomicUsize>,
+}
+
+/// Counts a worker as depositing while it lives (it ends after the worker's report).
+struct Depositing(Arc<AtomicUsize>);
+
+impl Depositing {
+    fn enter(count: &Arc<AtomicUsize>) -> Depositing {
+        count.fetch_add(1, Ordering::SeqCst);
+        Depositing(count.clone())
+    }
+}
+
+impl Drop for Depositing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts the deposits the receiver answered before its `Done` but whose workers had not
+/// reported yet (the report is what the user is shown), waiting at most [`LEAVE_WAIT`].
+async fn settle(
+    reported: &mut mpsc::UnboundedReceiver<Report>,
+    depositing: &AtomicUsize,
+    placed: &mut [Placed],
+) {
+    let deadline = Instant::now() + LEAVE_WAIT;
+    loop {
+        let idle = depositing.load(Ordering::SeqCst) == 0;
+        while let Ok(report) = reported.try_recv() {
+            if let Report::Placed { dest, blocks, bytes } = report {
+                placed[dest].blocks += blocks.len() as u64;
+                placed[dest].bytes += bytes;
+            }
+        }
+        if idle || Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 impl Worker {
@@ -322,6 +456,7 @@ impl Worker {
                 tokio::time::sleep(IDLE_POLL).await;
                 continue;
             }
+            let _depositing = Depositing::enter(&self.depositing);
             let (key, file, plan, compress) =
                 (self.key.clone(), self.file.clone(), self.plan, self.compress);
             let ids = batch.clone();
@@ -330,7 +465,7 @@ impl Worker {
                     .map(|&id| {
                         let range = plan.range(id).unwrap_or(0..0);
                         let mut plain = vec![0u8; (range.end - range.start) as usize];
-                        file.read_exact_at(&mut plain, range.start)?;
+                        read_exact_at(&*file, &mut plain, range.start)?;
                         Ok((id, key.seal(id, &plain, compress)))
                     })
                     .collect::<std::io::Result<Vec<_>>>()

@@ -2,16 +2,19 @@
 //! (with a spool, `serve --spool`), the admission of a collector by its capability, and a
 //! relayed upload's receiving end (any server that takes uploads).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use sluice_session::relay::{
     BlockLen, BlockPlan, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS,
-    MAX_BLOCK_BYTES, MAX_RELAYS, RelayedPut, SEAL_OVERHEAD, StripeMsg, from_hex,
+    MAX_BLOCK_BYTES, MAX_RELAYS, RelayedPut, SEAL_OVERHEAD, StripeMsg, from_hex, id_ranges,
 };
 use tracing::{info, warn};
 
 use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
 use crate::files::Confined;
+use crate::session::copy::plan_error;
+use crate::session::identity::peer_fingerprint;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{GrantClaim, Messages, write_message};
 use crate::session::relay::collect::{Collection, JobEvent, RelayAt, Start};
@@ -19,12 +22,14 @@ use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::TransferId;
 use crate::session::{Peer, SessionError};
-use crate::tree::FileSet;
+use crate::tree::incoming::{self, Incoming, Overwrite, ReceiveOptions};
+use crate::tree::{Entry, EntryKind, FileSet};
 
 /// The transfer a collector's capability admits it to, when it is this relay's, and the access
 /// of its session: no right at all (it may only collect that transfer); else why not.
 pub(super) fn check_capability(
     shared: &Shared,
+    conn: &quinn::Connection,
     claim: &GrantClaim,
 ) -> Result<(TransferId, Arc<Access>), String> {
     let Some(spool) = &shared.spool else {
@@ -36,13 +41,18 @@ pub(super) fn check_capability(
         .and_then(from_hex::<32>)
         .ok_or("a capability is 64 hex digits")?;
     let transfer = from_hex::<16>(&claim.job).ok_or("a transfer id is 32 hex digits")?;
-    if spool.admits(&transfer, &capability) {
+    let Some(presenter) = peer_fingerprint(conn) else {
+        return Err(
+            "a collector proves its certificate (the receiver's) with its capability".into()
+        );
+    };
+    if spool.admits(&transfer, &capability, &presenter) {
         let none = Rights { read: false, write: false, list: false, relay: false };
         let access =
             Access { rights: none, root: shared.root.clone(), transfers: None, rate_bps: None };
         Ok((transfer, Arc::new(access)))
     } else {
-        Err("the capability was not accepted".into())
+        Err("the capability was not accepted (not this relay's, or not for this peer)".into())
     }
 }
 
@@ -71,6 +81,36 @@ fn check_batch(blocks: &[BlockLen]) -> Result<u64, SessionError> {
         return Err(SessionError::Protocol(format!("block {} of {} bytes", b.id, b.len)));
     }
     Ok(blocks.iter().map(|b| b.len).sum())
+}
+
+/// A relayed tree's plan under `at`, prepared (directories made, files' paths claimed): every
+/// file of the manifest moves (the blocks cut all of them as one offset space), and their bytes
+/// are `size`.
+fn prepare_tree(
+    root: &Path,
+    at: &Path,
+    entries: Vec<Entry>,
+    overwrite: Overwrite,
+    size: u64,
+) -> Result<Incoming, SessionError> {
+    let options =
+        ReceiveOptions { overwrite, checksum: false, preserve: false, confine: Some(root.into()) };
+    let files = entries.iter().filter(|e| e.kind == EntryKind::File).count();
+    let plan = incoming::plan(at, entries, &options).map_err(plan_error)?;
+    if plan.wanted().len() != files {
+        return Err(SessionError::Refused(format!(
+            "{} of the tree's files exist and would be kept: relays carry every file of a tree \
+             (--overwrite always replaces them)",
+            files - plan.wanted().len()
+        )));
+    }
+    if plan.wanted_bytes() != size {
+        return Err(SessionError::Protocol(format!(
+            "a tree of {} bytes announced as {size}",
+            plan.wanted_bytes()
+        )));
+    }
+    plan.prepare().map_err(plan_error)
 }
 
 impl RequestCtx<'_> {
@@ -194,10 +234,15 @@ impl RequestCtx<'_> {
         let root = self.session.access.root.clone();
         let requested = put.dest.clone();
         let overwrite = put.overwrite;
-        let (dest, fs) = blocking(move || {
+        let (entries, size) = (put.entries.clone(), put.size);
+        let (dest, fs, tree) = blocking(move || {
             let fs = Confined::new(Some(&root))
                 .map_err(|e| SessionError::io("opening the served directory", e))?;
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
+            if !entries.is_empty() {
+                let tree = prepare_tree(&root, &at, entries, overwrite, size)?;
+                return Ok((at, fs, Some(tree)));
+            }
             let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
             let replace = matches!(overwrite, sluice_session::options::Overwrite::Always);
             if fs.symlink_metadata(&dest).is_ok() && !replace {
@@ -205,7 +250,7 @@ impl RequestCtx<'_> {
                     "{requested}: the file exists (--overwrite always replaces it)"
                 )));
             }
-            Ok((dest, fs))
+            Ok((dest, fs, None))
         })
         .await?;
         let at =
@@ -213,6 +258,18 @@ impl RequestCtx<'_> {
         let secret =
             ChannelSecrets::derive_labelled(self.conn, RELAY_KEY_LABEL, &at)?.client_to_server;
         let (permits, _) = self.acquire_transfer().await?;
+        let collections = self.shared.collections.clone();
+        if collections.writing(&dest) {
+            return Err(SessionError::Busy(format!(
+                "{}: a relayed upload to it is being collected still (try again once it ended)",
+                put.dest
+            )));
+        }
+        let (found, at_dest) = (collections.clone(), dest.clone());
+        let resume = match tree {
+            Some(_) => None,
+            None => blocking(move || Ok(found.take_stalled(&at_dest, &plan))).await?,
+        };
         let start = Start {
             transfer,
             session: self.session.id,
@@ -221,16 +278,40 @@ impl RequestCtx<'_> {
             dest,
             fs,
             relays,
+            identity: self.shared.jobs.identity(),
             permits: Box::new(permits),
+            resume,
+            tree,
         };
-        let collections = self.shared.collections.clone();
-        let (job, mut events) = blocking(move || Collection::start(start, &collections)).await?;
-        info!(job = %job.name(), size = put.size, relays = put.relays.len(), "relayed upload taken");
-        let accepted = CollectMsg::Accepted { job: job.name() };
-        write_message(self.send, &accepted).await.map_err(|e| super::frame_error(e, self.conn))?;
+        let (job, events) = blocking(move || Collection::start(start, &collections)).await?;
+        let have = job.have();
+        info!(job = %job.name(), size = put.size, relays = put.relays.len(), resumed_blocks = have.len(), "relayed upload taken");
+        let accepted = CollectMsg::Accepted { job: job.name(), have: id_ranges(have) };
+        let told = write_message(self.send, &accepted).await;
+        if let Err(e) = told {
+            job.sender_left(false);
+            return Err(super::frame_error(e, self.conn));
+        }
         self.told = true;
-        let mut reports = Messages::<StripeMsg>::new(self.recv);
         let mut sent = false;
+        let end = self.follow(&job, events, &mut sent).await;
+        if !matches!(end, Ok(true)) {
+            // The sender left, gave up or broke the protocol: the job goes on with what it
+            // placed.
+            job.sender_left(sent);
+        }
+        end.map(drop)
+    }
+
+    /// Follows a relayed upload's sender until the job ends (`true`) or the sender leaves
+    /// (`false`).
+    async fn follow(
+        &mut self,
+        job: &Collection,
+        mut events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
+        sent: &mut bool,
+    ) -> Result<bool, SessionError> {
+        let mut reports = Messages::<StripeMsg>::new(self.recv);
         loop {
             tokio::select! {
                 msg = reports.next() => match msg {
@@ -240,17 +321,12 @@ impl RequestCtx<'_> {
                             .map_err(|_| SessionError::Protocol("bad BLAKE3".into()))?;
                         job.digest(hash);
                     }
-                    Ok(StripeMsg::Sent) => sent = true,
+                    Ok(StripeMsg::Sent) => *sent = true,
                     Ok(StripeMsg::Failed { code, message }) => {
                         warn!(?code, message, "the sender gave up its relayed upload");
-                        job.sender_left(false);
-                        return Ok(());
+                        return Ok(false);
                     }
-                    Err(_) => {
-                        // The sender left: the job goes on with what it placed.
-                        job.sender_left(sent);
-                        return Ok(());
-                    }
+                    Err(_) => return Ok(false),
                 },
                 event = events.recv() => match event {
                     Some(JobEvent::Refetch(blocks)) => {
@@ -259,14 +335,14 @@ impl RequestCtx<'_> {
                     }
                     Some(JobEvent::End(Ok(bytes))) => {
                         let _ = write_message(self.send, &CollectMsg::Done { bytes }).await;
-                        return Ok(());
+                        return Ok(true);
                     }
                     Some(JobEvent::End(Err(e))) => {
                         let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
                         let _ = write_message(self.send, &msg).await;
                         return Err(e);
                     }
-                    None => return Ok(()),
+                    None => return Ok(true),
                 },
             }
         }

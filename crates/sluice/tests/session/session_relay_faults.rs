@@ -1,0 +1,362 @@
+//! Relays that fail (issue 28, item 6; `docs/relay.md`, "Faults"): a relay killed mid-way, one
+//! whose spool fills, one restarted mid-way, and a copy whose sender left with blocks at a relay
+//! the receiver cannot reach, run again to move only those. Nothing is renamed into place
+//! unverified.
+//!
+//! A relay the receiver must not reach stands behind a [`Gate`]: a UDP forwarder before its
+//! QUIC port that passes the sender (the first peer through it) and nobody else until opened.
+//! That makes "the receiver could not collect from it yet" a fact of the test, not a race.
+
+#![allow(clippy::print_stdout)] // tests print their seeds
+
+use crate::common;
+use crate::session_relay::{
+    SEED, block_files, receiver_and_two_relays, relay, relayed_options, restart, targets,
+};
+
+use std::collections::HashMap;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{TestServer, pattern};
+use sluice::session::{Client, RelayTarget, RelayedReport, SessionError};
+use sluice_session::relay::Strategy;
+use tokio::net::UdpSocket;
+use tokio::task::JoinSet;
+
+/// Block size of these tests (the smallest a plan may have is 64 KiB).
+const BLOCK: u64 = 256 << 10;
+/// Bytes of a sealed block of [`BLOCK`] plain bytes, uncompressed.
+const SEALED: u64 = BLOCK + sluice_session::relay::SEAL_OVERHEAD;
+
+/// A UDP forwarder before a relay's QUIC port: the first peer through it always passes, any
+/// other only once the gate is open. The hops' data channels do not pass it (they go to the
+/// relay's own ports, on the same address).
+struct Gate {
+    addr: SocketAddr,
+    target: Arc<Mutex<SocketAddr>>,
+    open: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Gate {
+    async fn before(target: SocketAddr) -> Gate {
+        let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let addr = front.local_addr().unwrap();
+        let target = Arc::new(Mutex::new(target));
+        let open = Arc::new(AtomicBool::new(false));
+        let (to, opened) = (target.clone(), open.clone());
+        let task = tokio::spawn(async move {
+            let mut first = None;
+            let mut peers: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+            let mut back = JoinSet::new();
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((n, from)) = front.recv_from(&mut buf).await {
+                if *first.get_or_insert(from) != from && !opened.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let up = match peers.get(&from) {
+                    Some(up) => up.clone(),
+                    None => {
+                        let up = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+                        let target = *to.lock().unwrap();
+                        up.connect(target).await.unwrap();
+                        let (reply, front) = (up.clone(), front.clone());
+                        back.spawn(async move {
+                            let mut buf = vec![0u8; 65_536];
+                            while let Ok(n) = reply.recv(&mut buf).await {
+                                let _ = front.send_to(&buf[..n], from).await;
+                            }
+                        });
+                        peers.insert(from, up.clone());
+                        up
+                    }
+                };
+                let _ = up.send(&buf[..n]).await;
+            }
+        });
+        Gate { addr, target, open, task }
+    }
+
+    /// Lets everyone through, to `target` from now on.
+    fn open_to(&self, target: SocketAddr) {
+        *self.target.lock().unwrap() = target;
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A sender's session with `relay` through `gate`.
+async fn through(gate: &Gate, relay: &TestServer, name: &str) -> RelayTarget {
+    let mut config = relay.client_config();
+    config.server = gate.addr;
+    RelayTarget { name: name.into(), client: Client::connect(config).await.unwrap() }
+}
+
+/// Waits (at most 60 s) for `path` to exist.
+async fn appears(path: &Path) -> bool {
+    for _ in 0..600 {
+        if path.exists() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Sealed bytes the report's destinations took, and their blocks.
+fn moved(report: &RelayedReport) -> (u64, u64) {
+    report.placed.iter().fold((0, 0), |(b, n), p| (b + p.bytes, n + p.blocks))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_mid_way_leaves_its_unconfirmed_blocks_to_the_others() {
+    println!("seed {SEED}");
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
+    let local = tempfile::tempdir().unwrap();
+    let content = pattern(48 * BLOCK as usize - 1000, SEED);
+    let source = local.path().join("k.bin");
+    fs::write(&source, &content).unwrap();
+    let sender = receiver.client().await;
+    let relays = targets(&[&a, &b]).await;
+    // B dies once it stored its first deposit (a block file in a transfer's directory, not
+    // in `tmp/`), with the sender's session open; its share is half the blocks.
+    let watched = spools[1].path().to_owned();
+    let tmp = watched.join("tmp");
+    let killer = tokio::spawn(async move {
+        for _ in 0..60_000 {
+            if block_files(&watched).iter().any(|f| !f.starts_with(&tmp)) {
+                b.stop().await;
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        b.stop().await;
+        false
+    });
+    let options = relayed_options(Strategy::Partitioned, false, true);
+    let report = sender.upload_relayed(&source, "k.bin", &relays, &options).await.unwrap();
+    println!("{report:?}");
+    assert!(killer.await.unwrap(), "the relay was never given a block");
+    assert_eq!(fs::read(receiver.root().join("k.bin")).unwrap(), content);
+    assert_eq!(common::listing(&receiver.root()), vec!["k.bin"], "no part file is left");
+    let placed: Vec<u64> = report.placed.iter().map(|p| p.blocks).collect();
+    assert!(placed[1] < 24, "the dead relay took its whole share: {placed:?}");
+    // What it did not take, and what it held that the receiver could not collect, went to
+    // the live relay or the direct path.
+    assert!(placed[0] + placed[2] >= 48 - placed[1], "{placed:?}");
+    assert!(placed[0] > 24 || placed[2] > 0, "{placed:?}");
+    receiver.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_spool_fills_mid_way_leaves_the_rest_to_the_others() {
+    println!("seed {SEED}");
+    let receiver = TestServer::start().await;
+    let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    // A holds one deposit of two blocks, and the receiver never collects from it (so it
+    // stays full): its second deposit is answered busy.
+    let a = relay(spools[0].path(), 2 * SEALED + 1000, None).await;
+    let gate = Gate::before(a.addr).await;
+    let b = relay(spools[1].path(), 64 << 20, None).await;
+    let local = tempfile::tempdir().unwrap();
+    let content = pattern(16 * BLOCK as usize, SEED);
+    let source = local.path().join("f.bin");
+    fs::write(&source, &content).unwrap();
+    let sender = receiver.client().await;
+    let mut relays = vec![through(&gate, &a, "full").await];
+    relays.extend(targets(&[&b]).await);
+    let options = relayed_options(Strategy::Cyclic, false, true);
+    let report = sender.upload_relayed(&source, "f.bin", &relays, &options).await.unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(receiver.root().join("f.bin")).unwrap(), content);
+    let placed: Vec<u64> = report.placed.iter().map(|p| p.blocks).collect();
+    assert_eq!(placed[0], 2, "the full relay took its first deposit only: {placed:?}");
+    // The rest went to the other relay or (blocks given back go to whoever asks) directly,
+    // and the full relay's two blocks, which the receiver could not collect, directly.
+    assert_eq!(placed[1] + placed[2], 14 + 2, "{placed:?}");
+    assert!(placed[2] >= 2, "the full relay's blocks came directly: {placed:?}");
+    assert_eq!(block_files(spools[0].path()).len(), 2, "the spool stayed full");
+    assert_eq!(common::listing(&receiver.root()), vec!["f.bin"]);
+    drop(gate);
+    for stop in [receiver, a, b] {
+        stop.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_restarted_mid_way_keeps_its_spool_and_the_collection_completes() {
+    println!("seed {SEED}");
+    let receiver = TestServer::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let a = relay(spool.path(), 64 << 20, None).await;
+    let gate = Gate::before(a.addr).await;
+    let local = tempfile::tempdir().unwrap();
+    let content = pattern(8 * BLOCK as usize + 5, SEED);
+    let source = local.path().join("r.bin");
+    fs::write(&source, &content).unwrap();
+    let sender = receiver.client().await;
+    let relays = vec![through(&gate, &a, "restarting").await];
+    // Every block on the relay, and the sender gone, before the receiver could collect any.
+    let options = relayed_options(Strategy::Fcfs, false, false);
+    let report = sender.upload_relayed(&source, "r.bin", &relays, &options).await.unwrap();
+    println!("{report:?}");
+    assert_eq!(report.placed[0].blocks, 9, "{:?}", report.placed);
+    sender.close().await;
+    for relay in relays {
+        relay.client.close().await;
+    }
+    assert_eq!(block_files(spool.path()).len(), 9);
+    let saved = tempfile::tempdir().unwrap();
+    let restarted = restart(a, spool.path(), 64 << 20, saved.path()).await;
+    gate.open_to(restarted.addr);
+    let dest = receiver.root().join("r.bin");
+    assert!(appears(&dest).await, "the collection did not complete after the restart");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert!(block_files(spool.path()).is_empty(), "the restarted relay served its spool");
+    drop(gate);
+    receiver.stop().await;
+    restarted.stop().await;
+}
+
+/// A copy through relays A and B (B behind a gate the receiver never passes), whose sender
+/// leaves once every block is on a relay: the receiver's job stalls with B's blocks missing.
+struct Stalled {
+    receiver: TestServer,
+    a: TestServer,
+    _spools: [tempfile::TempDir; 2],
+    _gate: Gate,
+    b: TestServer,
+    _local: tempfile::TempDir,
+    source: std::path::PathBuf,
+    content: Vec<u8>,
+}
+
+impl Stalled {
+    async fn new(name: &str) -> Stalled {
+        println!("seed {SEED}");
+        let (receiver, spools, a, b) = receiver_and_two_relays().await;
+        let gate = Gate::before(b.addr).await;
+        let local = tempfile::tempdir().unwrap();
+        let content = pattern(16 * BLOCK as usize - 77, SEED);
+        let source = local.path().join(name);
+        fs::write(&source, &content).unwrap();
+        let sender = receiver.client().await;
+        let mut relays = targets(&[&a]).await;
+        relays.push(through(&gate, &b, "unreachable").await);
+        let options = relayed_options(Strategy::Partitioned, false, false);
+        let report = sender.upload_relayed(&source, "", &relays, &options).await.unwrap();
+        println!("first run: {report:?}");
+        assert_eq!(report.placed[1].blocks, 8, "{:?}", report.placed);
+        sender.close().await;
+        for relay in relays {
+            relay.client.close().await;
+        }
+        Stalled { receiver, a, _spools: spools, _gate: gate, b, _local: local, source, content }
+    }
+
+    /// The same copy run again (without the unreachable relay, and with the receiver in the
+    /// striping), once the receiver's job stalled: before, it is busy.
+    async fn again(&self) -> Result<RelayedReport, SessionError> {
+        let sender = self.receiver.client().await;
+        let relays = targets(&[&self.a]).await;
+        let options = relayed_options(Strategy::Fcfs, true, true);
+        for _ in 0..120 {
+            match sender.upload_relayed(&self.source, "", &relays, &options).await {
+                Err(SessionError::Busy(m)) if m.contains("collected still") => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                other => return other,
+            }
+        }
+        panic!("the first run's job never stalled");
+    }
+
+    async fn stop(self) {
+        for stop in [self.receiver, self.a, self.b] {
+            stop.stop().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
+    let world = Stalled::new("s.bin").await;
+    let dest = world.receiver.root().join("s.bin");
+    assert!(!dest.exists());
+    let report = world.again().await.unwrap();
+    println!("re-run: {report:?}");
+    assert_eq!(fs::read(&dest).unwrap(), world.content);
+    assert_eq!(report.resumed_blocks, 8, "A's half was at the receiver");
+    // Only B's half moved again: 8 sealed blocks (the last one 77 bytes short).
+    assert_eq!(moved(&report), (8 * SEALED - 77, 8), "{:?}", report.placed);
+    assert_eq!(common::listing(&world.receiver.root()), vec!["s.bin"], "no part file is left");
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_run_with_another_file_drops_the_stalled_part_and_renames_nothing() {
+    let world = Stalled::new("c.bin").await;
+    // The file changed at the sender (the same size): its blocks must not join the first's.
+    let mut changed = world.content.clone();
+    changed[3 * BLOCK as usize] ^= 1;
+    fs::write(&world.source, &changed).unwrap();
+    let err = world.again().await.unwrap_err();
+    assert!(matches!(err, SessionError::Integrity(ref m) if m.contains("not the one")), "{err}");
+    assert_eq!(common::listing(&world.receiver.root()), Vec::<String>::new(), "nothing in place");
+    // Run once more: the whole file moves, and arrives.
+    let report = world.again().await.unwrap();
+    assert_eq!(report.resumed_blocks, 0);
+    assert_eq!(fs::read(world.receiver.root().join("c.bin")).unwrap(), changed);
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_copies_a_relay_lost_after_the_retreat_loses_nothing() {
+    println!("seed {SEED}");
+    // The receiver never reaches A (it stands behind a gate, and dies after the retreat):
+    // every block comes from B, those placed on A first included.
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
+    let gate = Gate::before(a.addr).await;
+    let local = tempfile::tempdir().unwrap();
+    let content = pattern(12 * BLOCK as usize + 3, SEED);
+    let source = local.path().join("two.bin");
+    fs::write(&source, &content).unwrap();
+    let sender = receiver.client().await;
+    let mut relays = vec![through(&gate, &a, "lost").await];
+    relays.extend(targets(&[&b]).await);
+    let mut options = relayed_options(Strategy::Partitioned, false, false);
+    options.copies = 2;
+    let report = sender.upload_relayed(&source, "two.bin", &relays, &options).await.unwrap();
+    println!("{report:?}");
+    let placed: Vec<u64> = report.placed.iter().map(|p| p.blocks).collect();
+    assert_eq!(placed, vec![13, 13, 0], "every block on both relays before the retreat");
+    sender.close().await;
+    for relay in relays {
+        relay.client.close().await;
+    }
+    a.stop().await;
+    let dest = receiver.root().join("two.bin");
+    assert!(appears(&dest).await, "the file never arrived");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert!(block_files(spools[1].path()).is_empty(), "B's copies were all collected");
+    assert_eq!(block_files(spools[0].path()).len(), 13, "A's were never touched");
+    drop(gate);
+    // One copy is not enough for two: refused before anything moves.
+    let sender = receiver.client().await;
+    let one = targets(&[&b]).await;
+    let err = sender.upload_relayed(&source, "again.bin", &one, &options).await.unwrap_err();
+    assert!(matches!(err, SessionError::Config(ref m) if m.contains("two relays")), "{err}");
+    receiver.stop().await;
+    b.stop().await;
+}
