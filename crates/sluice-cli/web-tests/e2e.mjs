@@ -93,6 +93,11 @@ const series = async (name) => {
 };
 const WT_SENT = 'sluice_webtransport_bytes_total{direction="sent"}';
 const WT_RECEIVED = 'sluice_webtransport_bytes_total{direction="received"}';
+// The size of the server's partial upload of `name` in the root (0 when there is none).
+const partialSize = (name) => {
+  const part = fs.readdirSync(root).find((n) => n.startsWith(`.${name}.sluice-web-`));
+  return part ? fs.statSync(path.join(root, part)).size : 0;
+};
 // Waits until `read()` gives the same value 5 times 100 ms apart; that value.
 const settled = async (read) => {
   let held = await read();
@@ -258,22 +263,13 @@ try {
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "resume.bin"));
   await row(local0, "resume.bin").click();
   await page.keyboard.press("F5");
-  const partial = () => {
-    const name = fs.readdirSync(root).find((n) => n.startsWith(".resume.bin.sluice-web-"));
-    return name ? fs.statSync(path.join(root, name)).size : 0;
-  };
+  const partial = () => partialSize("resume.bin");
   while (partial() < (1 << 20)) await page.waitForTimeout(50);
   await page.click("#queue tr button.cancel");
   await page.waitForSelector('#queue tr[data-state="cancelled"]');
   await shot("cancelled");
   // What the server holds once the cancelled request has ended (it stops growing).
-  let held = partial();
-  for (let same = 0; same < 5; ) {
-    await page.waitForTimeout(100);
-    const now = partial();
-    same = now === held ? same + 1 : 0;
-    held = now;
-  }
+  const held = await settled(async () => partial());
   check(held > 0 && held < size, `a partial upload is held: ${held}`);
   await page.fill("#rate", "0");
   // Every answer of before the retry is in; then count only the retry's.
@@ -472,10 +468,7 @@ try {
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "wt-up.bin"));
   await row(local0, "wt-up.bin").click();
   await page.keyboard.press("F5");
-  const wtPartial = () => {
-    const name = fs.readdirSync(root).find((n) => n.startsWith(".wt-up.bin.sluice-web-"));
-    return name ? fs.statSync(path.join(root, name)).size : 0;
-  };
+  const wtPartial = () => partialSize("wt-up.bin");
   for (let i = 0; wtPartial() < (8 << 20); i += 1) {
     check(i < 1200, `the upload did not get far in 60 s: ${await page.textContent("#queue")}`);
     await page.waitForTimeout(50);
