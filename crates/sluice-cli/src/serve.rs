@@ -42,6 +42,12 @@ pub(crate) struct ServeArgs {
     /// the server's own self-signed identity (the fingerprint it prints).
     #[arg(long, env = "SLUICE_WEB", value_name = "ADDR")]
     web: Option<SocketAddr>,
+    /// Transfers of the web app over WebTransport (HTTP/3 over QUIC) on the --web address's
+    /// port over UDP: on (the default; the page falls back to HTTPS where the browser cannot
+    /// reach it, and says so) or off. Its certificate is its own: self-signed ECDSA P-256 of 13
+    /// days, replaced every 6, handed to logged-in pages by its hash.
+    #[arg(long, env = "SLUICE_WEB_TRANSPORT", value_name = "on|off", default_value = "on")]
+    web_transport: String,
     /// The web app's certificate chain (PEM; with --web-key).
     #[arg(long, env = "SLUICE_WEB_CERT", value_name = "FILE", requires = "web_key")]
     web_cert: Option<PathBuf>,
@@ -202,18 +208,28 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(addr) => Some(web::Listener::bind(addr, "metrics", web::Limits::METRICS).await?),
         None => None,
     };
+    let wt_counters = std::sync::Arc::new(web::wt::Counters::default());
     let app = match web_addr {
         Some(addr) => {
             // After Server::bind: it made the identity if there was none.
             let (tls, fingerprint) = web::tls::load(&web_cert)?;
             let listener =
                 web::Listener::bind(addr, "the web app", web::Limits::WEB).await?.with_tls(tls);
-            let state = web::app::AppState::new(
+            let mut state = web::app::AppState::new(
                 server.gate(),
                 fingerprint,
                 web::auth::LoginLimits::DEFAULT,
             );
-            Some((listener, state))
+            // Over UDP on the port the web app got (its own for port 0).
+            let wt = if on_off("web-transport", &args.web_transport)? {
+                let udp = SocketAddr::new(addr.ip(), listener.local_addr().port());
+                let wt = web::wt::WtListener::bind(udp, wt_counters.clone())?;
+                state = state.with_wt(wt.shared());
+                Some(wt)
+            } else {
+                None
+            };
+            Some((listener, state, wt))
         }
         None => None,
     };
@@ -227,15 +243,19 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(web) = &web {
             println!("sluice: metrics on http://{}/metrics", web.local_addr());
         }
-        if let Some((app, state)) = &app {
+        if let Some((app, state, wt)) = &app {
             println!(
                 "sluice: web app on https://{}/ with fingerprint {}",
                 app.local_addr(),
                 state.fingerprint
             );
+            if let Some(wt) = wt {
+                println!("sluice: web app transfers over WebTransport on udp {}", wt.local_addr()?);
+            }
         }
     }
-    let state = web::WebState { metrics: server.metrics() };
+    let webtransport = app.as_ref().and_then(|(_, _, wt)| wt.as_ref()).map(|_| wt_counters);
+    let state = web::WebState { metrics: server.metrics(), webtransport };
     let serving = server.run(shutdown_signal());
     // The HTTP sides stop when the server has: its last counters stay readable until then.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -253,12 +273,18 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let app = async {
-        if let Some((app, state)) = app {
+        if let Some((app, state, wt)) = app {
             let sweeping =
                 web::app::sweep_partials(state.partials.clone(), until_stopped(stopped.clone()));
+            let wt = async {
+                if let Some(wt) = wt {
+                    wt.serve(state.clone(), until_stopped(stopped.clone())).await;
+                }
+            };
             tokio::join!(
-                app.serve(web::app::router(state), until_stopped(stopped.clone())),
-                sweeping
+                app.serve(web::app::router(state.clone()), until_stopped(stopped.clone())),
+                sweeping,
+                wt
             );
         }
     };

@@ -90,7 +90,17 @@ fn the_file_manager_in_chromium() {
             .env("SLUICE_SEED", seed.to_string())
             .env("SLUICE_CHROMIUM", &chromium),
     );
-    for shot in ["login", "uploaded", "overwrite", "transfers", "main", "verified", "sweep"] {
+    for shot in [
+        "login",
+        "uploaded",
+        "overwrite",
+        "transfers",
+        "main",
+        "verified",
+        "webtransport",
+        "fallback",
+        "sweep",
+    ] {
         let png = out.join(format!("{shot}.png"));
         assert!(png.metadata().is_ok_and(|m| m.len() > 0), "no screenshot {}", png.display());
     }

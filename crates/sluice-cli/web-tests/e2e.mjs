@@ -58,6 +58,10 @@ fs.writeFileSync(path.join(local, "one.bin"), bytes(1 << 20));
 fs.writeFileSync(path.join(local, "resume.bin"), bytes(6 << 20));
 fs.writeFileSync(path.join(root, "down.bin"), bytes(6 << 20));
 fs.writeFileSync(path.join(root, "bad.bin"), bytes(300000));
+// For WebTransport: several 4 MiB blocks each, and a last one short.
+const WT_SIZE = (24 << 20) + 4321;
+fs.writeFileSync(path.join(local, "wt-up.bin"), bytes(WT_SIZE));
+fs.writeFileSync(path.join(root, "wt-down.bin"), bytes(WT_SIZE));
 
 // The server.
 const server = spawn(bin, [
@@ -82,6 +86,30 @@ console.log(`e2e: server at ${base}`);
 // However this script ends, the server goes with it.
 process.on("exit", () => server.kill("SIGTERM"));
 
+// One series of the server's metrics, now.
+const series = async (name) => {
+  const scrape = await (await fetch(metricsUrl)).text();
+  return Number(scrape.split("\n").find((l) => l.startsWith(`${name} `))?.split(" ")[1] ?? -1);
+};
+const WT_SENT = 'sluice_webtransport_bytes_total{direction="sent"}';
+const WT_RECEIVED = 'sluice_webtransport_bytes_total{direction="received"}';
+// The size of the server's partial upload of `name` in the root (0 when there is none).
+const partialSize = (name) => {
+  const part = fs.readdirSync(root).find((n) => n.startsWith(`.${name}.sluice-web-`));
+  return part ? fs.statSync(path.join(root, part)).size : 0;
+};
+// Waits until `read()` gives the same value 5 times 100 ms apart; that value.
+const settled = async (read) => {
+  let held = await read();
+  for (let same = 0; same < 5; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    const now = await read();
+    same = now === held ? same + 1 : 0;
+    held = now;
+  }
+  return held;
+};
+
 const failures = [];
 let step = "start";
 function check(ok, what) {
@@ -104,6 +132,9 @@ try {
     d.dismiss();
   });
   page.on("pageerror", (e) => failures.push(`page error: ${e.message}`));
+  page.on("console", (m) => {
+    if (["error", "warning"].includes(m.type()) && !m.text().startsWith("Failed to load resource")) console.log(`e2e: page console: ${m.text()}`);
+  });
   const shot = (name) => page.screenshot({ path: path.join(out, `${name}.png`) });
   const server0 = page.locator("#pane-1");
   const local0 = page.locator("#pane-0");
@@ -131,6 +162,14 @@ try {
   await page.fill("#token", TOKEN);
   await page.click("#login-form button[type=submit]");
   await page.waitForSelector("#app-view:not([hidden])");
+  // The page connects over WebTransport (the server's self-signed certificate pinned by its
+  // hash) and says so.
+  await page.waitForSelector("#transport[data-transport]");
+  const viaWt = await page.textContent("#transport");
+  check(viaWt.includes("WebTransport"), `the page says transfers go over WebTransport: ${viaWt}`);
+  // The HTTPS operations first (WebTransport switched off; its own steps come later).
+  await page.uncheck("#use-wt");
+  await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.includes("switched off"));
   const transport = await page.textContent("#transport");
   check(transport.includes("HTTPS"), "the page says transfers go over HTTPS");
 
@@ -224,22 +263,13 @@ try {
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "resume.bin"));
   await row(local0, "resume.bin").click();
   await page.keyboard.press("F5");
-  const partial = () => {
-    const name = fs.readdirSync(root).find((n) => n.startsWith(".resume.bin.sluice-web-"));
-    return name ? fs.statSync(path.join(root, name)).size : 0;
-  };
+  const partial = () => partialSize("resume.bin");
   while (partial() < (1 << 20)) await page.waitForTimeout(50);
   await page.click("#queue tr button.cancel");
   await page.waitForSelector('#queue tr[data-state="cancelled"]');
   await shot("cancelled");
   // What the server holds once the cancelled request has ended (it stops growing).
-  let held = partial();
-  for (let same = 0; same < 5; ) {
-    await page.waitForTimeout(100);
-    const now = partial();
-    same = now === held ? same + 1 : 0;
-    held = now;
-  }
+  const held = await settled(async () => partial());
   check(held > 0 && held < size, `a partial upload is held: ${held}`);
   await page.fill("#rate", "0");
   // Every answer of before the retry is in; then count only the retry's.
@@ -393,6 +423,97 @@ try {
   });
   check(dropped === shaFile(path.join(root, "one.bin")), "the dragged file hashes the same");
 
+  step = "webtransport: download";
+  await clearDone();
+  await page.check("#use-wt");
+  await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "webtransport");
+  const wtHash = (name) => page.evaluate(async (name) => {
+    const file = await (await (await navigator.storage.getDirectory()).getFileHandle(name)).getFile();
+    const digest = await crypto.subtle.digest("SHA-256", await file.arrayBuffer());
+    return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  }, name);
+  // No HTTPS download request: the bytes go over WebTransport, counted there by the server.
+  const httpsFiles = [];
+  page.on("request", (r) => {
+    if (r.url().includes("/api/file?") || (r.method() === "PUT" && r.url().includes("/api/upload?"))) httpsFiles.push(r.url());
+  });
+  const sent0 = await series(WT_SENT);
+  // Paced to 3 MB/s for the transfer: its four streams move four blocks at once, and the first
+  // four are written (in order) by the time 17 MiB have come.
+  await page.fill("#rate", "3");
+  await row(server0, "wt-down.bin").click();
+  await page.keyboard.press("F5");
+  await page.waitForFunction(() => Number(document.querySelector("#queue tr progress")?.value) >= (17 << 20),
+    null, { timeout: 60000, polling: 50 });
+  await page.click("#queue tr button.cancel");
+  await page.waitForSelector('#queue tr[data-state="cancelled"]');
+  const wtKept = await opfsSize(".wt-down.bin.sluice-download");
+  check(wtKept >= (4 << 20) && wtKept < WT_SIZE && wtKept % (4 << 20) === 0, `a partial download of whole blocks is kept: ${wtKept}`);
+  const sentCancelled = await settled(() => series(WT_SENT));
+  await page.fill("#rate", "0");
+  await page.click("#queue tr button.retry");
+  await jobsDone(1);
+  const sentResumed = (await series(WT_SENT)) - sentCancelled;
+  console.log(`e2e: WebTransport download: ${sentCancelled - sent0} bytes before the cancel, ${wtKept} kept, ${sentResumed} sent after the retry, of ${WT_SIZE}`);
+  check(sentResumed === WT_SIZE - wtKept, `only the rest was sent: ${sentResumed} + ${wtKept} != ${WT_SIZE}`);
+  check((await page.textContent("#queue")).includes("resumed at"), "the panel says the download resumed");
+  check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the download was verified");
+  check(await wtHash("wt-down.bin") === shaFile(path.join(root, "wt-down.bin")), "the WebTransport download hashes the same");
+  check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);
+  await shot("webtransport");
+
+  step = "webtransport: upload, cancelled and resumed";
+  await clearDone();
+  await page.fill("#rate", "3");
+  await local0.locator("input.pick-files").setInputFiles(path.join(local, "wt-up.bin"));
+  await row(local0, "wt-up.bin").click();
+  await page.keyboard.press("F5");
+  const wtPartial = () => partialSize("wt-up.bin");
+  for (let i = 0; wtPartial() < (8 << 20); i += 1) {
+    check(i < 1200, `the upload did not get far in 60 s: ${await page.textContent("#queue")}`);
+    await page.waitForTimeout(50);
+  }
+  await page.click("#queue tr button.cancel");
+  await page.waitForSelector('#queue tr[data-state="cancelled"]');
+  const wtHeld = await settled(async () => wtPartial());
+  const receivedCancelled = await settled(() => series(WT_RECEIVED));
+  check(wtHeld >= (8 << 20) && wtHeld < WT_SIZE, `a partial upload is held: ${wtHeld}`);
+  await page.fill("#rate", "0");
+  await page.click("#queue tr button.retry");
+  await jobsDone(1);
+  const receivedResumed = (await series(WT_RECEIVED)) - receivedCancelled;
+  console.log(`e2e: WebTransport upload: ${wtHeld} held after the cancel, ${receivedResumed} received after the retry, of ${WT_SIZE}`);
+  check(receivedResumed === WT_SIZE - wtHeld, `only the rest was received: ${receivedResumed} + ${wtHeld} != ${WT_SIZE}`);
+  check(shaFile(path.join(root, "wt-up.bin")) === shaFile(path.join(local, "wt-up.bin")), "the WebTransport upload hashes the same");
+  check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the upload was verified");
+  check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);
+  check(await series("sluice_webtransport_sessions_total") >= 1, "a WebTransport session was counted");
+
+  step = "webtransport: falls back to HTTPS";
+  // A certificate hash that is not the server's: the session cannot connect; the page says
+  // so, and the upload goes over HTTPS.
+  await clearDone();
+  await page.route("**/api/wt", async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    await route.fulfill({ response, json: { ...body, hashes: ["00".repeat(32)] } });
+  });
+  await page.uncheck("#use-wt");
+  await page.check("#use-wt");
+  await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.includes("did not connect"), null, { timeout: 30000 });
+  const fallback = await page.textContent("#transport");
+  await page.selectOption("#policy", "always");
+  await row(local0, "wt-up.bin").click();
+  await page.keyboard.press("F5");
+  await jobsDone(1);
+  await page.selectOption("#policy", "");
+  check(httpsFiles.length >= 1, `the upload went over HTTPS: ${fallback}`);
+  check(shaFile(path.join(root, "wt-up.bin")) === shaFile(path.join(local, "wt-up.bin")), "wt-up.bin hashes the same");
+  await page.unroute("**/api/wt");
+  await shot("fallback");
+  await clearDone();
+  await local0.locator("button.browser-storage").click();
+
   step = "sweep";
   // FFTM's sweep over the page's connection: every cell measured, charted, the best named.
   await page.click("#sweep summary");
@@ -421,13 +542,11 @@ try {
 
   step = "metrics";
   // The page's transfers are the server's: counted in its metrics as the CLI's are.
-  const scrape = await (await fetch(metricsUrl)).text();
-  const series = (name) => Number(scrape.split("\n").find((l) => l.startsWith(`${name} `))?.split(" ")[1] ?? -1);
-  const puts = series('sluice_transfers_total{direction="put"}');
-  const gets = series('sluice_transfers_total{direction="get"}');
+  const puts = await series('sluice_transfers_total{direction="put"}');
+  const gets = await series('sluice_transfers_total{direction="get"}');
   check(puts >= 203 && gets >= 23, `the page's transfers are counted: ${puts} puts, ${gets} gets`);
-  check(series("sluice_transfers_active") === 0, "none runs now");
-  check(series('sluice_file_bytes_total{direction="received"}') >= (6 << 20) + (2 << 20),
+  check(await series("sluice_transfers_active") === 0, "none runs now");
+  check(await series('sluice_file_bytes_total{direction="received"}') >= (6 << 20) + (2 << 20),
     "the bytes uploaded are counted");
 
   step = "logout";

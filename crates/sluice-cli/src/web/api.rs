@@ -20,6 +20,7 @@
 //! | `PUT /api/sweep`, body any bytes (right `write`) | `{received}`; the bytes are dropped (at most 256 MiB) |
 //! | `POST /api/upload/stop?path=&size=&mtime=` | `{stopped}`: the requests writing that upload end, keeping what they wrote |
 //! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
+//! | `POST /api/wt`                            | `{url, hashes, block_bytes, streams}`: the WebTransport side (404 when not served; see `wt`) |
 //!
 //! A download or upload request is a transfer of the server's: it takes a place among its
 //! token's transfers (`busy` when they all run) and the server's, shows in `/metrics` as a QUIC
@@ -382,6 +383,7 @@ struct Sending {
     started: tokio::time::Instant,
 }
 
+/// An upload's parameters (`PUT /api/upload`'s query; WebTransport's `up` request).
 #[derive(Deserialize)]
 pub(super) struct UploadQuery {
     path: String,
@@ -398,7 +400,8 @@ pub(super) struct UploadQuery {
 }
 
 impl UploadQuery {
-    fn spec(self) -> Result<(UploadSpec, u64, Option<u64>), ApiError> {
+    /// What to upload, the offset to start at, and the rate asked.
+    pub(super) fn spec(self) -> Result<(UploadSpec, u64, Option<u64>), ApiError> {
         let policy = match self.policy.as_deref() {
             None | Some("") => Policy::Overwrite(sluice::session::Overwrite::Refuse),
             Some(name) => Policy::from_name(name).ok_or_else(|| {
@@ -527,13 +530,24 @@ pub(super) async fn upload(
     if !upload.complete() {
         return Ok(Json(json!({ "have": upload.have(), "received": received, "done": false })));
     }
+    finish_upload(upload, expected, received).await.map(Json)
+}
+
+/// Stores a complete upload by its policy (checking the client's BLAKE3 if it sent one): the
+/// answer of the request that completed it (over HTTPS or WebTransport), `received` the bytes
+/// that request moved.
+pub(super) async fn finish_upload(
+    upload: Upload,
+    expected: Option<blake3::Hash>,
+    received: u64,
+) -> Result<Value, ApiError> {
     let have = upload.have();
     match blocking(move || upload.finish(expected)).await? {
-        UploadDone::Stored { name, blake3 } => Ok(Json(
+        UploadDone::Stored { name, blake3 } => Ok(
             json!({ "have": have, "received": received, "done": true, "stored": true, "name": name, "blake3": blake3 }),
-        )),
+        ),
         UploadDone::Skipped => {
-            Ok(Json(json!({ "have": have, "received": received, "done": true, "stored": false })))
+            Ok(json!({ "have": have, "received": received, "done": true, "stored": false }))
         }
         UploadDone::Exists => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -542,4 +556,31 @@ pub(super) async fn upload(
         )
         .with("have", json!(have))),
     }
+}
+
+/// `POST /api/wt`: how this page reaches the WebTransport side: its URL with a one-time
+/// ticket of this session, and the SHA-256 of its certificate for `serverCertificateHashes`.
+/// 404 when the server does not serve it (the page then says transfers go over HTTPS).
+pub(super) async fn webtransport(
+    State(state): State<AppState>,
+    authed: Authed,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let Some(wt) = &state.wt else {
+        let why = "this server does not serve WebTransport";
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "no-webtransport", why));
+    };
+    // The host the page reached; the UDP port is the web app's own (see `wt`).
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .ok_or_else(|| ApiError::bad("no Host header"))?;
+    let host = super::wt::host_only(host);
+    let ticket = state.logins.ticket(&authed.id);
+    Ok(Json(json!({
+        "url": format!("https://{host}:{}/wt?ticket={ticket}", wt.port),
+        "hashes": wt.hashes(),
+        "block_bytes": super::wt::BLOCK_BYTES,
+        "streams": super::wt::STREAMS,
+    })))
 }

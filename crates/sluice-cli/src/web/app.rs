@@ -32,7 +32,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/hash", get(api::hash))
         .route("/api/sweep", get(api::sweep_down).put(api::sweep_up))
         .route("/api/upload", get(api::upload_status).put(api::upload))
-        .route("/api/upload/stop", post(api::upload_stop));
+        .route("/api/upload/stop", post(api::upload_stop))
+        .route("/api/wt", post(api::webtransport));
     assets::routes(api)
         .fallback(not_found)
         .layer(axum::middleware::map_response(secure_headers))

@@ -21,6 +21,11 @@ pub(crate) const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 const ADDRESSES_MAX: usize = 4096;
 /// The cookie's name.
 pub(crate) const COOKIE: &str = "sluice_session";
+/// How long a WebTransport ticket may wait to be used (a page asks for one just before it
+/// connects).
+pub(crate) const TICKET_TTL: Duration = Duration::from_secs(60);
+/// Tickets held at once; past it the oldest is forgotten.
+const TICKETS_MAX: usize = 4096;
 
 /// A token bucket of login attempts: `burst` at once, then one more per `every`.
 #[derive(Debug, Clone, Copy)]
@@ -108,6 +113,8 @@ struct State {
     sessions: HashMap<String, Arc<Session>>,
     by_address: HashMap<IpAddr, Bucket>,
     all: Bucket,
+    /// WebTransport tickets: the session id each was given to, and until when it may be used.
+    tickets: HashMap<String, (String, Instant)>,
 }
 
 /// 32 random bytes, hex.
@@ -125,6 +132,7 @@ impl Logins {
             sessions: HashMap::new(),
             by_address: HashMap::new(),
             all: Bucket::full(limits.all, Instant::now()),
+            tickets: HashMap::new(),
         };
         Logins { gate, limits, state: Mutex::new(state) }
     }
@@ -185,6 +193,35 @@ impl Logins {
     /// Ends the session of `id`.
     pub(crate) fn logout(&self, id: &str) {
         self.state().sessions.remove(id);
+    }
+
+    /// A one-time ticket for a WebTransport session of the session `id` (a browser sends no
+    /// cookie with WebTransport: the page asks for a ticket over HTTPS, with its cookie and
+    /// CSRF token, and presents it when it connects). It lasts [`TICKET_TTL`].
+    pub(crate) fn ticket(&self, id: &str) -> String {
+        let now = Instant::now();
+        let mut state = self.state();
+        state.tickets.retain(|_, (_, until)| *until > now);
+        if state.tickets.len() >= TICKETS_MAX {
+            let oldest = state.tickets.iter().min_by_key(|(_, (_, u))| *u).map(|(t, _)| t.clone());
+            if let Some(oldest) = oldest {
+                state.tickets.remove(&oldest);
+            }
+        }
+        let ticket = random_id();
+        state.tickets.insert(ticket.clone(), (id.to_owned(), now + TICKET_TTL));
+        ticket
+    }
+
+    /// Uses up `ticket`: the id of the session it was given to, while both are live. Every
+    /// request on the WebTransport session then looks that session up again ([`Logins::session`]),
+    /// so a logout or expiry ends it as it ends the cookie's.
+    pub(crate) fn redeem(&self, ticket: &str) -> Option<String> {
+        let (id, until) = self.state().tickets.remove(ticket)?;
+        if until <= Instant::now() {
+            return None;
+        }
+        self.session(&id).map(|_| id)
     }
 }
 

@@ -3,7 +3,8 @@
 //! It answers `GET /metrics` for `sluice serve --metrics ADDR` ([`router`], plain HTTP), and
 //! serves the browser file manager for `sluice serve --web ADDR` over HTTPS ([`app::router`]:
 //! the page in `assets.rs`, the JSON API in `api.rs`, logins and sessions in `auth.rs`, the
-//! certificate in `tls.rs`).
+//! certificate in `tls.rs`), and its transfers over WebTransport on the same port over UDP
+//! (`wt/`).
 //!
 //! How `serve` drives it: [`Listener::bind`] the address (so a bad one fails before the server
 //! says it is serving), build [`router`] from the state, then [`Listener::serve`] it until the
@@ -24,6 +25,7 @@ mod tests;
 pub(crate) mod tls;
 #[cfg(test)]
 mod tls_tests;
+pub(crate) mod wt;
 
 use std::sync::Arc;
 
@@ -39,6 +41,8 @@ pub(crate) use listen::{Limits, Listener};
 pub(crate) struct WebState {
     /// The server's counters, for `GET /metrics`.
     pub(crate) metrics: Arc<Metrics>,
+    /// The web app's WebTransport counters, when it serves WebTransport.
+    pub(crate) webtransport: Option<Arc<wt::Counters>>,
 }
 
 /// Every route the server answers over HTTP; any other path is 404, another method on a known

@@ -37,6 +37,8 @@ pub(crate) struct AppState {
     pub(crate) partials: Arc<sluice::web::Partials>,
     /// The fingerprint of the certificate served, shown on the page.
     pub(crate) fingerprint: String,
+    /// The WebTransport side, when it is served (`/api/wt` hands it to the page).
+    pub(crate) wt: Option<Arc<super::wt::Shared>>,
 }
 
 impl AppState {
@@ -51,7 +53,13 @@ impl AppState {
             gate,
             partials: Arc::default(),
             fingerprint,
+            wt: None,
         }
+    }
+
+    /// With transfers over WebTransport too.
+    pub(crate) fn with_wt(self, wt: Arc<super::wt::Shared>) -> Self {
+        AppState { wt: Some(wt), ..self }
     }
 }
 
@@ -102,13 +110,21 @@ impl From<SessionError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The JSON an answer carries: `{"error": code, "message": text}` and any extra field
+    /// (WebTransport's answers carry the same).
+    pub(crate) fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({ "error": self.code, "message": self.message });
+        if let Some((key, value)) = self.extra.as_deref() {
+            body[*key] = value.clone();
+        }
+        body
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = serde_json::json!({ "error": self.code, "message": self.message });
-        if let Some((key, value)) = self.extra.map(|e| *e) {
-            body[key] = value;
-        }
-        (self.status, Json(body)).into_response()
+        (self.status, Json(self.body())).into_response()
     }
 }
 

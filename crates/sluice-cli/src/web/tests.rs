@@ -26,7 +26,7 @@ async fn start(limits: Limits) -> Running {
     let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), "test", limits).await.unwrap();
     let addr = listener.local_addr();
     let metrics = Arc::new(Metrics::default());
-    let app = router(WebState { metrics: metrics.clone() });
+    let app = router(WebState { metrics: metrics.clone(), webtransport: None });
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(listener.serve(app, async move {
         let _ = stopped.await;

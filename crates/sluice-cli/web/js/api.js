@@ -104,6 +104,13 @@ export const rename = (from, to) => post("/api/rename", { from, to });
 export const remove = (path) => post("/api/delete", { path });
 
 /**
+ * How to reach the server's WebTransport side: a URL with a one-time ticket of this login, the
+ * SHA-256 (hex) of its certificate, and the block size and streams a transfer uses.
+ * @returns {Promise<{ url: string, hashes: string[], block_bytes: number, streams: number }>}
+ */
+export const webtransport = () => post("/api/wt", {});
+
+/**
  * The URL a file downloads from (Range requests resume it), paced by the server to `rateBps`
  * (bits per second; 0: only the token's limit).
  * @param {string} path

@@ -7,6 +7,7 @@ import { HandleDir, PickedFiles, join } from "./local.js";
 import { Pane } from "./pane.js";
 import { Sweep } from "./sweep.js";
 import { Transfers } from "./transfers.js";
+import { retry as wtRetry, session as wtSession } from "./wt.js";
 
 /** @type {Pane[]} */
 let panes = [];
@@ -62,6 +63,9 @@ function showApp(info) {
   });
   focus(panes[1]);
   panes[1].list.focus();
+  // Connects now, so the page says at once how transfers will go.
+  wtSession();
+  byId("use-wt").addEventListener("change", () => wtRetry());
 }
 
 byId("login-form").addEventListener("submit", async (e) => {

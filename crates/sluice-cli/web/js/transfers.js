@@ -11,6 +11,7 @@ import { RateChart } from "./chart.js";
 import { byId, duration, el, size, ask } from "./dom.js";
 import { hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
+import { failed as wtFailed, session as wtSession } from "./wt.js";
 
 /** Transfers at once. */
 const RUNNING_MAX = 3;
@@ -187,24 +188,20 @@ export class Transfers {
       job.note = "hashing";
       const blake3 = await hashBlob(file, (n) => { job.note = `hashing ${size(n)}`; }, signal);
       job.note = "";
+      let wt = await wtSession();
       // A request of before (cancelled, or cut off) may still be ending at the server: it
       // answers busy until then, and the offset it left is asked again.
       for (let attempt = 1; ; attempt += 1) {
-        job.done = status.have;
-        if (status.have) job.note = `resumed at ${size(status.have)}`;
-        const offset = status.have;
-        const spec = { ...which, offset, policy, rate_bps: this.rateLimit() };
-        // Progress is what the server holds, asked twice a second: the browser's own count is
-        // of what went into the connection, megabytes ahead of the server when it paces.
-        const polling = setInterval(() => {
-          api.uploadStatus(dest, file.size, mtime).then((now) => {
-            if (job.state === "running" && now.have > job.done) this.progress(job, now.have - job.done);
-          }, () => {});
-        }, 500);
+        /** @param {number} have */
+        const resumed = (have) => {
+          job.done = have;
+          if (have) job.note = `resumed at ${size(have)}`;
+        };
         try {
-          // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
-          const result = await api.uploadPart(spec, file.slice(offset), blake3, () => {}, signal)
-            .finally(() => clearInterval(polling));
+          const result = wt
+            ? await wt.upload({ ...which, policy, rate_bps: this.rateLimit() }, file, blake3, resumed,
+              (n) => this.progress(job, n), signal)
+            : await this.uploadHttps(job, which, status.have, policy, file, blake3, signal, resumed);
           if (result.done && result.stored && result.blake3 !== blake3) {
             throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
           }
@@ -217,12 +214,42 @@ export class Transfers {
           return;
         } catch (e) {
           const code = e instanceof api.ApiError ? e.code : "";
-          if (signal.aborted || !["busy", "offset"].includes(code) || attempt >= 40) throw e;
-          await new Promise((r) => setTimeout(r, 250));
+          if (wt && !signal.aborted && !code) {
+            // The session broke (not a refusal of the server's): on over HTTPS.
+            wtFailed(e);
+            wt = null;
+          } else if (signal.aborted || !["busy", "offset"].includes(code) || attempt >= 40) throw e;
+          else await new Promise((r) => setTimeout(r, 250));
           status = await api.uploadStatus(dest, file.size, mtime);
         }
       }
     });
+  }
+
+  /**
+   * The rest of an upload over HTTPS, from `offset` (what the server holds), in one request.
+   * @param {Job} job
+   * @param {{ path: string, size: number, mtime: number }} which
+   * @param {number} offset
+   * @param {string} policy
+   * @param {File} file
+   * @param {string} blake3
+   * @param {AbortSignal} signal
+   * @param {(have: number) => void} resumed
+   */
+  async uploadHttps(job, which, offset, policy, file, blake3, signal, resumed) {
+    resumed(offset);
+    const spec = { ...which, offset, policy, rate_bps: this.rateLimit() };
+    // Progress is what the server holds, asked twice a second: the browser's own count is
+    // of what went into the connection, megabytes ahead of the server when it paces.
+    const polling = setInterval(() => {
+      api.uploadStatus(which.path, which.size, which.mtime).then((now) => {
+        if (job.state === "running" && now.have > job.done) this.progress(job, now.have - job.done);
+      }, () => {});
+    }, 500);
+    // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
+    return api.uploadPart(spec, file.slice(offset), blake3, () => {}, signal)
+      .finally(() => clearInterval(polling));
   }
 
   /**
@@ -256,37 +283,16 @@ export class Transfers {
       const tagKey = `sluice-etag:${src}\n${dest}`;
       const tag = localStorage.getItem(tagKey);
       if (have > fileSize || !tag) have = 0;
-      /** @type {Record<string, string>} */
-      const headers = have ? { Range: `bytes=${have}-`, "If-Range": tag ?? "" } : {};
       const signal = /** @type {AbortController} */ (job.abort).signal;
-      const url = api.fileUrl(src, this.rateLimit());
-      const response = have === fileSize && fileSize > 0 ? null : await fetch(url, { headers, signal });
-      if (response && !response.ok) {
-        const body = await response.json().catch(() => ({}));
-        throw new api.ApiError(response.status, body.error ?? "error", body.message ?? response.statusText);
-      }
-      const etag = response?.headers.get("ETag");
-      if (etag) localStorage.setItem(tagKey, etag);
-      if (response && response.status !== 206) have = 0;
-      if (have) job.note = `resumed at ${size(have)}`;
-      job.done = have;
-      const out = await part.createWritable({ keepExistingData: have > 0 });
+      const wt = have === fileSize && fileSize > 0 ? null : await wtSession();
       try {
-        await out.seek(have);
-        if (response?.body) {
-          const reader = response.body.getReader();
-          for (;;) {
-            const { done, value } = await reader.read();
-            if (done) break;
-            await out.write(value);
-            this.progress(job, value.byteLength);
-          }
-        }
-        await out.close();
+        if (wt) await this.fetchWt(wt, job, src, part, have, tagKey, signal);
+        else await this.fetchHttps(job, src, part, have, tagKey, signal);
       } catch (e) {
-        // What was written stays: the next try resumes from it.
-        await out.close().catch(() => {});
-        throw e;
+        if (!wt || signal.aborted || e instanceof api.ApiError) throw e;
+        // The session broke (not a refusal of the server's): on over HTTPS from what is kept.
+        wtFailed(e);
+        await this.fetchHttps(job, src, part, (await part.getFile()).size, tagKey, signal);
       }
       // What arrived, hashed here (BLAKE3 in WebAssembly), against the server's hash of the
       // version it came from; on a mismatch nothing is stored and the partial file goes.
@@ -309,6 +315,88 @@ export class Transfers {
       localStorage.removeItem(tagKey);
       if (finalName !== name) job.note = `${job.note}; stored as ${finalName}`;
     });
+  }
+
+  /**
+   * The rest of a download over HTTPS: a Range request from `have` with the tag of the version
+   * kept (else the whole file comes), appended to `part`.
+   * @param {Job} job
+   * @param {string} src
+   * @param {FileSystemFileHandle} part
+   * @param {number} have
+   * @param {string} tagKey
+   * @param {AbortSignal} signal
+   */
+  async fetchHttps(job, src, part, have, tagKey, signal) {
+    const tag = localStorage.getItem(tagKey);
+    /** @type {Record<string, string>} */
+    const headers = have ? { Range: `bytes=${have}-`, "If-Range": tag ?? "" } : {};
+    const url = api.fileUrl(src, this.rateLimit());
+    const response = have === job.size && job.size > 0 ? null : await fetch(url, { headers, signal });
+    if (response && !response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new api.ApiError(response.status, body.error ?? "error", body.message ?? response.statusText);
+    }
+    const etag = response?.headers.get("ETag");
+    if (etag) localStorage.setItem(tagKey, etag);
+    if (response && response.status !== 206) have = 0;
+    await this.appendTo(job, part, have, async (write) => {
+      if (!response?.body) return;
+      const reader = response.body.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        await write(value);
+        this.progress(job, value.byteLength);
+      }
+    });
+  }
+
+  /**
+   * The rest of a download over WebTransport: blocks from `have` on several streams, each
+   * checked against its BLAKE3, appended in order to `part` (from 0 if the file changed).
+   * @param {import("./wt.js").Wt} wt
+   * @param {Job} job
+   * @param {string} src
+   * @param {FileSystemFileHandle} part
+   * @param {number} have
+   * @param {string} tagKey
+   * @param {AbortSignal} signal
+   */
+  async fetchWt(wt, job, src, part, have, tagKey, signal) {
+    const d = await wt.openDownload(src, this.rateLimit());
+    try {
+      if (d.etag !== localStorage.getItem(tagKey) || have > d.size) have = 0;
+      localStorage.setItem(tagKey, d.etag);
+      job.size = d.size;
+      await this.appendTo(job, part, have, (write) =>
+        wt.getBlocks(d.id, have, d.size, write, (n) => this.progress(job, n), signal));
+    } finally {
+      d.end();
+    }
+  }
+
+  /**
+   * Writes to `part` from `have` what `fill` gives; what was written stays if it fails.
+   * @param {Job} job
+   * @param {FileSystemFileHandle} part
+   * @param {number} have
+   * @param {(write: (bytes: Uint8Array) => Promise<void>) => Promise<void>} fill
+   */
+  async appendTo(job, part, have, fill) {
+    if (have) job.note = `resumed at ${size(have)}`;
+    job.done = have;
+    const out = await part.createWritable({ keepExistingData: have > 0 });
+    try {
+      await out.seek(have);
+      await out.truncate(have);
+      await fill((bytes) => out.write(/** @type {any} */ (bytes)));
+      await out.close();
+    } catch (e) {
+      // What was written stays: the next try resumes from it.
+      await out.close().catch(() => {});
+      throw e;
+    }
   }
 
   /** @param {Job} job */

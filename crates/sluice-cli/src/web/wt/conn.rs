@@ -1,0 +1,457 @@
+//! One WebTransport session: each request is a bidirectional stream the page opens. A request
+//! and its answer each begin with a head: 4 bytes of length (big-endian) and that much JSON.
+//! A failed request is answered `{"error": code, "message": text}` as over HTTPS.
+//!
+//! | request head                                   | then                                  |
+//! |------------------------------------------------|---------------------------------------|
+//! | `{op:"down", path, rate_bps}`                  | `{id, size, etag}`; the transfer lasts until the page ends the stream |
+//! | `{op:"get", id, offset, len}`                  | `{blake3}` of the block, then its `len` bytes |
+//! | `{op:"up", path, size, mtime, policy, rate_bps}` | `{id, have}`; later the page sends `{blake3}` (the whole file's), answered as `PUT /api/upload`'s completion; ending the stream instead cancels, keeping what was written |
+//! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
+//!
+//! A `down` or `up` takes a place among its token's and the server's transfers, as the HTTPS
+//! request does, for as long as its stream is open; its blocks, on their own streams, share its
+//! count and its pace. Upload blocks may arrive out of order: each is checked against its
+//! BLAKE3 when it is in, kept until those before it are written (at most [`REORDER_BYTES_MAX`]),
+//! and the file is written in order, so what the server holds is always a prefix, and a resumed
+//! upload sends only what lies beyond it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice::session::Running;
+use sluice::web::{Pace, Upload};
+use tokio::task::JoinSet;
+use wtransport::{Connection, RecvStream, SendStream};
+
+use super::super::api::{UploadQuery, finish_upload};
+use super::super::request::{ApiError, AppState, blocking};
+use super::{BLOCK_BYTES_MAX, Counters};
+
+/// The largest request head.
+const HEAD_BYTES_MAX: u32 = 8 << 10;
+/// Transfers one session may hold open at once (its token's limit applies too).
+const TRANSFERS_MAX: usize = 16;
+/// Bytes of an upload held out of order, waiting for the blocks before them.
+pub(crate) const REORDER_BYTES_MAX: u64 = 32 << 20;
+/// Blocks one session moves at once (each in memory while it moves, at most
+/// [`BLOCK_BYTES_MAX`]); more wait their turn.
+const BLOCKS_AT_ONCE: usize = 8;
+/// Bytes sent or read at once within a block (the pace is kept between pieces).
+const PIECE_BYTES: usize = 256 << 10;
+
+#[derive(Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Request {
+    Down {
+        path: String,
+        #[serde(default)]
+        rate_bps: Option<u64>,
+    },
+    Get {
+        id: u64,
+        offset: u64,
+        len: u64,
+    },
+    Up(UploadQuery),
+    Put {
+        id: u64,
+        offset: u64,
+        len: u64,
+        blake3: String,
+    },
+}
+
+/// A transfer's count and pace, shared by its blocks' streams.
+struct Flow {
+    running: Mutex<Running>,
+    pace: Mutex<Option<Pace>>,
+    started: tokio::time::Instant,
+}
+
+impl Flow {
+    fn new(running: Running, pace: Option<Pace>) -> Flow {
+        Flow {
+            running: Mutex::new(running),
+            pace: Mutex::new(pace),
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Counts `n` bytes moved (in the transfer and in `counter`), then waits as the pace says.
+    async fn moved(&self, n: u64, counter: &AtomicU64) {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).moved(n);
+        counter.fetch_add(n, Ordering::Relaxed);
+        let wait = {
+            let mut pace = self.pace.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            pace.as_mut().map(|p| p.wait(n, self.started.elapsed()))
+        };
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+enum Transfer {
+    Down { file: Arc<std::fs::File>, size: u64, flow: Flow },
+    Up { size: u64, flow: Flow, state: Box<tokio::sync::Mutex<UpState>> },
+}
+
+/// An upload being written: `None` once it ended (finished or cancelled).
+struct UpState {
+    upload: Option<Upload>,
+    /// Verified blocks beyond what is written, by offset.
+    waiting: BTreeMap<u64, Vec<u8>>,
+    waiting_bytes: u64,
+}
+
+/// The session's state, shared by its streams.
+struct Session {
+    app: AppState,
+    /// The login it is of (looked up again for every request).
+    id: String,
+    counters: Arc<Counters>,
+    transfers: Mutex<HashMap<u64, Arc<Transfer>>>,
+    next_id: AtomicU64,
+    /// Places for blocks in memory ([`BLOCKS_AT_ONCE`]).
+    blocks: tokio::sync::Semaphore,
+}
+
+impl Session {
+    fn transfers(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Transfer>>> {
+        self.transfers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn transfer(&self, id: u64) -> Result<Arc<Transfer>, ApiError> {
+        let found = self.transfers().get(&id).cloned();
+        found.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not-found", "no such transfer"))
+    }
+
+    /// Holds `transfer` under a new id.
+    fn hold(&self, transfer: Transfer) -> Result<u64, ApiError> {
+        let mut transfers = self.transfers();
+        if transfers.len() >= TRANSFERS_MAX {
+            let why = format!("at most {TRANSFERS_MAX} transfers per session");
+            return Err(ApiError::new(StatusCode::CONFLICT, "busy", why));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        transfers.insert(id, Arc::new(transfer));
+        Ok(id)
+    }
+}
+
+/// Serves the session `connection` of the login `id` until it closes or the login ends.
+pub(super) async fn serve(
+    connection: Connection,
+    app: AppState,
+    id: String,
+    counters: Arc<Counters>,
+) {
+    let session = Arc::new(Session {
+        app,
+        id,
+        counters,
+        transfers: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+        blocks: tokio::sync::Semaphore::new(BLOCKS_AT_ONCE),
+    });
+    let mut streams = JoinSet::new();
+    loop {
+        while streams.try_join_next().is_some() {}
+        let Ok((send, recv)) = connection.accept_bi().await else { break };
+        if session.app.logins.session(&session.id).is_none() {
+            connection.close(wtransport::VarInt::from_u32(1), b"logged out");
+            break;
+        }
+        streams.spawn(stream(session.clone(), send, recv));
+    }
+    // Dropping the set ends every stream's task; their transfers end with them.
+}
+
+/// One request: its head, its work, its answer (or its error as the answer).
+async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStream) {
+    let result = async {
+        let head = read_head(&mut recv).await?.ok_or_else(|| ApiError::bad("no request"))?;
+        let request: Request =
+            serde_json::from_value(head).map_err(|e| ApiError::bad(format!("request: {e}")))?;
+        let login = session
+            .app
+            .logins
+            .session(&session.id)
+            .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "auth", "log in first"))?;
+        let access = login.access.clone();
+        match request {
+            Request::Down { path, rate_bps } => {
+                let opened = blocking(move || {
+                    let opened = sluice::web::open_download(&access, &path)?;
+                    Ok((opened, access))
+                });
+                let (opened, access) = opened.await?;
+                let running = session.app.gate.transfer(&access, true).await?;
+                let pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
+                let (size, etag) = (opened.size, format!("\"{}\"", opened.validator));
+                let file = Arc::new(opened.file);
+                let id =
+                    session.hold(Transfer::Down { file, size, flow: Flow::new(running, pace) })?;
+                write_head(&mut send, &json!({ "id": id, "size": size, "etag": etag })).await?;
+                // The transfer lasts while the page holds this stream.
+                let _ = read_head(&mut recv).await;
+                session.transfers().remove(&id);
+                Ok(None)
+            }
+            Request::Get { id, offset, len } => {
+                ended(&mut recv).await?;
+                get(&session, id, offset, len, &mut send).await.map(|()| None)
+            }
+            Request::Up(query) => {
+                let (spec, _, rate_bps) = query.spec()?;
+                access.require(|r| r.write, "write (upload)")?;
+                let running = session.app.gate.transfer(&access, false).await?;
+                let pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
+                let partials = session.app.partials.clone();
+                let size = spec.size;
+                let upload = blocking(move || Upload::open(&access, spec, partials)).await?;
+                let have = upload.have();
+                let state =
+                    UpState { upload: Some(upload), waiting: BTreeMap::new(), waiting_bytes: 0 };
+                let transfer = Transfer::Up {
+                    size,
+                    flow: Flow::new(running, pace),
+                    state: Box::new(tokio::sync::Mutex::new(state)),
+                };
+                let id = session.hold(transfer)?;
+                let result = async {
+                    write_head(&mut send, &json!({ "id": id, "have": have })).await?;
+                    // Nothing more (the stream ended): a cancel. Else the whole file's BLAKE3.
+                    match read_head(&mut recv).await {
+                        Ok(Some(done)) => finish(&session, id, have, &done).await.map(Some),
+                        _ => Ok(None),
+                    }
+                }
+                .await;
+                if let Ok(transfer) = session.transfer(id)
+                    && let Transfer::Up { state, .. } = &*transfer
+                {
+                    // Ends the upload (its lock goes; what was written stays for a resume).
+                    state.lock().await.upload = None;
+                }
+                session.transfers().remove(&id);
+                result
+            }
+            Request::Put { id, offset, len, blake3 } => {
+                let answer = put(&session, id, offset, len, &blake3, &mut recv).await?;
+                ended(&mut recv).await?;
+                Ok(Some(answer))
+            }
+        }
+    }
+    .await;
+    let answer = match result {
+        Ok(None) => None,
+        Ok(Some(answer)) => Some(answer),
+        Err(e) => Some(e.body()),
+    };
+    if let Some(answer) = answer {
+        let _ = write_head(&mut send, &answer).await;
+    }
+    let _ = send.finish().await;
+}
+
+/// `get`: block `offset..offset + len` of download `id`, its BLAKE3 first.
+async fn get(
+    session: &Session,
+    id: u64,
+    offset: u64,
+    len: u64,
+    send: &mut SendStream,
+) -> Result<(), ApiError> {
+    let transfer = session.transfer(id)?;
+    let Transfer::Down { file, size, flow } = &*transfer else {
+        return Err(ApiError::bad("not a download"));
+    };
+    check_block(offset, len, *size)?;
+    let _place = session.blocks.acquire().await.map_err(|e| io_error(e.to_string()))?;
+    let file = file.clone();
+    let block = tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, offset).map(|()| buf)
+    })
+    .await
+    .map_err(|e| io_error(e.to_string()))?
+    .map_err(|e| io_error(e.to_string()))?;
+    let hash = blake3::hash(&block);
+    write_head(send, &json!({ "blake3": hash.to_hex().as_str() })).await?;
+    for piece in block.chunks(PIECE_BYTES) {
+        send.write_all(piece).await.map_err(|e| gone(&e))?;
+        flow.moved(piece.len() as u64, &session.counters.sent).await;
+    }
+    Ok(())
+}
+
+/// `put`: block `offset..offset + len` of upload `id`, which must hash to `blake3`.
+async fn put(
+    session: &Session,
+    id: u64,
+    offset: u64,
+    len: u64,
+    blake3: &str,
+    recv: &mut RecvStream,
+) -> Result<Value, ApiError> {
+    let transfer = session.transfer(id)?;
+    let Transfer::Up { size, flow, state } = &*transfer else {
+        return Err(ApiError::bad("not an upload"));
+    };
+    check_block(offset, len, *size)?;
+    let expected =
+        blake3::Hash::from_hex(blake3).map_err(|_| ApiError::bad("blake3: not 64 hex digits"))?;
+    let _place = session.blocks.acquire().await.map_err(|e| io_error(e.to_string()))?;
+    let mut block = vec![0u8; len as usize];
+    let mut at = 0;
+    while at < block.len() {
+        let end = (at + PIECE_BYTES).min(block.len());
+        match recv.read(&mut block[at..end]).await {
+            Ok(Some(n)) => {
+                at += n;
+                flow.moved(n as u64, &session.counters.received).await;
+            }
+            Ok(None) => return Err(ApiError::bad(format!("the block ended after {at} bytes"))),
+            Err(e) => return Err(gone(&e)),
+        }
+    }
+    if blake3::hash(&block) != expected {
+        let why = format!("the block at {offset} does not hash to its BLAKE3: send it again");
+        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "integrity", why));
+    }
+    let mut state = state.lock().await;
+    let Some(have) = state.upload.as_ref().map(Upload::have) else {
+        return Err(ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended"));
+    };
+    if offset + len <= have {
+        return Ok(json!({ "have": have }));
+    }
+    if offset > have {
+        if state.waiting_bytes + len > REORDER_BYTES_MAX {
+            let why = format!("more than {REORDER_BYTES_MAX} bytes ahead of {have}");
+            return Err(ApiError::new(StatusCode::CONFLICT, "window", why));
+        }
+        state.waiting_bytes += len;
+        state.waiting.insert(offset, block);
+    } else {
+        // Starts at or before what is written: only its new part is written.
+        let fresh = block.split_off((have - offset) as usize);
+        write(&mut state, fresh).await?;
+    }
+    // Whatever waited and now follows on.
+    loop {
+        let have = state.upload.as_ref().map_or(0, Upload::have);
+        let Some((&next, _)) = state.waiting.first_key_value() else { break };
+        if next > have {
+            break;
+        }
+        let block = state.waiting.remove(&next).unwrap_or_default();
+        state.waiting_bytes -= block.len() as u64;
+        let skip = ((have - next) as usize).min(block.len());
+        write(&mut state, block[skip..].to_vec()).await?;
+    }
+    Ok(json!({ "have": state.upload.as_ref().map_or(0, Upload::have) }))
+}
+
+/// Appends `bytes` to the upload (on the blocking pool).
+async fn write(state: &mut UpState, bytes: Vec<u8>) -> Result<(), ApiError> {
+    let Some(mut upload) = state.upload.take() else {
+        return Err(ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended"));
+    };
+    let (upload, written) = tokio::task::spawn_blocking(move || {
+        let written = upload.write(&bytes);
+        (upload, written)
+    })
+    .await
+    .map_err(|e| io_error(e.to_string()))?;
+    state.upload = Some(upload);
+    written.map_err(ApiError::from)
+}
+
+/// The end of upload `id`: `done` is `{blake3}`, the page's hash of the whole file; it is
+/// stored by its policy if every byte is in.
+async fn finish(session: &Session, id: u64, from: u64, done: &Value) -> Result<Value, ApiError> {
+    let expected = done
+        .get("blake3")
+        .and_then(Value::as_str)
+        .and_then(|s| blake3::Hash::from_hex(s).ok())
+        .ok_or_else(|| ApiError::bad("blake3: not 64 hex digits"))?;
+    let transfer = session.transfer(id)?;
+    let Transfer::Up { state, .. } = &*transfer else {
+        return Err(ApiError::bad("not an upload"));
+    };
+    let upload = state.lock().await.upload.take();
+    let Some(upload) = upload else {
+        return Err(ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended"));
+    };
+    if !upload.complete() {
+        let have = upload.have();
+        let why = format!("the server holds {have} bytes: send the rest first");
+        return Err(ApiError::new(StatusCode::CONFLICT, "offset", why).with("have", json!(have)));
+    }
+    let received = upload.have() - from;
+    finish_upload(upload, Some(expected), received).await
+}
+
+/// A block must lie within the file and be at most [`BLOCK_BYTES_MAX`].
+fn check_block(offset: u64, len: u64, size: u64) -> Result<(), ApiError> {
+    if len == 0 || len > BLOCK_BYTES_MAX || offset.checked_add(len).is_none_or(|end| end > size) {
+        let why = format!("block {offset}+{len}: outside the file, or over {BLOCK_BYTES_MAX}");
+        return Err(ApiError::bad(why));
+    }
+    Ok(())
+}
+
+fn io_error(why: String) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "io", why)
+}
+
+fn gone(e: &dyn std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "network", format!("the stream failed: {e}"))
+}
+
+/// Reads the end of the page's side of a request (no more bytes): a stream dropped before its
+/// end is stopped (`STOP_SENDING`), which a browser may report as a failed write even after the
+/// last byte went out.
+async fn ended(recv: &mut RecvStream) -> Result<(), ApiError> {
+    let mut more = [0u8; 1];
+    match recv.read(&mut more).await {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) => Err(ApiError::bad("more bytes than the request names")),
+        Err(e) => Err(gone(&e)),
+    }
+}
+
+/// A head: `None` when the stream ends before one begins.
+async fn read_head(recv: &mut RecvStream) -> Result<Option<Value>, ApiError> {
+    use wtransport::error::StreamReadExactError;
+    let mut len = [0u8; 4];
+    match recv.read_exact(&mut len).await {
+        Ok(()) => {}
+        Err(StreamReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(e) => return Err(gone(&e)),
+    }
+    let len = u32::from_be_bytes(len);
+    if len > HEAD_BYTES_MAX {
+        return Err(ApiError::bad(format!("a head of {len} bytes: at most {HEAD_BYTES_MAX}")));
+    }
+    let mut head = vec![0u8; len as usize];
+    recv.read_exact(&mut head).await.map_err(|e| gone(&e))?;
+    serde_json::from_slice(&head).map(Some).map_err(|e| ApiError::bad(format!("head: {e}")))
+}
+
+async fn write_head(send: &mut SendStream, head: &Value) -> Result<(), ApiError> {
+    let json = serde_json::to_vec(head).map_err(|e| io_error(e.to_string()))?;
+    let mut framed = Vec::with_capacity(4 + json.len());
+    framed.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&json);
+    send.write_all(&framed).await.map_err(|e| gone(&e))
+}

@@ -1,0 +1,118 @@
+// Measures the web app's transfers in headless chromium on loopback: one download and one
+// upload of SIZE_MIB over WebTransport, then the same over HTTPS (the panel's WebTransport box
+// unchecked), each timed from the key press to the transfer's end as the panel shows it
+// (hashing included: an upload's whole-file BLAKE3 first, a download's check after).
+// Not a test: it asserts only that the bytes arrived whole. Run with a release build:
+//   cargo build --release -p sluice-cli
+//   SLUICE_BIN=target/release/sluice SLUICE_WEB_OUT=/tmp/web-measure SIZE_MIB=1024 \
+//     node crates/sluice-cli/web-tests/measure.mjs
+
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const bin = process.env.SLUICE_BIN;
+const out = process.env.SLUICE_WEB_OUT;
+const mib = Number(process.env.SIZE_MIB ?? 1024);
+if (!bin || !out) throw new Error("set SLUICE_BIN and SLUICE_WEB_OUT");
+const TOKEN = "measure-token-0123456789abcdef";
+const size = mib << 20;
+
+fs.rmSync(out, { recursive: true, force: true });
+const root = path.join(out, "root");
+const local = path.join(out, "local");
+for (const d of [root, local, path.join(out, "state")]) fs.mkdirSync(d, { recursive: true });
+fs.writeFileSync(path.join(out, "tokens"), `${TOKEN}\n`, { mode: 0o600 });
+// Random bytes (nothing compresses; QUIC and TLS do not compress anyway).
+const big = path.join(root, "big.bin");
+{
+  const fd = fs.openSync(big, "w");
+  const piece = Buffer.alloc(16 << 20);
+  for (let at = 0; at < size; at += piece.length) {
+    for (let i = 0; i < piece.length; i += 4) piece.writeUInt32LE((Math.random() * 2 ** 32) >>> 0, i);
+    fs.writeSync(fd, piece, 0, Math.min(piece.length, size - at));
+  }
+  fs.closeSync(fd);
+}
+fs.copyFileSync(big, path.join(local, "up.bin"));
+const sha = (p) => createHash("sha256").update(fs.readFileSync(p)).digest("hex");
+const want = sha(big);
+
+const server = spawn(bin, [
+  "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
+  "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0",
+], { stdio: ["ignore", "pipe", "inherit"] });
+process.on("exit", () => server.kill("SIGTERM"));
+const base = await new Promise((resolve) => {
+  let text = "";
+  server.stdout.on("data", (d) => {
+    text += d;
+    const m = text.match(/web app on (https:\/\/[^ ]+\/) with fingerprint/);
+    if (m) resolve(m[1]);
+  });
+});
+
+const context = await chromium.launchPersistentContext(path.join(out, "profile"), {
+  executablePath: process.env.SLUICE_CHROMIUM ?? "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+  ignoreHTTPSErrors: true,
+  viewport: { width: 1280, height: 860 },
+});
+const results = [];
+try {
+  const page = context.pages()[0] ?? (await context.newPage());
+  await page.goto(base);
+  await page.fill("#token", TOKEN);
+  await page.click("#login-form button[type=submit]");
+  await page.waitForSelector("#transport[data-transport]");
+  const row = (pane, name) => page.locator(`${pane} tr`).filter({ has: page.locator("td.name", { hasText: name }) }).first();
+  const done = async () => {
+    await page.waitForFunction(() => {
+      const rows = [...document.querySelectorAll("#queue tr")];
+      const failed = rows.find((r) => r.dataset.state === "failed");
+      if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
+      return rows.length === 1 && rows[0].dataset.state === "done";
+    }, null, { timeout: 1800000, polling: 100 });
+  };
+  const opfsClear = () => page.evaluate(async () => {
+    const dir = await navigator.storage.getDirectory();
+    for await (const name of dir.keys()) await dir.removeEntry(name, { recursive: true });
+  });
+  for (const via of ["webtransport", "https"]) {
+    if (via === "https") await page.uncheck("#use-wt");
+    else await page.check("#use-wt");
+    await page.waitForFunction((via) => document.querySelector("#transport")?.dataset.transport === via, via);
+    // Download into the browser's own storage.
+    await opfsClear();
+    await page.click("#pane-0 button.browser-storage");
+    await row("#pane-1", "big.bin").click();
+    let t0 = performance.now();
+    await page.keyboard.press("F5");
+    await done();
+    let s = (performance.now() - t0) / 1000;
+    results.push({ via, dir: "download", mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1) });
+    console.log(JSON.stringify(results.at(-1)));
+    await page.click("#clear-done");
+    await opfsClear();
+    // Upload from a picked file, replacing what is there.
+    await page.selectOption("#policy", "always");
+    await page.locator("#pane-0 input.pick-files").setInputFiles(path.join(local, "up.bin"));
+    await row("#pane-0", "up.bin").click();
+    t0 = performance.now();
+    await page.keyboard.press("F5");
+    await done();
+    s = (performance.now() - t0) / 1000;
+    if (sha(path.join(root, "up.bin")) !== want) throw new Error(`${via}: the upload differs`);
+    results.push({ via, dir: "upload", mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1) });
+    console.log(JSON.stringify(results.at(-1)));
+    fs.rmSync(path.join(root, "up.bin"));
+    await page.click("#clear-done");
+  }
+} finally {
+  await context.close().catch(() => {});
+  server.kill("SIGTERM");
+}
+console.table(results);

@@ -1,0 +1,396 @@
+// Transfers over WebTransport (HTTP/3 over QUIC; the server's side is
+// crates/sluice-cli/src/web/wt/). The page asks the API for the session's URL (with a one-time
+// ticket of its login) and the certificate's hash (a self-signed server is pinned by it), and
+// connects once. A transfer is a control stream (`down` or `up`) and blocks of a few MiB, each
+// on its own stream, several at once, each checked against its BLAKE3 (Rust in WebAssembly).
+// Where WebTransport is missing or does not connect, the caller falls back to HTTPS.
+
+import * as api from "./api.js";
+import { Blake3 } from "./hash.js";
+
+/** Bytes sent at once within a block (progress moves by them). */
+const PIECE = 256 << 10;
+/** How long a connection may take before HTTPS is used instead. */
+const CONNECT_MS = 5000;
+/** Tries of a block that failed its BLAKE3. */
+const TRIES = 3;
+
+/** @typedef {{ head: any, reader: Reader, cancel: () => void }} Answer */
+
+/** Reads exact byte counts from a stream. */
+class Reader {
+  /** @param {ReadableStreamDefaultReader<Uint8Array>} reader */
+  constructor(reader) {
+    this.reader = reader;
+    /** @type {Uint8Array} */
+    this.left = new Uint8Array(0);
+  }
+
+  /**
+   * Fills `into` from the stream.
+   * @param {Uint8Array} into
+   * @param {(n: number) => void} [progress]
+   */
+  async fill(into, progress) {
+    let at = 0;
+    while (at < into.length) {
+      if (!this.left.length) {
+        const { done, value } = await this.reader.read();
+        if (done) throw new api.ApiError(0, "network", `the stream ended after ${at} of ${into.length} bytes`);
+        this.left = value;
+      }
+      const n = Math.min(this.left.length, into.length - at);
+      into.set(this.left.subarray(0, n), at);
+      this.left = this.left.subarray(n);
+      at += n;
+      progress?.(n);
+    }
+    return into;
+  }
+
+  /** A head: 4 bytes of length, then JSON. */
+  async head() {
+    const len = new DataView((await this.fill(new Uint8Array(4))).buffer).getUint32(0);
+    return JSON.parse(new TextDecoder().decode(await this.fill(new Uint8Array(len))));
+  }
+}
+
+/** @param {any} head */
+function frame(head) {
+  const json = new TextEncoder().encode(JSON.stringify(head));
+  const out = new Uint8Array(4 + json.length);
+  new DataView(out.buffer).setUint32(0, json.length);
+  out.set(json, 4);
+  return out;
+}
+
+/** @param {any} head an answer: throws the server's error as over HTTPS */
+function checked(head) {
+  if (head && head.error) throw new api.ApiError(0, head.error, head.message ?? head.error, head);
+  return head;
+}
+
+/** @param {string} hex */
+function bytesOf(hex) {
+  return new Uint8Array((hex.match(/../g) ?? []).map((h) => parseInt(h, 16)));
+}
+
+/** @param {Uint8Array} bytes */
+async function blake3(bytes) {
+  const h = await Blake3.create();
+  h.update(bytes);
+  return h.hex();
+}
+
+export class Wt {
+  /**
+   * @param {any} transport a connected WebTransport
+   * @param {{ block_bytes: number, streams: number }} info
+   */
+  constructor(transport, info) {
+    this.transport = transport;
+    this.block = info.block_bytes;
+    this.streams = info.streams;
+    this.closed = false;
+    transport.closed.then(() => { this.closed = true; }, () => { this.closed = true; });
+  }
+
+  /**
+   * A request on a new stream: its head and body sent (the stream's sending end closed unless
+   * `keepOpen`), its answer's head read.
+   * @param {any} head
+   * @param {{ body?: Blob | Uint8Array, keepOpen?: boolean, sent?: (n: number) => void, signal?: AbortSignal }} [opts]
+   * @returns {Promise<Answer & { writer: WritableStreamDefaultWriter<Uint8Array> }>}
+   */
+  async request(head, opts = {}) {
+    const stream = await this.transport.createBidirectionalStream();
+    const writer = stream.writable.getWriter();
+    const reader = new Reader(stream.readable.getReader());
+    const cancel = () => {
+      writer.abort().catch(() => {});
+      reader.reader.cancel().catch(() => {});
+    };
+    const signal = opts.signal;
+    if (signal?.aborted) {
+      cancel();
+      throw new api.ApiError(0, "cancelled", "cancelled");
+    }
+    // Left in place after the answer's head: a cancel also stops the block that follows it.
+    signal?.addEventListener("abort", cancel, { once: true });
+    try {
+      try {
+        await writer.write(frame(head));
+        const body = opts.body;
+        if (body) {
+          const bytes = body instanceof Uint8Array ? body : new Uint8Array(await body.arrayBuffer());
+          for (let at = 0; at < bytes.length; at += PIECE) {
+            const piece = bytes.subarray(at, at + PIECE);
+            await writer.write(piece);
+            opts.sent?.(piece.length);
+          }
+        }
+        if (!opts.keepOpen) await writer.close();
+      } catch (e) {
+        // The server may have refused the request before reading all of it: its answer says why.
+        const answer = signal?.aborted ? null : await reader.head().catch(() => null);
+        if (answer?.error) checked(answer);
+        throw e;
+      }
+      return { head: checked(await reader.head()), reader, cancel, writer };
+    } catch (e) {
+      cancel();
+      if (signal?.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
+      throw e;
+    }
+  }
+
+  /**
+   * Opens a download of `path`: `{ id, size, etag }` and its end (call when done or cancelled).
+   * @param {string} path
+   * @param {number} rateBps
+   */
+  async openDownload(path, rateBps) {
+    const head = { op: "down", path, ...(rateBps ? { rate_bps: rateBps } : {}) };
+    const { head: info, writer, cancel } = await this.request(head, { keepOpen: true });
+    return { ...info, end: () => { writer.close().catch(cancel); } };
+  }
+
+  /**
+   * Fetches blocks of download `id` from `from` to `size`, several at once, each checked
+   * against its BLAKE3; `write` gets them in order, one at a time.
+   * @param {number} id
+   * @param {number} from
+   * @param {number} size
+   * @param {(bytes: Uint8Array) => Promise<void>} write
+   * @param {(n: number) => void} progress bytes received
+   * @param {AbortSignal} signal
+   */
+  async getBlocks(id, from, size, write, progress, signal) {
+    let next = from;
+    // Blocks written in the file's order: each waits here until those before it are out.
+    let written = from;
+    /** @type {Map<number, { bytes: Uint8Array, resolve: () => void, reject: (e: unknown) => void }>} */
+    const ready = new Map();
+    /** @type {unknown} */
+    let failed = null;
+    let flushing = Promise.resolve();
+    const flush = () => {
+      flushing = flushing.then(async () => {
+        for (let r = ready.get(written); r && !failed; r = ready.get(written)) {
+          ready.delete(written);
+          try {
+            if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
+            await write(r.bytes);
+            written += r.bytes.length;
+            r.resolve();
+          } catch (e) {
+            failed = e;
+            r.reject(e);
+          }
+        }
+        if (failed) for (const r of ready.values()) r.reject(failed);
+        if (failed) ready.clear();
+      });
+    };
+    const worker = async () => {
+      while (next < size && !failed) {
+        const offset = next;
+        const len = Math.min(this.block, size - offset);
+        next += len;
+        /** @type {Uint8Array | null} */
+        let bytes = null;
+        for (let tries = 1; !bytes; tries += 1) {
+          const { head, reader } = await this.request({ op: "get", id, offset, len }, { signal });
+          let got = 0;
+          const block = await reader.fill(new Uint8Array(len), (n) => { got += n; progress(n); });
+          if ((await blake3(block)) === head.blake3) bytes = block;
+          else if (tries >= TRIES) throw new Error(`BLAKE3 mismatch in the block at ${offset}, ${TRIES} times`);
+          else progress(-got);
+        }
+        const block = bytes;
+        // Held until written, so each stream keeps at most one block in memory.
+        await new Promise((resolve, reject) => {
+          if (failed) reject(failed);
+          ready.set(offset, { bytes: block, resolve: () => resolve(undefined), reject });
+          flush();
+        });
+      }
+    };
+    try {
+      await Promise.all(Array.from({ length: this.streams }, worker));
+    } catch (e) {
+      failed ??= e;
+      throw e;
+    }
+    await flushing;
+    if (failed) throw failed;
+  }
+
+  /**
+   * Uploads `file` as `spec` says, from what the server holds, blocks several at once; ends as
+   * `PUT /api/upload`'s completion does (`{done, stored, name, blake3, received}`).
+   * @param {{ path: string, size: number, mtime: number, policy: string, rate_bps: number }} spec
+   * @param {Blob} file
+   * @param {string} whole the whole file's BLAKE3
+   * @param {(have: number) => void} started what the server held
+   * @param {(n: number) => void} progress bytes sent
+   * @param {AbortSignal} signal
+   */
+  async upload(spec, file, whole, started, progress, signal) {
+    const control = await this.request({ op: "up", ...spec }, { keepOpen: true, signal });
+    const { id, have } = control.head;
+    const abort = () => control.cancel();
+    signal.addEventListener("abort", abort, { once: true });
+    try {
+      started(have);
+      let next = have;
+      const worker = async () => {
+        while (next < spec.size) {
+          const offset = next;
+          const len = Math.min(this.block, spec.size - offset);
+          next += len;
+          const bytes = new Uint8Array(await file.slice(offset, offset + len).arrayBuffer());
+          const hash = await blake3(bytes);
+          for (let tries = 1; ; tries += 1) {
+            let sent = 0;
+            try {
+              await this.request({ op: "put", id, offset, len, blake3: hash },
+                { body: bytes, signal, sent: (n) => { sent += n; progress(n); } });
+              break;
+            } catch (e) {
+              progress(-sent);
+              const code = e instanceof api.ApiError ? e.code : "";
+              if (signal.aborted || code !== "integrity" || tries >= TRIES) throw e;
+            }
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: this.streams }, worker));
+      await control.writer.write(frame({ blake3: whole }));
+      await control.writer.close();
+      return checked(await control.reader.head());
+    } catch (e) {
+      control.cancel();
+      if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
+      throw e;
+    } finally {
+      signal.removeEventListener("abort", abort);
+    }
+  }
+}
+
+/** @type {Promise<Wt | null> | null} */
+let connecting = null;
+/** When the last try to connect failed: HTTPS is used without trying again for a while. */
+let failedAt = -Infinity;
+/** How long after a failed try the next one waits (so a blocked UDP port costs one wait). */
+const RETRY_MS = 60000;
+
+/**
+ * Says how transfers go, on the page.
+ * @param {string} text
+ * @param {boolean} wt
+ */
+function say(text, wt) {
+  const where = document.getElementById("transport");
+  if (!where) return;
+  where.textContent = text;
+  where.dataset.transport = wt ? "webtransport" : "https";
+}
+
+/** Whether the user lets transfers use WebTransport. */
+function wanted() {
+  const box = /** @type {HTMLInputElement | null} */ (document.getElementById("use-wt"));
+  return !box || box.checked;
+}
+
+/**
+ * Connects to the server's WebTransport side.
+ * @param {any} W the browser's WebTransport class
+ * @returns {Promise<Wt | null>}
+ */
+async function connect(W) {
+  try {
+    const info = await api.webtransport();
+    const transport = new W(info.url, {
+      serverCertificateHashes: info.hashes.map((/** @type {string} */ h) => ({ algorithm: "sha-256", value: bytesOf(h) })),
+    });
+    /** @type {any} */
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error("no answer in time")), CONNECT_MS);
+    });
+    try {
+      await Promise.race([transport.ready, late]);
+    } catch (e) {
+      transport.close?.();
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+    return new Wt(transport, info);
+  } catch (e) {
+    const why = e instanceof api.ApiError && e.code === "no-webtransport"
+      ? "the server does not offer WebTransport"
+      : `WebTransport did not connect (${/** @type {Error} */ (e).message ?? e})`;
+    say(`Transfers go over HTTPS: ${why}.`, false);
+    failedAt = performance.now();
+    return null;
+  }
+}
+
+/**
+ * The WebTransport session, connected once (and again after it closed); null where it is
+ * unavailable, switched off, or does not connect: then transfers go over HTTPS, and the page
+ * says why.
+ * @returns {Promise<Wt | null>}
+ */
+export async function session() {
+  if (!wanted()) {
+    say("Transfers go over HTTPS (WebTransport is switched off).", false);
+    return null;
+  }
+  const W = /** @type {any} */ (globalThis).WebTransport;
+  if (!W) {
+    say("Transfers go over HTTPS: this browser has no WebTransport.", false);
+    return null;
+  }
+  if (!connecting && performance.now() - failedAt < RETRY_MS) return null;
+  connecting ??= connect(W);
+  let wt = await connecting;
+  if (wt?.closed) {
+    // It closed since (idle, or the server restarted): once more.
+    connecting = connect(W);
+    wt = await connecting;
+  }
+  if (!wt) {
+    connecting = null;
+    return null;
+  }
+  say(`Transfers go over WebTransport (HTTP/3 over QUIC, ${wt.streams} streams per file).`, true);
+  return wt;
+}
+
+/**
+ * Starts over (the user switched WebTransport on or off): the session there was closes, and,
+ * when on, a new one connects now.
+ */
+export function retry() {
+  failedAt = -Infinity;
+  const old = connecting;
+  connecting = null;
+  old?.then((wt) => wt?.transport.close?.(), () => {});
+  return session();
+}
+
+/**
+ * Forgets the session after a transfer on it failed, saying so: the next transfers go over
+ * HTTPS for a while, then try to connect again.
+ * @param {unknown} why
+ */
+export function failed(why) {
+  console.warn("WebTransport failed:", why);
+  connecting = null;
+  failedAt = performance.now();
+  say(`Transfers go over HTTPS: WebTransport failed (${/** @type {Error} */ (why)?.message ?? why}).`, false);
+}
