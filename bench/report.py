@@ -31,10 +31,43 @@ def _goodput(r):
     return f"{g:.1f}"
 
 
+# The least share of the wire any protocol over UDP leaves to data on a 1500-byte MTU: IPv4 and
+# UDP headers only (1472 of 1500 bytes), for the ideal time below.
+PAYLOAD_SHARE = 1472 / 1500
+# The tool whose goodput is a cell's ceiling: Sluice blasting at the link rate, no congestion
+# control (the path's and this host's limit for Sluice's data plane).
+CEILING_TOOL = "sluice-fixed1000"
+
+
+def ideal_s(r, rate_mbit=1000):
+    """The least time any protocol that needs a handshake round trip can take on a WAN run's
+    path (issue 25): 2 RTT + size / (link rate x payload share x (1 - loss)); None off the WAN
+    or without a size."""
+    if r.get("rtt_ms") is None or r.get("loss_pct") is None or not r.get("file_bytes"):
+        return None
+    carried = rate_mbit * 1e6 * PAYLOAD_SHARE * (1 - r["loss_pct"] / 100)
+    return 2 * r["rtt_ms"] / 1000 + r["file_bytes"] * 8 / carried
+
+
+def _of_ideal(r):
+    ideal = ideal_s(r)
+    if ideal is None or r["status"] != "ok" or not r.get("wall_s"):
+        return "-"
+    return f"{ideal / r['wall_s']:.2f}"
+
+
+def _of_ceiling(r, runs):
+    ceiling = [c["goodput_mbit"] for c in runs if c["tool"] == CEILING_TOOL and c["status"] == "ok"
+               and c.get("workload") == r.get("workload") and c.get("goodput_mbit")]
+    if not ceiling or r["status"] != "ok" or r.get("goodput_mbit") is None:
+        return "-"
+    return f"{r['goodput_mbit'] / ceiling[0]:.3f}"
+
+
 def table(runs):
-    rows = ["| tool | workload | result | goodput Mbit/s | wall s | CPU a / b s | peak RSS a / b MiB | "
-            "wire bytes per file byte | files match | load (1 min) before | note |",
-            "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"]
+    rows = ["| tool | workload | result | goodput Mbit/s | of ceiling | wall s | of ideal | CPU a / b s | "
+            "peak RSS a / b MiB | wire bytes per file byte | files match | load (1 min) before | note |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
     for r in runs:
         match = {True: "yes", False: "no", None: "-"}[r.get("verified")]
         if r["status"] == "n/a":
@@ -45,8 +78,8 @@ def table(runs):
         wire = _f(r["wire_bytes"] / denom, 3) if r.get("wire_bytes") and denom else "-"
         load = _f((r.get("load_before") or [None])[0], 2)
         reason = (r.get("reason") or "").replace("|", "/").replace("\n", " ")[:160]
-        rows.append(f"| {r['tool']} | {r['workload']} | {_status(r)} | {_goodput(r)} | {_f(r.get('wall_s'))} | "
-                    f"{cpu} | {rss} | {wire} | {match} | {load} | {reason} |")
+        rows.append(f"| {r['tool']} | {r['workload']} | {_status(r)} | {_goodput(r)} | {_of_ceiling(r, runs)} | "
+                    f"{_f(r.get('wall_s'))} | {_of_ideal(r)} | {cpu} | {rss} | {wire} | {match} | {load} | {reason} |")
     return "\n".join(rows)
 
 
@@ -79,7 +112,10 @@ def section(meta, results, not_run, paths_out, charts):
                    "the transfer; in parentheses: a run that hit the cap, bytes received by then / cap (not a "
                    "success). CPU and peak RSS: the sending side (a) and the receiving server (b), children "
                    "included. Wire bytes: IP bytes offered to the link in both directions per file byte (per byte "
-                   "received, for a run that hit the cap).")
+                   "received, for a run that hit the cap). Of ceiling: goodput over that of `sluice-fixed1000` "
+                   "(Sluice blasting at the link rate) in the same cell, when it ran. Of ideal: the ideal time "
+                   "over the wall time, where the ideal is 2 RTT + size / (link rate x 1472/1500 x (1 - loss)), "
+                   "the least any protocol that needs a handshake round trip can take.")
         out.append("")
     for kind in ("wan", "lan"):
         by_cell = {}
