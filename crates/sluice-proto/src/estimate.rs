@@ -21,6 +21,10 @@ pub const MIN_RTT_WINDOW_US: u64 = 10_000_000;
 pub const MAX_RTT_US: u64 = u32::MAX as u64;
 /// Number of inter-arrival intervals [`ArrivalSpeed`] filters over.
 pub const ARRIVAL_WINDOW: usize = 64;
+/// A capacity reading at or above this is the receiver's clock resolution (a pair or a train
+/// whose packets arrived a microsecond or less apart: delivered together by an interrupt, a
+/// receive batch or an emulator's late wake-up), not a measured link.
+pub const UNRESOLVED_PPS: u32 = 1_000_000;
 /// Number of pair intervals [`CapacityEstimator`] takes the median of.
 pub const PAIR_WINDOW: usize = 16;
 /// The sender sends every this-many-th data packet as the first of a packet pair (UDT's N = 16).
@@ -483,7 +487,7 @@ impl CapacityEstimator {
         match self.train_interval_ns {
             Some(interval_ns) if now_us < self.train_at_us + fresh_us => {
                 if interval_ns < 1000 {
-                    per_second(1, 1)
+                    UNRESOLVED_PPS
                 } else {
                     u32::try_from(1_000_000_000 / interval_ns).unwrap_or(u32::MAX)
                 }

@@ -26,6 +26,7 @@ use crate::estimate::{ArrivalSpeed, CapacityEstimator, DeliveryRate, RttEstimato
 use crate::intervals::IntervalSet;
 use crate::reorder::Reorder;
 use crate::seq::Seq31;
+use crate::timer::earliest;
 use crate::timer::{Timer, TimerTable};
 use crate::wire::{self, Ack, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
 
@@ -403,11 +404,7 @@ impl Receiver {
 
     /// The earliest time at which [`Receiver::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let timers = self.timers.next_deadline();
-        match (timers, self.reorder.next_due_us()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(self.timers.next_deadline(), self.reorder.next_due_us())
     }
 
     /// Writes the next control packet to send into `buf` (at least `packet_size` bytes) and

@@ -34,11 +34,12 @@ use crate::SYN_US;
 use crate::cc::{AckSignal, CongestionControl, LossSignal, WindowBasis};
 use crate::config::ChannelConfig;
 use crate::crypto::PacketKey;
-use crate::estimate::{PAIR_PERIOD_PKTS, RttEstimator};
+use crate::estimate::{PAIR_PERIOD_PKTS, RttEstimator, UNRESOLVED_PPS};
 use crate::intervals::IntervalSet;
 use crate::pmtu::{PathProbe, Probe};
 use crate::receiver::State;
 use crate::seq::Seq31;
+use crate::timer::earliest;
 use crate::timer::{Timer, TimerTable};
 use crate::wire::{self, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
 
@@ -63,9 +64,6 @@ const TRAIN_MIN_PKTS: u32 = 32;
 const TRAIN_MAX_PKTS: u32 = 256;
 /// Trains at most this often, however short the round trip: at most a tenth of the link.
 const TRAIN_MIN_GAP_US: u64 = 40_000;
-/// A capacity report at the receiver's clock resolution: a pair or train that arrived in one
-/// bunch (`crate::estimate::CapacityEstimator`), which resolves nothing.
-const UNRESOLVED_PPS: u32 = 1_000_000;
 
 /// Sender counters.
 #[derive(Debug, Clone, Default)]
@@ -848,12 +846,6 @@ impl Sender {
 pub const REASON_DONE: u32 = 0;
 
 /// The earlier of two optional deadlines.
-fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 use super::filters::{RecentMax, RecentMin};
 use super::{AckSignal, CongestionControl, LossSignal, WindowBasis, udt_increase_pkts};
 use crate::SYN_US;
-use crate::estimate::DELIVERY_WINDOW_US;
+use crate::estimate::{DELIVERY_WINDOW_US, UNRESOLVED_PPS};
 
 const SYN: f64 = SYN_US as f64;
 /// Floor of the sending rate.
@@ -31,10 +31,9 @@ const STARTUP_DRAIN_RTTS: f64 = 5.0;
 const OVERSHOT: f64 = 1.1;
 /// Once the packet pairs have measured the link, startup resumes from at least this share of it.
 const STARTUP_FLOOR_OF_CAPACITY: f64 = 0.25;
-/// A capacity estimate at or above this is the receiver's clock resolution (pairs one
-/// microsecond or less apart: delivered together by an interrupt, a receive batch or an
-/// emulator's late wake-up), not a measured link: startup does not jump to a share of it.
-const UNRESOLVED_CAPACITY_PPS: f64 = 1_000_000.0;
+/// A capacity estimate at or above this is the receiver's clock resolution, not a measured link
+/// ([`UNRESOLVED_PPS`]): startup does not jump to a share of it.
+const UNRESOLVED_CAPACITY_PPS: f64 = UNRESOLVED_PPS as f64;
 /// In steady state a queue counts only once it stood this long (the minimum of the reports over
 /// this window): a host or emulator stalling for a few milliseconds reports one high queue, and
 /// with 1 % random loss a NAK always comes with it. On our emulated 100 ms path such stalls
