@@ -324,13 +324,14 @@ impl Default for DeliveryRate {
 /// reads the receiver's clock resolution or a fraction of the link: it cannot resolve 12 us
 /// with a granularity of 200. While a controller probes for the link (startup), the sender
 /// therefore sends trains: a `PAIR_FIRST`, middles flagged [`crate::wire::flags::TRAIN`], and a
-/// `PAIR_SECOND`, all back to back, spanning milliseconds at the bottleneck. A train of `n`
-/// packets received is timed as `(span + widest gap) / n`: on a precise path the widest gap is
-/// one packet's time and this is exact; under bunching the observed span is short of the true
-/// one by at most one bunching interval, which the widest gap (one such interval, when the
-/// train spans several) makes up, so a train never reads much faster than the link, and reads
-/// slower only by the bunching's share of its span. A train that arrived in one bunch (no gap)
-/// reads the clock resolution, as an unresolved pair does. For a while after a train (the
+/// `PAIR_SECOND`, all back to back, spanning milliseconds at the bottleneck. The receiver groups
+/// a train's arrivals into bunches (arrivals within 1 µs of each other) and times the packets of
+/// the bunches between the first and the last: each was released after the link had delivered
+/// it, so from the first bunch's release to the last middle one's the link was busy with them
+/// (exact on a precise path, where every packet is a bunch; within a packet under bunching). A
+/// train in one or two bunches has no middle: it is timed as `(span + widest gap) / n`, which
+/// never reads much faster than the link; in one bunch (no gap) it reads the clock resolution,
+/// as an unresolved pair does. A pair is a train of two. For a while after a train (the
 /// receiver says how long: a couple of round trips, as trains come once per round trip), the
 /// estimate is that train's: the pairs in between are what bunching does not let resolve. Once
 /// trains stop (startup is over), the pairs' reading comes back, and with it the controller's
@@ -338,10 +339,7 @@ impl Default for DeliveryRate {
 #[derive(Clone, Debug)]
 pub struct CapacityEstimator {
     intervals: Ring<PAIR_WINDOW>,
-    /// Arrival of a `PAIR_FIRST` packet still waiting for its second.
-    pending_first_us: Option<u64>,
-    /// The train in progress after its first packet: packets so far, the last arrival, the
-    /// widest gap between arrivals.
+    /// The pair or train in progress since its `PAIR_FIRST` (a pair while it has one packet).
     train: Option<Train>,
     /// The per-packet interval of the latest complete train in nanoseconds, scaled to
     /// full-size packets.
@@ -423,24 +421,16 @@ impl Train {
 impl CapacityEstimator {
     /// An estimator that has seen no pair.
     pub const fn new() -> Self {
-        Self {
-            intervals: Ring::new(),
-            pending_first_us: None,
-            train: None,
-            train_interval_ns: None,
-            train_at_us: 0,
-        }
+        Self { intervals: Ring::new(), train: None, train_interval_ns: None, train_at_us: 0 }
     }
 
     /// A `PAIR_FIRST` packet arrived at `now_us`; it replaces any first still unpaired.
     pub fn on_pair_first(&mut self, now_us: u64) {
-        self.pending_first_us = Some(now_us);
         self.train = Some(Train::new(now_us));
     }
 
     /// A train's middle packet arrived at `now_us`; without a train in progress it is ignored.
     pub fn on_train_middle(&mut self, now_us: u64) {
-        self.pending_first_us = None;
         if let Some(train) = &mut self.train {
             train.on_arrival(now_us);
         }
@@ -461,21 +451,22 @@ impl CapacityEstimator {
     pub fn on_pair_second_sized(&mut self, now_us: u64, datagram_bytes: usize, full_bytes: usize) {
         let wire = |bytes: usize| bytes as u64 + IP_UDP_HEADER_BYTES;
         let scale = |interval_us: u64| interval_us * wire(full_bytes) / wire(datagram_bytes).max(1);
-        let train = self.train.take();
-        if let Some(first_us) = self.pending_first_us.take() {
-            let interval_us = now_us.saturating_sub(first_us);
-            self.intervals.push(scale(interval_us));
-        } else if let Some(mut train) = train.filter(|t| t.pkts >= 2) {
-            train.on_arrival(now_us);
-            // In nanoseconds: one full-size packet's interval may be under 1 us.
-            self.train_interval_ns = Some(scale(train.interval_ns()));
-            self.train_at_us = now_us;
+        match self.train.take() {
+            Some(pair) if pair.pkts == 1 => {
+                self.intervals.push(scale(now_us.saturating_sub(pair.first_us)));
+            }
+            Some(mut train) => {
+                train.on_arrival(now_us);
+                // In nanoseconds: one full-size packet's interval may be under 1 us.
+                self.train_interval_ns = Some(scale(train.interval_ns()));
+                self.train_at_us = now_us;
+            }
+            None => {}
         }
     }
 
     /// Any other data packet arrived: it breaks a pair or train in progress.
     pub fn on_other_arrival(&mut self) {
-        self.pending_first_us = None;
         self.train = None;
     }
 
