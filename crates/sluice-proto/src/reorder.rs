@@ -33,10 +33,16 @@ struct Gap {
 }
 
 /// The gaps a receiver has seen and the wait before it reports one.
+///
+/// The gaps are in the order they opened, which is the order of their sequence numbers, and
+/// every waiting gap waits the same time: they come due in that order. So the first waiting gap
+/// is the next due, and a late packet's gap is found by binary search.
 #[derive(Debug, Clone, Default)]
 pub struct Reorder {
     wait_us: u64,
     gaps: VecDeque<Gap>,
+    /// Every gap before this index is reported.
+    first_waiting: usize,
 }
 
 impl Reorder {
@@ -57,25 +63,30 @@ impl Reorder {
         let remember_us = (REMEMBER_WAITS * self.wait_us).max(MIN_REMEMBER_US);
         while self.gaps.front().is_some_and(|g| g.reported && now_us >= g.seen_us + remember_us) {
             self.gaps.pop_front();
+            self.first_waiting = self.first_waiting.saturating_sub(1);
         }
         if self.gaps.len() >= MAX_GAPS {
             self.gaps.retain(|g| !g.reported || now_us < g.seen_us + remember_us);
+            self.first_waiting =
+                self.gaps.iter().position(|g| !g.reported).unwrap_or(self.gaps.len());
         }
         if self.gaps.len() >= MAX_GAPS {
             // Full of gaps still waiting: the oldest is due now, and this one is not kept.
-            if let Some(oldest) = self.gaps.iter_mut().find(|g| !g.reported) {
+            if let Some(oldest) = self.gaps.get_mut(self.first_waiting) {
                 oldest.forced = true;
             }
             return true;
         }
         self.gaps.push_back(Gap { lo, hi, seen_us: now_us, reported, forced: false });
+        self.skip_reported();
         reported
     }
 
     /// Sequence number `dsn`, sent once, filled a gap at `now_us`: the path reordered it. The
     /// wait grows to cover that delay, within `cap_us` (and [`MAX_WAIT_US`]).
     pub fn on_late(&mut self, dsn: u64, now_us: u64, cap_us: u64) {
-        if let Some(gap) = self.gaps.iter().find(|g| g.lo <= dsn && dsn <= g.hi) {
+        let at = self.gaps.partition_point(|g| g.hi < dsn);
+        if let Some(gap) = self.gaps.get(at).filter(|g| g.lo <= dsn) {
             let late_us = now_us.saturating_sub(gap.seen_us);
             let wait_us = late_us + late_us / 4;
             self.wait_us = self.wait_us.max(wait_us).min(cap_us.min(MAX_WAIT_US));
@@ -84,19 +95,27 @@ impl Reorder {
 
     /// A gap whose wait is over at `now_us`, marked reported; `None` when none is.
     pub fn due(&mut self, now_us: u64) -> Option<(u64, u64)> {
-        let wait_us = self.wait_us;
-        let gap = self
-            .gaps
-            .iter_mut()
-            .find(|g| !g.reported && (g.forced || now_us >= g.seen_us + wait_us))?;
+        if self.next_due_us()? > now_us {
+            return None;
+        }
+        let gap = &mut self.gaps[self.first_waiting];
         gap.reported = true;
-        Some((gap.lo, gap.hi))
+        let found = (gap.lo, gap.hi);
+        self.skip_reported();
+        Some(found)
     }
 
     /// When the next waiting gap is due.
     pub fn next_due_us(&self) -> Option<u64> {
-        let due = |g: &Gap| if g.forced { g.seen_us } else { g.seen_us + self.wait_us };
-        self.gaps.iter().filter(|g| !g.reported).map(due).min()
+        let gap = self.gaps.get(self.first_waiting)?;
+        Some(if gap.forced { gap.seen_us } else { gap.seen_us + self.wait_us })
+    }
+
+    /// Moves `first_waiting` past the gaps reported.
+    fn skip_reported(&mut self) {
+        while self.gaps.get(self.first_waiting).is_some_and(|g| g.reported) {
+            self.first_waiting += 1;
+        }
     }
 }
 
