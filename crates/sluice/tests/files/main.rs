@@ -2,6 +2,9 @@
 //! instead of one per file): each module was a test file of its own, and its tests are named
 //! after it (`cargo test -p sluice --test files tree_claim::`).
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod files_beneath;
 mod files_hash;
 mod files_paths;

@@ -8,19 +8,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use crate::common;
 use sluice::datapath::write_all_at;
 use sluice::tree::{Entry, EntryKind, Incoming, Overwrite, PlanError, ReceiveOptions, plan};
 
 const MIB: usize = 1 << 20;
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| ((i * 71) ^ (i >> 13)) as u8).collect()
@@ -55,7 +47,7 @@ fn assert_busy(result: Result<Incoming, PlanError>) {
 
 /// The partial file of `x.bin` in `dir` (its name and bytes), and its record's text.
 fn leftovers(dir: &Path) -> (String, Vec<u8>, Option<String>) {
-    let names = entries(dir);
+    let names = common::listing(dir);
     let temp = names.iter().find(|n| n.starts_with(".x.bin.sluice-part-")).unwrap().clone();
     let bytes = std::fs::read(dir.join(&temp)).unwrap();
     (temp, bytes, std::fs::read_to_string(dir.join(".x.bin.sluice-resume")).ok())
@@ -72,11 +64,11 @@ fn a_second_transfer_to_a_path_being_written_is_busy_and_touches_nothing() {
         let store = first.store();
         write_all_at(&store, &data[..size / 2], 0).unwrap();
         first.keeper().update((size / 2) as u64, true);
-        let before = (entries(dir.path()), leftovers(dir.path()));
+        let before = (common::listing(dir.path()), leftovers(dir.path()));
         assert!(before.0.contains(&".x.bin.sluice-lock".to_owned()), "{:?}", before.0);
 
         assert_busy(prepare(dir.path(), size));
-        assert_eq!((entries(dir.path()), leftovers(dir.path())), before);
+        assert_eq!((common::listing(dir.path()), leftovers(dir.path())), before);
 
         write_all_at(&store, &data[size / 2..], (size / 2) as u64).unwrap();
         drop(store);
@@ -84,9 +76,9 @@ fn a_second_transfer_to_a_path_being_written_is_busy_and_touches_nothing() {
         assert_eq!(first.commit(&[hash], &[hash]).unwrap().files, 1);
         assert!(std::fs::read(dir.path().join("x.bin")).unwrap() == data);
         // The claim went with the transfer: the path is free again.
-        assert_eq!(entries(dir.path()), vec!["x.bin".to_owned()]);
+        assert_eq!(common::listing(dir.path()), vec!["x.bin".to_owned()]);
         drop(prepare(dir.path(), size).unwrap());
-        assert_eq!(entries(dir.path()), vec!["x.bin".to_owned()]);
+        assert_eq!(common::listing(dir.path()), vec!["x.bin".to_owned()]);
     }
 }
 
@@ -98,7 +90,7 @@ fn an_ended_transfers_partial_file_is_resumed_once_its_claim_is_gone() {
     write_all_at(&first.store(), &data[..9 * MIB], 0).unwrap();
     first.keeper().update(9 * MIB as u64, true);
     drop(first);
-    let left = entries(dir.path());
+    let left = common::listing(dir.path());
     assert!(!left.iter().any(|n| n.ends_with(".sluice-lock")), "{left:?}");
 
     let again = prepare(dir.path(), data.len()).unwrap();
@@ -138,27 +130,31 @@ fn a_killed_transfers_partial_file_is_resumed_and_a_live_ones_is_busy_across_pro
     assert!(ready, "the holder process did not get ready");
 
     // Alive, it holds the path: another process is refused and changes nothing.
-    let before = (entries(dir.path()), leftovers(dir.path()));
+    let before = (common::listing(dir.path()), leftovers(dir.path()));
     assert_busy(prepare(dir.path(), 16 * MIB));
-    assert_eq!((entries(dir.path()), leftovers(dir.path())), before);
+    assert_eq!((common::listing(dir.path()), leftovers(dir.path())), before);
 
     // Killed, it could not clean up: its lock name stays, but the lock went with it.
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(entries(dir.path()), before.0);
+    assert_eq!(common::listing(dir.path()), before.0);
 
     let data = pattern(16 * MIB);
     let again = prepare(dir.path(), data.len()).unwrap();
     let offered: Vec<_> = data[..8 * MIB].chunks(4 * MIB).map(blake3::hash).collect();
     assert_eq!(again.offers(), &[(0, offered)], "the killed transfer's partial file is offered");
-    assert_eq!(entries(dir.path()), before.0, "the same partial file, record and a fresh lock");
+    assert_eq!(
+        common::listing(dir.path()),
+        before.0,
+        "the same partial file, record and a fresh lock"
+    );
     let store = again.store();
     write_all_at(&store, &data[8 * MIB..], 8 * MIB as u64).unwrap();
     drop(store);
     let hash = blake3::hash(&data);
     assert_eq!(again.commit(&[hash], &[hash]).unwrap().files, 1);
     assert!(std::fs::read(dir.path().join("x.bin")).unwrap() == data);
-    assert_eq!(entries(dir.path()), vec!["x.bin".to_owned()]);
+    assert_eq!(common::listing(dir.path()), vec!["x.bin".to_owned()]);
 }
 
 #[test]
@@ -173,7 +169,7 @@ fn what_is_not_a_lock_of_ours_is_refused_and_kept() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(std::fs::read(&name).unwrap(), b"precious");
-    assert_eq!(entries(dir.path()), vec![".x.bin.sluice-lock".to_owned()]);
+    assert_eq!(common::listing(dir.path()), vec![".x.bin.sluice-lock".to_owned()]);
 
     std::fs::remove_file(&name).unwrap();
     std::os::unix::fs::symlink("x.bin", &name).unwrap();
@@ -186,7 +182,7 @@ fn what_is_not_a_lock_of_ours_is_refused_and_kept() {
     let incoming = prepare(dir.path(), 1000).unwrap();
     assert!(std::fs::metadata(&name).unwrap().len() > 0);
     drop(incoming);
-    assert_eq!(entries(dir.path()), Vec::<String>::new());
+    assert_eq!(common::listing(dir.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -200,11 +196,11 @@ fn a_transfer_of_many_files_holds_one_lock_file_and_long_names_do_not_collide() 
     let incoming =
         plan(dir.path(), manifest, &ReceiveOptions::default()).unwrap().prepare().unwrap();
     let locks: Vec<String> =
-        entries(dir.path()).into_iter().filter(|n| n.ends_with(".sluice-lock")).collect();
+        common::listing(dir.path()).into_iter().filter(|n| n.ends_with(".sluice-lock")).collect();
     assert_eq!(locks.len(), 302);
     let inodes: std::collections::HashSet<u64> =
         locks.iter().map(|n| std::fs::metadata(dir.path().join(n)).unwrap().ino()).collect();
     assert_eq!(inodes.len(), 1, "every name links to one lock file");
     drop(incoming);
-    assert_eq!(entries(dir.path()), Vec::<String>::new());
+    assert_eq!(common::listing(dir.path()), Vec::<String>::new());
 }

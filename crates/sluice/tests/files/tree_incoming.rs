@@ -2,20 +2,10 @@
 //! hash matches, nothing is left behind otherwise, and the overwrite and placement rules.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
+use crate::common;
 use sluice::datapath::write_all_at;
 use sluice::tree::{Entry, EntryKind, Overwrite, PlanError, ReceiveOptions, plan};
-
-/// Names in `dir`, sorted.
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
@@ -47,7 +37,7 @@ fn commit_puts_the_exact_bytes_under_the_final_name() {
     let incoming = planned.prepare().unwrap();
 
     // The temporary file, and the claim of the final name while the transfer lives.
-    let temps = entries(dir.path());
+    let temps = common::listing(dir.path());
     assert_eq!(temps.len(), 2);
     assert_eq!(temps[0], ".out.bin.sluice-lock");
     let temp_name = &temps[1];
@@ -70,7 +60,7 @@ fn commit_puts_the_exact_bytes_under_the_final_name() {
     assert_eq!(done.files, 1);
 
     assert_eq!(std::fs::read(&final_path).unwrap(), data);
-    assert_eq!(entries(dir.path()), vec!["out.bin".to_owned()]);
+    assert_eq!(common::listing(dir.path()), vec!["out.bin".to_owned()]);
     assert_eq!(std::fs::metadata(&final_path).unwrap().permissions().mode() & 0o777, 0o644);
 }
 
@@ -94,7 +84,7 @@ fn commit_replaces_an_existing_final_file_only_when_allowed() {
     write_all_at(&incoming.store(), b"new", 0).unwrap();
     incoming.commit(&[blake3::hash(b"new")], &[blake3::hash(b"new")]).unwrap();
     assert_eq!(std::fs::read(&final_path).unwrap(), b"new");
-    assert_eq!(entries(dir.path()), vec!["f".to_owned()]);
+    assert_eq!(common::listing(dir.path()), vec!["f".to_owned()]);
 }
 
 #[test]
@@ -119,7 +109,7 @@ fn a_mismatch_leaves_no_final_file_and_no_temp_file_and_the_others_are_stored() 
     let done = incoming.commit(&expected, &written).unwrap();
     assert_eq!(done.mismatched, vec!["t/bad.bin".to_owned()]);
     assert_eq!(done.files, 1);
-    assert_eq!(entries(&dir.path().join("t")), vec!["good.bin".to_owned()]);
+    assert_eq!(common::listing(&dir.path().join("t")), vec!["good.bin".to_owned()]);
 }
 
 #[test]
@@ -128,9 +118,9 @@ fn dropping_without_commit_removes_the_temp_files() {
     let manifest = vec![file("a", 12345), file("b", 0)];
     let incoming = plan(dir.path(), manifest, &always()).unwrap().prepare().unwrap();
     // Two temporary files and the claims of their final names.
-    assert_eq!(entries(dir.path()).len(), 4);
+    assert_eq!(common::listing(dir.path()).len(), 4);
     drop(incoming);
-    assert!(entries(dir.path()).is_empty());
+    assert!(common::listing(dir.path()).is_empty());
 }
 
 #[test]
@@ -140,7 +130,7 @@ fn long_names_get_a_temp_name_the_file_system_accepts() {
     let incoming = plan(dir.path(), vec![file(&name, 1)], &always()).unwrap().prepare().unwrap();
     write_all_at(&incoming.store(), b"z", 0).unwrap();
     incoming.commit(&[blake3::hash(b"z")], &[blake3::hash(b"z")]).unwrap();
-    assert_eq!(entries(dir.path()), vec![name]);
+    assert_eq!(common::listing(dir.path()), vec![name]);
 }
 
 #[test]
@@ -160,5 +150,5 @@ fn a_hostile_manifest_is_refused_before_anything_is_created() {
     // A file inside a directory the manifest does not list first.
     let err = plan(dir.path(), vec![file("d/x", 1)], &always()).unwrap_err();
     assert!(matches!(err, PlanError::Bad(_)), "{err}");
-    assert!(entries(dir.path()).is_empty());
+    assert!(common::listing(dir.path()).is_empty());
 }
