@@ -845,8 +845,6 @@ impl Sender {
 /// Shutdown reason: every byte was delivered and acknowledged.
 pub const REASON_DONE: u32 = 0;
 
-/// The earlier of two optional deadlines.
-
 #[cfg(test)]
 mod tests {
     use super::*;
