@@ -45,6 +45,9 @@ const BATCH_BYTES: u64 = 64 << 20;
 const RELAY_ATTEMPTS: u32 = 3;
 /// The wait between them.
 const RELAY_RETRY_WAIT: Duration = Duration::from_secs(1);
+/// How long the collector waits for a relay's handshake: ten round trips of the longest paths
+/// (a relay it cannot reach costs the attempts this each, before its blocks come another way).
+const RELAY_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a stalled job waits for a re-run before its part file is deleted.
 const STALLED_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -498,7 +501,15 @@ impl Collection {
         config.grant = Some(super::capability_claim(&self.transfer, &at.capability));
         config.identity = Some(self.identity.clone());
         config.transport = crate::session::TransportChoice::Udp;
-        let client = Client::connect(config).await?;
+        let client = tokio::time::timeout(RELAY_CONNECT_TIMEOUT, Client::connect(config))
+            .await
+            .map_err(|_| {
+            SessionError::Network(format!(
+                "relay {} did not answer within {} s",
+                at.address,
+                RELAY_CONNECT_TIMEOUT.as_secs()
+            ))
+        })??;
         lock(&self.clients)[relay as usize] = Some(client.clone());
         Ok(client)
     }

@@ -337,6 +337,11 @@ impl Client {
                         warn!(destination = placed[dest].name, %error, "a destination failed: its blocks go to the others");
                         alive -= 1;
                         if alive == 0 || dest == direct {
+                            // The receiver's own verdict, when it has one, says why (a deposit
+                            // straight to a job that just ended is refused for that reason).
+                            if dest == direct && let Some(cause) = verdict(&mut answers).await {
+                                return Err(cause);
+                            }
                             let msg = StripeMsg::Failed { code: error.code(), message: error.detail() };
                             let _ = write_message(&mut req.send, &msg).await;
                             return Err(error);
@@ -388,6 +393,22 @@ impl Client {
             placed,
         })
     }
+}
+
+/// The receiver's failure of the request, when it reports one within [`LEAVE_WAIT`].
+async fn verdict(answers: &mut Messages<'_, CollectMsg>) -> Option<SessionError> {
+    let wait = tokio::time::timeout(LEAVE_WAIT, async {
+        loop {
+            match answers.next().await {
+                Ok(CollectMsg::Failed { code, message }) => {
+                    return Some(SessionError::from_server(code, message));
+                }
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    });
+    wait.await.ok().flatten()
 }
 
 /// One destination's share of the striping.

@@ -123,7 +123,11 @@ impl RequestCtx<'_> {
             return self.deposit_direct(job, &deposit.blocks, total).await;
         }
         let Some(spool) = self.shared.spool.clone() else {
-            return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
+            return Err(SessionError::Refused(format!(
+                "no relayed upload of transfer {} runs here for this session (it ended), and \
+                 this server is not a relay (serve --spool)",
+                deposit.transfer
+            )));
         };
         self.require(|r| r.relay, "relay blocks (its rights lack relay)")?;
         from_hex::<32>(&deposit.capability_hash)
