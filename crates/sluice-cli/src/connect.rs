@@ -41,6 +41,10 @@ pub(crate) struct ConnectArgs {
     /// stream and a loss-based congestion control backs off at every loss).
     #[arg(long, value_name = "auto|udp|tcp", env = "SLUICE_TRANSPORT")]
     pub(crate) transport: Option<String>,
+    /// Start every upload afresh: do not keep what each path delivered (in the cache
+    /// directory's paths.json, e.g. ~/.cache/sluice) to start the next upload near that rate.
+    #[arg(long, env = "SLUICE_NO_PATH_MEMORY")]
+    pub(crate) no_path_memory: bool,
 }
 
 impl ConnectArgs {
@@ -78,6 +82,9 @@ impl ConnectArgs {
         config.channel = channel;
         config.channels = channels;
         config.transport = self.transport(prefs)?;
+        if !self.no_path_memory && prefs.path_memory != Some(false) {
+            config.path_memory = crate::default_path_memory();
+        }
         Ok(config)
     }
 

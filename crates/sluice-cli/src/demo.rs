@@ -145,6 +145,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         third_party: Default::default(),
         tcp: true,
         spool: None,
+        path_memory: false,
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();
@@ -170,6 +171,8 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         identity: None,
         grant: None,
         transport: sluice::session::TransportChoice::Auto,
+        // The demo's measurement starts afresh every time.
+        path_memory: None,
     })
     .await?;
     let channels = client.channels().await?;

@@ -130,6 +130,12 @@ pub(crate) fn default_known_hosts() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".sluice/known_hosts"))
 }
 
+/// Where uploads keep what each path delivered (`--no-path-memory` turns it off); `None` when
+/// the system names no cache directory.
+pub(crate) fn default_path_memory() -> Option<PathBuf> {
+    directories::ProjectDirs::from("", "", "sluice").map(|d| d.cache_dir().join("paths.json"))
+}
+
 /// Writes `shell`'s completion script for the whole command line on stdout.
 fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
     let mut command = <Cli as clap::CommandFactory>::command();

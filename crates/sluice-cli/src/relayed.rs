@@ -123,6 +123,7 @@ pub(crate) async fn upload(
             accept_new_host: false,
             fingerprint: None,
             transport: Some("udp".into()),
+            no_path_memory: args.connect.no_path_memory,
         };
         let config = connect.client_config(name, &prefs, channel.clone(), args.channels)?;
         // A relay that is down is left out: the same command run again after a relay died

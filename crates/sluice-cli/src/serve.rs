@@ -85,6 +85,10 @@ pub(crate) struct ServeArgs {
     /// hours [default: 24].
     #[arg(long, env = "SLUICE_SPOOL_EXPIRY_HOURS", value_name = "HOURS", requires = "spool")]
     spool_expiry_hours: Option<u64>,
+    /// Start every download afresh: do not keep what each path delivered (in the state
+    /// directory's paths.json) to start the next download to it near that rate.
+    #[arg(long, env = "SLUICE_NO_PATH_MEMORY")]
+    no_path_memory: bool,
     /// The server's config file (TOML; flags and their environment variables win over it).
     #[arg(long, env = "SLUICE_SERVER_CONFIG")]
     config: Option<PathBuf>,
@@ -201,6 +205,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         third_party: third_parties,
         tcp: on_off("tcp", args.tcp.as_deref().or(file.tcp.as_deref()).unwrap_or("on"))?,
         spool,
+        path_memory: !args.no_path_memory && file.path_memory != Some(false),
     };
     let metrics_addr = args.metrics.or(file.metrics);
     let server = Server::bind(config).context("cannot start the server")?;
@@ -315,6 +320,8 @@ async fn once(args: ServeArgs) -> anyhow::Result<()> {
         // A client whose path blocks UDP reaches it over TCP, as ssh did.
         tcp: on_off("tcp", args.tcp.as_deref().unwrap_or("on"))?,
         spool: None,
+        // It has no state directory to keep it in.
+        path_memory: false,
     };
     let server = Server::bind(config).context("cannot start the one-shot server")?;
     {

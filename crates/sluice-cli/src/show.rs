@@ -130,6 +130,8 @@ impl Show {
             .as_ref()
             .filter(|c| c.bytes > 0 && c.payload_bytes != c.bytes)
             .map(|c| c.payload_bytes as f64 / c.bytes as f64);
+        // An upload that started from what the path delivered last time.
+        let memory = report.channel.as_ref().and_then(|c| c.memory_start);
         // Over TCP, the streams that carried data (the sender grows them while they help).
         let streams = (report.transport == Transport::Tcp)
             .then(|| report.channel.as_ref().map_or(0, |c| c.carrying));
@@ -156,6 +158,10 @@ impl Show {
                     "blake3": report.blake3,
                     "transport": report.transport.name(),
                     "streams": streams,
+                    "path_memory": memory.map(|m| json!({
+                        "rate_bps": m.rate_bps,
+                        "age_s": m.age.as_secs(),
+                    })),
                     "would_copy": if dry_run { json!(report.planned) } else { Value::Null },
                 }));
             }
@@ -193,6 +199,13 @@ impl Show {
                     let blocks = if report.repaired == 1 { "block" } else { "blocks" };
                     extra.push_str(&format!(", {} {blocks} repaired", report.repaired));
                 }
+                if let Some(m) = memory {
+                    extra.push_str(&format!(
+                        ", started from path memory ({:.0} Mbit/s, {} old)",
+                        m.rate_bps as f64 / 1e6,
+                        age_words(m.age)
+                    ));
+                }
                 match streams {
                     Some(n) if n > 0 => extra.push_str(&format!(
                         ", over TCP ({n} stream{} carried data)",
@@ -208,6 +221,15 @@ impl Show {
                 ));
             }
         }
+    }
+}
+
+/// An age as a person says it: seconds, minutes or hours.
+fn age_words(age: std::time::Duration) -> String {
+    match age.as_secs() {
+        s if s < 120 => format!("{s} s"),
+        s if s < 2 * 3600 => format!("{} min", s / 60),
+        s => format!("{} h", s / 3600),
     }
 }
 

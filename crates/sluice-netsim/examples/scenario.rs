@@ -12,7 +12,8 @@
 //! transfer's rate budget) [coupled], `--stagger-ms` [0], `--cc udt|fixed|adaptive` [adaptive], `--fixed-rate-mbit`
 //! [0], `--seed` [1], `--queue-bdp` [1], `--jitter-ms` [0], `--reorder-pct` [0],
 //! `--duplicate-pct` [0], `--corrupt-pct` [0], `--blackout START_S:LEN_S`, `--deadline-s` [600],
-//! `--trace-ms N` (include a rate trace) [off], `--packet-size` [1452], `--fairness-window FROM_S:TO_S`
+//! `--trace-ms N` (include a rate trace) [off], `--packet-size` [1452], `--start-mbit R` (path memory:
+//! start from a remembered delivery rate of R Mbit/s) [first contact], `--fairness-window FROM_S:TO_S`
 //! (Jain's index over the transfers' delivery in this window) [whole transfers].
 //! Timing noise (all off by default): `--jitter-reorders` (let `--jitter-ms` reorder),
 //! `--release-granularity-us G` (data handed to the receiver at wakes every G us),
@@ -86,6 +87,7 @@ fn parse(args: &[String]) -> Result<Scenario, String> {
             "--ack-compression-us" => s.ack_compression_us = num(value()?)? as u64,
             "--sleep-overshoot-us" => s.sleep_overshoot_us = num(value()?)? as u64,
             "--max-burst-pkts" => s.max_burst_pkts = num(value()?)? as u32,
+            "--start-mbit" => s.start_mbit = num(value()?)?,
             "--packet-size" => s.packet_size = num(value()?)? as usize,
             other => return Err(format!("unknown option {other}")),
         }

@@ -91,6 +91,9 @@ pub struct Scenario {
     /// the real driver, whose sleeps overshoot, uses 256 (`REAL_TIME_BURST_PKTS` in the `sluice`
     /// crate), which the scenarios with [`Scenario::sleep_overshoot_us`] should use too.
     pub max_burst_pkts: u32,
+    /// Path memory: every transfer starts from this remembered delivery rate in Mbit/s
+    /// ([`ChannelConfig::start_rate_bps`]); 0 = first contact.
+    pub start_mbit: f64,
     /// Simulated time limit in seconds.
     pub deadline_s: f64,
     /// Trace sampling period in ms (0: no trace).
@@ -133,6 +136,7 @@ impl Default for Scenario {
             ack_compression_us: 0,
             sleep_overshoot_us: 0,
             max_burst_pkts: ChannelConfig::default().max_burst_pkts,
+            start_mbit: 0.0,
             deadline_s: 600.0,
             sample_ms: 0,
             packet_size: 1452,
@@ -319,6 +323,7 @@ impl Scenario {
             initial_dsn: ((self.seed.wrapping_mul(0x9E37_79B9) >> 8) as u32 ^ flow as u32)
                 & sluice_proto::seq::Seq31::MAX,
             max_burst_pkts: self.max_burst_pkts,
+            start_rate_bps: (self.start_mbit * 1e6) as u64,
             ..ChannelConfig::default()
         }
     }

@@ -156,6 +156,55 @@ fn adaptive_two_flows_fair_with_bounded_queue() {
     assert!(p99_ms <= 30.0, "99th percentile queuing delay {p99_ms} ms above 30 ms");
 }
 
+/// Path memory (issue 25, item 3): 128 MiB at `rtt_ms`, 1 % loss, from a remembered delivery
+/// rate of `start_mbit` (0: first contact), with the receive path releasing packets every
+/// `granularity_us`.
+fn remembered(rtt_ms: f64, start_mbit: f64, granularity_us: u64) -> ScenarioResult {
+    let s = Scenario {
+        rtt_ms,
+        loss_pct: 1.0,
+        size_mib: 128.0,
+        start_mbit,
+        release_granularity_us: granularity_us,
+        seed: 7,
+        ..Scenario::default()
+    };
+    run_delivered(
+        &format!("memory_{rtt_ms}ms_start_{start_mbit}mbit_release_{granularity_us}us"),
+        s,
+    )
+}
+
+/// Started from what the path delivered last time, 128 MiB takes at least a round trip less
+/// than on first contact, precise receive clock or not, without a queue beyond the target.
+#[test]
+fn path_memory_saves_the_ramp() {
+    for (rtt_ms, granularity_us) in [(100.0, 0), (300.0, 0), (300.0, 200)] {
+        let first = remembered(rtt_ms, 0.0, granularity_us);
+        let again = remembered(rtt_ms, 960.0, granularity_us);
+        let saved_s = first.sim_seconds - again.sim_seconds;
+        assert!(saved_s >= rtt_ms / 1e3, "{rtt_ms} ms: saved {saved_s:.3} s");
+        let [_, p99_ms, _] = again.queue_delay_ms;
+        assert!(p99_ms <= 10.0, "{rtt_ms} ms: queue p99 {p99_ms} ms");
+    }
+}
+
+/// A remembered rate that is wrong either way (the path has less now, or more) costs at most
+/// a little against first contact.
+#[test]
+fn path_memory_that_is_wrong_is_corrected_within_round_trips() {
+    let first = remembered(100.0, 0.0, 0);
+    for start_mbit in [1800.0, 300.0] {
+        let wrong = remembered(100.0, start_mbit, 0);
+        assert!(
+            wrong.sim_seconds <= first.sim_seconds + 0.1,
+            "from {start_mbit} Mbit/s: {:.3} s against {:.3} s on first contact",
+            wrong.sim_seconds,
+            first.sim_seconds
+        );
+    }
+}
+
 #[test]
 fn udt_utilization_100ms_no_loss() {
     let s = Scenario { cc: CcKind::Udt, size_mib: 2048.0, seed: 21, ..Scenario::default() };

@@ -36,6 +36,11 @@ pub struct ChannelConfig {
     /// After a late wake-up the pacer may catch up by this many packets at once. A simulator
     /// wakes exactly on time and needs 1; a real thread woken late needs a few.
     pub max_burst_pkts: u32,
+    /// What the path delivered to an earlier transfer (path memory, bits per second of UDP
+    /// payload), 0 for none: `adaptive` and `low` start near it instead of probing up from a
+    /// few packets, and startup's exits check it within a round trip (see "Path memory" in
+    /// `cc/adaptive.md`). A sender's setting only.
+    pub start_rate_bps: u64,
 }
 
 impl Default for ChannelConfig {
@@ -54,6 +59,7 @@ impl Default for ChannelConfig {
             aead: Algorithm::Aes256Gcm,
             seed: 0,
             max_burst_pkts: 1,
+            start_rate_bps: 0,
         }
     }
 }

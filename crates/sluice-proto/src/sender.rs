@@ -328,6 +328,12 @@ impl Sender {
         self.rtt.rtt_us()
     }
 
+    /// The least RTT of the recent samples (the path's propagation delay, as far as the
+    /// sender knows), `None` before the first.
+    pub fn min_rtt_us(&self) -> Option<u64> {
+        self.rtt_floor.min_rtt_us()
+    }
+
     /// The forward queuing delay the receiver last reported.
     pub fn queue_delay_us(&self) -> u32 {
         self.queue_delay_us

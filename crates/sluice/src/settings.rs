@@ -50,6 +50,9 @@ pub struct Prefs {
     pub packet_size: Option<usize>,
     /// Transport: auto, udp or tcp.
     pub transport: Option<String>,
+    /// Whether uploads start from what the path delivered last time (`false` is
+    /// `--no-path-memory`).
+    pub path_memory: Option<bool>,
 }
 
 impl Prefs {
@@ -67,6 +70,7 @@ impl Prefs {
             policy: self.policy.or_else(|| base.policy.clone()),
             packet_size: self.packet_size.or(base.packet_size),
             transport: self.transport.or_else(|| base.transport.clone()),
+            path_memory: self.path_memory.or(base.path_memory),
         }
     }
 }
@@ -148,6 +152,8 @@ pub struct ServerFile {
     pub web_key: Option<PathBuf>,
     /// `--tcp` (`on` or `off`).
     pub tcp: Option<String>,
+    /// `false` is `--no-path-memory`.
+    pub path_memory: Option<bool>,
 }
 
 impl ServerFile {

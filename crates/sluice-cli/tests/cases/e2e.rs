@@ -257,7 +257,15 @@ mod events {
         pub blake3: Option<String>,
         pub transport: String,
         pub streams: Option<u32>,
+        pub path_memory: Option<PathMemory>,
         pub would_copy: Option<Vec<String>>,
+    }
+
+    #[derive(Deserialize, Debug, Clone, Copy, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct PathMemory {
+        pub rate_bps: u64,
+        pub age_s: u64,
     }
 
     #[derive(Deserialize, Debug)]
@@ -277,6 +285,61 @@ mod events {
             })
             .collect()
     }
+}
+
+#[test]
+fn an_upload_starts_from_what_the_path_delivered_last_time_unless_told_not_to() {
+    use events::Event;
+    let server = ServerProc::start();
+    let client = ClientEnv::new();
+    let src = client.dir.path().join("m.bin");
+    println!("e2e path memory: seed=91");
+    random_file(&src, 64 << 20, 91);
+    let memory = client.dir.path().join(".cache/sluice/paths.json");
+    let upload = |extra: &[&str]| {
+        let mut flags = vec!["--accept-new-host", "--json", "--overwrite", "always"];
+        flags.extend_from_slice(extra);
+        let o = client.cp(&server, Some(TOKEN), &flags, src.to_str().unwrap(), "127.0.0.1:m.bin");
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let events = events::parse(&o.stdout);
+        let Some(Event::Summary(summary)) = events.last() else { panic!("{events:?}") };
+        summary.path_memory
+    };
+    // First contact: nothing to start from; what the path delivered is kept.
+    assert_eq!(upload(&[]), None);
+    if TRANSPORT == "tcp" {
+        // TCP streams run the kernel's congestion control: nothing to keep or start from.
+        assert_eq!(upload(&[]), None);
+        assert!(!memory.exists());
+        return;
+    }
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&memory).expect("the cache file")).unwrap();
+    let records = kept.as_object().unwrap();
+    assert_eq!(records.len(), 1, "{kept}");
+    let (key, record) = records.iter().next().unwrap();
+    assert!(key.starts_with("SHA256:") && key.ends_with("from 127.0.0.1"), "{key}");
+    let rate_bps = record["rate_bps"].as_u64().unwrap();
+    assert!(rate_bps > 0 && record["min_rtt_us"].as_u64().unwrap() > 0, "{record}");
+    // The next upload starts from it, and says so.
+    let used = upload(&[]).expect("the second upload started from path memory");
+    assert_eq!(used.rate_bps, rate_bps);
+    assert!(used.age_s < 600, "{used:?}");
+    // The flag, and the config file's key, turn it off.
+    assert_eq!(upload(&["--no-path-memory"]), None);
+    let config = client.dir.path().join("sluice.toml");
+    std::fs::write(&config, "[defaults]\npath_memory = false\n").unwrap();
+    let o = client
+        .cmd(&server, Some(TOKEN))
+        .env("SLUICE_CONFIG", &config)
+        .args(["--accept-new-host", "--json", "--overwrite", "always"])
+        .args([src.to_str().unwrap(), "127.0.0.1:m.bin"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let Some(Event::Summary(summary)) = events::parse(&o.stdout).pop() else { panic!() };
+    assert_eq!(summary.path_memory, None);
+    assert_eq!(std::fs::read(server.root.join("m.bin")).unwrap(), std::fs::read(&src).unwrap());
 }
 
 #[test]
@@ -325,6 +388,8 @@ fn json_lines_follow_their_schema() {
         "tcp" => assert!(summary.streams.is_some_and(|n| (1..=16).contains(&n)), "{summary:?}"),
         _ => assert_eq!(summary.streams, None, "{summary:?}"),
     }
+    // A download's start is the server's (its log says when it used path memory).
+    assert_eq!(summary.path_memory, None, "{summary:?}");
     let progress: Vec<_> = events
         .iter()
         .filter_map(|e| if let Event::Progress(p) = e { Some(p) } else { None })

@@ -35,10 +35,11 @@ pub fn isolate(c: &mut Command, dir: &Path) {
         "SLUICE_TRANSPORT",
         "SLUICE_SSH",
         "SLUICE_REMOTE_SLUICE",
+        "SLUICE_NO_PATH_MEMORY",
     ] {
         c.env_remove(var);
     }
-    c.env("XDG_CONFIG_HOME", dir).env("HOME", dir);
+    c.env("XDG_CONFIG_HOME", dir).env("HOME", dir).env("XDG_CACHE_HOME", dir.join(".cache"));
 }
 
 /// Writes `size` bytes of seeded random data to `path`.

@@ -31,6 +31,12 @@ const STARTUP_DRAIN_RTTS: f64 = 5.0;
 const OVERSHOT: f64 = 1.1;
 /// Once the packet pairs have measured the link, startup resumes from at least this share of it.
 const STARTUP_FLOOR_OF_CAPACITY: f64 = 0.25;
+/// A start from path memory ([`Adaptive::start_from`]) counts as confirmed once the delivery
+/// rate reaches this share of the rate.
+const MEMORY_CONFIRMED: f64 = 0.8;
+/// A start from path memory not confirmed within this many round trips (RTT + SYN), plus a
+/// delivery window, from the first report was wrong about the path.
+const MEMORY_CHECK_RTTS: f64 = 2.0;
 /// A capacity estimate at or above this is the receiver's clock resolution, not a measured link
 /// ([`UNRESOLVED_PPS`]): startup does not jump to a share of it.
 const UNRESOLVED_CAPACITY_PPS: f64 = UNRESOLVED_PPS as f64;
@@ -154,6 +160,18 @@ pub struct Adaptive {
     /// The rate the pacer uses: the controller's rate, capped by the delivered rate times the
     /// probe cycle's gain (see [`Adaptive::pace`]).
     pace_pps: f64,
+    /// A start from path memory that the delivery has not confirmed yet: startup holds its
+    /// rate until then (see [`Adaptive::start_from`]).
+    memory: Option<MemoryStart>,
+    /// The delivered rate once settled in steady state (what path memory keeps).
+    path_pps: f64,
+}
+
+/// A start from path memory being checked.
+#[derive(Debug, Clone, Copy)]
+struct MemoryStart {
+    /// The first report's time (the check's deadline counts from there), once it came.
+    first_report_us: Option<u64>,
 }
 
 /// A rate to come back to once the queue has drained (see [`Adaptive::decrease`] and
@@ -272,7 +290,53 @@ impl Adaptive {
             link_max: RecentMax::new(),
             distrust_until_us: 0,
             pace_pps: (16.0 * 1e6 / rtt_us).max(MIN_RATE_PPS),
+            memory: None,
+            path_pps: 0.0,
         }
+    }
+
+    /// Starts at [`RESTORE`] of `delivered_pps`, what the path delivered to an earlier transfer
+    /// (path memory), instead of probing up from a few packets. Startup holds that rate until
+    /// the delivery rate confirms it ([`MEMORY_CONFIRMED`] of it), and then ends there, as at
+    /// the capacity: steady state's probes look for more. A queue above the target first ends
+    /// startup as congested (the path carries less now, or others share it); no confirmation
+    /// within [`MEMORY_CHECK_RTTS`] round trips ends it the same way, down to what was
+    /// delivered.
+    pub fn start_from(&mut self, delivered_pps: f64) {
+        if delivered_pps.is_finite() && delivered_pps > 0.0 {
+            self.rate_pps = (delivered_pps * RESTORE).max(MIN_RATE_PPS);
+            self.pace_pps = self.rate_pps;
+            self.memory = Some(MemoryStart { first_report_us: None });
+        }
+    }
+
+    /// Whether startup holds a rate from path memory that the delivery has not confirmed yet;
+    /// ends the hold, confirmed or timed out, as the report `ack` says.
+    fn memory_holds(&mut self, ack: &AckSignal) -> bool {
+        let Some(memory) = self.memory.as_mut() else { return false };
+        let first_us = *memory.first_report_us.get_or_insert(ack.now_us);
+        if f64::from(ack.delivery_rate_pps) >= MEMORY_CONFIRMED * self.rate_pps {
+            self.memory = None;
+            // Confirmed. Where the capacity reads well above it (the path had less to give
+            // last time), startup goes on to the capacity; else it ends here.
+            let resolved = self.capacity_pps > 0.0 && self.capacity_pps < UNRESOLVED_CAPACITY_PPS;
+            if !(resolved && self.rate_pps < MEMORY_CONFIRMED * self.capacity_pps) {
+                self.leave_startup(ack.now_us, false);
+            }
+            return false;
+        }
+        let check_us = MEMORY_CHECK_RTTS * (self.rtt_us + SYN) + DELIVERY_WINDOW_US as f64;
+        if ack.now_us as f64 >= first_us as f64 + check_us {
+            self.memory = None;
+            self.leave_startup(ack.now_us, true);
+            return false;
+        }
+        true
+    }
+
+    /// Whether startup was started from path memory and is still checking it.
+    pub fn checking_memory(&self) -> bool {
+        self.memory.is_some()
     }
 
     /// The `low` policy: the same controller with a queuing-delay target a quarter of the fair
@@ -593,8 +657,11 @@ impl CongestionControl for Adaptive {
                 }
                 let at_capacity = self.startup_capacity_hits >= 2;
                 if congested || at_capacity {
+                    self.memory = None;
                     self.leave_startup(ack.now_us, congested);
-                } else if self.startup_capacity_hits == 0 {
+                } else if self.memory_holds(ack) {
+                    // Held at the remembered rate until the delivery says.
+                } else if self.in_startup() && self.startup_capacity_hits == 0 {
                     let growth = 2f64.powf(dt_us.min(4.0 * SYN) / self.rtt_us.max(2.0 * SYN));
                     let floor = if self.capacity_pps < UNRESOLVED_CAPACITY_PPS {
                         self.capacity_pps * STARTUP_FLOOR_OF_CAPACITY
@@ -644,6 +711,12 @@ impl CongestionControl for Adaptive {
             }
         }
         self.pace(ack.now_us);
+        let settling_us = self.rtt_us + SYN + DELIVERY_WINDOW_US as f64;
+        if self.phase == Phase::Steady
+            && ack.now_us as f64 >= self.steady_since_us as f64 + settling_us
+        {
+            self.path_pps = self.delivered.get(ack.now_us);
+        }
     }
 
     fn on_loss(&mut self, loss: &LossSignal) {
@@ -656,7 +729,10 @@ impl CongestionControl for Adaptive {
         };
         if queue_us > self.target_queue_delay_us() / 2.0 {
             match self.phase {
-                Phase::Startup => self.leave_startup(loss.now_us, true),
+                Phase::Startup => {
+                    self.memory = None;
+                    self.leave_startup(loss.now_us, true);
+                }
                 Phase::Steady => self.decrease(loss.now_us),
             }
             self.pace(loss.now_us);
@@ -671,6 +747,7 @@ impl CongestionControl for Adaptive {
         self.startup_delivery_pps = 0.0;
         self.startup_capacity_hits = 0;
         self.restore = None;
+        self.memory = None;
         self.pace(now_us);
     }
 
@@ -695,6 +772,10 @@ impl CongestionControl for Adaptive {
     fn wants_trains(&self) -> bool {
         let resolved = self.capacity_pps > 0.0 && self.capacity_pps < UNRESOLVED_CAPACITY_PPS;
         self.in_startup() && !(resolved && self.rate_pps >= self.capacity_pps / 2.0)
+    }
+
+    fn path_rate_pps(&self) -> f64 {
+        self.path_pps
     }
 
     fn name(&self) -> &'static str {
@@ -733,6 +814,72 @@ mod tests {
             cc.on_ack(&AckSignal { delivery_rate_pps: delivery_pps, ..ack(now, 0, 0) });
         }
         now
+    }
+
+    /// A report at `now_us` with no queue or capacity reading and `delivery_pps` delivered.
+    fn delivered(now_us: u64, delivery_pps: u32, capacity_pps: u32) -> AckSignal {
+        AckSignal { delivery_rate_pps: delivery_pps, ..ack(now_us, 0, capacity_pps) }
+    }
+
+    #[test]
+    fn a_start_from_memory_holds_until_the_delivery_confirms_it_then_ends_startup() {
+        let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
+        cc.start_from(80_000.0);
+        assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+        // The first round trip's reports read the ramp of the delivery: the rate holds.
+        for (i, pps) in [5_000, 30_000, 55_000].into_iter().enumerate() {
+            cc.on_ack(&delivered(10_000 * (i as u64 + 1), pps, 0));
+            assert!(cc.in_startup() && cc.checking_memory());
+            assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+        }
+        // Delivered: startup ends at that rate, for steady state's probes to go further.
+        cc.on_ack(&delivered(40_000, 70_000, 0));
+        assert!(!cc.in_startup() && !cc.checking_memory());
+        assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+    }
+
+    #[test]
+    fn a_start_from_memory_below_the_capacity_goes_on_to_the_capacity() {
+        // Last time the path had 40,000 pkt/s to give; a train reads 80,000 now.
+        let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
+        cc.start_from(40_000.0);
+        cc.on_ack(&delivered(10_000, 37_000, 80_000));
+        assert!(cc.in_startup() && !cc.checking_memory());
+        let mut now = 10_000;
+        while cc.in_startup() {
+            now += 10_000;
+            cc.on_ack(&delivered(now, 37_000, 80_000));
+        }
+        assert!(now < 400_000, "{now} us to reach the capacity");
+        assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+    }
+
+    #[test]
+    fn a_start_from_memory_into_a_queue_ends_startup_as_congestion() {
+        // Others share the path now: the queue grows past the target within the round trip.
+        let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
+        cc.start_from(80_000.0);
+        cc.on_ack(&delivered(10_000, 20_000, 0));
+        cc.on_ack(&AckSignal { delivery_rate_pps: 40_000, ..ack(20_000, 25_000, 0) });
+        assert!(!cc.in_startup() && !cc.checking_memory());
+        assert!(cc.rate_pps() <= 40_000.0 * DRAIN + 1.0, "{}", cc.rate_pps());
+    }
+
+    #[test]
+    fn a_start_from_memory_never_confirmed_falls_back_to_what_was_delivered() {
+        // No queue (the receiver, not the path, is slower now) and never the remembered rate.
+        let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
+        cc.start_from(80_000.0);
+        let mut now = 0;
+        while cc.in_startup() {
+            now += 10_000;
+            cc.on_ack(&delivered(now, 30_000, 0));
+            assert!(now < 1_000_000, "still checking after {now} us");
+        }
+        // Two round trips and a delivery window from the first report.
+        let check_us = (MEMORY_CHECK_RTTS * (100_000.0 + SYN)) as u64 + DELIVERY_WINDOW_US;
+        assert!(now >= 10_000 + check_us && now <= 20_000 + check_us, "{now}");
+        assert!(cc.rate_pps() <= 30_000.0 * DRAIN + 1.0, "{}", cc.rate_pps());
     }
 
     #[test]

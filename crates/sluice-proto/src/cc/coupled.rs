@@ -202,6 +202,12 @@ impl CouplingGroup {
         self.channels
     }
 
+    /// What the path was seen to deliver to the whole group, in packets per second (the
+    /// group controller's [`CongestionControl::path_rate_pps`]; 0 before it settled).
+    pub fn path_rate_pps(&self) -> f64 {
+        self.lock().cc.path_rate_pps()
+    }
+
     /// The channel whose feedback drives the group controller.
     pub fn pilot(&self) -> usize {
         self.pilot.load(Relaxed)
@@ -416,6 +422,10 @@ impl CongestionControl for Member {
         if self.group.sharing.load(Relaxed) > 1 {
             self.group.train_hold_until_us.store(now_us + TRAIN_HOLD_US, Relaxed);
         }
+    }
+
+    fn path_rate_pps(&self) -> f64 {
+        self.group.path_rate_pps()
     }
 
     fn name(&self) -> &'static str {

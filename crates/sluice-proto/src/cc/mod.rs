@@ -155,6 +155,12 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     }
     /// The sender began a packet train at `now_us`.
     fn on_train(&mut self, _now_us: u64) {}
+    /// What the path was seen to deliver, in packets per second, once the controller has a
+    /// settled reading of it (0 before, and for controllers that do not measure it): what path
+    /// memory keeps for the next transfer ([`crate::config::ChannelConfig::start_rate_bps`]).
+    fn path_rate_pps(&self) -> f64 {
+        0.0
+    }
     /// Short name for traces.
     fn name(&self) -> &'static str;
 }
@@ -179,15 +185,19 @@ pub fn build(config: &ChannelConfig) -> Box<dyn CongestionControl> {
             config.rate_bps as f64 / packet_bits,
             config.max_flight_pkts,
         )),
-        CcKind::Adaptive => Box::new(adaptive::Adaptive::new(
-            config.packet_size,
-            config.max_flight_pkts,
-            config.initial_rtt_us,
-        )),
-        CcKind::Low => Box::new(adaptive::Adaptive::scavenger(
-            config.packet_size,
-            config.max_flight_pkts,
-            config.initial_rtt_us,
-        )),
+        CcKind::Adaptive | CcKind::Low => {
+            let (mss, window, rtt) =
+                (config.packet_size, config.max_flight_pkts, config.initial_rtt_us);
+            let mut cc = match config.cc {
+                CcKind::Low => adaptive::Adaptive::scavenger(mss, window, rtt),
+                _ => adaptive::Adaptive::new(mss, window, rtt),
+            };
+            // A scavenger does not start at a rate remembered from an idle path: it would take
+            // a round trip of the link from whoever uses it now.
+            if config.start_rate_bps > 0 && config.cc == CcKind::Adaptive {
+                cc.start_from(config.start_rate_bps as f64 / packet_bits);
+            }
+            Box::new(cc)
+        }
     }
 }

@@ -152,6 +152,26 @@ pub struct ChannelReport {
     /// What the user should set when the kernel held socket buffers below what the path needs
     /// (TCP streams only, [`tcp`]); said once per transfer.
     pub buffer_notice: Option<String>,
+    /// The least RTT a sending channel measured (sender over UDP only).
+    pub min_rtt_us: Option<u64>,
+    /// Data packets reported lost for the first time (sender over UDP only).
+    pub lost_pkts: u64,
+    /// What the path was seen to deliver, bits per second of UDP payload, once the sending
+    /// controller settled on it (what path memory keeps; sender over UDP only).
+    pub path_rate_bps: Option<u64>,
+    /// The transfer started from path memory: what the path delivered before, and how long
+    /// ago (sender over UDP only; `crate::session::path_memory`).
+    pub memory_start: Option<MemoryStart>,
+}
+
+/// A sending start from path memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryStart {
+    /// The remembered delivery rate, bits per second of UDP payload (the start is
+    /// `sluice_proto`'s share of it).
+    pub rate_bps: u64,
+    /// The record's age.
+    pub age: std::time::Duration,
 }
 
 /// What a finished receive did.
@@ -273,6 +293,7 @@ pub fn send(
         return Ok(ChannelReport::default());
     }
     validate(&channels)?;
+    let packet_bits = channels[0].config.packet_size as f64 * 8.0;
     let ctx = send::SendShared {
         store,
         end: ranges.iter().map(|r| r.end).max().unwrap_or(0),
@@ -287,6 +308,8 @@ pub fn send(
         transfer::supervise(channels, &ctx.shared, cancel, &now, progress, &mut |_| {}, &run);
     let mut report = transfer::verdict(ends, ctx.plan.done(), &ctx.shared, cancel)?;
     report.bytes = ctx.plan.acked_bytes();
+    let path_pps = ctx.group.path_rate_pps();
+    report.path_rate_bps = (path_pps > 0.0).then_some((path_pps * packet_bits) as u64);
     Ok(report)
 }
 

@@ -152,7 +152,7 @@ pub(super) fn channel(
         lost_channels: 0,
         // Counted over the channels by the verdict.
         carrying: 0,
-        buffer_notice: None,
+        ..ChannelReport::default()
     });
     ChannelEnd { report: report.unwrap_or_default(), result }
 }

@@ -83,14 +83,18 @@ pub(super) fn channel(
         let result = run.drive(ctx, &mut taken, idle_secs);
         // What the last ACK acknowledged is done, whatever ended the loop.
         taken.credit(sender.stats().acked_bytes, &ctx.plan, &mut |_| {});
-        stats = Some(sender.stats().clone());
+        stats = Some((sender.stats().clone(), sender.min_rtt_us()));
         result
     })();
     ctx.group.set_active(index, false);
     if result.is_err() {
         ctx.plan.give_back(taken.unacked());
     }
-    let report = stats.map(|s| ChannelReport {
+    let report = stats.map(|(s, min_rtt_us)| ChannelReport {
+        min_rtt_us,
+        lost_pkts: s.lost_pkts,
+        path_rate_bps: None,
+        memory_start: None,
         bytes: s.acked_bytes,
         payload_bytes: s.acked_bytes,
         seconds: start.elapsed().as_secs_f64(),

@@ -137,6 +137,11 @@ pub(super) fn verdict(
         sum.retransmitted_pkts += end.report.retransmitted_pkts;
         sum.rejected_pkts += end.report.rejected_pkts;
         sum.buffer_notice = sum.buffer_notice.or(end.report.buffer_notice);
+        sum.min_rtt_us = match (sum.min_rtt_us, end.report.min_rtt_us) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        sum.lost_pkts += end.report.lost_pkts;
         sum.channels += 1;
         sum.carrying += u32::from(end.report.data_pkts > 0);
         if let Err(e) = end.result {

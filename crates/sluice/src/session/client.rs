@@ -36,6 +36,7 @@ use super::messages::{
     read_message, write_message,
 };
 use super::observe::{CopyObserver, OnProgress, Watched};
+use super::path_memory::PathMemory;
 use super::retry::{Backoff, BusyRetry};
 use super::streams::Opener;
 use super::transport::{self, Connected, Transport, TransportChoice};
@@ -89,6 +90,9 @@ pub struct ClientConfig {
     /// The transport: `auto` (the default) races the QUIC handshakes over UDP and over TCP,
     /// UDP preferred ([`TransportChoice`]).
     pub transport: TransportChoice,
+    /// Where uploads keep what each path delivered, to start the next near it
+    /// ([`crate::session::path_memory`]); `None` (the default) starts every upload afresh.
+    pub path_memory: Option<PathBuf>,
 }
 
 impl ClientConfig {
@@ -113,6 +117,7 @@ impl ClientConfig {
             identity: None,
             grant: None,
             transport: TransportChoice::Auto,
+            path_memory: None,
         }
     }
 }
@@ -187,6 +192,7 @@ pub struct Client {
     fault: Option<Fault>,
     fingerprint: Fingerprint,
     host_decision: HostDecision,
+    memory: Option<Arc<PathMemory>>,
 }
 
 impl Client {
@@ -280,6 +286,7 @@ impl Client {
             fault: config.fault,
             fingerprint,
             host_decision,
+            memory: config.path_memory.map(|file| Arc::new(PathMemory::at(file))),
         })
     }
 
@@ -564,7 +571,11 @@ impl Client {
             dry_run: options.dry_run,
             early: None,
         };
-        let channels = Channels { setup: self.setup(req.id, welcomed), fault: self.fault };
+        let channels = Channels {
+            setup: self.setup(req.id, welcomed),
+            fault: self.fault,
+            memory: self.memory.clone(),
+        };
         let machine = match early.is_some() {
             true => Receiving::new_early(Instant::now(), Timeouts::default(), true),
             false => Receiving::new(Instant::now(), Timeouts::default()),
@@ -696,7 +707,11 @@ impl Client {
             let machine =
                 Sending::new_early(Instant::now(), &outgoing.entries, Timeouts::default(), ports);
             observer.channels(offered.negotiated.channels);
-            let channels = Channels { setup: self.setup(req.id, offered), fault: self.fault };
+            let channels = Channels {
+                setup: self.setup(req.id, offered),
+                fault: self.fault,
+                memory: self.memory.clone(),
+            };
             let sent = match req.write(&put).await {
                 Ok(()) => {
                     let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
@@ -731,7 +746,11 @@ impl Client {
             };
             let welcomed = self.opened(sent).await?;
             observer.channels(welcomed.negotiated.channels);
-            let channels = Channels { setup: self.setup(req.id, welcomed), fault: self.fault };
+            let channels = Channels {
+                setup: self.setup(req.id, welcomed),
+                fault: self.fault,
+                memory: self.memory.clone(),
+            };
             let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
             let sent =
                 run_sending(machine, &mut wire, &channels, &outgoing, compress, Some(observer))

@@ -125,6 +125,7 @@ mod manifest_io;
 pub mod messages;
 mod metrics;
 mod observe;
+pub mod path_memory;
 pub mod relay;
 mod retry;
 pub mod server;

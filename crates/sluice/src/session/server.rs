@@ -31,7 +31,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-pub(crate) use super::access::resolve;
+use super::access::resolve;
 use super::access::{Access, Gate, open_error, server_place, token_place};
 use super::channel::{
     ChannelSetup, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, blocking, control_transport,
@@ -49,6 +49,7 @@ use super::messages::{
 };
 use super::metrics::Metrics;
 use super::observe::NoObserver;
+pub(crate) use super::path_memory::PathMemory;
 use super::relay::collect::Collections;
 use super::relay::spool::{Spool, SpoolConfig, TransferId};
 use super::streams::{Door, Opener};
@@ -156,6 +157,9 @@ pub struct ServerConfig {
     /// A relay's spool: when set, the server keeps sealed blocks for collectors
     /// (`docs/relay.md`).
     pub spool: Option<SpoolConfig>,
+    /// Whether downloads keep what each path delivered, in the state directory, to start the
+    /// next near it ([`crate::session::path_memory`]; a one-shot server keeps none).
+    pub path_memory: bool,
 }
 
 /// Who a server is and whom it admits.
@@ -203,6 +207,9 @@ impl Credentials {
     }
 }
 
+/// The file of path memory in a server's state directory.
+const PATH_MEMORY_FILE: &str = "paths.json";
+
 /// What every session task needs.
 struct Shared {
     root: PathBuf,
@@ -249,6 +256,8 @@ struct Shared {
     spool: Option<Arc<Spool>>,
     /// Relayed uploads being collected here.
     collections: Arc<Collections>,
+    /// What paths delivered to downloads ([`ServerConfig::path_memory`]).
+    memory: Option<Arc<PathMemory>>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -330,6 +339,9 @@ impl Server {
         let jobs = Jobs::new(state_dir, Arc::new(identity), channel.clone(), transfers.clone());
         let door = tcp.as_ref().map(|(_, port)| port.door.clone()).unwrap_or_default();
         let spool = config.spool.as_ref().map(Spool::open).transpose()?;
+        let memory = state_dir
+            .filter(|_| config.path_memory)
+            .map(|dir| Arc::new(PathMemory::at(dir.join(PATH_MEMORY_FILE))));
         Ok(Server {
             endpoint,
             tcp,
@@ -355,6 +367,7 @@ impl Server {
                 jobs: Arc::new(jobs),
                 spool,
                 collections: Arc::default(),
+                memory,
             }),
             fingerprint,
             local_addr,
@@ -1109,7 +1122,11 @@ impl<'a> RequestCtx<'a> {
     }
 
     fn channels(&self) -> Channels<'a> {
-        Channels { setup: self.setup(), fault: self.shared.fault }
+        Channels {
+            setup: self.setup(),
+            fault: self.shared.fault,
+            memory: self.shared.memory.clone(),
+        }
     }
 
     fn timeouts(&self) -> Timeouts {

@@ -59,6 +59,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         third_party: Default::default(),
         tcp: true,
         spool: None,
+        path_memory: false,
     }
 }
 

@@ -8,8 +8,18 @@ use std::sync::atomic::AtomicBool;
 
 use sluice_session::arrivals::Arrivals;
 
-use crate::datapath::{self, ChannelParams, ChannelReport, DataError, Progress, ReceivedExtents};
+use crate::datapath::{
+    self, ChannelParams, ChannelReport, DataError, MemoryStart, Progress, ReceivedExtents,
+};
+use crate::session::path_memory::PathMemory;
 use crate::session::streams::StreamsPlan;
+
+/// Path memory for one sending phase: the store, the path's key and the session's RTT now.
+pub(crate) struct PathRecall {
+    pub(crate) memory: std::sync::Arc<PathMemory>,
+    pub(crate) key: String,
+    pub(crate) rtt: std::time::Duration,
+}
 
 /// A phase's data path, ready to run on its thread.
 pub(crate) enum DataPlan {
@@ -20,18 +30,41 @@ pub(crate) enum DataPlan {
 }
 
 impl DataPlan {
-    /// Sends `ranges` of `store`: [`datapath::send`]'s contract.
+    /// Sends `ranges` of `store`: [`datapath::send`]'s contract. Over UDP, with `recall`, the
+    /// channels start from what the path delivered last time, and what they measure is kept
+    /// for the next (file I/O: this runs on the data's thread).
     pub(crate) fn send(
         self,
         store: &dyn datapath::Store,
         ranges: &[Range<u64>],
         compress: Option<i32>,
+        recall: Option<PathRecall>,
         progress: &mut dyn FnMut(Progress),
         cancel: &AtomicBool,
     ) -> Result<ChannelReport, DataError> {
         match self {
-            DataPlan::Channels(params) => {
-                datapath::send(params, store, ranges, compress, progress, cancel)
+            DataPlan::Channels(mut params) => {
+                let now = std::time::SystemTime::now();
+                let recalled = recall.as_ref().and_then(|r| r.memory.recall(&r.key, r.rtt, now));
+                if let Some(recalled) = recalled {
+                    tracing::info!(
+                        rate_mbit = recalled.record.rate_bps / 1_000_000,
+                        age_s = recalled.age.as_secs(),
+                        "starting from path memory"
+                    );
+                    for channel in &mut params {
+                        channel.config.start_rate_bps = recalled.record.rate_bps;
+                    }
+                }
+                let mut report = datapath::send(params, store, ranges, compress, progress, cancel)?;
+                report.memory_start =
+                    recalled.map(|r| MemoryStart { rate_bps: r.record.rate_bps, age: r.age });
+                if let Some(recall) = &recall
+                    && let Some(kept) = recall.memory.remember(&recall.key, &report, now)
+                {
+                    tracing::debug!(key = recall.key, ?kept, "path memory kept");
+                }
+                Ok(report)
             }
             DataPlan::Streams(plan) => {
                 let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();

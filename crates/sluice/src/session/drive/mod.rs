@@ -102,6 +102,8 @@ pub(crate) struct Channels<'a> {
     pub(crate) setup: ChannelSetup<'a>,
     /// For tests of repair: a fault in this end's data path.
     pub(crate) fault: Option<TestFault>,
+    /// Where this end keeps what paths delivered to its sending (`None`: path memory off).
+    pub(crate) memory: Option<std::sync::Arc<crate::session::path_memory::PathMemory>>,
 }
 
 impl Channels<'_> {
@@ -111,6 +113,31 @@ impl Channels<'_> {
             Role::Client => Peer::Server,
             Role::Server => Peer::Client,
         }
+    }
+
+    /// Path memory for a sending phase over UDP: the path is the peer's certificate (its
+    /// address when it shows none) from this end's address.
+    fn recall(&self) -> Option<data::PathRecall> {
+        let memory = self.memory.clone()?;
+        if self.setup.streams.is_some() {
+            return None;
+        }
+        let conn = self.setup.conn;
+        let peer = crate::session::identity::peer_fingerprint(conn)
+            .map_or_else(|| self.peer_ip().to_string(), |f| f.to_string());
+        // A client's endpoint is bound to the unspecified address: the source address the
+        // route toward the peer takes (connecting a UDP socket sends nothing).
+        let local = conn.local_ip().or_else(|| {
+            let any: IpAddr = match self.peer_ip() {
+                IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+                IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+            };
+            let probe = UdpSocket::bind((any, 0)).ok()?;
+            probe.connect((self.peer_ip(), 9)).ok()?;
+            probe.local_addr().ok().map(|a| a.ip())
+        });
+        let key = crate::session::path_memory::PathMemory::key(&peer, local);
+        Some(data::PathRecall { memory, key, rtt: conn.rtt() })
     }
 
     fn peer_ip(&self) -> IpAddr {

@@ -210,6 +210,8 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                         Ok(params) => {
                             let store = store.clone();
                             let first = phase == machine.first_phase();
+                            // A repair round is too short to start from or teach anything.
+                            let recall = channels.recall().filter(|_| first);
                             data_told |= first;
                             let (observer, planned) = (observer.clone(), planned.clone());
                             data = Some((
@@ -223,7 +225,8 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                                             o.progress(p);
                                         }
                                     };
-                                    params.send(&*store, &ranges, compress, &mut tell, cancel)
+                                    params
+                                        .send(&*store, &ranges, compress, recall, &mut tell, cancel)
                                 }),
                             ));
                         }
