@@ -10,7 +10,10 @@ socket buffer for the receiver to start). Both processes run on this host, so th
 are one clock. The client's time from its `connecting` event (just before quinn builds the
 Initial) to that first packet is reported too: it is local CPU, mostly AWS-LC seeding its random
 generator on first use. Several binaries may be compared in one run (`--bin
-NAME=PATH`), taking turns run by run.
+NAME=PATH`), taking turns run by run. `--warm NAME,...` gives those binaries' runs a first,
+unmeasured copy of the same size to the same server (the client's cache directory and the
+server's state directory kept), so the measured copy starts from path memory; every run's
+client has a cache directory of its own.
 
     python3 bench/ttfb.py --rtts 100,300 --sizes 1MiB,128MiB --runs 3 \
         --bin before=/path/to/old/sluice --bin after=target/release/sluice
@@ -67,7 +70,7 @@ def sent_stamps(path):
     return out
 
 
-def run_once(path, command, direction, size, scratch, run_no, port):
+def run_once(path, command, direction, size, scratch, run_no, port, warm=False):
     """One server on `port` and one `cp` of `size` bytes; returns the measures. (A port of its
     own each run: a stopped server may still be winding down its sessions.)"""
     work = os.path.join(scratch, f"{direction}-{run_no}")
@@ -84,7 +87,8 @@ def run_once(path, command, direction, size, scratch, run_no, port):
     with open(data_at, "wb") as f:
         f.write(os.urandom(size))
     env = dict(os.environ, RUST_LOG="sluice=debug")
-    client_env = dict(os.environ, RUST_LOG="sluice=debug,quinn_proto::connection=trace")
+    client_env = dict(os.environ, RUST_LOG="sluice=debug,quinn_proto::connection=trace",
+                      XDG_CACHE_HOME=os.path.join(work, "cache"))
     server = Proc(path.ns_b, [binary, "serve", "--root", served, "--listen", f"{B_ADDR}:{port}",
                               "--state-dir", os.path.join(work, "state"), "--tokens", tokens],
                   os.path.join(work, "server.log"), env=env)
@@ -104,6 +108,19 @@ def run_once(path, command, direction, size, scratch, run_no, port):
             argv = common + [data_at, f"{B_ADDR}:"]
         else:
             argv = common + [f"{B_ADDR}:{name}", local + "/"]
+        if warm:
+            # The same copy once before, unmeasured: what the path delivered is kept.
+            # (Under another name, so the measured copy lands where nothing is, as a cold one.)
+            if direction == "upload":
+                warm_argv = common + [data_at, f"{B_ADDR}:warm.bin"]
+            else:
+                aside = os.path.join(work, "warm")
+                os.makedirs(aside)
+                warm_argv = common + [f"{B_ADDR}:{name}", aside + "/"]
+            warmup = Proc(path.ns_a, warm_argv, os.path.join(work, "warmup.log"), env=client_env)
+            if not warmup.wait(600) or warmup.p.returncode != 0:
+                raise RuntimeError(f"the warm-up copy failed: see {warmup.log_path}")
+            shutil.rmtree(os.path.join(work, "warm"), ignore_errors=True)
         t0 = time.monotonic()
         client = Proc(path.ns_a, argv, os.path.join(work, "client.log"), env=client_env)
         if not client.wait(600):
@@ -148,6 +165,9 @@ def main():
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--directions", default="upload,download")
     ap.add_argument("--keep", action="store_true", help="keep the logs (the scratch directory)")
+    ap.add_argument("--warm", default="",
+                    help="binaries (by NAME) whose runs copy once, unmeasured, before the "
+                         "measured copy: it starts from path memory")
     args = ap.parse_args()
     bins = [b.split("=", 1) for b in args.bin]
     bins = [(name, shlex.split(rest)) for name, rest in bins]
@@ -169,8 +189,9 @@ def main():
                                 path.begin_run(seed=run_no + 1)
                                 try:
                                     port = PORT + len(results)
+                                    warm = name in args.warm.split(",")
                                     m = run_once(path, binary, direction, size, scratch,
-                                                 f"{name}-{rtt}-{size}-{run_no}", port)
+                                                 f"{name}-{rtt}-{size}-{run_no}", port, warm)
                                 finally:
                                     path.end_run()
                                 row = {"bin": name, "rtt_ms": rtt, "size": size,

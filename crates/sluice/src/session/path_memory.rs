@@ -28,9 +28,10 @@ const MAX_PATHS: usize = 256;
 /// The RTT now may be up to this many times the remembered least RTT, and down to its share,
 /// give or take [`RTT_SLACK`], for the record to count as the same path.
 const RTT_FACTOR: f64 = 2.0;
-/// See [`RTT_FACTOR`]: a queue on the path, a host's scheduling.
-const RTT_SLACK: Duration = Duration::from_millis(20);
-/// Transfers shorter than this many least RTTs teach nothing: their controller never settled.
+/// See [`RTT_FACTOR`]: a queue on the path, a busy host's scheduling (the session's RTT is its
+/// handshake's early on).
+const RTT_SLACK: Duration = Duration::from_millis(50);
+/// Transfers shorter than this many least RTTs teach nothing: their rate is the ramp.
 const MIN_TRANSFER_RTTS: f64 = 4.0;
 /// The rate kept is at most this many times the transfer's own average (payload over its
 /// time): the controller's delivered rate is a windowed maximum, and a receive path that hands
@@ -125,7 +126,7 @@ impl PathMemory {
                 rate_bps = report.path_rate_bps,
                 min_rtt_us = report.min_rtt_us,
                 seconds = report.seconds,
-                "path memory: nothing to keep (the controller had not settled)"
+                "path memory: nothing to keep (too short, or no round trip measured)"
             );
             return None;
         };
@@ -173,13 +174,17 @@ fn age_at(record: &PathRecord, now: SystemTime) -> Option<Duration> {
 /// The record a finished sending `report` makes: the rate its controller settled on, when the
 /// transfer lasted long enough for one.
 fn record_of(report: &ChannelReport, now: SystemTime) -> Option<PathRecord> {
-    let settled_bps = report.path_rate_bps.filter(|r| *r > 0)?;
     let min_rtt_us = report.min_rtt_us.filter(|r| *r > 0)?;
     if report.seconds < MIN_TRANSFER_RTTS * min_rtt_us as f64 / 1e6 {
         return None;
     }
     let average_bps = report.payload_bytes as f64 * 8.0 / report.seconds;
-    let rate_bps = (settled_bps as f64).min(MAX_OF_AVERAGE * average_bps) as u64;
+    // A controller that never settled (its startup never found the path's limit: a loopback
+    // path whose packet trains read the clock) leaves the average.
+    let rate_bps = match report.path_rate_bps.filter(|r| *r > 0) {
+        Some(settled_bps) => (settled_bps as f64).min(MAX_OF_AVERAGE * average_bps) as u64,
+        None => average_bps as u64,
+    };
     if rate_bps == 0 {
         return None;
     }
@@ -226,8 +231,12 @@ mod tests {
         // Too old, or the RTT says another route.
         assert_eq!(memory.recall(&key, Duration::from_millis(100), t0 + MAX_AGE * 2), None);
         assert_eq!(memory.recall(&key, Duration::from_millis(300), later), None);
-        assert_eq!(memory.recall(&key, Duration::from_millis(20), later), None);
         assert!(memory.recall(&key, Duration::from_millis(40), later).is_some());
+        // A path of 300 ms is not one of 40 ms.
+        let far = PathMemory::key("SHA256:far", None);
+        memory.remember(&far, &report(900, 300, 3.0), t0).unwrap();
+        assert!(memory.recall(&far, Duration::from_millis(310), later).is_some());
+        assert_eq!(memory.recall(&far, Duration::from_millis(40), later), None);
         // A clock set back: not used.
         assert_eq!(
             memory.recall(&key, Duration::from_millis(100), t0 - Duration::from_secs(9)),
@@ -246,13 +255,22 @@ mod tests {
     }
 
     #[test]
-    fn a_transfer_too_short_to_settle_or_without_a_rate_teaches_nothing() {
+    fn a_controller_that_never_settled_leaves_the_average() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = PathMemory::at(dir.path().join("paths.json"));
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let unsettled = ChannelReport { path_rate_bps: None, ..report(900, 100, 3.0) };
+        assert_eq!(memory.remember("k", &unsettled, now).unwrap().rate_bps, 900_000_000);
+    }
+
+    #[test]
+    fn a_transfer_too_short_or_without_an_rtt_or_a_byte_teaches_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let memory = PathMemory::at(dir.path().join("paths.json"));
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         assert_eq!(memory.remember("k", &report(900, 100, 0.3), now), None);
-        let unsettled = ChannelReport { path_rate_bps: None, ..report(900, 100, 3.0) };
-        assert_eq!(memory.remember("k", &unsettled, now), None);
+        let no_rtt = ChannelReport { min_rtt_us: None, ..report(900, 100, 3.0) };
+        assert_eq!(memory.remember("k", &no_rtt, now), None);
         let idle = ChannelReport { payload_bytes: 0, ..report(900, 100, 3.0) };
         assert_eq!(memory.remember("k", &idle, now), None);
         assert!(!memory.file().exists(), "nothing was written");
