@@ -130,8 +130,8 @@ impl Show {
             .as_ref()
             .filter(|c| c.bytes > 0 && c.payload_bytes != c.bytes)
             .map(|c| c.payload_bytes as f64 / c.bytes as f64);
-        // An upload that started from what the path delivered last time.
-        let memory = report.channel.as_ref().and_then(|c| c.memory_start);
+        // A copy whose sender started from what the path delivered last time.
+        let memory = report.path_memory;
         // Over TCP, the streams that carried data (the sender grows them while they help).
         let streams = (report.transport == Transport::Tcp)
             .then(|| report.channel.as_ref().map_or(0, |c| c.carrying));

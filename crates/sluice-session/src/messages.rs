@@ -303,6 +303,15 @@ pub enum Answer {
     },
 }
 
+/// A sender's start from path memory: the delivery rate it kept for the path, and how old.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathStart {
+    /// Bits per second of UDP payload.
+    pub rate_bps: u64,
+    /// Seconds since it was kept.
+    pub age_s: u64,
+}
+
 /// What the sending role says (the end with the files).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -320,6 +329,10 @@ pub enum SenderMsg {
     Ready {
         /// Their UDP ports, one per negotiated channel, in channel order.
         udp_ports: Vec<u16>,
+        /// The data starts from what the path delivered to an earlier transfer (path memory),
+        /// for the receiver to tell its user; absent otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path_memory: Option<PathStart>,
     },
     /// BLAKE3 of each wanted file, in order, in one or more batches: sent when the sender's
     /// hashing is done, which may be before, during or after the data.
@@ -539,6 +552,16 @@ mod tests {
             decode::<Answer>(&frame).unwrap(),
             Answer::Failed { code: ErrorCode::Busy, message: "m".into() }
         );
+    }
+
+    #[test]
+    fn ready_carries_a_start_from_path_memory_only_when_there_is_one() {
+        let plain = SenderMsg::Ready { udp_ports: vec![7], path_memory: None };
+        assert_eq!(&encode(&plain).unwrap()[4..], br#"{"type":"ready","udp_ports":[7]}"#);
+        let start = PathStart { rate_bps: 900_000_000, age_s: 60 };
+        let noted = SenderMsg::Ready { udp_ports: vec![7], path_memory: Some(start) };
+        assert_eq!(decode::<SenderMsg>(&encode(&noted).unwrap()).unwrap(), noted);
+        assert_eq!(decode::<SenderMsg>(&encode(&plain).unwrap()).unwrap(), plain);
     }
 
     #[test]

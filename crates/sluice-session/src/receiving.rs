@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::layout::{Layout, bytes_in, complement};
 use crate::manifest::{Entry, EntryKind, to_ranges};
-use crate::messages::{BlockHashes, ErrorCode, ReceiverMsg, SenderMsg, Want};
+use crate::messages::{BlockHashes, ErrorCode, PathStart, ReceiverMsg, SenderMsg, Want};
 use crate::transfer::{
     Deadline, Fault, MAX_REPAIR_ROUNDS, ManifestAssembler, RESTART_PHASE, Timeouts, hex,
     parse_hashes,
@@ -100,6 +100,8 @@ pub struct Received {
     pub resumed: u64,
     /// Whether it was a dry run.
     pub dry_run: bool,
+    /// The sender started the data from path memory (its `Ready` said).
+    pub path_memory: Option<PathStart>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +160,8 @@ pub struct Receiving {
     first_phase: u32,
     /// A declined early start's `Ready` from the sender is still to come, and is dropped.
     skip_ready: bool,
+    /// What the sender's first `Ready` said of path memory.
+    path_memory: Option<PathStart>,
     inbox: VecDeque<SenderMsg>,
     effects: VecDeque<RecvEffect>,
     /// The current wait.
@@ -186,6 +190,7 @@ impl Receiving {
             early: None,
             first_phase: 0,
             skip_ready: false,
+            path_memory: None,
             inbox: VecDeque::new(),
             effects: VecDeque::new(),
             deadline: Deadline::default(),
@@ -313,6 +318,7 @@ impl Receiving {
                 repaired: 0,
                 resumed: 0,
                 dry_run: true,
+                path_memory: None,
             }));
         }
         if take_early {
@@ -409,6 +415,7 @@ impl Receiving {
                     repaired: self.repaired,
                     resumed: bytes_in(&self.present),
                     dry_run: false,
+                    path_memory: self.path_memory,
                 };
                 self.end(Ok(outcome));
             }
@@ -484,6 +491,9 @@ impl Receiving {
         while self.listening()
             && let Some(msg) = self.inbox.pop_front()
         {
+            if let SenderMsg::Ready { path_memory: Some(start), .. } = &msg {
+                self.path_memory.get_or_insert(*start);
+            }
             if self.skip_ready && matches!(msg, SenderMsg::Ready { .. }) {
                 self.skip_ready = false;
                 continue;
@@ -514,7 +524,7 @@ impl Receiving {
                         Err(e) => self.protocol(e),
                     }
                 }
-                (State::AwaitPeerReady(phase), SenderMsg::Ready { udp_ports }) => {
+                (State::AwaitPeerReady(phase), SenderMsg::Ready { udp_ports, .. }) => {
                     self.peer_ports = Some(udp_ports);
                     self.start_phase(phase);
                 }

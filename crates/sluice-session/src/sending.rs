@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use crate::layout::{Layout, bytes_in};
 use crate::manifest::{Entry, EntryKind, from_ranges};
-use crate::messages::{BlockHashes, ErrorCode, ReceiverMsg, SenderMsg};
+use crate::messages::{BlockHashes, ErrorCode, PathStart, ReceiverMsg, SenderMsg};
 use crate::transfer::{
     DIGESTS_PER_MESSAGE, Deadline, Fault, MAX_REPAIR_ROUNDS, RESTART_PHASE, Timeouts, hex,
     manifest_parts, parse_hashes,
@@ -333,10 +333,22 @@ impl Sending {
 
     /// This end's data sockets of `phase` are bound, at these ports.
     pub fn handle_bound(&mut self, now: Instant, phase: u32, ports: Vec<u16>) {
+        self.handle_bound_from(now, phase, ports, None);
+    }
+
+    /// [`Sending::handle_bound`], for data that starts from path memory (`Ready` tells the
+    /// receiver).
+    pub fn handle_bound_from(
+        &mut self,
+        now: Instant,
+        phase: u32,
+        ports: Vec<u16>,
+        path_memory: Option<PathStart>,
+    ) {
         if self.state != State::Binding(phase) {
             return;
         }
-        self.send(SenderMsg::Ready { udp_ports: ports });
+        self.send(SenderMsg::Ready { udp_ports: ports, path_memory });
         self.effects.extend(self.pending_start.take());
         if !self.unconfirmed {
             // An early start still waits for the receiver's choice (`new` set that wait).

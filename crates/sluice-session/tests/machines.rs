@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use sluice_session::layout::BLOCK_BYTES;
 use sluice_session::manifest::{Entry, EntryKind};
-use sluice_session::messages::{ErrorCode, ReceiverMsg, SenderMsg, Want, decode, encode};
+use sluice_session::messages::{
+    ErrorCode, PathStart, ReceiverMsg, SenderMsg, Want, decode, encode,
+};
 use sluice_session::transfer::RESTART_PHASE;
 use sluice_session::{
     Fault, Planned, Received, Receiving, RecvEffect, SendEffect, Sending, Sent, Timeouts,
@@ -305,7 +307,11 @@ impl World {
                         .collect();
                     self.sender.handle_resume_checked(now, kept);
                 }
-                SendEffect::Bind { phase } => self.sender.handle_bound(now, phase, vec![9, 9]),
+                SendEffect::Bind { phase } => {
+                    // The first phase's data starts from path memory; its `Ready` says so.
+                    let note = (phase == self.sender.first_phase()).then_some(PATH_START);
+                    self.sender.handle_bound_from(now, phase, vec![9, 9], note);
+                }
                 SendEffect::HashFiles => {
                     let hashes =
                         self.wanted.iter().map(|&n| blake3::hash(&self.src[n as usize])).collect();
@@ -416,6 +422,9 @@ fn run(setup: &Setup, seeds: std::ops::RangeInclusive<u64>) -> Vec<World> {
         .collect()
 }
 
+/// What every run's sender says of its first phase's start ([`Sending::handle_bound_from`]).
+const PATH_START: PathStart = PathStart { rate_bps: 900_000_000, age_s: 60 };
+
 fn delivered(world: &World) {
     let sent = world.sent.clone().unwrap().expect("sent");
     let received = world.received.clone().unwrap().expect("received");
@@ -424,6 +433,9 @@ fn delivered(world: &World) {
         assert!(world.dst[k] == world.src[n as usize], "file {n} differs");
         assert_eq!(received.digests[k], blake3::hash(&world.src[n as usize]));
     }
+    // The receiver heard the start from path memory whenever data moved.
+    let expected = (world.moved > 0).then_some(PATH_START);
+    assert_eq!(received.path_memory, expected, "moved {}", world.moved);
 }
 
 #[test]

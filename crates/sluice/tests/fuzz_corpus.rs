@@ -110,7 +110,11 @@ fn write_seed_corpora() {
     write("message", "welcome", &frame(&welcome));
     let refused = Answer::Refused { code: ErrorCode::Auth, message: "no".into() };
     write("message", "refused", &frame(&refused));
-    write("message", "ready", &frame(&SenderMsg::Ready { udp_ports: vec![40000, 40001] }));
+    write(
+        "message",
+        "ready",
+        &frame(&SenderMsg::Ready { udp_ports: vec![40000, 40001], path_memory: None }),
+    );
 
     let entry = |path: &str, kind, size| Entry {
         path: path.into(),

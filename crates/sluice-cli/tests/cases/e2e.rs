@@ -311,6 +311,11 @@ fn an_upload_starts_from_what_the_path_delivered_last_time_unless_told_not_to() 
         // TCP streams run the kernel's congestion control: nothing to keep or start from.
         assert_eq!(upload(&[]), None);
         assert!(!memory.exists());
+        let o = client.cp(&server, Some(TOKEN), &["--accept-new-host", "--json"], "127.0.0.1:m.bin",
+                          client.dir.path().join("d.bin").to_str().unwrap());
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let Some(Event::Summary(summary)) = events::parse(&o.stdout).pop() else { panic!() };
+        assert_eq!(summary.path_memory, None);
         return;
     }
     let kept: serde_json::Value =
@@ -340,6 +345,20 @@ fn an_upload_starts_from_what_the_path_delivered_last_time_unless_told_not_to() 
     let Some(Event::Summary(summary)) = events::parse(&o.stdout).pop() else { panic!() };
     assert_eq!(summary.path_memory, None);
     assert_eq!(std::fs::read(server.root.join("m.bin")).unwrap(), std::fs::read(&src).unwrap());
+    // Downloads: the server keeps what its sending got through, and its `Ready` tells the
+    // client when it started from that.
+    let download = |to: &str| {
+        let to = client.dir.path().join(to);
+        let flags = ["--accept-new-host", "--json"];
+        let o = client.cp(&server, Some(TOKEN), &flags, "127.0.0.1:m.bin", to.to_str().unwrap());
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(std::fs::read(&to).unwrap(), std::fs::read(&src).unwrap());
+        let Some(Event::Summary(summary)) = events::parse(&o.stdout).pop() else { panic!() };
+        summary.path_memory
+    };
+    assert_eq!(download("d1.bin"), None);
+    let used = download("d2.bin").expect("the second download started from path memory");
+    assert!(used.rate_bps > 0 && used.age_s < 600, "{used:?}");
 }
 
 #[test]
@@ -388,7 +407,7 @@ fn json_lines_follow_their_schema() {
         "tcp" => assert!(summary.streams.is_some_and(|n| (1..=16).contains(&n)), "{summary:?}"),
         _ => assert_eq!(summary.streams, None, "{summary:?}"),
     }
-    // A download's start is the server's (its log says when it used path memory).
+    // The server's first download to this client: nothing to start from.
     assert_eq!(summary.path_memory, None, "{summary:?}");
     let progress: Vec<_> = events
         .iter()

@@ -43,7 +43,7 @@ use super::transport::{self, Connected, Transport, TransportChoice};
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
-use crate::datapath::{ChannelReport, Fault, Progress};
+use crate::datapath::{ChannelReport, Fault, MemoryStart, Progress};
 use crate::tree::{Entry, Overwrite, ReceiveOptions, WalkOptions, walk};
 use sluice_session::{Receiving, Sending, Timeouts, handshake};
 
@@ -157,6 +157,9 @@ pub struct TransferReport {
     pub early: bool,
     /// The transport the data moved on.
     pub transport: Transport,
+    /// The sending end started from what the path delivered to an earlier transfer (path
+    /// memory): this end's for an upload, the server's for a download.
+    pub path_memory: Option<MemoryStart>,
 }
 
 impl TransferReport {
@@ -621,6 +624,10 @@ impl Client {
         report.transport = self.transport;
         report.repaired = received.received.repaired;
         report.resumed = received.received.resumed;
+        report.path_memory = received
+            .received
+            .path_memory
+            .map(|p| MemoryStart { rate_bps: p.rate_bps, age: Duration::from_secs(p.age_s) });
         Ok(report.finished(started))
     }
 
@@ -777,6 +784,7 @@ impl Client {
         report.bytes = sent.size;
         report.resumed = sent.size - sent.sent.moved;
         report.blake3 = (digests.len() == 1).then(|| digests[0].to_hex().to_string());
+        report.path_memory = sent.report.as_ref().and_then(|c| c.memory_start);
         report.channel = sent.report;
         report.early = sent.early;
         report.transport = self.transport;

@@ -224,7 +224,9 @@ async fn put_by_hand(
     let sockets: Vec<_> =
         udp_ports.iter().map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
     let ports = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
-    write_message(&mut send, &SenderMsg::Ready { udp_ports: ports }).await.unwrap();
+    write_message(&mut send, &SenderMsg::Ready { udp_ports: ports, path_memory: None })
+        .await
+        .unwrap();
     if let DigestAt::BeforeData = at {
         write_message(&mut send, &digest).await.unwrap();
     }

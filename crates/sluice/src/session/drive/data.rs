@@ -11,14 +11,23 @@ use sluice_session::arrivals::Arrivals;
 use crate::datapath::{
     self, ChannelParams, ChannelReport, DataError, MemoryStart, Progress, ReceivedExtents,
 };
-use crate::session::path_memory::PathMemory;
+use crate::session::path_memory::{PathMemory, Recalled};
 use crate::session::streams::StreamsPlan;
+use sluice_session::messages::PathStart;
 
-/// Path memory for one sending phase: the store, the path's key and the session's RTT now.
+/// Path memory for one sending phase: the store, the path's key, and what it recalled when
+/// the phase's sockets were bound.
 pub(crate) struct PathRecall {
     pub(crate) memory: std::sync::Arc<PathMemory>,
     pub(crate) key: String,
-    pub(crate) rtt: std::time::Duration,
+    pub(crate) recalled: Option<Recalled>,
+}
+
+impl PathRecall {
+    /// What the receiver is told of the start (`Ready`).
+    pub(crate) fn note(&self) -> Option<PathStart> {
+        self.recalled.map(|r| PathStart { rate_bps: r.record.rate_bps, age_s: r.age.as_secs() })
+    }
 }
 
 /// A phase's data path, ready to run on its thread.
@@ -44,8 +53,7 @@ impl DataPlan {
     ) -> Result<ChannelReport, DataError> {
         match self {
             DataPlan::Channels(mut params) => {
-                let now = std::time::SystemTime::now();
-                let recalled = recall.as_ref().and_then(|r| r.memory.recall(&r.key, r.rtt, now));
+                let recalled = recall.as_ref().and_then(|r| r.recalled);
                 if let Some(recalled) = recalled {
                     tracing::info!(
                         rate_mbit = recalled.record.rate_bps / 1_000_000,
@@ -60,7 +68,8 @@ impl DataPlan {
                 report.memory_start =
                     recalled.map(|r| MemoryStart { rate_bps: r.record.rate_bps, age: r.age });
                 if let Some(recall) = &recall
-                    && let Some(kept) = recall.memory.remember(&recall.key, &report, now)
+                    && let Some(kept) =
+                        recall.memory.remember(&recall.key, &report, std::time::SystemTime::now())
                 {
                     tracing::debug!(key = recall.key, ?kept, "path memory kept");
                 }

@@ -116,7 +116,7 @@ impl Channels<'_> {
     }
 
     /// Path memory for a sending phase over UDP: the path is the peer's certificate (its
-    /// address when it shows none) from this end's address.
+    /// address when it shows none) from this end's address. Reads the memory's file.
     fn recall(&self) -> Option<data::PathRecall> {
         let memory = self.memory.clone()?;
         if self.setup.streams.is_some() {
@@ -137,7 +137,8 @@ impl Channels<'_> {
             probe.local_addr().ok().map(|a| a.ip())
         });
         let key = crate::session::path_memory::PathMemory::key(&peer, local);
-        Some(data::PathRecall { memory, key, rtt: conn.rtt() })
+        let recalled = memory.recall(&key, conn.rtt(), std::time::SystemTime::now());
+        Some(data::PathRecall { memory, key, recalled })
     }
 
     fn peer_ip(&self) -> IpAddr {

@@ -124,6 +124,8 @@ pub(crate) async fn run_sending<O: CopyObserver>(
     let mut data_told = false;
     let mut choice = (0, 0, false);
     let mut sockets = None;
+    // Path memory for the first phase, recalled when its sockets are bound.
+    let mut recall = None;
     let mut data: Option<(u32, DataTask<Result<ChannelReport, DataError>>)> = None;
     let mut grace: Option<Instant> = None;
     let mut hashing: Option<DataTask<std::io::Result<Option<Vec<blake3::Hash>>>>> = None;
@@ -193,7 +195,11 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                 SendEffect::Bind { phase } => match channels.bind() {
                     Ok((bound, ports)) => {
                         sockets = Some(bound);
-                        machine.handle_bound(now, phase, ports);
+                        // A repair round is too short to start from or teach anything.
+                        recall =
+                            (phase == machine.first_phase()).then(|| channels.recall()).flatten();
+                        let note = recall.as_ref().and_then(|r| r.note());
+                        machine.handle_bound_from(now, phase, ports, note);
                     }
                     Err(err) => {
                         fail(&mut machine, &mut local, hide, err);
@@ -210,8 +216,7 @@ pub(crate) async fn run_sending<O: CopyObserver>(
                         Ok(params) => {
                             let store = store.clone();
                             let first = phase == machine.first_phase();
-                            // A repair round is too short to start from or teach anything.
-                            let recall = channels.recall().filter(|_| first);
+                            let recall = recall.take().filter(|_| first);
                             data_told |= first;
                             let (observer, planned) = (observer.clone(), planned.clone());
                             data = Some((
