@@ -70,7 +70,7 @@ def sent_stamps(path):
     return out
 
 
-def run_once(path, command, direction, size, scratch, run_no, port, warm=False):
+def run_once(path, command, direction, size, scratch, run_no, port, warm=False, events=False):
     """One server on `port` and one `cp` of `size` bytes; returns the measures. (A port of its
     own each run: a stopped server may still be winding down its sessions.)"""
     work = os.path.join(scratch, f"{direction}-{run_no}")
@@ -90,7 +90,9 @@ def run_once(path, command, direction, size, scratch, run_no, port, warm=False):
     client_env = dict(os.environ, RUST_LOG="sluice=debug,quinn_proto::connection=trace",
                       XDG_CACHE_HOME=os.path.join(work, "cache"))
     server = Proc(path.ns_b, [binary, "serve", "--root", served, "--listen", f"{B_ADDR}:{port}",
-                              "--state-dir", os.path.join(work, "state"), "--tokens", tokens],
+                              "--state-dir", os.path.join(work, "state"), "--tokens", tokens,
+                              *(["--event-log", os.path.join(work, "events.jsonl")] if events
+                                else [])],
                   os.path.join(work, "server.log"), env=env)
     try:
         deadline = time.monotonic() + 10
@@ -164,7 +166,8 @@ def main():
                          "(receive batching, as real hosts do); 0: on time")
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--directions", default="upload,download")
-    ap.add_argument("--keep", action="store_true", help="keep the logs (the scratch directory)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the logs (the scratch directory), with the server's event log")
     ap.add_argument("--warm", default="",
                     help="binaries (by NAME) whose runs copy once, unmeasured, before the "
                          "measured copy: it starts from path memory")
@@ -191,7 +194,11 @@ def main():
                                     port = PORT + len(results)
                                     warm = name in args.warm.split(",")
                                     m = run_once(path, binary, direction, size, scratch,
-                                                 f"{name}-{rtt}-{size}-{run_no}", port, warm)
+                                                 f"{name}-{rtt}-{size}-{run_no}", port, warm,
+                                                 events=args.keep)
+                                except RuntimeError as e:
+                                    print(f"run failed, left out: {e}", file=sys.stderr)
+                                    continue
                                 finally:
                                     path.end_run()
                                 row = {"bin": name, "rtt_ms": rtt, "size": size,
@@ -214,6 +221,8 @@ def main():
                 for name, _ in bins:
                     rows = [r for r in results if (r["bin"], r["rtt_ms"], r["size"],
                                                    r["direction"]) == (name, rtt, size, direction)]
+                    if not rows:
+                        continue
                     ttfb = statistics.median(r["ttfb_ms"] for r in rows)
                     wall = statistics.median(r["wall_s"] for r in rows)
                     pre = statistics.median(r["before_first_packet_ms"] for r in rows)

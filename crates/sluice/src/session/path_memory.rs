@@ -36,9 +36,10 @@ const MIN_TRANSFER_RTTS: f64 = 4.0;
 /// The rate kept is at most this many times the transfer's own average (payload over its
 /// time): the controller's delivered rate is a windowed maximum, and a receive path that hands
 /// packets over in bursts lifts it (on loopback it read 4.7 Gbit/s of a transfer that averaged
-/// 1.5). A short transfer's average is low, and the start from it only low: startup goes on
-/// from there where the capacity reads higher.
-const MAX_OF_AVERAGE: f64 = 1.25;
+/// 1.5). A short transfer's average is mostly its ramp (128 MiB at 300 ms first contact: 490
+/// Mbit/s on a 1000 Mbit/s link, where its controller settled at about 950): at 1.25 times it,
+/// the next start was at 580 Mbit/s. A start too low only costs startup's climb from there.
+const MAX_OF_AVERAGE: f64 = 2.0;
 
 /// One path's record.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -245,13 +246,15 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_kept_is_at_most_a_quarter_above_the_transfers_average() {
+    fn the_rate_kept_is_at_most_twice_the_transfers_average() {
         let dir = tempfile::tempdir().unwrap();
         let memory = PathMemory::at(dir.path().join("paths.json"));
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        // Settled at 900 Mbit/s, averaged 400: 500 kept.
+        // Settled at 900 Mbit/s, averaged 400: 800 kept; averaged 500: 900.
         let ramped = ChannelReport { payload_bytes: 400_000_000 / 8 * 3, ..report(900, 100, 3.0) };
-        assert_eq!(memory.remember("k", &ramped, now).unwrap().rate_bps, 500_000_000);
+        assert_eq!(memory.remember("k", &ramped, now).unwrap().rate_bps, 800_000_000);
+        let ramped = ChannelReport { payload_bytes: 500_000_000 / 8 * 3, ..report(900, 100, 3.0) };
+        assert_eq!(memory.remember("k", &ramped, now).unwrap().rate_bps, 900_000_000);
     }
 
     #[test]
