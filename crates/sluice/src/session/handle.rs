@@ -1,5 +1,6 @@
 //! The convenient face of the client API: a builder for its configuration, and a handle on a
-//! running transfer that yields typed events and then the final result.
+//! running transfer that yields typed events and then the final result (the same calls run in
+//! `tests/session/session_handle.rs`; the crate's doc examples are not compiled as doctests).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sluice::session::SessionError> {
