@@ -93,11 +93,17 @@ class Sluice(Tool):
                             "inet", "sluice_bench"], check=False)
 
     def server_argv(self, ctx):
+        # Every run is a first contact: path memory (kept across runs of a cell, which share
+        # the server's identity) would start the later runs from the earlier ones' rate.
+        # bench/ttfb.py --warm measures starts from memory.
         return [BIN, "serve", "--root", ctx.dst_dir, "--listen", f"{B_ADDR}:{ctx.port}",
-                "--state-dir", os.path.join(self.dir, "state"), "--tokens", self.tokens]
+                "--state-dir", os.path.join(self.dir, "state"), "--tokens", self.tokens,
+                "--no-path-memory"]
 
     def client_argv(self, ctx):
-        extra = [] if self.channels is None else ["--channels", str(self.channels)]
+        extra = ["--no-path-memory"]  # first contact every run (see server_argv)
+        if self.channels is not None:
+            extra += ["--channels", str(self.channels)]
         if self.compress is not None:
             extra.append(f"--compress={self.compress}")
         if self.policy is not None:
