@@ -37,7 +37,10 @@ from workload import MIB, make_file, received_bytes
 DEFAULT_CELLS = "wan-rtt100-loss0,wan-rtt100-loss1"
 PAIRS = ("cubic+cubic", "sluice+cubic", "sluice+sluice")
 # More pairs, run when named (--fairness-pairs): Sluice's `--policy low` beside a fair flow.
-EXTRA_PAIRS = ("sluice-low+sluice", "sluice-low+cubic", "sluice-tcp+cubic", "sluice-tcp4+cubic")
+# "cubic+sluice" is "sluice+cubic" with the cubic flow first: with --fairness-stagger the first flow
+# of a pair starts that long before the second (issue 25 item 4: Sluice first, second, together).
+EXTRA_PAIRS = ("sluice-low+sluice", "sluice-low+cubic", "sluice-tcp+cubic", "sluice-tcp4+cubic",
+               "cubic+sluice")
 TICK_S = 0.2
 
 
@@ -113,11 +116,14 @@ class _PairFailed(Exception):
     pass
 
 
-def run_pair(path, pair, works, seconds, seed, root, port_base):
-    """One pair through a fresh `linkem run`: a row with status ok / fail and, if ok, the goodputs."""
+def run_pair(path, pair, works, seconds, seed, root, port_base, stagger_s=0.0):
+    """One pair through a fresh `linkem run`: a row with status ok / fail and, if ok, the goodputs.
+    The second flow's client starts `stagger_s` after the first's; the goodputs count from the
+    later first byte, so they tell how the pair shares once both run."""
     kinds = pair.split("+")
-    cap = 3 * seconds + 30
-    row = {"pair": pair, "duration_s": seconds, "cap_s": cap, "tick_s": TICK_S, "load_before": loadavg()}
+    cap = 3 * seconds + 30 + stagger_s
+    row = {"pair": pair, "duration_s": seconds, "cap_s": cap, "tick_s": TICK_S, "stagger_s": stagger_s,
+           "load_before": loadavg()}
     pair_root = os.path.join(root, "fair")
     shutil.rmtree(pair_root, ignore_errors=True)
     os.makedirs(pair_root)
@@ -136,18 +142,21 @@ def run_pair(path, pair, works, seconds, seed, root, port_base):
         for f in flows:
             f.start_server(path.ns_b)
         t_launch = time.monotonic()
-        for f in flows:
-            f.start_client(path.ns_a)
+        flows[0].start_client(path.ns_a)
         deadline = t_launch + cap
         while True:
             now = time.monotonic()
+            for f in flows[1:]:
+                if f.client is None and now - t_launch >= stagger_s:
+                    f.start_client(path.ns_a)
             for f in flows:
                 f.samples.append([round(now - t_launch, 3), received_bytes(f.dst)])
-            exited = [f.client.poll() for f in flows]   # every one, each tick: poll() stamps the exit time
+            # Every one, each tick: poll() stamps the exit time. One not started yet has not exited.
+            exited = [f.client is not None and f.client.poll() for f in flows]
             if all(exited) or now >= deadline:
                 break
             time.sleep(max(0.0, TICK_S - (time.monotonic() - now)))
-        timed_out = [f.name for f in flows if not f.client.poll()]
+        timed_out = [f.name for f in flows if f.client is None or not f.client.poll()]
         if timed_out:
             raise _PairFailed(f"{', '.join(timed_out)} still running at the {cap:g} s cap")
     except _PairFailed as e:
@@ -242,7 +251,8 @@ def _iperf_json(p):
         return None
 
 
-def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, missing, pairs=PAIRS):
+def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, missing, pairs=PAIRS,
+              stagger_s=0.0):
     """Every pair (of `pairs`) of every cell; on_row(row) after each (to save). missing: {"sluice": reason or
     None, "iperf3-cubic": reason or None}. Namespaces are removed even on failure."""
     rows = []
@@ -270,7 +280,8 @@ def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, 
                         log(f"  creating two random files of {sz // MIB} MiB for the Sluice flows")
                         works = [make_file(os.path.join(root, f"fair-src-{k}"), sz) for k in (1, 2)]
                     try:
-                        base.update(run_pair(path, pair, works, seconds, seed + n, root, 46000 + 10 * n))
+                        base.update(run_pair(path, pair, works, seconds, seed + n, root, 46000 + 10 * n,
+                                             stagger_s))
                     except (OSError, RuntimeError, ValueError) as e:
                         base.update(pair=pair, status="fail", reason=f"harness error: {type(e).__name__}: {e}")
                 cell_rows[pair] = base

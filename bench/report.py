@@ -187,9 +187,12 @@ def fairness_section(meta, rows):
     cfg = meta.get("fairness_cfg") or {}
     labels = "; ".join(dict.fromkeys(f"`{r['cell']}`: {r['path_label']}, drop-tail queue {r.get('queue_bytes')} "
                                      f"bytes, seed {r.get('seed')}" for r in rows))
+    stagger = cfg.get("stagger_s") or 0
+    started = ("started together" if not stagger else
+               f"the second flow of each pair (as named) started {stagger:g} s after the first")
     return ["### Fairness: two flows through one bottleneck", "",
             f"Paths: {labels}. Each pair through a fresh `linkem run` (empty queue), both flows from a to b, "
-            f"started together. iperf3 runs {cfg.get('seconds', '?'):g} s (`iperf3 -C cubic`); each Sluice flow "
+            f"{started}. iperf3 runs {cfg.get('seconds', '?'):g} s (`iperf3 -C cubic`); each Sluice flow "
             f"uploads its own random file of {(cfg.get('sluice_file_bytes') or 0) >> 20} MiB (`sluice cp`, default "
             "settings, one `sluice serve` per flow on its own port), checked by SHA-256 afterwards.", "",
             "How it is computed: every receiver writes into a directory of its own (Sluice's server, or "

@@ -146,6 +146,9 @@ def main():
                     "half the bottleneck (default 30)")
     ap.add_argument("--fairness-size", type=size_arg, help="size of each Sluice file of a fairness pair "
                     "(default: --fairness-seconds at half the bottleneck rate)")
+    ap.add_argument("--fairness-stagger", type=float, default=0.0,
+                    help="the second flow of each fairness pair starts this many seconds after the "
+                         "first (name the pair in both orders, e.g. sluice+cubic,cubic+sluice; default 0)")
     ap.add_argument("--tools", help=f"comma-separated subset of: {', '.join(BY_NAME)}")
     ap.add_argument("--cap", type=float, help="per-run time cap in seconds (quick 20, otherwise 120)")
     ap.add_argument("--file-size", type=size_arg, help="single-file size for every path "
@@ -193,6 +196,7 @@ def main():
     if do_fair:
         meta["fairness"] = "measured: see the Fairness table"
         meta["fairness_cfg"] = {"cells": args.fairness_cells, "seconds": args.fairness_seconds,
+                                "stagger_s": args.fairness_stagger,
                                 "sluice_file_bytes": args.fairness_size or fairness.default_size(
                                     args.fairness_seconds, grid.RATE_MBIT),
                                 "rate_mbit": grid.RATE_MBIT, "tick_s": fairness.TICK_S}
@@ -278,7 +282,7 @@ def main():
             fairness.run_cells(fair_cells, LINKEM, grid.RATE_MBIT, args.fairness_seconds, args.fairness_size,
                                args.seed, root, log, on_row,
                                {"sluice": availability["sluice"], "iperf3-cubic": availability["iperf3-cubic"]},
-                               pairs=args.fairness_pairs.split(","))
+                               pairs=args.fairness_pairs.split(","), stagger_s=args.fairness_stagger)
     except Interrupted as e:
         meta["interrupted"] = str(e)
         log(f"interrupted: {e}")
