@@ -31,6 +31,15 @@ const STARTUP_DRAIN_RTTS: f64 = 5.0;
 const OVERSHOT: f64 = 1.1;
 /// Once the packet pairs have measured the link, startup resumes from at least this share of it.
 const STARTUP_FLOOR_OF_CAPACITY: f64 = 0.25;
+/// A queue that stands above the target this many round trips (RTT + SYN), at least
+/// [`COMPETE_MIN_US`], through this flow's own cuts is another flow's: a loss-based one (TCP
+/// cubic) that fills the queue whatever we do. The flow then competes (see
+/// [`Adaptive::competing`]) until the queue drains below half the target.
+const COMPETE_AFTER_RTTS: f64 = 8.0;
+/// See [`COMPETE_AFTER_RTTS`]: longer than startup's drain (5 round trips) at any RTT.
+const COMPETE_MIN_US: f64 = 1_000_000.0;
+/// While competing, a cut for loss at a full queue is cubic's (TCP's beta of 0.7).
+const COMPETE_DECREASE: f64 = 0.7;
 /// A start from path memory ([`Adaptive::start_from`]) counts as confirmed once the delivery
 /// rate reaches this share of the rate.
 const MEMORY_CONFIRMED: f64 = 0.8;
@@ -165,6 +174,10 @@ pub struct Adaptive {
     memory: Option<MemoryStart>,
     /// The delivered rate once settled in steady state (what path memory keeps).
     path_pps: f64,
+    /// Since when the queue has stood above the target (steady state), if it does.
+    standing_since_us: Option<u64>,
+    /// Whether another flow fills the queue whatever we do: delay is no signal then, loss is.
+    compete: bool,
 }
 
 /// A start from path memory being checked.
@@ -292,6 +305,8 @@ impl Adaptive {
             pace_pps: (16.0 * 1e6 / rtt_us).max(MIN_RATE_PPS),
             memory: None,
             path_pps: 0.0,
+            standing_since_us: None,
+            compete: false,
         }
     }
 
@@ -332,6 +347,33 @@ impl Adaptive {
             return false;
         }
         true
+    }
+
+    /// Whether another flow keeps the queue full whatever this one does (a loss-based flow:
+    /// TCP cubic fills a drop-tail queue until it overflows). Against such a flow a delay target
+    /// only yields: every cut leaves room the other takes, and the queue stays. So while the
+    /// queue has stood above the target for [`COMPETE_AFTER_RTTS`] round trips of steady state,
+    /// delay stops being a signal; loss at the full queue is, cut as cubic cuts
+    /// ([`COMPETE_DECREASE`]), and the probes go on. Once the queue drains below half the target
+    /// the other flow has gone or yields, and delay counts again (Copa's competitive mode, in
+    /// spirit; not for `low`).
+    pub fn competing(&self) -> bool {
+        self.compete
+    }
+
+    fn watch_competition(&mut self, now_us: u64, standing_us: f64) {
+        if self.scavenger || self.phase != Phase::Steady {
+            return;
+        }
+        let target = self.target_queue_delay_us();
+        if standing_us < target / 2.0 {
+            self.standing_since_us = None;
+            self.compete = false;
+        } else if standing_us > target {
+            let since = *self.standing_since_us.get_or_insert(now_us);
+            let after_us = (COMPETE_AFTER_RTTS * (self.rtt_us + SYN)).max(COMPETE_MIN_US);
+            self.compete |= now_us as f64 >= since as f64 + after_us;
+        }
     }
 
     /// Whether startup was started from path memory and is still checking it.
@@ -391,7 +433,9 @@ impl Adaptive {
     /// stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64) {
         let since_us = now_us.saturating_sub(self.last_decrease_us) as f64;
-        let far_above = self.queue_delay_us > 2.0 * self.target_queue_delay_us();
+        // Competing, the queue is always far above: a cut a round trip apart would answer one
+        // overflow twice, where cubic cuts once.
+        let far_above = self.queue_delay_us > 2.0 * self.target_queue_delay_us() && !self.compete;
         if since_us < self.rtt_us + SYN || (since_us < 2.0 * self.rtt_us + SYN && !far_above) {
             return;
         }
@@ -406,8 +450,13 @@ impl Adaptive {
         let standing_us = self.standing.get(now_us);
         let excess_us = (self.queue_delay_us - self.target_queue_delay_us()).max(0.0);
         let drain = 1.0 - excess_us / (self.min_rtt_us + self.queue_delay_us);
-        let factor =
-            if self.scavenger { MAX_DECREASE } else { drain.clamp(MAX_DECREASE, DECREASE) };
+        let factor = if self.scavenger {
+            MAX_DECREASE
+        } else if self.compete {
+            COMPETE_DECREASE
+        } else {
+            drain.clamp(MAX_DECREASE, DECREASE)
+        };
         // The delivery rate tells what the path carries only while the bottleneck is busy (a
         // queue above target); a cut for loss with a shorter queue (a stall) would take a
         // report that dipped with the stall as the rate and cut far deeper than 1/9.
@@ -525,8 +574,10 @@ impl Adaptive {
     fn pace(&mut self, now_us: u64) {
         let delivered_pps = self.delivered.get(now_us);
         // The scavenger is not capped (yet): its half cuts and slow climb beside the probe
-        // cycle held it at 0.70 of an idle link.
-        if delivered_pps <= 0.0 || self.scavenger || !self.distrusted(now_us) {
+        // cycle held it at 0.70 of an idle link. Nor is a competing flow: what it delivered is
+        // what the other flow left it, and a probe an eighth above that per cycle climbs too
+        // slowly to take a share back (beside cubic: 0.14 of the pair).
+        if delivered_pps <= 0.0 || self.scavenger || self.compete || !self.distrusted(now_us) {
             self.capping = false;
             self.pace_pps = self.rate_pps;
             return;
@@ -555,7 +606,8 @@ impl Adaptive {
             into_us = 0.0;
             self.probing = true;
         }
-        self.probing &= !queue_reported;
+        // Competing, the queue is the other flow's: probes find room only as it backs off.
+        self.probing &= !queue_reported || self.compete;
         let gain = if into_us < probe_us {
             if self.probing { PROBE_GAIN } else { 1.0 }
         } else if into_us < 2.0 * probe_us {
@@ -638,7 +690,8 @@ impl CongestionControl for Adaptive {
         let loss_growing =
             self.loss.update(ack.now_us, ack.sent_pkts, ack.lost_pkts, epoch_us, lag_us);
         let standing_us = self.standing.update(ack.now_us, self.queue_delay_us);
-        let congested = self.queue_above_target() || loss_growing;
+        self.watch_competition(ack.now_us, standing_us);
+        let congested = (self.queue_above_target() && !self.compete) || loss_growing;
 
         match self.phase {
             Phase::Startup => {
@@ -880,6 +933,36 @@ mod tests {
         let check_us = (MEMORY_CHECK_RTTS * (100_000.0 + SYN)) as u64 + DELIVERY_WINDOW_US;
         assert!(now >= 10_000 + check_us && now <= 20_000 + check_us, "{now}");
         assert!(cc.rate_pps() <= 30_000.0 * DRAIN + 1.0, "{}", cc.rate_pps());
+    }
+
+    #[test]
+    fn a_queue_that_stands_through_the_cuts_for_a_second_is_competed_for_until_it_drains() {
+        for scavenger in [false, true] {
+            let mut cc = match scavenger {
+                true => Adaptive::scavenger(1452, 1 << 20, 100_000),
+                false => Adaptive::new(1452, 1 << 20, 100_000),
+            };
+            cc.on_ack(&ack(10_000, 12_000, 0)); // leave startup on a queue
+            assert!(!cc.in_startup());
+            // A 60 ms queue that stays (a cubic flow fills it), reported every 10 ms.
+            let mut now = 10_000;
+            while now < 1_000_000 {
+                now += 10_000;
+                cc.on_ack(&ack(now, 60_000, 0));
+                assert!(!cc.competing(), "competing after {now} us");
+            }
+            for _ in 0..30 {
+                now += 10_000;
+                cc.on_ack(&ack(now, 60_000, 0));
+            }
+            assert_eq!(cc.competing(), !scavenger, "low never competes");
+            // The queue drains (the other flow left): delay counts again.
+            for _ in 0..10 {
+                now += 10_000;
+                cc.on_ack(&ack(now, 0, 0));
+            }
+            assert!(!cc.competing());
+        }
     }
 
     #[test]
