@@ -585,9 +585,7 @@ impl Adaptive {
         // The delivered rate reads what was sent a round trip and a delivery window ago: until
         // that covers steady state it reads startup's ramp (a startup that ended at the
         // capacity with no queue read half the link delivered when it ended), and caps nothing.
-        let settling_us = self.rtt_us + SYN + DELIVERY_WINDOW_US as f64;
-        let settled = now_us as f64 >= self.steady_since_us as f64 + settling_us;
-        self.capping = self.phase == Phase::Steady && settled;
+        self.capping = self.settled(now_us);
         if !self.capping {
             self.pace_pps = self.rate_pps;
             return;
@@ -618,6 +616,13 @@ impl Adaptive {
         let ceiling_pps = PROBE_GAIN * delivered_pps;
         self.rate_pps = self.rate_pps.min(ceiling_pps).max(MIN_RATE_PPS);
         self.pace_pps = self.rate_pps.min(gain * delivered_pps).max(MIN_RATE_PPS);
+    }
+
+    /// Whether steady state has lasted a round trip and a delivery window: the delivered rate
+    /// reads what was sent after startup, not its ramp.
+    fn settled(&self, now_us: u64) -> bool {
+        let settling_us = self.rtt_us + SYN + DELIVERY_WINDOW_US as f64;
+        self.phase == Phase::Steady && now_us as f64 >= self.steady_since_us as f64 + settling_us
     }
 
     /// Whether the packet pairs are distrusted: their reports of the last second spread by more
@@ -764,10 +769,7 @@ impl CongestionControl for Adaptive {
             }
         }
         self.pace(ack.now_us);
-        let settling_us = self.rtt_us + SYN + DELIVERY_WINDOW_US as f64;
-        if self.phase == Phase::Steady
-            && ack.now_us as f64 >= self.steady_since_us as f64 + settling_us
-        {
+        if self.settled(ack.now_us) {
             self.path_pps = self.delivered.get(ack.now_us);
         }
     }

@@ -480,7 +480,6 @@ mod tests {
         let group = CouplingGroup::new(&cfg, 2);
         let (mut a, b) = (group.member(0), group.member(1));
         let mut snd_next = 1_000;
-        let mut floor_bound = false;
         for step in 0..300u64 {
             let now = 10_000 * (step + 1);
             snd_next += 200;
@@ -496,11 +495,17 @@ mod tests {
                 );
                 assert!(period >= 2.0 * shortest - 1e-9, "step {step}: {period}");
             }
-            floor_bound |= (a.period_us() - 2.0 * longest).abs() < 1e-6;
+            // For its first second the controller cuts below the floor at every step, and the
+            // floor binds. (A queue that stands through the cuts longer is taken for a
+            // loss-based flow's, and the controller competes: its rate need not stay below.)
+            if step < 100 {
+                let period = a.period_us();
+                assert!(
+                    (period - 2.0 * longest).abs() < 1e-6,
+                    "step {step}: the floor binds: {period}"
+                );
+            }
         }
-        // (A queue that stands through the cuts for a second is then taken for a loss-based
-        // flow's, and the controller competes: its rate need not stay below the floor.)
-        assert!(floor_bound, "the floor never bound: {}", a.period_us());
         let bad = ChannelConfig { rate_bps: 1_000_000, min_rate_bps: 2_000_000, ..cfg };
         assert!(bad.validate().is_err());
     }

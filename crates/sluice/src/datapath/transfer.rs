@@ -137,10 +137,7 @@ pub(super) fn verdict(
         sum.retransmitted_pkts += end.report.retransmitted_pkts;
         sum.rejected_pkts += end.report.rejected_pkts;
         sum.buffer_notice = sum.buffer_notice.or(end.report.buffer_notice);
-        sum.min_rtt_us = match (sum.min_rtt_us, end.report.min_rtt_us) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        sum.min_rtt_us = sum.min_rtt_us.into_iter().chain(end.report.min_rtt_us).min();
         sum.lost_pkts += end.report.lost_pkts;
         sum.channels += 1;
         sum.carrying += u32::from(end.report.data_pkts > 0);
