@@ -35,7 +35,7 @@ use super::messages::{
     Answer, ErrorCode, GrantClaim, JobDone, JobProgress, Offer, PullJob, Request, Spec, StatInfo,
     read_message, write_message,
 };
-use super::observe::{CopyObserver, OnProgress, Watched};
+use super::observe::{AnyObserver, CopyObserver, OnProgress, Watched};
 use super::path_memory::PathMemory;
 use super::retry::{Backoff, BusyRetry};
 use super::streams::Opener;
@@ -445,6 +445,15 @@ impl Client {
         job: PullJob,
         mut progress: impl FnMut(JobProgress) + Send,
     ) -> Result<JobDone, SessionError> {
+        self.pull_reporting(job, &mut progress).await
+    }
+
+    /// [`Client::pull`], compiled once whatever the callback.
+    async fn pull_reporting(
+        &self,
+        job: PullJob,
+        progress: &mut (dyn FnMut(JobProgress) + Send),
+    ) -> Result<JobDone, SessionError> {
         let mut req = self.request().await?;
         self.opened(req.write(&Request::Pull(job)).await).await?;
         loop {
@@ -510,7 +519,7 @@ impl Client {
         options: &CopyOptions,
         observer: impl CopyObserver,
     ) -> Result<TransferReport, SessionError> {
-        self.download_confined(remote_paths, dest, options, None, observer).await
+        self.download_confined(remote_paths, dest, options, None, Box::new(observer)).await
     }
 
     /// [`Client::download_observed`], writing only beneath `confine` when given (a server
@@ -522,7 +531,7 @@ impl Client {
         dest: &Path,
         options: &CopyOptions,
         confine: Option<PathBuf>,
-        observer: impl CopyObserver,
+        observer: AnyObserver,
     ) -> Result<TransferReport, SessionError> {
         let (observer, moved) = Watched::new(observer);
         let result = self.download_watched(remote_paths, dest, options, confine, observer).await;
@@ -536,7 +545,7 @@ impl Client {
         dest: &Path,
         options: &CopyOptions,
         confine: Option<PathBuf>,
-        mut observer: impl CopyObserver,
+        mut observer: Watched<AnyObserver>,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         options.check()?;
@@ -586,7 +595,8 @@ impl Client {
         let destination = Destination { early, ..destination };
         let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
         let received =
-            run_receiving(machine, &mut wire, &channels, destination, Some(observer)).await;
+            run_receiving(machine, &mut wire, &channels, destination, Some(Box::new(observer)))
+                .await;
         drop(wire);
         let mut received = received?;
         let mut report = TransferReport {
@@ -653,7 +663,7 @@ impl Client {
         options: &CopyOptions,
         observer: impl CopyObserver,
     ) -> Result<TransferReport, SessionError> {
-        let (observer, moved) = Watched::new(observer);
+        let (observer, moved) = Watched::new(Box::new(observer) as AnyObserver);
         let result = self.upload_watched(local_paths, dest, options, observer).await;
         self.judge_data_path(&result, &moved);
         result
@@ -678,7 +688,7 @@ impl Client {
         local_paths: &[PathBuf],
         dest: &str,
         options: &CopyOptions,
-        mut observer: impl CopyObserver,
+        mut observer: Watched<AnyObserver>,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         options.check()?;
@@ -722,7 +732,7 @@ impl Client {
             let sent = match req.write(&put).await {
                 Ok(()) => {
                     let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
-                    let observer = Some(observer);
+                    let observer = Some(Box::new(observer) as AnyObserver);
                     run_sending(machine, &mut wire, &channels, &outgoing, compress, observer).await
                 }
                 Err(err) => Err(err),
@@ -759,9 +769,9 @@ impl Client {
                 memory: self.memory.clone(),
             };
             let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
+            let observer = Some(Box::new(observer) as AnyObserver);
             let sent =
-                run_sending(machine, &mut wire, &channels, &outgoing, compress, Some(observer))
-                    .await;
+                run_sending(machine, &mut wire, &channels, &outgoing, compress, observer).await;
             drop(wire);
             sent?
         };

@@ -294,7 +294,7 @@ async fn attempt(
         dry_run: pull.dry_run,
         compress: pull.compress,
     };
-    let observer = JobObserver(state.clone());
+    let observer = Box::new(JobObserver(state.clone()));
     let report = client
         .download_confined(&pull.paths, &dest, &options, Some(record.root.clone()), observer)
         .await;

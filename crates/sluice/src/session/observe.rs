@@ -34,6 +34,26 @@ pub trait CopyObserver: Send + 'static {
     fn progress(&mut self, progress: Progress);
 }
 
+/// An observer of any type, behind a pointer. The copy's machinery takes this, not a type
+/// parameter: it is then compiled once in this crate, instead of once for each observer type
+/// (each closure) a caller passes, which made every crate calling [`super::Client::upload`]
+/// compile the whole session driver again at opt-level 3.
+pub(crate) type AnyObserver = Box<dyn CopyObserver>;
+
+impl CopyObserver for AnyObserver {
+    fn channels(&mut self, channels: u32) {
+        (**self).channels(channels);
+    }
+
+    fn planned(&mut self, files: &[PlannedFile]) {
+        (**self).planned(files);
+    }
+
+    fn progress(&mut self, progress: Progress) {
+        (**self).progress(progress);
+    }
+}
+
 /// A progress callback as an observer.
 pub(crate) struct OnProgress<F>(pub(crate) F);
 
@@ -41,13 +61,6 @@ impl<F: FnMut(Progress) + Send + 'static> CopyObserver for OnProgress<F> {
     fn progress(&mut self, progress: Progress) {
         (self.0)(progress);
     }
-}
-
-/// An observer that is told nothing (a server's transfers).
-pub(crate) struct NoObserver;
-
-impl CopyObserver for NoObserver {
-    fn progress(&mut self, _: Progress) {}
 }
 
 /// An observer that also notes whether any byte of the copy moved: a copy over UDP that failed

@@ -23,6 +23,7 @@ mod relay;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,7 +49,6 @@ use super::messages::{
     Answer, ErrorCode, GrantClaim, PullJob, Request, failed_frame, read_message, write_message,
 };
 use super::metrics::Metrics;
-use super::observe::NoObserver;
 pub(crate) use super::path_memory::PathMemory;
 use super::relay::collect::Collections;
 use super::relay::spool::{Spool, SpoolConfig, TransferId};
@@ -405,8 +405,16 @@ impl Server {
     /// channels are cancelled) and waits briefly for them to wind down. A one-shot server
     /// ([`Credentials::OneTime`]) also stops when its session ends, and fails when none began
     /// in time.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), SessionError> {
-        let mut shutdown = std::pin::pin!(shutdown);
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), SessionError> {
+        self.serve(Box::pin(shutdown)).await
+    }
+
+    /// [`Server::run`] with the shutdown behind a pointer: the server's loop is then compiled
+    /// once here, not once for each shutdown future a caller passes.
+    async fn serve(
+        mut self,
+        mut shutdown: Pin<Box<dyn Future<Output = ()> + Send + '_>>,
+    ) -> Result<(), SessionError> {
         // Jobs a previous run left unfinished, whose clients' tokens still may write.
         let shared = self.shared.clone();
         self.shared.jobs.resume_saved(|token| {
@@ -1193,9 +1201,7 @@ impl<'a> RequestCtx<'a> {
         let root = self.session.access.root.clone();
         let mut wire = Wire::new(self.conn, self.send, self.recv);
         wire.hide = Some(&root);
-        let sent =
-            run_sending(machine, &mut wire, &channels, &outgoing, compress, None::<NoObserver>)
-                .await;
+        let sent = run_sending(machine, &mut wire, &channels, &outgoing, compress, None).await;
         self.told = wire.told;
         let sent = match sent {
             Ok(sent) => sent,
@@ -1333,8 +1339,7 @@ impl<'a> RequestCtx<'a> {
         let mut wire = Wire::new(self.conn, self.send, self.recv);
         wire.hide = Some(&root);
         let destination = Destination { dest, options, dry_run, early: sockets };
-        let received =
-            run_receiving(machine, &mut wire, &channels, destination, None::<NoObserver>).await;
+        let received = run_receiving(machine, &mut wire, &channels, destination, None).await;
         self.told = wire.told;
         let mut received = received?;
         if dry_run {

@@ -16,7 +16,7 @@ use crate::datapath::{ChannelReport, Progress};
 use crate::session::SessionError;
 use crate::session::blocks::{DataStore, data_store};
 use crate::session::channel::{Receive, Step};
-use crate::session::observe::CopyObserver;
+use crate::session::observe::AnyObserver;
 use crate::session::{mismatch_error, plan_error};
 use crate::tree::{Committed, FileSet, Incoming, ReceiveOptions, plan};
 
@@ -65,12 +65,12 @@ pub(crate) struct ReceivedReport {
 }
 
 /// Runs `machine` as the receiving end of a request, into `destination`.
-pub(crate) async fn run_receiving<O: CopyObserver>(
+pub(crate) async fn run_receiving(
     mut machine: Receiving,
     wire: &mut Wire<'_, '_, SenderMsg>,
     channels: &Channels<'_>,
     destination: Destination,
-    mut observer: Option<O>,
+    mut observer: Option<AnyObserver>,
 ) -> Result<ReceivedReport, SessionError> {
     let Destination { dest, options, dry_run, early } = destination;
     let mut incoming: Option<Incoming> = None;

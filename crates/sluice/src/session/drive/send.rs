@@ -17,7 +17,7 @@ use crate::datapath::{ChannelReport, DataError, Progress};
 use crate::files::hash_extents;
 use crate::session::blocks::{DataStore, data_store};
 use crate::session::channel::DataTask;
-use crate::session::observe::CopyObserver;
+use crate::session::observe::AnyObserver;
 use crate::session::{SessionError, lock};
 use crate::tree::resume::matching_prefix;
 use crate::tree::{EntryKind, FileSet, Outgoing};
@@ -103,13 +103,13 @@ pub(crate) async fn write_opening(
 }
 
 /// Runs `machine` (whose manifest is `outgoing`'s) as the sending end of a request.
-pub(crate) async fn run_sending<O: CopyObserver>(
+pub(crate) async fn run_sending(
     mut machine: Sending,
     wire: &mut Wire<'_, '_, ReceiverMsg>,
     channels: &Channels<'_>,
     outgoing: &Outgoing,
     compress: Option<i32>,
-    observer: Option<O>,
+    observer: Option<AnyObserver>,
 ) -> Result<SentReport, SessionError> {
     let mut files: Arc<FileSet> = Arc::new(FileSet::new(Vec::new(), false));
     let mut store: DataStore = files.clone();
