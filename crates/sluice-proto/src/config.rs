@@ -25,6 +25,11 @@ pub struct ChannelConfig {
     pub recv_window_pkts: u32,
     /// Without any packet from the peer for this long, the channel is declared broken.
     pub idle_timeout_us: u64,
+    /// Until the first packet from the peer, the wait before the channel is declared broken,
+    /// when longer than `idle_timeout_us` ([`ChannelConfig::first_contact_wait_us`]): a sender
+    /// that starts before its receiver has planned hears nothing back until the receiver
+    /// runs, but once it heard from it, the usual `idle_timeout_us` holds. 0: none.
+    pub first_contact_us: u64,
     /// An idle sender sends a keep-alive this often.
     pub keepalive_us: u64,
     /// First data sequence number (31 bits); both ends must use the same.
@@ -54,6 +59,7 @@ impl Default for ChannelConfig {
             max_flight_pkts: 1 << 18,
             recv_window_pkts: 1 << 18,
             idle_timeout_us: 30_000_000,
+            first_contact_us: 0,
             keepalive_us: 1_000_000,
             initial_dsn: 0,
             aead: Algorithm::Aes256Gcm,
@@ -65,6 +71,11 @@ impl Default for ChannelConfig {
 }
 
 impl ChannelConfig {
+    /// How long the channel waits for the peer's first packet before it is declared broken.
+    pub fn first_contact_wait_us(&self) -> u64 {
+        self.idle_timeout_us.max(self.first_contact_us)
+    }
+
     /// Smallest packet size accepted: room for the headers, the tag and a little payload.
     pub const MIN_PACKET_SIZE: usize = 128;
     /// Largest packet size accepted (a UDP datagram over IPv4 jumbo frames and then some).

@@ -160,7 +160,7 @@ impl Receiver {
     ) -> Result<Self, crate::config::ConfigError> {
         config.validate()?;
         let mut timers = TimerTable::default();
-        timers.set(Timer::Idle, now_us + config.idle_timeout_us);
+        timers.set(Timer::Idle, now_us + config.first_contact_wait_us());
         let initial = u64::from(config.initial_dsn);
         let rtt = RttEstimator::new(config.initial_rtt_us);
         Ok(Self {

@@ -201,7 +201,7 @@ impl Sender {
         config.validate()?;
         let initial = u64::from(config.initial_dsn);
         let mut timers = TimerTable::default();
-        timers.set(Timer::Idle, now_us + config.idle_timeout_us);
+        timers.set(Timer::Idle, now_us + config.first_contact_wait_us());
         timers.set(Timer::KeepAlive, now_us + config.keepalive_us);
         Ok(Self {
             pmtu: PathProbe::new(config.packet_size, now_us),

@@ -295,6 +295,65 @@ fn an_idle_sender_stays_open_and_sends_later() {
     assert_eq!(sender.state(), State::Closed(REASON_DONE));
 }
 
+/// A sender that starts before its receiver runs (a session's early start) waits
+/// `first_contact_us` for the first answer, not the idle timeout; once it heard from the
+/// receiver, the idle timeout holds again: a path that goes dead later is noticed in
+/// `idle_timeout_us`, not in the long first wait.
+#[test]
+fn the_first_contact_wait_holds_only_until_the_peer_is_heard() {
+    let config = ChannelConfig {
+        idle_timeout_us: 2_000_000,
+        first_contact_us: 8_000_000,
+        keepalive_us: 500_000,
+        ..ChannelConfig::default()
+    };
+    let mut buf = vec![0u8; 2048];
+    // Nothing ever comes back: broken at the first-contact wait, not the idle timeout.
+    let mut alone = Sender::new(config.clone(), key(1), key(2), 0).unwrap();
+    alone.push(0, 10_000_000);
+    let mut broken_at = None;
+    for now in (0..10_000_000).step_by(10_000) {
+        alone.handle_timeout(now);
+        while alone.poll_transmit(now, &mut buf, &mut |_, dst| dst.fill(7)).is_some() {}
+        if alone.state() == State::Broken {
+            broken_at = Some(now);
+            break;
+        }
+    }
+    assert_eq!(broken_at, Some(8_000_000), "alone, the sender broke at {broken_at:?} us");
+    // The receiver runs from 3 s (what was sent before is lost), answers until 4 s, then the
+    // path goes dead both ways: broken 2 s after the last answer, long before 8 s.
+    let mut sender = Sender::new(config.clone(), key(1), key(2), 0).unwrap();
+    let mut receiver = Receiver::new(config, key(2), key(1), 3_000_000).unwrap();
+    sender.push(0, 10_000_000);
+    let (mut last_answer, mut broken_at) = (None, None);
+    for now in (0..10_000_000).step_by(10_000) {
+        let up = (3_000_000..4_000_000).contains(&now);
+        sender.handle_timeout(now);
+        if now >= 3_000_000 {
+            receiver.handle_timeout(now);
+        }
+        while let Some(len) = sender.poll_transmit(now, &mut buf, &mut |_, dst| dst.fill(7)) {
+            if up {
+                let _ = receiver.handle_datagram(now, &mut buf[..len]);
+            }
+        }
+        while let Some(len) = receiver.poll_transmit(now, &mut buf) {
+            if up {
+                sender.handle_datagram(now, &mut buf[..len]);
+                last_answer = Some(now);
+            }
+        }
+        if sender.state() == State::Broken {
+            broken_at = Some(now);
+            break;
+        }
+    }
+    let last = last_answer.expect("the receiver answered");
+    assert!(last >= 3_900_000, "the last answer came at {last} us");
+    assert_eq!(broken_at, Some(last + 2_000_000), "broken at {broken_at:?} us, last answer {last}");
+}
+
 /// Path MTU probing: data starts at the base size and goes to the full size once a probe is
 /// answered, about a round trip in.
 #[test]

@@ -453,7 +453,18 @@ fn validate(channels: &[ChannelParams]) -> Result<(), DataError> {
     Ok(())
 }
 
-/// The idle timeout in whole seconds (rounded up), as [`DataError::PeerSilent`] reports it.
-fn idle_secs(config: &ChannelConfig) -> u64 {
-    config.idle_timeout_us.div_ceil(1_000_000)
+/// A channel's waits for its peer in whole seconds (rounded up), as its errors report them.
+#[derive(Debug, Clone, Copy)]
+struct Waits {
+    /// The idle timeout ([`DataError::PeerSilent`]).
+    idle_secs: u64,
+    /// The wait for the peer's first packet ([`DataError::NothingThrough`]).
+    first_contact_secs: u64,
+}
+
+fn waits(config: &ChannelConfig) -> Waits {
+    Waits {
+        idle_secs: config.idle_timeout_us.div_ceil(1_000_000),
+        first_contact_secs: config.first_contact_wait_us().div_ceil(1_000_000),
+    }
 }

@@ -16,7 +16,7 @@ use super::port::{MAX_SLEEP_US, Port};
 use super::store::Store;
 use super::transfer::{ChannelEnd, Shared};
 use super::written::SharedFile;
-use super::{ChannelParams, ChannelReport, DataError, idle_secs};
+use super::{ChannelParams, ChannelReport, DataError, Waits, waits};
 use sluice_session::compress::{COMPRESSED, Inflater, piece_at};
 
 /// While datagrams kept coming within this long, the receiver takes them in timed turns
@@ -119,7 +119,7 @@ pub(super) fn channel(
     start: Instant,
 ) -> ChannelEnd {
     let ChannelParams { config, keys, socket, peer } = params;
-    let idle_secs = idle_secs(&config);
+    let waits = waits(&config);
     // The size the sender starts with (`sluice_proto::pmtu`).
     let packet_bytes = starting_datagram_bytes(config.packet_size);
     let mut writer = WriteBehind::new(&ctx.file);
@@ -133,7 +133,7 @@ pub(super) fn channel(
         let mut receiver = Receiver::new(config, keys.seal, keys.open, port.now_us())?;
         let mut inflater = Inflater::new().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
         let mut sink = Sink { index, writer: &mut writer, inflater: &mut inflater, ctx };
-        let result = drive(&mut receiver, &port, &mut sink, idle_secs, packet_bytes);
+        let result = drive(&mut receiver, &port, &mut sink, waits, packet_bytes);
         stats = Some(receiver.stats().clone());
         result
     })();
@@ -202,7 +202,7 @@ fn drive(
     receiver: &mut Receiver,
     port: &Port,
     sink: &mut Sink<'_, '_>,
-    idle_secs: u64,
+    waits: Waits,
     packet_bytes: usize,
 ) -> Result<(), DataError> {
     let ctx = sink.ctx;
@@ -276,9 +276,12 @@ fn drive(
             (_, None) if ctx.complete() => return Ok(()),
             (State::Closed(reason), None) => return Err(DataError::ClosedEarly(reason)),
             (State::Broken, None) if receiver.stats().data_pkts == 0 => {
-                return Err(DataError::NothingThrough { secs: idle_secs, packet_bytes });
+                return Err(DataError::NothingThrough {
+                    secs: waits.first_contact_secs,
+                    packet_bytes,
+                });
             }
-            (State::Broken, None) => return Err(DataError::PeerSilent(idle_secs)),
+            (State::Broken, None) => return Err(DataError::PeerSilent(waits.idle_secs)),
         }
         if now >= next_trace_us {
             trace(sink.index, receiver, &batch, now);

@@ -13,7 +13,7 @@ use super::blocks::ReadAhead;
 use super::port::{BATCH_BYTES, MAX_SLEEP_US, Port, check_path_mtu};
 use super::store::{Store, read_exact_at};
 use super::transfer::{ChannelEnd, Shared};
-use super::{ChannelParams, ChannelReport, DataError, idle_secs};
+use super::{ChannelParams, ChannelReport, DataError, Waits, waits};
 use sluice_session::chunks::{Plan, Taken};
 use sluice_session::compress::{COMPRESS_BLOCK_BYTES, COMPRESSED, Deflater};
 
@@ -50,7 +50,7 @@ pub(super) fn channel(
     start: Instant,
 ) -> ChannelEnd {
     let ChannelParams { config, keys, socket, peer } = params;
-    let idle_secs = idle_secs(&config);
+    let waits = waits(&config);
     let mut taken = Taken::default();
     let mut stats = None;
     let mut deflater = None;
@@ -80,7 +80,7 @@ pub(super) fn channel(
             max_burst_pkts,
             peer,
         };
-        let result = run.drive(ctx, &mut taken, idle_secs);
+        let result = run.drive(ctx, &mut taken, waits);
         // What the last ACK acknowledged is done, whatever ended the loop.
         taken.credit(sender.stats().acked_bytes, &ctx.plan, &mut |_| {});
         stats = Some((sender.stats().clone(), sender.min_rtt_us()));
@@ -127,7 +127,7 @@ impl Run<'_, '_> {
         &mut self,
         ctx: &SendShared<'_>,
         taken: &mut Taken,
-        idle_secs: u64,
+        waits: Waits,
     ) -> Result<(), DataError> {
         let mut batch = RecvBatch::new();
         // A batch is at most `batch_segments` packets of `segment` bytes, within BATCH_BYTES.
@@ -162,11 +162,11 @@ impl Run<'_, '_> {
                 State::Closed(reason) => return Err(DataError::ClosedEarly(reason)),
                 State::Broken if self.sender.stats().data_feedback_pkts == 0 => {
                     return Err(DataError::NothingThrough {
-                        secs: idle_secs,
+                        secs: waits.first_contact_secs,
                         packet_bytes: starting_datagram_bytes(self.segment),
                     });
                 }
-                State::Broken => return Err(DataError::PeerSilent(idle_secs)),
+                State::Broken => return Err(DataError::PeerSilent(waits.idle_secs)),
             }
             if now >= next_trace_us {
                 self.trace(now);

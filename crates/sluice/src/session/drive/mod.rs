@@ -176,8 +176,7 @@ impl Channels<'_> {
             ChannelSetup { phase, ..self.setup }.params(sockets, self.peer_ip(), peer_ports)?;
         if let Some(wait) = patient {
             for channel in &mut params {
-                let idle = &mut channel.config.idle_timeout_us;
-                *idle = (*idle).max(wait.as_micros() as u64);
+                channel.config.first_contact_us = wait.as_micros() as u64;
             }
         }
         Ok(DataPlan::Channels(params))
