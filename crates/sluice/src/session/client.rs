@@ -533,7 +533,7 @@ impl Client {
         confine: Option<PathBuf>,
         observer: AnyObserver,
     ) -> Result<TransferReport, SessionError> {
-        let (observer, moved) = Watched::new(observer);
+        let (observer, moved) = Watched::watch(observer);
         let result = self.download_watched(remote_paths, dest, options, confine, observer).await;
         self.judge_data_path(&result, &moved);
         result
@@ -545,7 +545,7 @@ impl Client {
         dest: &Path,
         options: &CopyOptions,
         confine: Option<PathBuf>,
-        mut observer: Watched<AnyObserver>,
+        mut observer: AnyObserver,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         options.check()?;
@@ -595,8 +595,7 @@ impl Client {
         let destination = Destination { early, ..destination };
         let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
         let received =
-            run_receiving(machine, &mut wire, &channels, destination, Some(Box::new(observer)))
-                .await;
+            run_receiving(machine, &mut wire, &channels, destination, Some(observer)).await;
         drop(wire);
         let mut received = received?;
         let mut report = TransferReport {
@@ -663,7 +662,7 @@ impl Client {
         options: &CopyOptions,
         observer: impl CopyObserver,
     ) -> Result<TransferReport, SessionError> {
-        let (observer, moved) = Watched::new(Box::new(observer) as AnyObserver);
+        let (observer, moved) = Watched::watch(Box::new(observer));
         let result = self.upload_watched(local_paths, dest, options, observer).await;
         self.judge_data_path(&result, &moved);
         result
@@ -688,7 +687,7 @@ impl Client {
         local_paths: &[PathBuf],
         dest: &str,
         options: &CopyOptions,
-        mut observer: Watched<AnyObserver>,
+        mut observer: AnyObserver,
     ) -> Result<TransferReport, SessionError> {
         let started = Instant::now();
         options.check()?;
@@ -732,7 +731,7 @@ impl Client {
             let sent = match req.write(&put).await {
                 Ok(()) => {
                     let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
-                    let observer = Some(Box::new(observer) as AnyObserver);
+                    let observer = Some(observer);
                     run_sending(machine, &mut wire, &channels, &outgoing, compress, observer).await
                 }
                 Err(err) => Err(err),
@@ -769,9 +768,9 @@ impl Client {
                 memory: self.memory.clone(),
             };
             let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
-            let observer = Some(Box::new(observer) as AnyObserver);
             let sent =
-                run_sending(machine, &mut wire, &channels, &outgoing, compress, observer).await;
+                run_sending(machine, &mut wire, &channels, &outgoing, compress, Some(observer))
+                    .await;
             drop(wire);
             sent?
         };

@@ -40,20 +40,6 @@ pub trait CopyObserver: Send + 'static {
 /// compile the whole session driver again at opt-level 3.
 pub(crate) type AnyObserver = Box<dyn CopyObserver>;
 
-impl CopyObserver for AnyObserver {
-    fn channels(&mut self, channels: u32) {
-        (**self).channels(channels);
-    }
-
-    fn planned(&mut self, files: &[PlannedFile]) {
-        (**self).planned(files);
-    }
-
-    fn progress(&mut self, progress: Progress) {
-        (**self).progress(progress);
-    }
-}
-
 /// A progress callback as an observer.
 pub(crate) struct OnProgress<F>(pub(crate) F);
 
@@ -65,20 +51,20 @@ impl<F: FnMut(Progress) + Send + 'static> CopyObserver for OnProgress<F> {
 
 /// An observer that also notes whether any byte of the copy moved: a copy over UDP that failed
 /// before one did met a path that does not carry its data channels.
-pub(crate) struct Watched<O> {
-    inner: O,
+pub(crate) struct Watched {
+    inner: AnyObserver,
     moved: Arc<AtomicBool>,
 }
 
-impl<O> Watched<O> {
+impl Watched {
     /// `inner`, watched, and the flag it sets.
-    pub(crate) fn new(inner: O) -> (Watched<O>, Arc<AtomicBool>) {
+    pub(crate) fn watch(inner: AnyObserver) -> (AnyObserver, Arc<AtomicBool>) {
         let moved = Arc::new(AtomicBool::new(false));
-        (Watched { inner, moved: moved.clone() }, moved)
+        (Box::new(Watched { inner, moved: moved.clone() }), moved)
     }
 }
 
-impl<O: CopyObserver> CopyObserver for Watched<O> {
+impl CopyObserver for Watched {
     fn channels(&mut self, channels: u32) {
         self.inner.channels(channels);
     }
