@@ -53,7 +53,11 @@ fn remote(location: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
-async fn reach_host(connect: &ConnectArgs, ssh: &SshArgs, host: &str) -> anyhow::Result<Reached> {
+pub(crate) async fn reach_host(
+    connect: &ConnectArgs,
+    ssh: &SshArgs,
+    host: &str,
+) -> anyhow::Result<Reached> {
     let channel = sluice::session::default_channel_config();
     let prefs = crate::config::load()?.prefs(host);
     reach(connect, ssh, host, &prefs, channel, None).await
@@ -158,7 +162,7 @@ fn mode_string(mode: u32) -> String {
 
 /// `YYYY-MM-DD HH:MM:SS` UTC of seconds since the Unix epoch (the civil calendar from a day
 /// count, after Howard Hinnant's `civil_from_days`).
-fn utc(secs: i64) -> String {
+pub(crate) fn utc(secs: i64) -> String {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -173,12 +177,12 @@ fn utc(secs: i64) -> String {
 }
 
 /// Writes `text` to stdout; a reader that stopped reading (`sluice ls | head`) is no error.
-fn write_out(text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_out(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(crate::exit::local_io(format!("writing the listing: {e}")))
+            Err(crate::exit::local_io(format!("writing to stdout: {e}")))
         }
         _ => Ok(()),
     }

@@ -10,6 +10,7 @@ mod connect;
 mod cp;
 mod demo;
 mod exit;
+mod jobs;
 mod relayed;
 mod remote;
 mod serve;
@@ -75,6 +76,17 @@ enum Command {
     ///   sluice ls -l server:projects/run7
     #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
     Ls(browse::LsArgs),
+    /// List what a server does for this token without a client, and what it did lately:
+    /// third-party copies it pulls (sluice cp dtn:x hpc:) and relayed uploads it collects
+    /// (sluice cp --relay ...), with their progress; a stalled relayed upload names the byte
+    /// ranges it lacks (the same copy run again at the sender moves only those). Needs the
+    /// token's write right.
+    ///
+    /// Examples:
+    ///   sluice jobs hpc
+    ///   sluice jobs --json hpc
+    #[command(verbatim_doc_comment, after_help = exit::EXIT_CODES)]
+    Jobs(jobs::JobsArgs),
     /// Show the kind, size and modification time of a path on a server.
     ///
     /// Example: sluice stat server:data/big.bin
@@ -220,6 +232,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::run(args).await,
             Command::Ls(args) => browse::ls(args).await,
             Command::Stat(args) => browse::stat(args).await,
+            Command::Jobs(args) => jobs::run(args).await,
             Command::Completions { shell } => print_completions(shell),
             Command::Man { dir } => man(dir),
             Command::Sweep(args) => sweep::run(args).await,

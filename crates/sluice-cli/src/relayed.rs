@@ -163,6 +163,6 @@ pub(crate) async fn upload(
     for relay in relays {
         relay.client.close().await;
     }
-    show.relayed(&result?);
+    show.relayed(&result?, to.host);
     Ok(())
 }

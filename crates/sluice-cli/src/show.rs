@@ -338,7 +338,7 @@ fn say(line: &str) {
 impl Show {
     /// The end of a relayed upload: the sender's part (every block safe) and, when it waited,
     /// the receiver's (the verified file in place).
-    pub(crate) fn relayed(&self, report: &sluice::session::RelayedReport) {
+    pub(crate) fn relayed(&self, report: &sluice::session::RelayedReport, host: &str) {
         let placed: Vec<Value> = report
             .placed
             .iter()
@@ -373,7 +373,11 @@ impl Show {
                         "the server has the {} verified files after {total:.1} s",
                         report.files
                     ),
-                    None => format!("collection goes on at the server (job {})", report.job),
+                    None => format!(
+                        "collection goes on at the server (job {}: sluice jobs {} follows it)",
+                        report.job,
+                        host.escape_debug()
+                    ),
                 };
                 let resumed = match report.resumed_blocks {
                     0 => String::new(),

@@ -152,6 +152,23 @@ impl World {
         self.cp_command(args).output().unwrap()
     }
 
+    /// `sluice jobs --json` of B, run on C: B's jobs for B's token.
+    fn jobs_of_b(&self) -> Vec<serde_json::Value> {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.ns('c'), BIN]);
+        isolate(&mut c, self.dir.path());
+        let out = c
+            .args(["jobs", "--json", "-P", PORT, "--accept-new-host", "--known-hosts"])
+            .arg(self.dir.path().join("known_hosts"))
+            .arg(B_ADDR.to_string())
+            .env("SLUICE_TOKEN_198_18_3_2", B_TOKEN)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        value["jobs"].as_array().unwrap().clone()
+    }
+
     /// Bytes through both of C's links so far, both ways.
     fn c_bytes(&self) -> u64 {
         self.link_bytes("C-A").0
@@ -293,6 +310,19 @@ fn a_to_b_through_c_moves_on_the_fast_link_only_and_survives_c_and_b_going_away(
     let ab_before = world.a_to_b();
     let seen = cp_until(&world, &args, part);
     println!("C killed after B reported {seen} bytes");
+    // `sluice jobs` on C lists it at B, from A into left.bin (running, or done already).
+    let listed = world.jobs_of_b();
+    println!("jobs at B: {listed:?}");
+    let job = listed.iter().find(|j| j["dest"] == "left.bin").expect("the job is listed");
+    assert_eq!(job["kind"], "third-party");
+    assert_eq!(job["from"], format!("{A_ADDR}:{PORT}"));
+    assert!(job["phase"] == "running" || job["phase"] == "done", "{job}");
+    assert!(job["bytes"].as_u64().unwrap() >= seen, "{job}");
+    // The copies before it ended, each with its file.
+    for dest in ["tp.bin", ""] {
+        let done = listed.iter().find(|j| j["dest"] == dest).expect("an earlier job is listed");
+        assert_eq!(done["phase"], "done", "{done}");
+    }
     let out = world.cp(&args);
     println!("again: {}", stderr(&out));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -314,6 +344,10 @@ fn a_to_b_through_c_moves_on_the_fast_link_only_and_survives_c_and_b_going_away(
     println!("after the restart: {}", stderr(&out));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(same_file(&big, &world.root('b').join("resumed.bin")));
+    // B listed the job it resumed after its restart as done, with every byte.
+    let listed = world.jobs_of_b();
+    let job = listed.iter().find(|j| j["dest"] == "resumed.bin").expect("the job is listed");
+    assert_eq!((job["phase"].as_str(), job["bytes"].as_u64()), (Some("done"), Some(size)), "{job}");
     let moved = world.a_to_b() - ab_before;
     println!("A to B for the job with B's restart: {moved} bytes");
     assert!(moved < size + size / 4, "{moved} bytes moved for a {size}-byte file");

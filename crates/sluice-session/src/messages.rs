@@ -145,6 +145,9 @@ pub enum Request {
     /// A relayed upload's receiving end: collect the blocks the sender stripes. Followed by
     /// `StripeMsg`s, answered with `CollectMsg`s.
     Relayed(crate::relay::RelayedPut),
+    /// The jobs this server runs, or ran lately, for the session's token (third-party pulls
+    /// and relayed uploads' collections): answered with `Jobs`. Needs the write right.
+    Jobs {},
 }
 
 /// A grant as its reader presents it in `Hello`.
@@ -240,6 +243,78 @@ pub struct JobDone {
     pub attached: bool,
 }
 
+/// What kind of work a server's job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobKind {
+    /// A third-party transfer's destination: it reads from another server (`Pull`).
+    ThirdParty,
+    /// A relayed upload's collection: it gathers the sender's blocks from relays (`Relayed`).
+    Relayed,
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobPhase {
+    /// It moves data, or waits to.
+    Running,
+    /// A relayed upload whose sender left with blocks nowhere to collect: the same copy run
+    /// again moves only `missing`.
+    Stalled,
+    /// Ended with every file verified and in place.
+    Done,
+    /// Ended without its files; `error` says why.
+    Failed,
+}
+
+/// One job as `sluice jobs` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// What it does.
+    pub kind: JobKind,
+    /// Its id: a third-party job's (the grant's), a relayed upload's transfer id.
+    pub id: String,
+    /// Where it reads from: the source server's address, or the relays' addresses.
+    pub from: String,
+    /// Where it writes, relative to the token's root.
+    pub dest: String,
+    /// Where it stands.
+    pub phase: JobPhase,
+    /// Bytes at the destination, verified or arriving.
+    pub bytes: u64,
+    /// Bytes of the files it moves (0 until known).
+    pub total: u64,
+    /// Files it moves (0 until known).
+    #[serde(default)]
+    pub files: u64,
+    /// When it started, seconds since the Unix epoch (the server's clock).
+    pub started: u64,
+    /// When it ended or stalled, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<u64>,
+    /// A stalled job's missing byte ranges, `[start, end)` (the first
+    /// [`MAX_JOB_RANGES`]; `missing_bytes` counts them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<[u64; 2]>,
+    /// Bytes a stalled job lacks.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub missing_bytes: u64,
+    /// A failed or stalled job's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The most missing ranges a [`JobInfo`] lists.
+pub const MAX_JOB_RANGES: usize = 32;
+
+/// The most jobs a `Jobs` answer lists (the newest first), so that it fits in one frame.
+pub const MAX_JOBS_LISTED: usize = 200;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// What a server offers a new connection before its token is checked: the one message on the
 /// one stream the server opens, sent with its first flight (QUIC's 0.5-RTT data), so that the
 /// client's first upload can start its data with its `Hello` instead of a round trip after it.
@@ -294,6 +369,12 @@ pub enum Answer {
     JobProgress(JobProgress),
     /// A `Pull` job ended with every file verified.
     JobDone(JobDone),
+    /// Answer to `Jobs`: the token's jobs, running and stalled first, then those that ended
+    /// lately, each group newest first.
+    Jobs {
+        /// The jobs.
+        jobs: Vec<JobInfo>,
+    },
     /// The request failed.
     Failed {
         /// Class of the failure.

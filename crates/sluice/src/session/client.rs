@@ -32,8 +32,8 @@ use super::keys::{Role, SessionId};
 use super::known_hosts::{HostDecision, HostVerifier, KnownHosts, TrustPolicy, host_key};
 use super::manifest_io::recv_listing;
 use super::messages::{
-    Answer, ErrorCode, GrantClaim, JobDone, JobProgress, Offer, PullJob, Request, Spec, StatInfo,
-    read_message, write_message,
+    Answer, ErrorCode, GrantClaim, JobDone, JobInfo, JobProgress, Offer, PullJob, Request, Spec,
+    StatInfo, read_message, write_message,
 };
 use super::observe::{AnyObserver, CopyObserver, OnProgress, Watched};
 use super::path_memory::PathMemory;
@@ -407,6 +407,17 @@ impl Client {
         self.opened(req.write(&Request::Stat { path: path.to_owned() }).await).await?;
         match req.read_answer(REPLY_TIMEOUT).await? {
             Answer::StatInfo(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// This token's jobs on the server (third-party pulls and relayed uploads' collections):
+    /// running and stalled first, then those that ended lately. Needs the `write` right.
+    pub async fn jobs(&self) -> Result<Vec<JobInfo>, SessionError> {
+        let mut req = self.request().await?;
+        self.opened(req.write(&Request::Jobs {}).await).await?;
+        match req.read_answer(REPLY_TIMEOUT).await? {
+            Answer::Jobs { jobs } => Ok(jobs),
             other => Err(unexpected(other)),
         }
     }

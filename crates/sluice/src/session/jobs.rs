@@ -19,7 +19,10 @@ use tracing::{info, warn};
 
 use super::identity::write_private;
 use super::identity::{Fingerprint, Identity};
-use super::messages::{ErrorCode, GrantClaim, JobDone, JobProgress, PullJob};
+use super::job_log::{Ended, unix_now};
+use super::messages::{
+    ErrorCode, GrantClaim, JobDone, JobInfo, JobKind, JobPhase, JobProgress, PullJob,
+};
 use super::observe::{CopyObserver, PlannedFile};
 use super::{Client, ClientConfig, CopyOptions, SessionError, TrustPolicy};
 use crate::datapath::Progress;
@@ -81,7 +84,48 @@ pub(crate) struct Jobs {
     channel: ChannelConfig,
     /// The server's places for transfers: a job takes one, as a client's transfer does.
     transfers: Arc<Semaphore>,
-    running: Mutex<HashMap<JobKey, watch::Receiver<JobState>>>,
+    running: Mutex<HashMap<JobKey, Live>>,
+    /// Those that ended lately (`sluice jobs`).
+    ended: Ended,
+}
+
+/// A running job as its followers and the listing see it.
+struct Live {
+    state: watch::Receiver<JobState>,
+    /// When it started (Unix seconds).
+    started: u64,
+    /// The source's address, as the client gave it.
+    source: String,
+    /// The job's id.
+    job: String,
+}
+
+/// A job as `sluice jobs` shows it, from its key and what it has come to.
+fn info(key: &JobKey, live: &Live, state: &JobState) -> JobInfo {
+    let (phase, ended, error) = match &state.end {
+        None => (JobPhase::Running, None, None),
+        Some(Ok(_)) => (JobPhase::Done, Some(unix_now()), None),
+        Some(Err((_, message))) => (JobPhase::Failed, Some(unix_now()), Some(message.clone())),
+    };
+    let (bytes, files, total) = match &state.end {
+        Some(Ok(done)) => (done.bytes, done.files, done.bytes),
+        _ => (state.progress.bytes, state.progress.files, state.progress.total),
+    };
+    JobInfo {
+        kind: JobKind::ThirdParty,
+        id: live.job.clone(),
+        from: live.source.clone(),
+        dest: key.dest.clone(),
+        phase,
+        bytes,
+        total,
+        files,
+        started: live.started,
+        ended,
+        missing: Vec::new(),
+        missing_bytes: 0,
+        error,
+    }
 }
 
 impl std::fmt::Debug for Jobs {
@@ -98,7 +142,25 @@ impl Jobs {
         transfers: Arc<Semaphore>,
     ) -> Jobs {
         let dir = state_dir.map(|d| d.join(JOBS_DIR));
-        Jobs { dir, identity, channel, transfers, running: Mutex::default() }
+        Jobs {
+            dir,
+            identity,
+            channel,
+            transfers,
+            running: Mutex::default(),
+            ended: Ended::default(),
+        }
+    }
+
+    /// `token`'s jobs, running and ended lately.
+    pub(crate) fn list(&self, token: usize) -> Vec<JobInfo> {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = running.iter().filter(|(key, _)| key.token == token);
+        let mut jobs: Vec<JobInfo> =
+            mine.map(|(key, live)| info(key, live, &live.state.borrow())).collect();
+        drop(running);
+        jobs.extend(self.ended.of(token));
+        jobs
     }
 
     /// This server's identity, which it proves as a client (to sources, and to relays as a
@@ -139,13 +201,19 @@ impl Jobs {
     ) -> Result<(watch::Receiver<JobState>, bool), SessionError> {
         let key = JobKey::of(&record);
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(state) = running.get(&key) {
+        if let Some(live) = running.get(&key) {
             info!(job = %record.pull.job, "a client follows a running job");
-            return Ok((state.clone(), true));
+            return Ok((live.state.clone(), true));
         }
         self.save(&record)?;
         let (tx, rx) = watch::channel(JobState::default());
-        running.insert(key.clone(), rx.clone());
+        let live = Live {
+            state: rx.clone(),
+            started: unix_now(),
+            source: record.pull.source.clone(),
+            job: record.pull.job.clone(),
+        };
+        running.insert(key.clone(), live);
         drop(running);
         tokio::spawn(run(self.clone(), key, record, tx, limit));
         Ok((rx, false))
@@ -204,8 +272,13 @@ impl Jobs {
         write_private(&path, &json)
     }
 
-    fn forget(&self, key: &JobKey, job: &str) {
-        self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    /// Takes an ended job off the running ones (into the ended ones, with its end) and its
+    /// record out of the state directory.
+    fn forget(&self, key: &JobKey, job: &str, end: &JobState) {
+        let live = self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+        if let Some(live) = live {
+            self.ended.push(key.token, info(key, &live, end));
+        }
         if let Some(path) = self.record_path(job) {
             let _ = std::fs::remove_file(path);
         }
@@ -254,8 +327,8 @@ async fn run(
             Err((err.code(), side_of(&err, &record.pull.source)))
         }
     };
-    jobs.forget(&key, &job);
     state.send_modify(|s| s.end = Some(end));
+    jobs.forget(&key, &job, &state.borrow());
 }
 
 /// One attempt: connect to the source (pinning the fingerprint the client gave, proving this

@@ -999,6 +999,7 @@ async fn serve_request(
         Request::Deposit(deposit) => ctx.deposit(deposit).await,
         Request::Collect(collect) => ctx.collect(collect).await,
         Request::Relayed(put) => ctx.relayed(put).await,
+        Request::Jobs {} => ctx.jobs().await,
         Request::Hello { .. } => Err(SessionError::Protocol("Hello on a request stream".into())),
     };
     let told = ctx.told;
@@ -1304,6 +1305,17 @@ impl<'a> RequestCtx<'a> {
             }
             let _ = tokio::time::timeout(JOB_REPORT_IDLE, state.changed()).await;
         }
+    }
+
+    /// The token's jobs here (`sluice jobs`): third-party pulls and relayed uploads'
+    /// collections, running, stalled and ended lately.
+    async fn jobs(&mut self) -> Result<(), SessionError> {
+        self.require(|r| r.write, "list jobs (jobs write here: that needs the write right)")?;
+        let token = self.session.token;
+        let mut jobs = self.shared.jobs.list(token);
+        jobs.extend(self.shared.collections.list(token));
+        debug!(jobs = jobs.len(), "jobs listed");
+        self.write(&super::job_log::answer(jobs)).await
     }
 
     /// An upload: this end runs the receiving role.

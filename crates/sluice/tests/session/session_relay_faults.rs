@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{TestServer, pattern};
-use sluice::session::{Client, RelayTarget, RelayedReport, SessionError};
+use sluice::session::{
+    Client, JobInfo, JobKind, JobPhase, RelayTarget, RelayedReport, SessionError,
+};
 use sluice_session::relay::Strategy;
 use tokio::net::UdpSocket;
 use tokio::task::JoinSet;
@@ -289,13 +291,44 @@ impl Stalled {
     }
 }
 
+/// The receiver's jobs of the test token (`sluice jobs`), once `ready` holds for them (within
+/// a minute).
+async fn jobs_once(server: &TestServer, ready: impl Fn(&[JobInfo]) -> bool) -> Vec<JobInfo> {
+    let client = server.client().await;
+    for _ in 0..300 {
+        let jobs = client.jobs().await.unwrap();
+        if ready(&jobs) {
+            client.close().await;
+            return jobs;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the jobs never came to what the test waits for: {:?}", client.jobs().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
     let world = Stalled::new("s.bin").await;
     let dest = world.receiver.root().join("s.bin");
     assert!(!dest.exists());
+    // `sluice jobs` at the receiver: the job stalled, lacking B's half (blocks 8..16).
+    let size = world.content.len() as u64;
+    let jobs = jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
+    println!("stalled: {jobs:?}");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let job = &jobs[0];
+    assert_eq!((job.kind, job.dest.as_str(), job.files), (JobKind::Relayed, "", 1));
+    assert_eq!((job.bytes, job.total), (8 * BLOCK, size));
+    assert_eq!(job.missing, vec![[8 * BLOCK, size]]);
+    assert_eq!(job.missing_bytes, size - 8 * BLOCK);
+    assert!(job.error.as_deref().is_some_and(|e| e.contains("nowhere to collect")), "{job:?}");
     let report = world.again().await.unwrap();
     println!("re-run: {report:?}");
+    // The re-run's job took the stalled one over: one job, done, every byte written.
+    let jobs = jobs_once(&world.receiver, |j| j.iter().all(|j| j.phase == JobPhase::Done)).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!((jobs[0].bytes, jobs[0].total, jobs[0].missing_bytes), (size, size, 0));
+    assert_eq!(jobs[0].id, report.job, "{jobs:?}");
     assert_eq!(fs::read(&dest).unwrap(), world.content);
     assert_eq!(report.resumed_blocks, 8, "A's half was at the receiver");
     // Only B's half moved again: 8 sealed blocks (the last one 77 bytes short).

@@ -11,10 +11,13 @@ use std::time::Duration;
 
 use common::{TOKEN, TestServer, pattern, write_private};
 use sluice::session::between::{DataSettings, Side, copy_between};
-use sluice::session::messages::{JobDone, PullJob};
+use sluice::session::messages::{JobDone, JobKind, JobPhase, PullJob};
 use sluice::session::{
     Client, CopyOptions, SessionError, ThirdParty, ThirdPartyConfig, default_channel_config,
 };
+
+/// A second token, of the same rights.
+const OTHER: &str = "other-token-9876543210";
 
 /// What these tests copy with: the defaults (a refused overwrite).
 fn options() -> CopyOptions {
@@ -56,7 +59,7 @@ fn pull(a: &TestServer, grant: &str, job: &str, paths: &[&str], dest: &str) -> P
     }
 }
 
-fn refused_with(result: Result<JobDone, SessionError>, words: &str) -> String {
+fn refused_with<T: std::fmt::Debug>(result: Result<T, SessionError>, words: &str) -> String {
     let err = result.expect_err("the misuse was refused");
     let text = err.to_string();
     assert!(text.contains(words), "expected {words:?} in: {text}");
@@ -238,6 +241,7 @@ async fn a_token_without_the_rights_cannot_grant_or_pull() {
     assert!(err.to_string().contains("may not read"), "{err}");
     let job = pull(&a, "sluice-grant-v1.x.y", "j", &["f"], "f");
     refused_with(b.client().await.pull(job, |_| {}).await, "may not write");
+    refused_with(b.client().await.jobs().await, "may not list jobs");
     for s in [a, b] {
         s.stop().await;
     }
@@ -248,7 +252,12 @@ async fn the_job_goes_on_when_its_client_leaves_and_the_same_request_follows_it(
     let seed = 5u8;
     println!("seed {seed}");
     let a = TestServer::start().await;
-    let b = TestServer::start().await;
+    // B knows a second token: its listing must not show the first one's job.
+    let b = TestServer::start_with(|c| {
+        let dir = c.root.parent().unwrap().to_owned();
+        write_private(&common::tokens_file(&dir), &format!("{TOKEN}\n{OTHER}\n"));
+    })
+    .await;
     let data = pattern(64 << 20, seed);
     std::fs::write(a.root().join("big.bin"), &data).unwrap();
     let ca = a.client().await;
@@ -273,11 +282,32 @@ async fn the_job_goes_on_when_its_client_leaves_and_the_same_request_follows_it(
         .unwrap()
         .unwrap();
     following.abort();
-    // Another session asks for the same job: it follows the running one to its end.
+    // `sluice jobs` at B shows it running, from A into big.bin.
     let again = b.client().await;
+    let listed = again.jobs().await.unwrap();
+    println!("running: {listed:?}");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let running = &listed[0];
+    assert_eq!((running.kind, running.phase), (JobKind::ThirdParty, JobPhase::Running));
+    assert_eq!((running.id.as_str(), running.dest.as_str()), (granted.job.as_str(), "big.bin"));
+    assert_eq!(running.from, a.addr.to_string());
+    assert!(running.bytes > 0 && running.bytes < data.len() as u64, "{running:?}");
+    // Another session asks for the same job: it follows the running one to its end.
     let done = again.pull(job, |_| {}).await.unwrap();
     assert!(done.attached, "{done:?}");
     assert_eq!(std::fs::read(b.root().join("big.bin")).unwrap(), data);
+    // Then it is listed as done, with every byte, and no longer as running.
+    let listed = again.jobs().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].phase, JobPhase::Done, "{listed:?}");
+    assert_eq!((listed[0].bytes, listed[0].files), (data.len() as u64, 1), "{listed:?}");
+    assert!(listed[0].ended.is_some_and(|e| e >= listed[0].started), "{listed:?}");
+    // Another token's listing at B does not show it.
+    let mut config = b.client_config();
+    config.token = OTHER.to_owned();
+    let other = Client::connect(config).await.unwrap();
+    assert_eq!(other.jobs().await.unwrap(), Vec::new());
+
     for s in [a, b] {
         s.stop().await;
     }

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice_session::relay::{BlockPlan, MAX_BATCH_BLOCKS, to_hex};
+use sluice_session::messages::{JobInfo, JobKind, JobPhase, MAX_JOB_RANGES};
+use sluice_session::relay::{BlockPlan, MAX_BATCH_BLOCKS, id_ranges, to_hex};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
@@ -34,6 +35,7 @@ use crate::files::Confined;
 use crate::session::channel::blocking;
 use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
+use crate::session::job_log::{Ended, unix_now};
 use crate::session::keys::SessionId;
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
 use crate::tree::FileSet;
@@ -100,6 +102,19 @@ struct Progress {
     elsewhere: HashMap<u64, Vec<u32>>,
 }
 
+/// What `sluice jobs` says of a collection besides its blocks.
+#[derive(Debug, Clone)]
+pub(crate) struct Listed {
+    /// The sender's token (its index in the token file): whose listing shows the job.
+    pub(crate) token: usize,
+    /// The destination as the sender named it (relative to the token's root).
+    pub(crate) dest: String,
+    /// Files it moves.
+    pub(crate) files: u64,
+    /// When it started (Unix seconds).
+    pub(crate) started: u64,
+}
+
 /// What a stalled job keeps for a re-run of its copy.
 #[derive(Debug)]
 pub(crate) struct Stalled {
@@ -109,6 +124,12 @@ pub(crate) struct Stalled {
     written: Vec<bool>,
     digest: blake3::Hash,
     until: Instant,
+    /// The job it was, for the listing: its id, relays, and why it stalled (when).
+    transfer: TransferId,
+    listed: Listed,
+    from: String,
+    why: String,
+    at: u64,
 }
 
 impl Stalled {
@@ -146,6 +167,7 @@ pub(crate) struct Collection {
     progress: Mutex<Progress>,
     wake: Notify,
     events: mpsc::UnboundedSender<JobEvent>,
+    listed: Listed,
     /// Held while the job runs (the server's places for transfers).
     _permits: Box<dyn Send + Sync>,
 }
@@ -163,9 +185,35 @@ impl std::fmt::Debug for Collection {
 pub(crate) struct Collections {
     running: Mutex<HashMap<TransferId, Arc<Collection>>>,
     stalled: Mutex<HashMap<PathBuf, Stalled>>,
+    /// Those that ended lately (`sluice jobs`).
+    ended: Ended,
 }
 
 impl Collections {
+    /// `token`'s collections: running, stalled, and ended lately.
+    pub(crate) fn list(&self, token: usize) -> Vec<JobInfo> {
+        let running = lock(&self.running);
+        let mine = running.values().filter(|c| c.listed.token == token);
+        let mut jobs: Vec<JobInfo> = mine
+            .map(|c| {
+                let written: Vec<bool> =
+                    lock(&c.progress).blocks.iter().map(|w| *w == Where::Written).collect();
+                job_info(&c.transfer, &c.listed, c.from(), &c.plan, &written, None)
+            })
+            .collect();
+        drop(running);
+        let stalled = lock(&self.stalled);
+        let now = Instant::now();
+        let mine = stalled.values().filter(|s| s.listed.token == token && s.until > now);
+        jobs.extend(mine.map(|s| {
+            let end = Some((JobPhase::Stalled, s.at, Some(s.why.clone())));
+            job_info(&s.transfer, &s.listed, s.from.clone(), &s.plan, &s.written, end)
+        }));
+        drop(stalled);
+        jobs.extend(self.ended.of(token));
+        jobs
+    }
+
     /// The collection of `transfer` when `session` is its sender's: its deposits go there.
     pub(crate) fn direct(
         &self,
@@ -217,6 +265,8 @@ pub(crate) struct Start {
     pub(crate) permits: Box<dyn Send + Sync>,
     /// A stalled job of the same copy to take over.
     pub(crate) resume: Option<Stalled>,
+    /// What `sluice jobs` shows of it.
+    pub(crate) listed: Listed,
     /// A tree's plan, prepared (its directories made, its files' paths claimed).
     pub(crate) tree: Option<Incoming>,
 }
@@ -287,6 +337,7 @@ impl Collection {
             }),
             wake: Notify::new(),
             events: tx,
+            listed: start.listed,
             _permits: start.permits,
         });
         {
@@ -303,6 +354,12 @@ impl Collection {
     /// The job's name (the transfer's id).
     pub(crate) fn name(&self) -> String {
         to_hex(&self.transfer)
+    }
+
+    /// Where it collects from, for the listing: its relays' addresses.
+    fn from(&self) -> String {
+        let addresses: Vec<String> = self.relays.iter().map(|r| r.address.to_string()).collect();
+        addresses.join(", ")
     }
 
     /// The sender placed `blocks` on relay `relay`.
@@ -545,10 +602,27 @@ impl Collection {
                     written: p.blocks.iter().map(|w| *w == Where::Written).collect(),
                     digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
                     until: Instant::now() + STALLED_KEEP,
+                    transfer: self.transfer,
+                    listed: self.listed.clone(),
+                    from: self.from(),
+                    why: end.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+                    at: unix_now(),
                 })
             }
             Landing::Tree { .. } => None,
         };
+        let written: Vec<bool> =
+            lock(&self.progress).blocks.iter().map(|w| *w == Where::Written).collect();
+        let (phase, error) = match &end {
+            Ok(_) => (JobPhase::Done, None),
+            Err(e) => (JobPhase::Failed, Some(e.to_string())),
+        };
+        if stalled.is_none() {
+            let end = Some((phase, unix_now(), error));
+            let info =
+                job_info(&self.transfer, &self.listed, self.from(), &self.plan, &written, end);
+            collections.ended.push(self.listed.token, info);
+        }
         let end = match end {
             Ok(bytes) => {
                 info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed upload collected");
@@ -733,5 +807,51 @@ impl Collection {
                 .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
             Ok(me.plan.size)
         }
+    }
+}
+
+/// A collection as `sluice jobs` shows it: `written` says which blocks of `plan` landed, and
+/// `end` its phase, when and why once it is no longer running.
+fn job_info(
+    transfer: &TransferId,
+    listed: &Listed,
+    from: String,
+    plan: &BlockPlan,
+    written: &[bool],
+    end: Option<(JobPhase, u64, Option<String>)>,
+) -> JobInfo {
+    let block_bytes = |id: u64| plan.range(id).map_or(0, |r| r.end - r.start);
+    let ids = (0..plan.count()).filter(|id| written.get(*id as usize).is_some_and(|w| *w));
+    let bytes: u64 = ids.map(block_bytes).sum();
+    let (phase, ended, error) = match end {
+        None => (JobPhase::Running, None, None),
+        Some((phase, at, why)) => (phase, Some(at), why),
+    };
+    let missing = match phase {
+        JobPhase::Stalled => {
+            let lacking =
+                (0..plan.count()).filter(|id| !written.get(*id as usize).is_some_and(|w| *w));
+            id_ranges(lacking)
+                .into_iter()
+                .filter_map(|[a, b]| Some([plan.range(a)?.start, plan.range(b - 1)?.end]))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let missing_bytes = missing.iter().map(|[a, b]| b - a).sum();
+    JobInfo {
+        kind: JobKind::Relayed,
+        id: to_hex(transfer),
+        from,
+        dest: listed.dest.clone(),
+        phase,
+        bytes,
+        total: plan.size,
+        files: listed.files,
+        started: listed.started,
+        ended,
+        missing: missing.into_iter().take(MAX_JOB_RANGES).collect(),
+        missing_bytes,
+        error,
     }
 }

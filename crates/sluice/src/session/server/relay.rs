@@ -15,9 +15,10 @@ use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
 use crate::files::Confined;
 use crate::session::copy::plan_error;
 use crate::session::identity::peer_fingerprint;
+use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{GrantClaim, Messages, write_message};
-use crate::session::relay::collect::{Collection, JobEvent, RelayAt, Start};
+use crate::session::relay::collect::{Collection, JobEvent, Listed, RelayAt, Start};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::TransferId;
@@ -262,6 +263,16 @@ impl RequestCtx<'_> {
         let secret =
             ChannelSecrets::derive_labelled(self.conn, RELAY_KEY_LABEL, &at)?.client_to_server;
         let (permits, _) = self.acquire_transfer().await?;
+        let files = match put.entries.iter().filter(|e| e.kind == EntryKind::File).count() {
+            0 => 1,
+            n => n as u64,
+        };
+        let listed = Listed {
+            token: self.session.token,
+            dest: put.dest.clone(),
+            files,
+            started: unix_now(),
+        };
         let collections = self.shared.collections.clone();
         if collections.writing(&dest) {
             return Err(SessionError::Busy(format!(
@@ -286,6 +297,7 @@ impl RequestCtx<'_> {
             permits: Box::new(permits),
             resume,
             tree,
+            listed,
         };
         let (job, events) = blocking(move || Collection::start(start, &collections)).await?;
         let have = job.have();

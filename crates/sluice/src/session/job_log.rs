@@ -1,0 +1,154 @@
+//! What `sluice jobs` shows: the jobs a server runs (third-party pulls, relayed uploads'
+//! collections) and those that ended lately, for one token. Each kind of job lists its own
+//! running ones; this module keeps the ended ones and puts a listing together.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sluice_session::messages::{Answer, JobInfo, JobPhase, MAX_JOBS_LISTED, MAX_MESSAGE_BYTES};
+
+/// How many ended jobs a server keeps for its listing, over all tokens.
+const KEEP_ENDED: usize = 256;
+/// How long an ended job stays listed.
+const KEEP_FOR: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Seconds since the Unix epoch, by this machine's clock.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The jobs that ended lately (the newest last), each with its token's index.
+#[derive(Debug, Default)]
+pub(crate) struct Ended {
+    list: Mutex<VecDeque<(usize, JobInfo)>>,
+}
+
+impl Ended {
+    /// Keeps `info` (which has ended) for `token`'s listings; the oldest go past
+    /// [`KEEP_ENDED`].
+    pub(crate) fn push(&self, token: usize, info: JobInfo) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() == KEEP_ENDED {
+            list.pop_front();
+        }
+        list.push_back((token, info));
+    }
+
+    /// `token`'s ended jobs of the last [`KEEP_FOR`], the newest first.
+    pub(crate) fn of(&self, token: usize) -> Vec<JobInfo> {
+        let since = unix_now().saturating_sub(KEEP_FOR.as_secs());
+        let list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let recent =
+            list.iter().rev().filter(|(t, i)| *t == token && i.ended.unwrap_or(0) >= since);
+        recent.map(|(_, info)| info.clone()).collect()
+    }
+}
+
+/// The `Jobs` answer of `jobs`: the running and stalled ones first, then the ended ones, each
+/// group newest first; at most [`MAX_JOBS_LISTED`], and the oldest ended ones left off until
+/// the answer fits in one frame.
+pub(crate) fn answer(mut jobs: Vec<JobInfo>) -> Answer {
+    let rank = |info: &JobInfo| match info.phase {
+        JobPhase::Running | JobPhase::Stalled => 0,
+        JobPhase::Done | JobPhase::Failed => 1,
+    };
+    jobs.sort_by(|a, b| {
+        let newest = |i: &JobInfo| std::cmp::Reverse(i.ended.unwrap_or(i.started).max(i.started));
+        rank(a).cmp(&rank(b)).then_with(|| newest(a).cmp(&newest(b)))
+    });
+    jobs.truncate(MAX_JOBS_LISTED);
+    let mut answer = Answer::Jobs { jobs };
+    while serde_json::to_vec(&answer).is_ok_and(|b| b.len() > MAX_MESSAGE_BYTES) {
+        let Answer::Jobs { jobs } = &mut answer else { break };
+        if jobs.is_empty() {
+            break;
+        }
+        jobs.truncate(jobs.len() * 3 / 4);
+    }
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_session::messages::JobKind;
+
+    fn job(id: &str, phase: JobPhase, started: u64, ended: Option<u64>) -> JobInfo {
+        JobInfo {
+            kind: JobKind::ThirdParty,
+            id: id.into(),
+            from: "198.18.0.1:7000".into(),
+            dest: "in".into(),
+            phase,
+            bytes: 0,
+            total: 0,
+            files: 0,
+            started,
+            ended,
+            missing: Vec::new(),
+            missing_bytes: 0,
+            error: None,
+        }
+    }
+
+    fn ids(answer: Answer) -> Vec<String> {
+        match answer {
+            Answer::Jobs { jobs } => jobs.into_iter().map(|j| j.id).collect(),
+            other => panic!("not a listing: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_listing_puts_live_jobs_first_and_the_newest_first_in_each_group() {
+        let now = unix_now();
+        let jobs = vec![
+            job("done-old", JobPhase::Done, now - 100, Some(now - 90)),
+            job("run-old", JobPhase::Running, now - 50, None),
+            job("failed-new", JobPhase::Failed, now - 20, Some(now - 5)),
+            job("stalled", JobPhase::Stalled, now - 40, Some(now - 1)),
+            job("run-new", JobPhase::Running, now - 10, None),
+        ];
+        assert_eq!(ids(answer(jobs)), ["stalled", "run-new", "run-old", "failed-new", "done-old"]);
+    }
+
+    #[test]
+    fn a_listing_too_large_for_a_frame_leaves_off_the_oldest() {
+        let now = unix_now();
+        let mut jobs: Vec<JobInfo> = (0..MAX_JOBS_LISTED as u64 + 50)
+            .map(|n| {
+                let mut j =
+                    job(&format!("{n}"), JobPhase::Done, now - 1000 + n, Some(now - 1000 + n));
+                j.dest = "d".repeat(8000);
+                j
+            })
+            .collect();
+        jobs.push(job("live", JobPhase::Running, now - 2000, None));
+        let answer = answer(jobs);
+        let frame = serde_json::to_vec(&answer).unwrap().len();
+        assert!(frame <= MAX_MESSAGE_BYTES, "{frame} bytes");
+        let listed = ids(answer);
+        assert!(listed.len() < MAX_JOBS_LISTED, "{} listed", listed.len());
+        assert_eq!(listed[0], "live");
+        // The newest ended one is kept; the oldest went.
+        assert_eq!(listed[1], format!("{}", MAX_JOBS_LISTED as u64 + 49));
+        assert!(!listed.contains(&"0".to_string()));
+    }
+
+    #[test]
+    fn ended_jobs_are_kept_per_token_and_the_oldest_go() {
+        let ended = Ended::default();
+        let now = unix_now();
+        for n in 0..KEEP_ENDED as u64 + 3 {
+            ended.push((n % 2) as usize, job(&format!("{n}"), JobPhase::Done, now, Some(now)));
+        }
+        ended.push(0, job("stale", JobPhase::Done, 0, Some(now - KEEP_FOR.as_secs() - 10)));
+        let zero = ended.of(0);
+        assert!(zero.iter().all(|j| j.id.parse::<u64>().is_ok_and(|n| n % 2 == 0)));
+        assert_eq!(zero[0].id, format!("{}", KEEP_ENDED as u64 + 2));
+        assert_eq!(zero.len() + ended.of(1).len(), KEEP_ENDED - 1, "one slot holds the stale job");
+        assert!(!ended.of(0).iter().any(|j| j.id == "stale"));
+        assert!(!ended.of(0).iter().any(|j| j.id == "2"), "the oldest were pushed out");
+        assert!(!ended.of(1).iter().any(|j| j.id == "3"), "the oldest were pushed out");
+    }
+}
