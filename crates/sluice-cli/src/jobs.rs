@@ -23,6 +23,11 @@ pub(crate) struct JobsArgs {
     /// clock).
     #[arg(long)]
     json: bool,
+    /// Cancel this job (its id as listed, running or stalled) and show it once it ended. A
+    /// third-party copy's files stay as an interrupted download leaves them (the same copy
+    /// run again resumes them); a relayed upload's collected blocks are deleted.
+    #[arg(long, value_name = "ID")]
+    cancel: Option<String>,
     #[command(flatten)]
     connect: ConnectArgs,
     #[command(flatten)]
@@ -51,13 +56,48 @@ fn host_of(server: &str) -> anyhow::Result<String> {
 pub(crate) async fn run(args: JobsArgs) -> anyhow::Result<()> {
     let host = host_of(&args.server)?;
     let reached = reach_host(&args.connect, &args.ssh, &host).await?;
-    let jobs = reached.client.jobs().await;
+    let jobs = async {
+        let listed = reached.client.jobs().await?;
+        match &args.cancel {
+            Some(prefix) => {
+                let id = unique(&listed, prefix)?;
+                Ok(reached.client.cancel_job(&id).await?)
+            }
+            None => anyhow::Ok(listed),
+        }
+    }
+    .await;
     reached.close().await;
-    let jobs = jobs?;
+    let jobs: Vec<JobInfo> = jobs?;
     if args.json {
         return write_out(&format!("{}\n", json!({ "jobs": jobs })));
     }
+    if args.cancel.is_some() && jobs.iter().any(|j| j.phase == JobPhase::Running) {
+        crate::show::say("sluice: the job was asked to cancel and has not ended yet");
+    }
     write_out(&table(&host, &jobs))
+}
+
+/// The id of the one job that `prefix` begins (at least 4 characters; the table shows 16).
+fn unique(jobs: &[JobInfo], prefix: &str) -> anyhow::Result<String> {
+    if prefix.chars().count() < 4 {
+        return Err(exit::usage(format!(
+            "--cancel {prefix}: give at least 4 characters of the id"
+        )));
+    }
+    let live = |j: &&JobInfo| matches!(j.phase, JobPhase::Running | JobPhase::Stalled);
+    let matching: Vec<&JobInfo> =
+        jobs.iter().filter(live).filter(|j| j.id.starts_with(prefix)).collect();
+    match matching.as_slice() {
+        [one] => Ok(one.id.clone()),
+        [] => Err(anyhow::Error::new(sluice::session::SessionError::NotFound(format!(
+            "no running or stalled job {prefix} of this token (sluice jobs lists them)"
+        )))),
+        _ => Err(exit::usage(format!(
+            "--cancel {prefix}: {} jobs begin so; give more of the id",
+            matching.len()
+        ))),
+    }
 }
 
 /// The listing for a person: a line per job, and beneath a stalled or failed one why, and
@@ -67,7 +107,7 @@ fn table(host: &str, jobs: &[JobInfo]) -> String {
         return format!("no jobs of this token on {}\n", host.escape_debug());
     }
     let mut out = format!(
-        "{:<16} {:<11} {:<8} {:>32}  {:<19}  DEST <- FROM\n",
+        "{:<16} {:<11} {:<9} {:>32}  {:<19}  DEST <- FROM\n",
         "ID", "KIND", "PHASE", "PROGRESS", "STARTED (UTC)"
     );
     for job in jobs {
@@ -81,9 +121,10 @@ fn table(host: &str, jobs: &[JobInfo]) -> String {
             JobPhase::Stalled => "stalled",
             JobPhase::Done => "done",
             JobPhase::Failed => "failed",
+            JobPhase::Cancelled => "cancelled",
         };
         out.push_str(&format!(
-            "{:<16} {kind:<11} {phase:<8} {:>32}  {:<19}  {} <- {}\n",
+            "{:<16} {kind:<11} {phase:<9} {:>32}  {:<19}  {} <- {}\n",
             id.escape_debug(),
             progress(job),
             utc(job.started as i64),
@@ -166,7 +207,7 @@ mod tests {
         let text = table("dtn", &[job(JobPhase::Stalled)]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
-        assert!(lines[1].starts_with("0123456789abcdef relayed     stalled"), "{text}");
+        assert!(lines[1].starts_with("0123456789abcdef relayed     stalled  "), "{text}");
         assert!(lines[1].contains("3.00 GiB / 4.00 GiB (75 %)"), "{text}");
         assert!(lines[1].contains("2026-11-22 00:00:00"), "{text}");
         // A name is shown as text: its newline escaped, never a second line.
@@ -176,6 +217,22 @@ mod tests {
         );
         assert!(lines[2].contains("run the same copy again"), "{text}");
         assert!(lines[3].contains("nowhere to collect"), "{text}");
+    }
+
+    #[test]
+    fn a_cancel_names_one_live_job_by_a_prefix_of_its_id() {
+        let mut other = job(JobPhase::Running);
+        other.id = "0123456789abcdefffff".into();
+        let mut ended = job(JobPhase::Done);
+        ended.id = "99990000".into();
+        let jobs = [job(JobPhase::Stalled), other, ended];
+        assert_eq!(unique(&jobs, "0123456789abcdef0").unwrap(), jobs[0].id);
+        assert_eq!(unique(&jobs, "0123456789abcdeff").unwrap(), "0123456789abcdefffff");
+        let err = unique(&jobs, "0123").unwrap_err().to_string();
+        assert!(err.contains("2 jobs begin so"), "{err}");
+        let err = unique(&jobs, "9999").unwrap_err().to_string();
+        assert!(err.contains("no running or stalled job 9999"), "{err}");
+        assert!(unique(&jobs, "012").unwrap_err().to_string().contains("at least 4"));
     }
 
     #[test]

@@ -331,7 +331,7 @@ fn emit(value: &Value) {
 }
 
 #[allow(clippy::print_stderr)]
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     eprintln!("{line}");
 }
 

@@ -152,14 +152,15 @@ impl World {
         self.cp_command(args).output().unwrap()
     }
 
-    /// `sluice jobs --json` of B, run on C: B's jobs for B's token.
-    fn jobs_of_b(&self) -> Vec<serde_json::Value> {
+    /// `sluice jobs --json ARGS` of B, run on C: B's jobs for B's token.
+    fn jobs_of_b(&self, args: &[&str]) -> Vec<serde_json::Value> {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", self.ns('c'), BIN]);
         isolate(&mut c, self.dir.path());
         let out = c
             .args(["jobs", "--json", "-P", PORT, "--accept-new-host", "--known-hosts"])
             .arg(self.dir.path().join("known_hosts"))
+            .args(args)
             .arg(B_ADDR.to_string())
             .env("SLUICE_TOKEN_198_18_3_2", B_TOKEN)
             .output()
@@ -311,7 +312,7 @@ fn a_to_b_through_c_moves_on_the_fast_link_only_and_survives_c_and_b_going_away(
     let seen = cp_until(&world, &args, part);
     println!("C killed after B reported {seen} bytes");
     // `sluice jobs` on C lists it at B, from A into left.bin (running, or done already).
-    let listed = world.jobs_of_b();
+    let listed = world.jobs_of_b(&[]);
     println!("jobs at B: {listed:?}");
     let job = listed.iter().find(|j| j["dest"] == "left.bin").expect("the job is listed");
     assert_eq!(job["kind"], "third-party");
@@ -345,10 +346,27 @@ fn a_to_b_through_c_moves_on_the_fast_link_only_and_survives_c_and_b_going_away(
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(same_file(&big, &world.root('b').join("resumed.bin")));
     // B listed the job it resumed after its restart as done, with every byte.
-    let listed = world.jobs_of_b();
+    let listed = world.jobs_of_b(&[]);
     let job = listed.iter().find(|j| j["dest"] == "resumed.bin").expect("the job is listed");
     assert_eq!((job["phase"].as_str(), job["bytes"].as_u64()), (Some("done"), Some(size)), "{job}");
     let moved = world.a_to_b() - ab_before;
     println!("A to B for the job with B's restart: {moved} bytes");
     assert!(moved < size + size / 4, "{moved} bytes moved for a {size}-byte file");
+
+    // A job cancelled from C (`sluice jobs --cancel`, by the first 8 characters of its id)
+    // ends at once, and nothing unverified is in place.
+    let to = remote(B_ADDR, "cancelled.bin");
+    let args = [&same[..], &[from.as_str(), to.as_str()]].concat();
+    let seen = cp_until(&world, &args, size / 8);
+    let listed = world.jobs_of_b(&[]);
+    let job = listed.iter().find(|j| j["dest"] == "cancelled.bin").expect("the job is listed");
+    let id = job["id"].as_str().unwrap();
+    println!("cancelling {id} after {seen} bytes: {job}");
+    let ended = world.jobs_of_b(&["--cancel", &id[..8]]);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(
+        (ended[0]["id"].as_str(), ended[0]["phase"].as_str()),
+        (Some(id), Some("cancelled"))
+    );
+    assert!(!world.root('b').join("cancelled.bin").exists());
 }

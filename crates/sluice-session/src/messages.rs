@@ -148,6 +148,12 @@ pub enum Request {
     /// The jobs this server runs, or ran lately, for the session's token (third-party pulls
     /// and relayed uploads' collections): answered with `Jobs`. Needs the write right.
     Jobs {},
+    /// Cancel the session's token's job `id` (running or stalled): answered with `Jobs`
+    /// listing that job once it ended. Needs the write right.
+    CancelJob {
+        /// The job's id as `Jobs` lists it.
+        id: String,
+    },
 }
 
 /// A grant as its reader presents it in `Hello`.
@@ -266,6 +272,9 @@ pub enum JobPhase {
     Done,
     /// Ended without its files; `error` says why.
     Failed,
+    /// Cancelled by a client of its token (`CancelJob`): a third-party job's files stay as an
+    /// interrupted download leaves them; a relayed upload's collected blocks are deleted.
+    Cancelled,
 }
 
 /// One job as `sluice jobs` shows it.

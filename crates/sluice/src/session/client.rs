@@ -422,6 +422,19 @@ impl Client {
         }
     }
 
+    /// Cancels this token's job `id` on the server (running or stalled) and returns its
+    /// listing once it ended (or as it stands, when it took longer than the server waits).
+    /// A third-party job's files stay as an interrupted download leaves them; a relayed
+    /// upload's collected blocks are deleted.
+    pub async fn cancel_job(&self, id: &str) -> Result<Vec<JobInfo>, SessionError> {
+        let mut req = self.request().await?;
+        self.opened(req.write(&Request::CancelJob { id: id.to_owned() }).await).await?;
+        match req.read_answer(REPLY_TIMEOUT).await? {
+            Answer::Jobs { jobs } => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// The entries of the directory `path` on the server (one level, sorted by name; each
     /// entry's path is its name), or the file `path` itself. Links are listed, not followed.
     pub async fn list(&self, path: &str) -> Result<Vec<Entry>, SessionError> {

@@ -13,6 +13,9 @@ const KEEP_ENDED: usize = 256;
 /// How long an ended job stays listed.
 const KEEP_FOR: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// A cancelled job's error, as its followers read it.
+pub(crate) const CANCELLED: &str = "the job was cancelled (sluice jobs --cancel)";
+
 /// Seconds since the Unix epoch, by this machine's clock.
 pub(crate) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -51,7 +54,7 @@ impl Ended {
 pub(crate) fn answer(mut jobs: Vec<JobInfo>) -> Answer {
     let rank = |info: &JobInfo| match info.phase {
         JobPhase::Running | JobPhase::Stalled => 0,
-        JobPhase::Done | JobPhase::Failed => 1,
+        JobPhase::Done | JobPhase::Failed | JobPhase::Cancelled => 1,
     };
     jobs.sort_by(|a, b| {
         let newest = |i: &JobInfo| std::cmp::Reverse(i.ended.unwrap_or(i.started).max(i.started));

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use super::identity::write_private;
 use super::identity::{Fingerprint, Identity};
-use super::job_log::{Ended, unix_now};
+use super::job_log::{CANCELLED, Ended, unix_now};
 use super::messages::{
     ErrorCode, GrantClaim, JobDone, JobInfo, JobKind, JobPhase, JobProgress, PullJob,
 };
@@ -98,6 +98,8 @@ struct Live {
     source: String,
     /// The job's id.
     job: String,
+    /// Set to cancel it (`sluice jobs --cancel`).
+    cancel: watch::Sender<bool>,
 }
 
 /// A job as `sluice jobs` shows it, from its key and what it has come to.
@@ -105,6 +107,7 @@ fn info(key: &JobKey, live: &Live, state: &JobState) -> JobInfo {
     let (phase, ended, error) = match &state.end {
         None => (JobPhase::Running, None, None),
         Some(Ok(_)) => (JobPhase::Done, Some(unix_now()), None),
+        Some(Err(_)) if *live.cancel.borrow() => (JobPhase::Cancelled, Some(unix_now()), None),
         Some(Err((_, message))) => (JobPhase::Failed, Some(unix_now()), Some(message.clone())),
     };
     let (bytes, files, total) = match &state.end {
@@ -158,9 +161,18 @@ impl Jobs {
         let mine = running.iter().filter(|(key, _)| key.token == token);
         let mut jobs: Vec<JobInfo> =
             mine.map(|(key, live)| info(key, live, &live.state.borrow())).collect();
-        drop(running);
+        // Read under the running ones' lock: a job that ends moves under it.
         jobs.extend(self.ended.of(token));
+        drop(running);
         jobs
+    }
+
+    /// Cancels `token`'s running job `id`: whether there was one. Its files stay as an
+    /// interrupted download leaves them (resumable by the same copy run again).
+    pub(crate) fn cancel(&self, token: usize, id: &str) -> bool {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let found = running.iter().find(|(key, live)| key.token == token && live.job == id);
+        found.map(|(_, live)| live.cancel.send_replace(true)).is_some()
     }
 
     /// This server's identity, which it proves as a client (to sources, and to relays as a
@@ -207,15 +219,17 @@ impl Jobs {
         }
         self.save(&record)?;
         let (tx, rx) = watch::channel(JobState::default());
+        let (cancel, cancelled) = watch::channel(false);
         let live = Live {
             state: rx.clone(),
             started: unix_now(),
             source: record.pull.source.clone(),
             job: record.pull.job.clone(),
+            cancel,
         };
         running.insert(key.clone(), live);
         drop(running);
-        tokio::spawn(run(self.clone(), key, record, tx, limit));
+        tokio::spawn(run(self.clone(), key, record, tx, limit, cancelled));
         Ok((rx, false))
     }
 
@@ -275,10 +289,12 @@ impl Jobs {
     /// Takes an ended job off the running ones (into the ended ones, with its end) and its
     /// record out of the state directory.
     fn forget(&self, key: &JobKey, job: &str, end: &JobState) {
-        let live = self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
-        if let Some(live) = live {
+        // Off the running ones and into the ended ones in one step, so a listing shows it once.
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(live) = running.remove(key) {
             self.ended.push(key.token, info(key, &live, end));
         }
+        drop(running);
         if let Some(path) = self.record_path(job) {
             let _ = std::fs::remove_file(path);
         }
@@ -293,29 +309,36 @@ async fn run(
     record: JobRecord,
     state: watch::Sender<JobState>,
     limit: Option<Arc<Semaphore>>,
+    mut cancelled: watch::Receiver<bool>,
 ) {
     let job = record.pull.job.clone();
     info!(%job, source = %record.pull.source, paths = ?record.pull.paths, "job started");
     let mut waits = RETRY_WAITS.iter();
-    let outcome = loop {
-        let attempt = async {
-            let _token = match &limit {
-                Some(places) => Some(places.clone().acquire_owned().await),
-                None => None,
+    let attempts = async {
+        loop {
+            let attempt = async {
+                let _token = match &limit {
+                    Some(places) => Some(places.clone().acquire_owned().await),
+                    None => None,
+                };
+                let _server = jobs.transfers.clone().acquire_owned().await;
+                attempt(&jobs, &record, &state).await
             };
-            let _server = jobs.transfers.clone().acquire_owned().await;
-            attempt(&jobs, &record, &state).await
-        };
-        match attempt.await {
-            Err(SessionError::Network(why)) => match waits.next() {
-                Some(wait) => {
-                    warn!(%job, why, wait_s = wait.as_secs(), "job attempt failed: trying again");
-                    tokio::time::sleep(*wait).await;
-                }
-                None => break Err(SessionError::Network(why)),
-            },
-            other => break other,
+            match attempt.await {
+                Err(SessionError::Network(why)) => match waits.next() {
+                    Some(wait) => {
+                        warn!(%job, why, wait_s = wait.as_secs(), "job attempt failed: trying again");
+                        tokio::time::sleep(*wait).await;
+                    }
+                    None => break Err(SessionError::Network(why)),
+                },
+                other => break other,
+            }
         }
+    };
+    let outcome = tokio::select! {
+        outcome = attempts => outcome,
+        _ = cancelled.wait_for(|c| *c) => Err(SessionError::Refused(CANCELLED.into())),
     };
     let end = match outcome {
         Ok(done) => {

@@ -46,7 +46,8 @@ use super::jobs::{JobRecord, Jobs};
 use super::keys::{Role, SessionId};
 use super::manifest_io::send_listing;
 use super::messages::{
-    Answer, ErrorCode, GrantClaim, PullJob, Request, failed_frame, read_message, write_message,
+    Answer, ErrorCode, GrantClaim, JobInfo, JobPhase, PullJob, Request, failed_frame, read_message,
+    write_message,
 };
 use super::metrics::Metrics;
 pub(crate) use super::path_memory::PathMemory;
@@ -119,6 +120,8 @@ pub const MAX_TRANSFERS: usize = 32;
 /// tree to send, planning one received) still fits in it, and a `busy` answer reaches it.
 pub const TRANSFER_WAIT: Duration = Duration::from_secs(15);
 const _: () = assert!(TRANSFER_WAIT.as_secs() * 2 <= REPLY_TIMEOUT.as_secs());
+/// How long a cancellation waits for its job to end before it answers.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// The shortest time between two reports of a job to its client.
 const JOB_REPORT_EVERY: Duration = Duration::from_millis(250);
 /// The longest time between two reports of a job to its client.
@@ -1000,6 +1003,7 @@ async fn serve_request(
         Request::Collect(collect) => ctx.collect(collect).await,
         Request::Relayed(put) => ctx.relayed(put).await,
         Request::Jobs {} => ctx.jobs().await,
+        Request::CancelJob { id } => ctx.cancel_job(&id).await,
         Request::Hello { .. } => Err(SessionError::Protocol("Hello on a request stream".into())),
     };
     let told = ctx.told;
@@ -1311,11 +1315,43 @@ impl<'a> RequestCtx<'a> {
     /// collections, running, stalled and ended lately.
     async fn jobs(&mut self) -> Result<(), SessionError> {
         self.require(|r| r.write, "list jobs (jobs write here: that needs the write right)")?;
-        let token = self.session.token;
-        let mut jobs = self.shared.jobs.list(token);
-        jobs.extend(self.shared.collections.list(token));
+        let jobs = self.job_list();
         debug!(jobs = jobs.len(), "jobs listed");
         self.write(&super::job_log::answer(jobs)).await
+    }
+
+    /// The session's token's jobs, of every kind.
+    fn job_list(&self) -> Vec<JobInfo> {
+        let mut jobs = self.shared.jobs.list(self.session.token);
+        jobs.extend(self.shared.collections.list(self.session.token));
+        jobs
+    }
+
+    /// Cancels the token's job `id` and answers with its listing once it ended (within
+    /// [`CANCEL_WAIT`]; else as it stands, still running).
+    async fn cancel_job(&mut self, id: &str) -> Result<(), SessionError> {
+        self.require(|r| r.write, "cancel jobs (jobs write here: that needs the write right)")?;
+        let token = self.session.token;
+        let (jobs, collections) = (self.shared.jobs.clone(), self.shared.collections.clone());
+        let asked = id.to_owned();
+        let found =
+            blocking(move || Ok(jobs.cancel(token, &asked) || collections.cancel(token, &asked)))
+                .await?;
+        if !found {
+            return Err(SessionError::NotFound(format!(
+                "no running or stalled job {id} of this token here (sluice jobs lists them)"
+            )));
+        }
+        info!(job = id, "job cancelled by its client");
+        let waited = Instant::now();
+        loop {
+            let this: Vec<JobInfo> = self.job_list().into_iter().filter(|j| j.id == id).collect();
+            let ended = !this.is_empty() && this.iter().all(|j| j.phase != JobPhase::Running);
+            if ended || waited.elapsed() >= CANCEL_WAIT {
+                return self.write(&Answer::Jobs { jobs: this }).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// An upload: this end runs the receiving role.

@@ -337,6 +337,45 @@ async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
     world.stop().await;
 }
 
+/// Cancels the receiver's one job (`sluice jobs --cancel`) and checks what is left: the job
+/// listed as cancelled, no part file, nothing in place; then the same copy again moves every
+/// block.
+async fn cancel_the_one_job(world: &Stalled, phase: JobPhase) {
+    let client = world.receiver.client().await;
+    let jobs = client.jobs().await.unwrap();
+    println!("before the cancel: {jobs:?}");
+    assert_eq!(jobs.iter().map(|j| j.phase).collect::<Vec<_>>(), [phase], "{jobs:?}");
+    let ended = client.cancel_job(&jobs[0].id).await.unwrap();
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!((ended[0].phase, &ended[0].id), (JobPhase::Cancelled, &jobs[0].id));
+    assert_eq!(client.jobs().await.unwrap(), ended, "listed once, as cancelled");
+    assert_eq!(common::listing(&world.receiver.root()), Vec::<String>::new(), "no part file");
+    // Cancelled, it is no longer there to cancel.
+    let err = client.cancel_job(&jobs[0].id).await.unwrap_err();
+    assert!(matches!(err, SessionError::NotFound(_)), "{err}");
+    client.close().await;
+    let report = world.again().await.unwrap();
+    assert_eq!(report.resumed_blocks, 0, "{report:?}");
+    let name = world.source.file_name().unwrap();
+    assert_eq!(fs::read(world.receiver.root().join(name)).unwrap(), world.content);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_cancelled_while_it_runs_deletes_its_part() {
+    // The sender left; the job goes on trying the relay it cannot reach.
+    let world = Stalled::new("r.bin").await;
+    cancel_the_one_job(&world, JobPhase::Running).await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_collection_cancelled_deletes_its_part() {
+    let world = Stalled::new("t.bin").await;
+    jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
+    cancel_the_one_job(&world, JobPhase::Stalled).await;
+    world.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_run_with_another_file_drops_the_stalled_part_and_renames_nothing() {
     let world = Stalled::new("c.bin").await;

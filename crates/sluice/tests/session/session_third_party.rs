@@ -248,6 +248,58 @@ async fn a_token_without_the_rights_cannot_grant_or_pull() {
 }
 
 #[tokio::test]
+async fn a_cancelled_job_ends_for_its_followers_and_is_not_resumed() {
+    let seed = 6u8;
+    println!("seed {seed}");
+    let a = TestServer::start().await;
+    let b = TestServer::start_with(|c| {
+        let dir = c.root.parent().unwrap().to_owned();
+        write_private(&common::tokens_file(&dir), &format!("{TOKEN}\n{OTHER}\n"));
+    })
+    .await;
+    std::fs::write(a.root().join("big.bin"), pattern(64 << 20, seed)).unwrap();
+    let granted = a.client().await.grant(&b.fingerprint, &["big.bin".to_owned()]).await.unwrap();
+    let mut job = pull(&a, &granted.grant, &granted.job, &["big.bin"], "big.bin");
+    // Capped at 50 Mbit/s: it runs for about ten seconds.
+    job.spec.rate_bps = 50_000_000;
+    let cb = b.client().await;
+    let (moved_tx, mut moved) = tokio::sync::watch::channel(0u64);
+    let following = tokio::spawn(async move {
+        cb.pull(job, move |p| {
+            let _ = moved_tx.send(p.bytes);
+        })
+        .await
+    });
+    tokio::time::timeout(Duration::from_secs(60), moved.wait_for(|b| *b > 0))
+        .await
+        .unwrap()
+        .unwrap();
+    let records = b.root().parent().unwrap().join("state").join("jobs");
+    assert_eq!(std::fs::read_dir(&records).unwrap().count(), 1, "the running job is kept");
+    // Another token cannot cancel it, nor can anyone cancel a job that is not there.
+    let mut config = b.client_config();
+    config.token = OTHER.to_owned();
+    let other = Client::connect(config).await.unwrap();
+    refused_with(other.cancel_job(&granted.job).await, "no running or stalled job");
+    let mine = b.client().await;
+    refused_with(mine.cancel_job("no-such-job").await, "no running or stalled job no-such-job");
+    let ended = mine.cancel_job(&granted.job).await.unwrap();
+    println!("cancelled: {ended:?}");
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!((ended[0].phase, ended[0].id.as_str()), (JobPhase::Cancelled, granted.job.as_str()));
+    assert!(ended[0].bytes < 64 << 20, "{ended:?}");
+    // Its follower hears the end; its record is gone, so a restart would not resume it.
+    let followed = tokio::time::timeout(Duration::from_secs(10), following).await.unwrap().unwrap();
+    refused_with(followed, "cancelled");
+    assert_eq!(std::fs::read_dir(&records).unwrap().count(), 0, "the record is removed");
+    assert_eq!(mine.jobs().await.unwrap(), ended);
+    assert!(!b.root().join("big.bin").exists(), "nothing unverified in place");
+    for s in [a, b] {
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
 async fn the_job_goes_on_when_its_client_leaves_and_the_same_request_follows_it() {
     let seed = 5u8;
     println!("seed {seed}");

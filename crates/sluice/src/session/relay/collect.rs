@@ -18,6 +18,7 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,7 @@ use crate::files::Confined;
 use crate::session::channel::blocking;
 use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
-use crate::session::job_log::{Ended, unix_now};
+use crate::session::job_log::{CANCELLED, Ended, unix_now};
 use crate::session::keys::SessionId;
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
 use crate::tree::FileSet;
@@ -168,6 +169,8 @@ pub(crate) struct Collection {
     wake: Notify,
     events: mpsc::UnboundedSender<JobEvent>,
     listed: Listed,
+    /// Set (and `wake` notified) to cancel it (`sluice jobs --cancel`).
+    cancel: AtomicBool,
     /// Held while the job runs (the server's places for transfers).
     _permits: Box<dyn Send + Sync>,
 }
@@ -201,7 +204,7 @@ impl Collections {
                 job_info(&c.transfer, &c.listed, c.from(), &c.plan, &written, None)
             })
             .collect();
-        drop(running);
+        // The running ones' lock is held to the end: a job that ends moves under it.
         let stalled = lock(&self.stalled);
         let now = Instant::now();
         let mine = stalled.values().filter(|s| s.listed.token == token && s.until > now);
@@ -211,7 +214,36 @@ impl Collections {
         }));
         drop(stalled);
         jobs.extend(self.ended.of(token));
+        drop(running);
         jobs
+    }
+
+    /// Cancels `token`'s collection `id`, running or stalled: whether there was one. What it
+    /// collected is deleted (a job already renaming its verified file into place completes).
+    /// Does file I/O.
+    pub(crate) fn cancel(&self, token: usize, id: &str) -> bool {
+        let running = lock(&self.running);
+        let found = running.values().find(|c| c.listed.token == token && c.name() == id);
+        if let Some(job) = found {
+            job.cancel.store(true, Ordering::Relaxed);
+            job.wake.notify_one();
+            return true;
+        }
+        drop(running);
+        let mut stalled = lock(&self.stalled);
+        let dest = stalled
+            .iter()
+            .find(|(_, s)| s.listed.token == token && to_hex(&s.transfer) == id)
+            .map(|(dest, _)| dest.clone());
+        let Some(gone) = dest.and_then(|dest| stalled.remove(&dest)) else { return false };
+        drop(stalled);
+        let _ = gone.fs.remove_file(&gone.part);
+        info!(transfer = id, "a stalled relayed upload was cancelled: its part file is deleted");
+        let end = Some((JobPhase::Cancelled, unix_now(), None));
+        let info =
+            job_info(&gone.transfer, &gone.listed, gone.from, &gone.plan, &gone.written, end);
+        self.ended.push(token, info);
+        true
     }
 
     /// The collection of `transfer` when `session` is its sender's: its deposits go there.
@@ -338,6 +370,7 @@ impl Collection {
             wake: Notify::new(),
             events: tx,
             listed: start.listed,
+            cancel: AtomicBool::new(false),
             _permits: start.permits,
         });
         {
@@ -611,41 +644,54 @@ impl Collection {
             }
             Landing::Tree { .. } => None,
         };
-        let written: Vec<bool> =
-            lock(&self.progress).blocks.iter().map(|w| *w == Where::Written).collect();
-        let (phase, error) = match &end {
-            Ok(_) => (JobPhase::Done, None),
-            Err(e) => (JobPhase::Failed, Some(e.to_string())),
-        };
-        if stalled.is_none() {
-            let end = Some((phase, unix_now(), error));
-            let info =
-                job_info(&self.transfer, &self.listed, self.from(), &self.plan, &written, end);
-            collections.ended.push(self.listed.token, info);
-        }
-        let end = match end {
+        match &end {
             Ok(bytes) => {
                 info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed upload collected");
-                Ok(bytes)
+            }
+            Err(e) if stalled.is_some() => {
+                warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed upload stalled: the same copy run again moves only the missing blocks");
             }
             Err(e) => {
-                if let Some(stalled) = stalled {
-                    warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed upload stalled: the same copy run again moves only the missing blocks");
-                    lock(&collections.stalled).insert(self.dest.clone(), stalled);
-                } else {
-                    warn!(transfer = %self.name(), error = %e, "relayed upload failed");
-                    match &self.landing {
-                        Landing::File { part, .. } => {
-                            let _ = self.fs.remove_file(part);
-                        }
-                        // Dropped, the plan removes its temporary files.
-                        Landing::Tree { incoming, .. } => drop(lock(incoming).take()),
+                warn!(transfer = %self.name(), error = %e, "relayed upload failed");
+                match &self.landing {
+                    Landing::File { part, .. } => {
+                        let _ = self.fs.remove_file(part);
                     }
+                    // Dropped, the plan removes its temporary files.
+                    Landing::Tree { incoming, .. } => drop(lock(incoming).take()),
                 }
-                Err(e)
             }
-        };
-        lock(&collections.running).remove(&self.transfer);
+        }
+        // Off the running ones and into the stalled or the ended ones in one step (under the
+        // running ones' lock, as a listing reads them), so that a listing shows it once.
+        let mut running = lock(&collections.running);
+        match stalled {
+            Some(stalled) => {
+                lock(&collections.stalled).insert(self.dest.clone(), stalled);
+            }
+            None => {
+                let written: Vec<bool> =
+                    lock(&self.progress).blocks.iter().map(|w| *w == Where::Written).collect();
+                let ended = match &end {
+                    Ok(_) => (JobPhase::Done, unix_now(), None),
+                    Err(_) if self.cancel.load(Ordering::Relaxed) => {
+                        (JobPhase::Cancelled, unix_now(), None)
+                    }
+                    Err(e) => (JobPhase::Failed, unix_now(), Some(e.to_string())),
+                };
+                let info = job_info(
+                    &self.transfer,
+                    &self.listed,
+                    self.from(),
+                    &self.plan,
+                    &written,
+                    Some(ended),
+                );
+                collections.ended.push(self.listed.token, info);
+            }
+        }
+        running.remove(&self.transfer);
+        drop(running);
         let _ = self.events.send(JobEvent::End(end));
     }
 
@@ -654,6 +700,9 @@ impl Collection {
         let mut failures = vec![0u32; self.relays.len()];
         let mut fetching: JoinSet<(u32, Vec<u64>, Result<(), SessionError>)> = JoinSet::new();
         loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(SessionError::Refused(CANCELLED.into()));
+            }
             for relay in 0..self.relays.len() as u32 {
                 if busy[relay as usize] {
                     continue;
