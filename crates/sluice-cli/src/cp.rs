@@ -382,8 +382,12 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
                      from what arrived"
                 ));
                 reached.close().await;
+                let why = why.clone();
                 reached = reach(&connect, &args.ssh, &host, &prefs, channel.clone(), args.channels)
-                    .await?;
+                    .await
+                    .map_err(|e| {
+                        e.context(format!("the transfer stopped ({why}) and a new session failed"))
+                    })?;
                 tell_transport(&show, &reached.client);
             }
             _ => break result?,

@@ -239,10 +239,11 @@ impl Client {
         quic.transport_config(Arc::new(transport));
 
         let Connected { endpoint, conn, transport, notice } =
-            transport::connect(config.transport, config.server, |endpoint| {
+            transport::connect(config.transport, config.server, |endpoint, over| {
                 let (quic, config, host, verifier) = (&quic, &config, &host, &verifier);
                 async move {
-                    let conn = connect_retrying(&endpoint, quic, config, host, verifier).await?;
+                    let conn =
+                        connect_retrying(&endpoint, over, quic, config, host, verifier).await?;
                     Ok((endpoint, conn))
                 }
             })
@@ -890,6 +891,7 @@ impl Client {
 /// away the error is [`SessionError::Busy`].
 async fn connect_retrying(
     endpoint: &quinn::Endpoint,
+    over: Transport,
     quic: &quinn::ClientConfig,
     config: &ClientConfig,
     host: &str,
@@ -914,9 +916,18 @@ async fn connect_retrying(
         if let Some((_, Err(refused))) = verifier.outcome() {
             return Err(refused.into());
         }
-        match connection_error(&err) {
-            SessionError::Busy(_) => {}
-            other => {
+        match (connection_error(&err), over) {
+            (SessionError::Busy(_), _) => {}
+            // Over TCP the connection was made (the tunnel dials first): the handshake's
+            // datagrams went into it and nothing came back.
+            (_, Transport::Tcp) if matches!(err, quinn::ConnectionError::TimedOut) => {
+                return Err(SessionError::Network(format!(
+                    "could not connect to {server} ({host}) over TCP: the TCP connection was \
+                     made, but the session's handshake got no answer through it (the server \
+                     stopped answering, or the path drops full-size packets: an MTU black hole)"
+                )));
+            }
+            (other, _) => {
                 return Err(SessionError::Network(format!(
                     "could not connect to {server} ({host}): {}",
                     other.detail()

@@ -140,14 +140,14 @@ pub(crate) async fn connect<F, Fut>(
     connect: F,
 ) -> Result<Connected, SessionError>
 where
-    F: Fn(quinn::Endpoint) -> Fut,
+    F: Fn(quinn::Endpoint, Transport) -> Fut,
     Fut: Future<Output = Result<(quinn::Endpoint, quinn::Connection), SessionError>>,
 {
     let attempt = |transport: Transport| {
         let connect = &connect;
         async move {
             let endpoint = endpoint(transport, server).await?;
-            let (endpoint, conn) = connect(endpoint).await?;
+            let (endpoint, conn) = connect(endpoint, transport).await?;
             Ok::<_, SessionError>(Connected { endpoint, conn, transport, notice: None })
         }
     };

@@ -2,13 +2,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use sluice_proto::pmtu::starting_datagram_bytes;
 use sluice_session::messages::ReceiverMsg;
 use sluice_session::sending::SENDER_GRACE;
 use sluice_session::{SendEffect, Sending, Sent, Timeouts};
 use tokio::task::JoinHandle;
 
+use super::data::DataPlan;
 use super::{
     Channels, Wire, fail, hash_blocks, join_job, join_some, planned_files, sleep_until, take_read,
     write_msg,
@@ -134,6 +136,14 @@ pub(crate) async fn run_sending(
     let mut local: Option<SessionError> = None;
     let hide = wire.hide;
     let started_early = machine.is_unconfirmed();
+    // An early start's data waits long for its first answer (the receiver runs only once the
+    // server planned); once the server's `Want` came, the receiver runs, and the usual idle
+    // timeout holds from then: no byte acknowledged by then means nothing gets through (a path
+    // that drops the data's datagrams but carries the session's and the channels' small ones).
+    let heard = Arc::new(AtomicBool::new(false));
+    let mut patient_data = false;
+    let mut contact_by: Option<Instant> = None;
+    let idle = Duration::from_micros(channels.setup.base.idle_timeout_us);
     let outcome = loop {
         let mut ended = None;
         while let Some(effect) = machine.poll_effect() {
@@ -214,15 +224,26 @@ pub(crate) async fn run_sending(
                     let patient = machine.is_unconfirmed().then_some(Timeouts::default().reply);
                     match channels.params(phase, sockets.take(), &peer_ports, patient) {
                         Ok(params) => {
+                            // (UDP channels only: TCP streams have no first-contact wait.)
+                            patient_data =
+                                patient.is_some() && matches!(params, DataPlan::Channels(_));
+                            // A task that is not patient keeps its own first-contact wait.
+                            if !patient_data {
+                                contact_by = None;
+                            }
                             let store = store.clone();
                             let first = phase == machine.first_phase();
                             let recall = recall.take().filter(|_| first);
                             data_told |= first;
                             let (observer, planned) = (observer.clone(), planned.clone());
+                            let heard = heard.clone();
                             data = Some((
                                 phase,
                                 DataTask::spawn(move |cancel| {
                                     let mut tell = |p: Progress| {
+                                        if p.bytes > 0 {
+                                            heard.store(true, Ordering::Relaxed);
+                                        }
                                         if first
                                             && planned.load(Ordering::Acquire)
                                             && let Some(o) = lock(&observer).as_mut()
@@ -260,9 +281,23 @@ pub(crate) async fn run_sending(
         if let Some(outcome) = ended {
             break outcome;
         }
+        if patient_data && data.is_some() && !machine.is_unconfirmed() {
+            patient_data = false;
+            contact_by = Some(Instant::now() + idle);
+        }
         tokio::select! {
             read = wire.messages.next(), if wire.open => {
                 take_read(wire, &mut machine, read, &mut local);
+            }
+            () = sleep_until(contact_by) => {
+                contact_by = None;
+                if !heard.load(Ordering::Relaxed) && let Some((_, mut task)) = data.take() {
+                    task.stop().await;
+                    let packet_bytes = starting_datagram_bytes(channels.setup.base.packet_size);
+                    let secs = idle.as_secs();
+                    let err = channels.setup.data_error(DataError::NothingThrough { secs, packet_bytes });
+                    fail(&mut machine, &mut local, hide, err);
+                }
             }
             (phase, done) = data_end(&mut data) => {
                 data = None;
