@@ -46,8 +46,8 @@ pub(crate) struct ServeArgs {
     /// port over UDP: on (the default; the page falls back to HTTPS where the browser cannot
     /// reach it, and says so) or off. Its certificate is its own: self-signed ECDSA P-256 of 13
     /// days, replaced every 6, handed to logged-in pages by its hash.
-    #[arg(long, env = "SLUICE_WEB_TRANSPORT", value_name = "on|off", default_value = "on")]
-    web_transport: String,
+    #[arg(long, env = "SLUICE_WEB_TRANSPORT", value_name = "on|off")]
+    web_transport: Option<String>,
     /// The web app's certificate chain (PEM; with --web-key).
     #[arg(long, env = "SLUICE_WEB_CERT", value_name = "FILE", requires = "web_key")]
     web_cert: Option<PathBuf>,
@@ -76,14 +76,14 @@ pub(crate) struct ServeArgs {
     tcp: Option<String>,
     /// Be a relay too (FSP striping, docs/relay.md): keep senders' sealed blocks in this
     /// directory until their collector takes them. Tokens need the relay right to deposit.
-    #[arg(long, env = "SLUICE_SPOOL", value_name = "DIR", requires = "spool_max")]
+    #[arg(long, env = "SLUICE_SPOOL", value_name = "DIR")]
     spool: Option<PathBuf>,
     /// The most bytes the spool holds (e.g. 200GB); a deposit beyond it is answered busy.
-    #[arg(long, env = "SLUICE_SPOOL_MAX", value_name = "SIZE", requires = "spool")]
+    #[arg(long, env = "SLUICE_SPOOL_MAX", value_name = "SIZE")]
     spool_max: Option<String>,
     /// Delete blocks nobody collected this long after their transfer's last deposit, in
     /// hours [default: 24].
-    #[arg(long, env = "SLUICE_SPOOL_EXPIRY_HOURS", value_name = "HOURS", requires = "spool")]
+    #[arg(long, env = "SLUICE_SPOOL_EXPIRY_HOURS", value_name = "HOURS")]
     spool_expiry_hours: Option<u64>,
     /// Start every download afresh: do not keep what each path delivered (in the state
     /// directory's paths.json) to start the next download to it near that rate.
@@ -138,20 +138,34 @@ fn third_party(
     Ok(ThirdPartyConfig { mode, dial })
 }
 
-/// The relay's spool, when `--spool` asks for one.
-fn spool(args: &ServeArgs) -> anyhow::Result<Option<SpoolConfig>> {
-    let Some(dir) = &args.spool else { return Ok(None) };
-    let max = args.spool_max.as_deref().unwrap_or_default();
+/// The relay's spool, when `--spool` (or the config file's `spool`) asks for one.
+fn spool(args: &ServeArgs, file: &ServerFile) -> anyhow::Result<Option<SpoolConfig>> {
+    let Some(dir) = args.spool.as_ref().or(file.spool.as_ref()) else {
+        if args.spool_max.is_some() || file.spool_max.is_some() {
+            return Err(exit::usage("spool_max without spool: name the spool directory too"));
+        }
+        return Ok(None);
+    };
+    let Some(max) = args.spool_max.as_deref().or(file.spool_max.as_deref()) else {
+        return Err(exit::usage("a spool needs its size: --spool-max (or spool_max), e.g. 200GB"));
+    };
     let max_bytes = sluice::units::parse_size(max)
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| exit::usage(format!("--spool-max {max:?}: a size above 0, e.g. 200GB")))?;
-    let expiry = match args.spool_expiry_hours {
+    let expiry = match args.spool_expiry_hours.or(file.spool_expiry_hours) {
         Some(0) => return Err(exit::usage("--spool-expiry-hours must be at least 1")),
         Some(h) => Duration::from_secs(h * 3600),
         None => sluice::session::relay::spool::DEFAULT_EXPIRY,
     };
     Ok(Some(SpoolConfig { dir: dir.clone(), max_bytes, expiry }))
+}
+
+/// Whether the web app's transfers go over WebTransport too: the flag, else the config
+/// file's `web_transport`, else on.
+fn web_transport(args: &ServeArgs, file: &ServerFile) -> anyhow::Result<bool> {
+    let on = args.web_transport.as_deref().or(file.web_transport.as_deref());
+    on_off("web-transport", on.unwrap_or("on"))
 }
 
 /// `on` or `off`, for the setting `name`.
@@ -169,7 +183,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         return once(args).await;
     }
     let file = load_server_file(args.config.as_ref())?;
-    let spool = spool(&args)?;
+    let spool = spool(&args, &file)?;
+    let wt_on = web_transport(&args, &file)?;
     let third_parties = third_party(&args.third_party, &args.third_party_dial, &file)?;
     let root = args.root.or(file.root).ok_or_else(|| {
         exit::usage("no directory to serve: pass --root, set SLUICE_ROOT, or put root in --config")
@@ -226,7 +241,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 web::auth::LoginLimits::DEFAULT,
             );
             // Over UDP on the port the web app got (its own for port 0).
-            let wt = if on_off("web-transport", &args.web_transport)? {
+            let wt = if wt_on {
                 let udp = SocketAddr::new(addr.ip(), listener.local_addr().port());
                 let wt = web::wt::WtListener::bind(udp, wt_counters.clone())?;
                 state = state.with_wt(wt.shared());
@@ -394,5 +409,59 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(flags: &[&str]) -> ServeArgs {
+        Cli::try_parse_from([&["serve"], flags].concat()).unwrap().serve
+    }
+
+    #[test]
+    fn the_spool_comes_from_the_flags_or_the_config_file_the_flags_winning() {
+        let file = ServerFile::parse(
+            "spool = \"/var/spool/sluice\"\nspool_max = \"2GB\"\nspool_expiry_hours = 6\n",
+        )
+        .unwrap();
+        let from_file = spool(&args(&[]), &file).unwrap().unwrap();
+        assert_eq!(from_file.dir, PathBuf::from("/var/spool/sluice"));
+        assert_eq!((from_file.max_bytes, from_file.expiry.as_secs()), (2_000_000_000, 6 * 3600));
+        let flags = args(&["--spool", "/s", "--spool-max", "1GB"]);
+        let both = spool(&flags, &file).unwrap().unwrap();
+        assert_eq!((both.dir, both.max_bytes), (PathBuf::from("/s"), 1_000_000_000));
+        assert_eq!(both.expiry.as_secs(), 6 * 3600, "the file's expiry where no flag says");
+        assert!(spool(&args(&[]), &ServerFile::default()).unwrap().is_none());
+        let err = spool(&args(&["--spool", "/s"]), &ServerFile::default()).unwrap_err();
+        assert!(err.to_string().contains("needs its size"), "{err}");
+        let err = spool(&args(&["--spool-max", "1GB"]), &ServerFile::default()).unwrap_err();
+        assert!(err.to_string().contains("without spool"), "{err}");
+        let zero = ServerFile { spool_expiry_hours: Some(0), ..file };
+        assert!(spool(&args(&[]), &zero).unwrap_err().to_string().contains("at least 1"));
+    }
+
+    #[test]
+    fn web_transport_is_a_config_key_too() {
+        let off = ServerFile::parse("web_transport = \"off\"").unwrap();
+        let none = ServerFile::default();
+        assert!(!web_transport(&args(&[]), &off).unwrap(), "the file's off");
+        assert!(web_transport(&args(&[]), &none).unwrap(), "on by default");
+        assert!(web_transport(&args(&["--web-transport", "on"]), &off).unwrap(), "the flag wins");
+        assert!(!web_transport(&args(&["--web-transport", "off"]), &none).unwrap());
+        let bad = ServerFile::parse("web_transport = \"maybe\"").unwrap();
+        let err = web_transport(&args(&[]), &bad).unwrap_err().to_string();
+        assert!(err.contains("use on or off"), "{err}");
+        assert!(
+            ServerFile::parse("web_transprot = \"off\"").unwrap_err().contains("web_transprot")
+        );
     }
 }

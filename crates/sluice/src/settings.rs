@@ -150,10 +150,18 @@ pub struct ServerFile {
     pub web_cert: Option<PathBuf>,
     /// `--web-key`.
     pub web_key: Option<PathBuf>,
+    /// `--web-transport` (`on` or `off`).
+    pub web_transport: Option<String>,
     /// `--tcp` (`on` or `off`).
     pub tcp: Option<String>,
     /// `false` is `--no-path-memory`.
     pub path_memory: Option<bool>,
+    /// `--spool`: be a relay too, keeping sealed blocks here.
+    pub spool: Option<PathBuf>,
+    /// `--spool-max` (a size, e.g. `"200GB"`).
+    pub spool_max: Option<String>,
+    /// `--spool-expiry-hours`.
+    pub spool_expiry_hours: Option<u64>,
 }
 
 impl ServerFile {
