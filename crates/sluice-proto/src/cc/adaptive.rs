@@ -833,6 +833,10 @@ impl CongestionControl for Adaptive {
         self.path_pps
     }
 
+    fn competing(&self) -> bool {
+        self.compete
+    }
+
     fn name(&self) -> &'static str {
         if self.scavenger { "low" } else { "adaptive" }
     }

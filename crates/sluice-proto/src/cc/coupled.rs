@@ -428,6 +428,10 @@ impl CongestionControl for Member {
         self.group.path_rate_pps()
     }
 
+    fn competing(&self) -> bool {
+        self.group.lock().cc.competing()
+    }
+
     fn name(&self) -> &'static str {
         self.group.name
     }

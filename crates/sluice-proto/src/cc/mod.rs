@@ -161,6 +161,11 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     fn path_rate_pps(&self) -> f64 {
         0.0
     }
+    /// Whether the controller competes with a loss-based flow that fills the queue (`adaptive`'s
+    /// competitive mode), for traces.
+    fn competing(&self) -> bool {
+        false
+    }
     /// Short name for traces.
     fn name(&self) -> &'static str;
 }

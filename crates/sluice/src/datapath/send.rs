@@ -227,6 +227,7 @@ impl Run<'_, '_> {
             timeouts = s.timeouts,
             send_waits = self.port.send_waits.get(),
             pacing_dropped_ms = s.pacing_dropped_us / 1000,
+            competing = self.sender.cc().competing(),
             "sending"
         );
     }
