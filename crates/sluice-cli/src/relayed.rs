@@ -44,6 +44,10 @@ pub(crate) struct RelayArgs {
     /// Keep only relays whose round trip from here is at most this many milliseconds.
     #[arg(long, value_name = "MS", requires = "relay")]
     relay_max_rtt_sender: Option<u64>,
+    /// Keep only relays whose round trip from the server is at most this many milliseconds
+    /// (the server measures it with a handshake to each; one it cannot reach is left out too).
+    #[arg(long, value_name = "MS", requires = "relay")]
+    relay_max_rtt_receiver: Option<u64>,
 }
 
 /// Where a relayed upload goes.
@@ -158,6 +162,13 @@ pub(crate) async fn upload(
     }
     let reached =
         reach(&args.connect, &args.ssh, to.host, to.prefs, channel, args.channels).await?;
+    if let Some(max) = flags.relay_max_rtt_receiver {
+        relays = near_the_receiver(&reached.client, relays, max, &show).await?;
+        if relays.is_empty() && !options.direct {
+            reached.close().await;
+            return Err(exit::usage("no relay is left and --relay-direct is off: nowhere to send"));
+        }
+    }
     let result = reached.client.upload_relayed(source, to.dest, &relays, &options).await;
     reached.close().await;
     for relay in relays {
@@ -165,4 +176,36 @@ pub(crate) async fn upload(
     }
     show.relayed(&result?, to.host);
     Ok(())
+}
+
+/// The relays whose round trip from the receiver (it measures them) is at most `max` ms; the
+/// others are closed and left out, each with a warning.
+async fn near_the_receiver(
+    receiver: &sluice::session::Client,
+    relays: Vec<RelayTarget>,
+    max: u64,
+    show: &Show,
+) -> anyhow::Result<Vec<RelayTarget>> {
+    let peers: Vec<_> = relays
+        .iter()
+        .map(|r| (r.client.server_address(), r.client.server_fingerprint().clone()))
+        .collect();
+    let rtts = receiver.relay_rtts(&peers).await?;
+    let mut kept = Vec::new();
+    for (relay, rtt) in relays.into_iter().zip(rtts) {
+        let why = match rtt {
+            Some(rtt) if rtt <= Duration::from_millis(max) => {
+                kept.push(relay);
+                continue;
+            }
+            Some(rtt) => format!(
+                "its round trip from the server is {:.1} ms (--relay-max-rtt-receiver {max})",
+                rtt.as_secs_f64() * 1000.0
+            ),
+            None => "the server could not reach it (no handshake with its fingerprint)".into(),
+        };
+        show.warning(&format!("relay {} left out: {why}", relay.name));
+        relay.client.close().await;
+    }
+    Ok(kept)
 }

@@ -135,6 +135,33 @@ fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
 }
 
 #[test]
+fn a_relay_farther_from_the_server_than_asked_is_left_out() {
+    println!("seed {SEED}");
+    let World { receiver, relay, spool: _, cdir, _dirs } = World::new();
+    let src = cdir.path().join("data.bin");
+    random_file(&src, 1_000_000, SEED);
+    // Any round trip is above 0 ms: the server's measure leaves the relay out.
+    let args = ["--relay", "near", "--relay-max-rtt-receiver", "0", "--relay-wait", "--json"];
+    let out = cp(
+        cdir.path(),
+        &receiver,
+        &relay,
+        &[&args[..], &[src.to_str().unwrap(), "127.0.0.1:"]].concat(),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // With --json the warning is an event on stdout.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("relay near left out: its round trip from the server is"), "{stdout}");
+    assert!(stdout.contains("(--relay-max-rtt-receiver 0)"), "{stdout}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let placed = summary["placed"].as_array().unwrap();
+    assert_eq!(placed.len(), 1, "{summary}");
+    assert_eq!(placed[0]["name"], "direct", "{summary}");
+    assert!(same_file(&src, &receiver.root.join("data.bin")));
+}
+
+#[test]
 fn bad_relay_input_fails_clearly() {
     let (rdir, ldir, cdir) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -142,12 +169,16 @@ fn bad_relay_input_fails_clearly() {
     let relay = serve(ldir.path(), Some((&ldir.path().join("s"), "1MiB")));
     let src = cdir.path().join("f.bin");
     random_file(&src, 1000, SEED);
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--relay", "far"], "no [relays.far] section"),
         (&["--relay", "near", "--relay-strategy", "random"], "use fcfs, cyclic or partitioned"),
         (&["--relay", "near", "--relay-block", "1KiB"], "between"),
         (&["--relay", "near", "-r"], "one source per copy"),
         (&["--relay", "near", "--relay-copies", "2"], "at least two relays"),
+        (
+            &["--relay", "near", "--relay-direct", "off", "--relay-max-rtt-receiver", "0"],
+            "no relay is left",
+        ),
     ];
     for (flags, expected) in cases {
         let mut args = flags.to_vec();

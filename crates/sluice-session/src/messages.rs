@@ -148,6 +148,15 @@ pub enum Request {
     /// The jobs this server runs, or ran lately, for the session's token (third-party pulls
     /// and relayed uploads' collections): answered with `Jobs`. Needs the write right.
     Jobs {},
+    /// The round trips from this server to these relays (FSP 3.1: the receiver's side of
+    /// relay selection, `sluice cp --relay-max-rtt-receiver`), each from a QUIC handshake that
+    /// proves the fingerprint and asks nothing else: answered with `RelayRtts`. At most
+    /// [`crate::relay::MAX_RELAYS`]; needs the write right (a relayed upload's).
+    RelayRtts {
+        /// The relays as the sender reached them (`address` and `fingerprint` of each
+        /// [`crate::relay::RelaySpot`]; no capability).
+        relays: Vec<crate::relay::RelayPeer>,
+    },
     /// Cancel the session's token's job `id` (running or stalled): answered with `Jobs`
     /// listing that job once it ended. Needs the write right.
     CancelJob {
@@ -378,6 +387,12 @@ pub enum Answer {
     JobProgress(JobProgress),
     /// A `Pull` job ended with every file verified.
     JobDone(JobDone),
+    /// Answer to `RelayRtts`: each relay's round trip in microseconds, in order; `None` where
+    /// no handshake with the pinned fingerprint completed in time.
+    RelayRtts {
+        /// The round trips.
+        rtt_us: Vec<Option<u64>>,
+    },
     /// Answer to `Jobs`: the token's jobs, running and stalled first, then those that ended
     /// lately, each group newest first.
     Jobs {

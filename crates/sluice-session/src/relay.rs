@@ -118,6 +118,15 @@ pub struct RelaySpot {
     pub capability: String,
 }
 
+/// A relay as a server dials it to measure its round trip (`Request::RelayRtts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayPeer {
+    /// Its QUIC address as the sender reached it (`ip:port`).
+    pub address: String,
+    /// Its fingerprint as the sender pinned it (`SHA256:...`).
+    pub fingerprint: String,
+}
+
 /// A relayed upload, on the sender's session with the receiver: the receiver takes it as a
 /// job that collects the blocks from where the sender reports them and goes on when the
 /// sender has left.

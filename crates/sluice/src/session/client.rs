@@ -8,6 +8,7 @@
 mod relay;
 
 pub use relay::CollectHop;
+pub(crate) use relay::handshake_rtt;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

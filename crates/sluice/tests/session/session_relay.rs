@@ -446,3 +446,74 @@ async fn a_relay_that_dies_after_it_was_chosen_leaves_its_blocks_to_the_others()
     assert!(report.placed[0].blocks >= 6, "{:?}", report.placed);
     world.stop().await;
 }
+
+/// A UDP forwarder before `target` that holds every datagram, both ways, for `delay`: a relay
+/// that far from whoever dials the forwarder.
+async fn delayed(target: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
+    use tokio::net::UdpSocket;
+    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let addr = front.local_addr().unwrap();
+    let up = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    up.connect(target).await.unwrap();
+    let peer = Arc::new(std::sync::Mutex::new(None));
+    let (f, u, p) = (front.clone(), up.clone(), peer.clone());
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = f.recv_from(&mut buf).await {
+            *p.lock().unwrap() = Some(from);
+            let (u, datagram) = (u.clone(), buf[..n].to_vec());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = u.send(&datagram).await;
+            });
+        }
+    });
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok(n) = up.recv(&mut buf).await {
+            let (front, datagram, to) = (front.clone(), buf[..n].to_vec(), *peer.lock().unwrap());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                if let Some(to) = to {
+                    let _ = front.send_to(&datagram, to).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receiver_measures_its_round_trip_to_each_relay() {
+    let (receiver, _spools, a, b) = receiver_and_two_relays().await;
+    // B 40 ms away (20 ms each way); a third relay nowhere; A's address with B's fingerprint.
+    let far = delayed(b.addr, Duration::from_millis(20)).await;
+    let nowhere = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let asked = [
+        (a.addr, a.fingerprint.clone()),
+        (far, b.fingerprint.clone()),
+        (nowhere, a.fingerprint.clone()),
+        (a.addr, b.fingerprint.clone()),
+    ];
+    let client = receiver.client().await;
+    let rtts = client.relay_rtts(&asked).await.unwrap();
+    println!("round trips: {rtts:?}");
+    assert_eq!(rtts.len(), 4);
+    let near = rtts[0].expect("A is reached");
+    let far_rtt = rtts[1].expect("B is reached through the delay");
+    assert!(near < Duration::from_millis(20), "A: {near:?}");
+    assert!(far_rtt >= Duration::from_millis(40), "B: {far_rtt:?}");
+    assert_eq!(rtts[2], None, "nothing answers there");
+    assert_eq!(rtts[3], None, "A does not prove B's fingerprint");
+    // A token that may not upload may not have the server dial relays either.
+    let read_only = TestServer::start_with(|c| {
+        let dir = c.root.parent().unwrap().to_owned();
+        write_private(&common::tokens_file(&dir), &format!("{TOKEN} rights=read,list\n"));
+    })
+    .await;
+    let err = read_only.client().await.relay_rtts(&asked[..1]).await.unwrap_err();
+    assert!(err.to_string().contains("may not write"), "{err}");
+    for s in [receiver, a, b, read_only] {
+        s.stop().await;
+    }
+}

@@ -2,15 +2,21 @@
 //! one (a collector is a client of the relay, admitted by its capability), and a relayed
 //! upload's request to its receiver.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use sluice_session::relay::{BlockLen, Collect, CollectMsg, Deposit, HopMsg, RelayedPut};
+use sluice_session::relay::{
+    BlockLen, Collect, CollectMsg, Deposit, HopMsg, RelayPeer, RelayedPut,
+};
 
 use super::{Client, SessionError};
 use crate::session::Peer;
 use crate::session::channel::{REPLY_TIMEOUT, frame_error};
+use crate::session::identity::{CERT_NAME, Fingerprint};
 use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret};
-use crate::session::messages::{Request, read_message};
+use crate::session::known_hosts::{HostVerifier, KnownHosts, TrustPolicy, host_key};
+use crate::session::messages::{Answer, Request, read_message};
 use crate::session::relay::hop::{
     Direction, Memory, move_batch, read_hop, receive_blocks, write_hop,
 };
@@ -52,6 +58,33 @@ pub(crate) struct RelayedRequest {
     pub(crate) job: String,
     /// Blocks the receiver has already (a re-run's), as id ranges `[start, end)`.
     pub(crate) have: Vec<[u64; 2]>,
+}
+
+/// The round trip to the server at `server` whose certificate is `fingerprint`, from a QUIC
+/// handshake alone (no token, nothing asked), closed at once: a receiver's distance to a relay
+/// (FSP 3.1). `None` when no handshake with that certificate completed within `wait`.
+pub(crate) async fn handshake_rtt(
+    server: SocketAddr,
+    fingerprint: Fingerprint,
+    wait: Duration,
+) -> Option<Duration> {
+    let known = KnownHosts::parse(std::path::Path::new("/dev/null"), "");
+    let verifier = HostVerifier::new(
+        TrustPolicy::Pinned(fingerprint),
+        known,
+        host_key(&server.ip().to_string(), server.port()),
+    );
+    let tls = verifier.client_tls_as(None).ok()?;
+    let mut quic = quinn::ClientConfig::new(Arc::new(tls));
+    quic.transport_config(Arc::new(crate::session::channel::control_transport()));
+    let endpoint =
+        crate::session::transport::endpoint(crate::session::Transport::Udp, server).await.ok()?;
+    let connecting = endpoint.connect_with(quic, server, CERT_NAME).ok()?;
+    let conn = tokio::time::timeout(wait, connecting).await.ok()?.ok()?;
+    let proved = matches!(verifier.outcome(), Some((_, Ok(_))));
+    let rtt = conn.rtt();
+    conn.close(crate::session::close_code::DONE.into(), b"round trip measured");
+    proved.then_some(rtt)
 }
 
 impl Client {
@@ -136,6 +169,27 @@ impl Client {
         }
         let OpenRequestParts { send, recv } = req.into_parts();
         Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })
+    }
+
+    /// The round trips from this server to `relays` (each its address and pinned
+    /// fingerprint), measured by the server: `None` where it completed no handshake with the
+    /// relay in time. The receiver's side of relay selection (FSP 3.1).
+    pub async fn relay_rtts(
+        &self,
+        relays: &[(SocketAddr, Fingerprint)],
+    ) -> Result<Vec<Option<Duration>>, SessionError> {
+        let relays = relays
+            .iter()
+            .map(|(a, f)| RelayPeer { address: a.to_string(), fingerprint: f.to_string() })
+            .collect();
+        let mut req = self.request().await?;
+        self.opened(req.write(&Request::RelayRtts { relays }).await).await?;
+        match req.read_answer(REPLY_TIMEOUT).await? {
+            Answer::RelayRtts { rtt_us } => {
+                Ok(rtt_us.into_iter().map(|us| us.map(Duration::from_micros)).collect())
+            }
+            other => Err(super::unexpected(other)),
+        }
     }
 
     /// Opens a relayed upload with this server (the receiver): it answers once its job is

@@ -2,22 +2,27 @@
 //! (with a spool, `serve --spool`), the admission of a collector by its capability, and a
 //! relayed upload's receiving end (any server that takes uploads).
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_session::relay::{
     BlockLen, BlockPlan, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS,
-    MAX_BLOCK_BYTES, MAX_RELAYS, RelayedPut, SEAL_OVERHEAD, StripeMsg, from_hex, id_ranges,
+    MAX_BLOCK_BYTES, MAX_RELAYS, RelayPeer, RelayedPut, SEAL_OVERHEAD, StripeMsg, from_hex,
+    id_ranges,
 };
 use tracing::{info, warn};
 
 use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
 use crate::files::Confined;
+use crate::session::client::handshake_rtt;
 use crate::session::copy::plan_error;
+use crate::session::identity::Fingerprint;
 use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
-use crate::session::messages::{GrantClaim, Messages, write_message};
+use crate::session::messages::{Answer, GrantClaim, Messages, write_message};
 use crate::session::relay::collect::{Collection, JobEvent, Listed, RelayAt, Start};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
@@ -25,6 +30,9 @@ use crate::session::relay::spool::TransferId;
 use crate::session::{Peer, SessionError};
 use crate::tree::incoming::{self, Incoming, Overwrite, ReceiveOptions};
 use crate::tree::{Entry, EntryKind, FileSet};
+
+/// How long the receiver waits for a relay's handshake when it measures the round trip.
+const RTT_WAIT: Duration = Duration::from_secs(3);
 
 /// The transfer a collector's capability admits it to, when it is this relay's, and the access
 /// of its session: no right at all (it may only collect that transfer); else why not.
@@ -208,6 +216,31 @@ impl RequestCtx<'_> {
         blocking(move || spool.release(&transfer, &ids)).await?;
         info!(transfer = collect.transfer, blocks = count, "collected blocks released");
         write_hop(self.send, self.conn, &HopMsg::Released).await
+    }
+
+    /// The round trips from here to the sender's relays (`sluice cp --relay-max-rtt-receiver`),
+    /// measured at once, each by a handshake that proves the relay's fingerprint.
+    pub(super) async fn relay_rtts(&mut self, relays: Vec<RelayPeer>) -> Result<(), SessionError> {
+        self.require(|r| r.write, "write (upload)")?;
+        if relays.len() > MAX_RELAYS {
+            return Err(SessionError::Refused(format!("at most {MAX_RELAYS} relays")));
+        }
+        let mut measuring = tokio::task::JoinSet::new();
+        for (i, relay) in relays.iter().enumerate() {
+            let bad =
+                |what: &str| SessionError::Protocol(format!("relay {}: bad {what}", relay.address));
+            let address: SocketAddr = relay.address.parse().map_err(|_| bad("address"))?;
+            let fingerprint: Fingerprint =
+                relay.fingerprint.parse().map_err(|_| bad("fingerprint"))?;
+            measuring
+                .spawn(async move { (i, handshake_rtt(address, fingerprint, RTT_WAIT).await) });
+        }
+        let mut rtt_us = vec![None; relays.len()];
+        while let Some(Ok((i, rtt))) = measuring.join_next().await {
+            rtt_us[i] = rtt.map(|d| d.as_micros() as u64);
+        }
+        info!(?rtt_us, "round trips to the sender's relays");
+        self.write(&Answer::RelayRtts { rtt_us }).await
     }
 
     /// A relayed upload's receiving end: starts the collection job, then follows the sender's
