@@ -1,0 +1,345 @@
+//! Issue 28's relay measurement: a sender S with a fast uplink, three relays and a receiver D
+//! each behind a slow link, joined by a router X in network namespaces of this program's own
+//! (`tools/linkem` links, removed at the end), and `sluice cp` run on S: direct, through 2 and
+//! 3 relays, with and without the receiver in the striping, each strategy.
+//!
+//! ```text
+//!  S --(uplink, 1 ms)-- X --(100 Mbit/s, 1 ms)-- R1, R2, R3
+//!                       X --(100 Mbit/s, 24 ms)-- D
+//! ```
+//!
+//! Round trips: S to a relay 4 ms, S or a relay to D 50 ms. D's one link carries everything it
+//! receives, so collection runs at most at its rate; the sender's paths give it (relays + 1) x
+//! that rate. Prints one JSON line per row and a Markdown table; needs root.
+//!
+//! `cargo run --release -p sluice-cli --example relay_topology -- [--bin target/release/sluice]
+//! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100] [--rows all|quick|one] [--block 4MiB] [--batch-us 0]`
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line measurement
+
+use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use linkem::{DirectionConfig, Emulator, End, LinkConfig, QueueLimit, netns};
+
+const PORT: u16 = 7700;
+const TOKEN: &str = "relay-topology-bench-token-5e1d";
+/// Hosts: name, the last-but-one octet of its link to X.
+const HOSTS: [(&str, u8); 5] = [("s", 10), ("r1", 11), ("r2", 12), ("r3", 13), ("d", 20)];
+
+struct Args {
+    bin: PathBuf,
+    size_mib: u64,
+    uplink_mbit: u64,
+    slow_mbit: u64,
+    quick: bool,
+    /// Only the row of 3 relays and the receiver (for A/B runs).
+    one: bool,
+    block: String,
+    /// Receive-side release granularity of every link, in microseconds (0: on time).
+    batch_us: u64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        bin: PathBuf::from("target/release/sluice"),
+        size_mib: 256,
+        uplink_mbit: 1000,
+        slow_mbit: 100,
+        quick: false,
+        one: false,
+        block: "4MiB".into(),
+        batch_us: 0,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    for pair in argv.chunks(2) {
+        let value = pair.get(1).cloned().unwrap_or_default();
+        match pair[0].as_str() {
+            "--bin" => a.bin = PathBuf::from(value),
+            "--size-mib" => a.size_mib = value.parse().expect("--size-mib N"),
+            "--uplink-mbit" => a.uplink_mbit = value.parse().expect("--uplink-mbit N"),
+            "--slow-mbit" => a.slow_mbit = value.parse().expect("--slow-mbit N"),
+            "--rows" => (a.quick, a.one) = (value == "quick", value == "one"),
+            "--block" => a.block = value,
+            "--batch-us" => a.batch_us = value.parse().expect("--batch-us N"),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// Namespaces removed on drop, after the links (their TUN devices) and the servers.
+struct World {
+    servers: Vec<Child>,
+    links: Vec<(String, Emulator)>,
+    names: Vec<String>,
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        self.links.clear();
+        for ns in &self.names {
+            let _ = netns::remove_one(ns);
+        }
+    }
+}
+
+fn addr(octet: u8, host: u8) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, octet, host)
+}
+
+fn direction(rate_mbit: u64, one_way_ms: u64, batch_us: u64) -> DirectionConfig {
+    DirectionConfig {
+        rate_bps: rate_mbit * 1_000_000,
+        delay_ns: one_way_ms * 1_000_000,
+        // One bandwidth-delay product of the 50 ms path to the receiver.
+        queue: Some(QueueLimit::Bytes(rate_mbit * 1_000_000 / 8 * 50 / 1000)),
+        release_granularity_ns: batch_us * 1000,
+        ..Default::default()
+    }
+}
+
+impl World {
+    fn new(a: &Args) -> World {
+        let shm = Path::new("/dev/shm");
+        let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() };
+        let tag = format!("rt{}", std::process::id());
+        let mut world = World {
+            servers: Vec::new(),
+            links: Vec::new(),
+            names: Vec::new(),
+            dir: dir.unwrap(),
+            bin: std::fs::canonicalize(&a.bin).expect("the sluice binary"),
+        };
+        let router = format!("{tag}-x");
+        for name in HOSTS.iter().map(|(h, _)| format!("{tag}-{h}")).chain([router.clone()]) {
+            netns::create_one(&name).unwrap();
+            world.names.push(name);
+        }
+        netns::ip(&["netns", "exec", &router, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+            .unwrap();
+        for (host, octet) in HOSTS {
+            let ns = format!("{tag}-{host}");
+            let (rate, delay) = match host {
+                "s" => (a.uplink_mbit, 1),
+                "d" => (a.slow_mbit, 24),
+                _ => (a.slow_mbit, 1),
+            };
+            let config = LinkConfig::symmetric(direction(rate, delay, a.batch_us));
+            let (here, there) = (format!("l{host}"), format!("x{host}"));
+            let near = End { ns: &ns, device: &here, addr: addr(octet, 1), prefix_len: 30 };
+            let far = End { ns: &router, device: &there, addr: addr(octet, 2), prefix_len: 30 };
+            let link = Emulator::start_between(near, far, &config).expect("a link");
+            world.links.push((host.to_owned(), link));
+            let via = addr(octet, 2).to_string();
+            netns::ip(&["-n", &ns, "route", "add", "198.18.0.0/16", "via", &via]).unwrap();
+        }
+        for (host, octet) in &HOSTS[1..] {
+            let home = world.dir.path().join(host);
+            std::fs::create_dir_all(home.join("root")).unwrap();
+            let tokens = home.join("tokens");
+            std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+            std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &format!("{tag}-{host}")]).arg(&world.bin).args([
+                "serve",
+                "--listen",
+                &format!("{}:{PORT}", addr(*octet, 1)),
+            ]);
+            c.arg("--root").arg(home.join("root")).arg("--state-dir").arg(home.join("state"));
+            c.arg("--tokens").arg(&tokens);
+            if host.starts_with('r') {
+                c.arg("--spool").arg(home.join("spool")).args(["--spool-max", "8GiB"]);
+            }
+            let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            assert!(line.contains("serving on"), "{host} said {line:?}");
+            let fingerprint = line.split_whitespace().last().unwrap_or_default().to_owned();
+            std::fs::write(home.join("fingerprint"), fingerprint).unwrap();
+            world.servers.push(child);
+        }
+        world
+    }
+
+    fn fingerprint(&self, host: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(host).join("fingerprint")).unwrap()
+    }
+
+    /// Bytes through each host's link, both ways, so far.
+    fn bytes(&self) -> Vec<(String, u64, u64)> {
+        let each = self.links.iter().map(|(n, l)| {
+            let r = l.report();
+            (n.clone(), r.a2b.delivered_bytes, r.b2a.delivered_bytes)
+        });
+        each.collect()
+    }
+
+    /// `sluice cp ARGS SOURCE d:` on S; the summary's JSON and the wall time.
+    fn cp(&self, extra: &[&str], source: &Path, dest: &str) -> (serde_json::Value, f64) {
+        let config = self.dir.path().join("client.toml");
+        let mut text = String::new();
+        for (host, octet) in &HOSTS[1..4] {
+            text.push_str(&format!(
+                "[relays.{host}]\naddress = \"{}\"\nport = {PORT}\nfingerprint = \"{}\"\n",
+                addr(*octet, 1),
+                self.fingerprint(host)
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
+        let tag = &self.names[0][..self.names[0].len() - 2];
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &format!("{tag}-s")]).arg(&self.bin);
+        c.env("SLUICE_CONFIG", &config).env("SLUICE_TOKEN", TOKEN);
+        c.args(["cp", "--json", "-P", &PORT.to_string(), "--fingerprint", &self.fingerprint("d")]);
+        c.arg("--known-hosts").arg(self.dir.path().join("known_hosts"));
+        c.args(extra).arg(source).arg(format!("{}:{dest}", addr(20, 1)));
+        let started = Instant::now();
+        let out = c.output().unwrap();
+        let wall = started.elapsed().as_secs_f64();
+        if let Some(log) = std::env::var_os("RELAY_TOPOLOGY_CLIENT_LOG") {
+            std::fs::write(log, &out.stderr).unwrap();
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .rfind(|v| v["event"] == "summary")
+            .unwrap_or_else(|| panic!("no summary: {stdout}"));
+        (summary, wall)
+    }
+
+    fn received(&self, dest: &str) -> PathBuf {
+        self.dir.path().join("d").join("root").join(dest)
+    }
+}
+
+/// Same bytes (compared a MiB at a time).
+fn same(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    let (Ok(fa), Ok(fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else { return false };
+    let (mut ra, mut rb) = (std::io::BufReader::new(fa), std::io::BufReader::new(fb));
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let (na, nb) = (ra.read(&mut ba).unwrap(), rb.read(&mut bb).unwrap());
+        if na != nb || ba[..na] != bb[..nb] {
+            return false;
+        }
+        if na == 0 {
+            return true;
+        }
+    }
+}
+
+fn main() {
+    let a = args();
+    assert!(netns::is_root(), "needs root (network namespaces, TUN devices)");
+    let world = World::new(&a);
+    let source = world.dir.path().join("source.bin");
+    {
+        // Incompressible: the BLAKE3 XOF of a fixed key.
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&source).unwrap());
+        let mut xof = blake3::Hasher::new_keyed(&[28; 32]).finalize_xof();
+        let mut buf = vec![0u8; 1 << 20];
+        for _ in 0..a.size_mib {
+            xof.fill(&mut buf);
+            std::io::Write::write_all(&mut out, &buf).unwrap();
+        }
+    }
+    let size = a.size_mib << 20;
+    let mut rows: Vec<(&str, Vec<&str>)> =
+        if a.one { Vec::new() } else { vec![("direct", vec![])] };
+    let all = [
+        ("2 relays + D, fcfs", vec!["--relay", "r1,r2"]),
+        ("2 relays, fcfs", vec!["--relay", "r1,r2", "--relay-direct", "off"]),
+        ("3 relays + D, fcfs", vec!["--relay", "r1,r2,r3"]),
+        ("3 relays, fcfs", vec!["--relay", "r1,r2,r3", "--relay-direct", "off"]),
+        ("3 relays + D, cyclic", vec!["--relay", "r1,r2,r3", "--relay-strategy", "cyclic"]),
+        (
+            "3 relays + D, partitioned",
+            vec!["--relay", "r1,r2,r3", "--relay-strategy", "partitioned"],
+        ),
+    ];
+    if a.quick || a.one {
+        rows.push(all[2].clone());
+    } else {
+        rows.extend(all);
+    }
+    println!(
+        "# {} MiB; S uplink {} Mbit/s; relays and D {} Mbit/s; RTT S-relay 4 ms, to D 50 ms; \
+         release granularity {} us",
+        a.size_mib, a.uplink_mbit, a.slow_mbit, a.batch_us
+    );
+    let mut table = vec![
+        "| row | send s | total s | send / direct | total / direct | striping Mbit/s | theoretical | fraction | S link MB | D link MB | relay links MB |".to_owned(),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
+    ];
+    let mut direct_s = 0.0;
+    for (i, (label, flags)) in rows.iter().enumerate() {
+        let dest = format!("row{i}.bin");
+        let before = world.bytes();
+        let mut extra: Vec<&str> = flags.clone();
+        if !flags.is_empty() {
+            extra.extend(["--relay-wait", "--relay-block", &a.block]);
+        }
+        let (summary, wall) = world.cp(&extra, &source, &dest);
+        let after = world.bytes();
+        assert!(same(&source, &world.received(&dest)), "{label}: the file differs");
+        let _ = std::fs::remove_file(world.received(&dest));
+        let moved: Vec<(String, f64, f64)> = after
+            .iter()
+            .zip(&before)
+            .map(|((n, a2b, b2a), (_, a0, b0))| {
+                (n.clone(), (a2b - a0) as f64 / 1e6, (b2a - b0) as f64 / 1e6)
+            })
+            .collect();
+        let of = |h: &str| moved.iter().find(|(n, _, _)| n == h).map_or(0.0, |m| m.1 + m.2);
+        let relays_mb: f64 = ["r1", "r2", "r3"].iter().map(|h| of(h)).sum();
+        let (send, total) = if flags.is_empty() {
+            direct_s = summary["seconds"].as_f64().unwrap_or(wall);
+            (direct_s, direct_s)
+        } else {
+            (
+                summary["send_seconds"].as_f64().unwrap(),
+                summary["total_seconds"].as_f64().unwrap_or(wall),
+            )
+        };
+        // What the sender's paths carry at most: each relay's link, and D's when it shares.
+        let relays = flags.iter().find(|f| f.starts_with('r')).map_or(0, |r| r.split(',').count());
+        let with_d = flags.is_empty() || !flags.contains(&"off");
+        let theoretical = (relays as u64 + u64::from(with_d)) * a.slow_mbit;
+        let striping = size as f64 * 8.0 / send / 1e6;
+        let line = serde_json::json!({
+            "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
+            "striping_mbit": striping, "theoretical_mbit": theoretical,
+            "links_mb": moved.iter().map(|(n, a2b, b2a)| serde_json::json!({"host": n, "up_mb": a2b, "down_mb": b2a})).collect::<Vec<_>>(),
+            "placed": summary["placed"].clone(),
+        });
+        println!("{line}");
+        table.push(format!(
+            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | {striping:.0} | {theoretical} | {:.3} | {:.0} | {:.0} | {relays_mb:.0} |",
+            send / direct_s,
+            total / direct_s,
+            striping / theoretical as f64,
+            of("s"),
+            of("d"),
+        ));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    println!("{}", table.join("\n"));
+}
