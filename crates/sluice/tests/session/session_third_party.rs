@@ -247,39 +247,73 @@ async fn a_token_without_the_rights_cannot_grant_or_pull() {
     }
 }
 
+/// A job of 64 MiB from A into B's big.bin capped at `rate_bps` (B knows a second token,
+/// [`OTHER`]), followed by a client of B until some bytes moved.
+struct Following {
+    a: TestServer,
+    b: TestServer,
+    data: Vec<u8>,
+    granted: sluice::session::Granted,
+    job: PullJob,
+    following: tokio::task::JoinHandle<Result<JobDone, SessionError>>,
+}
+
+impl Following {
+    async fn start(seed: u8, rate_bps: u64) -> Following {
+        println!("seed {seed}");
+        let a = TestServer::start().await;
+        let b = TestServer::start_with(|c| {
+            let dir = c.root.parent().unwrap().to_owned();
+            write_private(&common::tokens_file(&dir), &format!("{TOKEN}\n{OTHER}\n"));
+        })
+        .await;
+        let data = pattern(64 << 20, seed);
+        std::fs::write(a.root().join("big.bin"), &data).unwrap();
+        let ca = a.client().await;
+        let granted = ca.grant(&b.fingerprint, &["big.bin".to_owned()]).await.unwrap();
+        let mut job = pull(&a, &granted.grant, &granted.job, &["big.bin"], "big.bin");
+        job.spec.rate_bps = rate_bps;
+        let cb = b.client().await;
+        let (moved_tx, mut moved) = tokio::sync::watch::channel(0u64);
+        let following = tokio::spawn({
+            let job = job.clone();
+            async move {
+                cb.pull(job, move |p| {
+                    let _ = moved_tx.send(p.bytes);
+                })
+                .await
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), moved.wait_for(|b| *b > 0))
+            .await
+            .unwrap()
+            .unwrap();
+        Following { a, b, data, granted, job, following }
+    }
+
+    /// A session with B under the other token.
+    async fn other(&self) -> Client {
+        let mut config = self.b.client_config();
+        config.token = OTHER.to_owned();
+        Client::connect(config).await.unwrap()
+    }
+
+    async fn stop(self) {
+        for s in [self.a, self.b] {
+            s.stop().await;
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_cancelled_job_ends_for_its_followers_and_is_not_resumed() {
-    let seed = 6u8;
-    println!("seed {seed}");
-    let a = TestServer::start().await;
-    let b = TestServer::start_with(|c| {
-        let dir = c.root.parent().unwrap().to_owned();
-        write_private(&common::tokens_file(&dir), &format!("{TOKEN}\n{OTHER}\n"));
-    })
-    .await;
-    std::fs::write(a.root().join("big.bin"), pattern(64 << 20, seed)).unwrap();
-    let granted = a.client().await.grant(&b.fingerprint, &["big.bin".to_owned()]).await.unwrap();
-    let mut job = pull(&a, &granted.grant, &granted.job, &["big.bin"], "big.bin");
     // Capped at 50 Mbit/s: it runs for about ten seconds.
-    job.spec.rate_bps = 50_000_000;
-    let cb = b.client().await;
-    let (moved_tx, mut moved) = tokio::sync::watch::channel(0u64);
-    let following = tokio::spawn(async move {
-        cb.pull(job, move |p| {
-            let _ = moved_tx.send(p.bytes);
-        })
-        .await
-    });
-    tokio::time::timeout(Duration::from_secs(60), moved.wait_for(|b| *b > 0))
-        .await
-        .unwrap()
-        .unwrap();
+    let mut world = Following::start(6, 50_000_000).await;
+    let (b, granted) = (&world.b, &world.granted);
     let records = b.root().parent().unwrap().join("state").join("jobs");
     assert_eq!(std::fs::read_dir(&records).unwrap().count(), 1, "the running job is kept");
     // Another token cannot cancel it, nor can anyone cancel a job that is not there.
-    let mut config = b.client_config();
-    config.token = OTHER.to_owned();
-    let other = Client::connect(config).await.unwrap();
+    let other = world.other().await;
     refused_with(other.cancel_job(&granted.job).await, "no running or stalled job");
     let mine = b.client().await;
     refused_with(mine.cancel_job("no-such-job").await, "no running or stalled job no-such-job");
@@ -289,51 +323,23 @@ async fn a_cancelled_job_ends_for_its_followers_and_is_not_resumed() {
     assert_eq!((ended[0].phase, ended[0].id.as_str()), (JobPhase::Cancelled, granted.job.as_str()));
     assert!(ended[0].bytes < 64 << 20, "{ended:?}");
     // Its follower hears the end; its record is gone, so a restart would not resume it.
-    let followed = tokio::time::timeout(Duration::from_secs(10), following).await.unwrap().unwrap();
+    let following = tokio::time::timeout(Duration::from_secs(10), &mut world.following);
+    let followed = following.await.unwrap().unwrap();
     refused_with(followed, "cancelled");
     assert_eq!(std::fs::read_dir(&records).unwrap().count(), 0, "the record is removed");
     assert_eq!(mine.jobs().await.unwrap(), ended);
     assert!(!b.root().join("big.bin").exists(), "nothing unverified in place");
-    for s in [a, b] {
-        s.stop().await;
-    }
+    world.stop().await;
 }
 
 #[tokio::test]
 async fn the_job_goes_on_when_its_client_leaves_and_the_same_request_follows_it() {
-    let seed = 5u8;
-    println!("seed {seed}");
-    let a = TestServer::start().await;
-    // B knows a second token: its listing must not show the first one's job.
-    let b = TestServer::start_with(|c| {
-        let dir = c.root.parent().unwrap().to_owned();
-        write_private(&common::tokens_file(&dir), &format!("{TOKEN}\n{OTHER}\n"));
-    })
-    .await;
-    let data = pattern(64 << 20, seed);
-    std::fs::write(a.root().join("big.bin"), &data).unwrap();
-    let ca = a.client().await;
-    let granted = ca.grant(&b.fingerprint, &["big.bin".to_owned()]).await.unwrap();
-    let mut job = pull(&a, &granted.grant, &granted.job, &["big.bin"], "big.bin");
-    // Capped at 100 Mbit/s: the job runs for seconds, long after its first client left.
-    job.spec.rate_bps = 100_000_000;
-    // The client follows the job until some bytes moved, then goes away.
-    let cb = b.client().await;
-    let (moved_tx, mut moved) = tokio::sync::watch::channel(0u64);
-    let following = tokio::spawn({
-        let job = job.clone();
-        async move {
-            cb.pull(job, move |p| {
-                let _ = moved_tx.send(p.bytes);
-            })
-            .await
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(60), moved.wait_for(|b| *b > 0))
-        .await
-        .unwrap()
-        .unwrap();
-    following.abort();
+    // Capped at 100 Mbit/s: the job runs for seconds, long after its first client left. The
+    // client follows it until some bytes moved, then goes away.
+    let world = Following::start(5, 100_000_000).await;
+    let (a, b, data, granted, job) =
+        (&world.a, &world.b, &world.data, &world.granted, world.job.clone());
+    world.following.abort();
     // `sluice jobs` at B shows it running, from A into big.bin.
     let again = b.client().await;
     let listed = again.jobs().await.unwrap();
@@ -347,7 +353,7 @@ async fn the_job_goes_on_when_its_client_leaves_and_the_same_request_follows_it(
     // Another session asks for the same job: it follows the running one to its end.
     let done = again.pull(job, |_| {}).await.unwrap();
     assert!(done.attached, "{done:?}");
-    assert_eq!(std::fs::read(b.root().join("big.bin")).unwrap(), data);
+    assert_eq!(&std::fs::read(b.root().join("big.bin")).unwrap(), data);
     // Then it is listed as done, with every byte, and no longer as running.
     let listed = again.jobs().await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
@@ -355,12 +361,6 @@ async fn the_job_goes_on_when_its_client_leaves_and_the_same_request_follows_it(
     assert_eq!((listed[0].bytes, listed[0].files), (data.len() as u64, 1), "{listed:?}");
     assert!(listed[0].ended.is_some_and(|e| e >= listed[0].started), "{listed:?}");
     // Another token's listing at B does not show it.
-    let mut config = b.client_config();
-    config.token = OTHER.to_owned();
-    let other = Client::connect(config).await.unwrap();
-    assert_eq!(other.jobs().await.unwrap(), Vec::new());
-
-    for s in [a, b] {
-        s.stop().await;
-    }
+    assert_eq!(world.other().await.jobs().await.unwrap(), Vec::new());
+    world.stop().await;
 }
