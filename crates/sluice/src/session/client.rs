@@ -403,11 +403,16 @@ impl Client {
         .await;
     }
 
+    /// Sends `request` on a new request stream and reads its one answer.
+    async fn ask(&self, request: &Request) -> Result<Answer, SessionError> {
+        let mut req = self.request().await?;
+        self.opened(req.write(request).await).await?;
+        req.read_answer(REPLY_TIMEOUT).await
+    }
+
     /// Size, modification time and kind of `path` on the server.
     pub async fn stat(&self, path: &str) -> Result<StatInfo, SessionError> {
-        let mut req = self.request().await?;
-        self.opened(req.write(&Request::Stat { path: path.to_owned() }).await).await?;
-        match req.read_answer(REPLY_TIMEOUT).await? {
+        match self.ask(&Request::Stat { path: path.to_owned() }).await? {
             Answer::StatInfo(info) => Ok(info),
             other => Err(unexpected(other)),
         }
@@ -416,9 +421,7 @@ impl Client {
     /// This token's jobs on the server (third-party pulls and relayed uploads' collections):
     /// running and stalled first, then those that ended lately. Needs the `write` right.
     pub async fn jobs(&self) -> Result<Vec<JobInfo>, SessionError> {
-        let mut req = self.request().await?;
-        self.opened(req.write(&Request::Jobs {}).await).await?;
-        match req.read_answer(REPLY_TIMEOUT).await? {
+        match self.ask(&Request::Jobs {}).await? {
             Answer::Jobs { jobs } => Ok(jobs),
             other => Err(unexpected(other)),
         }
@@ -429,9 +432,7 @@ impl Client {
     /// A third-party job's files stay as an interrupted download leaves them; a relayed
     /// upload's collected blocks are deleted.
     pub async fn cancel_job(&self, id: &str) -> Result<Vec<JobInfo>, SessionError> {
-        let mut req = self.request().await?;
-        self.opened(req.write(&Request::CancelJob { id: id.to_owned() }).await).await?;
-        match req.read_answer(REPLY_TIMEOUT).await? {
+        match self.ask(&Request::CancelJob { id: id.to_owned() }).await? {
             Answer::Jobs { jobs } => Ok(jobs),
             other => Err(unexpected(other)),
         }
@@ -453,10 +454,8 @@ impl Client {
         reader: &Fingerprint,
         paths: &[String],
     ) -> Result<Granted, SessionError> {
-        let mut req = self.request().await?;
         let ask = Request::Grant { reader: reader.to_string(), paths: paths.to_vec() };
-        self.opened(req.write(&ask).await).await?;
-        match req.read_answer(REPLY_TIMEOUT).await? {
+        match self.ask(&ask).await? {
             Answer::Granted { grant, job, expires_at } => Ok(Granted { grant, job, expires_at }),
             other => Err(unexpected(other)),
         }

@@ -182,9 +182,7 @@ impl Client {
             .iter()
             .map(|(a, f)| RelayPeer { address: a.to_string(), fingerprint: f.to_string() })
             .collect();
-        let mut req = self.request().await?;
-        self.opened(req.write(&Request::RelayRtts { relays }).await).await?;
-        match req.read_answer(REPLY_TIMEOUT).await? {
+        match self.ask(&Request::RelayRtts { relays }).await? {
             Answer::RelayRtts { rtt_us } => {
                 Ok(rtt_us.into_iter().map(|us| us.map(Duration::from_micros)).collect())
             }

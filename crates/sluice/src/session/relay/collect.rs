@@ -133,6 +133,13 @@ pub(crate) struct Stalled {
     at: u64,
 }
 
+impl Progress {
+    /// Which blocks are written.
+    fn written(&self) -> Vec<bool> {
+        self.blocks.iter().map(|w| *w == Where::Written).collect()
+    }
+}
+
 impl Stalled {
     /// Blocks the part file holds.
     pub(crate) fn have(&self) -> impl Iterator<Item = u64> + '_ {
@@ -199,8 +206,7 @@ impl Collections {
         let mine = running.values().filter(|c| c.listed.token == token);
         let mut jobs: Vec<JobInfo> = mine
             .map(|c| {
-                let written: Vec<bool> =
-                    lock(&c.progress).blocks.iter().map(|w| *w == Where::Written).collect();
+                let written: Vec<bool> = lock(&c.progress).written();
                 job_info(&c.transfer, &c.listed, c.from(), &c.plan, &written, None)
             })
             .collect();
@@ -632,7 +638,7 @@ impl Collection {
                     part: part.clone(),
                     fs: self.fs.clone(),
                     plan: self.plan,
-                    written: p.blocks.iter().map(|w| *w == Where::Written).collect(),
+                    written: p.written(),
                     digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
                     until: Instant::now() + STALLED_KEEP,
                     transfer: self.transfer,
@@ -670,8 +676,7 @@ impl Collection {
                 lock(&collections.stalled).insert(self.dest.clone(), stalled);
             }
             None => {
-                let written: Vec<bool> =
-                    lock(&self.progress).blocks.iter().map(|w| *w == Where::Written).collect();
+                let written: Vec<bool> = lock(&self.progress).written();
                 let ended = match &end {
                     Ok(_) => (JobPhase::Done, unix_now(), None),
                     Err(_) if self.cancel.load(Ordering::Relaxed) => {

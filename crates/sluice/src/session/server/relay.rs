@@ -34,6 +34,15 @@ use crate::tree::{Entry, EntryKind, FileSet};
 /// How long the receiver waits for a relay's handshake when it measures the round trip.
 const RTT_WAIT: Duration = Duration::from_secs(3);
 
+/// A relay's address and fingerprint as the sender named them, parsed.
+fn relay_peer(address: &str, fingerprint: &str) -> Result<(SocketAddr, Fingerprint), SessionError> {
+    let bad = |what: &str| SessionError::Protocol(format!("relay {address}: bad {what}"));
+    Ok((
+        address.parse().map_err(|_| bad("address"))?,
+        fingerprint.parse().map_err(|_| bad("fingerprint"))?,
+    ))
+}
+
 /// The transfer a collector's capability admits it to, when it is this relay's, and the access
 /// of its session: no right at all (it may only collect that transfer); else why not.
 pub(super) fn check_capability(
@@ -227,11 +236,7 @@ impl RequestCtx<'_> {
         }
         let mut measuring = tokio::task::JoinSet::new();
         for (i, relay) in relays.iter().enumerate() {
-            let bad =
-                |what: &str| SessionError::Protocol(format!("relay {}: bad {what}", relay.address));
-            let address: SocketAddr = relay.address.parse().map_err(|_| bad("address"))?;
-            let fingerprint: Fingerprint =
-                relay.fingerprint.parse().map_err(|_| bad("fingerprint"))?;
+            let (address, fingerprint) = relay_peer(&relay.address, &relay.fingerprint)?;
             measuring
                 .spawn(async move { (i, handshake_rtt(address, fingerprint, RTT_WAIT).await) });
         }
@@ -256,13 +261,11 @@ impl RequestCtx<'_> {
             .relays
             .iter()
             .map(|r| {
-                let bad =
-                    |what: &str| SessionError::Protocol(format!("relay {}: bad {what}", r.address));
-                Ok(RelayAt {
-                    address: r.address.parse().map_err(|_| bad("address"))?,
-                    fingerprint: r.fingerprint.parse().map_err(|_| bad("fingerprint"))?,
-                    capability: from_hex::<32>(&r.capability).ok_or_else(|| bad("capability"))?,
-                })
+                let (address, fingerprint) = relay_peer(&r.address, &r.fingerprint)?;
+                let capability = from_hex::<32>(&r.capability).ok_or_else(|| {
+                    SessionError::Protocol(format!("relay {}: bad capability", r.address))
+                })?;
+                Ok(RelayAt { address, fingerprint, capability })
             })
             .collect::<Result<Vec<_>, SessionError>>()?;
         let name = put.name.clone();
