@@ -499,9 +499,10 @@ async fn the_receiver_measures_its_round_trip_to_each_relay() {
     let rtts = client.relay_rtts(&asked).await.unwrap();
     println!("round trips: {rtts:?}");
     assert_eq!(rtts.len(), 4);
-    let near = rtts[0].expect("A is reached");
+    assert!(rtts[0].is_some(), "A is reached");
+    // The forwarder holds each datagram 20 ms each way: a floor the measure must include,
+    // however fast or slow the machine (no upper bound is asserted).
     let far_rtt = rtts[1].expect("B is reached through the delay");
-    assert!(near < Duration::from_millis(20), "A: {near:?}");
     assert!(far_rtt >= Duration::from_millis(40), "B: {far_rtt:?}");
     assert_eq!(rtts[2], None, "nothing answers there");
     assert_eq!(rtts[3], None, "A does not prove B's fingerprint");
