@@ -11,6 +11,8 @@
 //! Round trips: S to a relay 4 ms, S or a relay to D 50 ms. D's one link carries everything it
 //! receives, so collection runs at most at its rate; the sender's paths give it (relays + 1) x
 //! that rate. Prints one JSON line per row and a Markdown table; needs root.
+//! `RELAY_TOPOLOGY_CLIENT_LOG=FILE` keeps the last row's client log, and
+//! `RELAY_TOPOLOGY_SERVER_LOGS=DIR` each server's as `DIR/HOST.log` (with `RUST_LOG`).
 //!
 //! `cargo run --release -p sluice-cli --example relay_topology -- [--bin target/release/sluice]
 //! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100] [--rows all|quick|one] [--block 4MiB] [--batch-us 0]`
@@ -161,7 +163,14 @@ impl World {
             if host.starts_with('r') {
                 c.arg("--spool").arg(home.join("spool")).args(["--spool-max", "8GiB"]);
             }
-            let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+            // RELAY_TOPOLOGY_SERVER_LOGS=DIR: each server's log (its RUST_LOG) as DIR/HOST.log.
+            let log = match std::env::var_os("RELAY_TOPOLOGY_SERVER_LOGS") {
+                Some(dir) => Stdio::from(
+                    std::fs::File::create(Path::new(&dir).join(format!("{host}.log"))).unwrap(),
+                ),
+                None => Stdio::null(),
+            };
+            let mut child = c.stdout(Stdio::piped()).stderr(log).spawn().unwrap();
             let mut line = String::new();
             BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
             assert!(line.contains("serving on"), "{host} said {line:?}");
@@ -186,7 +195,7 @@ impl World {
     }
 
     /// `sluice cp ARGS SOURCE d:` on S; the summary's JSON and the wall time.
-    fn cp(&self, extra: &[&str], source: &Path, dest: &str) -> (serde_json::Value, f64) {
+    fn cp(&self, extra: &[&str], source: &Path, dest: &str) -> (serde_json::Value, f64, Vec<f64>) {
         let config = self.dir.path().join("client.toml");
         let mut text = String::new();
         for (host, octet) in &HOSTS[1..4] {
@@ -205,7 +214,13 @@ impl World {
         c.arg("--known-hosts").arg(self.dir.path().join("known_hosts"));
         c.args(extra).arg(source).arg(format!("{}:{dest}", addr(20, 1)));
         let started = Instant::now();
-        let out = c.output().unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (out, timeline) = std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| self.d_timeline(&done));
+            let out = c.output().unwrap();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            (out, sampler.join().unwrap())
+        });
         let wall = started.elapsed().as_secs_f64();
         if let Some(log) = std::env::var_os("RELAY_TOPOLOGY_CLIENT_LOG") {
             std::fs::write(log, &out.stderr).unwrap();
@@ -221,7 +236,27 @@ impl World {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .rfind(|v| v["event"] == "summary")
             .unwrap_or_else(|| panic!("no summary: {stdout}"));
-        (summary, wall)
+        (summary, wall, timeline)
+    }
+
+    /// What D's link delivered towards D each second (Mbit/s) until `done`: how full the
+    /// receiver's link is kept while it collects.
+    fn d_timeline(&self, done: &std::sync::atomic::AtomicBool) -> Vec<f64> {
+        let (_, link) = self.links.iter().find(|(n, _)| n == "d").expect("D's link");
+        let mut seconds = Vec::new();
+        let mut last = link.report().b2a.delivered_bytes;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(50));
+                if done.load(std::sync::atomic::Ordering::Relaxed) {
+                    return seconds;
+                }
+            }
+            let now = link.report().b2a.delivered_bytes;
+            seconds.push((now - last) as f64 * 8.0 / 1e6);
+            last = now;
+        }
+        seconds
     }
 
     fn received(&self, dest: &str) -> PathBuf {
@@ -297,7 +332,7 @@ fn main() {
         if !flags.is_empty() {
             extra.extend(["--relay-wait", "--relay-block", &a.block]);
         }
-        let (summary, wall) = world.cp(&extra, &source, &dest);
+        let (summary, wall, timeline) = world.cp(&extra, &source, &dest);
         let after = world.bytes();
         assert!(same(&source, &world.received(&dest)), "{label}: the file differs");
         let _ = std::fs::remove_file(world.received(&dest));
@@ -329,6 +364,7 @@ fn main() {
             "striping_mbit": striping, "theoretical_mbit": theoretical,
             "links_mb": moved.iter().map(|(n, a2b, b2a)| serde_json::json!({"host": n, "up_mb": a2b, "down_mb": b2a})).collect::<Vec<_>>(),
             "placed": summary["placed"].clone(),
+            "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
         });
         println!("{line}");
         table.push(format!(

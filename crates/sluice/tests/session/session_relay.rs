@@ -22,7 +22,7 @@ use sluice::session::{
     Client, Identity, Overwrite, RelayTarget, RelayedOptions, SessionError, SpoolConfig,
     TrustPolicy,
 };
-use sluice_session::relay::{Strategy, to_hex};
+use sluice_session::relay::{Collect, Strategy, to_hex};
 
 /// The seed of these tests' content.
 pub(crate) const SEED: u8 = 28;
@@ -65,6 +65,11 @@ pub(crate) fn block_files(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// A collection of `blocks` of `transfer`, started the relay's own way.
+fn collect(transfer: &[u8; 16], blocks: &[u64]) -> Collect {
+    Collect { transfer: to_hex(transfer), blocks: blocks.to_vec() }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -154,7 +159,7 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     let restarted = restart(server, spool.path(), 8 << 20, saved.path()).await;
     assert_eq!(restarted.fingerprint, fingerprint);
     let collecting = collector(&restarted, &transfer, &capability, Some(&receiver)).await.unwrap();
-    let hop = collecting.collect_blocks(&to_hex(&transfer), &[2, 0, 7]).await.unwrap();
+    let hop = collecting.collect_blocks(collect(&transfer, &[2, 0, 7]), None).await.unwrap();
     let ids: Vec<u64> = hop.blocks.iter().map(|(id, _)| *id).collect();
     assert_eq!(ids, vec![2, 0], "block 7 was never deposited");
     for (id, bytes) in &hop.blocks {
@@ -163,7 +168,7 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     }
     hop.release(&[2, 0]).await.unwrap();
     assert_eq!(block_files(spool.path()).len(), 1, "released blocks are deleted");
-    let hop = collecting.collect_blocks(&to_hex(&transfer), &[1]).await.unwrap();
+    let hop = collecting.collect_blocks(collect(&transfer, &[1]), None).await.unwrap();
     hop.release(&[1]).await.unwrap();
     assert!(block_files(spool.path()).is_empty());
     let left: Vec<_> =
@@ -255,7 +260,7 @@ async fn a_changed_byte_in_a_spooled_block_is_caught() {
     bytes[at] ^= 0x40;
     fs::write(&files[0], &bytes).unwrap();
     let collecting = collector(&server, &transfer, &capability, Some(&receiver)).await.unwrap();
-    let hop = collecting.collect_blocks(&to_hex(&transfer), &[0, 1]).await.unwrap();
+    let hop = collecting.collect_blocks(collect(&transfer, &[0, 1]), None).await.unwrap();
     assert!(key.open(0, plain.len() as u64, &hop.blocks[0].1).is_err(), "the change got through");
     // A block passed off as another does not open either.
     assert!(key.open(0, plain.len() as u64, &hop.blocks[1].1).is_err());

@@ -129,6 +129,7 @@ impl Client {
             Direction::Send,
             store,
             total,
+            None,
         )
         .await?;
         match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {
@@ -140,16 +141,17 @@ impl Client {
         }
     }
 
-    /// Collects `ids` of `transfer` from this relay, on a session its capability admitted
+    /// Collects `collect`'s blocks from this relay, on a session its capability admitted
     /// ([`crate::session::relay::capability_claim`]); the blocks it does not hold are left out.
+    /// `handoff`, when given, is released as the data nears its end (see `hop::move_batch`).
     pub async fn collect_blocks(
         &self,
-        transfer: &str,
-        ids: &[u64],
+        collect: Collect,
+        handoff: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<CollectHop, SessionError> {
         let mut req = self.request().await?;
-        let collect =
-            Request::Collect(Collect { transfer: transfer.to_owned(), blocks: ids.to_vec() });
+        let ids = collect.blocks.clone();
+        let collect = Request::Collect(collect);
         let welcomed = self.opened(req.write(&collect).await).await?;
         let held = match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {
             HopMsg::Holding { blocks } => blocks,
@@ -165,7 +167,8 @@ impl Client {
         if total > 0 {
             let setup = self.setup(req.id, welcomed);
             blocks =
-                receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held).await?;
+                receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held, handoff)
+                    .await?;
         }
         let OpenRequestParts { send, recv } = req.into_parts();
         Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })

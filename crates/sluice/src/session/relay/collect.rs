@@ -23,10 +23,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_session::messages::{JobInfo, JobKind, JobPhase, MAX_JOB_RANGES};
-use sluice_session::relay::{BlockPlan, MAX_BATCH_BLOCKS, id_ranges, to_hex};
-use tokio::sync::{Notify, mpsc};
+use sluice_session::relay::{BlockPlan, Collect, MAX_BATCH_BLOCKS, id_ranges, to_hex};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::read_range;
 use super::seal::BlockKey;
@@ -51,6 +51,11 @@ const RELAY_RETRY_WAIT: Duration = Duration::from_secs(1);
 /// How long the collector waits for a relay's handshake: ten round trips of the longest paths
 /// (a relay it cannot reach costs the attempts this each, before its blocks come another way).
 const RELAY_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long after the sender's last deposit here collection still waits for its next: the
+/// deposits of a striping follow each other within a few round trips.
+const DIRECT_QUIET: Duration = Duration::from_millis(500);
+/// How often a waiting collection looks again.
+const DIRECT_POLL: Duration = Duration::from_millis(20);
 /// How long a stalled job waits for a re-run before its part file is deleted.
 const STALLED_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -178,6 +183,10 @@ pub(crate) struct Collection {
     listed: Listed,
     /// Set (and `wake` notified) to cancel it (`sluice jobs --cancel`).
     cancel: AtomicBool,
+    /// One collection moves data at a time: see [`Collection::collect_next`].
+    downlink: Arc<Semaphore>,
+    /// The sender's own deposits here: how many are moving, and when the last ended.
+    direct: Mutex<(usize, Option<Instant>)>,
     /// Held while the job runs (the server's places for transfers).
     _permits: Box<dyn Send + Sync>,
 }
@@ -377,6 +386,8 @@ impl Collection {
             events: tx,
             listed: start.listed,
             cancel: AtomicBool::new(false),
+            downlink: Arc::new(Semaphore::new(1)),
+            direct: Mutex::new((0, None)),
             _permits: start.permits,
         });
         {
@@ -567,6 +578,47 @@ impl Collection {
         }
     }
 
+    /// Whether `relay` holds blocks to collect.
+    fn waiting(&self, relay: u32) -> bool {
+        lock(&self.progress).blocks.contains(&Where::At(relay))
+    }
+
+    /// Collects the next batch from `relay` once the receiver's link is its: one collection
+    /// moves data at a time, and none while the sender deposits here itself. Each hop is a
+    /// flow of its own, and each new flow's startup built a queue at the receiver's link
+    /// that made those running there cut: in the relay topology, three collections beside the
+    /// sender's own deposits were cut to 2-6 Mbit/s each for seconds while the link carried
+    /// 50-80 of its 100. The sender's deposits go first because they are what keeps it
+    /// there; the relays hold their blocks durably until the collector comes.
+    async fn collect_next(self: Arc<Self>, relay: u32) -> (Vec<u64>, Result<(), SessionError>) {
+        let Ok(downlink) = self.downlink.clone().acquire_owned().await else {
+            return (Vec::new(), Ok(()));
+        };
+        while self.sender_depositing() {
+            tokio::time::sleep(DIRECT_POLL).await;
+        }
+        let batch = self.next_batch(relay);
+        if batch.is_empty() {
+            return (batch, Ok(()));
+        }
+        let result = self.clone().collect(relay, batch.clone(), downlink).await;
+        (batch, result)
+    }
+
+    /// Whether the sender, still there, is depositing here itself (or did within
+    /// [`DIRECT_QUIET`]: its next deposit follows within a few round trips).
+    fn sender_depositing(&self) -> bool {
+        let (moving, last) = *lock(&self.direct);
+        let gone = lock(&self.progress).sender_gone;
+        !gone && (moving > 0 || last.is_some_and(|at| at.elapsed() < DIRECT_QUIET))
+    }
+
+    /// A deposit of the sender's own comes in (until the guard drops).
+    pub(crate) fn direct_deposit(self: &Arc<Self>) -> DirectDeposit {
+        lock(&self.direct).0 += 1;
+        DirectDeposit(self.clone())
+    }
+
     /// The next batch to collect from `relay`, marked as being fetched.
     fn next_batch(&self, relay: u32) -> Vec<u64> {
         let mut progress = lock(&self.progress);
@@ -612,9 +664,21 @@ impl Collection {
 
     /// Collects `batch` from `relay`, writes what opens, releases it there; what the relay did
     /// not have or did not open is lost there.
-    async fn collect(self: Arc<Self>, relay: u32, batch: Vec<u64>) -> Result<(), SessionError> {
+    async fn collect(
+        self: Arc<Self>,
+        relay: u32,
+        batch: Vec<u64>,
+        downlink: OwnedSemaphorePermit,
+    ) -> Result<(), SessionError> {
         let client = self.relay_client(relay).await?;
-        let hop = client.collect_blocks(&self.name(), &batch).await?;
+        let started = Instant::now();
+        let collect = Collect { transfer: self.name(), blocks: batch.clone() };
+        // The next collection starts as this one's data nears its end.
+        let hop = client.collect_blocks(collect, Some(downlink)).await?;
+        let bytes: usize = hop.blocks.iter().map(|(_, b)| b.len()).sum();
+        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        let mbit = bytes as f64 * 8e-6 / secs;
+        debug!(relay, blocks = hop.blocks.len(), bytes, secs, mbit, "collected a batch");
         let me = self.clone();
         let blocks = hop.blocks.clone();
         let (good, mut bad) = blocking(move || me.write_blocks(&blocks)).await?;
@@ -709,17 +773,13 @@ impl Collection {
                 return Err(SessionError::Refused(CANCELLED.into()));
             }
             for relay in 0..self.relays.len() as u32 {
-                if busy[relay as usize] {
-                    continue;
-                }
-                let batch = self.next_batch(relay);
-                if batch.is_empty() {
+                if busy[relay as usize] || !self.waiting(relay) {
                     continue;
                 }
                 busy[relay as usize] = true;
                 let job = self.clone();
                 fetching.spawn(async move {
-                    let result = job.clone().collect(relay, batch.clone()).await;
+                    let (batch, result) = job.collect_next(relay).await;
                     (relay, batch, result)
                 });
             }
@@ -861,6 +921,17 @@ impl Collection {
                 .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
             Ok(me.plan.size)
         }
+    }
+}
+
+/// A deposit of the sender's own moving into its collection ([`Collection::direct_deposit`]).
+pub(crate) struct DirectDeposit(Arc<Collection>);
+
+impl Drop for DirectDeposit {
+    fn drop(&mut self) {
+        let mut direct = lock(&self.0.direct);
+        direct.0 = direct.0.saturating_sub(1);
+        direct.1 = Some(Instant::now());
     }
 }
 

@@ -12,6 +12,7 @@ use std::io;
 use std::sync::{Arc, RwLock};
 
 use sluice_session::relay::{BlockLen, HopMsg};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::datapath::{self, Store};
 use crate::session::SessionError;
@@ -64,6 +65,11 @@ impl Store for Memory {
     }
 }
 
+/// How many round trips of data, at the rate so far, are left when a receiving end hands its
+/// link on ([`move_batch`]'s `handoff`): the next hop's request, its `Ready` exchange and its
+/// first packets take about that long, so its data begins as this hop's ends.
+const HANDOFF_RTTS: f64 = 3.0;
+
 /// Which way the hop's data goes from this end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Direction {
@@ -102,12 +108,13 @@ pub(crate) async fn receive_blocks(
     recv: &mut quinn::RecvStream,
     peer: crate::session::Peer,
     blocks: &[BlockLen],
+    handoff: Option<OwnedSemaphorePermit>,
 ) -> Result<Vec<(u64, Vec<u8>)>, SessionError> {
     let total: u64 = blocks.iter().map(|b| b.len).sum();
     let len = usize::try_from(total)
         .map_err(|_| SessionError::Protocol(format!("a batch of {total} bytes")))?;
     let store = Arc::new(Memory::zeroed(len));
-    move_batch(setup, send, recv, peer, Direction::Receive, store.clone(), total).await?;
+    move_batch(setup, send, recv, peer, Direction::Receive, store.clone(), total, handoff).await?;
     let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
     let mut at = 0usize;
     let mut out = Vec::with_capacity(blocks.len());
@@ -122,6 +129,12 @@ pub(crate) async fn receive_blocks(
 /// Moves `total` bytes of `store` across the hop, this end sending or receiving: the `Ready`
 /// exchange, then the data channels. Returns once every byte is acknowledged (sending) or
 /// written (receiving).
+///
+/// A receiving end's `handoff` (its hold on its link) is released once about
+/// [`HANDOFF_RTTS`] round trips of data are left, or at the end: the hop waiting for it
+/// overlaps its start with this one's end (one collection at a time at the receiver, without
+/// a gap between them: `super::collect::Collection::collect_next`).
+#[allow(clippy::too_many_arguments)] // each is a separate input of the one hop
 pub(crate) async fn move_batch(
     setup: ChannelSetup<'_>,
     send: &mut quinn::SendStream,
@@ -130,6 +143,7 @@ pub(crate) async fn move_batch(
     direction: Direction,
     store: Arc<dyn Store + Send + Sync>,
     total: u64,
+    handoff: Option<OwnedSemaphorePermit>,
 ) -> Result<(), SessionError> {
     if setup.streams.is_some() {
         return Err(SessionError::Refused(
@@ -158,6 +172,8 @@ pub(crate) async fn move_batch(
         write_hop(send, conn, &ready).await?;
     }
     let channels = setup.params(sockets, peer_ip, &peer_ports)?;
+    let (started, rtt) = (std::time::Instant::now(), conn.rtt().as_secs_f64());
+    let mut handoff = handoff;
     let mut task = DataTask::spawn(move |cancel| match direction {
         Direction::Send => datapath::send(
             channels,
@@ -174,7 +190,13 @@ pub(crate) async fn move_batch(
             0..total,
             &[],
             vec![total],
-            &mut |_| {},
+            &mut |p| {
+                let secs = started.elapsed().as_secs_f64().max(1e-3);
+                let left = p.total.saturating_sub(p.bytes) as f64;
+                if left <= p.bytes as f64 / secs * HANDOFF_RTTS * rtt {
+                    handoff = None;
+                }
+            },
             &|_| {},
             cancel,
         )

@@ -21,7 +21,7 @@ use sluice_session::relay::{
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::seal::BlockKey;
 use crate::datapath::read_exact_at;
@@ -519,7 +519,19 @@ impl Worker {
                 }
             };
             let bytes: u64 = sealed.iter().map(|(_, b)| b.len() as u64).sum();
-            match self.client.deposit_blocks(&self.transfer, &self.cap_hash, sealed).await {
+            let started = Instant::now();
+            let deposited =
+                self.client.deposit_blocks(&self.transfer, &self.cap_hash, sealed).await;
+            let secs = started.elapsed().as_secs_f64();
+            debug!(
+                dest = self.dest,
+                blocks = batch.len(),
+                bytes,
+                secs,
+                mbit = bytes as f64 * 8e-6 / secs.max(1e-9),
+                "deposited a batch"
+            );
+            match deposited {
                 Ok(stored) => {
                     // What the relay did not say it stored is not safe: it goes back.
                     let (blocks, unsaid): (Vec<u64>, Vec<u64>) =

@@ -159,8 +159,17 @@ impl RequestCtx<'_> {
             blocking(move || spool.reserve(transfer, &hash, token, quota, &blocks)).await?;
         let store = Arc::new(reservation.store());
         let setup = self.setup();
-        move_batch(setup, self.send, self.recv, Peer::Client, Direction::Receive, store, total)
-            .await?;
+        move_batch(
+            setup,
+            self.send,
+            self.recv,
+            Peer::Client,
+            Direction::Receive,
+            store,
+            total,
+            None,
+        )
+        .await?;
         let stored = blocking(move || reservation.commit()).await?;
         self.shared.metrics.moved(false, total, 0, 0);
         info!(transfer = deposit.transfer, blocks = stored.len(), bytes = total, "blocks spooled");
@@ -176,7 +185,10 @@ impl RequestCtx<'_> {
         total: u64,
     ) -> Result<(), SessionError> {
         let setup = self.setup();
-        let sealed = receive_blocks(setup, self.send, self.recv, Peer::Client, blocks).await?;
+        let depositing = job.direct_deposit();
+        let sealed =
+            receive_blocks(setup, self.send, self.recv, Peer::Client, blocks, None).await?;
+        drop(depositing);
         let ids: Vec<u64> = blocks.iter().map(|b| b.id).collect();
         blocking(move || job.deliver(&sealed)).await?;
         self.shared.metrics.moved(false, total, 0, 0);
@@ -209,8 +221,17 @@ impl RequestCtx<'_> {
                 None => Arc::new(files),
             };
             let setup = self.setup();
-            move_batch(setup, self.send, self.recv, Peer::Client, Direction::Send, store, total)
-                .await?;
+            move_batch(
+                setup,
+                self.send,
+                self.recv,
+                Peer::Client,
+                Direction::Send,
+                store,
+                total,
+                None,
+            )
+            .await?;
             self.shared.metrics.moved(true, total, 0, 0);
         }
         let released = match read_hop(self.recv, self.conn, Peer::Client).await? {
