@@ -159,7 +159,7 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     let restarted = restart(server, spool.path(), 8 << 20, saved.path()).await;
     assert_eq!(restarted.fingerprint, fingerprint);
     let collecting = collector(&restarted, &transfer, &capability, Some(&receiver)).await.unwrap();
-    let hop = collecting.collect_blocks(collect(&transfer, &[2, 0, 7]), None).await.unwrap();
+    let hop = collecting.collect_blocks(collect(&transfer, &[2, 0, 7])).await.unwrap();
     let ids: Vec<u64> = hop.blocks.iter().map(|(id, _)| *id).collect();
     assert_eq!(ids, vec![2, 0], "block 7 was never deposited");
     for (id, bytes) in &hop.blocks {
@@ -168,7 +168,7 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     }
     hop.release(&[2, 0]).await.unwrap();
     assert_eq!(block_files(spool.path()).len(), 1, "released blocks are deleted");
-    let hop = collecting.collect_blocks(collect(&transfer, &[1]), None).await.unwrap();
+    let hop = collecting.collect_blocks(collect(&transfer, &[1])).await.unwrap();
     hop.release(&[1]).await.unwrap();
     assert!(block_files(spool.path()).is_empty());
     let left: Vec<_> =
@@ -260,7 +260,7 @@ async fn a_changed_byte_in_a_spooled_block_is_caught() {
     bytes[at] ^= 0x40;
     fs::write(&files[0], &bytes).unwrap();
     let collecting = collector(&server, &transfer, &capability, Some(&receiver)).await.unwrap();
-    let hop = collecting.collect_blocks(collect(&transfer, &[0, 1]), None).await.unwrap();
+    let hop = collecting.collect_blocks(collect(&transfer, &[0, 1])).await.unwrap();
     assert!(key.open(0, plain.len() as u64, &hop.blocks[0].1).is_err(), "the change got through");
     // A block passed off as another does not open either.
     assert!(key.open(0, plain.len() as u64, &hop.blocks[1].1).is_err());

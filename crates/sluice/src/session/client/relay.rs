@@ -18,7 +18,7 @@ use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret};
 use crate::session::known_hosts::{HostVerifier, KnownHosts, TrustPolicy, host_key};
 use crate::session::messages::{Answer, Request, read_message};
 use crate::session::relay::hop::{
-    Direction, Memory, move_batch, read_hop, receive_blocks, write_hop,
+    Direction, Link, Memory, move_batch, read_hop, receive_blocks, write_hop,
 };
 use crate::session::relay::seal::RELAY_KEY_LABEL;
 
@@ -108,6 +108,17 @@ impl Client {
         capability_hash: &str,
         blocks: Vec<(u64, Vec<u8>)>,
     ) -> Result<Vec<u64>, SessionError> {
+        self.deposit_gated(transfer, capability_hash, blocks, None).await
+    }
+
+    /// [`Client::deposit_blocks`], its data moving once it has `link` (see `hop::Link`).
+    pub(crate) async fn deposit_gated(
+        &self,
+        transfer: &str,
+        capability_hash: &str,
+        blocks: Vec<(u64, Vec<u8>)>,
+        link: Option<Link>,
+    ) -> Result<Vec<u64>, SessionError> {
         let lens: Vec<BlockLen> =
             blocks.iter().map(|(id, b)| BlockLen { id: *id, len: b.len() as u64 }).collect();
         let total: u64 = lens.iter().map(|b| b.len).sum();
@@ -129,7 +140,7 @@ impl Client {
             Direction::Send,
             store,
             total,
-            None,
+            link,
         )
         .await?;
         match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {
@@ -143,11 +154,15 @@ impl Client {
 
     /// Collects `collect`'s blocks from this relay, on a session its capability admitted
     /// ([`crate::session::relay::capability_claim`]); the blocks it does not hold are left out.
-    /// `handoff`, when given, is released as the data nears its end (see `hop::move_batch`).
-    pub async fn collect_blocks(
+    pub async fn collect_blocks(&self, collect: Collect) -> Result<CollectHop, SessionError> {
+        self.collect_linked(collect, None).await
+    }
+
+    /// [`Client::collect_blocks`], handing `link` on as the data nears its end (see `hop::Link`).
+    pub(crate) async fn collect_linked(
         &self,
         collect: Collect,
-        handoff: Option<tokio::sync::OwnedSemaphorePermit>,
+        link: Option<Link>,
     ) -> Result<CollectHop, SessionError> {
         let mut req = self.request().await?;
         let ids = collect.blocks.clone();
@@ -166,9 +181,8 @@ impl Client {
         let mut blocks = Vec::with_capacity(held.len());
         if total > 0 {
             let setup = self.setup(req.id, welcomed);
-            blocks =
-                receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held, handoff)
-                    .await?;
+            blocks = receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held, link)
+                .await?;
         }
         let OpenRequestParts { send, recv } = req.into_parts();
         Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })

@@ -28,6 +28,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use super::hop::Link;
 use super::read_range;
 use super::seal::BlockKey;
 use super::spool::TransferId;
@@ -674,7 +675,7 @@ impl Collection {
         let started = Instant::now();
         let collect = Collect { transfer: self.name(), blocks: batch.clone() };
         // The next collection starts as this one's data nears its end.
-        let hop = client.collect_blocks(collect, Some(downlink)).await?;
+        let hop = client.collect_linked(collect, Some(Link::Held(downlink))).await?;
         let bytes: usize = hop.blocks.iter().map(|(_, b)| b.len()).sum();
         let secs = started.elapsed().as_secs_f64().max(1e-3);
         let mbit = bytes as f64 * 8e-6 / secs;

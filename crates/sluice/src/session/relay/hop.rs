@@ -12,7 +12,7 @@ use std::io;
 use std::sync::{Arc, RwLock};
 
 use sluice_session::relay::{BlockLen, HopMsg};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::datapath::{self, Store};
 use crate::session::SessionError;
@@ -66,9 +66,24 @@ impl Store for Memory {
 }
 
 /// How many round trips of data, at the rate so far, are left when a receiving end hands its
-/// link on ([`move_batch`]'s `handoff`): the next hop's request, its `Ready` exchange and its
-/// first packets take about that long, so its data begins as this hop's ends.
+/// link on ([`Link::Held`]): the next hop's request, its `Ready` exchange and its first
+/// packets take about that long, so its data begins as this hop's ends.
 const HANDOFF_RTTS: f64 = 3.0;
+/// The same for a sending end ([`Link::Gate`]): the next hop's request and `Ready` exchange are
+/// done, so it starts once this one's last round trip of data is on its way.
+const GATE_RTTS: f64 = 1.0;
+
+/// An end's link, which one hop's data uses at a time: each hop is a flow of its own, and two
+/// starting over each other built a queue that made both cut.
+pub(crate) enum Link {
+    /// Taken before the hop's request (a collector's: its downlink, one collection at a time);
+    /// handed on once about [`HANDOFF_RTTS`] round trips of data are left, or at the end.
+    Held(OwnedSemaphorePermit),
+    /// Taken once the `Ready` exchange is done, before the first byte (a sender's deposits to
+    /// one destination: the next one's request overlaps this one's data); handed on once about
+    /// [`GATE_RTTS`] round trips of data are left unacknowledged, or at the end.
+    Gate(Arc<Semaphore>),
+}
 
 /// Which way the hop's data goes from this end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,13 +123,13 @@ pub(crate) async fn receive_blocks(
     recv: &mut quinn::RecvStream,
     peer: crate::session::Peer,
     blocks: &[BlockLen],
-    handoff: Option<OwnedSemaphorePermit>,
+    link: Option<Link>,
 ) -> Result<Vec<(u64, Vec<u8>)>, SessionError> {
     let total: u64 = blocks.iter().map(|b| b.len).sum();
     let len = usize::try_from(total)
         .map_err(|_| SessionError::Protocol(format!("a batch of {total} bytes")))?;
     let store = Arc::new(Memory::zeroed(len));
-    move_batch(setup, send, recv, peer, Direction::Receive, store.clone(), total, handoff).await?;
+    move_batch(setup, send, recv, peer, Direction::Receive, store.clone(), total, link).await?;
     let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
     let mut at = 0usize;
     let mut out = Vec::with_capacity(blocks.len());
@@ -128,12 +143,7 @@ pub(crate) async fn receive_blocks(
 
 /// Moves `total` bytes of `store` across the hop, this end sending or receiving: the `Ready`
 /// exchange, then the data channels. Returns once every byte is acknowledged (sending) or
-/// written (receiving).
-///
-/// A receiving end's `handoff` (its hold on its link) is released once about
-/// [`HANDOFF_RTTS`] round trips of data are left, or at the end: the hop waiting for it
-/// overlaps its start with this one's end (one collection at a time at the receiver, without
-/// a gap between them: `super::collect::Collection::collect_next`).
+/// written (receiving). With `link`, the data moves while this end has it ([`Link`]).
 #[allow(clippy::too_many_arguments)] // each is a separate input of the one hop
 pub(crate) async fn move_batch(
     setup: ChannelSetup<'_>,
@@ -143,7 +153,7 @@ pub(crate) async fn move_batch(
     direction: Direction,
     store: Arc<dyn Store + Send + Sync>,
     total: u64,
-    handoff: Option<OwnedSemaphorePermit>,
+    link: Option<Link>,
 ) -> Result<(), SessionError> {
     if setup.streams.is_some() {
         return Err(SessionError::Refused(
@@ -172,15 +182,35 @@ pub(crate) async fn move_batch(
         write_hop(send, conn, &ready).await?;
     }
     let channels = setup.params(sockets, peer_ip, &peer_ports)?;
+    let (mut held, lead) = match link {
+        None => (None, 0.0),
+        Some(Link::Held(permit)) => (Some(permit), HANDOFF_RTTS),
+        Some(Link::Gate(gate)) => {
+            let permit = tokio::select! {
+                permit = gate.acquire_owned() => permit.ok(),
+                closed = conn.closed() => return Err(crate::session::connection_error(&closed)),
+            };
+            (permit, GATE_RTTS)
+        }
+    };
     let (started, rtt) = (std::time::Instant::now(), conn.rtt().as_secs_f64());
-    let mut handoff = handoff;
+    // Hands the link on once `lead` round trips of data at the rate so far are left.
+    let mut hand_on = move |p: datapath::Progress| {
+        if held.is_some() {
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            let left = p.total.saturating_sub(p.bytes) as f64;
+            if left <= p.bytes as f64 / secs * lead * rtt {
+                held = None;
+            }
+        }
+    };
     let mut task = DataTask::spawn(move |cancel| match direction {
         Direction::Send => datapath::send(
             channels,
             &*store,
             std::slice::from_ref(&(0..total)),
             None,
-            &mut |_| {},
+            &mut hand_on,
             cancel,
         )
         .map(drop),
@@ -190,13 +220,7 @@ pub(crate) async fn move_batch(
             0..total,
             &[],
             vec![total],
-            &mut |p| {
-                let secs = started.elapsed().as_secs_f64().max(1e-3);
-                let left = p.total.saturating_sub(p.bytes) as f64;
-                if left <= p.bytes as f64 / secs * HANDOFF_RTTS * rtt {
-                    handoff = None;
-                }
-            },
+            &mut hand_on,
             &|_| {},
             cancel,
         )

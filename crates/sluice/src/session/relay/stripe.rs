@@ -19,10 +19,11 @@ use sluice_session::relay::{
     BlockPlan, CollectMsg, DEFAULT_BLOCK_BYTES, RelaySpot, RelayedPut, Strategy, Stripe, StripeMsg,
     to_hex,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use super::hop::Link;
 use super::seal::BlockKey;
 use crate::datapath::read_exact_at;
 use crate::session::channel::frame_error;
@@ -481,9 +482,24 @@ async fn settle(
 }
 
 impl Worker {
-    /// Takes batches and deposits them until the sender is done (it stops the worker) or the
-    /// destination fails (its batch goes back).
+    /// Deposits until the sender is done (it stops the worker) or the destination fails (its
+    /// batches go back), with two deposits under way at a time: the next one's batch is
+    /// sealed and its request and `Ready` exchange are done while the one before moves its
+    /// data, and it takes the destination's link as that one's data ends (`hop::Link::Gate`).
+    /// One at a time, each deposit paid those between its data: to a relay 4 ms away 0.86 s
+    /// per 8 MiB, 0.74 s of it data; to the receiver 50 ms away 1.06 s, 0.88 of it data.
     async fn run(self) {
+        let me = Arc::new(self);
+        let link = Arc::new(Semaphore::new(1));
+        let (a, b) = tokio::join!(me.clone().deposits(link.clone()), me.clone().deposits(link));
+        if let Some(error) = a.err().or(b.err()) {
+            let _ = me.reports.send(Report::Failed { dest: me.dest, error });
+        }
+    }
+
+    /// One line of deposits: takes a batch, seals it and deposits it, until the worker is
+    /// stopped or a deposit fails (its batch goes back).
+    async fn deposits(self: Arc<Self>, link: Arc<Semaphore>) -> Result<(), SessionError> {
         loop {
             let batch = crate::session::lock(&self.stripe).take(self.dest, self.batch);
             if batch.is_empty() {
@@ -491,46 +507,21 @@ impl Worker {
                 continue;
             }
             let _depositing = Depositing::enter(&self.depositing);
-            let (key, file, plan, compress) =
-                (self.key.clone(), self.file.clone(), self.plan, self.compress);
-            let ids = batch.clone();
-            let sealed = tokio::task::spawn_blocking(move || {
-                ids.iter()
-                    .map(|&id| {
-                        let range = plan.range(id).unwrap_or(0..0);
-                        let mut plain = vec![0u8; (range.end - range.start) as usize];
-                        read_exact_at(&*file, &mut plain, range.start)?;
-                        Ok((id, key.seal(id, &plain, compress)))
-                    })
-                    .collect::<std::io::Result<Vec<_>>>()
-            })
-            .await;
-            let sealed = match sealed {
-                Ok(Ok(sealed)) => sealed,
-                Ok(Err(e)) => {
-                    let error = SessionError::io("reading the file to send", e);
-                    let _ = self.reports.send(Report::Failed { dest: self.dest, error });
-                    return;
-                }
-                Err(e) => {
-                    let error = SessionError::io("sealing", std::io::Error::other(e.to_string()));
-                    let _ = self.reports.send(Report::Failed { dest: self.dest, error });
-                    return;
+            let sealed = match self.seal(&batch).await {
+                Ok(sealed) => sealed,
+                Err(error) => {
+                    crate::session::lock(&self.stripe).give_back(self.dest, batch);
+                    return Err(error);
                 }
             };
             let bytes: u64 = sealed.iter().map(|(_, b)| b.len() as u64).sum();
             let started = Instant::now();
+            let gate = Some(Link::Gate(link.clone()));
             let deposited =
-                self.client.deposit_blocks(&self.transfer, &self.cap_hash, sealed).await;
-            let secs = started.elapsed().as_secs_f64();
-            debug!(
-                dest = self.dest,
-                blocks = batch.len(),
-                bytes,
-                secs,
-                mbit = bytes as f64 * 8e-6 / secs.max(1e-9),
-                "deposited a batch"
-            );
+                self.client.deposit_gated(&self.transfer, &self.cap_hash, sealed, gate).await;
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            let mbit = bytes as f64 * 8e-6 / secs;
+            debug!(dest = self.dest, blocks = batch.len(), bytes, secs, mbit, "deposited a batch");
             match deposited {
                 Ok(stored) => {
                     // What the relay did not say it stored is not safe: it goes back.
@@ -543,10 +534,32 @@ impl Worker {
                 }
                 Err(error) => {
                     crate::session::lock(&self.stripe).give_back(self.dest, batch);
-                    let _ = self.reports.send(Report::Failed { dest: self.dest, error });
-                    return;
+                    return Err(error);
                 }
             }
+        }
+    }
+
+    /// Reads and seals `batch`'s blocks (on a blocking thread).
+    async fn seal(&self, batch: &[u64]) -> Result<Vec<(u64, Vec<u8>)>, SessionError> {
+        let (key, file, plan, compress) =
+            (self.key.clone(), self.file.clone(), self.plan, self.compress);
+        let ids = batch.to_vec();
+        let sealed = tokio::task::spawn_blocking(move || {
+            ids.iter()
+                .map(|&id| {
+                    let range = plan.range(id).unwrap_or(0..0);
+                    let mut plain = vec![0u8; (range.end - range.start) as usize];
+                    read_exact_at(&*file, &mut plain, range.start)?;
+                    Ok((id, key.seal(id, &plain, compress)))
+                })
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .await;
+        match sealed {
+            Ok(Ok(sealed)) => Ok(sealed),
+            Ok(Err(e)) => Err(SessionError::io("reading the file to send", e)),
+            Err(e) => Err(SessionError::io("sealing", std::io::Error::other(e.to_string()))),
         }
     }
 }
