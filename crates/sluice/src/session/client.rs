@@ -197,6 +197,8 @@ pub struct Client {
     fingerprint: Fingerprint,
     host_decision: HostDecision,
     memory: Option<Arc<PathMemory>>,
+    /// Where this session's next relay hop starts sending (a deposit).
+    hop_rate: Arc<super::relay::hop::HopRate>,
 }
 
 impl Client {
@@ -292,6 +294,7 @@ impl Client {
             fingerprint,
             host_decision,
             memory: config.path_memory.map(|file| Arc::new(PathMemory::at(file))),
+            hop_rate: Arc::default(),
         })
     }
 

@@ -174,7 +174,7 @@ fn age_at(record: &PathRecord, now: SystemTime) -> Option<Duration> {
 
 /// The record a finished sending `report` makes: the rate its controller settled on, when the
 /// transfer lasted long enough for one.
-fn record_of(report: &ChannelReport, now: SystemTime) -> Option<PathRecord> {
+pub(crate) fn record_of(report: &ChannelReport, now: SystemTime) -> Option<PathRecord> {
     let min_rtt_us = report.min_rtt_us.filter(|r| *r > 0)?;
     if report.seconds < MIN_TRANSFER_RTTS * min_rtt_us as f64 / 1e6 {
         return None;

@@ -790,6 +790,8 @@ struct Session {
     over_tcp: bool,
     /// The relayed transfer it collects, when a collector's capability admitted it.
     collects: Option<TransferId>,
+    /// Where its next relay hop this end sends (a collection) starts.
+    hop_rate: super::relay::hop::HopRate,
 }
 
 /// Reads `Hello`, checks the token, version and spec, and answers `Welcome` with the session's
@@ -903,7 +905,19 @@ async fn handshake(
     let (token, access) = access?;
     let transfers = Arc::new(Semaphore::new(MAX_TRANSFERS_PER_SESSION));
     let early = std::sync::Mutex::new(early);
-    Some(Session { id, negotiated, access, transfers, early, token, granted, over_tcp, collects })
+    let hop_rate = Default::default();
+    Some(Session {
+        id,
+        negotiated,
+        access,
+        transfers,
+        early,
+        token,
+        granted,
+        over_tcp,
+        collects,
+        hop_rate,
+    })
 }
 
 /// The check of a grant presented in a handshake: this server issues grants, the grant holds

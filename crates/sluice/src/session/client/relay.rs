@@ -141,6 +141,7 @@ impl Client {
             store,
             total,
             link,
+            Some(&self.hop_rate),
         )
         .await?;
         match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {

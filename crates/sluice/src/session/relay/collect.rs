@@ -454,6 +454,13 @@ impl Collection {
         self.wake.notify_one();
     }
 
+    /// The sender said every block is placed and stays (`--relay-wait`): it deposits here no
+    /// more (unless asked to again), so collection need not wait for it.
+    pub(crate) fn sent(&self) {
+        lock(&self.progress).sent = true;
+        self.wake.notify_one();
+    }
+
     /// The sender said every block is placed (`gone`: and it has left, or it left without).
     pub(crate) fn sender_left(&self, sent: bool) {
         let mut progress = lock(&self.progress);
@@ -606,12 +613,14 @@ impl Collection {
         (batch, result)
     }
 
-    /// Whether the sender, still there, is depositing here itself (or did within
-    /// [`DIRECT_QUIET`]: its next deposit follows within a few round trips).
+    /// Whether the sender, still there and striping, is depositing here itself (or did
+    /// within [`DIRECT_QUIET`]: its next deposit follows within a few round trips).
     fn sender_depositing(&self) -> bool {
         let (moving, last) = *lock(&self.direct);
-        let gone = lock(&self.progress).sender_gone;
-        !gone && (moving > 0 || last.is_some_and(|at| at.elapsed() < DIRECT_QUIET))
+        let p = lock(&self.progress);
+        let striping = !p.sender_gone && !p.sent;
+        drop(p);
+        striping && (moving > 0 || last.is_some_and(|at| at.elapsed() < DIRECT_QUIET))
     }
 
     /// A deposit of the sender's own comes in (until the guard drops).

@@ -9,12 +9,13 @@
 //! the request or `Holding` listed them) and the receiving end writes it into its store.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use sluice_session::relay::{BlockLen, HopMsg};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::datapath::{self, Store};
+use crate::datapath::{self, ChannelReport, Store};
 use crate::session::SessionError;
 use crate::session::channel::{ChannelSetup, DataTask, bind_data_sockets};
 use crate::session::channel::{REPLY_TIMEOUT, frame_error};
@@ -85,6 +86,31 @@ pub(crate) enum Link {
     Gate(Arc<Semaphore>),
 }
 
+/// The rate the last hop this end sent on a session settled at (bits per second of payload),
+/// so that the session's next hop starts its channels there (`ChannelConfig::start_rate_bps`,
+/// checked by the controller within a round trip as path memory's start is:
+/// [`crate::session::path_memory`]) instead of probing up from a few packets. With one
+/// deposit's data at a time on a link ([`Link::Gate`]) each deposit was a fresh flow that
+/// climbed again: 8 MiB to the receiver 50 ms away every 0.85-0.92 s, 0.67 s of it at the
+/// link's rate.
+#[derive(Debug, Default)]
+pub(crate) struct HopRate(AtomicU64);
+
+impl HopRate {
+    /// Where the next hop starts (0: from a few packets, as a first contact).
+    fn start(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Keeps what a finished hop's channels settled on, when it lasted long enough to tell.
+    fn learn(&self, report: &ChannelReport) {
+        let now = std::time::SystemTime::now();
+        if let Some(record) = crate::session::path_memory::record_of(report, now) {
+            self.0.store(record.rate_bps, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Which way the hop's data goes from this end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Direction {
@@ -129,7 +155,8 @@ pub(crate) async fn receive_blocks(
     let len = usize::try_from(total)
         .map_err(|_| SessionError::Protocol(format!("a batch of {total} bytes")))?;
     let store = Arc::new(Memory::zeroed(len));
-    move_batch(setup, send, recv, peer, Direction::Receive, store.clone(), total, link).await?;
+    let (copy, direction) = (store.clone(), Direction::Receive);
+    move_batch(setup, send, recv, peer, direction, copy, total, link, None).await?;
     let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
     let mut at = 0usize;
     let mut out = Vec::with_capacity(blocks.len());
@@ -143,7 +170,8 @@ pub(crate) async fn receive_blocks(
 
 /// Moves `total` bytes of `store` across the hop, this end sending or receiving: the `Ready`
 /// exchange, then the data channels. Returns once every byte is acknowledged (sending) or
-/// written (receiving). With `link`, the data moves while this end has it ([`Link`]).
+/// written (receiving). With `link`, the data moves while this end has it ([`Link`]); a
+/// sending end with `rate` starts there and keeps what this hop settled on.
 #[allow(clippy::too_many_arguments)] // each is a separate input of the one hop
 pub(crate) async fn move_batch(
     setup: ChannelSetup<'_>,
@@ -154,6 +182,7 @@ pub(crate) async fn move_batch(
     store: Arc<dyn Store + Send + Sync>,
     total: u64,
     link: Option<Link>,
+    rate: Option<&HopRate>,
 ) -> Result<(), SessionError> {
     if setup.streams.is_some() {
         return Err(SessionError::Refused(
@@ -181,7 +210,14 @@ pub(crate) async fn move_batch(
     if direction == Direction::Send {
         write_hop(send, conn, &ready).await?;
     }
-    let channels = setup.params(sockets, peer_ip, &peer_ports)?;
+    let mut channels = setup.params(sockets, peer_ip, &peer_ports)?;
+    let start = rate.map_or(0, HopRate::start);
+    if direction == Direction::Send && start > 0 {
+        tracing::debug!(rate_mbit = start / 1_000_000, "a hop starts from the session's last");
+        for channel in &mut channels {
+            channel.config.start_rate_bps = start;
+        }
+    }
     let (mut held, lead) = match link {
         None => (None, 0.0),
         Some(Link::Held(permit)) => (Some(permit), HANDOFF_RTTS),
@@ -213,7 +249,7 @@ pub(crate) async fn move_batch(
             &mut hand_on,
             cancel,
         )
-        .map(drop),
+        .map(Some),
         Direction::Receive => datapath::receive(
             channels,
             &*store,
@@ -224,11 +260,44 @@ pub(crate) async fn move_batch(
             &|_| {},
             cancel,
         )
-        .map(drop),
+        .map(|_| None),
     });
     let done = tokio::select! {
         done = task.join() => done?,
         closed = conn.closed() => return Err(crate::session::connection_error(&closed)),
     };
-    done.map_err(|e| setup.data_error(e))
+    let report = done.map_err(|e| setup.data_error(e))?;
+    if let (Some(rate), Some(report)) = (rate, report) {
+        rate.learn(&report);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a hop of `seconds` at 50 ms whose controller settled at 90 Mbit/s reports.
+    fn report(seconds: f64) -> ChannelReport {
+        ChannelReport {
+            payload_bytes: (seconds * 80e6 / 8.0) as u64,
+            seconds,
+            data_pkts: 1000,
+            min_rtt_us: Some(50_000),
+            path_rate_bps: Some(90_000_000),
+            ..ChannelReport::default()
+        }
+    }
+
+    #[test]
+    fn a_hop_starts_where_the_last_long_enough_one_settled() {
+        let rate = HopRate::default();
+        assert_eq!(rate.start(), 0, "a first hop probes from a few packets");
+        rate.learn(&report(0.1));
+        assert_eq!(rate.start(), 0, "two round trips teach nothing");
+        rate.learn(&report(0.8));
+        assert_eq!(rate.start(), 90_000_000);
+        rate.learn(&report(0.05));
+        assert_eq!(rate.start(), 90_000_000, "a short hop keeps the last rate");
+    }
 }

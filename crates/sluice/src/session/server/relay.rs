@@ -168,6 +168,7 @@ impl RequestCtx<'_> {
             store,
             total,
             None,
+            None,
         )
         .await?;
         let stored = blocking(move || reservation.commit()).await?;
@@ -230,6 +231,7 @@ impl RequestCtx<'_> {
                 store,
                 total,
                 None,
+                Some(&self.session.hop_rate),
             )
             .await?;
             self.shared.metrics.moved(true, total, 0, 0);
@@ -394,7 +396,10 @@ impl RequestCtx<'_> {
                             .map_err(|_| SessionError::Protocol("bad BLAKE3".into()))?;
                         job.digest(hash);
                     }
-                    Ok(StripeMsg::Sent) => *sent = true,
+                    Ok(StripeMsg::Sent) => {
+                        *sent = true;
+                        job.sent();
+                    }
                     Ok(StripeMsg::Failed { code, message }) => {
                         warn!(?code, message, "the sender gave up its relayed upload");
                         return Ok(false);
