@@ -10,7 +10,9 @@
 //!
 //! Round trips: S to a relay 4 ms, S or a relay to D 50 ms. D's one link carries everything it
 //! receives, so collection runs at most at its rate; the sender's paths give it (relays + 1) x
-//! that rate. Prints one JSON line per row and a Markdown table; needs root.
+//! that rate. The ceiling row blasts the direct path at 95 % of D's link (`--policy fixed`):
+//! what one path to D gives at most. Prints one JSON line per row and a Markdown table; needs
+//! root.
 //! `RELAY_TOPOLOGY_CLIENT_LOG=FILE` keeps the last row's client log, and
 //! `RELAY_TOPOLOGY_SERVER_LOGS=DIR` each server's as `DIR/HOST.log` (with `RUST_LOG`).
 //!
@@ -297,8 +299,12 @@ fn main() {
         }
     }
     let size = a.size_mib << 20;
+    // The ceiling: the direct path blasted at 95 % of D's link (`--policy fixed`), what one
+    // path to D gives at most; every row's total is also a ratio to it.
+    let blast = format!("{}Mbit", a.slow_mbit * 95 / 100);
+    let ceiling = ("direct, blast ceiling", vec!["--policy", "fixed", "--limit-rate", &blast]);
     let mut rows: Vec<(&str, Vec<&str>)> =
-        if a.one { Vec::new() } else { vec![("direct", vec![])] };
+        if a.one { Vec::new() } else { vec![("direct", vec![]), ceiling] };
     let all = [
         ("2 relays + D, fcfs", vec!["--relay", "r1,r2"]),
         ("2 relays, fcfs", vec!["--relay", "r1,r2", "--relay-direct", "off"]),
@@ -321,15 +327,17 @@ fn main() {
         a.size_mib, a.uplink_mbit, a.slow_mbit, a.batch_us
     );
     let mut table = vec![
-        "| row | send s | total s | send / direct | total / direct | striping Mbit/s | theoretical | fraction | S link MB | D link MB | relay links MB |".to_owned(),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
+        "| row | send s | total s | send / direct | total / direct | total / ceiling | striping Mbit/s | theoretical | fraction | S link MB | D link MB | relay links MB |".to_owned(),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
     ];
-    let mut direct_s = 0.0;
+    let (mut direct_s, mut ceiling_s) = (0.0, f64::NAN);
+    let mut finished = Vec::new();
     for (i, (label, flags)) in rows.iter().enumerate() {
         let dest = format!("row{i}.bin");
         let before = world.bytes();
+        let relayed = flags.contains(&"--relay");
         let mut extra: Vec<&str> = flags.clone();
-        if !flags.is_empty() {
+        if relayed {
             extra.extend(["--relay-wait", "--relay-block", &a.block]);
         }
         let (summary, wall, timeline) = world.cp(&extra, &source, &dest);
@@ -345,14 +353,19 @@ fn main() {
             .collect();
         let of = |h: &str| moved.iter().find(|(n, _, _)| n == h).map_or(0.0, |m| m.1 + m.2);
         let relays_mb: f64 = ["r1", "r2", "r3"].iter().map(|h| of(h)).sum();
-        let (send, total) = if flags.is_empty() {
-            direct_s = summary["seconds"].as_f64().unwrap_or(wall);
-            (direct_s, direct_s)
-        } else {
+        let (send, total) = if relayed {
             (
                 summary["send_seconds"].as_f64().unwrap(),
                 summary["total_seconds"].as_f64().unwrap_or(wall),
             )
+        } else {
+            let seconds = summary["seconds"].as_f64().unwrap_or(wall);
+            if flags.is_empty() {
+                direct_s = seconds;
+            } else {
+                ceiling_s = seconds;
+            }
+            (seconds, seconds)
         };
         // What the sender's paths carry at most: each relay's link, and D's when it shares.
         let relays = flags.iter().find(|f| f.starts_with('r')).map_or(0, |r| r.split(',').count());
@@ -367,15 +380,18 @@ fn main() {
             "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
         });
         println!("{line}");
+        finished.push((label, send, total, striping, theoretical, of("s"), of("d"), relays_mb));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // The ratios once every row ran (the ceiling runs after the direct row).
+    for (label, send, total, striping, theoretical, s_mb, d_mb, relays_mb) in finished {
         table.push(format!(
-            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | {striping:.0} | {theoretical} | {:.3} | {:.0} | {:.0} | {relays_mb:.0} |",
+            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | {:.3} | {striping:.0} | {theoretical} | {:.3} | {s_mb:.0} | {d_mb:.0} | {relays_mb:.0} |",
             send / direct_s,
             total / direct_s,
+            total / ceiling_s,
             striping / theoretical as f64,
-            of("s"),
-            of("d"),
         ));
-        std::thread::sleep(Duration::from_secs(1));
     }
     println!("{}", table.join("\n"));
 }
