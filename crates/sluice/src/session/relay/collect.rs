@@ -26,7 +26,7 @@ use sluice_session::messages::{JobInfo, JobKind, JobPhase, MAX_JOB_RANGES};
 use sluice_session::relay::{BlockPlan, Collect, MAX_BATCH_BLOCKS, id_ranges, to_hex};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::hop::Link;
 use super::read_range;
@@ -681,14 +681,9 @@ impl Collection {
         downlink: OwnedSemaphorePermit,
     ) -> Result<(), SessionError> {
         let client = self.relay_client(relay).await?;
-        let started = Instant::now();
         let collect = Collect { transfer: self.name(), blocks: batch.clone() };
         // The next collection starts as this one's data nears its end.
         let hop = client.collect_linked(collect, Some(Link::Held(downlink))).await?;
-        let bytes: usize = hop.blocks.iter().map(|(_, b)| b.len()).sum();
-        let secs = started.elapsed().as_secs_f64().max(1e-3);
-        let mbit = bytes as f64 * 8e-6 / secs;
-        debug!(relay, blocks = hop.blocks.len(), bytes, secs, mbit, "collected a batch");
         let me = self.clone();
         let blocks = hop.blocks.clone();
         let (good, mut bad) = blocking(move || me.write_blocks(&blocks)).await?;

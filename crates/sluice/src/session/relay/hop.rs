@@ -68,7 +68,9 @@ impl Store for Memory {
 
 /// How many round trips of data, at the rate so far, are left when a receiving end hands its
 /// link on ([`Link::Held`]): the next hop's request, its `Ready` exchange and its first
-/// packets take about that long, so its data begins as this hop's ends.
+/// packets take about that long, so its data begins as this hop's ends. The data's progress
+/// is seen every 100 ms (the datapath's report), so a hand-over comes up to that much later,
+/// and a lead shorter than that (a fast or near path) often hands on only at the end.
 const HANDOFF_RTTS: f64 = 3.0;
 /// The same for a sending end ([`Link::Gate`]): the next hop's request and `Ready` exchange are
 /// done, so it starts once this one's last round trip of data is on its way.
@@ -155,8 +157,8 @@ pub(crate) async fn receive_blocks(
     let len = usize::try_from(total)
         .map_err(|_| SessionError::Protocol(format!("a batch of {total} bytes")))?;
     let store = Arc::new(Memory::zeroed(len));
-    let (copy, direction) = (store.clone(), Direction::Receive);
-    move_batch(setup, send, recv, peer, direction, copy, total, link, None).await?;
+    let into = store.clone();
+    move_batch(setup, send, recv, peer, Direction::Receive, into, total, link, None).await?;
     let bytes = Arc::try_unwrap(store).map(Memory::into_inner).unwrap_or_default();
     let mut at = 0usize;
     let mut out = Vec::with_capacity(blocks.len());
@@ -230,6 +232,7 @@ pub(crate) async fn move_batch(
         }
     };
     let (started, rtt) = (std::time::Instant::now(), conn.rtt().as_secs_f64());
+    let peer_at = conn.remote_address();
     // Hands the link on once `lead` round trips of data at the rate so far are left.
     let mut hand_on = move |p: datapath::Progress| {
         if held.is_some() {
@@ -267,6 +270,10 @@ pub(crate) async fn move_batch(
         closed = conn.closed() => return Err(crate::session::connection_error(&closed)),
     };
     let report = done.map_err(|e| setup.data_error(e))?;
+    // The data phase only (after the `Ready` exchange and the wait for the link).
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let mbit = total as f64 * 8e-6 / secs;
+    tracing::debug!(?direction, peer = %peer_at, bytes = total, secs, mbit, "a hop's data moved");
     if let (Some(rate), Some(report)) = (rate, report) {
         rate.learn(&report);
     }

@@ -11,7 +11,7 @@
 //! A block the receiver could not collect comes back as `Refetch` while the sender is there.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ use sluice_session::relay::{
 };
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::hop::Link;
 use super::seal::BlockKey;
@@ -488,19 +488,36 @@ impl Worker {
     /// data, and it takes the destination's link as that one's data ends (`hop::Link::Gate`).
     /// One at a time, each deposit paid those between its data: to a relay 4 ms away 0.86 s
     /// per 8 MiB, 0.74 s of it data; to the receiver 50 ms away 1.06 s, 0.88 of it data.
+    /// A deposit that fails ends the destination's share, as with one deposit at a time: the
+    /// other line takes no more batches (its deposit under way ends as it ends) and the
+    /// failure is reported once both lines ended.
     async fn run(self) {
         let me = Arc::new(self);
         let link = Arc::new(Semaphore::new(1));
-        let (a, b) = tokio::join!(me.clone().deposits(link.clone()), me.clone().deposits(link));
+        let failed = Arc::new(AtomicBool::new(false));
+        let line = || me.clone().deposits(link.clone(), failed.clone());
+        let (a, b) = tokio::join!(line(), line());
         if let Some(error) = a.err().or(b.err()) {
             let _ = me.reports.send(Report::Failed { dest: me.dest, error });
         }
     }
 
     /// One line of deposits: takes a batch, seals it and deposits it, until the worker is
-    /// stopped or a deposit fails (its batch goes back).
-    async fn deposits(self: Arc<Self>, link: Arc<Semaphore>) -> Result<(), SessionError> {
+    /// stopped, a deposit fails (its batch goes back; `failed` is set) or the other line's did.
+    async fn deposits(
+        self: Arc<Self>,
+        link: Arc<Semaphore>,
+        failed: Arc<AtomicBool>,
+    ) -> Result<(), SessionError> {
+        let fail = |error: SessionError, batch: Vec<u64>| {
+            crate::session::lock(&self.stripe).give_back(self.dest, batch);
+            failed.store(true, Ordering::SeqCst);
+            Err(error)
+        };
         loop {
+            if failed.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             let batch = crate::session::lock(&self.stripe).take(self.dest, self.batch);
             if batch.is_empty() {
                 tokio::time::sleep(IDLE_POLL).await;
@@ -509,20 +526,11 @@ impl Worker {
             let _depositing = Depositing::enter(&self.depositing);
             let sealed = match self.seal(&batch).await {
                 Ok(sealed) => sealed,
-                Err(error) => {
-                    crate::session::lock(&self.stripe).give_back(self.dest, batch);
-                    return Err(error);
-                }
+                Err(error) => return fail(error, batch),
             };
             let bytes: u64 = sealed.iter().map(|(_, b)| b.len() as u64).sum();
-            let started = Instant::now();
             let gate = Some(Link::Gate(link.clone()));
-            let deposited =
-                self.client.deposit_gated(&self.transfer, &self.cap_hash, sealed, gate).await;
-            let secs = started.elapsed().as_secs_f64().max(1e-3);
-            let mbit = bytes as f64 * 8e-6 / secs;
-            debug!(dest = self.dest, blocks = batch.len(), bytes, secs, mbit, "deposited a batch");
-            match deposited {
+            match self.client.deposit_gated(&self.transfer, &self.cap_hash, sealed, gate).await {
                 Ok(stored) => {
                     // What the relay did not say it stored is not safe: it goes back.
                     let (blocks, unsaid): (Vec<u64>, Vec<u64>) =
@@ -532,10 +540,7 @@ impl Worker {
                     }
                     let _ = self.reports.send(Report::Placed { dest: self.dest, blocks, bytes });
                 }
-                Err(error) => {
-                    crate::session::lock(&self.stripe).give_back(self.dest, batch);
-                    return Err(error);
-                }
+                Err(error) => return fail(error, batch),
             }
         }
     }
