@@ -1,11 +1,17 @@
-// Measures the web app's transfers in headless chromium on loopback: one download and one
-// upload of SIZE_MIB over WebTransport, then the same over HTTPS (the panel's WebTransport box
+// Measures the web app's transfers in headless chromium: one download and one upload of
+// SIZE_MIB over WebTransport, then the same over HTTPS (the panel's WebTransport box
 // unchecked), each timed from the key press to the transfer's end as the panel shows it
-// (hashing included: an upload's whole-file BLAKE3 first, a download's check after).
+// (hashing included: an upload's whole-file BLAKE3 first, a download's check after), with the
+// CPU seconds the server and the browser (all its processes) spent on it.
 // Not a test: it asserts only that the bytes arrived whole. Run with a release build:
 //   cargo build --release -p sluice-cli
 //   SLUICE_BIN=target/release/sluice SLUICE_WEB_OUT=/tmp/web-measure SIZE_MIB=1024 \
 //     node crates/sluice-cli/web-tests/measure.mjs
+// Optional: MEASURE_VIA=webtransport,https and MEASURE_DIRS=download,upload pick what runs,
+// MEASURE_TIMEOUT_S bounds each transfer (default 1800);
+// SLUICE_SERVER_NS=NS with SLUICE_WEB_ADDR=IP:PORT runs the server in network namespace NS
+// (`ip netns exec`) on that address, for a path through an emulated link
+// (bench/web_wan.py runs this script that way, inside the other namespace).
 
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -19,6 +25,36 @@ const mib = Number(process.env.SIZE_MIB ?? 1024);
 if (!bin || !out) throw new Error("set SLUICE_BIN and SLUICE_WEB_OUT");
 const TOKEN = "measure-token-0123456789abcdef";
 const size = mib << 20;
+const vias = (process.env.MEASURE_VIA ?? "webtransport,https").split(",");
+const dirs = (process.env.MEASURE_DIRS ?? "download,upload").split(",");
+const serverNs = process.env.SLUICE_SERVER_NS;
+const webAddr = process.env.SLUICE_WEB_ADDR ?? "127.0.0.1:0";
+const HZ = 100;
+const timeoutMs = Number(process.env.MEASURE_TIMEOUT_S ?? 1800) * 1000;
+
+/** CPU seconds (user + system) of `pid` and every process below it, by /proc. */
+function treeCpu(pid) {
+  const stats = new Map();
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const text = fs.readFileSync(`/proc/${name}/stat`, "utf8");
+      const f = text.slice(text.lastIndexOf(")") + 2).split(" ");
+      stats.set(Number(name), { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12])) / HZ });
+    } catch { /* gone meanwhile */ }
+  }
+  let total = 0;
+  const seen = new Set([pid]);
+  let grew = true;
+  while (grew) {
+    grew = false;
+    for (const [p, st] of stats) {
+      if (!seen.has(p) && seen.has(st.ppid)) { seen.add(p); grew = true; }
+    }
+  }
+  for (const p of seen) total += stats.get(p)?.cpu ?? 0;
+  return total;
+}
 
 fs.rmSync(out, { recursive: true, force: true });
 const root = path.join(out, "root");
@@ -40,10 +76,14 @@ fs.copyFileSync(big, path.join(local, "up.bin"));
 const sha = (p) => createHash("sha256").update(fs.readFileSync(p)).digest("hex");
 const want = sha(big);
 
-const server = spawn(bin, [
+const serveArgs = [
   "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
-  "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0",
-], { stdio: ["ignore", "pipe", "inherit"] });
+  "--listen", webAddr.replace(/:\d+$/, ":0"), "--web", webAddr,
+];
+// `ip netns exec` execs the server: the pid is the server's.
+const server = serverNs
+  ? spawn("ip", ["netns", "exec", serverNs, bin, ...serveArgs], { stdio: ["ignore", "pipe", "inherit"] })
+  : spawn(bin, serveArgs, { stdio: ["ignore", "pipe", "inherit"] });
 process.on("exit", () => server.kill("SIGTERM"));
 const base = await new Promise((resolve) => {
   let text = "";
@@ -75,41 +115,56 @@ try {
       const failed = rows.find((r) => r.dataset.state === "failed");
       if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
       return rows.length === 1 && rows[0].dataset.state === "done";
-    }, null, { timeout: 1800000, polling: 100 });
+    }, null, { timeout: timeoutMs, polling: 100 });
   };
   const opfsClear = () => page.evaluate(async () => {
     const dir = await navigator.storage.getDirectory();
     for await (const name of dir.keys()) await dir.removeEntry(name, { recursive: true });
   });
-  for (const via of ["webtransport", "https"]) {
+  /** Times `run` (a key press and its transfer) with the CPU seconds each side spent. */
+  const timed = async (via, dir, run) => {
+    const [server0, all0] = [treeCpu(server.pid), treeCpu(process.pid)];
+    const t0 = performance.now();
+    await run();
+    const s = (performance.now() - t0) / 1000;
+    const serverCpu = treeCpu(server.pid) - server0;
+    // The browser: every process below this script but the server (and this script itself).
+    const browserCpu = treeCpu(process.pid) - all0 - serverCpu;
+    results.push({
+      via, dir, mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1),
+      server_cpu_s: serverCpu.toFixed(1), browser_cpu_s: browserCpu.toFixed(1),
+    });
+    console.log(JSON.stringify(results.at(-1)));
+  };
+  for (const via of vias) {
     if (via === "https") await page.uncheck("#use-wt");
     else await page.check("#use-wt");
     await page.waitForFunction((via) => document.querySelector("#transport")?.dataset.transport === via, via);
-    // Download into the browser's own storage.
-    await opfsClear();
-    await page.click("#pane-0 button.browser-storage");
-    await row("#pane-1", "big.bin").click();
-    let t0 = performance.now();
-    await page.keyboard.press("F5");
-    await done();
-    let s = (performance.now() - t0) / 1000;
-    results.push({ via, dir: "download", mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1) });
-    console.log(JSON.stringify(results.at(-1)));
-    await page.click("#clear-done");
-    await opfsClear();
-    // Upload from a picked file, replacing what is there.
-    await page.selectOption("#policy", "always");
-    await page.locator("#pane-0 input.pick-files").setInputFiles(path.join(local, "up.bin"));
-    await row("#pane-0", "up.bin").click();
-    t0 = performance.now();
-    await page.keyboard.press("F5");
-    await done();
-    s = (performance.now() - t0) / 1000;
-    if (sha(path.join(root, "up.bin")) !== want) throw new Error(`${via}: the upload differs`);
-    results.push({ via, dir: "upload", mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1) });
-    console.log(JSON.stringify(results.at(-1)));
-    fs.rmSync(path.join(root, "up.bin"));
-    await page.click("#clear-done");
+    if (dirs.includes("download")) {
+      // Download into the browser's own storage.
+      await opfsClear();
+      await page.click("#pane-0 button.browser-storage");
+      await row("#pane-1", "big.bin").click();
+      await timed(via, "download", async () => {
+        await page.keyboard.press("F5");
+        await done();
+      });
+      await page.click("#clear-done");
+      await opfsClear();
+    }
+    if (dirs.includes("upload")) {
+      // Upload from a picked file, replacing what is there.
+      await page.selectOption("#policy", "always");
+      await page.locator("#pane-0 input.pick-files").setInputFiles(path.join(local, "up.bin"));
+      await row("#pane-0", "up.bin").click();
+      await timed(via, "upload", async () => {
+        await page.keyboard.press("F5");
+        await done();
+      });
+      if (sha(path.join(root, "up.bin")) !== want) throw new Error(`${via}: the upload differs`);
+      fs.rmSync(path.join(root, "up.bin"));
+      await page.click("#clear-done");
+    }
   }
 } finally {
   await context.close().catch(() => {});

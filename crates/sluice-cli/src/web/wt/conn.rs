@@ -170,6 +170,18 @@ pub(super) async fn serve(
         }
         streams.spawn(stream(session.clone(), send, recv));
     }
+    let stats = connection.quic_connection().stats();
+    tracing::debug!(
+        sent_packets = stats.path.sent_packets,
+        lost_packets = stats.path.lost_packets,
+        congestion_events = stats.path.congestion_events,
+        rtt_ms = stats.path.rtt.as_secs_f64() * 1e3,
+        data_blocked = stats.frame_tx.data_blocked,
+        stream_data_blocked = stats.frame_tx.stream_data_blocked,
+        max_data_received = stats.frame_rx.max_data,
+        max_stream_data_received = stats.frame_rx.max_stream_data,
+        "webtransport session ended"
+    );
     // Dropping the set ends every stream's task; their transfers end with them.
 }
 

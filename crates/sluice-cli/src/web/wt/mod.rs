@@ -12,6 +12,7 @@
 //! How `serve` drives it: [`WtListener::bind`] beside the web app's listener, hand
 //! [`WtListener::shared`] to the app's state, then [`WtListener::serve`] until the server stops.
 
+mod cc;
 mod cert;
 mod conn;
 #[cfg(test)]
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sluice_proto::cc::CcKind;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use wtransport::endpoint::endpoint_side::Server;
@@ -104,7 +106,8 @@ pub(crate) fn host_only(host: &str) -> &str {
 }
 
 /// The QUIC settings: windows for a few MiB in flight on each of several streams (quinn's
-/// defaults are sized for 100 Mbit/s), the stream count bounded, an idle timeout.
+/// defaults are sized for 100 Mbit/s), the stream count bounded, an idle timeout, and Sluice's
+/// default controller (`adaptive`) in place of quinn's Cubic (see `cc.rs`).
 fn transport() -> wtransport::quinn::TransportConfig {
     use wtransport::quinn::{IdleTimeout, VarInt};
     let mut t = wtransport::quinn::TransportConfig::default();
@@ -114,7 +117,8 @@ fn transport() -> wtransport::quinn::TransportConfig {
         .send_window(u64::from(stream_window) * 16)
         .max_concurrent_bidi_streams(VarInt::from_u32(32))
         .max_concurrent_uni_streams(VarInt::from_u32(8))
-        .keep_alive_interval(Some(IDLE_TIMEOUT / 3));
+        .keep_alive_interval(Some(IDLE_TIMEOUT / 3))
+        .congestion_controller_factory(Arc::new(cc::SluiceCcFactory::new(CcKind::Adaptive, 0)));
     if let Ok(idle) = IdleTimeout::try_from(IDLE_TIMEOUT) {
         t.max_idle_timeout(Some(idle));
     }

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The web app's transfers over the WAN path (issue 29's speed figures): headless chromium in
+namespace b, `sluice serve --web` in namespace a, linkem between them; and, in the same cell and
+the same run, the CLI's download of the same file (`sluice cp` in b from the server in a), the
+yardstick the browser's download is read against.
+
+The browser side is `crates/sluice-cli/web-tests/measure.mjs` (its timing and CPU accounting:
+server and browser CPU seconds per transfer). Each transfer is one run: a fresh linkem (empty
+queue, the same seed) for the CLI copy and for the browser's session.
+
+    cargo build --release -p sluice-cli -p linkem
+    (cd crates/sluice-cli/web-tests && npm ci)
+    python3 bench/web_wan.py --rtt-ms 100 --loss 1 --size-mib 1024 --via webtransport \
+        --dirs download,upload
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from netns import A_ADDR, WanPath  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINKEM = os.path.join(REPO, "target", "release", "linkem")
+MEASURE = os.path.join(REPO, "crates", "sluice-cli", "web-tests", "measure.mjs")
+TOKEN = "web-wan-token-0123456789abcdef"
+WEB_PORT = 8443
+CLI_PORT = 4433
+
+
+def cli_download(path, binary, out, size_mib):
+    """`sluice cp` of big.bin from a server in a to b; seconds, and the file compared."""
+    root, dst = os.path.join(out, "cli-root"), os.path.join(out, "cli-dst")
+    for d in (root, dst):
+        os.makedirs(d, exist_ok=True)
+    big = os.path.join(root, "big.bin")
+    with open(big, "wb") as f:
+        for _ in range(size_mib):
+            f.write(os.urandom(1 << 20))
+    tokens = os.path.join(out, "cli-tokens")
+    fd = os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(TOKEN + "\n")
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", path.ns_a, binary, "serve", "--root", root, "--listen",
+         f"{A_ADDR}:{CLI_PORT}", "--state-dir", os.path.join(out, "cli-state"), "--tokens", tokens,
+         "--no-path-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        subprocess.run(
+            ["ip", "netns", "exec", path.ns_b, binary, "cp", "-q", "-P", str(CLI_PORT),
+             "--token-file", tokens, "--known-hosts", os.path.join(out, "cli-known"),
+             "--accept-new-host", "--no-path-memory", f"{A_ADDR}:big.bin", dst + "/"],
+            check=True)
+        seconds = time.monotonic() - t0
+    finally:
+        server.terminate()
+        server.wait()
+    if subprocess.run(["cmp", big, os.path.join(dst, "big.bin")]).returncode != 0:
+        raise RuntimeError("the CLI's download differs")
+    shutil.rmtree(root)
+    shutil.rmtree(dst)
+    return {"via": "cli", "dir": "download", "mib": size_mib, "seconds": f"{seconds:.2f}",
+            "mib_s": f"{size_mib / seconds:.1f}"}
+
+
+def browser(path, binary, out, size_mib, via, dirs, timeout_s):
+    """measure.mjs in b against a server in a: its result rows."""
+    env = dict(os.environ, SLUICE_BIN=binary, SLUICE_WEB_OUT=os.path.join(out, "web"),
+               SIZE_MIB=str(size_mib), MEASURE_TIMEOUT_S=str(timeout_s), MEASURE_VIA=via, MEASURE_DIRS=dirs,
+               SLUICE_SERVER_NS=path.ns_a, SLUICE_WEB_ADDR=f"{A_ADDR}:{WEB_PORT}")
+    # The server's log (RUST_LOG=sluice=debug traces its WebTransport controller) is kept.
+    log = f"/tmp/web_wan-{os.getpid()}-{via}.log"
+    with open(log, "w") as err:
+        done = subprocess.run(["ip", "netns", "exec", path.ns_b, "node", MEASURE], env=env,
+                              stdout=subprocess.PIPE, stderr=err, text=True)
+    print(f"# the server's and the browser's stderr: {log}", flush=True)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0:
+        raise RuntimeError(f"measure.mjs failed: see {log}")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "sluice"))
+    ap.add_argument("--rtt-ms", type=float, default=100)
+    ap.add_argument("--loss", type=float, default=1.0, help="percent")
+    ap.add_argument("--rate-mbit", type=int, default=1000)
+    ap.add_argument("--batch-us", type=int, default=0, help="receive batching of the data path")
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--via", default="webtransport", help="webtransport,https")
+    ap.add_argument("--dirs", default="download,upload")
+    ap.add_argument("--no-cli", action="store_true", help="skip the CLI's download")
+    ap.add_argument("--seed", type=int, default=4242)
+    ap.add_argument("--timeout-s", type=int, default=600,
+                    help="a browser transfer that takes longer fails the run")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (network namespaces)")
+
+    def stop(signum, _frame):
+        raise SystemExit(f"signal {signum}: stopping (the namespaces are removed)")
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    out = f"/dev/shm/sluice-web-wan-{os.getpid()}"
+    prefix = f"webwan-{os.getpid()}"
+    path = WanPath(prefix, LINKEM, args.rate_mbit, args.rtt_ms, args.loss, log_dir="/tmp",
+                   batch_us=args.batch_us)
+    print(f"# {path.label}, {args.size_mib} MiB", flush=True)
+    rows = []
+    try:
+        os.makedirs(out)
+        path.up()
+        runs = [] if args.no_cli else [("cli", None)]
+        runs += [(via, args.dirs) for via in args.via.split(",")]
+        for via, dirs in runs:
+            path.begin_run(args.seed)
+            try:
+                got = ([cli_download(path, args.bin, out, args.size_mib)] if via == "cli"
+                       else browser(path, args.bin, out, args.size_mib, via, dirs, args.timeout_s))
+            finally:
+                counters = path.end_run()
+            for r in got:
+                r["linkem"] = counters.get("linkem")
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    finally:
+        path.down()
+        shutil.rmtree(out, ignore_errors=True)
+    cli = next((float(r["seconds"]) for r in rows if r["via"] == "cli"), None)
+    print(f"\n| via | direction | MiB | seconds | MiB/s | x CLI download | server CPU s | browser CPU s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = f"{cli / float(r['seconds']):.2f}" if cli else "-"
+        print(f"| {r['via']} | {r['dir']} | {r['mib']} | {r['seconds']} | {r['mib_s']} | {ratio} "
+              f"| {r.get('server_cpu_s', '-')} | {r.get('browser_cpu_s', '-')} |")
+
+
+if __name__ == "__main__":
+    main()
