@@ -35,6 +35,22 @@ WEB_PORT = 8443
 CLI_PORT = 4433
 
 
+def udp_drops(ns):
+    """Datagrams the kernel of namespace `ns` dropped for want of room in a socket's receive
+    buffer (`RcvbufErrors` of /proc/net/snmp): a receiver that did not keep up."""
+    out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], check=True,
+                         capture_output=True, text=True).stdout
+    head, values = [ln.split() for ln in out.splitlines() if ln.startswith("Udp:")][:2]
+    return int(values[head.index("RcvbufErrors")])
+
+
+def cpu_s(pid):
+    """CPU seconds (user + system) process `pid` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cli_download(path, binary, out, size_mib):
     """`sluice cp` of big.bin from a server in a to b; seconds, and the file compared."""
     root, dst = os.path.join(out, "cli-root"), os.path.join(out, "cli-dst")
@@ -125,25 +141,34 @@ def main():
         runs += [(via, args.dirs) for via in args.via.split(",")]
         for via, dirs in runs:
             path.begin_run(args.seed)
+            drops = (udp_drops(path.ns_a), udp_drops(path.ns_b))
             try:
                 got = ([cli_download(path, args.bin, out, args.size_mib)] if via == "cli"
                        else browser(path, args.bin, out, args.size_mib, via, dirs, args.timeout_s))
             finally:
+                emu_cpu = cpu_s(path.emu.pid)
                 counters = path.end_run()
+            drops = (udp_drops(path.ns_a) - drops[0], udp_drops(path.ns_b) - drops[1])
             for r in got:
                 r["linkem"] = counters.get("linkem")
+                r["rcvbuf_drops_server"], r["rcvbuf_drops_client"] = drops
+                # The link emulator's CPU over the whole run (one transfer each, but for the
+                # browser's: its page load and every transfer measure.mjs made).
+                r["linkem_cpu_s"] = round(emu_cpu, 1)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     finally:
         path.down()
         shutil.rmtree(out, ignore_errors=True)
     cli = next((float(r["seconds"]) for r in rows if r["via"] == "cli"), None)
-    print(f"\n| via | direction | MiB | seconds | MiB/s | x CLI download | server CPU s | browser CPU s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| via | direction | MiB | seconds | MiB/s | x CLI download | server CPU s | browser CPU s "
+          "| receive-buffer drops (server, client side) | linkem CPU s (whole run) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ratio = f"{cli / float(r['seconds']):.2f}" if cli else "-"
         print(f"| {r['via']} | {r['dir']} | {r['mib']} | {r['seconds']} | {r['mib_s']} | {ratio} "
-              f"| {r.get('server_cpu_s', '-')} | {r.get('browser_cpu_s', '-')} |")
+              f"| {r.get('server_cpu_s', '-')} | {r.get('browser_cpu_s', '-')} "
+              f"| {r['rcvbuf_drops_server']}, {r['rcvbuf_drops_client']} | {r['linkem_cpu_s']} |")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,12 @@ pub(crate) struct ServeArgs {
     /// days, replaced every 6, handed to logged-in pages by its hash.
     #[arg(long, env = "SLUICE_WEB_TRANSPORT", value_name = "on|off")]
     web_transport: Option<String>,
+    /// WebTransport sessions (QUIC connections) a page opens and spreads each transfer's blocks
+    /// over: a browser carries one connection's download at only about a third of a long, lossy
+    /// path (docs/webtransport.md). 1 to 16.
+    #[arg(long, env = "SLUICE_WEB_TRANSPORT_LANES", value_name = "N", default_value_t = web::wt::LANES,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    web_transport_lanes: u32,
     /// The web app's certificate chain (PEM; with --web-key).
     #[arg(long, env = "SLUICE_WEB_CERT", value_name = "FILE", requires = "web_key")]
     web_cert: Option<PathBuf>,
@@ -243,7 +249,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             // Over UDP on the port the web app got (its own for port 0).
             let wt = if wt_on {
                 let udp = SocketAddr::new(addr.ip(), listener.local_addr().port());
-                let wt = web::wt::WtListener::bind(udp, wt_counters.clone())?;
+                let wt = web::wt::WtListener::bind(udp, wt_counters.clone())?
+                    .with_lanes(args.web_transport_lanes);
                 state = state.with_wt(wt.shared());
                 Some(wt)
             } else {

@@ -67,6 +67,10 @@ fs.writeFileSync(path.join(root, "wt-down.bin"), bytes(WT_SIZE));
 const server = spawn(bin, [
   "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
   "--listen", "127.0.0.1:0", "--web", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+  // One WebTransport session: the cancel-and-resume steps below count on four blocks in flight
+  // (several sessions, four each, would have every block of the 24 MiB file under way at once).
+  // Blocks spread over sessions are tested in src/web/wt/tests.rs.
+  "--web-transport-lanes", "1",
 ], { stdio: ["ignore", "pipe", "inherit"] });
 let metricsUrl = "";
 const base = await new Promise((resolve, reject) => {

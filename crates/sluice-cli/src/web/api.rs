@@ -582,5 +582,6 @@ pub(super) async fn webtransport(
         "hashes": wt.hashes(),
         "block_bytes": super::wt::BLOCK_BYTES,
         "streams": super::wt::STREAMS,
+        "lanes": wt.lanes,
     })))
 }

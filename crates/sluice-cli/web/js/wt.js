@@ -84,26 +84,41 @@ async function blake3(bytes) {
 
 export class Wt {
   /**
-   * @param {any} transport a connected WebTransport
+   * @param {any[]} transports connected WebTransport sessions (lanes) of one login: the first
+   *   carries the transfers' control streams, all of them their blocks
    * @param {{ block_bytes: number, streams: number }} info
    */
-  constructor(transport, info) {
-    this.transport = transport;
+  constructor(transports, info) {
+    this.transports = transports;
+    this.transport = transports[0];
     this.block = info.block_bytes;
-    this.streams = info.streams;
+    // Blocks in flight per transfer: `streams` per lane.
+    this.streams = info.streams * transports.length;
+    this.next = 0;
     this.closed = false;
-    transport.closed.then(() => { this.closed = true; }, () => { this.closed = true; });
+    // One lane closed (idle, the server restarted) closes them all: the next transfer connects
+    // again.
+    for (const t of transports) {
+      t.closed.then(() => { this.closed = true; }, () => { this.closed = true; });
+    }
+  }
+
+  /** The lane for the next block, in turn. */
+  lane() {
+    this.next = (this.next + 1) % this.transports.length;
+    return this.transports[this.next];
   }
 
   /**
    * A request on a new stream: its head and body sent (the stream's sending end closed unless
    * `keepOpen`), its answer's head read.
    * @param {any} head
-   * @param {{ body?: Blob | Uint8Array, keepOpen?: boolean, sent?: (n: number) => void, signal?: AbortSignal }} [opts]
+   * @param {{ body?: Blob | Uint8Array, keepOpen?: boolean, sent?: (n: number) => void, signal?: AbortSignal, via?: any }} [opts]
+   *   `via`: the session to send it on (the first one if none)
    * @returns {Promise<Answer & { writer: WritableStreamDefaultWriter<Uint8Array> }>}
    */
   async request(head, opts = {}) {
-    const stream = await this.transport.createBidirectionalStream();
+    const stream = await (opts.via ?? this.transport).createBidirectionalStream();
     const writer = stream.writable.getWriter();
     const reader = new Reader(stream.readable.getReader());
     const cancel = () => {
@@ -200,7 +215,7 @@ export class Wt {
         /** @type {Uint8Array | null} */
         let bytes = null;
         for (let tries = 1; !bytes; tries += 1) {
-          const { head, reader } = await this.request({ op: "get", id, offset, len }, { signal });
+          const { head, reader } = await this.request({ op: "get", id, offset, len }, { signal, via: this.lane() });
           let got = 0;
           const block = await reader.fill(new Uint8Array(len), (n) => { got += n; progress(n); });
           if ((await blake3(block)) === head.blake3) bytes = block;
@@ -255,7 +270,7 @@ export class Wt {
             let sent = 0;
             try {
               await this.request({ op: "put", id, offset, len, blake3: hash },
-                { body: bytes, signal, sent: (n) => { sent += n; progress(n); } });
+                { body: bytes, signal, via: this.lane(), sent: (n) => { sent += n; progress(n); } });
               break;
             } catch (e) {
               progress(-sent);
@@ -305,30 +320,44 @@ function wanted() {
 }
 
 /**
- * Connects to the server's WebTransport side.
+ * One WebTransport session, with a ticket of its own.
+ * @param {any} W the browser's WebTransport class
+ * @param {any} [info] the API's answer for it (else asked now)
+ */
+async function open(W, info) {
+  info ??= await api.webtransport();
+  const transport = new W(info.url, {
+    serverCertificateHashes: info.hashes.map((/** @type {string} */ h) => ({ algorithm: "sha-256", value: bytesOf(h) })),
+  });
+  /** @type {any} */
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error("no answer in time")), CONNECT_MS);
+  });
+  try {
+    await Promise.race([transport.ready, late]);
+  } catch (e) {
+    transport.close?.();
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+  return transport;
+}
+
+/**
+ * Connects to the server's WebTransport side: the sessions (lanes) it offers, at least one.
  * @param {any} W the browser's WebTransport class
  * @returns {Promise<Wt | null>}
  */
 async function connect(W) {
   try {
     const info = await api.webtransport();
-    const transport = new W(info.url, {
-      serverCertificateHashes: info.hashes.map((/** @type {string} */ h) => ({ algorithm: "sha-256", value: bytesOf(h) })),
-    });
-    /** @type {any} */
-    let timer;
-    const late = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error("no answer in time")), CONNECT_MS);
-    });
-    try {
-      await Promise.race([transport.ready, late]);
-    } catch (e) {
-      transport.close?.();
-      throw e;
-    } finally {
-      clearTimeout(timer);
-    }
-    return new Wt(transport, info);
+    const first = await open(W, info);
+    // The other lanes: one that does not connect only leaves fewer.
+    const more = await Promise.all(Array.from({ length: Math.max(0, (info.lanes ?? 1) - 1) },
+      () => open(W).catch((e) => { console.warn("a WebTransport lane did not connect:", e); return null; })));
+    return new Wt([first, ...more.filter((t) => t)], info);
   } catch (e) {
     const why = e instanceof api.ApiError && e.code === "no-webtransport"
       ? "the server does not offer WebTransport"
@@ -367,7 +396,8 @@ export async function session() {
     connecting = null;
     return null;
   }
-  say(`Transfers go over WebTransport (HTTP/3 over QUIC, ${wt.streams} streams per file).`, true);
+  const lanes = wt.transports.length;
+  say(`Transfers go over WebTransport (HTTP/3 over QUIC, ${lanes} session${lanes > 1 ? "s" : ""}, ${wt.streams} streams per file).`, true);
   return wt;
 }
 
@@ -379,7 +409,7 @@ export function retry() {
   failedAt = -Infinity;
   const old = connecting;
   connecting = null;
-  old?.then((wt) => wt?.transport.close?.(), () => {});
+  old?.then((wt) => wt?.transports.forEach((t) => t.close?.()), () => {});
   return session();
 }
 

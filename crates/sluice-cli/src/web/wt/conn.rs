@@ -10,8 +10,8 @@
 //! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
 //!
 //! A `down` or `up` takes a place among its token's and the server's transfers, as the HTTPS
-//! request does, for as long as its stream is open; its blocks, on their own streams, share its
-//! count and its pace. Upload blocks may arrive out of order: each is checked against its
+//! request does, for as long as its stream is open; its blocks, on their own streams (and on the
+//! other sessions of the same login: see [`Registry`]), share its count and its pace. Upload blocks may arrive out of order: each is checked against its
 //! BLAKE3 when it is in, kept until those before it are written (at most [`REORDER_BYTES_MAX`]),
 //! and the file is written in order, so what the server holds is always a prefix, and a resumed
 //! upload sends only what lies beyond it.
@@ -110,38 +110,70 @@ struct UpState {
     waiting_bytes: u64,
 }
 
+/// The transfers of every session, by login and id: a page spreads one transfer's blocks over
+/// several sessions ([`super::LANES`]), so a block may name a transfer another session of the
+/// same login opened; never one of another login.
+#[derive(Default)]
+pub(crate) struct Registry {
+    transfers: Mutex<HashMap<(String, u64), Arc<Transfer>>>,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    fn transfers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), Arc<Transfer>>> {
+        self.transfers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A transfer held in the [`Registry`]: it leaves it when this is dropped (its request ended,
+/// or its session's tasks were dropped with the session).
+struct Held {
+    registry: Arc<Registry>,
+    key: (String, u64),
+}
+
+impl Held {
+    fn id(&self) -> u64 {
+        self.key.1
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.registry.transfers().remove(&self.key);
+    }
+}
+
 /// The session's state, shared by its streams.
 struct Session {
     app: AppState,
     /// The login it is of (looked up again for every request).
     id: String,
     counters: Arc<Counters>,
-    transfers: Mutex<HashMap<u64, Arc<Transfer>>>,
-    next_id: AtomicU64,
+    registry: Arc<Registry>,
     /// Places for blocks in memory ([`BLOCKS_AT_ONCE`]).
     blocks: tokio::sync::Semaphore,
 }
 
 impl Session {
-    fn transfers(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Transfer>>> {
-        self.transfers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
+    /// Transfer `id` of this session's login, opened on any of its sessions.
     fn transfer(&self, id: u64) -> Result<Arc<Transfer>, ApiError> {
-        let found = self.transfers().get(&id).cloned();
+        let found = self.registry.transfers().get(&(self.id.clone(), id)).cloned();
         found.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not-found", "no such transfer"))
     }
 
-    /// Holds `transfer` under a new id.
-    fn hold(&self, transfer: Transfer) -> Result<u64, ApiError> {
-        let mut transfers = self.transfers();
-        if transfers.len() >= TRANSFERS_MAX {
-            let why = format!("at most {TRANSFERS_MAX} transfers per session");
+    /// Holds `transfer` under a new id, for as long as the answer lives.
+    fn hold(&self, transfer: Transfer) -> Result<Held, ApiError> {
+        let mut transfers = self.registry.transfers();
+        let open = transfers.keys().filter(|(login, _)| *login == self.id).count();
+        if open >= TRANSFERS_MAX {
+            let why = format!("at most {TRANSFERS_MAX} transfers per login");
             return Err(ApiError::new(StatusCode::CONFLICT, "busy", why));
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        transfers.insert(id, Arc::new(transfer));
-        Ok(id)
+        let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = (self.id.clone(), id);
+        transfers.insert(key.clone(), Arc::new(transfer));
+        Ok(Held { registry: self.registry.clone(), key })
     }
 }
 
@@ -151,13 +183,13 @@ pub(super) async fn serve(
     app: AppState,
     id: String,
     counters: Arc<Counters>,
+    registry: Arc<Registry>,
 ) {
     let session = Arc::new(Session {
         app,
         id,
         counters,
-        transfers: Mutex::new(HashMap::new()),
-        next_id: AtomicU64::new(1),
+        registry,
         blocks: tokio::sync::Semaphore::new(BLOCKS_AT_ONCE),
     });
     let mut streams = JoinSet::new();
@@ -180,6 +212,12 @@ pub(super) async fn serve(
         stream_data_blocked = stats.frame_tx.stream_data_blocked,
         max_data_received = stats.frame_rx.max_data,
         max_stream_data_received = stats.frame_rx.max_stream_data,
+        udp_rx_datagrams = stats.udp_rx.datagrams,
+        udp_rx_bytes = stats.udp_rx.bytes,
+        stream_frames_received = stats.frame_rx.stream,
+        acks_sent = stats.frame_tx.acks,
+        max_data_sent = stats.frame_tx.max_data,
+        max_stream_data_sent = stats.frame_tx.max_stream_data,
         "webtransport session ended"
     );
     // Dropping the set ends every stream's task; their transfers end with them.
@@ -208,12 +246,13 @@ async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStrea
                 let pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
                 let (size, etag) = (opened.size, format!("\"{}\"", opened.validator));
                 let file = Arc::new(opened.file);
-                let id =
+                let held =
                     session.hold(Transfer::Down { file, size, flow: Flow::new(running, pace) })?;
+                let id = held.id();
                 write_head(&mut send, &json!({ "id": id, "size": size, "etag": etag })).await?;
                 // The transfer lasts while the page holds this stream.
                 let _ = read_head(&mut recv).await;
-                session.transfers().remove(&id);
+                drop(held);
                 Ok(None)
             }
             Request::Get { id, offset, len } => {
@@ -236,7 +275,8 @@ async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStrea
                     flow: Flow::new(running, pace),
                     state: Box::new(tokio::sync::Mutex::new(state)),
                 };
-                let id = session.hold(transfer)?;
+                let held = session.hold(transfer)?;
+                let id = held.id();
                 let result = async {
                     write_head(&mut send, &json!({ "id": id, "have": have })).await?;
                     // Nothing more (the stream ended): a cancel. Else the whole file's BLAKE3.
@@ -252,7 +292,7 @@ async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStrea
                     // Ends the upload (its lock goes; what was written stays for a resume).
                     state.lock().await.upload = None;
                 }
-                session.transfers().remove(&id);
+                drop(held);
                 result
             }
             Request::Put { id, offset, len, blake3 } => {

@@ -34,8 +34,16 @@ pub(crate) use cert::WtCert;
 
 /// Bytes of one block: what a page asks for, or sends, on one stream, verified by its BLAKE3.
 pub(crate) const BLOCK_BYTES: u64 = 4 << 20;
-/// Blocks a page keeps in flight per transfer, each on its own stream.
+/// Blocks a page keeps in flight per transfer and per session, each on its own stream.
 pub(crate) const STREAMS: u32 = 4;
+/// WebTransport sessions (QUIC connections) a page opens and spreads a transfer's blocks over,
+/// unless `serve --web-transport-lanes` says otherwise.
+/// Chromium carries one connection's download at most about 26 MiB/s on a 100 ms path with
+/// 1 % loss through linkem, whatever the streams (4 or 12) and the controller's rate, where
+/// the CLI carries 82: two sessions carried 43 MiB/s together, four 53 (blocks only, not
+/// written; `docs/webtransport.md`). Sessions of one login share its transfers
+/// (`conn::Registry`).
+pub(crate) const LANES: u32 = 4;
 /// The largest block a request may name.
 pub(crate) const BLOCK_BYTES_MAX: u64 = 8 << 20;
 /// WebTransport sessions served at once; more wait (the web app's HTTPS connections' bound).
@@ -84,6 +92,8 @@ pub(crate) struct Shared {
     names: Vec<String>,
     /// What moved.
     pub(crate) counters: Arc<Counters>,
+    /// Sessions a page opens ([`LANES`]).
+    pub(crate) lanes: u32,
 }
 
 impl Shared {
@@ -159,8 +169,17 @@ impl WtListener {
         let cert = cert::make(names.clone(), time::OffsetDateTime::now_utc())?;
         cert.log();
         let endpoint = Endpoint::server(server_config(Some(socket), &cert))?;
-        let shared = Arc::new(Shared { port, cert: Mutex::new(cert), names, counters });
+        let shared =
+            Arc::new(Shared { port, cert: Mutex::new(cert), names, counters, lanes: LANES });
         Ok(WtListener { endpoint, shared })
+    }
+
+    /// Pages open `lanes` sessions (at least 1).
+    pub(crate) fn with_lanes(mut self, lanes: u32) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.lanes = lanes.max(1);
+        }
+        self
     }
 
     /// What the web app's API hands pages.
@@ -185,6 +204,7 @@ impl WtListener {
     /// Serves sessions of `app`'s logins until `stop` completes; then every session ends.
     pub(crate) async fn serve(self, app: AppState, stop: impl std::future::Future<Output = ()>) {
         let permits = Arc::new(Semaphore::new(SESSIONS_MAX));
+        let registry = Arc::new(conn::Registry::default());
         let mut sessions = JoinSet::new();
         let mut rotation = tokio::time::interval(cert::ROTATE_EVERY);
         rotation.tick().await;
@@ -207,6 +227,7 @@ impl WtListener {
                 incoming = self.endpoint.accept() => incoming,
             };
             let (app, counters) = (app.clone(), self.shared.counters.clone());
+            let registry = registry.clone();
             sessions.spawn(async move {
                 let request = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
                     Ok(Ok(request)) => request,
@@ -221,7 +242,7 @@ impl WtListener {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, request.accept()).await {
                     Ok(Ok(connection)) => {
                         counters.sessions.fetch_add(1, Ordering::Relaxed);
-                        conn::serve(connection, app, id, counters).await;
+                        conn::serve(connection, app, id, counters, registry).await;
                     }
                     Ok(Err(e)) => tracing::debug!("webtransport session: {e}"),
                     Err(_) => tracing::debug!("webtransport session: too slow"),

@@ -306,3 +306,41 @@ async fn the_certificate_is_p256_of_under_14_days_and_rotates() {
     let (ticket, _) = served.ticket("all-token");
     assert!(served.connect_with(&ticket, new).await.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfers_blocks_go_over_any_session_of_its_login_and_no_other() {
+    let s = serve().await;
+    let size = BLOCK_BYTES as usize + 777;
+    let data = bytes(SEED ^ 0x1a9e, size);
+    std::fs::write(s.root().join("lanes.bin"), &data).unwrap();
+    let (a, id) = s.connect("all-token").await;
+    // A second session of the same login (a page's second lane: a new ticket of its login).
+    let b = s.connect_with(&s.state.logins.ticket(&id), s.hash).await.unwrap();
+    // Another login, even of the same token, sees only its own transfers.
+    let (other, _) = s.connect("all-token").await;
+    let (mut control, _recv, opened) = open(&a, json!({ "op": "down", "path": "lanes.bin" })).await;
+    let tid = opened["id"].as_u64().unwrap();
+    let get =
+        |offset: u64, len: u64| json!({ "op": "get", "id": tid, "offset": offset, "len": len });
+    let (head0, block0) = request(&b, get(0, BLOCK_BYTES), &[]).await;
+    let (head1, block1) = request(&a, get(BLOCK_BYTES, 777), &[]).await;
+    assert_eq!(block0, data[..BLOCK_BYTES as usize], "block 0 over the second session");
+    assert_eq!(block1, data[BLOCK_BYTES as usize..], "block 1 over the first");
+    assert_eq!(head0["blake3"], blake3::hash(&block0).to_hex().as_str());
+    assert_eq!(head1["blake3"], blake3::hash(&block1).to_hex().as_str());
+    let (refused, rest) = request(&other, get(0, BLOCK_BYTES), &[]).await;
+    assert_eq!(refused["error"], "not-found", "another login's session: {refused}");
+    assert!(rest.is_empty(), "no byte of it");
+    // The control stream ends: the transfer is gone on every session.
+    control.finish().await.unwrap();
+    let mut gone = Value::Null;
+    for _ in 0..100 {
+        gone = request(&b, get(0, 777), &[]).await.0;
+        if gone["error"] == "not-found" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(gone["error"], "not-found", "after its end: {gone}");
+    let _ = s.stop.send(());
+}
