@@ -493,6 +493,24 @@ try {
   check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);
   check(await series("sluice_webtransport_sessions_total") >= 1, "a WebTransport session was counted");
 
+  step = "webtransport: a certificate replaced after the page got its hash";
+  // The first answer of /api/wt names a hash the server does not serve, as when it replaced its
+  // certificate between that answer and the handshake: the page asks again and connects.
+  let wtAnswers = 0;
+  await page.route("**/api/wt", async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    wtAnswers += 1;
+    await route.fulfill({ response, json: { ...body, hashes: wtAnswers === 1 ? ["00".repeat(32)] : body.hashes } });
+  });
+  await page.uncheck("#use-wt");
+  await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "https");
+  await page.check("#use-wt");
+  await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.startsWith("Transfers go over WebTransport"),
+    null, { timeout: 30000 });
+  check(wtAnswers === 2, `the page asked for the hash again once: ${wtAnswers} answers`);
+  await page.unroute("**/api/wt");
+
   step = "webtransport: falls back to HTTPS";
   // A certificate hash that is not the server's: the session cannot connect; the page says
   // so, and the upload goes over HTTPS.

@@ -352,8 +352,19 @@ async function open(W, info) {
  */
 async function connect(W) {
   try {
-    const info = await api.webtransport();
-    const first = await open(W, info);
+    let info = await api.webtransport();
+    /** @type {any} */
+    let first;
+    try {
+      first = await open(W, info);
+    } catch (e) {
+      // The server may have replaced its certificate between its answer and the handshake
+      // (every 6 days): a new answer names the new hash. The same hash again: a real failure.
+      const again = await api.webtransport();
+      if (again.hashes.join() === info.hashes.join()) throw e;
+      info = again;
+      first = await open(W, info);
+    }
     // The other lanes: one that does not connect only leaves fewer.
     const more = await Promise.all(Array.from({ length: Math.max(0, (info.lanes ?? 1) - 1) },
       () => open(W).catch((e) => { console.warn("a WebTransport lane did not connect:", e); return null; })));
