@@ -583,5 +583,6 @@ pub(super) async fn webtransport(
         "block_bytes": super::wt::BLOCK_BYTES,
         "streams": super::wt::STREAMS,
         "lanes": wt.lanes,
+        "reorder_bytes": super::wt::REORDER_BYTES_MAX,
     })))
 }

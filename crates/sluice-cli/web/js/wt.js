@@ -86,12 +86,14 @@ export class Wt {
   /**
    * @param {any[]} transports connected WebTransport sessions (lanes) of one login: the first
    *   carries the transfers' control streams, all of them their blocks
-   * @param {{ block_bytes: number, streams: number }} info
+   * @param {{ block_bytes: number, streams: number, reorder_bytes?: number }} info
    */
   constructor(transports, info) {
     this.transports = transports;
     this.transport = transports[0];
     this.block = info.block_bytes;
+    // Bytes of an upload the server holds out of order at most (its `REORDER_BYTES_MAX`).
+    this.reorder = info.reorder_bytes ?? 32 << 20;
     // Blocks in flight per transfer: `streams` per lane.
     this.streams = info.streams * transports.length;
     this.next = 0;
@@ -259,18 +261,39 @@ export class Wt {
     try {
       started(have);
       let next = have;
+      // What the server has written: it holds blocks beyond it out of order only up to
+      // `reorder` bytes, so no block goes out that would end further ahead (with several lanes,
+      // one block held up by losses while the others went on overran it).
+      let written = have;
+      /** @type {(() => void)[]} */
+      let waiting = [];
+      const wake = () => { for (const w of waiting.splice(0)) w(); };
+      /** @param {number} h */
+      const advanced = (h) => {
+        if (h > written) {
+          written = h;
+          wake();
+        }
+      };
+      let stopped = false;
+      signal.addEventListener("abort", wake, { once: true });
       const worker = async () => {
-        while (next < spec.size) {
+        while (next < spec.size && !stopped) {
           const offset = next;
           const len = Math.min(this.block, spec.size - offset);
           next += len;
+          while (offset + len > written + this.reorder && !stopped && !signal.aborted) {
+            await new Promise((resolve) => waiting.push(() => resolve(undefined)));
+          }
+          if (stopped || signal.aborted) break;
           const bytes = new Uint8Array(await file.slice(offset, offset + len).arrayBuffer());
           const hash = await blake3(bytes);
           for (let tries = 1; ; tries += 1) {
             let sent = 0;
             try {
-              await this.request({ op: "put", id, offset, len, blake3: hash },
+              const answer = await this.request({ op: "put", id, offset, len, blake3: hash },
                 { body: bytes, signal, via: this.lane(), sent: (n) => { sent += n; progress(n); } });
+              advanced(Number(answer.head.have ?? 0));
               break;
             } catch (e) {
               progress(-sent);
@@ -280,7 +303,14 @@ export class Wt {
           }
         }
       };
-      await Promise.all(Array.from({ length: this.streams }, worker));
+      const guarded = () => worker().catch((e) => {
+        // The others stop too, those waiting for room included.
+        stopped = true;
+        wake();
+        throw e;
+      });
+      await Promise.all(Array.from({ length: this.streams }, guarded));
+      if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
       await control.writer.write(frame({ blake3: whole }));
       await control.writer.close();
       return checked(await control.reader.head());

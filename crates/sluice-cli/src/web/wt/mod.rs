@@ -31,6 +31,7 @@ use wtransport::{Endpoint, ServerConfig};
 
 use super::app::AppState;
 pub(crate) use cert::WtCert;
+pub(crate) use conn::REORDER_BYTES_MAX;
 
 /// Bytes of one block: what a page asks for, or sends, on one stream, verified by its BLAKE3.
 pub(crate) const BLOCK_BYTES: u64 = 4 << 20;
