@@ -1,10 +1,15 @@
 //! What `sluice jobs` shows: the jobs a server runs (third-party pulls, relayed uploads'
 //! collections) and those that ended lately, for one token. Each kind of job lists its own
-//! running ones; this module keeps the ended ones and puts a listing together.
+//! running ones; this module keeps the ended ones (in the state directory too, so a restart
+//! still lists them) and puts a listing together.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tracing::warn;
 
 use sluice_session::messages::{Answer, JobInfo, JobPhase, MAX_JOBS_LISTED, MAX_MESSAGE_BYTES};
 
@@ -21,21 +26,67 @@ pub(crate) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// The jobs that ended lately (the newest last), each with its token's index.
+/// The jobs that ended lately (the newest last), each with its token's index (as a running
+/// job's record in the state directory has it).
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
     list: Mutex<VecDeque<(usize, JobInfo)>>,
+    /// Where they are kept across restarts (`None`: in memory only).
+    file: Option<PathBuf>,
+}
+
+/// One ended job as its file keeps it.
+#[derive(Serialize, Deserialize)]
+struct Kept {
+    token: usize,
+    job: JobInfo,
 }
 
 impl Ended {
+    /// The ended jobs kept in `file` (JSON, owner-only), which every later end rewrites: those
+    /// of the last [`KEEP_FOR`] that it holds now. A file that cannot be read is said and
+    /// left to be replaced: the listing starts empty.
+    pub(crate) fn kept_in(file: PathBuf) -> Ended {
+        let since = unix_now().saturating_sub(KEEP_FOR.as_secs());
+        let mut list = VecDeque::new();
+        match std::fs::read(&file) {
+            Ok(bytes) => match serde_json::from_slice::<Vec<Kept>>(&bytes) {
+                Ok(kept) => list.extend(
+                    kept.into_iter()
+                        .filter(|k| k.job.ended.unwrap_or(0) >= since)
+                        .map(|k| (k.token, k.job)),
+                ),
+                Err(e) => {
+                    warn!(file = %file.display(), "the ended jobs' file is not readable: {e}")
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!(file = %file.display(), "cannot read the ended jobs' file: {e}"),
+        }
+        while list.len() > KEEP_ENDED {
+            list.pop_front();
+        }
+        Ended { list: Mutex::new(list), file: Some(file) }
+    }
+
     /// Keeps `info` (which has ended) for `token`'s listings; the oldest go past
-    /// [`KEEP_ENDED`].
+    /// [`KEEP_ENDED`]. With a file, it is rewritten (a failure is said; the listing in memory
+    /// goes on).
     pub(crate) fn push(&self, token: usize, info: JobInfo) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         if list.len() == KEEP_ENDED {
             list.pop_front();
         }
         list.push_back((token, info));
+        let Some(file) = &self.file else { return };
+        let kept: Vec<Kept> =
+            list.iter().map(|(token, job)| Kept { token: *token, job: job.clone() }).collect();
+        let written = serde_json::to_vec(&kept).map_err(|e| e.to_string()).and_then(|bytes| {
+            super::identity::write_private(file, &bytes).map_err(|e| e.to_string())
+        });
+        if let Err(e) = written {
+            warn!(file = %file.display(), "the ended jobs could not be kept: {e}");
+        }
     }
 
     /// `token`'s ended jobs of the last [`KEEP_FOR`], the newest first.
@@ -136,6 +187,34 @@ mod tests {
         // The newest ended one is kept; the oldest went.
         assert_eq!(listed[1], format!("{}", MAX_JOBS_LISTED as u64 + 49));
         assert!(!listed.contains(&"0".to_string()));
+    }
+
+    #[test]
+    fn ended_jobs_kept_in_a_file_are_listed_again_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ended-jobs");
+        let now = unix_now();
+        let ended = Ended::kept_in(file.clone());
+        ended.push(0, job("a", JobPhase::Done, now - 20, Some(now - 10)));
+        ended.push(1, job("b", JobPhase::Failed, now - 20, Some(now - 5)));
+        ended.push(0, job("stale", JobPhase::Done, 0, Some(now - KEEP_FOR.as_secs() - 10)));
+        ended.push(0, job("c", JobPhase::Cancelled, now - 3, Some(now - 1)));
+        drop(ended);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "owner-only");
+        // A restart: the same jobs for the same tokens, the stale one gone.
+        let again = Ended::kept_in(file.clone());
+        let ids = |t| again.of(t).into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(ids(0), ["c", "a"]);
+        assert_eq!(ids(1), ["b"]);
+        assert_eq!(again.of(1)[0], job("b", JobPhase::Failed, now - 20, Some(now - 5)));
+        // A file that is not ours to read: said, and the listing starts empty.
+        std::fs::write(&file, b"not json").unwrap();
+        let broken = Ended::kept_in(file.clone());
+        assert!(broken.of(0).is_empty());
+        broken.push(0, job("d", JobPhase::Done, now, Some(now)));
+        assert_eq!(Ended::kept_in(file).of(0).len(), 1, "and it is replaced at the next end");
     }
 
     #[test]

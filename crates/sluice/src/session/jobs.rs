@@ -29,6 +29,8 @@ use crate::datapath::Progress;
 
 /// The directory of the state directory where running jobs are kept.
 const JOBS_DIR: &str = "jobs";
+/// The file of the state directory where ended jobs are kept (`sluice jobs` lists them).
+const ENDED_FILE: &str = "ended-jobs.json";
 /// Attempts of a job whose source could not be reached or whose connection failed, each
 /// resuming what the one before left (the waits between them, in order).
 const RETRY_WAITS: [Duration; 3] =
@@ -145,14 +147,8 @@ impl Jobs {
         transfers: Arc<Semaphore>,
     ) -> Jobs {
         let dir = state_dir.map(|d| d.join(JOBS_DIR));
-        Jobs {
-            dir,
-            identity,
-            channel,
-            transfers,
-            running: Mutex::default(),
-            ended: Ended::default(),
-        }
+        let ended = state_dir.map_or_else(Ended::default, |d| Ended::kept_in(d.join(ENDED_FILE)));
+        Jobs { dir, identity, channel, transfers, running: Mutex::default(), ended }
     }
 
     /// `token`'s jobs, running and ended lately.

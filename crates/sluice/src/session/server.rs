@@ -369,7 +369,7 @@ impl Server {
                 grants,
                 jobs: Arc::new(jobs),
                 spool,
-                collections: Arc::default(),
+                collections: Arc::new(Collections::new(state_dir)),
                 memory,
             }),
             fingerprint,

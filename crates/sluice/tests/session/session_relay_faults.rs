@@ -334,7 +334,15 @@ async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
     // Only B's half moved again: 8 sealed blocks (the last one 77 bytes short).
     assert_eq!(moved(&report), (8 * SEALED - 77, 8), "{:?}", report.placed);
     assert_eq!(common::listing(&world.receiver.root()), vec!["s.bin"], "no part file is left");
-    world.stop().await;
+    // The receiver restarts: the ended job is still listed (its state directory keeps it).
+    let Stalled { receiver, a, b, .. } = world;
+    let (saved, spool) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let receiver = restart(receiver, spool.path(), 1 << 20, saved.path()).await;
+    let after = jobs_once(&receiver, |_| true).await;
+    assert_eq!(after, jobs, "listed the same after the restart");
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
 }
 
 /// Cancels the receiver's one job (`sluice jobs --cancel`) and checks what is left: the job

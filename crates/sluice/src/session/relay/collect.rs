@@ -209,7 +209,16 @@ pub(crate) struct Collections {
     ended: Ended,
 }
 
+/// The file of the state directory where ended collections are kept (`sluice jobs` lists them).
+const ENDED_FILE: &str = "ended-collections.json";
+
 impl Collections {
+    /// No collection yet; the ended ones of `state_dir`'s file, if there is a state directory.
+    pub(crate) fn new(state_dir: Option<&std::path::Path>) -> Collections {
+        let ended = state_dir.map_or_else(Ended::default, |d| Ended::kept_in(d.join(ENDED_FILE)));
+        Collections { ended, ..Collections::default() }
+    }
+
     /// `token`'s collections: running, stalled, and ended lately.
     pub(crate) fn list(&self, token: usize) -> Vec<JobInfo> {
         let running = lock(&self.running);
