@@ -266,7 +266,7 @@ export class Wt {
       // one block held up by losses while the others went on overran it).
       let written = have;
       /** @type {(() => void)[]} */
-      let waiting = [];
+      const waiting = [];
       const wake = () => { for (const w of waiting.splice(0)) w(); };
       /** @param {number} h */
       const advanced = (h) => {

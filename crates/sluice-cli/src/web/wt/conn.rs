@@ -11,10 +11,11 @@
 //!
 //! A `down` or `up` takes a place among its token's and the server's transfers, as the HTTPS
 //! request does, for as long as its stream is open; its blocks, on their own streams (and on the
-//! other sessions of the same login: see [`Registry`]), share its count and its pace. Upload blocks may arrive out of order: each is checked against its
-//! BLAKE3 when it is in, kept until those before it are written (at most [`REORDER_BYTES_MAX`]),
-//! and the file is written in order, so what the server holds is always a prefix, and a resumed
-//! upload sends only what lies beyond it.
+//! other sessions of the same login: see [`Registry`]), share its count and its pace. Upload
+//! blocks may arrive out of order: each is checked against its BLAKE3 when it is in, kept until
+//! those before it are written (at most [`REORDER_BYTES_MAX`]), and the file is written in
+//! order, so what the server holds is always a prefix, and a resumed upload sends only what lies
+//! beyond it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
