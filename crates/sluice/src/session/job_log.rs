@@ -26,27 +26,35 @@ pub(crate) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// The jobs that ended lately (the newest last), each with its token's index (as a running
-/// job's record in the state directory has it).
+/// The jobs that ended lately (the newest last), each with its token's index.
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
     list: Mutex<VecDeque<(usize, JobInfo)>>,
     /// Where they are kept across restarts (`None`: in memory only).
     file: Option<PathBuf>,
+    /// The tokens' digests, by index: the file names a job's token by its digest, so a token
+    /// file reordered or cut between two starts does not show a job to another token.
+    digests: Vec<[u8; 32]>,
 }
 
-/// One ended job as its file keeps it.
+/// One ended job as its file keeps it: its token's digest (hex) and the job.
 #[derive(Serialize, Deserialize)]
 struct Kept {
-    token: usize,
+    token: String,
     job: JobInfo,
+}
+
+fn hex(digest: &[u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Ended {
     /// The ended jobs kept in `file` (JSON, owner-only), which every later end rewrites: those
-    /// of the last [`KEEP_FOR`] that it holds now. A file that cannot be read is said and
-    /// left to be replaced: the listing starts empty.
-    pub(crate) fn kept_in(file: PathBuf) -> Ended {
+    /// of the last [`KEEP_FOR`] that it holds now, of the tokens whose `digests` (by index, as
+    /// the token file has them now) it names. A file that cannot be read is said and left to be
+    /// replaced: the listing starts empty.
+    pub(crate) fn kept_in(file: PathBuf, digests: &[[u8; 32]]) -> Ended {
+        let index = |token: &str| digests.iter().position(|d| hex(d) == token);
         let since = unix_now().saturating_sub(KEEP_FOR.as_secs());
         let mut list = VecDeque::new();
         match std::fs::read(&file) {
@@ -54,7 +62,7 @@ impl Ended {
                 Ok(kept) => list.extend(
                     kept.into_iter()
                         .filter(|k| k.job.ended.unwrap_or(0) >= since)
-                        .map(|k| (k.token, k.job)),
+                        .filter_map(|k| Some((index(&k.token)?, k.job))),
                 ),
                 Err(e) => {
                     warn!(file = %file.display(), "the ended jobs' file is not readable: {e}")
@@ -66,7 +74,7 @@ impl Ended {
         while list.len() > KEEP_ENDED {
             list.pop_front();
         }
-        Ended { list: Mutex::new(list), file: Some(file) }
+        Ended { list: Mutex::new(list), file: Some(file), digests: digests.to_vec() }
     }
 
     /// Keeps `info` (which has ended) for `token`'s listings; the oldest go past
@@ -79,8 +87,12 @@ impl Ended {
         }
         list.push_back((token, info));
         let Some(file) = &self.file else { return };
-        let kept: Vec<Kept> =
-            list.iter().map(|(token, job)| Kept { token: *token, job: job.clone() }).collect();
+        let kept: Vec<Kept> = list
+            .iter()
+            .filter_map(|(token, job)| {
+                Some(Kept { token: hex(self.digests.get(*token)?), job: job.clone() })
+            })
+            .collect();
         let written = serde_json::to_vec(&kept).map_err(|e| e.to_string()).and_then(|bytes| {
             super::identity::write_private(file, &bytes).map_err(|e| e.to_string())
         });
@@ -194,7 +206,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("ended-jobs");
         let now = unix_now();
-        let ended = Ended::kept_in(file.clone());
+        let (t0, t1) = ([7u8; 32], [9u8; 32]);
+        let ended = Ended::kept_in(file.clone(), &[t0, t1]);
         ended.push(0, job("a", JobPhase::Done, now - 20, Some(now - 10)));
         ended.push(1, job("b", JobPhase::Failed, now - 20, Some(now - 5)));
         ended.push(0, job("stale", JobPhase::Done, 0, Some(now - KEEP_FOR.as_secs() - 10)));
@@ -204,17 +217,26 @@ mod tests {
         let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "owner-only");
         // A restart: the same jobs for the same tokens, the stale one gone.
-        let again = Ended::kept_in(file.clone());
-        let ids = |t| again.of(t).into_iter().map(|j| j.id).collect::<Vec<_>>();
-        assert_eq!(ids(0), ["c", "a"]);
-        assert_eq!(ids(1), ["b"]);
+        let again = Ended::kept_in(file.clone(), &[t0, t1]);
+        let ids = |ended: &Ended, t| ended.of(t).into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(ids(&again, 0), ["c", "a"]);
+        assert_eq!(ids(&again, 1), ["b"]);
         assert_eq!(again.of(1)[0], job("b", JobPhase::Failed, now - 20, Some(now - 5)));
+        // The token file reordered, and a token gone, between two starts: each job stays with
+        // its own token, and a gone token's jobs are shown to no one.
+        let reordered = Ended::kept_in(file.clone(), &[t1, [1u8; 32]]);
+        assert_eq!(ids(&reordered, 0), ["b"]);
+        assert!(reordered.of(1).is_empty());
         // A file that is not ours to read: said, and the listing starts empty.
         std::fs::write(&file, b"not json").unwrap();
-        let broken = Ended::kept_in(file.clone());
+        let broken = Ended::kept_in(file.clone(), &[t0]);
         assert!(broken.of(0).is_empty());
         broken.push(0, job("d", JobPhase::Done, now, Some(now)));
-        assert_eq!(Ended::kept_in(file).of(0).len(), 1, "and it is replaced at the next end");
+        assert_eq!(
+            Ended::kept_in(file, &[t0]).of(0).len(),
+            1,
+            "and it is replaced at the next end"
+        );
     }
 
     #[test]

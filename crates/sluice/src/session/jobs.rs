@@ -30,7 +30,7 @@ use crate::datapath::Progress;
 /// The directory of the state directory where running jobs are kept.
 const JOBS_DIR: &str = "jobs";
 /// The file of the state directory where ended jobs are kept (`sluice jobs` lists them).
-const ENDED_FILE: &str = "ended-jobs.json";
+pub(crate) const ENDED_FILE: &str = "ended-jobs.json";
 /// Attempts of a job whose source could not be reached or whose connection failed, each
 /// resuming what the one before left (the waits between them, in order).
 const RETRY_WAITS: [Duration; 3] =
@@ -140,14 +140,16 @@ impl std::fmt::Debug for Jobs {
 }
 
 impl Jobs {
+    /// The jobs of a server with `state_dir` (running ones are kept there); `ended` lists
+    /// those that ended (kept there too: [`ENDED_FILE`]).
     pub(crate) fn new(
         state_dir: Option<&Path>,
         identity: Arc<Identity>,
         channel: ChannelConfig,
         transfers: Arc<Semaphore>,
+        ended: Ended,
     ) -> Jobs {
         let dir = state_dir.map(|d| d.join(JOBS_DIR));
-        let ended = state_dir.map_or_else(Ended::default, |d| Ended::kept_in(d.join(ENDED_FILE)));
         Jobs { dir, identity, channel, transfers, running: Mutex::default(), ended }
     }
 

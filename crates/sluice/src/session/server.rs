@@ -42,6 +42,7 @@ use super::copy::check_level;
 use super::drive::{Channels, Destination, Wire, run_receiving, run_sending, unrooted};
 use super::early::{EARLY_REQUEST, EarlySockets, send_offer};
 use super::identity::{Fingerprint, Identity, peer_fingerprint};
+use super::job_log::Ended;
 use super::jobs::{JobRecord, Jobs};
 use super::keys::{Role, SessionId};
 use super::manifest_io::send_listing;
@@ -339,7 +340,19 @@ impl Server {
         let fingerprint = identity.fingerprint().clone();
         let channel = default_channel_config();
         let state_dir = config.credentials.state_dir();
-        let jobs = Jobs::new(state_dir, Arc::new(identity), channel.clone(), transfers.clone());
+        // Ended jobs are kept in the state directory, each named by its token's digest.
+        let ended = |file: &str| {
+            state_dir
+                .map_or_else(Ended::default, |d| Ended::kept_in(d.join(file), tokens.digests()))
+        };
+        let jobs = Jobs::new(
+            state_dir,
+            Arc::new(identity),
+            channel.clone(),
+            transfers.clone(),
+            ended(super::jobs::ENDED_FILE),
+        );
+        let collections = Arc::new(Collections::new(ended(super::relay::collect::ENDED_FILE)));
         let door = tcp.as_ref().map(|(_, port)| port.door.clone()).unwrap_or_default();
         let spool = config.spool.as_ref().map(Spool::open).transpose()?;
         let memory = state_dir
@@ -369,7 +382,7 @@ impl Server {
                 grants,
                 jobs: Arc::new(jobs),
                 spool,
-                collections: Arc::new(Collections::new(state_dir)),
+                collections,
                 memory,
             }),
             fingerprint,

@@ -218,6 +218,11 @@ impl TokenSet {
         self.digests.get(index)
     }
 
+    /// Every token's digest, in the file's order (a token's index is its place here).
+    pub(crate) fn digests(&self) -> &[[u8; 32]] {
+        &self.digests
+    }
+
     /// The grants, in the file's order.
     pub fn grants(&self) -> &[Grant] {
         &self.grants

@@ -210,12 +210,11 @@ pub(crate) struct Collections {
 }
 
 /// The file of the state directory where ended collections are kept (`sluice jobs` lists them).
-const ENDED_FILE: &str = "ended-collections.json";
+pub(crate) const ENDED_FILE: &str = "ended-collections.json";
 
 impl Collections {
-    /// No collection yet; the ended ones of `state_dir`'s file, if there is a state directory.
-    pub(crate) fn new(state_dir: Option<&std::path::Path>) -> Collections {
-        let ended = state_dir.map_or_else(Ended::default, |d| Ended::kept_in(d.join(ENDED_FILE)));
+    /// No collection yet; `ended` lists those that ended (kept in [`ENDED_FILE`]).
+    pub(crate) fn new(ended: Ended) -> Collections {
         Collections { ended, ..Collections::default() }
     }
 
