@@ -46,7 +46,7 @@
 //! (UDT's pause after a loss) is not honoured: `adaptive` and `fixed` never freeze.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use quinn_proto::RttEstimator;
@@ -102,9 +102,13 @@ impl ControllerFactory for SluiceCcFactory {
 /// One connection's controller, and what its signals are made of.
 pub(crate) struct SluiceCc {
     config: ChannelConfig,
-    /// Behind a lock only because quinn wants its controllers `Sync` (one connection's calls
-    /// come one at a time).
+    /// In a `Mutex` only because quinn wants its controllers `Sync`: every call that changes it
+    /// has `&mut self`, so it is reached with `get_mut`, never locked.
     cc: Mutex<Box<dyn CongestionControl>>,
+    /// What it asks for, as of its last change: bytes per second, and its window in bytes
+    /// (read by [`Controller::window`] for every packet quinn sends).
+    rate: f64,
+    cap: f64,
     /// Time zero of the controller's microseconds.
     epoch: Instant,
     /// Smoothed RTT (ACK delay taken off), least RTT, in microseconds; 0 before a sample.
@@ -129,18 +133,18 @@ pub(crate) struct SluiceCc {
     /// When the controller last heard (µs), and when it was last traced.
     last_report_us: Option<u64>,
     last_trace_us: Option<u64>,
-    /// The last delivery rate (units per second), and whether it was measured while the
-    /// sender had no data (a rate that says nothing about the path).
+    /// The last delivery rate (units per second).
     delivery_pps: u32,
-    app_limited: bool,
 }
 
 impl SluiceCc {
     fn new(config: ChannelConfig, now: Instant) -> SluiceCc {
         let cc = Mutex::new(sluice_proto::cc::build(&config));
-        SluiceCc {
+        let mut fresh = SluiceCc {
             config,
             cc,
+            rate: 0.0,
+            cap: 0.0,
             epoch: now,
             srtt_us: 0,
             min_rtt_us: 0,
@@ -155,12 +159,20 @@ impl SluiceCc {
             last_report_us: None,
             last_trace_us: None,
             delivery_pps: 0,
-            app_limited: false,
-        }
+        };
+        fresh.settle();
+        fresh
     }
 
-    fn cc(&self) -> MutexGuard<'_, Box<dyn CongestionControl>> {
-        self.cc.lock().unwrap_or_else(PoisonError::into_inner)
+    fn cc(&mut self) -> &mut Box<dyn CongestionControl> {
+        self.cc.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads what the controller asks for now (after every call that changes it).
+    fn settle(&mut self) {
+        let cc = self.cc();
+        let (rate, cap) = (UNIT as f64 * 1e6 / cc.period_us().max(1e-3), cc.window_pkts());
+        (self.rate, self.cap) = (rate, cap * UNIT as f64);
     }
 
     fn us(&self, t: Instant) -> u64 {
@@ -201,11 +213,6 @@ impl SluiceCc {
         lag.min(ACK_LAG_MAX.as_micros() as u64)
     }
 
-    /// Bytes per second the controller asks for.
-    fn rate_bytes_per_s(&self) -> f64 {
-        UNIT as f64 * 1e6 / self.cc().period_us().max(1e-3)
-    }
-
     /// Records the acknowledged total at `now_us` and measures the delivery rate over the
     /// newest span of at least [`DELIVERY_WINDOW`]; 0 until there is one.
     fn delivery(&mut self, now_us: u64) -> u32 {
@@ -236,23 +243,21 @@ impl SluiceCc {
         now: Instant,
         sample: Duration,
         bytes: u64,
-        app_limited: bool,
         (srtt, min_rtt): (Duration, Duration),
     ) {
         self.acked += bytes;
         self.acked_total += bytes;
-        self.app_limited = app_limited;
         self.srtt_us = srtt.as_micros() as u64;
         self.min_rtt_us = min_rtt.as_micros() as u64;
         let now_us = self.us(now);
         self.standing_sample(now_us, sample.as_micros() as u64);
     }
 
-    /// One report to the controller, as a Sluice receiver's ACK would bring.
+    /// One report to the controller, as a Sluice receiver's ACK would bring (never while the
+    /// sender has nothing to send: see `on_end_acks`).
     fn report(&mut self, now_us: u64) {
         let delivery = self.delivery(now_us);
-        // While the sender had nothing to send, what was delivered is what it offered.
-        if delivery > 0 && !self.app_limited {
+        if delivery > 0 {
             self.delivery_pps = delivery;
         }
         let ack = AckSignal {
@@ -263,7 +268,7 @@ impl SluiceCc {
             min_rtt_us: self.min_rtt_us.max(1),
             recv_rate_pps: 0,
             capacity_pps: UNRESOLVED_PPS,
-            delivery_rate_pps: if self.app_limited { 0 } else { self.delivery_pps },
+            delivery_rate_pps: self.delivery_pps,
             queue_delay_us: self.queue_delay_us(),
             real_period_us: None,
             sent_pkts: self.sent_units,
@@ -271,16 +276,16 @@ impl SluiceCc {
             snd_next: self.sent_total,
         };
         self.cc().on_ack(&ack);
+        self.settle();
         if self.last_trace_us.is_none_or(|t| now_us >= t + TRACE_EVERY_US) {
             self.last_trace_us = Some(now_us);
             tracing::debug!(
-                rate_mbit = self.rate_bytes_per_s() * 8e-6,
+                rate_mbit = self.rate * 8e-6,
                 window = self.window(),
                 queue_ms = f64::from(ack.queue_delay_us) / 1e3,
                 delivery_mbit = f64::from(ack.delivery_rate_pps) * (UNIT * 8) as f64 * 1e-6,
                 srtt_ms = self.srtt_us as f64 / 1e3,
                 min_rtt_ms = self.min_rtt_us as f64 / 1e3,
-                app_limited = self.app_limited,
                 "webtransport controller"
             );
         }
@@ -303,11 +308,11 @@ impl Controller for SluiceCc {
         now: Instant,
         sent: Instant,
         bytes: u64,
-        app_limited: bool,
+        _app_limited: bool,
         rtt: &RttEstimator,
     ) {
         let sample = now.saturating_duration_since(sent);
-        self.acked_bytes(now, sample, bytes, app_limited, (rtt.get(), rtt.min()));
+        self.acked_bytes(now, sample, bytes, (rtt.get(), rtt.min()));
     }
 
     fn on_end_acks(
@@ -317,7 +322,6 @@ impl Controller for SluiceCc {
         app_limited: bool,
         _largest_packet_num_acked: Option<u64>,
     ) {
-        self.app_limited = app_limited;
         let now_us = self.us(now);
         // While the sender has nothing to send, the ACKs say nothing of the path: reported,
         // `adaptive`'s startup went on doubling its rate for want of a queue (7.5 Gbit/s on a
@@ -340,18 +344,21 @@ impl Controller for SluiceCc {
         let now_us = self.us(now);
         if is_persistent_congestion {
             self.cc().on_timeout(now_us);
+            self.settle();
             return;
         }
         let lost = lost_bytes.div_ceil(UNIT);
         self.lost_units += lost;
         if lost > 0 {
-            self.cc().on_loss(&LossSignal {
+            let loss = LossSignal {
                 now_us,
                 largest_lost: self.sent_total,
                 lost_pkts: lost,
                 snd_next: self.sent_total,
                 queue_delay_us: self.queue_delay_us(),
-            });
+            };
+            self.cc().on_loss(&loss);
+            self.settle();
         }
     }
 
@@ -362,9 +369,8 @@ impl Controller for SluiceCc {
             0 => self.config.initial_rtt_us,
             srtt => srtt.max(self.standing.front().map_or(0, |&(_, rtt)| rtt)),
         } + self.ack_lag_us();
-        let by_rate = self.rate_bytes_per_s() * rtt_us as f64 / 1e6;
-        let cap = self.cc().window_pkts() * UNIT as f64;
-        (by_rate.min(cap) as u64).max(MIN_WINDOW_PACKETS * UNIT)
+        let by_rate = self.rate * rtt_us as f64 / 1e6;
+        (by_rate.min(self.cap) as u64).max(MIN_WINDOW_PACKETS * UNIT)
     }
 
     fn clone_box(&self) -> Box<dyn Controller> {
@@ -373,10 +379,8 @@ impl Controller for SluiceCc {
     }
 
     fn initial_window(&self) -> u64 {
-        let rtt_us = self.config.initial_rtt_us as f64;
-        let fresh = sluice_proto::cc::build(&self.config);
-        let by_rate = UNIT as f64 * 1e6 / fresh.period_us().max(1e-3) * rtt_us / 1e6;
-        (by_rate as u64).max(MIN_WINDOW_PACKETS * UNIT)
+        // Asked of a controller just built: its window before any sample.
+        self.window()
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
@@ -416,7 +420,7 @@ mod tests {
         let factory = SluiceCcFactory::new(kind, (rate * 8.0) as u64);
         let mut cc = SluiceCc::new(factory.config, t0);
         // The handshake's round trip, as quinn has it before the first data.
-        cc.acked_bytes(t0, rtt, 0, true, (rtt, rtt));
+        cc.acked_bytes(t0, rtt, 0, (rtt, rtt));
         let step = Duration::from_millis(1);
         let queue_max = rate * rtt.as_secs_f64();
         // (sent, its ACK due, dropped)
@@ -466,7 +470,7 @@ mod tests {
                 let sample = now - sent;
                 least = least.min(sample);
                 smoothed = (smoothed * 7 + sample) / 8;
-                cc.acked_bytes(now, sample, UNIT, false, (smoothed, least));
+                cc.acked_bytes(now, sample, UNIT, (smoothed, least));
                 if now.duration_since(t0).as_secs_f64() >= secs / 2.0 {
                     late += UNIT;
                 }
@@ -524,7 +528,7 @@ mod tests {
         let t0 = Instant::now();
         let mut cc = SluiceCc::new(SluiceCcFactory::new(CcKind::Fixed, 80_000_000).config, t0);
         let (srtt, least) = (Duration::from_millis(50), Duration::from_millis(40));
-        cc.acked_bytes(t0, srtt, UNIT, false, (srtt, least));
+        cc.acked_bytes(t0, srtt, UNIT, (srtt, least));
         // 10 MB/s for 50 ms.
         let want = 10e6 * 0.05;
         let got = cc.window() as f64;
@@ -532,7 +536,7 @@ mod tests {
         // Never below a few packets.
         let mut slow = SluiceCc::new(SluiceCcFactory::new(CcKind::Fixed, 8_000).config, t0);
         let ms = Duration::from_millis(1);
-        slow.acked_bytes(t0, ms, UNIT, false, (ms, ms));
+        slow.acked_bytes(t0, ms, UNIT, (ms, ms));
         assert_eq!(slow.window(), MIN_WINDOW_PACKETS * UNIT);
     }
 }
