@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use sluice_session::messages::{Answer, JobInfo, JobPhase, MAX_JOBS_LISTED, MAX_MESSAGE_BYTES};
+use sluice_session::relay::to_hex;
 
 /// How many ended jobs a server keeps for its listing, over all tokens.
 const KEEP_ENDED: usize = 256;
@@ -32,9 +33,9 @@ pub(crate) struct Ended {
     list: Mutex<VecDeque<(usize, JobInfo)>>,
     /// Where they are kept across restarts (`None`: in memory only).
     file: Option<PathBuf>,
-    /// The tokens' digests, by index: the file names a job's token by its digest, so a token
-    /// file reordered or cut between two starts does not show a job to another token.
-    digests: Vec<[u8; 32]>,
+    /// The tokens' digests (hex), by index: the file names a job's token by its digest, so a
+    /// token file reordered or cut between two starts does not show a job to another token.
+    digests: Vec<String>,
 }
 
 /// One ended job as its file keeps it: its token's digest (hex) and the job.
@@ -44,17 +45,14 @@ struct Kept {
     job: JobInfo,
 }
 
-fn hex(digest: &[u8; 32]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Ended {
     /// The ended jobs kept in `file` (JSON, owner-only), which every later end rewrites: those
     /// of the last [`KEEP_FOR`] that it holds now, of the tokens whose `digests` (by index, as
     /// the token file has them now) it names. A file that cannot be read is said and left to be
     /// replaced: the listing starts empty.
     pub(crate) fn kept_in(file: PathBuf, digests: &[[u8; 32]]) -> Ended {
-        let index = |token: &str| digests.iter().position(|d| hex(d) == token);
+        let digests: Vec<String> = digests.iter().map(|d| to_hex(d)).collect();
+        let index = |token: &str| digests.iter().position(|d| d == token);
         let since = unix_now().saturating_sub(KEEP_FOR.as_secs());
         let mut list = VecDeque::new();
         match std::fs::read(&file) {
@@ -74,7 +72,7 @@ impl Ended {
         while list.len() > KEEP_ENDED {
             list.pop_front();
         }
-        Ended { list: Mutex::new(list), file: Some(file), digests: digests.to_vec() }
+        Ended { list: Mutex::new(list), file: Some(file), digests }
     }
 
     /// Keeps `info` (which has ended) for `token`'s listings; the oldest go past
@@ -90,7 +88,7 @@ impl Ended {
         let kept: Vec<Kept> = list
             .iter()
             .filter_map(|(token, job)| {
-                Some(Kept { token: hex(self.digests.get(*token)?), job: job.clone() })
+                Some(Kept { token: self.digests.get(*token)?.clone(), job: job.clone() })
             })
             .collect();
         let written = serde_json::to_vec(&kept).map_err(|e| e.to_string()).and_then(|bytes| {
