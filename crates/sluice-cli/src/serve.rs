@@ -192,6 +192,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let spool = spool(&args, &file)?;
     let wt_on = web_transport(&args, &file)?;
     let third_parties = third_party(&args.third_party, &args.third_party_dial, &file)?;
+    let page_third_parties = third_parties.clone();
     let root = args.root.or(file.root).ok_or_else(|| {
         exit::usage("no directory to serve: pass --root, set SLUICE_ROOT, or put root in --config")
     })?;
@@ -246,6 +247,15 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 fingerprint,
                 web::auth::LoginLimits::DEFAULT,
             );
+            // Other servers in the page's panes, and copies between servers, as the server
+            // takes part in third-party transfers.
+            if page_third_parties.mode != sluice::session::ThirdParty::Off {
+                state = state.with_servers(web::servers::ServerLinks {
+                    listen: server.local_addr(),
+                    fingerprint: server.fingerprint().clone(),
+                    third_party: page_third_parties,
+                });
+            }
             // Over UDP on the port the web app got (its own for port 0).
             let wt = if wt_on {
                 let udp = SocketAddr::new(addr.ip(), listener.local_addr().port());

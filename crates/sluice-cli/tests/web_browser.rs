@@ -100,6 +100,7 @@ fn the_file_manager_in_chromium() {
         "webtransport",
         "fallback",
         "sweep",
+        "jobs",
     ] {
         let png = out.join(format!("{shot}.png"));
         assert!(png.metadata().is_ok_and(|m| m.len() > 0), "no screenshot {}", png.display());

@@ -5,7 +5,9 @@
 // It starts a real server on 127.0.0.1, logs in, browses, makes a folder, uploads a file and a
 // folder of 200 files, downloads a file and a folder, compares hashes, cancels and resumes an
 // upload (bytes counted at the server), answers the overwrite question, sees a wrong token and a
-// path outside the root refused, and checks a hostile file name shows as text.
+// path outside the root refused, and checks a hostile file name shows as text. A second server
+// ("other") shows in a pane: copies between the two run as jobs of the destination server, one
+// of them finishing after the tab was closed.
 
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -63,6 +65,32 @@ const WT_SIZE = (24 << 20) + 4321;
 fs.writeFileSync(path.join(local, "wt-up.bin"), bytes(WT_SIZE));
 fs.writeFileSync(path.join(root, "wt-down.bin"), bytes(WT_SIZE));
 
+// The other server, for copies between servers. Its token reads at 32 Mbit/s, so that a copy
+// from it takes long enough for the tab to close while it runs.
+const otherRoot = path.join(out, "other-root");
+fs.mkdirSync(path.join(otherRoot, "far"), { recursive: true });
+fs.mkdirSync(path.join(out, "other-state"), { recursive: true });
+const OTHER_TOKEN = "e2e-other-token-fedcba9876543210";
+fs.writeFileSync(path.join(out, "other-tokens"), `${OTHER_TOKEN} rate=32Mbit\n`, { mode: 0o600 });
+for (let i = 0; i < 5; i += 1) fs.writeFileSync(path.join(otherRoot, "far", `f${i}.bin`), bytes(3000 + i * 1001));
+const SLOW_SIZE = 16 << 20;
+fs.writeFileSync(path.join(otherRoot, "slow.bin"), bytes(SLOW_SIZE));
+const other = spawn(bin, [
+  "serve", "--root", otherRoot, "--tokens", path.join(out, "other-tokens"),
+  "--state-dir", path.join(out, "other-state"), "--listen", "127.0.0.1:0",
+], { stdio: ["ignore", "pipe", "inherit"] });
+process.on("exit", () => other.kill("SIGTERM"));
+const serving = (child) => new Promise((resolve, reject) => {
+  let text = "";
+  child.stdout.on("data", (d) => {
+    text += d;
+    const m = text.match(/serving on (\S+) with fingerprint (\S+)/);
+    if (m) resolve({ address: m[1], fingerprint: m[2] });
+  });
+  child.on("exit", (code) => reject(new Error(`a server exited (${code}): ${text}`)));
+});
+const otherAt = await serving(other);
+
 // The server.
 const server = spawn(bin, [
   "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
@@ -73,6 +101,7 @@ const server = spawn(bin, [
   "--web-transport-lanes", "1",
 ], { stdio: ["ignore", "pipe", "inherit"] });
 let metricsUrl = "";
+const serverAt = serving(server);
 const base = await new Promise((resolve, reject) => {
   let text = "";
   server.stdout.on("data", (d) => {
@@ -562,6 +591,77 @@ try {
   console.log(`e2e: sweep: ${up}`);
   check(/^Recommended: 512\.0 KiB blocks × 2 streams: .* \(upload, 2\.0 MiB per cell\)$/.test(up ?? ""), `an upload sweep: ${up}`);
 
+  step = "another server";
+  // A wrong fingerprint is refused (this server's own, for the other's address).
+  const ownFingerprint = (await serverAt).fingerprint;
+  await page.selectOption("#pane-0 select.side", "add");
+  await page.waitForSelector("#add-server[open]");
+  await page.fill("#add-server-address", otherAt.address);
+  await page.fill("#add-server-fingerprint", ownFingerprint);
+  await page.fill("#add-server-token", OTHER_TOKEN);
+  await page.click("#add-server-connect");
+  await page.waitForFunction(() => /fingerprint|certificate/i.test(document.querySelector("#add-server-error")?.textContent ?? ""));
+  console.log(`e2e: a wrong fingerprint: ${await page.textContent("#add-server-error")}`);
+  await page.fill("#add-server-fingerprint", otherAt.fingerprint);
+  await page.fill("#add-server-token", OTHER_TOKEN);
+  await page.click("#add-server-connect");
+  await page.waitForSelector("#add-server", { state: "hidden" });
+  const remote0 = local0;
+  await row(remote0, "slow.bin").waitFor();
+  check((await remote0.getAttribute("aria-label"))?.startsWith(otherAt.address), "the pane names the other server");
+  // Another server's pane lists and copies only.
+  await remote0.locator(".list").click();
+  await page.keyboard.press("F7");
+  await page.waitForFunction(() => document.querySelector("#pane-0 .status.error")?.textContent?.includes("lists and copies only"));
+
+  step = "copy to another server";
+  // From this server's folder "served" (20 files and a subfolder) into the other's top.
+  await page.selectOption("#policy", "");
+  await server0.locator("input.path").fill("");
+  await server0.locator("input.path").press("Enter");
+  await row(server0, "served").click();
+  await page.keyboard.press("F5");
+  await page.waitForSelector('#jobs-list tr[data-phase="done"]', { timeout: 60000 });
+  const servedFiles = fs.readdirSync(path.join(root, "served"), { recursive: true })
+    .filter((n) => fs.statSync(path.join(root, "served", n)).isFile());
+  check(servedFiles.length === 21, `21 files served: ${servedFiles.length}`);
+  for (const n of servedFiles) {
+    check(shaFile(path.join(otherRoot, "served", n)) === shaFile(path.join(root, "served", n)), `served/${n} hashes the same there`);
+  }
+  await row(remote0, "served").waitFor();
+  // The same again with "ask": a job cannot ask, so it refuses the existing files, by name.
+  await row(server0, "served").click();
+  await page.keyboard.press("F5");
+  await page.waitForSelector('#jobs-list tr[data-phase="failed"]', { timeout: 60000 });
+  const refusal = await page.textContent('#jobs-list tr[data-phase="failed"] td.error');
+  console.log(`e2e: the same copy again: ${refusal}`);
+  check(/exist/.test(refusal ?? ""), `the job names the existing files: ${refusal}`);
+
+  step = "copy from another server, the tab closed";
+  await row(remote0, "far").click();
+  await page.keyboard.press("F5");
+  await page.waitForFunction(() => document.querySelectorAll('#jobs-list tr[data-phase="done"]').length >= 2, null, { timeout: 60000 });
+  for (let i = 0; i < 5; i += 1) {
+    check(shaFile(path.join(root, "far", `f${i}.bin`)) === shaFile(path.join(otherRoot, "far", `f${i}.bin`)), `far/f${i}.bin hashes the same here`);
+  }
+  // 16 MiB at the other token's 32 Mbit/s takes about 4 s: the tab closes while it runs.
+  await row(remote0, "slow.bin").click();
+  await page.keyboard.press("F5");
+  await page.waitForSelector('#jobs-list tr[data-phase="running"]', { timeout: 60000 });
+  await shot("jobs");
+  await page.close();
+  const slowHere = path.join(root, "slow.bin");
+  check(!fs.existsSync(slowHere), "slow.bin is not in place when the tab closes");
+  for (let i = 0; !fs.existsSync(slowHere) && i < 600; i += 1) await new Promise((r) => setTimeout(r, 100));
+  check(shaFile(slowHere) === shaFile(path.join(otherRoot, "slow.bin")), "slow.bin arrived whole after the tab closed");
+  // A new tab of the same login lists the other server and the job, done.
+  const again = await context.newPage();
+  await again.goto(base);
+  await again.waitForSelector("#app-view:not([hidden])");
+  await again.waitForFunction(() => document.querySelectorAll('#jobs-list tr[data-phase="done"]').length >= 3);
+  check((await again.textContent("#pane-0 select.side"))?.includes(otherAt.address), "the other server is still offered");
+  const againPage = again;
+
   step = "metrics";
   // The page's transfers are the server's: counted in its metrics as the CLI's are.
   const puts = await series('sluice_transfers_total{direction="put"}');
@@ -572,8 +672,8 @@ try {
     "the bytes uploaded are counted");
 
   step = "logout";
-  await page.click("#logout");
-  await page.waitForSelector("#login-form", { state: "visible" });
+  await againPage.click("#logout");
+  await againPage.waitForSelector("#login-form", { state: "visible" });
   check(failures.length === 0, failures.join("; "));
   console.log("e2e: all steps passed");
 } catch (e) {
@@ -582,4 +682,5 @@ try {
 } finally {
   await context?.close().catch(() => {});
   server.kill("SIGTERM");
+  other.kill("SIGTERM");
 }

@@ -22,6 +22,9 @@
 //! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
 //! | `POST /api/wt`                            | `{url, hashes, block_bytes, streams}`: the WebTransport side (404 when not served; see `wt`) |
 //!
+//! Other servers in the panes and copies between servers (`/api/servers`, `/api/copy`,
+//! `/api/jobs`) are [`super::servers`]'s.
+//!
 //! A download or upload request is a transfer of the server's: it takes a place among its
 //! token's transfers (`busy` when they all run) and the server's, shows in `/metrics` as a QUIC
 //! transfer does, and is paced to the token's rate limit or the lower `rate_bps` the page asks.

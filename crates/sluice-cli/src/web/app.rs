@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 
 pub(crate) use super::request::AppState;
 use super::request::{ApiError, CSP};
-use super::{api, assets};
+use super::{api, assets, servers};
 
 pub(crate) fn router(state: AppState) -> Router {
     let api = Router::new()
@@ -33,7 +33,13 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/sweep", get(api::sweep_down).put(api::sweep_up))
         .route("/api/upload", get(api::upload_status).put(api::upload))
         .route("/api/upload/stop", post(api::upload_stop))
-        .route("/api/wt", post(api::webtransport));
+        .route("/api/wt", post(api::webtransport))
+        .route("/api/servers", get(servers::listed).post(servers::add))
+        .route("/api/servers/forget", post(servers::forget))
+        .route("/api/servers/list", get(servers::list))
+        .route("/api/copy", post(servers::copy))
+        .route("/api/jobs", get(servers::jobs))
+        .route("/api/jobs/cancel", post(servers::cancel));
     assets::routes(api)
         .fallback(not_found)
         .layer(axum::middleware::map_response(secure_headers))

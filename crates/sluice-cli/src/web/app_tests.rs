@@ -20,9 +20,9 @@ use super::request::{AppState, CSP, CSRF_HEADER};
 const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\nwrite-token rights=write\n\
                       one-token transfers=1\nslow-token rate=2Mbit\n";
 
-struct App {
-    router: Router,
-    state: AppState,
+pub(super) struct App {
+    pub(super) router: Router,
+    pub(super) state: AppState,
     dir: tempfile::TempDir,
 }
 
@@ -38,7 +38,7 @@ fn app_with(limits: LoginLimits) -> App {
     App { router: router(state.clone()), state, dir }
 }
 
-fn app() -> App {
+pub(super) fn app() -> App {
     app_with(LoginLimits::DEFAULT)
 }
 
@@ -76,26 +76,26 @@ async fn bytes_of(response: Response<Body>) -> Vec<u8> {
     axum::body::to_bytes(response.into_body(), 1 << 30).await.unwrap().to_vec()
 }
 
-async fn json_of(response: Response<Body>) -> Value {
+pub(super) async fn json_of(response: Response<Body>) -> Value {
     let bytes = bytes_of(response).await;
     serde_json::from_slice(&bytes)
         .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&bytes)))
 }
 
 /// A logged-in client of the app.
-struct Client<'a> {
-    app: &'a App,
-    cookie: String,
-    csrf: String,
+pub(super) struct Client<'a> {
+    pub(super) app: &'a App,
+    pub(super) cookie: String,
+    pub(super) csrf: String,
 }
 
 impl<'a> Client<'a> {
-    async fn new(app: &'a App, token: &str) -> Client<'a> {
+    pub(super) async fn new(app: &'a App, token: &str) -> Client<'a> {
         let (cookie, csrf) = app.login(token).await;
         Client { app, cookie, csrf }
     }
 
-    async fn get(&self, uri: &str) -> Response<Body> {
+    pub(super) async fn get(&self, uri: &str) -> Response<Body> {
         self.app
             .send(
                 Request::get(uri).header(header::COOKIE, &self.cookie).body(Body::empty()).unwrap(),
@@ -103,7 +103,7 @@ impl<'a> Client<'a> {
             .await
     }
 
-    async fn post(&self, uri: &str, body: Value) -> Response<Body> {
+    pub(super) async fn post(&self, uri: &str, body: Value) -> Response<Body> {
         let request = Request::post(uri)
             .header(header::COOKIE, &self.cookie)
             .header(CSRF_HEADER, &self.csrf)

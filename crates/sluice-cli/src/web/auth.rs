@@ -86,6 +86,9 @@ pub(crate) struct Session {
     pub(crate) access: Arc<Access>,
     /// The token state-changing requests carry in `X-Sluice-CSRF`.
     pub(crate) csrf: String,
+    /// Its sessions to servers, when the app offers other servers in its panes (it keeps the
+    /// login's token for this server's own session; [`super::servers`]).
+    pub(crate) linked: Option<Arc<super::servers::Linked>>,
     expires: Instant,
 }
 
@@ -105,6 +108,8 @@ pub(crate) enum LoginError {
 pub(crate) struct Logins {
     gate: Gate,
     limits: LoginLimits,
+    /// Whether a session keeps its token ([`Logins::keep_tokens`]).
+    keep_tokens: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
 }
 
@@ -134,7 +139,13 @@ impl Logins {
             all: Bucket::full(limits.all, Instant::now()),
             tickets: HashMap::new(),
         };
-        Logins { gate, limits, state: Mutex::new(state) }
+        Logins { gate, limits, keep_tokens: false.into(), state: Mutex::new(state) }
+    }
+
+    /// Sessions from now on keep their tokens in memory, for the server's own session on
+    /// their behalf (other servers in the page's panes).
+    pub(crate) fn keep_tokens(&self) {
+        self.keep_tokens.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -173,7 +184,12 @@ impl Logins {
         if state.sessions.len() >= SESSIONS_MAX {
             return Err(LoginError::Full);
         }
-        let session = Arc::new(Session { access, csrf: random_id(), expires: now + SESSION_TTL });
+        let linked = self
+            .keep_tokens
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| Arc::new(super::servers::Linked::new(token)));
+        let session =
+            Arc::new(Session { access, csrf: random_id(), linked, expires: now + SESSION_TTL });
         let id = random_id();
         state.sessions.insert(id.clone(), session.clone());
         Ok((id, session))

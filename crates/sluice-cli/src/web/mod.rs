@@ -20,6 +20,9 @@ mod listen;
 mod metrics;
 mod range;
 mod request;
+pub(crate) mod servers;
+#[cfg(test)]
+mod servers_tests;
 #[cfg(test)]
 mod tests;
 pub(crate) mod tls;

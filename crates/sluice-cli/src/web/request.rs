@@ -39,6 +39,9 @@ pub(crate) struct AppState {
     pub(crate) fingerprint: String,
     /// The WebTransport side, when it is served (`/api/wt` hands it to the page).
     pub(crate) wt: Option<Arc<super::wt::Shared>>,
+    /// Other servers in the page's panes and copies between servers, when offered
+    /// ([`super::servers`]).
+    pub(crate) servers: Option<Arc<super::servers::ServerLinks>>,
 }
 
 impl AppState {
@@ -54,7 +57,15 @@ impl AppState {
             partials: Arc::default(),
             fingerprint,
             wt: None,
+            servers: None,
         }
+    }
+
+    /// With other servers in the page's panes: each login keeps its token for this server's
+    /// own session ([`super::servers`]).
+    pub(crate) fn with_servers(self, links: super::servers::ServerLinks) -> Self {
+        self.logins.keep_tokens();
+        AppState { servers: Some(Arc::new(links)), ..self }
     }
 
     /// With transfers over WebTransport too.
@@ -81,6 +92,12 @@ impl ApiError {
 
     pub(crate) fn bad(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "bad-request", message)
+    }
+
+    /// The same error with `prefix` before its message (which server said it).
+    pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
+        self.message.insert_str(0, prefix);
+        self
     }
 
     pub(crate) fn with(mut self, key: &'static str, value: serde_json::Value) -> Self {

@@ -209,3 +209,55 @@ export async function sweepUp(bytes) {
   const body = await parse(response);
   if (body.received !== bytes) throw new ApiError(0, "short", `the server got ${body.received} of ${bytes} bytes`);
 }
+
+// Other servers in the panes, and copies between servers (crates/sluice-cli/src/web/servers.rs).
+// A server is named by its id; "" is this server.
+
+/** @typedef {{ id: string, label: string, fingerprint: string }} OtherServer */
+/**
+ * @typedef {{ kind: string, id: string, from: string, dest: string, phase: string, bytes: number,
+ *   total: number, files: number, started: number, ended?: number, error?: string }} Job
+ */
+
+/** @returns {Promise<{ available: boolean, servers: OtherServer[] }>} */
+export async function servers() {
+  return parse(await fetch("/api/servers"));
+}
+
+/**
+ * Connects this server to another, with the token that server gave the user and its fingerprint
+ * pinned.
+ * @param {string} address
+ * @param {string} fingerprint
+ * @param {string} token
+ * @returns {Promise<OtherServer>}
+ */
+export const addServer = (address, fingerprint, token) =>
+  post("/api/servers", { address, fingerprint, token });
+
+/** @param {string} id */
+export const forgetServer = (id) => post("/api/servers/forget", { id });
+
+/**
+ * @param {string} server
+ * @param {string} path
+ * @returns {Promise<{ path: string, entries: Entry[], skipped: number }>}
+ */
+export async function serverList(server, path) {
+  return parse(await fetch(url("/api/servers/list", { server, path })));
+}
+
+/**
+ * A copy from one server to another: a job on the destination.
+ * @param {{ from: string, to: string, paths: string[], dest: string, overwrite: string }} copy
+ * @returns {Promise<{ started?: boolean, done?: { job: string, files: number, bytes: number } }>}
+ */
+export const copyBetween = (copy) => post("/api/copy", copy);
+
+/** @returns {Promise<{ servers: { server: string, label: string, jobs: Job[], error?: { error: string, message: string } }[] }>} */
+export async function jobs() {
+  return parse(await fetch("/api/jobs"));
+}
+
+/** @param {string} server @param {string} id */
+export const cancelJob = (server, id) => post("/api/jobs/cancel", { server, id });

@@ -1,10 +1,12 @@
 // The file manager's start: log in (or find the session of this page's cookie), then two
-// panes, the keyboard, drag and drop, and the copy, folder, rename and delete commands.
+// panes, the keyboard, drag and drop, and the copy, folder, rename and delete commands. A copy
+// between two server panes is a job of the destination server (jobs.js).
 
 import * as api from "./api.js";
 import { ask, byId } from "./dom.js";
+import { Jobs } from "./jobs.js";
 import { HandleDir, PickedFiles, join } from "./local.js";
-import { Pane } from "./pane.js";
+import { Pane, others } from "./pane.js";
 import { Sweep } from "./sweep.js";
 import { Transfers } from "./transfers.js";
 import { retry as wtRetry, session as wtSession } from "./wt.js";
@@ -14,6 +16,8 @@ let panes = [];
 let active = 0;
 /** @type {Transfers} */
 let transfers;
+/** @type {Jobs} */
+let jobs;
 
 function pane() {
   return panes[active];
@@ -51,12 +55,22 @@ function showApp(info) {
   byId("logout").hidden = false;
   byId("fingerprint").textContent = `certificate ${info.fingerprint}`;
   if (panes.length) return;
-  transfers = new Transfers(() => panes.forEach((p) => p.load(p.path)));
+  const reload = () => panes.forEach((p) => p.load(p.path));
+  transfers = new Transfers(reload);
+  jobs = new Jobs(reload);
+  byId("jobs-refresh").addEventListener("click", () => jobs.refresh());
   new Sweep();
   panes = [
-    new Pane(byId("pane-0"), "local", focus),
-    new Pane(byId("pane-1"), "server", focus),
+    new Pane(byId("pane-0"), "local", focus, addServer),
+    new Pane(byId("pane-1"), "server", focus, addServer),
   ];
+  // Other servers this login added before (a reload keeps them), and their jobs.
+  api.servers().then((answer) => {
+    others.available = answer.available;
+    others.list.splice(0, others.list.length, ...answer.servers);
+    panes.forEach((p) => p.buildHead());
+    if (answer.available) jobs.refresh();
+  }, () => {});
   panes.forEach((p, i) => {
     p.load("");
     dropTarget(p, i);
@@ -87,6 +101,69 @@ byId("logout").addEventListener("click", async () => {
   location.reload();
 });
 
+/**
+ * Asks for another server (address, fingerprint, token) and connects this server to it.
+ * @returns {Promise<api.OtherServer | null>} the server, or null when the user gave up
+ */
+function addServer() {
+  const dialog = /** @type {HTMLDialogElement} */ (byId("add-server"));
+  const form = /** @type {HTMLFormElement} */ (byId("add-server-form"));
+  const field = (/** @type {string} */ id) => /** @type {HTMLInputElement} */ (byId(id));
+  const error = byId("add-server-error");
+  error.textContent = "";
+  form.reset();
+  dialog.showModal();
+  return new Promise((resolve) => {
+    /** @param {SubmitEvent} e */
+    const submit = async (e) => {
+      const button = /** @type {HTMLButtonElement | null} */ (e.submitter);
+      if (button?.value !== "connect") return;
+      e.preventDefault();
+      error.textContent = "Connecting…";
+      try {
+        const server = await api.addServer(field("add-server-address").value,
+          field("add-server-fingerprint").value, field("add-server-token").value);
+        field("add-server-token").value = "";
+        others.list.push(server);
+        panes.forEach((p) => p.buildHead());
+        form.removeEventListener("submit", submit);
+        dialog.close();
+        resolve(server);
+        jobs.refresh();
+      } catch (err) {
+        error.textContent = /** @type {Error} */ (err).message;
+      }
+    };
+    form.addEventListener("submit", submit);
+    dialog.addEventListener("close", () => {
+      form.removeEventListener("submit", submit);
+      field("add-server-token").value = "";
+      resolve(null);
+    }, { once: true });
+  });
+}
+
+/**
+ * A copy from one server pane to the other: a job on the destination server. The overwrite
+ * policy is the panel's; "ask" refuses files that exist (a job cannot stop to ask).
+ * @param {Pane} from
+ * @param {Pane} to
+ * @param {{ name: string }[]} items
+ */
+async function copyBetween(from, to, items) {
+  const policy = /** @type {HTMLSelectElement} */ (byId("policy")).value;
+  const answer = await api.copyBetween({
+    from: from.serverId() ?? "",
+    to: to.serverId() ?? "",
+    paths: items.map((i) => join(from.path, i.name)),
+    dest: to.path,
+    overwrite: policy || "refuse",
+  });
+  from.say(answer.done ? `copied: ${answer.done.files} files` : "copying: a job on the destination server (see Jobs)");
+  await jobs.refresh();
+  if (answer.done) await to.load(to.path);
+}
+
 /** F5: copies the active pane's selection into the other pane's folder. */
 async function copy() {
   const from = pane();
@@ -96,13 +173,17 @@ async function copy() {
   // An answer "for all" holds for this copy's files only.
   transfers.policyForAll = null;
   try {
-    if (from.side === "local" && to.side === "server") {
+    if (from.serverId() !== null && to.serverId() !== null) {
+      await copyBetween(from, to, items);
+    } else if (from.side === "remote" || to.side === "remote") {
+      throw new Error("copies between this computer and another server go through this server: copy here first");
+    } else if (from.side === "local" && to.side === "server") {
       if (!from.local) throw new Error("nothing on this computer is open");
       for (const item of items) await uploadTree(from.local, join(from.path, item.name), item.kind, join(to.path, item.name));
     } else if (from.side === "server" && to.side === "local") {
       for (const item of items) await downloadTree(join(from.path, item.name), item, to, join(to.path, item.name));
     } else {
-      throw new Error("copy goes between the server and this computer (server to server is a later phase)");
+      throw new Error("copy goes between two panes of different sides");
     }
     from.selected.clear();
     from.render();
@@ -159,9 +240,21 @@ async function downloadTree(src, entry, to, dest) {
   }
 }
 
+/**
+ * Another server's pane is listed and copied to and from only: Sluice sessions carry no folder,
+ * rename or delete requests.
+ * @param {Pane} p
+ */
+function onlyCopies(p) {
+  if (p.side !== "remote") return false;
+  p.error("another server's pane lists and copies only: make folders, rename and delete there with its own page or tools");
+  return true;
+}
+
 /** F7: a new folder in the active pane. */
 async function makeFolder() {
   const p = pane();
+  if (onlyCopies(p)) return;
   const answer = await ask("New folder name:", [{ value: "ok", label: "Create" }], "");
   if (!answer?.text) return;
   try {
@@ -177,6 +270,7 @@ async function makeFolder() {
 /** F8: deletes the selection (folders with everything in them). */
 async function remove() {
   const p = pane();
+  if (onlyCopies(p)) return;
   const items = p.targets();
   if (!items.length) return;
   const names = items.map((i) => i.name).join("\n");
@@ -198,6 +292,7 @@ async function remove() {
 /** F2 or Shift+F6: renames the entry under the cursor. */
 async function rename() {
   const p = pane();
+  if (onlyCopies(p)) return;
   const entry = p.entries[p.cursor];
   if (!entry) return;
   const answer = await ask(`Rename "${entry.name}" to:`, [{ value: "ok", label: "Rename" }], entry.name);
@@ -275,6 +370,7 @@ function dropTarget(p, index) {
     const files = e.dataTransfer?.files ? [...e.dataTransfer.files] : [];
     if (!files.length) return;
     if (p.side === "local") p.addPicked(files);
+    else if (onlyCopies(p)) return;
     else for (const file of files) transfers.upload(file, join(p.path, file.name));
   });
 }

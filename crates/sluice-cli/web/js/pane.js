@@ -1,22 +1,34 @@
-// One pane of the file manager: a server path under the token's root, or "this computer".
-// It lists, sorts, moves a cursor and keeps a selection; what to do with them is main.js's.
+// One pane of the file manager: a path on this server under the token's root, on another
+// server the page added (this server lists it for the page), or on "this computer". It lists,
+// sorts, moves a cursor and keeps a selection; what to do with them is main.js's.
 
 import * as api from "./api.js";
 import { el, size, time } from "./dom.js";
 import { PickedFiles, browserStorage, canOpenFolders, join, openFolder, split } from "./local.js";
 
 /** @typedef {{ name: string, kind: string, size: number, mtime: number }} Row */
+/** @typedef {"server" | "local" | "remote"} Side */
+
+/**
+ * Other servers the panes may show, and whether this server offers them at all.
+ * @type {{ available: boolean, list: api.OtherServer[] }}
+ */
+export const others = { available: false, list: [] };
 
 export class Pane {
   /**
    * @param {HTMLElement} root the pane's section
-   * @param {"server" | "local"} side
+   * @param {Side} side
    * @param {(pane: Pane) => void} onFocus
+   * @param {() => Promise<api.OtherServer | null>} addServer asks for another server
    */
-  constructor(root, side, onFocus) {
+  constructor(root, side, onFocus, addServer) {
     this.root = root;
-    /** @type {"server" | "local"} */
+    /** @type {Side} */
     this.side = side;
+    /** @type {api.OtherServer | null} the other server a "remote" pane shows */
+    this.remote = null;
+    this.addServer = addServer;
     /** @type {import("./local.js").Local | null} */
     this.local = null;
     this.path = "";
@@ -40,13 +52,22 @@ export class Pane {
   buildHead() {
     const which = el("select", { class: "side", "aria-label": "side" },
       el("option", { value: "server" }, "Server"),
-      el("option", { value: "local" }, "This computer"));
-    which.value = this.side;
-    which.addEventListener("change", () => {
-      this.side = /** @type {"server" | "local"} */ (which.value);
-      this.path = "";
-      this.buildHead();
-      this.load("");
+      el("option", { value: "local" }, "This computer"),
+      ...others.list.map((o) => el("option", { value: `remote:${o.id}` }, o.label)),
+      ...(others.available ? [el("option", { value: "add" }, "Another server…")] : []));
+    which.value = this.side === "remote" && this.remote ? `remote:${this.remote.id}` : this.side;
+    which.addEventListener("change", async () => {
+      if (which.value === "add") {
+        const added = await this.addServer();
+        if (!added) {
+          this.buildHead();
+          return;
+        }
+        this.show("remote", added);
+        return;
+      }
+      const remote = others.list.find((o) => which.value === `remote:${o.id}`) ?? null;
+      this.show(remote ? "remote" : /** @type {Side} */ (which.value), remote);
     });
     const path = el("input", { class: "path", "aria-label": "path", spellcheck: "false" });
     path.value = this.path;
@@ -64,6 +85,11 @@ export class Pane {
     const refresh = el("button", { class: "refresh" }, "Refresh");
     refresh.addEventListener("click", () => this.load(this.path));
     const items = [which, up, path, refresh];
+    if (this.side === "remote") {
+      const forget = el("button", { class: "forget", title: "close this server's session here; its jobs go on" }, "Forget server");
+      forget.addEventListener("click", () => this.forget());
+      items.push(forget);
+    }
     if (this.side === "local") {
       if (canOpenFolders()) {
         const open = el("button", { class: "open-folder" }, "Open folder…");
@@ -89,6 +115,40 @@ export class Pane {
     this.head.replaceChildren(...items);
   }
 
+  /**
+   * Shows `side` (for "remote", the server `remote`) from its top.
+   * @param {Side} side
+   * @param {api.OtherServer | null} [remote]
+   */
+  show(side, remote = null) {
+    this.side = side;
+    this.remote = side === "remote" ? remote : null;
+    this.path = "";
+    this.buildHead();
+    this.load("");
+  }
+
+  /** Forgets the other server this pane shows (its session here ends; its jobs go on). */
+  async forget() {
+    const remote = this.remote;
+    if (!remote) return;
+    try {
+      await api.forgetServer(remote.id);
+    } catch (e) {
+      this.error(e);
+      return;
+    }
+    const at = others.list.findIndex((o) => o.id === remote.id);
+    if (at >= 0) others.list.splice(at, 1);
+    this.show("server");
+  }
+
+  /** The server id a server pane names in copies between servers ("" this one); null for this computer. */
+  serverId() {
+    if (this.side === "server") return "";
+    return this.side === "remote" && this.remote ? this.remote.id : null;
+  }
+
   /** @param {import("./local.js").Local} local */
   useLocal(local) {
     this.local = local;
@@ -103,7 +163,9 @@ export class Pane {
   }
 
   title() {
-    return this.side === "server" ? `server:/${this.path}` : `${this.local?.label ?? "this computer"}:/${this.path}`;
+    if (this.side === "server") return `server:/${this.path}`;
+    if (this.side === "remote") return `${this.remote?.label ?? "server"}:/${this.path}`;
+    return `${this.local?.label ?? "this computer"}:/${this.path}`;
   }
 
   /** @param {unknown} e */
@@ -129,6 +191,9 @@ export class Pane {
       let entries;
       if (this.side === "server") {
         entries = (await api.list(path)).entries;
+      } else if (this.side === "remote") {
+        if (!this.remote) throw new Error("no server chosen");
+        entries = (await api.serverList(this.remote.id, path)).entries;
       } else if (this.local) {
         entries = await this.local.list(path);
       } else {
@@ -142,7 +207,7 @@ export class Pane {
       this.sortEntries();
       const at = this.entries.findIndex((e) => e.name === keep);
       this.cursor = Math.max(0, at);
-      if (this.side === "server" || this.local) this.say(`${entries.length} entries`);
+      if (this.side !== "local" || this.local) this.say(`${entries.length} entries`);
     } catch (e) {
       this.error(e);
     }

@@ -333,6 +333,12 @@ impl Client {
         self.conn.remote_address()
     }
 
+    /// Whether the session has ended (closed by either end, or its connection lost): a
+    /// holder that keeps sessions opens a new one in its place.
+    pub fn is_closed(&self) -> bool {
+        self.conn.close_reason().is_some()
+    }
+
     /// Why the server was trusted.
     pub fn host_decision(&self) -> HostDecision {
         self.host_decision

@@ -131,7 +131,7 @@ pub struct ThirdPartyConfig {
 impl ThirdPartyConfig {
     /// Whether a destination may dial `source`, whose fingerprint the client pinned as
     /// `fingerprint`; the refusal says why.
-    pub(crate) fn may_dial(
+    pub fn may_dial(
         &self,
         source: SocketAddr,
         fingerprint: &Fingerprint,

@@ -1,0 +1,85 @@
+// The panel of jobs between servers: copies from one server to another run as jobs of the
+// destination server (third-party transfers), which go on when this tab is closed. The panel
+// lists the login's jobs on this server and on each server the panes added, as the servers
+// report them, and cancels them there.
+
+import * as api from "./api.js";
+import { byId, el, size, time } from "./dom.js";
+
+/** How often the list is asked for while a job runs. */
+const POLL_MS = 1000;
+
+export class Jobs {
+  /** @param {() => void} onEnd called when a job this panel saw running has ended */
+  constructor(onEnd) {
+    this.section = byId("jobs");
+    this.body = byId("jobs-list");
+    this.status = byId("jobs-status");
+    this.onEnd = onEnd;
+    /** @type {Set<string>} jobs seen running */
+    this.running = new Set();
+    /** @type {ReturnType<typeof setTimeout> | null} */
+    this.timer = null;
+  }
+
+  /** Asks the servers for their jobs now, and again while any runs. */
+  async refresh() {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    let answer;
+    try {
+      answer = await api.jobs();
+    } catch (e) {
+      this.status.textContent = /** @type {Error} */ (e).message;
+      return;
+    }
+    const rows = [];
+    const problems = [];
+    const running = new Set();
+    for (const server of answer.servers) {
+      // A token without the write right there has no jobs there to list.
+      if (server.error && server.error.error !== "refused") problems.push(server.error.message);
+      for (const job of server.jobs) {
+        const key = `${server.server}/${job.id}`;
+        if (job.phase === "running") running.add(key);
+        rows.push(this.row(server.server, server.label, job));
+      }
+    }
+    const ended = [...this.running].some((k) => !running.has(k));
+    this.running = running;
+    this.body.replaceChildren(...rows);
+    this.section.hidden = rows.length === 0 && problems.length === 0;
+    this.status.textContent = problems.join("\n");
+    if (ended) this.onEnd();
+    if (running.size) this.timer = setTimeout(() => this.refresh(), POLL_MS);
+  }
+
+  /**
+   * @param {string} server
+   * @param {string} label
+   * @param {api.Job} job
+   */
+  row(server, label, job) {
+    const bar = el("progress", { max: Math.max(job.total, 1), value: job.bytes });
+    const cells = [
+      el("td", { class: "server" }, label),
+      el("td", { class: "from" }, job.from),
+      el("td", { class: "dest" }, `/${job.dest}`),
+      el("td", {}, bar, ` ${size(job.bytes)} of ${size(job.total)}, ${job.files} files`),
+      el("td", { class: "phase" }, job.phase),
+      el("td", { class: "when" }, time(job.ended ?? job.started)),
+      el("td", { class: "error" }, job.error ?? ""),
+    ];
+    const cancel = el("button", { class: "cancel" }, "Cancel");
+    cancel.hidden = job.phase !== "running" && job.phase !== "stalled";
+    cancel.addEventListener("click", async () => {
+      try {
+        await api.cancelJob(server, job.id);
+      } catch (e) {
+        this.status.textContent = /** @type {Error} */ (e).message;
+      }
+      this.refresh();
+    });
+    return el("tr", { "data-job": job.id, "data-phase": job.phase }, ...cells, el("td", {}, cancel));
+  }
+}
