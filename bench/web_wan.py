@@ -114,7 +114,7 @@ def main():
     ap.add_argument("--rate-mbit", type=int, default=1000)
     ap.add_argument("--batch-us", type=int, default=0, help="receive batching of the data path")
     ap.add_argument("--size-mib", type=int, default=1024)
-    ap.add_argument("--via", default="webtransport", help="webtransport,https")
+    ap.add_argument("--via", default="webtransport", help="webtransport,https,auto (auto: the page measures both on the transfer and takes the faster)")
     ap.add_argument("--dirs", default="download,upload")
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI's download")
     ap.add_argument("--seed", type=int, default=4242)

@@ -65,6 +65,10 @@ fn the_file_manager_in_chromium() {
         "tsc --checkJs of web/js",
         Command::new("npx").args(["tsc", "-p", "tsconfig.json"]).current_dir(&dir),
     );
+    run(
+        "the page's choice of transport (web-tests/choose.test.mjs)",
+        Command::new("node").arg("choose.test.mjs").current_dir(&dir),
+    );
     let seed = std::env::var("SLUICE_SEED")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())

@@ -64,6 +64,10 @@ fs.writeFileSync(path.join(root, "bad.bin"), bytes(300000));
 const WT_SIZE = (24 << 20) + 4321;
 fs.writeFileSync(path.join(local, "wt-up.bin"), bytes(WT_SIZE));
 fs.writeFileSync(path.join(root, "wt-down.bin"), bytes(WT_SIZE));
+// For the page's choice of transport: at 8 MB/s a probe of 3 s cannot move it all.
+const AUTO_SIZE = 48 << 20;
+fs.writeFileSync(path.join(local, "auto.bin"), bytes(AUTO_SIZE));
+fs.writeFileSync(path.join(root, "auto-get.bin"), bytes(AUTO_SIZE));
 
 // The other server, for copies between servers. Its token reads at 32 Mbit/s, so that a copy
 // from it takes long enough for the tab to close while it runs.
@@ -201,7 +205,7 @@ try {
   const viaWt = await page.textContent("#transport");
   check(viaWt.includes("WebTransport"), `the page says transfers go over WebTransport: ${viaWt}`);
   // The HTTPS operations first (WebTransport switched off; its own steps come later).
-  await page.uncheck("#use-wt");
+  await page.selectOption("#transport-mode", "https");
   await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.includes("switched off"));
   const transport = await page.textContent("#transport");
   check(transport.includes("HTTPS"), "the page says transfers go over HTTPS");
@@ -458,7 +462,7 @@ try {
 
   step = "webtransport: download";
   await clearDone();
-  await page.check("#use-wt");
+  await page.selectOption("#transport-mode", "webtransport");
   await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "webtransport");
   const wtHash = (name) => page.evaluate(async (name) => {
     const file = await (await (await navigator.storage.getDirectory()).getFileHandle(name)).getFile();
@@ -522,6 +526,44 @@ try {
   check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);
   check(await series("sluice_webtransport_sessions_total") >= 1, "a WebTransport session was counted");
 
+  step = "auto: each direction measures both transports and takes the faster";
+  // Paced to 8 MB/s: the first 3 s of each file go by WebTransport, the rest by HTTPS from
+  // where that stopped (the probe); both rates are then shown, and the files are whole.
+  await clearDone();
+  await page.selectOption("#transport-mode", "auto");
+  await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.includes("takes the faster"), null, { timeout: 30000 });
+  await page.fill("#rate", "8");
+  await local0.locator("input.pick-files").setInputFiles(path.join(local, "auto.bin"));
+  await row(local0, "auto.bin").click();
+  await page.keyboard.press("F5");
+  await jobsDone(1);
+  const upNote = await page.textContent("#queue");
+  console.log(`e2e: auto upload: ${upNote}; ${await page.textContent("#choice")}`);
+  check(upNote.includes("WebTransport measured"), `the upload probed WebTransport first: ${upNote}`);
+  check(upNote.includes("BLAKE3 verified"), "the upload was verified");
+  check(shaFile(path.join(root, "auto.bin")) === shaFile(path.join(local, "auto.bin")), "auto.bin hashes the same");
+  const choice = () => page.$eval("#choice", (e) => ({ ...e.dataset }));
+  let chosen = await choice();
+  check(Number(chosen.upWt) > 0 && Number(chosen.upHttps) > 0, `both ways measured for uploads: ${JSON.stringify(chosen)}`);
+  check(chosen.upPick === (Number(chosen.upHttps) > Number(chosen.upWt) ? "https" : "wt"), `uploads take the faster: ${JSON.stringify(chosen)}`);
+  await clearDone();
+  await local0.locator("button.browser-storage").click();
+  await row(server0, "auto-get.bin").click();
+  await page.keyboard.press("F5");
+  await jobsDone(1);
+  const downNote = await page.textContent("#queue");
+  console.log(`e2e: auto download: ${downNote}; ${await page.textContent("#choice")}`);
+  check(downNote.includes("WebTransport measured"), `the download probed WebTransport first: ${downNote}`);
+  check(downNote.includes("BLAKE3 verified"), "the download was verified");
+  check(await wtHash("auto-get.bin") === shaFile(path.join(root, "auto-get.bin")), "auto-get.bin hashes the same");
+  chosen = await choice();
+  check(Number(chosen.downWt) > 0 && Number(chosen.downHttps) > 0, `both ways measured for downloads: ${JSON.stringify(chosen)}`);
+  check(chosen.downPick === (Number(chosen.downHttps) > Number(chosen.downWt) ? "https" : "wt"), `downloads take the faster: ${JSON.stringify(chosen)}`);
+  await page.fill("#rate", "0");
+  await clearDone();
+  // The next steps upload a picked file again.
+  await local0.locator("input.pick-files").setInputFiles(path.join(local, "wt-up.bin"));
+
   step = "webtransport: a certificate replaced after the page got its hash";
   // The first answer of /api/wt names a hash the server does not serve, as when it replaced its
   // certificate between that answer and the handshake: the page asks again and connects.
@@ -532,9 +574,9 @@ try {
     wtAnswers += 1;
     await route.fulfill({ response, json: { ...body, hashes: wtAnswers === 1 ? ["00".repeat(32)] : body.hashes } });
   });
-  await page.uncheck("#use-wt");
+  await page.selectOption("#transport-mode", "https");
   await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "https");
-  await page.check("#use-wt");
+  await page.selectOption("#transport-mode", "webtransport");
   await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.startsWith("Transfers go over WebTransport"),
     null, { timeout: 30000 });
   check(wtAnswers === 2, `the page asked for the hash again once: ${wtAnswers} answers`);
@@ -549,8 +591,8 @@ try {
     const body = await response.json();
     await route.fulfill({ response, json: { ...body, hashes: ["00".repeat(32)] } });
   });
-  await page.uncheck("#use-wt");
-  await page.check("#use-wt");
+  await page.selectOption("#transport-mode", "https");
+  await page.selectOption("#transport-mode", "webtransport");
   await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.includes("did not connect"), null, { timeout: 30000 });
   const fallback = await page.textContent("#transport");
   await page.selectOption("#policy", "always");

@@ -137,9 +137,13 @@ try {
     console.log(JSON.stringify(results.at(-1)));
   };
   for (const via of vias) {
-    if (via === "https") await page.uncheck("#use-wt");
-    else await page.check("#use-wt");
-    await page.waitForFunction((via) => document.querySelector("#transport")?.dataset.transport === via, via);
+    // auto: the page measures both ways on the transfer itself (a fresh choice each time it
+    // is selected) and the WebTransport session is connected.
+    await page.selectOption("#transport-mode", "https");
+    await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "https");
+    await page.selectOption("#transport-mode", via);
+    const connected = via === "https" ? "https" : "webtransport";
+    await page.waitForFunction((c) => document.querySelector("#transport")?.dataset.transport === c, connected);
     if (dirs.includes("download")) {
       // Download into the browser's own storage.
       await opfsClear();

@@ -24,6 +24,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/js/hash.js", JS, include_bytes!("../../web/js/hash.js")),
     ("/js/sweep.js", JS, include_bytes!("../../web/js/sweep.js")),
     ("/js/jobs.js", JS, include_bytes!("../../web/js/jobs.js")),
+    ("/js/choose.js", JS, include_bytes!("../../web/js/choose.js")),
     ("/js/wt.js", JS, include_bytes!("../../web/js/wt.js")),
     ("/sluice.wasm", "application/wasm", include_bytes!(concat!(env!("OUT_DIR"), "/sluice.wasm"))),
 ];

@@ -79,7 +79,11 @@ function showApp(info) {
   panes[1].list.focus();
   // Connects now, so the page says at once how transfers will go.
   wtSession();
-  byId("use-wt").addEventListener("change", () => wtRetry());
+  byId("transport-mode").addEventListener("change", () => {
+    // "auto" measures afresh.
+    transfers.chooser.reset();
+    wtRetry();
+  });
 }
 
 byId("login-form").addEventListener("submit", async (e) => {

@@ -8,6 +8,7 @@
 
 import * as api from "./api.js";
 import { RateChart } from "./chart.js";
+import { Chooser, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
 import { hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
@@ -44,6 +45,15 @@ const POLICIES = [
  * @property {HTMLTableRowElement | null} row
  */
 
+/**
+ * Adds `text` to what the panel says of `job`.
+ * @param {Job} job
+ * @param {string} text
+ */
+function note(job, text) {
+  job.note = [job.note, text].filter(Boolean).join("; ");
+}
+
 export class Transfers {
   /** @param {() => void} onChange called when a transfer ends (panes refresh) */
   constructor(onChange) {
@@ -59,6 +69,8 @@ export class Transfers {
     });
     /** Bytes moved by every transfer of this page. */
     this.movedAll = 0;
+    /** Which way each direction goes in "auto" (choose.js). */
+    this.chooser = new Chooser(() => performance.now());
     this.chart = new RateChart(byId("chart"), byId("rate-peak"));
     // The chart's rate: bytes moved between two ticks (short transfers count too).
     let last = { t: performance.now(), moved: 0 };
@@ -68,6 +80,85 @@ export class Transfers {
       this.chart.add(now.t, ((now.moved - last.moved) * 1000) / Math.max(1, now.t - last.t));
       last = now;
     }, 500);
+  }
+
+  /** @returns {import("./choose.js").Mode} how the panel says transfers go */
+  mode() {
+    const mode = /** @type {HTMLSelectElement} */ (byId("transport-mode")).value;
+    return mode === "https" || mode === "webtransport" ? mode : "auto";
+  }
+
+  /**
+   * One run of a transfer by `via`: `run` under the job's signal, stopped after PROBE_MS when
+   * `probe`. In "auto" what it moved (`held()`, what the receiving end holds, after less
+   * before) over its time is recorded for the choice.
+   * @template T
+   * @param {Job} job
+   * @param {import("./choose.js").Via} via
+   * @param {boolean} probe
+   * @param {() => Promise<number>} held
+   * @param {(signal: AbortSignal) => Promise<T>} run
+   * @returns {Promise<{ result: T | null, probed: boolean }>} probed: the probe's time ran out
+   */
+  async slice(job, via, probe, held, run) {
+    const signal = /** @type {AbortController} */ (job.abort).signal;
+    const slice = new AbortController();
+    const stop = () => slice.abort();
+    signal.addEventListener("abort", stop, { once: true });
+    let ran = false;
+    const timer = probe ? setTimeout(() => { ran = true; slice.abort(); }, PROBE_MS) : null;
+    const before = await held();
+    const started = performance.now();
+    try {
+      return { result: await run(slice.signal), probed: false };
+    } catch (e) {
+      if (ran && !signal.aborted) return { result: null, probed: true };
+      throw e;
+    } finally {
+      if (timer) clearTimeout(timer);
+      signal.removeEventListener("abort", stop);
+      const ms = performance.now() - started;
+      if (this.mode() === "auto" && !signal.aborted) {
+        const moved = await held().catch(() => before);
+        this.chooser.record(job.dir, via, moved - before, ms);
+      }
+    }
+  }
+
+  /**
+   * Notes on `job` that its probe of `via` ran out and it goes on by the other way.
+   * @param {Job} job
+   * @param {import("./choose.js").Via} via
+   */
+  probed(job, via) {
+    const rate = this.chooser.rate(job.dir, via);
+    const name = via === "wt" ? "WebTransport" : "HTTPS";
+    const said = `${name} measured${rate === null ? "" : ` ${size(rate)}/s`}`;
+    note(job, said);
+  }
+
+  /** Says in the panel which way each direction goes and why. */
+  renderChoice() {
+    const where = byId("choice");
+    const mode = this.mode();
+    if (mode !== "auto") {
+      where.textContent = "";
+      return;
+    }
+    const parts = [];
+    for (const dir of /** @type {const} */ (["up", "down"])) {
+      const wt = this.chooser.rate(dir, "wt");
+      const https = this.chooser.rate(dir, "https");
+      where.dataset[`${dir}Wt`] = wt === null ? "" : String(Math.round(wt));
+      where.dataset[`${dir}Https`] = https === null ? "" : String(Math.round(https));
+      const plan = this.chooser.plan("auto", dir, 0, true);
+      where.dataset[`${dir}Pick`] = plan.via;
+      const figures = [wt === null ? "" : `WebTransport ${size(wt)}/s`, https === null ? "" : `HTTPS ${size(https)}/s`]
+        .filter(Boolean).join(", ");
+      const label = dir === "up" ? "uploads" : "downloads";
+      parts.push(`${label}: ${plan.via === "wt" ? "WebTransport" : "HTTPS"}${figures ? ` (${figures})` : " (not measured yet)"}`);
+    }
+    where.textContent = parts.join(" · ");
   }
 
   /** Bits per second each transfer may move (the server paces it); 0: no limit but the token's. */
@@ -189,19 +280,37 @@ export class Transfers {
       const blake3 = await hashBlob(file, (n) => { job.note = `hashing ${size(n)}`; }, signal);
       job.note = "";
       let wt = await wtSession();
-      // A request of before (cancelled, or cut off) may still be ending at the server: it
-      // answers busy until then, and the offset it left is asked again.
+      const held = async () => (await api.uploadStatus(dest, file.size, mtime)).have;
+      let afterProbe = false;
+      // A request of before (cancelled, cut off, or a probe that ran out) may still be ending
+      // at the server: it answers busy until then, and the offset it left is asked again.
       for (let attempt = 1; ; attempt += 1) {
         /** @param {number} have */
         const resumed = (have) => {
           job.done = have;
-          if (have) job.note = `resumed at ${size(have)}`;
+          if (have) note(job, `resumed at ${size(have)}`);
         };
+        const plan = this.chooser.plan(this.mode(), "up", file.size - status.have, Boolean(wt));
+        const on = plan.via === "wt" ? wt : null;
         try {
-          const result = wt
-            ? await wt.upload({ ...which, policy, rate_bps: this.rateLimit() }, file, blake3, resumed,
-              (n) => this.progress(job, n), signal)
-            : await this.uploadHttps(job, which, status.have, policy, file, blake3, signal, resumed);
+          const { result, probed } = await this.slice(job, on ? "wt" : "https", plan.probe, held, (s) => on
+            ? on.upload({ ...which, policy, rate_bps: this.rateLimit() }, file, blake3, resumed,
+              (n) => this.progress(job, n), s)
+            : this.uploadHttps(job, which, status.have, policy, file, blake3, s, resumed));
+          if (!result || probed) {
+            // The probe ran out: the server's request is stopped, and once what it held is
+            // written (the server refuses a second writer meanwhile) the rest goes the other way.
+            await api.stopUpload(which).catch(() => {});
+            this.probed(job, on ? "wt" : "https");
+            for (let same = 0, last = -1; same < 2; ) {
+              await new Promise((r) => setTimeout(r, 200));
+              status = await api.uploadStatus(dest, file.size, mtime);
+              same = status.have === last ? same + 1 : 0;
+              last = status.have;
+            }
+            afterProbe = true;
+            continue;
+          }
           if (result.done && result.stored && result.blake3 !== blake3) {
             throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
           }
@@ -213,8 +322,11 @@ export class Transfers {
           else if (result.name && result.name !== split(dest)[1]) job.note = `${job.note}; stored as ${result.name}`;
           return;
         } catch (e) {
-          const code = e instanceof api.ApiError ? e.code : "";
-          if (wt && !signal.aborted && !code) {
+          let code = e instanceof api.ApiError ? e.code : "";
+          // Right after a probe the server may still end the stopped request and cut the next
+          // one off before it answers: that is a wait, as busy is.
+          if (afterProbe && code === "network") code = "busy";
+          if (on && !signal.aborted && !code) {
             // The session broke (not a refusal of the server's): on over HTTPS.
             wtFailed(e);
             wt = null;
@@ -284,15 +396,26 @@ export class Transfers {
       const tag = localStorage.getItem(tagKey);
       if (have > fileSize || !tag) have = 0;
       const signal = /** @type {AbortController} */ (job.abort).signal;
-      const wt = have === fileSize && fileSize > 0 ? null : await wtSession();
-      try {
-        if (wt) await this.fetchWt(wt, job, src, part, have, tagKey, signal);
-        else await this.fetchHttps(job, src, part, have, tagKey, signal);
-      } catch (e) {
-        if (!wt || signal.aborted || e instanceof api.ApiError) throw e;
-        // The session broke (not a refusal of the server's): on over HTTPS from what is kept.
-        wtFailed(e);
-        await this.fetchHttps(job, src, part, (await part.getFile()).size, tagKey, signal);
+      let wt = have === fileSize && fileSize > 0 ? null : await wtSession();
+      const held = async () => (await part.getFile()).size;
+      for (;;) {
+        const plan = this.chooser.plan(this.mode(), "down", fileSize - have, Boolean(wt));
+        const on = plan.via === "wt" ? wt : null;
+        try {
+          const { probed } = await this.slice(job, on ? "wt" : "https", plan.probe, held, (s) => on
+            ? this.fetchWt(on, job, src, part, have, tagKey, s)
+            : this.fetchHttps(job, src, part, have, tagKey, s));
+          have = await held();
+          if (!probed) break;
+          // The probe ran out: the rest goes the other way, from what is kept.
+          this.probed(job, on ? "wt" : "https");
+        } catch (e) {
+          if (!on || signal.aborted || e instanceof api.ApiError) throw e;
+          // The session broke (not a refusal of the server's): on over HTTPS from what is kept.
+          wtFailed(e);
+          wt = null;
+          have = await held();
+        }
       }
       // What arrived, hashed here (BLAKE3 in WebAssembly), against the server's hash of the
       // version it came from; on a mismatch nothing is stored and the partial file goes.
@@ -384,7 +507,7 @@ export class Transfers {
    * @param {(write: (bytes: Uint8Array) => Promise<void>) => Promise<void>} fill
    */
   async appendTo(job, part, have, fill) {
-    if (have) job.note = `resumed at ${size(have)}`;
+    if (have) note(job, `resumed at ${size(have)}`);
     job.done = have;
     const out = await part.createWritable({ keepExistingData: have > 0 });
     try {
@@ -415,6 +538,7 @@ export class Transfers {
   }
 
   render() {
+    this.renderChoice();
     const body = byId("queue");
     let total = 0;
     let done = 0;

@@ -343,10 +343,15 @@ function say(text, wt) {
   where.dataset.transport = wt ? "webtransport" : "https";
 }
 
+/** The panel's transport: "auto", "webtransport" or "https". */
+function mode() {
+  const select = /** @type {HTMLSelectElement | null} */ (document.getElementById("transport-mode"));
+  return select?.value ?? "auto";
+}
+
 /** Whether the user lets transfers use WebTransport. */
 function wanted() {
-  const box = /** @type {HTMLInputElement | null} */ (document.getElementById("use-wt"));
-  return !box || box.checked;
+  return mode() !== "https";
 }
 
 /**
@@ -417,7 +422,7 @@ async function connect(W) {
  */
 export async function session() {
   if (!wanted()) {
-    say("Transfers go over HTTPS (WebTransport is switched off).", false);
+    say("Transfers go over HTTPS (chosen in the panel; WebTransport is switched off).", false);
     return null;
   }
   const W = /** @type {any} */ (globalThis).WebTransport;
@@ -438,7 +443,9 @@ export async function session() {
     return null;
   }
   const lanes = wt.transports.length;
-  say(`Transfers go over WebTransport (HTTP/3 over QUIC, ${lanes} session${lanes > 1 ? "s" : ""}, ${wt.streams} streams per file).`, true);
+  const how = `HTTP/3 over QUIC, ${lanes} session${lanes > 1 ? "s" : ""}, ${wt.streams} streams per file`;
+  if (mode() === "auto") say(`WebTransport is connected (${how}); each direction takes the faster of it and HTTPS, as measured on its transfers.`, true);
+  else say(`Transfers go over WebTransport (${how}).`, true);
   return wt;
 }
 
