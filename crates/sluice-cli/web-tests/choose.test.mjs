@@ -33,6 +33,19 @@ c.record("down", "wt", 90 << 20, 1000);
 c.record("down", "https", 60 << 20, 1000);
 assert.deepEqual(c.plan("auto", "down", BIG, true), { via: "wt", probe: false });
 
+// A probe that moved nothing in its time is a figure (0), not "unknown": it is not probed
+// again and again, and the other way wins.
+const z = new Chooser(() => t);
+z.record("up", "wt", 0, 3000);
+assert.equal(z.rate("up", "wt"), 0);
+assert.deepEqual(z.plan("auto", "up", BIG, true), { via: "https", probe: true });
+z.record("up", "https", 0, 100);
+assert.deepEqual(z.plan("auto", "up", BIG, true), { via: "https", probe: true });
+z.record("up", "https", 1 << 20, 3000);
+assert.deepEqual(z.plan("auto", "up", BIG, true), { via: "https", probe: false });
+z.record("up", "wt", -1, 3000);
+assert.equal(z.rate("up", "wt"), 0);
+
 // Known for one way only: a small file takes the known one.
 const d = new Chooser(() => t);
 d.record("up", "https", 10 << 20, 1000);

@@ -8,7 +8,8 @@
 //   SLUICE_BIN=target/release/sluice SLUICE_WEB_OUT=/tmp/web-measure SIZE_MIB=1024 \
 //     node crates/sluice-cli/web-tests/measure.mjs
 // Optional: MEASURE_VIA=webtransport,https and MEASURE_DIRS=download,upload pick what runs,
-// MEASURE_TIMEOUT_S bounds each transfer (default 1800);
+// MEASURE_TIMEOUT_S bounds each transfer (default 1800); MEASURE_ROUNDS=N runs them N times in
+// the same page;
 // SLUICE_SERVER_NS=NS with SLUICE_WEB_ADDR=IP:PORT runs the server in network namespace NS
 // (`ip netns exec`) on that address, for a path through an emulated link
 // (bench/web_wan.py runs this script that way, inside the other namespace).
@@ -27,6 +28,7 @@ const TOKEN = "measure-token-0123456789abcdef";
 const size = mib << 20;
 const vias = (process.env.MEASURE_VIA ?? "webtransport,https").split(",");
 const dirs = (process.env.MEASURE_DIRS ?? "download,upload").split(",");
+const rounds = Number(process.env.MEASURE_ROUNDS ?? 1);
 const serverNs = process.env.SLUICE_SERVER_NS;
 const webAddr = process.env.SLUICE_WEB_ADDR ?? "127.0.0.1:0";
 const HZ = 100;
@@ -110,12 +112,17 @@ try {
   await page.waitForSelector("#transport[data-transport]");
   const row = (pane, name) => page.locator(`${pane} tr`).filter({ has: page.locator("td.name", { hasText: name }) }).first();
   const done = async () => {
+    // What the panel says every 10 s, on stderr: a slow or stuck transfer shows where it is.
+    const watch = setInterval(() => {
+      page.evaluate(() => `${document.querySelector("#queue")?.textContent} | ${document.querySelector("#transport")?.textContent}`)
+        .then((t) => console.error(`measure: ${t}`), () => {});
+    }, 10000);
     await page.waitForFunction(() => {
       const rows = [...document.querySelectorAll("#queue tr")];
       const failed = rows.find((r) => r.dataset.state === "failed");
       if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
       return rows.length === 1 && rows[0].dataset.state === "done";
-    }, null, { timeout: timeoutMs, polling: 100 });
+    }, null, { timeout: timeoutMs, polling: 100 }).finally(() => clearInterval(watch));
   };
   const opfsClear = () => page.evaluate(async () => {
     const dir = await navigator.storage.getDirectory();
@@ -144,12 +151,16 @@ try {
     await page.selectOption("#transport-mode", via);
     const connected = via === "https" ? "https" : "webtransport";
     await page.waitForFunction((c) => document.querySelector("#transport")?.dataset.transport === c, connected);
+    // MEASURE_ROUNDS > 1: the same transfers again in the same page (auto's later transfers
+    // take what its first ones measured).
+    for (let round = 1; round <= rounds; round += 1) {
+    const tag = rounds > 1 ? `${via}#${round}` : via;
     if (dirs.includes("download")) {
       // Download into the browser's own storage.
       await opfsClear();
       await page.click("#pane-0 button.browser-storage");
       await row("#pane-1", "big.bin").click();
-      await timed(via, "download", async () => {
+      await timed(tag, "download", async () => {
         await page.keyboard.press("F5");
         await done();
       });
@@ -161,13 +172,14 @@ try {
       await page.selectOption("#policy", "always");
       await page.locator("#pane-0 input.pick-files").setInputFiles(path.join(local, "up.bin"));
       await row("#pane-0", "up.bin").click();
-      await timed(via, "upload", async () => {
+      await timed(tag, "upload", async () => {
         await page.keyboard.press("F5");
         await done();
       });
       if (sha(path.join(root, "up.bin")) !== want) throw new Error(`${via}: the upload differs`);
       fs.rmSync(path.join(root, "up.bin"));
       await page.click("#clear-done");
+    }
     }
   }
 } finally {

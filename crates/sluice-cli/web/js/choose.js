@@ -42,7 +42,9 @@ export class Chooser {
    * @param {number} ms
    */
   record(dir, via, bytes, ms) {
-    if (!(ms >= MEASURE_MIN_MS) || !(bytes > 0)) return;
+    // A run long enough that moved nothing is a figure too (0): WebTransport uploads commit
+    // whole blocks of 4 MiB, and on a long lossy path a probe may end before the first.
+    if (!(ms >= MEASURE_MIN_MS) || !(bytes >= 0)) return;
     this.rates[dir][via] = { rate: (bytes * 1000) / ms, at: this.now() };
   }
 

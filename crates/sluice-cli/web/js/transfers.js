@@ -8,7 +8,7 @@
 
 import * as api from "./api.js";
 import { RateChart } from "./chart.js";
-import { Chooser, PROBE_MS } from "./choose.js";
+import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
 import { hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
@@ -89,9 +89,12 @@ export class Transfers {
   }
 
   /**
-   * One run of a transfer by `via`: `run` under the job's signal, stopped after PROBE_MS when
-   * `probe`. In "auto" what it moved (`held()`, what the receiving end holds, after less
-   * before) over its time is recorded for the choice.
+   * One run of a transfer by `via`: `run` under the job's signal. When `probe`, the rate of
+   * the second half of its first PROBE_MS (`held()`: what the receiving end holds) is this
+   * way's figure, and the run stops unless the choice made with that figure is to go on the
+   * same way (it is the faster: stopping would only cost it its climb). A run that ends the
+   * transfer after moving at least PROBE_MIN_BYTES gives its whole rate as the figure; a run
+   * that fails gives none.
    * @template T
    * @param {Job} job
    * @param {import("./choose.js").Via} via
@@ -106,27 +109,46 @@ export class Transfers {
     const stop = () => slice.abort();
     signal.addEventListener("abort", stop, { once: true });
     let ran = false;
-    const timer = probe ? setTimeout(() => { ran = true; slice.abort(); }, PROBE_MS) : null;
     const before = await held();
     const started = performance.now();
+    // The probe's figure is its second half: the first holds the climb, and what the last
+    // run (the other way, just stopped) still had in flight on the path.
+    let mid = { bytes: before, t: started };
+    const halfway = setTimeout(() => {
+      held().then((bytes) => { mid = { bytes, t: performance.now() }; }, () => {});
+    }, probe ? PROBE_MS / 2 : 0);
+    if (!probe) clearTimeout(halfway);
+    const decide = async () => {
+      const now = await held().catch(() => mid.bytes);
+      this.chooser.record(job.dir, via, Math.max(0, now - mid.bytes), performance.now() - mid.t);
+      this.probed(job, via);
+      const next = this.chooser.plan(this.mode(), job.dir, job.size - now, true);
+      if (next.via === via && !next.probe) return;
+      ran = true;
+      slice.abort();
+    };
+    const timer = probe ? setTimeout(() => { decide(); }, PROBE_MS) : null;
     try {
-      return { result: await run(slice.signal), probed: false };
+      const result = await run(slice.signal);
+      // A run that ended the transfer moved all that was left; one long enough to say more
+      // than its climb is this way's figure from now on.
+      const moved = job.size - before;
+      if (this.mode() === "auto" && moved >= PROBE_MIN_BYTES) {
+        this.chooser.record(job.dir, via, moved, performance.now() - started);
+      }
+      return { result, probed: false };
     } catch (e) {
       if (ran && !signal.aborted) return { result: null, probed: true };
       throw e;
     } finally {
       if (timer) clearTimeout(timer);
+      clearTimeout(halfway);
       signal.removeEventListener("abort", stop);
-      const ms = performance.now() - started;
-      if (this.mode() === "auto" && !signal.aborted) {
-        const moved = await held().catch(() => before);
-        this.chooser.record(job.dir, via, moved - before, ms);
-      }
     }
   }
 
   /**
-   * Notes on `job` that its probe of `via` ran out and it goes on by the other way.
+   * Notes on `job` what its probe of `via` measured.
    * @param {Job} job
    * @param {import("./choose.js").Via} via
    */
@@ -301,7 +323,6 @@ export class Transfers {
             // The probe ran out: the server's request is stopped, and once what it held is
             // written (the server refuses a second writer meanwhile) the rest goes the other way.
             await api.stopUpload(which).catch(() => {});
-            this.probed(job, on ? "wt" : "https");
             for (let same = 0, last = -1; same < 2; ) {
               await new Promise((r) => setTimeout(r, 200));
               status = await api.uploadStatus(dest, file.size, mtime);
@@ -402,13 +423,15 @@ export class Transfers {
         const plan = this.chooser.plan(this.mode(), "down", fileSize - have, Boolean(wt));
         const on = plan.via === "wt" ? wt : null;
         try {
-          const { probed } = await this.slice(job, on ? "wt" : "https", plan.probe, held, (s) => on
+          // What this run wrote, as it goes (the partial file shows it only once closed).
+          job.done = have;
+          const wrote = async () => job.done;
+          const { probed } = await this.slice(job, on ? "wt" : "https", plan.probe, wrote, (s) => on
             ? this.fetchWt(on, job, src, part, have, tagKey, s)
             : this.fetchHttps(job, src, part, have, tagKey, s));
           have = await held();
           if (!probed) break;
           // The probe ran out: the rest goes the other way, from what is kept.
-          this.probed(job, on ? "wt" : "https");
         } catch (e) {
           if (!on || signal.aborted || e instanceof api.ApiError) throw e;
           // The session broke (not a refusal of the server's): on over HTTPS from what is kept.
@@ -618,7 +641,8 @@ function jobRate(job) {
   const s = job.samples;
   if (s.length < 2) return 0;
   const dt = (s[s.length - 1].t - s[0].t) / 1000;
-  return dt > 0 ? (s[s.length - 1].bytes - s[0].bytes) / dt : 0;
+  // Blocks in flight that a cut or a probe's end took back count against it: never below 0.
+  return dt > 0 ? Math.max(0, (s[s.length - 1].bytes - s[0].bytes) / dt) : 0;
 }
 
 /**
