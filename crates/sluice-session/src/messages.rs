@@ -142,6 +142,11 @@ pub enum Request {
     /// A relay's end of a collection: send these blocks to their collector. Answered with
     /// `HopMsg`s.
     Collect(crate::relay::Collect),
+    /// A relay's end of a collection that needs no data: delete these blocks unsent (the
+    /// collector has them from another relay, `--relay-copies 2`); with no blocks named, the
+    /// collector has every block: delete all of the transfer and take no more deposits of it.
+    /// Answered with `HopMsg::Released`.
+    Discard(crate::relay::Collect),
     /// A relayed upload's receiving end: collect the blocks the sender stripes. Followed by
     /// `StripeMsg`s, answered with `CollectMsg`s.
     Relayed(crate::relay::RelayedPut),

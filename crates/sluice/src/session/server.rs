@@ -1028,6 +1028,7 @@ async fn serve_request(
         Request::Pull(job) => ctx.pull(job).await,
         Request::Deposit(deposit) => ctx.deposit(deposit).await,
         Request::Collect(collect) => ctx.collect(collect).await,
+        Request::Discard(discard) => ctx.discard(discard).await,
         Request::Relayed(put) => ctx.relayed(put).await,
         Request::Jobs {} => ctx.jobs().await,
         Request::RelayRtts { relays } => ctx.relay_rtts(relays).await,

@@ -168,12 +168,25 @@ async fn a_spool_keeps_sealed_blocks_across_a_restart_for_their_collector_only()
     }
     hop.release(&[2, 0]).await.unwrap();
     assert_eq!(block_files(spool.path()).len(), 1, "released blocks are deleted");
+    // A discard (blocks had elsewhere) is the collector's too: of its own transfer only.
+    let err = collecting.discard_blocks(collect(&[9u8; 16], &[1])).await.unwrap_err();
+    assert!(matches!(err, SessionError::Refused(ref m) if m.contains("capability")), "{err}");
+    assert_eq!(block_files(spool.path()).len(), 1, "another transfer's discard deletes nothing");
     let hop = collecting.collect_blocks(collect(&transfer, &[1])).await.unwrap();
     hop.release(&[1]).await.unwrap();
     assert!(block_files(spool.path()).is_empty());
     let left: Vec<_> =
         fs::read_dir(spool.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the transfer's directory goes too");
+    // The collector has every block: the transfer is closed, and a later deposit refused.
+    collecting.discard_blocks(collect(&transfer, &[])).await.unwrap();
+    let late = restarted.client().await;
+    let err = late.deposit_blocks(&to_hex(&transfer), &cap_hash, sealed[..1].to_vec()).await;
+    assert!(
+        matches!(err, Err(SessionError::Refused(ref m)) if m.contains("every block")),
+        "{err:?}"
+    );
+    assert!(block_files(spool.path()).is_empty(), "nothing of a closed transfer is kept");
     restarted.stop().await;
 }
 

@@ -440,3 +440,42 @@ async fn with_two_copies_a_relay_lost_after_the_retreat_loses_nothing() {
     receiver.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_copies_the_copies_not_collected_are_deleted_at_their_relays() {
+    println!("seed {SEED}");
+    // Both relays stay reachable: each block is collected from one and its other copy is
+    // deleted at the other (before, it stayed there until the relay's expiry).
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
+    let local = tempfile::tempdir().unwrap();
+    let content = pattern(12 * BLOCK as usize + 3, SEED + 1);
+    let source = local.path().join("both.bin");
+    fs::write(&source, &content).unwrap();
+    let sender = receiver.client().await;
+    let relays = targets(&[&a, &b]).await;
+    let mut options = relayed_options(Strategy::Cyclic, false, false);
+    options.copies = 2;
+    let report = sender.upload_relayed(&source, "both.bin", &relays, &options).await.unwrap();
+    println!("{report:?}");
+    // Second copies may come after the receiver has every block: the relay refuses them then.
+    let (first, second) = (report.placed[0].blocks, report.placed[1].blocks);
+    assert!(first + second >= 13 && report.placed[2].blocks == 0, "{:?}", report.placed);
+    sender.close().await;
+    for relay in relays {
+        relay.client.close().await;
+    }
+    let dest = receiver.root().join("both.bin");
+    assert!(appears(&dest).await, "the file never arrived");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    let left = || (block_files(spools[0].path()).len(), block_files(spools[1].path()).len());
+    for _ in 0..100 {
+        if left() == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left(), (0, 0), "blocks left in the spools of A and B");
+    receiver.stop().await;
+    a.stop().await;
+    b.stop().await;
+}

@@ -189,6 +189,17 @@ impl Client {
         Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })
     }
 
+    /// Tells this relay to delete `discard`'s blocks unsent (the collector has them from
+    /// another relay), on a session its capability admitted.
+    pub async fn discard_blocks(&self, discard: Collect) -> Result<(), SessionError> {
+        let mut req = self.request().await?;
+        self.opened(req.write(&Request::Discard(discard)).await).await?;
+        match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {
+            HopMsg::Released => Ok(()),
+            other => Err(SessionError::Protocol(format!("expected Released, got {other:?}"))),
+        }
+    }
+
     /// The round trips from this server to `relays` (each its address and pinned
     /// fingerprint), measured by the server: `None` where it completed no handshake with the
     /// relay in time. The receiver's side of relay selection (FSP 3.1).

@@ -178,6 +178,8 @@ pub(crate) struct Collection {
     relays: Vec<RelayAt>,
     identity: Arc<Identity>,
     clients: Mutex<Vec<Option<Client>>>,
+    /// Relays that did not take a discard ([`Collection::discard`]): not asked again.
+    undiscarded: Mutex<Vec<u32>>,
     progress: Mutex<Progress>,
     wake: Notify,
     events: mpsc::UnboundedSender<JobEvent>,
@@ -379,6 +381,7 @@ impl Collection {
             landing,
             fs: start.fs,
             clients: Mutex::new(vec![None; start.relays.len()]),
+            undiscarded: Mutex::new(Vec::new()),
             relays: start.relays,
             identity: start.identity,
             progress: Mutex::new(Progress {
@@ -422,11 +425,13 @@ impl Collection {
     }
 
     /// The sender placed `blocks` on relay `relay`.
-    pub(crate) fn placed(&self, relay: u32, blocks: &[u64]) -> Result<(), SessionError> {
+    pub(crate) fn placed(self: &Arc<Self>, relay: u32, blocks: &[u64]) -> Result<(), SessionError> {
         if relay as usize >= self.relays.len() {
             return Err(SessionError::Protocol(format!("no relay {relay}")));
         }
         let mut progress = lock(&self.progress);
+        // Second copies of blocks written already: of no use there.
+        let mut late = Vec::new();
         for &id in blocks {
             let slot = progress
                 .blocks
@@ -437,13 +442,61 @@ impl Collection {
                 Where::At(r) | Where::Fetching(r) if r != relay => {
                     progress.elsewhere.entry(id).or_default().push(relay);
                 }
-                // Its copy there stays until the relay's expiry.
+                Where::Written => late.push(id),
                 _ => {}
             }
         }
         drop(progress);
         self.wake.notify_one();
+        if !late.is_empty() {
+            tokio::spawn(self.clone().discard(relay, late));
+        }
         Ok(())
+    }
+
+    /// The other copies of `written` blocks (`--relay-copies 2`) are of no more use: each
+    /// relay that holds some is told to delete them, in the background.
+    fn discard_elsewhere(self: &Arc<Self>, written: &[u64]) {
+        let mut by_relay: HashMap<u32, Vec<u64>> = HashMap::new();
+        {
+            let mut progress = lock(&self.progress);
+            for id in written {
+                for relay in progress.elsewhere.remove(id).unwrap_or_default() {
+                    by_relay.entry(relay).or_default().push(*id);
+                }
+            }
+        }
+        for (relay, ids) in by_relay {
+            tokio::spawn(self.clone().discard(relay, ids));
+        }
+    }
+
+    /// Tells `relay` to delete `ids` unsent. A relay that does not take it keeps them until
+    /// its expiry (`--spool-expiry-hours`) and is not asked again by this job.
+    async fn discard(self: Arc<Self>, relay: u32, ids: Vec<u64>) {
+        if lock(&self.undiscarded).contains(&relay) {
+            return;
+        }
+        let told = async {
+            let client = self.relay_client(relay).await?;
+            // No ids: everything (the job has every block).
+            let chunks: Vec<&[u64]> =
+                if ids.is_empty() { vec![&[]] } else { ids.chunks(MAX_BATCH_BLOCKS).collect() };
+            for chunk in chunks {
+                let discard = Collect { transfer: self.name(), blocks: chunk.to_vec() };
+                client.discard_blocks(discard).await?;
+            }
+            Ok::<_, SessionError>(())
+        };
+        match told.await {
+            Ok(()) => info!(relay = %self.relays[relay as usize].address, blocks = ids.len(),
+                "second copies deleted at the relay"),
+            Err(e) => {
+                lock(&self.undiscarded).push(relay);
+                warn!(relay = %self.relays[relay as usize].address, error = %e,
+                    "second copies left at the relay until its expiry");
+            }
+        }
     }
 
     /// The blocks the job has written (those a re-run need not move).
@@ -699,6 +752,7 @@ impl Collection {
         // A copy that did not open is no use there either.
         hop.release(&had).await?;
         self.mark_written(&good);
+        self.discard_elsewhere(&good);
         bad.extend(batch.iter().filter(|id| !had.contains(id)));
         self.lost(bad);
         Ok(())
@@ -730,6 +784,11 @@ impl Collection {
         match &end {
             Ok(bytes) => {
                 info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed upload collected");
+                // What the relays still hold of it (second copies, deposits the sender did
+                // not report before it left) is of no use: each is told, in the background.
+                for relay in 0..self.relays.len() as u32 {
+                    tokio::spawn(self.clone().discard(relay, Vec::new()));
+                }
             }
             Err(e) if stalled.is_some() => {
                 warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed upload stalled: the same copy run again moves only the missing blocks");

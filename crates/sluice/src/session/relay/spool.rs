@@ -80,6 +80,9 @@ struct State {
     transfers: HashMap<TransferId, Held>,
     /// Bytes being received, by token.
     reserved: HashMap<usize, u64>,
+    /// Transfers whose collector has every block ([`Spool::close`]), until when (Unix
+    /// seconds): no more deposits of theirs are taken. In memory only.
+    closed: HashMap<TransferId, u64>,
 }
 
 impl State {
@@ -200,6 +203,9 @@ impl Spool {
         let need: u64 = blocks.iter().map(|b| b.len).sum();
         {
             let mut state = lock(&self.state);
+            if state.closed.contains_key(&transfer) {
+                return Err(closed());
+            }
             if let Some(held) = state.transfers.get(&transfer)
                 && (held.meta.token != token
                     || verify_slices_are_equal(
@@ -288,6 +294,20 @@ impl Spool {
 
     /// Deletes `ids` of `transfer` (their collector has them); the transfer's directory goes
     /// with its last block.
+    /// The collector has every block of `transfer`: what is left of it here goes, and no
+    /// deposit of it is taken from now on (for as long as blocks are kept,
+    /// `--spool-expiry-hours`).
+    pub(crate) fn close(&self, transfer: &TransferId) -> Result<(), SessionError> {
+        let mut state = lock(&self.state);
+        let until = now_secs().saturating_add(self.expiry.as_secs());
+        state.closed.insert(*transfer, until);
+        if state.transfers.remove(transfer).is_some() {
+            let dir = self.transfer_dir(transfer);
+            fs::remove_dir_all(&dir).map_err(io(format!("deleting {}", dir.display())))?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn release(&self, transfer: &TransferId, ids: &[u64]) -> Result<(), SessionError> {
         let mut state = lock(&self.state);
         let Some(held) = state.transfers.get_mut(transfer) else { return Ok(()) };
@@ -317,6 +337,7 @@ impl Spool {
     /// Deletes every transfer whose expiry is before `now` (seconds since the Unix epoch).
     pub fn expire(&self, now: u64) {
         let mut state = lock(&self.state);
+        state.closed.retain(|_, until| *until >= now);
         let expired: Vec<TransferId> = state
             .transfers
             .iter()
@@ -337,6 +358,13 @@ impl Spool {
             }
         }
     }
+}
+
+/// A deposit of a transfer whose collector has every block.
+fn closed() -> SessionError {
+    SessionError::Refused(
+        "the collector has every block of this transfer: the relay takes no more of it".into(),
+    )
 }
 
 /// A spooled transfer's record and blocks, as found on disk.
@@ -392,6 +420,10 @@ impl Reservation {
         // Under the lock: a release that empties the transfer deletes its directory, and must
         // not do so between these renames and the record of the blocks.
         let mut state = lock(&spool.state);
+        // Its collector had every block while these came (dropped, the files go).
+        if state.closed.contains_key(&self.transfer) {
+            return Err(closed());
+        }
         let dir = spool.transfer_dir(&self.transfer);
         fs::DirBuilder::new()
             .recursive(true)

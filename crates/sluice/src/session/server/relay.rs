@@ -26,7 +26,7 @@ use crate::session::messages::{Answer, GrantClaim, Messages, write_message};
 use crate::session::relay::collect::{Collection, JobEvent, Listed, RelayAt, Start};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
-use crate::session::relay::spool::TransferId;
+use crate::session::relay::spool::{Spool, TransferId};
 use crate::session::{Peer, SessionError};
 use crate::tree::incoming::{self, Incoming, Overwrite, ReceiveOptions};
 use crate::tree::{Entry, EntryKind, FileSet};
@@ -196,8 +196,9 @@ impl RequestCtx<'_> {
         write_hop(self.send, self.conn, &HopMsg::Stored { blocks: ids }).await
     }
 
-    /// A collector's collection: the blocks asked for that the spool holds, then their release.
-    pub(super) async fn collect(&mut self, collect: Collect) -> Result<(), SessionError> {
+    /// The spool and the transfer of a collector's request, once its session's capability is
+    /// that transfer's and the request asks for at most a batch.
+    fn collector_of(&self, collect: &Collect) -> Result<(Arc<Spool>, TransferId), SessionError> {
         let Some(spool) = self.shared.spool.clone() else {
             return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
         };
@@ -210,6 +211,29 @@ impl RequestCtx<'_> {
         if collect.blocks.len() > MAX_BATCH_BLOCKS {
             return Err(SessionError::Protocol(format!("at most {MAX_BATCH_BLOCKS} blocks")));
         }
+        Ok((spool, transfer))
+    }
+
+    /// A collector's discard: blocks it has from another relay, deleted here unsent; with no
+    /// blocks named, the collector has them all: everything of the transfer goes, and no more
+    /// deposits of it are taken.
+    pub(super) async fn discard(&mut self, discard: Collect) -> Result<(), SessionError> {
+        let (spool, transfer) = self.collector_of(&discard)?;
+        let count = discard.blocks.len();
+        let name = discard.transfer.clone();
+        if count == 0 {
+            blocking(move || spool.close(&transfer)).await?;
+            info!(transfer = name, "the collector has every block: the transfer is closed here");
+        } else {
+            blocking(move || spool.release(&transfer, &discard.blocks)).await?;
+            info!(transfer = name, blocks = count, "blocks collected elsewhere deleted");
+        }
+        write_hop(self.send, self.conn, &HopMsg::Released).await
+    }
+
+    /// A collector's collection: the blocks asked for that the spool holds, then their release.
+    pub(super) async fn collect(&mut self, collect: Collect) -> Result<(), SessionError> {
+        let (spool, transfer) = self.collector_of(&collect)?;
         let held = spool.holding(&transfer, &collect.blocks);
         let lens: Vec<BlockLen> = held.iter().map(|(b, _)| *b).collect();
         write_hop(self.send, self.conn, &HopMsg::Holding { blocks: lens.clone() }).await?;
@@ -382,7 +406,7 @@ impl RequestCtx<'_> {
     /// (`false`).
     async fn follow(
         &mut self,
-        job: &Collection,
+        job: &Arc<Collection>,
         mut events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
         sent: &mut bool,
     ) -> Result<bool, SessionError> {
