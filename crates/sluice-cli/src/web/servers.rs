@@ -50,6 +50,8 @@ pub(crate) const REMOTES_MAX: usize = 8;
 const START_WAIT: Duration = Duration::from_secs(60);
 /// How long connecting to a server may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(20);
+/// How long the jobs panel waits for each server's list.
+const LIST_WAIT: Duration = Duration::from_secs(5);
 
 /// What this server needs to reach itself and others for its pages.
 #[derive(Debug, Clone)]
@@ -465,21 +467,28 @@ pub(super) async fn jobs(
     let (links, linked) = links(&state, &authed)?;
     let mut ids = vec![String::new()];
     ids.extend(linked.remotes().iter().map(|r| r.id.clone()));
-    let mut servers = Vec::new();
-    for id in ids {
-        let listed = match end(links, linked, &headers, &id).await {
-            Ok(end) => {
-                let jobs = end.client.jobs().await.map_err(|e| named(&end.label, e));
-                (end.label, jobs)
-            }
-            Err(e) => (String::new(), Err(e)),
+    // All at once, each within LIST_WAIT: a server that does not answer delays none of the
+    // others and the panel says so.
+    let headers = &headers;
+    let listings = ids.iter().map(|id| async move {
+        let listed = async {
+            let end = end(links, linked, headers, id).await?;
+            let jobs = end.client.jobs().await.map_err(|e| named(&end.label, e))?;
+            Ok::<_, ApiError>((end.label, jobs))
         };
-        let (label, jobs) = listed;
-        servers.push(match jobs {
-            Ok(jobs) => json!({ "server": id, "label": label, "jobs": jobs }),
-            Err(e) => json!({ "server": id, "label": label, "jobs": [], "error": e.body() }),
-        });
-    }
+        let late = || {
+            ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "network",
+                "the server did not answer in time",
+            )
+        };
+        match tokio::time::timeout(LIST_WAIT, listed).await.unwrap_or_else(|_| Err(late())) {
+            Ok((label, jobs)) => json!({ "server": id, "label": label, "jobs": jobs }),
+            Err(e) => json!({ "server": id, "label": "", "jobs": [], "error": e.body() }),
+        }
+    });
+    let servers = futures_util::future::join_all(listings).await;
     Ok(Json(json!({ "servers": servers })))
 }
 
