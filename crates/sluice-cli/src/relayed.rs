@@ -157,6 +157,14 @@ pub(crate) async fn upload(
         }
         relays.push(RelayTarget { name: name.clone(), client });
     }
+    // Ranked by what each accepts now (its spool's and this token's room), most first; one
+    // without room for a block, or that refuses this token, is left out.
+    let (ranked, left) = sluice::session::rank_relays(relays, options.block_bytes).await;
+    for (relay, why) in left {
+        show.warning(&format!("relay {} left out: {why}", relay.name));
+        relay.client.close().await;
+    }
+    let mut relays = ranked;
     if relays.is_empty() && !options.direct {
         return Err(exit::usage("no relay is left and --relay-direct is off: nowhere to send"));
     }

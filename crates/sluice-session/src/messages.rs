@@ -162,6 +162,10 @@ pub enum Request {
         /// [`crate::relay::RelaySpot`]; no capability).
         relays: Vec<crate::relay::RelayPeer>,
     },
+    /// A relay's room: the bytes of blocks this token could deposit now (the spool's free room,
+    /// and the token's quota's): answered with `SpoolRoom`. Needs the `relay` right. How the
+    /// sender ranks relays by what they accept.
+    SpoolRoom {},
     /// Cancel the session's token's job `id` (running or stalled): answered with `Jobs`
     /// listing that job once it ended. Needs the write right.
     CancelJob {
@@ -397,6 +401,11 @@ pub enum Answer {
     RelayRtts {
         /// The round trips.
         rtt_us: Vec<Option<u64>>,
+    },
+    /// Answer to `SpoolRoom`.
+    SpoolRoom {
+        /// Bytes of sealed blocks this token could deposit now.
+        bytes: u64,
     },
     /// Answer to `Jobs`: the token's jobs, running and stalled first, then those that ended
     /// lately, each group newest first.

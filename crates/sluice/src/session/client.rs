@@ -1110,7 +1110,7 @@ fn nothing_at(dest: &Path, remote_paths: &[String]) -> bool {
     }
 }
 
-fn unexpected(msg: Answer) -> SessionError {
+pub(super) fn unexpected(msg: Answer) -> SessionError {
     match msg {
         Answer::Failed { code, message } | Answer::Refused { code, message } => {
             SessionError::from_server(code, message)

@@ -153,7 +153,7 @@ pub use messages::{ErrorCode, FileKind, JobInfo, JobKind, JobPhase, StatInfo};
 pub use metrics::Metrics;
 pub use observe::{CopyObserver, PlannedFile};
 pub use relay::spool::SpoolConfig;
-pub use relay::stripe::{RelayTarget, RelayedOptions, RelayedReport};
+pub use relay::stripe::{RelayTarget, RelayedOptions, RelayedReport, rank_relays};
 pub use retry::BusyRetry;
 pub use server::{Credentials, Server, ServerConfig};
 pub use sluice_session::relay::Strategy;

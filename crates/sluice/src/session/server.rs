@@ -1032,6 +1032,7 @@ async fn serve_request(
         Request::Relayed(put) => ctx.relayed(put).await,
         Request::Jobs {} => ctx.jobs().await,
         Request::RelayRtts { relays } => ctx.relay_rtts(relays).await,
+        Request::SpoolRoom {} => ctx.spool_room().await,
         Request::CancelJob { id } => ctx.cancel_job(&id).await,
         Request::Hello { .. } => Err(SessionError::Protocol("Hello on a request stream".into())),
     };

@@ -20,7 +20,7 @@ use sluice::session::relay::seal::BlockKey;
 use sluice::session::relay::{capability_claim, collector_hash};
 use sluice::session::{
     Client, Identity, Overwrite, RelayTarget, RelayedOptions, SessionError, SpoolConfig,
-    TrustPolicy,
+    TrustPolicy, rank_relays,
 };
 use sluice_session::relay::{Collect, Strategy, to_hex};
 
@@ -534,5 +534,43 @@ async fn the_receiver_measures_its_round_trip_to_each_relay() {
     assert!(err.to_string().contains("may not write"), "{err}");
     for s in [receiver, a, b, read_only] {
         s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_are_ranked_by_the_room_they_have_and_those_without_any_left_out() {
+    println!("seed {SEED}");
+    // Four relays: one with 4 MiB free, one with 1 MiB free (its token's quota, 300 KB, is the
+    // smaller: ranked by that), one whose spool is nearly full, one whose token lacks the relay
+    // right. Blocks of 256 KiB.
+    let spools: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let big = relay(spools[0].path(), 4 << 20, None).await;
+    let quota = relay(spools[1].path(), 1 << 20, None).await;
+    let full = relay(spools[2].path(), 1 << 20, None).await;
+    let bare = relay(spools[3].path(), 4 << 20, None).await;
+    let key = test_key([8; 16]);
+    let cap = to_hex(blake3::hash(&[9u8; 32]).as_bytes());
+    let filler = full.client().await;
+    let block = (0, key.seal(0, &pattern(900_000, SEED), None));
+    filler.deposit_blocks(&to_hex(&[8; 16]), &cap, vec![block]).await.unwrap();
+    let target = |name: &str, client: Client| RelayTarget { name: name.into(), client };
+    let relays = vec![
+        target("quota", client_with(&quota, SMALL_QUOTA_TOKEN).await.unwrap()),
+        target("full", full.client().await),
+        target("bare", client_with(&bare, NO_RELAY_TOKEN).await.unwrap()),
+        target("big", big.client().await),
+    ];
+    assert_eq!(relays[3].client.spool_room().await.unwrap(), 4 << 20);
+    assert_eq!(relays[0].client.spool_room().await.unwrap(), 300_000);
+    let (kept, left) = rank_relays(relays, 256 << 10).await;
+    let kept: Vec<&str> = kept.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(kept, ["big", "quota"], "most room first");
+    let left: Vec<(&str, String)> =
+        left.iter().map(|(r, e)| (r.name.as_str(), e.to_string())).collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left[0].0 == "full" && left[0].1.contains("less than one block"), "{left:?}");
+    assert!(left[1].0 == "bare" && left[1].1.contains("relay"), "{left:?}");
+    for server in [big, quota, full, bare] {
+        server.stop().await;
     }
 }

@@ -189,6 +189,16 @@ impl Client {
         Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })
     }
 
+    /// The bytes of sealed blocks this relay would take from this session's token now (its
+    /// spool's free room and the token's quota's): how a sender ranks relays by what they
+    /// accept. Needs the `relay` right.
+    pub async fn spool_room(&self) -> Result<u64, SessionError> {
+        match self.ask(&Request::SpoolRoom {}).await? {
+            Answer::SpoolRoom { bytes } => Ok(bytes),
+            other => Err(super::unexpected(other)),
+        }
+    }
+
     /// Tells this relay to delete `discard`'s blocks unsent (the collector has them from
     /// another relay), on a session its capability admitted.
     pub async fn discard_blocks(&self, discard: Collect) -> Result<(), SessionError> {

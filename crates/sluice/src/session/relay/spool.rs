@@ -294,6 +294,17 @@ impl Spool {
 
     /// Deletes `ids` of `transfer` (their collector has them); the transfer's directory goes
     /// with its last block.
+    /// Bytes `token` (whose quota is `quota` bytes, when limited) could reserve now: the
+    /// spool's free room, and its quota's.
+    pub(crate) fn room(&self, token: usize, quota: Option<u64>) -> u64 {
+        let state = lock(&self.state);
+        let free = self.max_bytes.saturating_sub(state.held_bytes(None));
+        match quota {
+            Some(quota) => free.min(quota.saturating_sub(state.held_bytes(Some(token)))),
+            None => free,
+        }
+    }
+
     /// The collector has every block of `transfer`: what is left of it here goes, and no
     /// deposit of it is taken from now on (for as long as blocks are kept,
     /// `--spool-expiry-hours`).

@@ -52,6 +52,46 @@ pub struct RelayTarget {
     pub client: Client,
 }
 
+/// The relays that accept at least one block of `block_bytes` from their sessions' tokens
+/// now, ranked by the room they have for it, most first (FSP's selection "ranked by what they
+/// accept"; each is asked `SpoolRoom` at once); and those left out, with why (no room for a
+/// block, no relay right, no answer).
+pub async fn rank_relays(
+    relays: Vec<RelayTarget>,
+    block_bytes: u64,
+) -> (Vec<RelayTarget>, Vec<(RelayTarget, SessionError)>) {
+    let need = block_bytes.saturating_add(sluice_session::relay::SEAL_OVERHEAD);
+    let mut asking = JoinSet::new();
+    for (i, relay) in relays.iter().enumerate() {
+        let client = relay.client.clone();
+        asking.spawn(async move { (i, client.spool_room().await) });
+    }
+    let mut rooms: Vec<Result<u64, SessionError>> =
+        relays.iter().map(|_| Err(SessionError::Network("no answer".into()))).collect();
+    while let Some(joined) = asking.join_next().await {
+        if let Ok((i, room)) = joined {
+            rooms[i] = room;
+        }
+    }
+    let mut kept = Vec::new();
+    let mut left = Vec::new();
+    for (relay, room) in relays.into_iter().zip(rooms) {
+        match room {
+            Ok(bytes) if bytes >= need => kept.push((bytes, relay)),
+            Ok(bytes) => left.push((
+                relay,
+                SessionError::Busy(format!(
+                    "its spool has room for {bytes} bytes, less than one block ({need})"
+                )),
+            )),
+            Err(e) => left.push((relay, e)),
+        }
+    }
+    // Most room first; the order given among equals.
+    kept.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
+    (kept.into_iter().map(|(_, r)| r).collect(), left)
+}
+
 /// How a relayed upload stripes.
 #[derive(Debug, Clone)]
 pub struct RelayedOptions {

@@ -214,6 +214,17 @@ impl RequestCtx<'_> {
         Ok((spool, transfer))
     }
 
+    /// How many bytes of blocks this session's token could deposit now.
+    pub(super) async fn spool_room(&mut self) -> Result<(), SessionError> {
+        let Some(spool) = self.shared.spool.clone() else {
+            return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
+        };
+        self.require(|r| r.relay, "relay blocks (its rights lack relay)")?;
+        let quota = self.shared.tokens.grants().get(self.session.token).and_then(|g| g.spool_bytes);
+        let bytes = spool.room(self.session.token, quota);
+        self.write(&Answer::SpoolRoom { bytes }).await
+    }
+
     /// A collector's discard: blocks it has from another relay, deleted here unsent; with no
     /// blocks named, the collector has them all: everything of the transfer goes, and no more
     /// deposits of it are taken.
