@@ -488,13 +488,13 @@ impl Collection {
             }
             Ok::<_, SessionError>(())
         };
+        let at = self.relays[relay as usize].address;
         match told.await {
-            Ok(()) => info!(relay = %self.relays[relay as usize].address, blocks = ids.len(),
-                "second copies deleted at the relay"),
+            Ok(()) if ids.is_empty() => info!(relay = %at, "the transfer closed at the relay"),
+            Ok(()) => info!(relay = %at, blocks = ids.len(), "second copies deleted at the relay"),
             Err(e) => {
                 lock(&self.undiscarded).push(relay);
-                warn!(relay = %self.relays[relay as usize].address, error = %e,
-                    "second copies left at the relay until its expiry");
+                warn!(relay = %at, error = %e, "blocks left at the relay until its expiry");
             }
         }
     }

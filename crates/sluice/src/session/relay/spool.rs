@@ -292,8 +292,6 @@ impl Spool {
         })
     }
 
-    /// Deletes `ids` of `transfer` (their collector has them); the transfer's directory goes
-    /// with its last block.
     /// Bytes `token` (whose quota is `quota` bytes, when limited) could reserve now: the
     /// spool's free room, and its quota's.
     pub(crate) fn room(&self, token: usize, quota: Option<u64>) -> u64 {
@@ -319,6 +317,8 @@ impl Spool {
         Ok(())
     }
 
+    /// Deletes `ids` of `transfer` (their collector has them); the transfer's directory goes
+    /// with its last block.
     pub(crate) fn release(&self, transfer: &TransferId, ids: &[u64]) -> Result<(), SessionError> {
         let mut state = lock(&self.state);
         let Some(held) = state.transfers.get_mut(transfer) else { return Ok(()) };
