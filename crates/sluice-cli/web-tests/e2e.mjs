@@ -533,34 +533,30 @@ try {
   await page.selectOption("#transport-mode", "auto");
   await page.waitForFunction(() => document.querySelector("#transport")?.textContent?.includes("takes the faster"), null, { timeout: 30000 });
   await page.fill("#rate", "8");
+  // What the panel says once the transfer of `dir` ("up" or "down") is done: it probed
+  // WebTransport, was verified, and the direction has both rates and takes the faster.
+  const probedBoth = async (dir, what) => {
+    await page.keyboard.press("F5");
+    await jobsDone(1);
+    const said = await page.textContent("#queue");
+    console.log(`e2e: auto ${what}: ${said}; ${await page.textContent("#choice")}`);
+    check(said.includes("WebTransport measured"), `the ${what} probed WebTransport first: ${said}`);
+    check(said.includes("BLAKE3 verified"), `the ${what} was verified`);
+    const chosen = await page.$eval("#choice", (e) => ({ ...e.dataset }));
+    const [wt, https] = [Number(chosen[`${dir}Wt`]), Number(chosen[`${dir}Https`])];
+    check(wt > 0 && https > 0, `both ways measured for the ${what}: ${JSON.stringify(chosen)}`);
+    check(chosen[`${dir}Pick`] === (https > wt ? "https" : "wt"), `the ${what} takes the faster: ${JSON.stringify(chosen)}`);
+    await clearDone();
+  };
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "auto.bin"));
   await row(local0, "auto.bin").click();
-  await page.keyboard.press("F5");
-  await jobsDone(1);
-  const upNote = await page.textContent("#queue");
-  console.log(`e2e: auto upload: ${upNote}; ${await page.textContent("#choice")}`);
-  check(upNote.includes("WebTransport measured"), `the upload probed WebTransport first: ${upNote}`);
-  check(upNote.includes("BLAKE3 verified"), "the upload was verified");
+  await probedBoth("up", "upload");
   check(shaFile(path.join(root, "auto.bin")) === shaFile(path.join(local, "auto.bin")), "auto.bin hashes the same");
-  const choice = () => page.$eval("#choice", (e) => ({ ...e.dataset }));
-  let chosen = await choice();
-  check(Number(chosen.upWt) > 0 && Number(chosen.upHttps) > 0, `both ways measured for uploads: ${JSON.stringify(chosen)}`);
-  check(chosen.upPick === (Number(chosen.upHttps) > Number(chosen.upWt) ? "https" : "wt"), `uploads take the faster: ${JSON.stringify(chosen)}`);
-  await clearDone();
   await local0.locator("button.browser-storage").click();
   await row(server0, "auto-get.bin").click();
-  await page.keyboard.press("F5");
-  await jobsDone(1);
-  const downNote = await page.textContent("#queue");
-  console.log(`e2e: auto download: ${downNote}; ${await page.textContent("#choice")}`);
-  check(downNote.includes("WebTransport measured"), `the download probed WebTransport first: ${downNote}`);
-  check(downNote.includes("BLAKE3 verified"), "the download was verified");
+  await probedBoth("down", "download");
   check(await wtHash("auto-get.bin") === shaFile(path.join(root, "auto-get.bin")), "auto-get.bin hashes the same");
-  chosen = await choice();
-  check(Number(chosen.downWt) > 0 && Number(chosen.downHttps) > 0, `both ways measured for downloads: ${JSON.stringify(chosen)}`);
-  check(chosen.downPick === (Number(chosen.downHttps) > Number(chosen.downWt) ? "https" : "wt"), `downloads take the faster: ${JSON.stringify(chosen)}`);
   await page.fill("#rate", "0");
-  await clearDone();
   // The next steps upload a picked file again.
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "wt-up.bin"));
 

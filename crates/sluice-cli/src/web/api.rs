@@ -42,6 +42,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice::session::FileKind;
 use sluice::tree::EntryKind;
+use sluice::tree::manifest::Entry;
 use sluice::web::{Pace, Policy, Upload, UploadDone, UploadSpec};
 
 use super::auth::{COOKIE, LoginError, SESSION_TTL, Session};
@@ -129,8 +130,13 @@ pub(super) async fn list(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiErr
     let access = authed.session.access.clone();
     let shown = path.clone();
     let listing = blocking(move || access.list(&path)).await?;
-    let entries: Vec<Value> = listing
-        .entries
+    Ok(Json(listing_json(&shown, &listing.entries, listing.skipped)))
+}
+
+/// A folder's listing as the page reads it (`/api/list`, and another server's in `servers`):
+/// each entry's path is its name.
+pub(super) fn listing_json(path: &str, entries: &[Entry], skipped: u64) -> Value {
+    let entries: Vec<Value> = entries
         .iter()
         .map(|e| {
             let kind = match e.kind {
@@ -142,7 +148,7 @@ pub(super) async fn list(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiErr
                     "target": e.target })
         })
         .collect();
-    Ok(Json(json!({ "path": shown, "entries": entries, "skipped": listing.skipped })))
+    json!({ "path": path, "entries": entries, "skipped": skipped })
 }
 
 /// `GET /api/stat?path=`.

@@ -29,18 +29,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::request::Parts;
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sluice::session::between::{DataSettings, Side, copy_between};
 use sluice::session::{
     Client, ClientConfig, CopyOptions, Fingerprint, Overwrite, SessionError, ThirdParty,
     ThirdPartyConfig, TrustPolicy, default_channel_config,
 };
-use sluice::tree::EntryKind;
 
 use super::request::{ApiError, AppState, Authed, json_body, query};
 
@@ -121,10 +119,39 @@ fn unavailable() -> ApiError {
 fn links<'a>(
     state: &'a AppState,
     authed: &'a Authed,
-) -> Result<(&'a ServerLinks, &'a Arc<Linked>), ApiError> {
+) -> Result<(&'a Arc<ServerLinks>, &'a Arc<Linked>), ApiError> {
     match (&state.servers, &authed.session.linked) {
         (Some(links), Some(linked)) => Ok((links, linked)),
         _ => Err(unavailable()),
+    }
+}
+
+/// A state-changing request of a login that may reach other servers: the server's settings,
+/// the login's sessions, the request's headers, and its JSON body as `T` (with the session's
+/// CSRF check, as every change).
+pub(super) struct Linking<T> {
+    links: Arc<ServerLinks>,
+    linked: Arc<Linked>,
+    headers: HeaderMap,
+    body: T,
+}
+
+/// The most bytes of a request body here (a few names and a token).
+const BODY_MAX: usize = 64 << 10;
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Linking<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (mut parts, body) = request.into_parts();
+        let authed = Authed::from_request_parts(&mut parts, state).await?;
+        let (links, linked) = links(state, &authed)?;
+        let (links, linked) = (links.clone(), linked.clone());
+        let bytes = axum::body::to_bytes(body, BODY_MAX)
+            .await
+            .map_err(|e| ApiError::bad(format!("body: {e}")))?;
+        let body = json_body(&parts.headers, &bytes)?;
+        Ok(Linking { links, linked, headers: parts.headers, body })
     }
 }
 
@@ -223,7 +250,7 @@ pub(super) async fn listed(State(state): State<AppState>, authed: Authed) -> Jso
 }
 
 #[derive(Deserialize)]
-struct AddBody {
+pub(super) struct AddBody {
     address: String,
     fingerprint: String,
     token: String,
@@ -231,14 +258,8 @@ struct AddBody {
 
 /// `POST /api/servers`: connects to another server with the token it gave the user, its
 /// fingerprint pinned.
-pub(super) async fn add(
-    State(state): State<AppState>,
-    authed: Authed,
-    parts: Parts,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let (links, linked) = links(&state, &authed)?;
-    let AddBody { address, fingerprint, token } = json_body(&parts.headers, &body)?;
+pub(super) async fn add(request: Linking<AddBody>) -> Result<Json<Value>, ApiError> {
+    let Linking { links, linked, body: AddBody { address, fingerprint, token }, .. } = request;
     let fingerprint: Fingerprint = fingerprint.trim().parse().map_err(|e| {
         ApiError::bad(format!("the fingerprint: {e} (the server prints it when it starts)"))
     })?;
@@ -289,20 +310,14 @@ fn split_address(address: &str) -> Result<(&str, u16), ApiError> {
 }
 
 #[derive(Deserialize)]
-struct IdBody {
+pub(super) struct IdBody {
     id: String,
 }
 
 /// `POST /api/servers/forget`: closes the session to a server the page added and forgets its
 /// token. Its jobs go on there.
-pub(super) async fn forget(
-    State(state): State<AppState>,
-    authed: Authed,
-    parts: Parts,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let (_, linked) = links(&state, &authed)?;
-    let IdBody { id } = json_body(&parts.headers, &body)?;
+pub(super) async fn forget(request: Linking<IdBody>) -> Result<Json<Value>, ApiError> {
+    let Linking { linked, body: IdBody { id }, .. } = request;
     let gone = {
         let mut remotes = linked.remotes();
         let at = remotes.iter().position(|r| r.id == id);
@@ -336,23 +351,11 @@ pub(super) async fn list(
     let ListQuery { server, path } = query(&uri)?;
     let end = end(links, linked, &headers, &server).await?;
     let entries = end.client.list(&path).await.map_err(|e| named(&end.label, e))?;
-    let entries: Vec<Value> = entries
-        .iter()
-        .map(|e| {
-            let kind = match e.kind {
-                EntryKind::File => "file",
-                EntryKind::Dir => "dir",
-                EntryKind::Symlink => "link",
-            };
-            json!({ "name": e.path, "kind": kind, "size": e.size, "mtime": e.mtime,
-                    "target": e.target })
-        })
-        .collect();
-    Ok(Json(json!({ "path": path, "entries": entries, "skipped": 0 })))
+    Ok(Json(super::api::listing_json(&path, &entries, 0)))
 }
 
 #[derive(Deserialize)]
-struct CopyBody {
+pub(super) struct CopyBody {
     /// The source server's id (`""`: this one).
     from: String,
     /// The destination server's id.
@@ -385,14 +388,13 @@ fn overwrite(name: &str) -> Result<(Overwrite, bool), ApiError> {
 /// `POST /api/copy`: copies `paths` from one server to a folder on another as a job of the
 /// destination's (a third-party transfer). It answers once the job started (or ended, or was
 /// refused); the job goes on without the page.
-pub(super) async fn copy(
-    State(state): State<AppState>,
-    authed: Authed,
-    parts: Parts,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let (links, linked) = links(&state, &authed)?;
-    let CopyBody { from, to, paths, dest, overwrite: policy } = json_body(&parts.headers, &body)?;
+pub(super) async fn copy(request: Linking<CopyBody>) -> Result<Json<Value>, ApiError> {
+    let Linking {
+        links,
+        linked,
+        headers,
+        body: CopyBody { from, to, paths, dest, overwrite: policy },
+    } = request;
     if from == to {
         return Err(ApiError::bad(
             "both panes show the same server: a copy between servers needs two",
@@ -411,8 +413,8 @@ pub(super) async fn copy(
         }
     }
     let options = CopyOptions { recursive: true, overwrite, checksum, ..CopyOptions::default() };
-    let source = end(links, linked, &parts.headers, &from).await?;
-    let destination = end(links, linked, &parts.headers, &to).await?;
+    let source = end(&links, &linked, &headers, &from).await?;
+    let destination = end(&links, &linked, &headers, &to).await?;
     let (started, starting) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let mut started = Some(started);
@@ -493,21 +495,15 @@ pub(super) async fn jobs(
 }
 
 #[derive(Deserialize)]
-struct CancelBody {
+pub(super) struct CancelBody {
     server: String,
     id: String,
 }
 
 /// `POST /api/jobs/cancel`: cancels a job on the server that runs it.
-pub(super) async fn cancel(
-    State(state): State<AppState>,
-    authed: Authed,
-    parts: Parts,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let (links, linked) = links(&state, &authed)?;
-    let CancelBody { server, id } = json_body(&parts.headers, &body)?;
-    let end = end(links, linked, &parts.headers, &server).await?;
+pub(super) async fn cancel(request: Linking<CancelBody>) -> Result<Json<Value>, ApiError> {
+    let Linking { links, linked, headers, body: CancelBody { server, id } } = request;
+    let end = end(&links, &linked, &headers, &server).await?;
     let jobs = end.client.cancel_job(&id).await.map_err(|e| named(&end.label, e))?;
     Ok(Json(json!({ "jobs": jobs })))
 }
