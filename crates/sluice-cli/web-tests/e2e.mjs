@@ -674,6 +674,7 @@ try {
   const refusal = await page.textContent('#jobs-list tr[data-phase="failed"] td.error');
   console.log(`e2e: the same copy again: ${refusal}`);
   check(/exist/.test(refusal ?? ""), `the job names the existing files: ${refusal}`);
+  check(refusal?.includes("If a file exists") && !refusal.includes("--overwrite"), `the page's words, not the CLI's: ${refusal}`);
 
   step = "copy from another server, the tab closed";
   await row(remote0, "far").click();

@@ -9,6 +9,15 @@ import { byId, el, size, time } from "./dom.js";
 /** How often the list is asked for while a job runs. */
 const POLL_MS = 1000;
 
+/**
+ * A job's error as this page words it: the server names the CLI's flag where the page has a
+ * setting of its own.
+ * @param {string} error
+ */
+function said(error) {
+  return error.replace(/choose --overwrite [a-z|-]+/, "choose what happens to them under \"If a file exists\" (replace, skip, if newer)");
+}
+
 export class Jobs {
   /** @param {() => void} onEnd called when a job this panel saw running has ended */
   constructor(onEnd) {
@@ -68,7 +77,7 @@ export class Jobs {
       el("td", {}, bar, ` ${size(job.bytes)} of ${size(job.total)}, ${job.files} files`),
       el("td", { class: "phase" }, job.phase),
       el("td", { class: "when" }, time(job.ended ?? job.started)),
-      el("td", { class: "error" }, job.error ?? ""),
+      el("td", { class: "error", title: job.error ?? "" }, said(job.error ?? "")),
     ];
     const cancel = el("button", { class: "cancel" }, "Cancel");
     cancel.hidden = job.phase !== "running" && job.phase !== "stalled";
