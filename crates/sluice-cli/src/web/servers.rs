@@ -36,8 +36,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sluice::session::between::{DataSettings, Side, copy_between};
 use sluice::session::{
-    Client, ClientConfig, CopyOptions, Fingerprint, Overwrite, SessionError, ThirdParty,
-    ThirdPartyConfig, TrustPolicy, default_channel_config,
+    Client, ClientConfig, CopyOptions, Fingerprint, Overwrite, SessionError, ThirdPartyConfig,
+    TrustPolicy, default_channel_config,
 };
 
 use super::request::{ApiError, AppState, Authed, json_body, query};
@@ -402,9 +402,6 @@ pub(super) async fn copy(request: Linking<CopyBody>) -> Result<Json<Value>, ApiE
     }
     if paths.is_empty() {
         return Err(ApiError::bad("nothing to copy"));
-    }
-    if links.third_party.mode == ThirdParty::Off {
-        return Err(unavailable());
     }
     let (overwrite, checksum) = overwrite(&policy)?;
     for id in [&from, &to] {

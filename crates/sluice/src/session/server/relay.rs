@@ -151,7 +151,7 @@ impl RequestCtx<'_> {
         from_hex::<32>(&deposit.capability_hash)
             .ok_or_else(|| SessionError::Protocol("a capability hash is 64 hex digits".into()))?;
         let (_permits, _) = self.acquire_transfer().await?;
-        let quota = self.shared.tokens.grants().get(self.session.token).and_then(|g| g.spool_bytes);
+        let quota = self.spool_quota();
         let token = self.session.token;
         let blocks = deposit.blocks.clone();
         let hash = deposit.capability_hash.clone();
@@ -214,13 +214,18 @@ impl RequestCtx<'_> {
         Ok((spool, transfer))
     }
 
+    /// This session's token's quota of spooled bytes (its `spool=`), when it has one.
+    fn spool_quota(&self) -> Option<u64> {
+        self.shared.tokens.grants().get(self.session.token).and_then(|g| g.spool_bytes)
+    }
+
     /// How many bytes of blocks this session's token could deposit now.
     pub(super) async fn spool_room(&mut self) -> Result<(), SessionError> {
         let Some(spool) = self.shared.spool.clone() else {
             return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
         };
         self.require(|r| r.relay, "relay blocks (its rights lack relay)")?;
-        let quota = self.shared.tokens.grants().get(self.session.token).and_then(|g| g.spool_bytes);
+        let quota = self.spool_quota();
         let bytes = spool.room(self.session.token, quota);
         self.write(&Answer::SpoolRoom { bytes }).await
     }
