@@ -130,7 +130,6 @@ function addServer() {
         field("add-server-token").value = "";
         others.list.push(server);
         panes.forEach((p) => p.buildHead());
-        form.removeEventListener("submit", submit);
         dialog.close();
         resolve(server);
         jobs.refresh();

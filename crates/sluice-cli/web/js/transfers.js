@@ -12,7 +12,7 @@ import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
 import { hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
-import { failed as wtFailed, session as wtSession } from "./wt.js";
+import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
 
 /** Transfers at once. */
 const RUNNING_MAX = 3;
@@ -84,12 +84,6 @@ export class Transfers {
     }, 500);
   }
 
-  /** @returns {import("./choose.js").Mode} how the panel says transfers go */
-  mode() {
-    const mode = /** @type {HTMLSelectElement} */ (byId("transport-mode")).value;
-    return mode === "https" || mode === "webtransport" ? mode : "auto";
-  }
-
   /**
    * One run of a transfer by `via`: `run` under the job's signal. When `probe`, the rate of
    * the second half of its first PROBE_MS (`held()`: what the receiving end holds) is this
@@ -116,15 +110,14 @@ export class Transfers {
     // The probe's figure is its second half: the first holds the climb, and what the last
     // run (the other way, just stopped) still had in flight on the path.
     let mid = { bytes: before, t: started };
-    const halfway = setTimeout(() => {
+    const halfway = probe ? setTimeout(() => {
       held().then((bytes) => { mid = { bytes, t: performance.now() }; }, () => {});
-    }, probe ? PROBE_MS / 2 : 0);
-    if (!probe) clearTimeout(halfway);
+    }, PROBE_MS / 2) : null;
     const decide = async () => {
       const now = await held().catch(() => mid.bytes);
       this.chooser.record(job.dir, via, Math.max(0, now - mid.bytes), performance.now() - mid.t);
       this.probed(job, via);
-      const next = this.chooser.plan(this.mode(), job.dir, job.size - now, true);
+      const next = this.chooser.plan(mode(), job.dir, job.size - now, true);
       if (next.via === via && !next.probe) return;
       ran = true;
       slice.abort();
@@ -135,7 +128,7 @@ export class Transfers {
       // A run that ended the transfer moved all that was left; one long enough to say more
       // than its climb is this way's figure from now on.
       const moved = job.size - before;
-      if (this.mode() === "auto" && moved >= PROBE_MIN_BYTES) {
+      if (mode() === "auto" && moved >= PROBE_MIN_BYTES) {
         this.chooser.record(job.dir, via, moved, performance.now() - started);
       }
       return { result, probed: false };
@@ -144,7 +137,7 @@ export class Transfers {
       throw e;
     } finally {
       if (timer) clearTimeout(timer);
-      clearTimeout(halfway);
+      if (halfway) clearTimeout(halfway);
       signal.removeEventListener("abort", stop);
     }
   }
@@ -164,8 +157,7 @@ export class Transfers {
   /** Says in the panel which way each direction goes and why. */
   renderChoice() {
     const where = byId("choice");
-    const mode = this.mode();
-    if (mode !== "auto") {
+    if (mode() !== "auto") {
       where.textContent = "";
       return;
     }
@@ -314,7 +306,7 @@ export class Transfers {
           job.done = have;
           if (have) note(job, `resumed at ${size(have)}`);
         };
-        const plan = this.chooser.plan(this.mode(), "up", file.size - status.have, Boolean(wt));
+        const plan = this.chooser.plan(mode(), "up", file.size - status.have, Boolean(wt));
         const on = plan.via === "wt" ? wt : null;
         try {
           const { result, probed } = await this.slice(job, on ? "wt" : "https", plan.probe, held, (s) => on
@@ -422,7 +414,7 @@ export class Transfers {
       let wt = have === fileSize && fileSize > 0 ? null : await wtSession();
       const held = async () => (await part.getFile()).size;
       for (;;) {
-        const plan = this.chooser.plan(this.mode(), "down", fileSize - have, Boolean(wt));
+        const plan = this.chooser.plan(mode(), "down", fileSize - have, Boolean(wt));
         const on = plan.via === "wt" ? wt : null;
         try {
           // What this run wrote, as it goes (the partial file shows it only once closed).

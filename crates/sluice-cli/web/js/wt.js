@@ -343,10 +343,14 @@ function say(text, wt) {
   where.dataset.transport = wt ? "webtransport" : "https";
 }
 
-/** The panel's transport: "auto", "webtransport" or "https". */
-function mode() {
+/**
+ * How the panel says transfers go ("auto" when it says nothing else).
+ * @returns {import("./choose.js").Mode}
+ */
+export function mode() {
   const select = /** @type {HTMLSelectElement | null} */ (document.getElementById("transport-mode"));
-  return select?.value ?? "auto";
+  const chosen = select?.value;
+  return chosen === "https" || chosen === "webtransport" ? chosen : "auto";
 }
 
 /** Whether the user lets transfers use WebTransport. */
