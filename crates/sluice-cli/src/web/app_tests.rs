@@ -666,6 +666,15 @@ async fn a_stopped_upload_ends_at_once_and_keeps_what_it_wrote() {
     request.extensions_mut().insert(ConnectInfo("127.0.0.1:5000".parse::<SocketAddr>().unwrap()));
     tx.send(Ok(counted(300))).await.unwrap();
     let put = tokio::spawn(app.router.clone().oneshot(request));
+    // The stop comes once the request has taken those 300 bytes from its body (a stop before
+    // that keeps nothing, rightly: nothing was written).
+    for _ in 0..500 {
+        if tx.capacity() == tx.max_capacity() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(tx.capacity(), tx.max_capacity(), "the upload never read its body");
     let mut stopped = false;
     for _ in 0..500 {
         let answer = json_of(c.post(&format!("/api/upload/stop?{which}"), json!({})).await).await;
