@@ -43,6 +43,34 @@ use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolic
 use crate::tree::FileSet;
 use crate::tree::incoming::Incoming;
 
+/// Each relay's failed collections in a row: its outage. The collector's patience is per
+/// outage: [`RELAY_ATTEMPTS`] failures in a row and each further batch that fails there counts
+/// as lost at once (collected elsewhere, or asked of the sender), until a collection there
+/// succeeds and ends the outage. (Counted per job, a relay that failed three times in an hour
+/// of collection lost every later batch that met a passing fault.)
+#[derive(Debug)]
+struct Outages(Vec<u32>);
+
+impl Outages {
+    fn new(relays: usize) -> Outages {
+        Outages(vec![0; relays])
+    }
+
+    /// A collection at `relay` failed: whether the collector gives up on its batch there.
+    fn failed(&mut self, relay: u32) -> bool {
+        let Some(count) = self.0.get_mut(relay as usize) else { return true };
+        *count = count.saturating_add(1);
+        *count >= RELAY_ATTEMPTS
+    }
+
+    /// A collection at `relay` succeeded: its outage, if any, is over.
+    fn ended(&mut self, relay: u32) {
+        if let Some(count) = self.0.get_mut(relay as usize) {
+            *count = 0;
+        }
+    }
+}
+
 /// The most bytes of blocks one collection from a relay asks for.
 const BATCH_BYTES: u64 = 64 << 20;
 /// Attempts to collect from a relay that failed, before its blocks count as lost there.
@@ -838,7 +866,7 @@ impl Collection {
 
     async fn drive(self: &Arc<Self>) -> Result<u64, SessionError> {
         let mut busy = vec![false; self.relays.len()];
-        let mut failures = vec![0u32; self.relays.len()];
+        let mut outages = Outages::new(self.relays.len());
         let mut fetching: JoinSet<(u32, Vec<u64>, Result<(), SessionError>)> = JoinSet::new();
         loop {
             if self.cancel.load(Ordering::Relaxed) {
@@ -886,15 +914,17 @@ impl Collection {
                 Some(joined) = fetching.join_next(), if !fetching.is_empty() => {
                     let Ok((relay, batch, result)) = joined else { continue };
                     busy[relay as usize] = false;
-                    if let Err(e) = result {
-                        failures[relay as usize] += 1;
-                        warn!(transfer = %self.name(), relay, error = %e, "collecting from a relay failed");
-                        lock(&self.clients)[relay as usize] = None;
-                        if failures[relay as usize] >= RELAY_ATTEMPTS {
-                            self.lost(batch);
-                        } else {
-                            self.put_back(relay, &batch);
-                            tokio::time::sleep(RELAY_RETRY_WAIT).await;
+                    match result {
+                        Ok(()) => outages.ended(relay),
+                        Err(e) => {
+                            warn!(transfer = %self.name(), relay, error = %e, "collecting from a relay failed");
+                            lock(&self.clients)[relay as usize] = None;
+                            if outages.failed(relay) {
+                                self.lost(batch);
+                            } else {
+                                self.put_back(relay, &batch);
+                                tokio::time::sleep(RELAY_RETRY_WAIT).await;
+                            }
                         }
                     }
                 }
@@ -1050,5 +1080,27 @@ fn job_info(
         missing: missing.into_iter().take(MAX_JOB_RANGES).collect(),
         missing_bytes,
         error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_collectors_patience_is_per_outage_not_per_job() {
+        let mut outages = Outages::new(2);
+        for _ in 1..RELAY_ATTEMPTS {
+            assert!(!outages.failed(0), "a failure within the attempts is tried again");
+        }
+        assert!(outages.failed(0), "the last attempt gives the batch up");
+        assert!(outages.failed(0), "and so does each further failure in the outage");
+        assert!(!outages.failed(1), "another relay's outage is its own");
+        outages.ended(0);
+        for _ in 1..RELAY_ATTEMPTS {
+            assert!(!outages.failed(0), "a new outage gets the attempts again");
+        }
+        assert!(outages.failed(0));
+        assert!(outages.failed(7), "a relay the job does not know is given up at once");
     }
 }
