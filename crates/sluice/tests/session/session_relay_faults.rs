@@ -245,14 +245,37 @@ struct Stalled {
 }
 
 impl Stalled {
+    /// One file, `name`.
     async fn new(name: &str) -> Stalled {
+        Stalled::of(name, false).await
+    }
+
+    /// A tree, `name`: the same bytes as [`Stalled::new`]'s file, cut into three files (one in a
+    /// directory), so that blocks span files.
+    async fn tree(name: &str) -> Stalled {
+        Stalled::of(name, true).await
+    }
+
+    async fn of(name: &str, tree: bool) -> Stalled {
         println!("seed {SEED}");
         let (receiver, spools, a, b) = receiver_and_two_relays().await;
         let gate = Gate::before(b.addr).await;
         let local = tempfile::tempdir().unwrap();
         let content = pattern(16 * BLOCK as usize - 77, SEED);
         let source = local.path().join(name);
-        fs::write(&source, &content).unwrap();
+        if tree {
+            fs::create_dir_all(source.join("sub")).unwrap();
+            let (first, second) = (5 * BLOCK as usize + 11, 7 * BLOCK as usize);
+            for (file, bytes) in [
+                ("a.bin", &content[..first]),
+                ("b.bin", &content[first..first + second]),
+                ("sub/c.bin", &content[first + second..]),
+            ] {
+                fs::write(source.join(file), bytes).unwrap();
+            }
+        } else {
+            fs::write(&source, &content).unwrap();
+        }
         let sender = receiver.client().await;
         let mut relays = targets(&[&a]).await;
         relays.push(through(&gate, &b, "unreachable").await);
@@ -343,6 +366,94 @@ async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
     for server in [receiver, a, b] {
         server.stop().await;
     }
+}
+
+/// The tree [`Stalled::tree`] wrote under `root`, as its files' bytes end to end in the
+/// order it cut them; `None` while any of them is not in place.
+fn tree_bytes(root: &Path) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    for file in ["a.bin", "b.bin", "sub/c.bin"] {
+        out.extend(fs::read(root.join(file)).ok()?);
+    }
+    Some(out)
+}
+
+/// Regular files under `dir` whose names do not start with a dot (those in place).
+fn shown_files(dir: &Path) -> usize {
+    let mut count = 0;
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.path().is_dir() {
+            count += shown_files(&entry.path());
+        } else if !entry.file_name().to_string_lossy().starts_with('.') {
+            count += 1;
+        }
+    }
+    count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_sender_of_a_tree_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
+    let world = Stalled::tree("t").await;
+    let top = world.receiver.root().join("t");
+    let size = world.content.len() as u64;
+    let jobs = jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
+    println!("stalled: {jobs:?}");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        (jobs[0].files, jobs[0].bytes, jobs[0].missing_bytes),
+        (3, 8 * BLOCK, size - 8 * BLOCK)
+    );
+    // Stalled, nothing is in place: the tree's files are still its temporary ones.
+    assert_eq!(shown_files(&top), 0, "a stalled tree shows no file");
+    assert!(
+        fs::read_dir(&top)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with('.')),
+        "its temporary files are kept"
+    );
+    let report = world.again().await.unwrap();
+    println!("re-run: {report:?}");
+    assert_eq!(report.resumed_blocks, 8, "A's half was at the receiver");
+    assert_eq!(moved(&report), (8 * SEALED - 77, 8), "only B's half moved: {:?}", report.placed);
+    let jobs = jobs_once(&world.receiver, |j| j.iter().all(|j| j.phase == JobPhase::Done)).await;
+    assert_eq!(jobs.len(), 1, "the re-run took the stalled job over: {jobs:?}");
+    assert_eq!((jobs[0].bytes, jobs[0].missing_bytes, &jobs[0].id), (size, 0, &report.job));
+    assert_eq!(tree_bytes(&top).as_deref(), Some(&world.content[..]), "every byte in place");
+    assert_eq!(shown_files(&top), 3);
+    assert_eq!(common::listing(&world.receiver.root()), vec!["t"]);
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_run_with_another_tree_drops_the_stalled_files_and_moves_everything() {
+    let world = Stalled::tree("u").await;
+    let top = world.receiver.root().join("u");
+    jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
+    // A file is renamed at the sender (the same bytes and size): its manifest is another, and
+    // the first run's files must not be laid out as the second's.
+    fs::rename(world.source.join("b.bin"), world.source.join("b2.bin")).unwrap();
+    let report = world.again().await.unwrap();
+    assert_eq!(report.resumed_blocks, 0, "{report:?}");
+    assert_eq!(moved(&report).1, 16, "every block moved: {:?}", report.placed);
+    assert!(!top.join("b.bin").exists());
+    let mut got = fs::read(top.join("a.bin")).unwrap();
+    got.extend(fs::read(top.join("b2.bin")).unwrap());
+    got.extend(fs::read(top.join("sub/c.bin")).unwrap());
+    assert_eq!(got, world.content);
+    let hidden = |dir: &Path| {
+        fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .count()
+    };
+    assert_eq!(
+        (hidden(&top), hidden(&top.join("sub"))),
+        (0, 0),
+        "no temporary file of either run is left"
+    );
+    world.stop().await;
 }
 
 /// Cancels the receiver's one job (`sluice jobs --cancel`) and checks what is left: the job

@@ -8,10 +8,11 @@
 //! laid end to end; once the whole offset space hashes to the sender's BLAKE3, the plan is
 //! committed: each file renamed into place.
 //!
-//! A job (of one file) whose sender left with blocks nowhere to collect (a relay lost them) names the
-//! missing byte ranges and is kept, stalled, with its part file: a re-run of the same copy
-//! (the same destination, size and block size) takes it over and moves only the blocks it
-//! lacks, under the new run's key; the file's BLAKE3 must be the first run's.
+//! A job whose sender left with blocks nowhere to collect (a relay lost them) names the
+//! missing byte ranges and is kept, stalled, with its part file (a tree: its plan's temporary
+//! files): a re-run of the same copy (the same destination, size and block size, and a tree
+//! the same manifest) takes it over and moves only the blocks it lacks, under the new run's
+//! key; the file's (the tree's) BLAKE3 must be the first run's.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -85,7 +86,7 @@ const RELAY_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DIRECT_QUIET: Duration = Duration::from_millis(500);
 /// How often a waiting collection looks again.
 const DIRECT_POLL: Duration = Duration::from_millis(20);
-/// How long a stalled job waits for a re-run before its part file is deleted.
+/// How long a stalled job waits for a re-run before what it wrote is deleted.
 const STALLED_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A relay as the collector reaches it.
@@ -150,10 +151,32 @@ pub(crate) struct Listed {
     pub(crate) started: u64,
 }
 
+/// What a stalled job keeps of what it wrote, for a re-run of its copy.
+#[derive(Debug)]
+enum Kept {
+    /// One file's part file.
+    Part(PathBuf),
+    /// A tree's prepared plan (its temporary files; dropped, they go), and the manifest it was
+    /// made from ([`manifest_id`]): a re-run must send the same.
+    Tree { incoming: Box<Incoming>, manifest: blake3::Hash },
+}
+
+/// What identifies a tree's manifest: a re-run whose manifest differs (a file added, removed,
+/// resized or touched) lays its bytes out otherwise, and does not take over a stalled tree.
+pub(crate) fn manifest_id(entries: &[crate::tree::Entry]) -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    for entry in entries {
+        // Each entry's JSON, then a newline (no JSON text holds one unescaped).
+        hasher.update(&serde_json::to_vec(entry).unwrap_or_default());
+        hasher.update(b"\n");
+    }
+    hasher.finalize()
+}
+
 /// What a stalled job keeps for a re-run of its copy.
 #[derive(Debug)]
 pub(crate) struct Stalled {
-    part: PathBuf,
+    kept: Kept,
     fs: Confined,
     plan: BlockPlan,
     written: Vec<bool>,
@@ -175,9 +198,28 @@ impl Progress {
 }
 
 impl Stalled {
-    /// Blocks the part file holds.
+    /// Blocks the part file (or the tree's files) hold.
     pub(crate) fn have(&self) -> impl Iterator<Item = u64> + '_ {
         self.written.iter().enumerate().filter(|(_, w)| **w).map(|(id, _)| id as u64)
+    }
+
+    /// Deletes what it kept. Does file I/O.
+    fn delete(self) {
+        match self.kept {
+            Kept::Part(part) => {
+                let _ = self.fs.remove_file(&part);
+            }
+            // Dropped, the plan removes its temporary files.
+            Kept::Tree { incoming, .. } => drop(incoming),
+        }
+    }
+
+    /// The tree's manifest it was made from (none for one file).
+    fn manifest(&self) -> Option<blake3::Hash> {
+        match &self.kept {
+            Kept::Part(_) => None,
+            Kept::Tree { manifest, .. } => Some(*manifest),
+        }
     }
 }
 
@@ -201,6 +243,8 @@ pub(crate) struct Collection {
     /// The file, or a tree's destination directory.
     dest: PathBuf,
     landing: Landing,
+    /// A tree's manifest ([`manifest_id`]).
+    manifest: Option<blake3::Hash>,
     /// Every file step beneath the client's root.
     fs: Confined,
     relays: Vec<RelayAt>,
@@ -291,11 +335,17 @@ impl Collections {
             .map(|(dest, _)| dest.clone());
         let Some(gone) = dest.and_then(|dest| stalled.remove(&dest)) else { return false };
         drop(stalled);
-        let _ = gone.fs.remove_file(&gone.part);
-        info!(transfer = id, "a stalled relayed upload was cancelled: its part file is deleted");
         let end = Some((JobPhase::Cancelled, unix_now(), None));
-        let info =
-            job_info(&gone.transfer, &gone.listed, gone.from, &gone.plan, &gone.written, end);
+        let info = job_info(
+            &gone.transfer,
+            &gone.listed,
+            gone.from.clone(),
+            &gone.plan,
+            &gone.written,
+            end,
+        );
+        gone.delete();
+        info!(transfer = id, "a stalled relayed upload was cancelled: what it wrote is deleted");
         self.ended.push(token, info);
         true
     }
@@ -314,24 +364,29 @@ impl Collections {
         lock(&self.running).values().any(|c| c.dest == dest)
     }
 
-    /// The stalled job of `dest`, for a re-run of its copy (`plan` must be its), after
-    /// deleting the part files of those that waited too long. Does file I/O.
-    pub(crate) fn take_stalled(&self, dest: &Path, plan: &BlockPlan) -> Option<Stalled> {
+    /// The stalled job of `dest`, for a re-run of its copy (`plan` must be its, and a tree's
+    /// `manifest`, [`manifest_id`], too), after deleting what those that waited too long kept.
+    /// Does file I/O.
+    pub(crate) fn take_stalled(
+        &self,
+        dest: &Path,
+        plan: &BlockPlan,
+        manifest: Option<blake3::Hash>,
+    ) -> Option<Stalled> {
         let now = Instant::now();
         let mut stalled = lock(&self.stalled);
         let expired: Vec<PathBuf> =
             stalled.iter().filter(|(_, s)| s.until <= now).map(|(d, _)| d.clone()).collect();
-        for dest in expired {
-            if let Some(s) = stalled.remove(&dest) {
-                let _ = s.fs.remove_file(&s.part);
-            }
-        }
-        let found = stalled.remove(dest)?;
-        if found.plan == *plan {
+        let expired: Vec<Stalled> = expired.iter().filter_map(|d| stalled.remove(d)).collect();
+        let found = stalled.remove(dest);
+        drop(stalled);
+        expired.into_iter().for_each(Stalled::delete);
+        let found = found?;
+        if found.plan == *plan && found.manifest() == manifest {
             return Some(found);
         }
-        info!(dest = %dest.display(), "another file's copy: the stalled part is dropped");
-        let _ = found.fs.remove_file(&found.part);
+        info!(dest = %dest.display(), "another copy: what the stalled one wrote is dropped");
+        found.delete();
         None
     }
 }
@@ -355,6 +410,9 @@ pub(crate) struct Start {
     pub(crate) listed: Listed,
     /// A tree's plan, prepared (its directories made, its files' paths claimed).
     pub(crate) tree: Option<Incoming>,
+    /// A tree's manifest ([`manifest_id`]): what a re-run must send to take it over if it
+    /// stalls.
+    pub(crate) manifest: Option<blake3::Hash>,
 }
 
 impl Collection {
@@ -365,19 +423,26 @@ impl Collection {
     ) -> Result<(Arc<Collection>, mpsc::UnboundedReceiver<JobEvent>), SessionError> {
         let count = start.plan.count() as usize;
         let mut blocks = vec![Where::Missing; count];
-        let (landing, expect) = match (start.tree, &start.resume) {
-            (Some(incoming), _) => {
-                let store = Box::new(incoming.store());
-                (Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }, None)
-            }
+        let tree = |incoming: Incoming| {
+            let store = Box::new(incoming.store());
+            Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }
+        };
+        let (landing, expect) = match (start.tree, start.resume) {
+            (Some(incoming), _) => (tree(incoming), None),
             (None, Some(stalled)) => {
-                let file = start.fs.open(&stalled.part, true).map_err(|e| {
-                    SessionError::io(format!("opening {}", stalled.part.display()), e)
-                })?;
                 for id in stalled.have() {
                     blocks[id as usize] = Where::Written;
                 }
-                (Landing::File { part: stalled.part.clone(), file }, Some(stalled.digest))
+                let landing = match stalled.kept {
+                    Kept::Tree { incoming, .. } => tree(*incoming),
+                    Kept::Part(part) => {
+                        let file = start.fs.open(&part, true).map_err(|e| {
+                            SessionError::io(format!("opening {}", part.display()), e)
+                        })?;
+                        Landing::File { part, file }
+                    }
+                };
+                (landing, Some(stalled.digest))
             }
             (None, None) => {
                 let name = start
@@ -402,6 +467,7 @@ impl Collection {
         let (tx, rx) = mpsc::unbounded_channel();
         let job = Arc::new(Collection {
             transfer: start.transfer,
+            manifest: start.manifest,
             session: start.session,
             key: start.key,
             plan: start.plan,
@@ -790,24 +856,29 @@ impl Collection {
     /// (it cannot go on) its part file deleted.
     async fn run(self: Arc<Self>, collections: Arc<Collections>) {
         let end = self.drive().await;
-        let stalled = match &self.landing {
-            Landing::File { part, .. } => {
-                let p = lock(&self.progress);
-                (end.is_err() && p.stalled).then(|| Stalled {
-                    part: part.clone(),
-                    fs: self.fs.clone(),
-                    plan: self.plan,
-                    written: p.written(),
-                    digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
-                    until: Instant::now() + STALLED_KEEP,
-                    transfer: self.transfer,
-                    listed: self.listed.clone(),
-                    from: self.from(),
-                    why: end.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
-                    at: unix_now(),
-                })
-            }
-            Landing::Tree { .. } => None,
+        let stalled = {
+            let p = lock(&self.progress);
+            let kept = match &self.landing {
+                _ if end.is_ok() || !p.stalled => None,
+                Landing::File { part, .. } => Some(Kept::Part(part.clone())),
+                Landing::Tree { incoming, .. } => lock(incoming).take().map(|incoming| {
+                    let manifest = self.manifest.unwrap_or(blake3::Hash::from_bytes([0; 32]));
+                    Kept::Tree { incoming: Box::new(incoming), manifest }
+                }),
+            };
+            kept.map(|kept| Stalled {
+                kept,
+                fs: self.fs.clone(),
+                plan: self.plan,
+                written: p.written(),
+                digest: p.digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
+                until: Instant::now() + STALLED_KEEP,
+                transfer: self.transfer,
+                listed: self.listed.clone(),
+                from: self.from(),
+                why: end.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+                at: unix_now(),
+            })
         };
         match &end {
             Ok(bytes) => {
@@ -906,8 +977,7 @@ impl Collection {
             }
             if gone && fetching.is_empty() && (!missing.is_empty() || digest.is_none()) {
                 // What it has is kept for a re-run when the sender told what the file is.
-                lock(&self.progress).stalled =
-                    digest.is_some() && matches!(self.landing, Landing::File { .. });
+                lock(&self.progress).stalled = digest.is_some();
                 return Err(self.left_behind(&missing, digest.is_none()));
             }
             tokio::select! {

@@ -23,7 +23,7 @@ use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Answer, GrantClaim, Messages, write_message};
-use crate::session::relay::collect::{Collection, JobEvent, Listed, RelayAt, Start};
+use crate::session::relay::collect::{Collection, JobEvent, Listed, RelayAt, Start, manifest_id};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
@@ -339,13 +339,23 @@ impl RequestCtx<'_> {
         let requested = put.dest.clone();
         let overwrite = put.overwrite;
         let (entries, size) = (put.entries.clone(), put.size);
-        let (dest, fs, tree) = blocking(move || {
+        let manifest = (!entries.is_empty()).then(|| manifest_id(&entries));
+        let collections = self.shared.collections.clone();
+        let found = collections.clone();
+        let (dest, fs, tree, stalled_tree) = blocking(move || {
             let fs = Confined::new(Some(&root))
                 .map_err(|e| SessionError::io("opening the served directory", e))?;
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
             if !entries.is_empty() {
+                // A stalled tree of the same copy goes on in its own temporary files (they
+                // hold its paths' claims); any other copy prepares its own.
+                if !found.writing(&at)
+                    && let Some(stalled) = found.take_stalled(&at, &plan, manifest)
+                {
+                    return Ok((at, fs, None, Some(stalled)));
+                }
                 let tree = prepare_tree(&root, &at, entries, overwrite, size)?;
-                return Ok((at, fs, Some(tree)));
+                return Ok((at, fs, Some(tree), None));
             }
             let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
             let replace = matches!(overwrite, sluice_session::options::Overwrite::Always);
@@ -354,7 +364,7 @@ impl RequestCtx<'_> {
                     "{requested}: the file exists (--overwrite always replaces it)"
                 )));
             }
-            Ok((dest, fs, None))
+            Ok((dest, fs, None, None))
         })
         .await?;
         let at =
@@ -372,7 +382,6 @@ impl RequestCtx<'_> {
             files,
             started: unix_now(),
         };
-        let collections = self.shared.collections.clone();
         if collections.writing(&dest) {
             return Err(SessionError::Busy(format!(
                 "{}: a relayed upload to it is being collected still (try again once it ended)",
@@ -380,9 +389,10 @@ impl RequestCtx<'_> {
             )));
         }
         let (found, at_dest) = (collections.clone(), dest.clone());
-        let resume = match tree {
-            Some(_) => None,
-            None => blocking(move || Ok(found.take_stalled(&at_dest, &plan))).await?,
+        let resume = match (&tree, stalled_tree) {
+            (_, Some(stalled)) => Some(stalled),
+            (Some(_), None) => None,
+            (None, None) => blocking(move || Ok(found.take_stalled(&at_dest, &plan, None))).await?,
         };
         let start = Start {
             transfer,
@@ -396,6 +406,7 @@ impl RequestCtx<'_> {
             permits: Box::new(permits),
             resume,
             tree,
+            manifest,
             listed,
         };
         let (job, events) = blocking(move || Collection::start(start, &collections)).await?;
