@@ -11,7 +11,9 @@
 //! Round trips: S to a relay 4 ms, S or a relay to D 50 ms. D's one link carries everything it
 //! receives, so collection runs at most at its rate; the sender's paths give it (relays + 1) x
 //! that rate. The ceiling row blasts the direct path at 95 % of D's link (`--policy fixed`):
-//! what one path to D gives at most. Prints one JSON line per row and a Markdown table; needs
+//! what one path to D gives at most. The row "S to r1 alone" copies the file to one relay as a
+//! plain server: what a relay's path carries as one long copy, the yardstick of the column "of
+//! paths alone" (striping goodput over the sum of what its paths carry alone). Prints one JSON line per row and a Markdown table; needs
 //! root.
 //! `RELAY_TOPOLOGY_CLIENT_LOG=FILE` keeps the last row's client log, and
 //! `RELAY_TOPOLOGY_SERVER_LOGS=DIR` each server's as `DIR/HOST.log` (with `RUST_LOG`).
@@ -196,8 +198,15 @@ impl World {
         each.collect()
     }
 
-    /// `sluice cp ARGS SOURCE d:` on S; the summary's JSON and the wall time.
-    fn cp(&self, extra: &[&str], source: &Path, dest: &str) -> (serde_json::Value, f64, Vec<f64>) {
+    /// `sluice cp ARGS SOURCE TO:DEST` on S (`to`: d or a relay, as a plain server); the
+    /// summary's JSON and the wall time.
+    fn cp(
+        &self,
+        extra: &[&str],
+        source: &Path,
+        to: &str,
+        dest: &str,
+    ) -> (serde_json::Value, f64, Vec<f64>) {
         let config = self.dir.path().join("client.toml");
         let mut text = String::new();
         for (host, octet) in &HOSTS[1..4] {
@@ -212,9 +221,10 @@ impl World {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &format!("{tag}-s")]).arg(&self.bin);
         c.env("SLUICE_CONFIG", &config).env("SLUICE_TOKEN", TOKEN);
-        c.args(["cp", "--json", "-P", &PORT.to_string(), "--fingerprint", &self.fingerprint("d")]);
+        c.args(["cp", "--json", "-P", &PORT.to_string(), "--fingerprint", &self.fingerprint(to)]);
         c.arg("--known-hosts").arg(self.dir.path().join("known_hosts"));
-        c.args(extra).arg(source).arg(format!("{}:{dest}", addr(20, 1)));
+        let octet = HOSTS.iter().find(|(h, _)| *h == to).map_or(20, |(_, o)| *o);
+        c.args(extra).arg(source).arg(format!("{}:{dest}", addr(octet, 1)));
         let started = Instant::now();
         let done = std::sync::atomic::AtomicBool::new(false);
         let (out, timeline) = std::thread::scope(|scope| {
@@ -261,8 +271,8 @@ impl World {
         seconds
     }
 
-    fn received(&self, dest: &str) -> PathBuf {
-        self.dir.path().join("d").join("root").join(dest)
+    fn received(&self, to: &str, dest: &str) -> PathBuf {
+        self.dir.path().join(to).join("root").join(dest)
     }
 }
 
@@ -303,8 +313,12 @@ fn main() {
     // path to D gives at most; every row's total is also a ratio to it.
     let blast = format!("{}Mbit", a.slow_mbit * 95 / 100);
     let ceiling = ("direct, blast ceiling", vec!["--policy", "fixed", "--limit-rate", &blast]);
+    // What one relay's path carries alone: S to r1 as one long copy (the three relays' paths
+    // are alike), the measured yardstick of "the sum of what the sender's paths carry".
+    const ALONE: &str = "S to r1 alone";
+    let alone = (ALONE, vec![]);
     let mut rows: Vec<(&str, Vec<&str>)> =
-        if a.one { Vec::new() } else { vec![("direct", vec![]), ceiling] };
+        if a.one { Vec::new() } else { vec![("direct", vec![]), ceiling, alone] };
     let all = [
         ("2 relays + D, fcfs", vec!["--relay", "r1,r2"]),
         ("2 relays, fcfs", vec!["--relay", "r1,r2", "--relay-direct", "off"]),
@@ -327,10 +341,10 @@ fn main() {
         a.size_mib, a.uplink_mbit, a.slow_mbit, a.batch_us
     );
     let mut table = vec![
-        "| row | send s | total s | send / direct | total / direct | total / ceiling | striping Mbit/s | theoretical | fraction | S link MB | D link MB | relay links MB |".to_owned(),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
+        "| row | send s | total s | send / direct | total / direct | total / ceiling | striping Mbit/s | theoretical | fraction | of paths alone | S link MB | D link MB | relay links MB |".to_owned(),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
     ];
-    let (mut direct_s, mut ceiling_s) = (0.0, f64::NAN);
+    let (mut direct_s, mut ceiling_s, mut alone_s) = (0.0, f64::NAN, f64::NAN);
     let mut finished = Vec::new();
     for (i, (label, flags)) in rows.iter().enumerate() {
         let dest = format!("row{i}.bin");
@@ -340,10 +354,11 @@ fn main() {
         if relayed {
             extra.extend(["--relay-wait", "--relay-block", &a.block]);
         }
-        let (summary, wall, timeline) = world.cp(&extra, &source, &dest);
+        let to = if *label == ALONE { "r1" } else { "d" };
+        let (summary, wall, timeline) = world.cp(&extra, &source, to, &dest);
         let after = world.bytes();
-        assert!(same(&source, &world.received(&dest)), "{label}: the file differs");
-        let _ = std::fs::remove_file(world.received(&dest));
+        assert!(same(&source, &world.received(to, &dest)), "{label}: the file differs");
+        let _ = std::fs::remove_file(world.received(to, &dest));
         let moved: Vec<(String, f64, f64)> = after
             .iter()
             .zip(&before)
@@ -360,10 +375,10 @@ fn main() {
             )
         } else {
             let seconds = summary["seconds"].as_f64().unwrap_or(wall);
-            if flags.is_empty() {
-                direct_s = seconds;
-            } else {
-                ceiling_s = seconds;
+            match (flags.is_empty(), to) {
+                (true, "d") => direct_s = seconds,
+                (true, _) => alone_s = seconds,
+                (false, _) => ceiling_s = seconds,
             }
             (seconds, seconds)
         };
@@ -371,6 +386,7 @@ fn main() {
         let relays = flags.iter().find(|f| f.starts_with('r')).map_or(0, |r| r.split(',').count());
         let with_d = flags.is_empty() || !flags.contains(&"off");
         let theoretical = (relays as u64 + u64::from(with_d)) * a.slow_mbit;
+        let dests = (relays, with_d);
         let striping = size as f64 * 8.0 / send / 1e6;
         let line = serde_json::json!({
             "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
@@ -380,17 +396,25 @@ fn main() {
             "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
         });
         println!("{line}");
-        finished.push((label, send, total, striping, theoretical, of("s"), of("d"), relays_mb));
+        let links = (of("s"), of("d"), relays_mb);
+        finished.push((label, send, total, striping, theoretical, dests, links));
         std::thread::sleep(Duration::from_secs(1));
     }
     // The ratios once every row ran (the ceiling runs after the direct row).
-    for (label, send, total, striping, theoretical, s_mb, d_mb, relays_mb) in finished {
+    // "Of paths alone": the striping goodput over the sum of what each of its paths carried
+    // as one long copy of the same file (S to r1 for each relay, the direct row for D).
+    let goodput = |secs: f64| size as f64 * 8.0 / secs / 1e6;
+    for (label, send, total, striping, theoretical, dests, links) in finished {
+        let (relays, with_d) = dests;
+        let paths = relays as f64 * goodput(alone_s) + if with_d { goodput(direct_s) } else { 0.0 };
+        let (s_mb, d_mb, relays_mb) = links;
         table.push(format!(
-            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | {:.3} | {striping:.0} | {theoretical} | {:.3} | {s_mb:.0} | {d_mb:.0} | {relays_mb:.0} |",
+            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | {:.3} | {striping:.0} | {theoretical} | {:.3} | {:.3} | {s_mb:.0} | {d_mb:.0} | {relays_mb:.0} |",
             send / direct_s,
             total / direct_s,
             total / ceiling_s,
             striping / theoretical as f64,
+            striping / paths,
         ));
     }
     println!("{}", table.join("\n"));
