@@ -352,7 +352,10 @@ impl Server {
             transfers.clone(),
             ended(super::jobs::ENDED_FILE),
         );
-        let collections = Arc::new(Collections::new(ended(super::relay::collect::ENDED_FILE)));
+        let collections = Arc::new(Collections::new(
+            ended(super::relay::collect::ENDED_FILE),
+            state_dir.map(|d| d.join(super::relay::collect_record::COLLECTIONS_DIR)),
+        ));
         let door = tcp.as_ref().map(|(_, port)| port.door.clone()).unwrap_or_default();
         let spool = config.spool.as_ref().map(Spool::open).transpose()?;
         let memory = state_dir
@@ -437,6 +440,14 @@ impl Server {
             let access = shared.access.get(token).filter(|a| a.rights.write)?;
             Some((access.root.clone(), access.transfers.as_ref().map(|(_, s)| s.clone())))
         });
+        // Relayed uploads' collections it left running or stalled, the same way.
+        self.shared.collections.resume_saved(
+            |token| {
+                let access = shared.access.get(token).filter(|a| a.rights.write)?;
+                Some(access.root.clone())
+            },
+            &self.shared.jobs.identity(),
+        );
         let wait = self.shared.one_session;
         let deadline = tokio::time::sleep(wait.unwrap_or(Duration::MAX / 4));
         let mut deadline = std::pin::pin!(deadline);
@@ -492,6 +503,8 @@ impl Server {
             );
             sessions.shutdown().await;
         }
+        // Its collections end with it, as they would with its process.
+        self.shared.collections.stop();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
         result
     }

@@ -81,7 +81,22 @@ impl TestServer {
 
     /// A server whose settings `adjust` changed first.
     pub async fn start_with(adjust: impl FnOnce(&mut ServerConfig)) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), adjust).await
+    }
+
+    /// Stops the server and starts it again in the same directory (the same root, tokens,
+    /// identity and state directory), on a port of its own, as a restarted process would.
+    pub async fn restart_in_place(mut self) -> TestServer {
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        self.stop().await;
+        Self::start_in(dir, |_| {}).await
+    }
+
+    /// A server in `dir` (kept while it runs) whose settings `adjust` changed first.
+    async fn start_in(
+        dir: tempfile::TempDir,
+        adjust: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
         let mut config = server_config(dir.path());
         adjust(&mut config);
         let server = Server::bind(config).unwrap();

@@ -345,6 +345,12 @@ async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
     assert_eq!(job.missing, vec![[8 * BLOCK, size]]);
     assert_eq!(job.missing_bytes, size - 8 * BLOCK);
     assert!(job.error.as_deref().is_some_and(|e| e.contains("nowhere to collect")), "{job:?}");
+    // The receiver restarts: the stalled job is kept (its record and part file) and listed
+    // the same.
+    let mut world = world;
+    world.receiver = world.receiver.restart_in_place().await;
+    let again = jobs_once(&world.receiver, |_| true).await;
+    assert_eq!(again, jobs, "listed the same after the restart");
     let report = world.again().await.unwrap();
     println!("re-run: {report:?}");
     // The re-run's job took the stalled one over: one job, done, every byte written.
@@ -363,6 +369,39 @@ async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
     let receiver = restart(receiver, spool.path(), 1 << 20, saved.path()).await;
     let after = jobs_once(&receiver, |_| true).await;
     assert_eq!(after, jobs, "listed the same after the restart");
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
+}
+
+/// Records of collections the server in `dir` keeps in its state directory.
+fn kept_records(dir: &Path) -> usize {
+    let at = dir.join("state").join("collections");
+    let records = fs::read_dir(at).into_iter().flatten().flatten();
+    records.filter(|e| e.path().extension().is_some_and(|x| x == "json")).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_goes_on_after_the_receiver_restarts() {
+    // The sender left with half the blocks on B, which the receiver cannot reach yet; the
+    // receiver restarts at once (before its job could stall: that takes three attempts at B,
+    // each a 3 s handshake timeout), then B opens. The restarted server's job, without any
+    // sender, collects B's half from its record and puts the file in place.
+    let world = Stalled::new("g.bin").await;
+    let Stalled { receiver, a, b, _gate: gate, _spools, _local, content, .. } = world;
+    let dest = receiver.root().join("g.bin");
+    let running = receiver.client().await.jobs().await.unwrap();
+    assert_eq!(running.iter().map(|j| j.phase).collect::<Vec<_>>(), [JobPhase::Running]);
+    assert_eq!(kept_records(receiver.dir.path()), 1, "the running job is kept");
+    let receiver = receiver.restart_in_place().await;
+    gate.open_to(b.addr);
+    let jobs = jobs_once(&receiver, |j| j.iter().any(|j| j.phase != JobPhase::Running)).await;
+    println!("after the restart: {jobs:?}");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!((jobs[0].phase, &jobs[0].id), (JobPhase::Done, &running[0].id), "{jobs:?}");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert_eq!(common::listing(&receiver.root()), vec!["g.bin"], "no part file is left");
+    assert_eq!(kept_records(receiver.dir.path()), 0, "an ended job's record is removed");
     for server in [receiver, a, b] {
         server.stop().await;
     }

@@ -24,11 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_session::messages::{JobInfo, JobKind, JobPhase, MAX_JOB_RANGES};
-use sluice_session::relay::{BlockPlan, Collect, MAX_BATCH_BLOCKS, id_ranges, to_hex};
+use sluice_session::relay::{BlockPlan, Collect, MAX_BATCH_BLOCKS, from_hex, id_ranges, to_hex};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+use super::collect_record::{self, Record, RelayRecord};
 use super::hop::Link;
 use super::read_range;
 use super::seal::BlockKey;
@@ -39,7 +40,7 @@ use crate::session::channel::blocking;
 use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
 use crate::session::job_log::{CANCELLED, Ended, unix_now};
-use crate::session::keys::SessionId;
+use crate::session::keys::{DirectionSecret, SessionId};
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
 use crate::tree::FileSet;
 use crate::tree::incoming::Incoming;
@@ -177,6 +178,8 @@ pub(crate) fn manifest_id(entries: &[crate::tree::Entry]) -> blake3::Hash {
 #[derive(Debug)]
 pub(crate) struct Stalled {
     kept: Kept,
+    /// Its record in the state directory, if kept there.
+    record: Option<PathBuf>,
     fs: Confined,
     plan: BlockPlan,
     written: Vec<bool>,
@@ -203,14 +206,23 @@ impl Stalled {
         self.written.iter().enumerate().filter(|(_, w)| **w).map(|(id, _)| id as u64)
     }
 
-    /// Deletes what it kept. Does file I/O.
+    /// Deletes what it kept, and its record. Does file I/O.
     fn delete(self) {
+        self.forget_record();
         match self.kept {
             Kept::Part(part) => {
                 let _ = self.fs.remove_file(&part);
             }
             // Dropped, the plan removes its temporary files.
             Kept::Tree { incoming, .. } => drop(incoming),
+        }
+    }
+
+    /// Removes its record: the job it was is gone, or another took it over (and keeps its
+    /// own). Does file I/O.
+    fn forget_record(&self) {
+        if let Some(record) = &self.record {
+            let _ = std::fs::remove_file(record);
         }
     }
 
@@ -245,6 +257,13 @@ pub(crate) struct Collection {
     landing: Landing,
     /// A tree's manifest ([`manifest_id`]).
     manifest: Option<blake3::Hash>,
+    /// Where its record is kept, and its token's root ([`Collection::save`]): a file's job on
+    /// a server with a state directory.
+    saved: Option<(PathBuf, PathBuf)>,
+    /// Held while the record is written; true once the job ended and its record is final
+    /// (removed, or kept as stalled): a late event (the sender's request ending) must not
+    /// write it again.
+    record_final: Mutex<bool>,
     /// Every file step beneath the client's root.
     fs: Confined,
     relays: Vec<RelayAt>,
@@ -281,15 +300,21 @@ pub(crate) struct Collections {
     stalled: Mutex<HashMap<PathBuf, Stalled>>,
     /// Those that ended lately (`sluice jobs`).
     ended: Ended,
+    /// Where running and stalled ones are kept across a restart (`collect_record`), when the
+    /// server has a state directory.
+    dir: Option<PathBuf>,
+    /// The running ones' tasks, ended when the server stops ([`Collections::stop`]).
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 /// The file of the state directory where ended collections are kept (`sluice jobs` lists them).
 pub(crate) const ENDED_FILE: &str = "ended-collections.json";
 
 impl Collections {
-    /// No collection yet; `ended` lists those that ended (kept in [`ENDED_FILE`]).
-    pub(crate) fn new(ended: Ended) -> Collections {
-        Collections { ended, ..Collections::default() }
+    /// No collection yet; `ended` lists those that ended (kept in [`ENDED_FILE`]); `dir` keeps
+    /// the running and stalled ones (of one file) for a restart to go on with.
+    pub(crate) fn new(ended: Ended, dir: Option<PathBuf>) -> Collections {
+        Collections { ended, dir, ..Collections::default() }
     }
 
     /// `token`'s collections: running, stalled, and ended lately.
@@ -359,6 +384,146 @@ impl Collections {
         lock(&self.running).get(transfer).filter(|c| c.session == session).cloned()
     }
 
+    /// Goes on with the collections (of one file) a previous run of the server kept in its
+    /// state directory: running ones start again without their sender (which left with the
+    /// server it spoke to), from where their blocks were; stalled ones wait for a re-run again.
+    /// `root_of` gives the root of a token's index while that token still may write. A record
+    /// whose token is gone or changed roots, or whose part file is gone, is dropped (said).
+    /// Does file I/O.
+    pub(crate) fn resume_saved(
+        self: &Arc<Self>,
+        root_of: impl Fn(usize) -> Option<PathBuf>,
+        identity: &Arc<Identity>,
+    ) {
+        let Some(dir) = &self.dir else { return };
+        for (path, record) in collect_record::load_all(dir) {
+            let transfer = record.transfer.clone();
+            if root_of(record.token).as_ref() != Some(&record.root) {
+                warn!(transfer, "a kept collection's token is gone or changed: dropped");
+                if let Ok(fs) = Confined::new(Some(&record.root)) {
+                    let _ = fs.remove_file(&record.part);
+                }
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            match self.restore(&path, record, identity) {
+                Ok(stalled) => {
+                    info!(transfer, stalled, "a kept collection goes on after a restart")
+                }
+                Err(e) => {
+                    warn!(transfer, error = %e, "a kept collection could not go on: dropped");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+    }
+
+    /// Starts (or, stalled, keeps) the job `record` (kept at `path`) describes: whether it was
+    /// stalled.
+    fn restore(
+        self: &Arc<Self>,
+        path: &Path,
+        record: Record,
+        identity: &Arc<Identity>,
+    ) -> Result<bool, SessionError> {
+        let bad = |what: &str| SessionError::Protocol(format!("the record's {what}"));
+        let transfer = from_hex::<16>(&record.transfer).ok_or_else(|| bad("transfer"))?;
+        let secret = DirectionSecret {
+            key: from_hex::<32>(&record.key).ok_or_else(|| bad("key"))?,
+            iv: from_hex::<12>(&record.iv).ok_or_else(|| bad("iv"))?,
+        };
+        let plan = BlockPlan::new(record.size, record.block_bytes).map_err(|e| bad(&e))?;
+        let relays = record
+            .relays
+            .iter()
+            .map(|r: &RelayRecord| {
+                Ok(RelayAt {
+                    address: r.address.parse().map_err(|_| bad("relay address"))?,
+                    fingerprint: r.fingerprint.parse().map_err(|_| bad("relay fingerprint"))?,
+                    capability: from_hex::<32>(&r.capability)
+                        .ok_or_else(|| bad("relay capability"))?,
+                })
+            })
+            .collect::<Result<Vec<_>, SessionError>>()?;
+        let spots = collect_record::spots(&record.blocks, plan.count(), relays.len())
+            .ok_or_else(|| bad("blocks"))?;
+        let blocks: Vec<Where> = spots
+            .into_iter()
+            .map(|spot| match spot {
+                collect_record::WRITTEN => Where::Written,
+                collect_record::MISSING => Where::Missing,
+                relay => Where::At(relay as u32),
+            })
+            .collect();
+        let hash = |hex: &Option<String>| -> Result<Option<blake3::Hash>, SessionError> {
+            hex.as_deref().map(|h| blake3::Hash::from_hex(h).map_err(|_| bad("digest"))).transpose()
+        };
+        let (digest, expect) = (hash(&record.digest)?, hash(&record.expect)?);
+        let fs = Confined::new(Some(&record.root))
+            .map_err(|e| SessionError::io(format!("opening {}", record.root.display()), e))?;
+        if fs.symlink_metadata(&record.part).is_err() {
+            return Err(SessionError::NotFound(format!("{} is gone", record.part.display())));
+        }
+        let listed =
+            Listed { token: record.token, dest: record.named, files: 1, started: record.started };
+        if let Some((why, at)) = record.stalled {
+            let kept_for = Duration::from_secs(unix_now().saturating_sub(at));
+            let stalled = Stalled {
+                kept: Kept::Part(record.part),
+                record: Some(path.to_owned()),
+                fs,
+                plan,
+                written: blocks.iter().map(|w| *w == Where::Written).collect(),
+                digest: digest.unwrap_or(blake3::Hash::from_bytes([0; 32])),
+                until: Instant::now() + STALLED_KEEP.saturating_sub(kept_for),
+                transfer,
+                listed,
+                from: relays.iter().map(|r| r.address.to_string()).collect::<Vec<_>>().join(", "),
+                why,
+                at,
+            };
+            lock(&self.stalled).insert(record.dest, stalled);
+            return Ok(true);
+        }
+        let start = Start {
+            transfer,
+            session: SessionId::random()?,
+            key: BlockKey::new(&secret, transfer),
+            plan,
+            dest: record.dest,
+            fs,
+            relays,
+            identity: identity.clone(),
+            // It holds none of the server's places for transfers (those are a session's).
+            permits: Box::new(()),
+            resume: None,
+            listed,
+            tree: None,
+            manifest: None,
+            root: record.root,
+            restored: Some(Restored {
+                part: record.part,
+                blocks,
+                elsewhere: record.elsewhere,
+                digest,
+                expect,
+                sent: record.sent,
+            }),
+        };
+        Collection::start(start, self)?;
+        Ok(false)
+    }
+
+    /// Ends every running job where it is, as the server's process ending would: their part
+    /// files and records stay for the next run of the server to go on with. For a server that
+    /// stops inside a process that goes on (tests, the web app's embedded server).
+    pub(crate) fn stop(&self) {
+        for task in lock(&self.tasks).drain(..) {
+            task.abort();
+        }
+        lock(&self.running).clear();
+    }
+
     /// Whether a running job writes `dest`.
     pub(crate) fn writing(&self, dest: &Path) -> bool {
         lock(&self.running).values().any(|c| c.dest == dest)
@@ -383,6 +548,7 @@ impl Collections {
         expired.into_iter().for_each(Stalled::delete);
         let found = found?;
         if found.plan == *plan && found.manifest() == manifest {
+            found.forget_record();
             return Some(found);
         }
         info!(dest = %dest.display(), "another copy: what the stalled one wrote is dropped");
@@ -413,6 +579,21 @@ pub(crate) struct Start {
     /// A tree's manifest ([`manifest_id`]): what a re-run must send to take it over if it
     /// stalls.
     pub(crate) manifest: Option<blake3::Hash>,
+    /// The sender's token's root (kept in the job's record: a restart goes on only while the
+    /// token still writes beneath it).
+    pub(crate) root: PathBuf,
+    /// What a restarted server goes on from: the job's record.
+    pub(crate) restored: Option<Restored>,
+}
+
+/// A job as its record left it, for a restarted server to go on with (its sender is gone).
+pub(crate) struct Restored {
+    part: PathBuf,
+    blocks: Vec<Where>,
+    elsewhere: HashMap<u64, Vec<u32>>,
+    digest: Option<blake3::Hash>,
+    expect: Option<blake3::Hash>,
+    sent: bool,
 }
 
 impl Collection {
@@ -427,9 +608,19 @@ impl Collection {
             let store = Box::new(incoming.store());
             Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }
         };
-        let (landing, expect) = match (start.tree, start.resume) {
-            (Some(incoming), _) => (tree(incoming), None),
-            (None, Some(stalled)) => {
+        let restored =
+            start.restored.map(|r| (r.elsewhere, r.digest, r.sent, r.part, r.expect, r.blocks));
+        let (landing, expect, restored) = match (start.tree, start.resume, restored) {
+            (_, _, Some((elsewhere, digest, sent, part, expect, spots))) => {
+                let file = start
+                    .fs
+                    .open(&part, true)
+                    .map_err(|e| SessionError::io(format!("opening {}", part.display()), e))?;
+                blocks = spots;
+                (Landing::File { part, file }, expect, Some((elsewhere, digest, sent)))
+            }
+            (Some(incoming), _, None) => (tree(incoming), None, None),
+            (None, Some(stalled), None) => {
                 for id in stalled.have() {
                     blocks[id as usize] = Where::Written;
                 }
@@ -442,9 +633,9 @@ impl Collection {
                         Landing::File { part, file }
                     }
                 };
-                (landing, Some(stalled.digest))
+                (landing, Some(stalled.digest), None)
             }
-            (None, None) => {
+            (None, None, None) => {
                 let name = start
                     .dest
                     .file_name()
@@ -461,13 +652,22 @@ impl Collection {
                     .map_err(|e| SessionError::io(format!("creating {}", part.display()), e))?;
                 file.set_len(start.plan.size)
                     .map_err(|e| SessionError::io(format!("sizing {}", part.display()), e))?;
-                (Landing::File { part, file }, None)
+                (Landing::File { part, file }, None, None)
             }
         };
+        let saved = match (&collections.dir, &landing) {
+            (Some(dir), Landing::File { .. }) => {
+                Some((collect_record::path_of(dir, &to_hex(&start.transfer)), start.root))
+            }
+            _ => None,
+        };
+        let (elsewhere, digest, sent) = restored.clone().unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
         let job = Arc::new(Collection {
             transfer: start.transfer,
             manifest: start.manifest,
+            saved,
+            record_final: Mutex::new(false),
             session: start.session,
             key: start.key,
             plan: start.plan,
@@ -480,13 +680,14 @@ impl Collection {
             identity: start.identity,
             progress: Mutex::new(Progress {
                 blocks,
-                digest: None,
-                sender_gone: false,
-                sent: false,
+                digest,
+                // A restored job's sender left with the server it spoke to.
+                sender_gone: restored.is_some(),
+                sent,
                 expect,
                 changed: false,
                 stalled: false,
-                elsewhere: HashMap::new(),
+                elsewhere,
             }),
             wake: Notify::new(),
             events: tx,
@@ -503,7 +704,12 @@ impl Collection {
             }
             running.insert(job.transfer, job.clone());
         }
-        tokio::spawn(job.clone().run(collections.clone()));
+        job.save(None);
+        let task = tokio::spawn(job.clone().run(collections.clone()));
+        let mut tasks = lock(&collections.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task.abort_handle());
+        drop(tasks);
         Ok((job, rx))
     }
 
@@ -541,6 +747,7 @@ impl Collection {
             }
         }
         drop(progress);
+        self.save(None);
         self.wake.notify_one();
         if !late.is_empty() {
             tokio::spawn(self.clone().discard(relay, late));
@@ -606,6 +813,7 @@ impl Collection {
         progress.changed |= progress.expect.is_some_and(|e| e != hash);
         progress.digest = Some(hash);
         drop(progress);
+        self.save(None);
         self.wake.notify_one();
     }
 
@@ -613,6 +821,7 @@ impl Collection {
     /// more (unless asked to again), so collection need not wait for it.
     pub(crate) fn sent(&self) {
         lock(&self.progress).sent = true;
+        self.save(None);
         self.wake.notify_one();
     }
 
@@ -622,6 +831,7 @@ impl Collection {
         progress.sender_gone = true;
         progress.sent |= sent;
         drop(progress);
+        self.save(None);
         self.wake.notify_one();
     }
 
@@ -700,7 +910,62 @@ impl Collection {
             }
         }
         drop(progress);
+        self.save(None);
         self.wake.notify_one();
+    }
+
+    /// Keeps the job's record as it is now (a file's job on a server with a state directory:
+    /// [`collect_record`]), `stalled` with why and when once it stalled. A record that cannot
+    /// be written is said: the job goes on, and a restart would not. Does file I/O (a small
+    /// file: the blocks' places are run-length coded).
+    fn save(&self, stalled: Option<(String, u64)>) {
+        let (Some((path, root)), Landing::File { part, .. }) = (&self.saved, &self.landing) else {
+            return;
+        };
+        let mut last = lock(&self.record_final);
+        if *last {
+            return;
+        }
+        *last = stalled.is_some();
+        let record = {
+            let p = lock(&self.progress);
+            let spot = |w: &Where| match *w {
+                Where::Missing => collect_record::MISSING,
+                Where::Written => collect_record::WRITTEN,
+                Where::At(r) | Where::Fetching(r) => i64::from(r),
+            };
+            Record {
+                transfer: self.name(),
+                key: to_hex(&self.key.secret().key),
+                iv: to_hex(&self.key.secret().iv),
+                size: self.plan.size,
+                block_bytes: self.plan.block_bytes,
+                token: self.listed.token,
+                root: root.clone(),
+                dest: self.dest.clone(),
+                part: part.clone(),
+                named: self.listed.dest.clone(),
+                started: self.listed.started,
+                relays: self
+                    .relays
+                    .iter()
+                    .map(|r| RelayRecord {
+                        address: r.address.to_string(),
+                        fingerprint: r.fingerprint.to_string(),
+                        capability: to_hex(&r.capability),
+                    })
+                    .collect(),
+                blocks: collect_record::runs(p.blocks.iter().map(spot)),
+                elsewhere: p.elsewhere.clone(),
+                digest: p.digest.map(|d| d.to_hex().to_string()),
+                expect: p.expect.map(|d| d.to_hex().to_string()),
+                sent: p.sent,
+                stalled,
+            }
+        };
+        if let Err(e) = record.save(path) {
+            warn!(transfer = %self.name(), error = %e, "the collection's record could not be kept: a restart would drop it");
+        }
     }
 
     /// Blocks that could not be had where they were: collected from another relay that holds
@@ -843,9 +1108,10 @@ impl Collection {
         let blocks = hop.blocks.clone();
         let (good, mut bad) = blocking(move || me.write_blocks(&blocks)).await?;
         let had: Vec<u64> = hop.blocks.iter().map(|(id, _)| *id).collect();
+        // Written (and kept so in the job's record) before the relay may delete them.
+        self.mark_written(&good);
         // A copy that did not open is no use there either.
         hop.release(&had).await?;
-        self.mark_written(&good);
         self.discard_elsewhere(&good);
         bad.extend(batch.iter().filter(|id| !had.contains(id)));
         self.lost(bad);
@@ -868,6 +1134,7 @@ impl Collection {
             };
             kept.map(|kept| Stalled {
                 kept,
+                record: self.saved.as_ref().map(|(path, _)| path.clone()),
                 fs: self.fs.clone(),
                 plan: self.plan,
                 written: p.written(),
@@ -891,6 +1158,8 @@ impl Collection {
             }
             Err(e) if stalled.is_some() => {
                 warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed upload stalled: the same copy run again moves only the missing blocks");
+                // Kept so across a restart.
+                self.save(Some((e.to_string(), unix_now())));
             }
             Err(e) => {
                 warn!(transfer = %self.name(), error = %e, "relayed upload failed");
@@ -911,6 +1180,10 @@ impl Collection {
                 lock(&collections.stalled).insert(self.dest.clone(), stalled);
             }
             None => {
+                if let Some((path, _)) = &self.saved {
+                    *lock(&self.record_final) = true;
+                    let _ = std::fs::remove_file(path);
+                }
                 let written: Vec<bool> = lock(&self.progress).written();
                 let ended = match &end {
                     Ok(_) => (JobPhase::Done, unix_now(), None),

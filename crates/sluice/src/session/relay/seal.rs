@@ -44,6 +44,9 @@ pub struct BlockKey {
     key: LessSafeKey,
     iv: [u8; 12],
     transfer: [u8; 16],
+    /// What it was made from, for a receiver that keeps a running collection across its
+    /// restart (in its state directory, owner-only: `collect_record`).
+    secret: DirectionSecret,
 }
 
 impl std::fmt::Debug for BlockKey {
@@ -57,7 +60,12 @@ impl BlockKey {
     pub fn new(secret: &DirectionSecret, transfer: [u8; 16]) -> BlockKey {
         // AES-256-GCM takes exactly 32 key bytes, so this cannot fail.
         let unbound = UnboundKey::new(&AES_256_GCM, &secret.key).expect("a 32-byte key");
-        BlockKey { key: LessSafeKey::new(unbound), iv: secret.iv, transfer }
+        BlockKey { key: LessSafeKey::new(unbound), iv: secret.iv, transfer, secret: secret.clone() }
+    }
+
+    /// The secret it was made from ([`BlockKey::new`] of it and the transfer is this key).
+    pub(crate) fn secret(&self) -> &DirectionSecret {
+        &self.secret
     }
 
     fn nonce(&self, id: u64) -> Nonce {

@@ -407,6 +407,8 @@ impl RequestCtx<'_> {
             resume,
             tree,
             manifest,
+            root: self.session.access.root.clone(),
+            restored: None,
             listed,
         };
         let (job, events) = blocking(move || Collection::start(start, &collections)).await?;

@@ -1,0 +1,195 @@
+//! A relayed upload's collection (of one file) as the receiving server's state directory keeps
+//! it while it runs or stalls: `collections/<transfer>.json`, owner-only, rewritten as blocks
+//! are placed and written, removed when the job ends. It holds what a restarted server needs to
+//! go on without the sender: the blocks' key (from the sender's session, which a restart ends),
+//! the relays with their capabilities, the part file, and where each block is. The key opens
+//! only this transfer's blocks, which are bound for this server's disk anyway; the relays still
+//! hold none.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use crate::session::SessionError;
+use crate::session::identity::write_private;
+
+/// The directory of the state directory where running and stalled collections are kept.
+pub(crate) const COLLECTIONS_DIR: &str = "collections";
+
+/// A block's place in a record: [`MISSING`], [`WRITTEN`], or the index of the relay that
+/// holds it.
+pub(crate) type Spot = i64;
+/// Placed nowhere yet, or lost where it was.
+pub(crate) const MISSING: Spot = -1;
+/// In the part file.
+pub(crate) const WRITTEN: Spot = -2;
+
+/// A relay as a record keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RelayRecord {
+    pub(crate) address: String,
+    pub(crate) fingerprint: String,
+    /// The collector's capability there, hex.
+    pub(crate) capability: String,
+}
+
+/// One collection as the state directory keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Record {
+    /// The transfer's id, hex.
+    pub(crate) transfer: String,
+    /// The blocks' key and IV, hex.
+    pub(crate) key: String,
+    pub(crate) iv: String,
+    pub(crate) size: u64,
+    pub(crate) block_bytes: u64,
+    /// The sender's token (its index in the token file) and its root then: a restart goes on
+    /// only while that token still may write beneath the same root.
+    pub(crate) token: usize,
+    pub(crate) root: PathBuf,
+    /// The destination and its part file.
+    pub(crate) dest: PathBuf,
+    pub(crate) part: PathBuf,
+    /// The destination as the sender named it, and when the job started (for `sluice jobs`).
+    pub(crate) named: String,
+    pub(crate) started: u64,
+    pub(crate) relays: Vec<RelayRecord>,
+    /// Each block's [`Spot`], run-length coded: `[spot, count]` pairs in block order.
+    pub(crate) blocks: Vec<[i64; 2]>,
+    /// Blocks another relay holds a copy of too (`--relay-copies 2`).
+    #[serde(default)]
+    pub(crate) elsewhere: HashMap<u64, Vec<u32>>,
+    /// The sender's BLAKE3 of the file, hex, once it sent it.
+    pub(crate) digest: Option<String>,
+    /// The digest of a run this job took over, hex: the sender's must be the same.
+    pub(crate) expect: Option<String>,
+    /// Whether the sender said every block is placed.
+    pub(crate) sent: bool,
+    /// Set once the job stalled: why, and when (Unix seconds).
+    pub(crate) stalled: Option<(String, u64)>,
+}
+
+/// `spots` run-length coded.
+pub(crate) fn runs(spots: impl IntoIterator<Item = Spot>) -> Vec<[i64; 2]> {
+    let mut out: Vec<[i64; 2]> = Vec::new();
+    for spot in spots {
+        match out.last_mut() {
+            Some(last) if last[0] == spot => last[1] += 1,
+            _ => out.push([spot, 1]),
+        }
+    }
+    out
+}
+
+/// The spots of `runs`, when they are `count` of them and each is a spot of a record with
+/// `relays` relays.
+pub(crate) fn spots(runs: &[[i64; 2]], count: u64, relays: usize) -> Option<Vec<Spot>> {
+    let mut out = Vec::new();
+    for &[spot, n] in runs {
+        let known = spot == MISSING || spot == WRITTEN || (0..relays as i64).contains(&spot);
+        if !known || n < 0 || out.len() as u64 + n as u64 > count {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(spot, n as usize));
+    }
+    (out.len() as u64 == count).then_some(out)
+}
+
+/// Where the record of transfer `hex` is kept in `dir` (the id is 32 hex digits, checked when
+/// the transfer began, so no client text becomes a path).
+pub(crate) fn path_of(dir: &Path, hex: &str) -> PathBuf {
+    dir.join(format!("{hex}.json"))
+}
+
+impl Record {
+    /// Writes it to `path` (creating its directory). Does file I/O.
+    pub(crate) fn save(&self, path: &Path) -> Result<(), SessionError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| SessionError::io(format!("creating {}", dir.display()), e))?;
+        }
+        let json = serde_json::to_vec(self).map_err(|e| SessionError::Protocol(e.to_string()))?;
+        write_private(path, &json)
+    }
+}
+
+/// The records kept in `dir`, each with its path; one that cannot be read is said and removed.
+/// Does file I/O.
+pub(crate) fn load_all(dir: &Path) -> Vec<(PathBuf, Record)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        match std::fs::read(&path).map(|b| serde_json::from_slice::<Record>(&b)) {
+            Ok(Ok(record)) => out.push((path, record)),
+            _ => {
+                warn!(file = %path.display(), "an unreadable collection record: removed");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spots_round_trip_run_length_coded_and_bad_runs_are_refused() {
+        let spots_in = vec![WRITTEN, WRITTEN, 0, 0, 0, 1, MISSING, 1];
+        let coded = runs(spots_in.clone());
+        assert_eq!(coded, vec![[WRITTEN, 2], [0, 3], [1, 1], [MISSING, 1], [1, 1]]);
+        assert_eq!(spots(&coded, 8, 2), Some(spots_in));
+        assert_eq!(spots(&coded, 9, 2), None, "too few");
+        assert_eq!(spots(&coded, 7, 2), None, "too many");
+        assert_eq!(spots(&coded, 8, 1), None, "relay 1 of one relay");
+        assert_eq!(spots(&[[-3, 1]], 1, 2), None, "no such spot");
+        assert_eq!(spots(&[[0, -1]], 0, 2), None, "a negative count");
+        assert_eq!(spots(&[], 0, 0), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_record_is_kept_owner_only_and_read_back_and_a_bad_one_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join(COLLECTIONS_DIR);
+        let record = Record {
+            transfer: "ab".repeat(16),
+            key: "01".repeat(32),
+            iv: "02".repeat(12),
+            size: 10,
+            block_bytes: 65_536,
+            token: 0,
+            root: "/srv".into(),
+            dest: "/srv/f".into(),
+            part: "/srv/.f.abab.relayed".into(),
+            named: "f".into(),
+            started: 1,
+            relays: vec![RelayRecord {
+                address: "127.0.0.1:1".into(),
+                fingerprint: "x".into(),
+                capability: "03".repeat(32),
+            }],
+            blocks: runs([0]),
+            elsewhere: HashMap::new(),
+            digest: None,
+            expect: None,
+            sent: true,
+            stalled: None,
+        };
+        let path = path_of(&at, &record.transfer);
+        record.save(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0, "owner-only");
+        std::fs::write(at.join("broken.json"), b"{").unwrap();
+        let loaded = load_all(&at);
+        assert_eq!(loaded.len(), 1);
+        assert_eq!((loaded[0].0.clone(), loaded[0].1.part.clone()), (path, record.part));
+        assert!(!at.join("broken.json").exists(), "an unreadable record is removed");
+    }
+}
