@@ -41,6 +41,13 @@ def timing_cells():
     return cells
 
 
+def issue25_grid():
+    """Issue 25's grid: {10, 100, 300} ms x {0, 1, 3} % loss, each with the receive side released
+    on time and at wakes every 50 and 200 us (`--cells issue25`)."""
+    return [("wan", rtt, loss, None, batch, 0)
+            for rtt in RTTS for loss in (0, 1, 3) for batch in (0,) + BATCH_US]
+
+
 def quick_grid():
     return [("lan", 0, 0, None, 0, 0), ("wan", 100, 1, None, 0, 0)]
 
@@ -51,9 +58,13 @@ def cid(cell):
 
 
 def parse(ids):
-    known = {cid(c): c for c in full_grid()}
+    """The cells of `ids`: the full grid's, issue 25's, or `issue25` for all of those."""
+    known = {cid(c): c for c in full_grid() + issue25_grid()}
     out = []
     for i in ids:
+        if i == "issue25":
+            out += [c for c in issue25_grid() if c not in out]
+            continue
         if i not in known:
             raise SystemExit(f"unknown cell '{i}'; known: {', '.join(known)}")
         out.append(known[i])

@@ -18,6 +18,14 @@ class CellIds(unittest.TestCase):
         self.assertEqual(len(ids), len(set(ids)))
         self.assertEqual(cells.parse(ids), grid)
 
+    def test_issue25_grid(self):
+        cells_ = cells.parse(["issue25"])
+        self.assertEqual(len(cells_), 27)
+        self.assertEqual(len(set(cells_)), 27)
+        self.assertIn(("wan", 300, 3, None, 200, 0), cells_)
+        self.assertEqual(cells.parse(["wan-rtt10-loss3-batch50"]), [("wan", 10, 3, None, 50, 0)])
+        self.assertEqual(cells.parse(["wan-rtt100-loss1", "issue25"])[0], ("wan", 100, 1, None, 0, 0))
+
     def test_timing_cells(self):
         ids = [cells.cid(c) for c in cells.timing_cells()]
         self.assertEqual(ids, ["wan-rtt100-loss0-batch50", "wan-rtt100-loss0-batch200",
