@@ -80,6 +80,11 @@ def build_linkem():
 
 def selfcheck():
     log("linkem selfcheck")
+    # It pings through the link: without ping it ends at once (exit 1, no report).
+    if not shutil.which("ping"):
+        log("installing from Debian: iputils-ping (the selfcheck's ping)")
+        subprocess.run(["apt-get", "install", "-y", "-q", "iputils-ping"], check=False, capture_output=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
     r = subprocess.run([LINKEM, "selfcheck"], capture_output=True, text=True, timeout=180)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("{")), None)
     return {"exit": r.returncode, "json": json.loads(line) if line else None,
