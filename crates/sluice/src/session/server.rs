@@ -442,9 +442,10 @@ impl Server {
         });
         // Relayed uploads' collections it left running or stalled, the same way.
         self.shared.collections.resume_saved(
-            |token| {
+            |digest| {
+                let token = shared.tokens.digests().iter().position(|d| d == digest)?;
                 let access = shared.access.get(token).filter(|a| a.rights.write)?;
-                Some(access.root.clone())
+                Some((token, access.root.clone()))
             },
             &self.shared.jobs.identity(),
         );

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{TestServer, pattern};
+use common::{TOKEN, TestServer, pattern};
 use sluice::session::{
     Client, JobInfo, JobKind, JobPhase, RelayTarget, RelayedReport, SessionError,
 };
@@ -402,6 +402,50 @@ async fn a_collection_goes_on_after_the_receiver_restarts() {
     assert_eq!(fs::read(&dest).unwrap(), content);
     assert_eq!(common::listing(&receiver.root()), vec!["g.bin"], "no part file is left");
     assert_eq!(kept_records(receiver.dir.path()), 0, "an ended job's record is removed");
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_collection_follows_its_token_to_another_line_of_the_token_file() {
+    // The token file gains a line before the sender's token: its index changes, the token
+    // does not. The restarted job is still that token's.
+    let world = Stalled::new("h.bin").await;
+    let Stalled { receiver, a, b, _gate: gate, _spools, _local, content, .. } = world;
+    let tokens = common::tokens_file(receiver.dir.path());
+    common::write_private(&tokens, &format!("another-token-not-the-senders-0001\n{TOKEN}\n"));
+    let receiver = receiver.restart_in_place().await;
+    gate.open_to(b.addr);
+    let jobs = jobs_once(&receiver, |j| j.iter().any(|j| j.phase == JobPhase::Done)).await;
+    assert_eq!(jobs.len(), 1, "listed for the sender's token: {jobs:?}");
+    assert_eq!(fs::read(receiver.root().join("h.bin")).unwrap(), content);
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_collection_whose_token_is_gone_is_dropped_with_its_part_file() {
+    let world = Stalled::new("i.bin").await;
+    let Stalled { receiver, a, b, _gate: gate, _spools, _local, .. } = world;
+    assert_eq!(common::listing(&receiver.root()).len(), 1, "the part file");
+    let tokens = common::tokens_file(receiver.dir.path());
+    common::write_private(&tokens, "another-token-not-the-senders-0001\n");
+    let receiver = receiver.restart_in_place().await;
+    gate.open_to(b.addr);
+    // The restarted server drops it as it starts to serve (within 10 s): nothing runs,
+    // nothing is kept, nothing lands.
+    for _ in 0..100 {
+        if kept_records(receiver.dir.path()) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(kept_records(receiver.dir.path()), 0, "its record is removed");
+    assert_eq!(common::listing(&receiver.root()), Vec::<String>::new(), "its part file too");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(common::listing(&receiver.root()), Vec::<String>::new(), "and nothing came");
     for server in [receiver, a, b] {
         server.stop().await;
     }

@@ -257,9 +257,9 @@ pub(crate) struct Collection {
     landing: Landing,
     /// A tree's manifest ([`manifest_id`]).
     manifest: Option<blake3::Hash>,
-    /// Where its record is kept, and its token's root ([`Collection::save`]): a file's job on
-    /// a server with a state directory.
-    saved: Option<(PathBuf, PathBuf)>,
+    /// Where its record is kept, and its token's root and digest ([`Collection::save`]): a
+    /// file's job on a server with a state directory.
+    saved: Option<(PathBuf, PathBuf, [u8; 32])>,
     /// Held while the record is written; true once the job ended and its record is final
     /// (removed, or kept as stalled): a late event (the sender's request ending) must not
     /// write it again.
@@ -387,26 +387,28 @@ impl Collections {
     /// Goes on with the collections (of one file) a previous run of the server kept in its
     /// state directory: running ones start again without their sender (which left with the
     /// server it spoke to), from where their blocks were; stalled ones wait for a re-run again.
-    /// `root_of` gives the root of a token's index while that token still may write. A record
-    /// whose token is gone or changed roots, or whose part file is gone, is dropped (said).
-    /// Does file I/O.
+    /// `token_of` gives a token's index (by its digest) and root while that token still may
+    /// write. A record whose token is gone or changed roots, or whose part file is gone, is
+    /// dropped (said). Does file I/O.
     pub(crate) fn resume_saved(
         self: &Arc<Self>,
-        root_of: impl Fn(usize) -> Option<PathBuf>,
+        token_of: impl Fn(&[u8; 32]) -> Option<(usize, PathBuf)>,
         identity: &Arc<Identity>,
     ) {
         let Some(dir) = &self.dir else { return };
         for (path, record) in collect_record::load_all(dir) {
             let transfer = record.transfer.clone();
-            if root_of(record.token).as_ref() != Some(&record.root) {
+            let token = from_hex::<32>(&record.token).and_then(|d| Some((d, token_of(&d)?)));
+            let Some((digest, (index, _))) = token.filter(|(_, (_, root))| *root == record.root)
+            else {
                 warn!(transfer, "a kept collection's token is gone or changed: dropped");
                 if let Ok(fs) = Confined::new(Some(&record.root)) {
                     let _ = fs.remove_file(&record.part);
                 }
                 let _ = std::fs::remove_file(&path);
                 continue;
-            }
-            match self.restore(&path, record, identity) {
+            };
+            match self.restore(&path, record, (index, digest), identity) {
                 Ok(stalled) => {
                     info!(transfer, stalled, "a kept collection goes on after a restart")
                 }
@@ -424,6 +426,7 @@ impl Collections {
         self: &Arc<Self>,
         path: &Path,
         record: Record,
+        (token, token_digest): (usize, [u8; 32]),
         identity: &Arc<Identity>,
     ) -> Result<bool, SessionError> {
         let bad = |what: &str| SessionError::Protocol(format!("the record's {what}"));
@@ -464,8 +467,7 @@ impl Collections {
         if fs.symlink_metadata(&record.part).is_err() {
             return Err(SessionError::NotFound(format!("{} is gone", record.part.display())));
         }
-        let listed =
-            Listed { token: record.token, dest: record.named, files: 1, started: record.started };
+        let listed = Listed { token, dest: record.named, files: 1, started: record.started };
         if let Some((why, at)) = record.stalled {
             let kept_for = Duration::from_secs(unix_now().saturating_sub(at));
             let stalled = Stalled {
@@ -501,6 +503,7 @@ impl Collections {
             tree: None,
             manifest: None,
             root: record.root,
+            token_digest,
             restored: Some(Restored {
                 part: record.part,
                 blocks,
@@ -579,9 +582,10 @@ pub(crate) struct Start {
     /// A tree's manifest ([`manifest_id`]): what a re-run must send to take it over if it
     /// stalls.
     pub(crate) manifest: Option<blake3::Hash>,
-    /// The sender's token's root (kept in the job's record: a restart goes on only while the
-    /// token still writes beneath it).
+    /// The sender's token's root and digest (kept in the job's record: a restart goes on only
+    /// while that token still writes beneath it).
     pub(crate) root: PathBuf,
+    pub(crate) token_digest: [u8; 32],
     /// What a restarted server goes on from: the job's record.
     pub(crate) restored: Option<Restored>,
 }
@@ -657,7 +661,8 @@ impl Collection {
         };
         let saved = match (&collections.dir, &landing) {
             (Some(dir), Landing::File { .. }) => {
-                Some((collect_record::path_of(dir, &to_hex(&start.transfer)), start.root))
+                let path = collect_record::path_of(dir, &to_hex(&start.transfer));
+                Some((path, start.root, start.token_digest))
             }
             _ => None,
         };
@@ -919,7 +924,8 @@ impl Collection {
     /// be written is said: the job goes on, and a restart would not. Does file I/O (a small
     /// file: the blocks' places are run-length coded).
     fn save(&self, stalled: Option<(String, u64)>) {
-        let (Some((path, root)), Landing::File { part, .. }) = (&self.saved, &self.landing) else {
+        let (Some((path, root, token)), Landing::File { part, .. }) = (&self.saved, &self.landing)
+        else {
             return;
         };
         let mut last = lock(&self.record_final);
@@ -940,7 +946,7 @@ impl Collection {
                 iv: to_hex(&self.key.secret().iv),
                 size: self.plan.size,
                 block_bytes: self.plan.block_bytes,
-                token: self.listed.token,
+                token: to_hex(token),
                 root: root.clone(),
                 dest: self.dest.clone(),
                 part: part.clone(),
@@ -1134,7 +1140,7 @@ impl Collection {
             };
             kept.map(|kept| Stalled {
                 kept,
-                record: self.saved.as_ref().map(|(path, _)| path.clone()),
+                record: self.saved.as_ref().map(|(path, ..)| path.clone()),
                 fs: self.fs.clone(),
                 plan: self.plan,
                 written: p.written(),
@@ -1180,7 +1186,7 @@ impl Collection {
                 lock(&collections.stalled).insert(self.dest.clone(), stalled);
             }
             None => {
-                if let Some((path, _)) = &self.saved {
+                if let Some((path, ..)) = &self.saved {
                     *lock(&self.record_final) = true;
                     let _ = std::fs::remove_file(path);
                 }

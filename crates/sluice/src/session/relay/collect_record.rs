@@ -45,9 +45,9 @@ pub(crate) struct Record {
     pub(crate) iv: String,
     pub(crate) size: u64,
     pub(crate) block_bytes: u64,
-    /// The sender's token (its index in the token file) and its root then: a restart goes on
-    /// only while that token still may write beneath the same root.
-    pub(crate) token: usize,
+    /// The sender's token, by its digest (hex; its index in the token file may change), and its
+    /// root then: a restart goes on only while that token still may write beneath the same root.
+    pub(crate) token: String,
     pub(crate) root: PathBuf,
     /// The destination and its part file.
     pub(crate) dest: PathBuf,
@@ -164,7 +164,7 @@ mod tests {
             iv: "02".repeat(12),
             size: 10,
             block_bytes: 65_536,
-            token: 0,
+            token: "04".repeat(32),
             root: "/srv".into(),
             dest: "/srv/f".into(),
             part: "/srv/.f.abab.relayed".into(),

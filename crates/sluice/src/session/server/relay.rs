@@ -408,6 +408,13 @@ impl RequestCtx<'_> {
             tree,
             manifest,
             root: self.session.access.root.clone(),
+            token_digest: self
+                .shared
+                .tokens
+                .digests()
+                .get(self.session.token)
+                .copied()
+                .unwrap_or_default(),
             restored: None,
             listed,
         };
