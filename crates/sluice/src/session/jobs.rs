@@ -41,6 +41,10 @@ const RETRY_WAITS: [Duration; 3] =
 pub(crate) struct JobRecord {
     /// The index of the client's token in the token file.
     pub(crate) token: usize,
+    /// That token's digest (hex): a restart finds the token by it, wherever its line is now (a
+    /// record of an older server lacks it: then the index must still be the token's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) token_digest: Option<String>,
     /// That token's root here (canonical).
     pub(crate) root: PathBuf,
     /// The client's request.
@@ -89,6 +93,8 @@ pub(crate) struct Jobs {
     running: Mutex<HashMap<JobKey, Live>>,
     /// Those that ended lately (`sluice jobs`).
     ended: Ended,
+    /// The running jobs' tasks, ended when the server stops ([`Jobs::stop`]).
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 /// A running job as its followers and the listing see it.
@@ -150,7 +156,8 @@ impl Jobs {
         ended: Ended,
     ) -> Jobs {
         let dir = state_dir.map(|d| d.join(JOBS_DIR));
-        Jobs { dir, identity, channel, transfers, running: Mutex::default(), ended }
+        let (running, tasks) = (Mutex::default(), Mutex::default());
+        Jobs { dir, identity, channel, transfers, running, ended, tasks }
     }
 
     /// `token`'s jobs, running and ended lately.
@@ -227,15 +234,31 @@ impl Jobs {
         };
         running.insert(key.clone(), live);
         drop(running);
-        tokio::spawn(run(self.clone(), key, record, tx, limit, cancelled));
+        let task = tokio::spawn(run(self.clone(), key, record, tx, limit, cancelled));
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task.abort_handle());
         Ok((rx, false))
     }
 
-    /// Starts the jobs a previous run of the server left unfinished. `token` says, for a
-    /// token's index, whether it still stands with the write right and its root and limit.
+    /// Ends every running job where it is, as the server's process ending would: their records
+    /// stay in the state directory and their files as an interrupted copy leaves them, for the
+    /// next run of the server to resume. For a server that stops inside a process that goes on
+    /// (tests, the web app's embedded server): before, its jobs ran on after it, and the next
+    /// server's resumed job found its own files claimed by them.
+    pub(crate) fn stop(&self) {
+        for task in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            task.abort();
+        }
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Starts the jobs a previous run of the server left unfinished. `token` finds a record's
+    /// token, by its digest when the record has one (else by its index), while it still stands
+    /// with the write right: its index now, its root and its limit.
     pub(crate) fn resume_saved(
         self: &Arc<Self>,
-        token: impl Fn(usize) -> Option<(PathBuf, Option<Arc<Semaphore>>)>,
+        token: impl Fn(Option<[u8; 32]>, usize) -> Option<(usize, PathBuf, Option<Arc<Semaphore>>)>,
     ) {
         let Some(dir) = &self.dir else { return };
         let Ok(entries) = std::fs::read_dir(dir) else { return };
@@ -247,14 +270,22 @@ impl Jobs {
             let record = std::fs::read(&path)
                 .ok()
                 .and_then(|bytes| serde_json::from_slice::<JobRecord>(&bytes).ok());
-            let Some(record) = record else {
+            let Some(mut record) = record else {
                 warn!(file = %path.display(), "an unreadable job record: removed");
                 let _ = std::fs::remove_file(&path);
                 continue;
             };
-            match token(record.token) {
-                Some((root, limit)) if root == record.root => {
+            let digest = record.token_digest.as_deref().map(sluice_session::relay::from_hex::<32>);
+            let found = match digest {
+                // A digest that does not parse names no token.
+                Some(None) => None,
+                Some(Some(digest)) => token(Some(digest), record.token),
+                None => token(None, record.token),
+            };
+            match found {
+                Some((index, root, limit)) if root == record.root => {
                     info!(job = %record.pull.job, "resuming a job after a restart");
+                    record.token = index;
                     if let Err(e) = self.start_or_attach(record, limit) {
                         warn!(error = %e, "could not resume a job");
                     }

@@ -436,14 +436,19 @@ impl Server {
     ) -> Result<(), SessionError> {
         // Jobs a previous run left unfinished, whose clients' tokens still may write.
         let shared = self.shared.clone();
-        self.shared.jobs.resume_saved(|token| {
+        let find = |digest: &[u8; 32]| shared.tokens.digests().iter().position(|d| d == digest);
+        self.shared.jobs.resume_saved(|digest, index| {
+            let token = match digest {
+                Some(digest) => find(&digest)?,
+                None => index,
+            };
             let access = shared.access.get(token).filter(|a| a.rights.write)?;
-            Some((access.root.clone(), access.transfers.as_ref().map(|(_, s)| s.clone())))
+            Some((token, access.root.clone(), access.transfers.as_ref().map(|(_, s)| s.clone())))
         });
         // Relayed uploads' collections it left running or stalled, the same way.
         self.shared.collections.resume_saved(
             |digest| {
-                let token = shared.tokens.digests().iter().position(|d| d == digest)?;
+                let token = find(digest)?;
                 let access = shared.access.get(token).filter(|a| a.rights.write)?;
                 Some((token, access.root.clone()))
             },
@@ -504,7 +509,8 @@ impl Server {
             );
             sessions.shutdown().await;
         }
-        // Its collections end with it, as they would with its process.
+        // Its jobs and collections end with it, as they would with its process.
+        self.shared.jobs.stop();
         self.shared.collections.stop();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
         result
@@ -1327,8 +1333,18 @@ impl<'a> RequestCtx<'a> {
         let access = self.session.access.clone();
         let dest = pull.dest.clone();
         blocking(move || access.resolve(&dest).map(drop)).await?;
-        let record =
-            JobRecord { token: self.session.token, root: self.session.access.root.clone(), pull };
+        let token_digest = self
+            .shared
+            .tokens
+            .digests()
+            .get(self.session.token)
+            .map(|d| sluice_session::relay::to_hex(d));
+        let record = JobRecord {
+            token: self.session.token,
+            token_digest,
+            root: self.session.access.root.clone(),
+            pull,
+        };
         let limit = self.session.access.transfers.as_ref().map(|(_, places)| places.clone());
         let (mut state, attached) = self.shared.jobs.start_or_attach(record, limit)?;
         let mut reported: Option<Instant> = None;

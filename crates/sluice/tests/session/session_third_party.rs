@@ -332,6 +332,38 @@ async fn a_cancelled_job_ends_for_its_followers_and_is_not_resumed() {
     world.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_goes_on_after_its_server_restarts_for_its_token_wherever_that_token_s_line_is() {
+    // 64 MiB capped at 100 Mbit/s: seconds. B restarts mid-way with its token file reordered
+    // (the other token first): the job resumes for the token that started it, found by its
+    // digest, not for whichever token now has its old line.
+    let world = Following::start(6, 100_000_000).await;
+    world.following.abort();
+    let Following { a, b, data, granted, .. } = world;
+    write_private(&common::tokens_file(b.dir.path()), &format!("{OTHER}\n{TOKEN}\n"));
+    let b = b.restart_in_place().await;
+    let client = b.client().await;
+    let mut listed = Vec::new();
+    for _ in 0..600 {
+        listed = client.jobs().await.unwrap();
+        if listed.iter().any(|j| j.phase != JobPhase::Running) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("after the restart: {listed:?}");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!((listed[0].phase, listed[0].id.as_str()), (JobPhase::Done, granted.job.as_str()));
+    assert_eq!(&std::fs::read(b.root().join("big.bin")).unwrap(), &data);
+    let mut config = b.client_config();
+    config.token = OTHER.to_owned();
+    let other = Client::connect(config).await.unwrap();
+    assert_eq!(other.jobs().await.unwrap(), Vec::new(), "not the other token's");
+    for s in [a, b] {
+        s.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn the_job_goes_on_when_its_client_leaves_and_the_same_request_follows_it() {
     // Capped at 100 Mbit/s: the job runs for seconds, long after its first client left. The
