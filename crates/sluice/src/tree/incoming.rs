@@ -451,6 +451,18 @@ impl Incoming {
         ResumeKeeper { files, last: None, fs: self.plan.fs.clone() }
     }
 
+    /// The temporary files, one per wanted file, in the order the data moves.
+    pub fn temps(&self) -> &[PathBuf] {
+        &self.temps
+    }
+
+    /// Gives up its claims but leaves its temporary files where they are, as its process
+    /// ending would (for a server that stops inside a process that goes on: the next run of
+    /// the server finds them as a restart would).
+    pub fn keep_files(mut self) {
+        self.committed = self.temps.len();
+    }
+
     /// The temporary files as one store, in the order the data moves.
     pub fn store(&self) -> FileSet {
         let sizes =

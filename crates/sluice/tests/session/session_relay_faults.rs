@@ -451,6 +451,46 @@ async fn a_kept_collection_whose_token_is_gone_is_dropped_with_its_part_file() {
     }
 }
 
+/// Temporary files of a tree's plan under `dir` (`.NAME.sluice-part-...`).
+fn part_files(dir: &Path) -> usize {
+    let mut count = 0;
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.path().is_dir() {
+            count += part_files(&entry.path());
+        } else if entry.file_name().to_string_lossy().contains(".sluice-part-") {
+            count += 1;
+        }
+    }
+    count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_tree_s_temporary_files_are_removed_when_the_receiver_restarts() {
+    // A tree's collection does not go on after a restart (its plan is in memory only); its
+    // record names its temporary files, so that the restart removes them rather than leave
+    // them behind for good.
+    let world = Stalled::tree("w").await;
+    let top = world.receiver.root().join("w");
+    jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
+    assert_eq!(part_files(&top), 3, "the stalled tree keeps its three files' parts");
+    assert_eq!(kept_records(world.receiver.dir.path()), 1);
+    let Stalled { receiver, a, b, _gate, _spools, _local, .. } = world;
+    let receiver = receiver.restart_in_place().await;
+    for _ in 0..100 {
+        if kept_records(receiver.dir.path()) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(kept_records(receiver.dir.path()), 0, "its record is removed");
+    assert_eq!(part_files(&top), 0, "and its temporary files");
+    let jobs = receiver.client().await.jobs().await.unwrap();
+    assert!(jobs.iter().all(|j| j.phase != JobPhase::Stalled && j.phase != JobPhase::Running));
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
+}
+
 /// The tree [`Stalled::tree`] wrote under `root`, as its files' bytes end to end in the
 /// order it cut them; `None` while any of them is not in place.
 fn tree_bytes(root: &Path) -> Option<Vec<u8>> {

@@ -398,6 +398,20 @@ impl Collections {
         let Some(dir) = &self.dir else { return };
         for (path, record) in collect_record::load_all(dir) {
             let transfer = record.transfer.clone();
+            if !record.temps.is_empty() {
+                warn!(
+                    transfer,
+                    files = record.temps.len(),
+                    "a relayed tree's collection does not go on after a restart: its temporary files are removed"
+                );
+                if let Ok(fs) = Confined::new(Some(&record.root)) {
+                    for temp in &record.temps {
+                        let _ = fs.remove_file(temp);
+                    }
+                }
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
             let token = from_hex::<32>(&record.token).and_then(|d| Some((d, token_of(&d)?)));
             let Some((digest, (index, _))) = token.filter(|(_, (_, root))| *root == record.root)
             else {
@@ -524,7 +538,18 @@ impl Collections {
         for task in lock(&self.tasks).drain(..) {
             task.abort();
         }
-        lock(&self.running).clear();
+        for (_, job) in lock(&self.running).drain() {
+            if let Landing::Tree { incoming, .. } = &job.landing
+                && let Some(incoming) = lock(incoming).take()
+            {
+                incoming.keep_files();
+            }
+        }
+        for (_, stalled) in lock(&self.stalled).drain() {
+            if let Kept::Tree { incoming, .. } = stalled.kept {
+                incoming.keep_files();
+            }
+        }
     }
 
     /// Whether a running job writes `dest`.
@@ -659,13 +684,10 @@ impl Collection {
                 (Landing::File { part, file }, None, None)
             }
         };
-        let saved = match (&collections.dir, &landing) {
-            (Some(dir), Landing::File { .. }) => {
-                let path = collect_record::path_of(dir, &to_hex(&start.transfer));
-                Some((path, start.root, start.token_digest))
-            }
-            _ => None,
-        };
+        let saved = collections.dir.as_ref().map(|dir| {
+            let path = collect_record::path_of(dir, &to_hex(&start.transfer));
+            (path, start.root, start.token_digest)
+        });
         let (elsewhere, digest, sent) = restored.clone().unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
         let job = Arc::new(Collection {
@@ -924,14 +946,21 @@ impl Collection {
     /// be written is said: the job goes on, and a restart would not. Does file I/O (a small
     /// file: the blocks' places are run-length coded).
     fn save(&self, stalled: Option<(String, u64)>) {
-        let (Some((path, root, token)), Landing::File { part, .. }) = (&self.saved, &self.landing)
-        else {
-            return;
-        };
+        let Some((path, root, token)) = &self.saved else { return };
         let mut last = lock(&self.record_final);
         if *last {
             return;
         }
+        // A tree's record names its temporary files, for a restart to remove: written once,
+        // when the job starts (they do not change), and kept as it is when it stalls.
+        let (part, temps) = match &self.landing {
+            Landing::File { part, .. } => (part.clone(), Vec::new()),
+            Landing::Tree { .. } if path.exists() => return,
+            Landing::Tree { incoming, .. } => {
+                let temps = lock(incoming).as_ref().map(|i| i.temps().to_vec());
+                (self.dest.clone(), temps.unwrap_or_default())
+            }
+        };
         *last = stalled.is_some();
         let record = {
             let p = lock(&self.progress);
@@ -949,7 +978,7 @@ impl Collection {
                 token: to_hex(token),
                 root: root.clone(),
                 dest: self.dest.clone(),
-                part: part.clone(),
+                part,
                 named: self.listed.dest.clone(),
                 started: self.listed.started,
                 relays: self
@@ -967,6 +996,7 @@ impl Collection {
                 expect: p.expect.map(|d| d.to_hex().to_string()),
                 sent: p.sent,
                 stalled,
+                temps,
             }
         };
         if let Err(e) = record.save(path) {

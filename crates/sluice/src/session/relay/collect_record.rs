@@ -69,6 +69,10 @@ pub(crate) struct Record {
     pub(crate) sent: bool,
     /// Set once the job stalled: why, and when (Unix seconds).
     pub(crate) stalled: Option<(String, u64)>,
+    /// A tree's temporary files. A tree's job is not resumed after a restart (its plan is in
+    /// memory only): its record is kept only so that a restart removes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) temps: Vec<PathBuf>,
 }
 
 /// `spots` run-length coded.
@@ -181,6 +185,7 @@ mod tests {
             expect: None,
             sent: true,
             stalled: None,
+            temps: Vec::new(),
         };
         let path = path_of(&at, &record.transfer);
         record.save(&path).unwrap();
