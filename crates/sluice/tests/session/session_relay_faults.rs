@@ -451,17 +451,22 @@ async fn a_kept_collection_whose_token_is_gone_is_dropped_with_its_part_file() {
     }
 }
 
-/// Temporary files of a tree's plan under `dir` (`.NAME.sluice-part-...`).
-fn part_files(dir: &Path) -> usize {
+/// Files under `dir` (at any depth) whose names `counted` says to count.
+fn files_named(dir: &Path, counted: &dyn Fn(&str) -> bool) -> usize {
     let mut count = 0;
     for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
         if entry.path().is_dir() {
-            count += part_files(&entry.path());
-        } else if entry.file_name().to_string_lossy().contains(".sluice-part-") {
+            count += files_named(&entry.path(), counted);
+        } else if counted(&entry.file_name().to_string_lossy()) {
             count += 1;
         }
     }
     count
+}
+
+/// Temporary files of a tree's plan under `dir` (`.NAME.sluice-part-...`).
+fn part_files(dir: &Path) -> usize {
+    files_named(dir, &|name| name.contains(".sluice-part-"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -503,15 +508,7 @@ fn tree_bytes(root: &Path) -> Option<Vec<u8>> {
 
 /// Regular files under `dir` whose names do not start with a dot (those in place).
 fn shown_files(dir: &Path) -> usize {
-    let mut count = 0;
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.path().is_dir() {
-            count += shown_files(&entry.path());
-        } else if !entry.file_name().to_string_lossy().starts_with('.') {
-            count += 1;
-        }
-    }
-    count
+    files_named(dir, &|name| !name.starts_with('.'))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
