@@ -152,6 +152,11 @@ pub(crate) struct Listed {
     pub(crate) started: u64,
 }
 
+/// Where a job collects from, for the listing: its relays' addresses.
+fn addresses(relays: &[RelayAt]) -> String {
+    relays.iter().map(|r| r.address.to_string()).collect::<Vec<_>>().join(", ")
+}
+
 /// What a stalled job keeps of what it wrote, for a re-run of its copy.
 #[derive(Debug)]
 enum Kept {
@@ -494,7 +499,7 @@ impl Collections {
                 until: Instant::now() + STALLED_KEEP.saturating_sub(kept_for),
                 transfer,
                 listed,
-                from: relays.iter().map(|r| r.address.to_string()).collect::<Vec<_>>().join(", "),
+                from: addresses(&relays),
                 why,
                 at,
             };
@@ -637,16 +642,15 @@ impl Collection {
             let store = Box::new(incoming.store());
             Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }
         };
-        let restored =
-            start.restored.map(|r| (r.elsewhere, r.digest, r.sent, r.part, r.expect, r.blocks));
-        let (landing, expect, restored) = match (start.tree, start.resume, restored) {
-            (_, _, Some((elsewhere, digest, sent, part, expect, spots))) => {
+        let (landing, expect, restored) = match (start.tree, start.resume, start.restored) {
+            (_, _, Some(r)) => {
                 let file = start
                     .fs
-                    .open(&part, true)
-                    .map_err(|e| SessionError::io(format!("opening {}", part.display()), e))?;
-                blocks = spots;
-                (Landing::File { part, file }, expect, Some((elsewhere, digest, sent)))
+                    .open(&r.part, true)
+                    .map_err(|e| SessionError::io(format!("opening {}", r.part.display()), e))?;
+                blocks = r.blocks;
+                let progress = (r.elsewhere, r.digest, r.sent);
+                (Landing::File { part: r.part, file }, r.expect, Some(progress))
             }
             (Some(incoming), _, None) => (tree(incoming), None, None),
             (None, Some(stalled), None) => {
@@ -688,7 +692,9 @@ impl Collection {
             let path = collect_record::path_of(dir, &to_hex(&start.transfer));
             (path, start.root, start.token_digest)
         });
-        let (elsewhere, digest, sent) = restored.clone().unwrap_or_default();
+        // A restored job's sender left with the server it spoke to.
+        let sender_gone = restored.is_some();
+        let (elsewhere, digest, sent) = restored.unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
         let job = Arc::new(Collection {
             transfer: start.transfer,
@@ -708,8 +714,7 @@ impl Collection {
             progress: Mutex::new(Progress {
                 blocks,
                 digest,
-                // A restored job's sender left with the server it spoke to.
-                sender_gone: restored.is_some(),
+                sender_gone,
                 sent,
                 expect,
                 changed: false,
@@ -731,7 +736,7 @@ impl Collection {
             }
             running.insert(job.transfer, job.clone());
         }
-        job.save(None);
+        job.write_record(None);
         let task = tokio::spawn(job.clone().run(collections.clone()));
         let mut tasks = lock(&collections.tasks);
         tasks.retain(|t| !t.is_finished());
@@ -747,8 +752,7 @@ impl Collection {
 
     /// Where it collects from, for the listing: its relays' addresses.
     fn from(&self) -> String {
-        let addresses: Vec<String> = self.relays.iter().map(|r| r.address.to_string()).collect();
-        addresses.join(", ")
+        addresses(&self.relays)
     }
 
     /// The sender placed `blocks` on relay `relay`.
@@ -946,16 +950,22 @@ impl Collection {
     /// be written is said: the job goes on, and a restart would not. Does file I/O (a small
     /// file: the blocks' places are run-length coded).
     fn save(&self, stalled: Option<(String, u64)>) {
+        // A tree's record names its temporary files, for a restart to remove: written once,
+        // when the job starts (they do not change), and kept as it is when it stalls.
+        if matches!(self.landing, Landing::File { .. }) {
+            self.write_record(stalled);
+        }
+    }
+
+    /// Writes the job's record as it is now ([`Collection::save`]).
+    fn write_record(&self, stalled: Option<(String, u64)>) {
         let Some((path, root, token)) = &self.saved else { return };
         let mut last = lock(&self.record_final);
         if *last {
             return;
         }
-        // A tree's record names its temporary files, for a restart to remove: written once,
-        // when the job starts (they do not change), and kept as it is when it stalls.
         let (part, temps) = match &self.landing {
             Landing::File { part, .. } => (part.clone(), Vec::new()),
-            Landing::Tree { .. } if path.exists() => return,
             Landing::Tree { incoming, .. } => {
                 let temps = lock(incoming).as_ref().map(|i| i.temps().to_vec());
                 (self.dest.clone(), temps.unwrap_or_default())
