@@ -1,15 +1,23 @@
 //! What `sluice jobs` shows: the jobs a server runs (third-party pulls, relayed uploads'
 //! collections) and those that ended lately, for one token. Each kind of job lists its own
 //! running ones; this module keeps the ended ones (in the state directory too, so a restart
-//! still lists them) and puts a listing together.
+//! still lists them) and puts a listing together. It also holds what both kinds share to
+//! outlive a server: their records in the state directory ([`keep_record`], [`kept_records`])
+//! and their tasks, which a stopping server ends ([`JobTasks`]).
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio::task::AbortHandle;
 use tracing::warn;
+
+use super::SessionError;
+use super::identity::write_private;
 
 use sluice_session::messages::{Answer, JobInfo, JobPhase, MAX_JOBS_LISTED, MAX_MESSAGE_BYTES};
 use sluice_session::relay::to_hex;
@@ -18,6 +26,59 @@ use sluice_session::relay::to_hex;
 const KEEP_ENDED: usize = 256;
 /// How long an ended job stays listed.
 const KEEP_FOR: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Writes a running job's `record` as JSON to `path` (in a directory of such records, made if
+/// need be), owner-only: what the next run of the server goes on from. Does file I/O.
+pub(crate) fn keep_record<T: Serialize>(path: &Path, record: &T) -> Result<(), SessionError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SessionError::io(format!("creating {}", dir.display()), e))?;
+    }
+    let json = serde_json::to_vec(record).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    write_private(path, &json)
+}
+
+/// The records ([`keep_record`]) in `dir`, each with its path; one that cannot be read is said
+/// (as a `what` record) and removed. Does file I/O.
+pub(crate) fn kept_records<T: DeserializeOwned>(dir: &Path, what: &str) -> Vec<(PathBuf, T)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        match std::fs::read(&path).map(|b| serde_json::from_slice::<T>(&b)) {
+            Ok(Ok(record)) => out.push((path, record)),
+            _ => {
+                warn!(file = %path.display(), "an unreadable {what} record: removed");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    out
+}
+
+/// The tasks of a server's running jobs of one kind, ended together when the server stops.
+#[derive(Debug, Default)]
+pub(crate) struct JobTasks(Mutex<Vec<AbortHandle>>);
+
+impl JobTasks {
+    /// Runs `job` as a task of its own (those that ended are forgotten).
+    pub(crate) fn spawn(&self, job: impl Future<Output = ()> + Send + 'static) {
+        let task = tokio::spawn(job);
+        let mut tasks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task.abort_handle());
+    }
+
+    /// Ends every task where it is, as the server's process ending would.
+    pub(crate) fn abort_all(&self) {
+        for task in self.0.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            task.abort();
+        }
+    }
+}
 
 /// A cancelled job's error, as its followers read it.
 pub(crate) const CANCELLED: &str = "the job was cancelled (sluice jobs --cancel)";

@@ -17,9 +17,8 @@ use sluice_proto::config::ChannelConfig;
 use tokio::sync::{Semaphore, watch};
 use tracing::{info, warn};
 
-use super::identity::write_private;
 use super::identity::{Fingerprint, Identity};
-use super::job_log::{CANCELLED, Ended, unix_now};
+use super::job_log::{CANCELLED, Ended, JobTasks, keep_record, kept_records, unix_now};
 use super::messages::{
     ErrorCode, GrantClaim, JobDone, JobInfo, JobKind, JobPhase, JobProgress, PullJob,
 };
@@ -94,7 +93,7 @@ pub(crate) struct Jobs {
     /// Those that ended lately (`sluice jobs`).
     ended: Ended,
     /// The running jobs' tasks, ended when the server stops ([`Jobs::stop`]).
-    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    tasks: JobTasks,
 }
 
 /// A running job as its followers and the listing see it.
@@ -156,7 +155,7 @@ impl Jobs {
         ended: Ended,
     ) -> Jobs {
         let dir = state_dir.map(|d| d.join(JOBS_DIR));
-        let (running, tasks) = (Mutex::default(), Mutex::default());
+        let (running, tasks) = (Mutex::default(), JobTasks::default());
         Jobs { dir, identity, channel, transfers, running, ended, tasks }
     }
 
@@ -234,10 +233,7 @@ impl Jobs {
         };
         running.insert(key.clone(), live);
         drop(running);
-        let task = tokio::spawn(run(self.clone(), key, record, tx, limit, cancelled));
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(task.abort_handle());
+        self.tasks.spawn(run(self.clone(), key, record, tx, limit, cancelled));
         Ok((rx, false))
     }
 
@@ -247,9 +243,7 @@ impl Jobs {
     /// (tests, the web app's embedded server): before, its jobs ran on after it, and the next
     /// server's resumed job found its own files claimed by them.
     pub(crate) fn stop(&self) {
-        for task in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            task.abort();
-        }
+        self.tasks.abort_all();
         self.running.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
@@ -261,20 +255,7 @@ impl Jobs {
         token: impl Fn(Option<[u8; 32]>, usize) -> Option<(usize, PathBuf, Option<Arc<Semaphore>>)>,
     ) {
         let Some(dir) = &self.dir else { return };
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_none_or(|e| e != "json") {
-                continue;
-            }
-            let record = std::fs::read(&path)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice::<JobRecord>(&bytes).ok());
-            let Some(mut record) = record else {
-                warn!(file = %path.display(), "an unreadable job record: removed");
-                let _ = std::fs::remove_file(&path);
-                continue;
-            };
+        for (path, mut record) in kept_records::<JobRecord>(dir, "job") {
             let digest = record.token_digest.as_deref().map(sluice_session::relay::from_hex::<32>);
             let found = match digest {
                 // A digest that does not parse names no token.
@@ -306,13 +287,10 @@ impl Jobs {
     }
 
     fn save(&self, record: &JobRecord) -> Result<(), SessionError> {
-        let (Some(dir), Some(path)) = (&self.dir, self.record_path(&record.pull.job)) else {
-            return Ok(());
-        };
-        std::fs::create_dir_all(dir)
-            .map_err(|e| SessionError::io(format!("creating {}", dir.display()), e))?;
-        let json = serde_json::to_vec(record).map_err(|e| SessionError::Protocol(e.to_string()))?;
-        write_private(&path, &json)
+        match self.record_path(&record.pull.job) {
+            Some(path) => keep_record(&path, record),
+            None => Ok(()),
+        }
     }
 
     /// Takes an ended job off the running ones (into the ended ones, with its end) and its

@@ -39,7 +39,7 @@ use crate::files::Confined;
 use crate::session::channel::blocking;
 use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
-use crate::session::job_log::{CANCELLED, Ended, unix_now};
+use crate::session::job_log::{CANCELLED, Ended, JobTasks, keep_record, kept_records, unix_now};
 use crate::session::keys::{DirectionSecret, SessionId};
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
 use crate::tree::FileSet;
@@ -309,7 +309,7 @@ pub(crate) struct Collections {
     /// server has a state directory.
     dir: Option<PathBuf>,
     /// The running ones' tasks, ended when the server stops ([`Collections::stop`]).
-    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    tasks: JobTasks,
 }
 
 /// The file of the state directory where ended collections are kept (`sluice jobs` lists them).
@@ -401,7 +401,7 @@ impl Collections {
         identity: &Arc<Identity>,
     ) {
         let Some(dir) = &self.dir else { return };
-        for (path, record) in collect_record::load_all(dir) {
+        for (path, record) in kept_records::<Record>(dir, "collection") {
             let transfer = record.transfer.clone();
             if !record.temps.is_empty() {
                 warn!(
@@ -540,9 +540,7 @@ impl Collections {
     /// files and records stay for the next run of the server to go on with. For a server that
     /// stops inside a process that goes on (tests, the web app's embedded server).
     pub(crate) fn stop(&self) {
-        for task in lock(&self.tasks).drain(..) {
-            task.abort();
-        }
+        self.tasks.abort_all();
         for (_, job) in lock(&self.running).drain() {
             if let Landing::Tree { incoming, .. } = &job.landing
                 && let Some(incoming) = lock(incoming).take()
@@ -737,11 +735,7 @@ impl Collection {
             running.insert(job.transfer, job.clone());
         }
         job.write_record(None);
-        let task = tokio::spawn(job.clone().run(collections.clone()));
-        let mut tasks = lock(&collections.tasks);
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(task.abort_handle());
-        drop(tasks);
+        collections.tasks.spawn(job.clone().run(collections.clone()));
         Ok((job, rx))
     }
 
@@ -1009,7 +1003,7 @@ impl Collection {
                 temps,
             }
         };
-        if let Err(e) = record.save(path) {
+        if let Err(e) = keep_record(path, &record) {
             warn!(transfer = %self.name(), error = %e, "the collection's record could not be kept: a restart would drop it");
         }
     }

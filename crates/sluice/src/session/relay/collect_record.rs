@@ -4,16 +4,13 @@
 //! go on without the sender: the blocks' key (from the sender's session, which a restart ends),
 //! the relays with their capabilities, the part file, and where each block is. The key opens
 //! only this transfer's blocks, which are bound for this server's disk anyway; the relays still
-//! hold none.
+//! hold none. Written and read as a third-party job's record is (`job_log::keep_record`,
+//! `job_log::kept_records`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tracing::warn;
-
-use crate::session::SessionError;
-use crate::session::identity::write_private;
 
 /// The directory of the state directory where running and stalled collections are kept.
 pub(crate) const COLLECTIONS_DIR: &str = "collections";
@@ -107,42 +104,10 @@ pub(crate) fn path_of(dir: &Path, hex: &str) -> PathBuf {
     dir.join(format!("{hex}.json"))
 }
 
-impl Record {
-    /// Writes it to `path` (creating its directory). Does file I/O.
-    pub(crate) fn save(&self, path: &Path) -> Result<(), SessionError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| SessionError::io(format!("creating {}", dir.display()), e))?;
-        }
-        let json = serde_json::to_vec(self).map_err(|e| SessionError::Protocol(e.to_string()))?;
-        write_private(path, &json)
-    }
-}
-
-/// The records kept in `dir`, each with its path; one that cannot be read is said and removed.
-/// Does file I/O.
-pub(crate) fn load_all(dir: &Path) -> Vec<(PathBuf, Record)> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
-        }
-        match std::fs::read(&path).map(|b| serde_json::from_slice::<Record>(&b)) {
-            Ok(Ok(record)) => out.push((path, record)),
-            _ => {
-                warn!(file = %path.display(), "an unreadable collection record: removed");
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::job_log::{keep_record, kept_records};
 
     #[test]
     fn spots_round_trip_run_length_coded_and_bad_runs_are_refused() {
@@ -188,11 +153,11 @@ mod tests {
             temps: Vec::new(),
         };
         let path = path_of(&at, &record.transfer);
-        record.save(&path).unwrap();
+        keep_record(&path, &record).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0, "owner-only");
         std::fs::write(at.join("broken.json"), b"{").unwrap();
-        let loaded = load_all(&at);
+        let loaded = kept_records::<Record>(&at, "collection");
         assert_eq!(loaded.len(), 1);
         assert_eq!((loaded[0].0.clone(), loaded[0].1.part.clone()), (path, record.part));
         assert!(!at.join("broken.json").exists(), "an unreadable record is removed");
