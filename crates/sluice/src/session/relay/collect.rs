@@ -1285,7 +1285,13 @@ impl Collection {
                     .collect();
                 (p.blocks.iter().all(|w| *w == Where::Written), p.digest, p.sender_gone, missing)
             };
-            if all_written && let Some(digest) = digest {
+            // Only once every collection ended: the last batch is written (and recorded so)
+            // before its relay is told to release it, and the job's end must not come before
+            // that release (the sender, told `Done`, may look at the relays).
+            if all_written
+                && fetching.is_empty()
+                && let Some(digest) = digest
+            {
                 return self.finish(digest).await;
             }
             if gone && fetching.is_empty() && (!missing.is_empty() || digest.is_none()) {
