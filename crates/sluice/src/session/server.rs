@@ -1146,6 +1146,12 @@ impl<'a> RequestCtx<'a> {
         Ok((TransferPermits { _server: server, _session: session, _token: token }, waited))
     }
 
+    /// The digest of the session's token: how a job kept across a restart names it (its line
+    /// in the token file may change).
+    fn token_digest(&self) -> Option<[u8; 32]> {
+        self.shared.tokens.digests().get(self.session.token).copied()
+    }
+
     /// Refuses the request unless the session's token has `right`.
     fn require(&self, right: fn(&Rights) -> bool, what: &str) -> Result<(), SessionError> {
         self.session.access.require(right, what)
@@ -1333,15 +1339,9 @@ impl<'a> RequestCtx<'a> {
         let access = self.session.access.clone();
         let dest = pull.dest.clone();
         blocking(move || access.resolve(&dest).map(drop)).await?;
-        let token_digest = self
-            .shared
-            .tokens
-            .digests()
-            .get(self.session.token)
-            .map(|d| sluice_session::relay::to_hex(d));
         let record = JobRecord {
             token: self.session.token,
-            token_digest,
+            token_digest: self.token_digest().map(|d| sluice_session::relay::to_hex(&d)),
             root: self.session.access.root.clone(),
             pull,
         };

@@ -199,9 +199,7 @@ impl RequestCtx<'_> {
     /// The spool and the transfer of a collector's request, once its session's capability is
     /// that transfer's and the request asks for at most a batch.
     fn collector_of(&self, collect: &Collect) -> Result<(Arc<Spool>, TransferId), SessionError> {
-        let Some(spool) = self.shared.spool.clone() else {
-            return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
-        };
+        let spool = self.relay_spool()?;
         let transfer = transfer_id(&collect.transfer)?;
         if self.session.collects != Some(transfer) {
             return Err(SessionError::Refused(
@@ -214,6 +212,13 @@ impl RequestCtx<'_> {
         Ok((spool, transfer))
     }
 
+    /// This server's spool, or the refusal of a server that is not a relay.
+    fn relay_spool(&self) -> Result<Arc<Spool>, SessionError> {
+        self.shared.spool.clone().ok_or_else(|| {
+            SessionError::Refused("this server is not a relay (serve --spool)".into())
+        })
+    }
+
     /// This session's token's quota of spooled bytes (its `spool=`), when it has one.
     fn spool_quota(&self) -> Option<u64> {
         self.shared.tokens.grants().get(self.session.token).and_then(|g| g.spool_bytes)
@@ -221,9 +226,7 @@ impl RequestCtx<'_> {
 
     /// How many bytes of blocks this session's token could deposit now.
     pub(super) async fn spool_room(&mut self) -> Result<(), SessionError> {
-        let Some(spool) = self.shared.spool.clone() else {
-            return Err(SessionError::Refused("this server is not a relay (serve --spool)".into()));
-        };
+        let spool = self.relay_spool()?;
         self.require(|r| r.relay, "relay blocks (its rights lack relay)")?;
         let quota = self.spool_quota();
         let bytes = spool.room(self.session.token, quota);
@@ -408,13 +411,7 @@ impl RequestCtx<'_> {
             tree,
             manifest,
             root: self.session.access.root.clone(),
-            token_digest: self
-                .shared
-                .tokens
-                .digests()
-                .get(self.session.token)
-                .copied()
-                .unwrap_or_default(),
+            token_digest: self.token_digest().unwrap_or_default(),
             restored: None,
             listed,
         };
