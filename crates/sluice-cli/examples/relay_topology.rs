@@ -345,6 +345,8 @@ fn main() {
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
     ];
     let (mut direct_s, mut ceiling_s, mut alone_s) = (0.0, f64::NAN, f64::NAN);
+    // Mbit/s of the file moved in `secs`.
+    let goodput = |secs: f64| size as f64 * 8.0 / secs / 1e6;
     let mut finished = Vec::new();
     for (i, (label, flags)) in rows.iter().enumerate() {
         let dest = format!("row{i}.bin");
@@ -387,7 +389,7 @@ fn main() {
         let with_d = flags.is_empty() || !flags.contains(&"off");
         let theoretical = (relays as u64 + u64::from(with_d)) * a.slow_mbit;
         let dests = (relays, with_d);
-        let striping = size as f64 * 8.0 / send / 1e6;
+        let striping = goodput(send);
         let line = serde_json::json!({
             "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
             "striping_mbit": striping, "theoretical_mbit": theoretical,
@@ -403,7 +405,6 @@ fn main() {
     // The ratios once every row ran (the ceiling runs after the direct row).
     // "Of paths alone": the striping goodput over the sum of what each of its paths carried
     // as one long copy of the same file (S to r1 for each relay, the direct row for D).
-    let goodput = |secs: f64| size as f64 * 8.0 / secs / 1e6;
     for (label, send, total, striping, theoretical, dests, links) in finished {
         let (relays, with_d) = dests;
         let paths = relays as f64 * goodput(alone_s) + if with_d { goodput(direct_s) } else { 0.0 };
