@@ -340,6 +340,10 @@ async fn a_job_goes_on_after_its_server_restarts_for_its_token_wherever_that_tok
     let world = Following::start(6, 100_000_000).await;
     world.following.abort();
     let Following { a, b, data, granted, .. } = world;
+    // Still running when B stops (which ends it where it is): a Done after the restart is
+    // the resumed job's, not one that finished before.
+    let before = b.client().await.jobs().await.unwrap();
+    assert_eq!(before.iter().map(|j| j.phase).collect::<Vec<_>>(), [JobPhase::Running]);
     write_private(&common::tokens_file(b.dir.path()), &format!("{OTHER}\n{TOKEN}\n"));
     let b = b.restart_in_place().await;
     let client = b.client().await;
