@@ -119,14 +119,15 @@ pub(crate) async fn upload(
             exit::usage(format!("--relay {name}: no [relays.{name}] section in the config file"))
         })?;
         let prefs = section.clone().over(&file.defaults);
-        // The command's connection flags are the server's; a relay's come from its section.
+        // The command's connection flags are the server's; a relay's come from its section
+        // (its transport too: auto, UDP when it gets through, else TCP).
         let connect = ConnectArgs {
             port: None,
             token_file: None,
             known_hosts: args.connect.known_hosts.clone(),
             accept_new_host: false,
             fingerprint: None,
-            transport: Some("udp".into()),
+            transport: None,
             no_path_memory: args.connect.no_path_memory,
         };
         let config = connect.client_config(name, &prefs, channel.clone(), args.channels)?;

@@ -10,7 +10,7 @@
 //! and hand it in. A failure of this end is handed in too ([`Sending::handle_failure`]), so the
 //! peer always hears why, and is returned as it happened.
 
-mod data;
+pub(crate) mod data;
 mod receive;
 mod send;
 

@@ -1118,7 +1118,6 @@ impl Collection {
         );
         config.grant = Some(super::capability_claim(&self.transfer, &at.capability));
         config.identity = Some(self.identity.clone());
-        config.transport = crate::session::TransportChoice::Udp;
         let client = tokio::time::timeout(RELAY_CONNECT_TIMEOUT, Client::connect(config))
             .await
             .map_err(|_| {

@@ -1,12 +1,15 @@
-//! One hop's data: the bytes of a batch of sealed blocks over the session's own UDP data
-//! channels, between a sender and a relay (a deposit) or a relay and a collector (a
-//! collection). The hop is a request of its own on the session with the relay, so its
-//! channels have keys of their own from that session's exporter; the blocks inside are sealed
-//! end to end as well ([`super::seal`]).
+//! One hop's data: the bytes of a batch of sealed blocks over the session's own data path,
+//! between a sender and a relay (a deposit) or a relay and a collector (a collection). The hop
+//! is a request of its own on the session with the relay, so its channels have keys of their
+//! own from that session's exporter; the blocks inside are sealed end to end as well
+//! ([`super::seal`]).
 //!
-//! Both ends bind one socket per negotiated channel and say `Ready` with their ports, the
-//! receiving end first (so a sending end whose request was refused reads the refusal), then the sending end sends the batch as one range (blocks end to end, in the order
-//! the request or `Holding` listed them) and the receiving end writes it into its store.
+//! Over UDP both ends bind one socket per negotiated channel and say `Ready` with their ports,
+//! the receiving end first (so a sending end whose request was refused reads the refusal);
+//! over TCP (a session that came over TCP, as through a path that blocks UDP) `Ready` names no
+//! ports and the session's client dials the data streams to the server's port, as a copy's
+//! do. Then the sending end sends the batch as one range (blocks end to end, in the order the
+//! request or `Holding` listed them) and the receiving end writes it into its store.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +22,7 @@ use crate::datapath::{self, ChannelReport, Store};
 use crate::session::SessionError;
 use crate::session::channel::{ChannelSetup, DataTask, bind_data_sockets};
 use crate::session::channel::{REPLY_TIMEOUT, frame_error};
+use crate::session::drive::data::DataPlan;
 use crate::session::messages::{read_message, write_message};
 
 /// Bytes in memory, as a store the data channels read or write (a batch of sealed blocks:
@@ -186,20 +190,19 @@ pub(crate) async fn move_batch(
     link: Option<Link>,
     rate: Option<&HopRate>,
 ) -> Result<(), SessionError> {
-    if setup.streams.is_some() {
-        return Err(SessionError::Refused(
-            "relayed blocks move on UDP data channels; this session runs over TCP".into(),
-        ));
-    }
     let conn = setup.conn;
-    let local = conn.local_ip().map(|ip| ip.to_canonical());
     let peer_ip = conn.remote_address().ip().to_canonical();
-    let (sockets, ports) = bind_data_sockets(
-        setup.negotiated.channels,
-        local,
-        peer_ip,
-        datapath::SOCKET_BUFFER_BYTES,
-    )?;
+    // Over UDP one socket per channel, whose ports `Ready` announces; over TCP (the session
+    // came over TCP: a path that blocks UDP) the session's client dials the streams to the
+    // server's port, and `Ready` announces none.
+    let (sockets, ports) = match setup.streams {
+        Some(_) => (Vec::new(), Vec::new()),
+        None => {
+            let local = conn.local_ip().map(|ip| ip.to_canonical());
+            let buffer = datapath::SOCKET_BUFFER_BYTES;
+            bind_data_sockets(setup.negotiated.channels, local, peer_ip, buffer)?
+        }
+    };
     // The receiving end speaks first: a sending end that was refused instead reads why.
     let ready = HopMsg::Ready { udp_ports: ports };
     if direction == Direction::Receive {
@@ -212,14 +215,23 @@ pub(crate) async fn move_batch(
     if direction == Direction::Send {
         write_hop(send, conn, &ready).await?;
     }
-    let mut channels = setup.params(sockets, peer_ip, &peer_ports)?;
-    let start = rate.map_or(0, HopRate::start);
-    if direction == Direction::Send && start > 0 {
-        tracing::debug!(rate_mbit = start / 1_000_000, "a hop starts from the session's last");
-        for channel in &mut channels {
-            channel.config.start_rate_bps = start;
+    let plan = match setup.streams {
+        Some(opener) => DataPlan::Streams(setup.streams(opener)?),
+        None => {
+            let mut channels = setup.params(sockets, peer_ip, &peer_ports)?;
+            let start = rate.map_or(0, HopRate::start);
+            if direction == Direction::Send && start > 0 {
+                tracing::debug!(
+                    rate_mbit = start / 1_000_000,
+                    "a hop starts from the session's last"
+                );
+                for channel in &mut channels {
+                    channel.config.start_rate_bps = start;
+                }
+            }
+            DataPlan::Channels(channels)
         }
-    }
+    };
     let (mut held, lead) = match link {
         None => (None, 0.0),
         Some(Link::Held(permit)) => (Some(permit), HANDOFF_RTTS),
@@ -244,26 +256,12 @@ pub(crate) async fn move_batch(
         }
     };
     let mut task = DataTask::spawn(move |cancel| match direction {
-        Direction::Send => datapath::send(
-            channels,
-            &*store,
-            std::slice::from_ref(&(0..total)),
-            None,
-            &mut hand_on,
-            cancel,
-        )
-        .map(Some),
-        Direction::Receive => datapath::receive(
-            channels,
-            &*store,
-            0..total,
-            &[],
-            vec![total],
-            &mut hand_on,
-            &|_| {},
-            cancel,
-        )
-        .map(|_| None),
+        Direction::Send => plan
+            .send(&*store, std::slice::from_ref(&(0..total)), None, None, &mut hand_on, cancel)
+            .map(Some),
+        Direction::Receive => plan
+            .receive(&*store, 0..total, &[], vec![total], &mut hand_on, &|_| {}, cancel)
+            .map(|_| None),
     });
     let done = tokio::select! {
         done = task.join() => done?,
