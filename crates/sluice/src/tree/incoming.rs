@@ -315,6 +315,83 @@ impl Plan {
     /// A path that another live transfer writes is refused ([`PlanError::Busy`]): nothing of
     /// that transfer's is touched, and this one stops before any data moves.
     pub fn prepare(self) -> Result<Incoming, PlanError> {
+        self.prepare_with(|incoming, k| {
+            let i = incoming.plan.files[incoming.plan.wanted[k] as usize];
+            let (entry, target) = (&incoming.plan.entries[i], &incoming.plan.targets[i]);
+            let io_err = |e| PlanError::Io(target.display().to_string(), e);
+            // Claimed: a partial file and record of this path are an ended transfer's.
+            let resumable = (entry.size >= RESUME_MIN_BYTES)
+                .then(|| resume::find(&incoming.plan.fs, target, entry))
+                .flatten();
+            if let Some(resumable) = resumable {
+                let hashes = (incoming.plan.fs.open(&resumable.temp, false))
+                    .and_then(|f| resume::block_hashes(&f, resumable.prefix))
+                    .map_err(io_err)?;
+                incoming.temps.push(resumable.temp);
+                incoming.offers.push((k as u32, hashes));
+                return Ok(());
+            }
+            let name = target.file_name().unwrap_or(target.as_os_str());
+            let random = random_u64().map_err(io_err)?;
+            let temp = parent_dir(target).join(temp_name(name, random));
+            let file = incoming.plan.fs.create_new(&temp, 0o600).map_err(io_err)?;
+            incoming.temps.push(temp);
+            file.set_len(entry.size).map_err(io_err)
+        })
+    }
+
+    /// As [`Plan::prepare`], but the wanted files' temporary files are `temps` (one per wanted
+    /// file, in order), which an earlier [`Incoming`] of the same plan made and kept (a
+    /// relayed tree's collection that a server restart interrupted). Each must be a temporary
+    /// name of its file's (beside it, `.<name>.sluice-part-<hex>`), a regular file of the
+    /// entry's size; otherwise the plan is refused before any of `temps` is taken (so none is
+    /// removed). Once taken they are the plan's: a claim refused after that drops the plan,
+    /// which removes those taken, as it would its own.
+    pub fn adopt(self, temps: &[PathBuf]) -> Result<Incoming, PlanError> {
+        if temps.len() != self.wanted.len() {
+            return Err(PlanError::Refused(format!(
+                "{} temporary files for {} files",
+                temps.len(),
+                self.wanted.len()
+            )));
+        }
+        for (k, temp) in temps.iter().enumerate() {
+            let i = self.files[self.wanted[k] as usize];
+            let (entry, target) = (&self.entries[i], &self.targets[i]);
+            let name = target.file_name().unwrap_or(target.as_os_str());
+            let random = temp
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.len().checked_sub(16).and_then(|at| n.get(at..)))
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+            let named = random.is_some_and(|r| {
+                temp.parent() == Some(parent_dir(target))
+                    && temp.file_name() == Some(temp_name(name, r).as_os_str())
+            });
+            let fits = self
+                .fs
+                .symlink_metadata(temp)
+                .is_ok_and(|m| m.file_type().is_file() && m.len() == entry.size);
+            if !(named && fits) {
+                return Err(PlanError::Refused(format!(
+                    "{}: not the temporary file of {} it was",
+                    temp.display(),
+                    target.display()
+                )));
+            }
+        }
+        self.prepare_with(|incoming, k| {
+            incoming.temps.push(temps[k].clone());
+            Ok(())
+        })
+    }
+
+    /// Creates the directories, claims the path of every wanted file, and gives each its
+    /// temporary file with `temp` (which pushes it onto the plan's).
+    fn prepare_with(
+        self,
+        mut temp: impl FnMut(&mut Incoming, usize) -> Result<(), PlanError>,
+    ) -> Result<Incoming, PlanError> {
         let io_err = |p: &Path, e| PlanError::Io(p.display().to_string(), e);
         for &i in &self.dirs {
             let target = &self.targets[i];
@@ -331,9 +408,9 @@ impl Plan {
             claims: Claims::new(self.fs.clone()),
             plan: self,
         };
-        for (k, &n) in incoming.plan.wanted.iter().enumerate() {
-            let i = incoming.plan.files[n as usize];
-            let (entry, target) = (&incoming.plan.entries[i], &incoming.plan.targets[i]);
+        for k in 0..incoming.plan.wanted.len() {
+            let target =
+                &incoming.plan.targets[incoming.plan.files[incoming.plan.wanted[k] as usize]];
             incoming.claims.claim(target).map_err(|e| match e {
                 ClaimError::Busy => PlanError::Busy(format!(
                     "{}: another transfer is writing it; try again when that one ends",
@@ -346,24 +423,7 @@ impl Plan {
                 )),
                 ClaimError::Io(e) => io_err(target, e),
             })?;
-            // Claimed: a partial file and record of this path are an ended transfer's.
-            let resumable = (entry.size >= RESUME_MIN_BYTES)
-                .then(|| resume::find(&incoming.plan.fs, target, entry))
-                .flatten();
-            if let Some(resumable) = resumable {
-                let hashes = (incoming.plan.fs.open(&resumable.temp, false))
-                    .and_then(|f| resume::block_hashes(&f, resumable.prefix))
-                    .map_err(|e| io_err(target, e))?;
-                incoming.temps.push(resumable.temp);
-                incoming.offers.push((k as u32, hashes));
-                continue;
-            }
-            let name = target.file_name().unwrap_or(target.as_os_str());
-            let random = random_u64().map_err(|e| io_err(target, e))?;
-            let temp = parent_dir(target).join(temp_name(name, random));
-            let file = incoming.plan.fs.create_new(&temp, 0o600).map_err(|e| io_err(target, e))?;
-            incoming.temps.push(temp);
-            file.set_len(entry.size).map_err(|e| io_err(target, e))?;
+            temp(&mut incoming, k)?;
         }
         Ok(incoming)
     }
@@ -449,6 +509,11 @@ impl Incoming {
             }
         }
         ResumeKeeper { files, last: None, fs: self.plan.fs.clone() }
+    }
+
+    /// The manifest it receives.
+    pub fn entries(&self) -> &[Entry] {
+        &self.plan.entries
     }
 
     /// The temporary files, one per wanted file, in the order the data moves.

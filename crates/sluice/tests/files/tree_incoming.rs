@@ -152,3 +152,50 @@ fn a_hostile_manifest_is_refused_before_anything_is_created() {
     assert!(matches!(err, PlanError::Bad(_)), "{err}");
     assert!(common::listing(dir.path()).is_empty());
 }
+
+#[test]
+fn a_plan_adopts_the_temporary_files_an_earlier_one_kept_and_refuses_others() {
+    // An earlier plan of two files, its bytes half written, kept (as a server stopping does).
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (pattern(70_001), pattern(5_000));
+    let manifest = || {
+        let top = Entry { kind: EntryKind::Dir, size: 0, ..file("t", 0) };
+        vec![top, file("t/a.bin", a.len() as u64), file("t/b.bin", b.len() as u64)]
+    };
+    let first = plan(dir.path(), manifest(), &always()).unwrap().prepare().unwrap();
+    write_all_at(&first.store(), &a[..1000], 0).unwrap();
+    let temps = first.temps().to_vec();
+    first.keep_files();
+
+    // Refused, and none of them touched: too few, one of the wrong size, one not beside its
+    // file, and a file that is not a temporary name of its file's.
+    let again = || plan(dir.path(), manifest(), &always()).unwrap();
+    let refused = |temps: &[std::path::PathBuf]| {
+        let err = again().adopt(temps).unwrap_err();
+        assert!(matches!(err, PlanError::Refused(_)), "{err}");
+    };
+    refused(&temps[..1]);
+    refused(&[temps[1].clone(), temps[0].clone()]);
+    let elsewhere = dir.path().join(temps[0].file_name().unwrap());
+    std::fs::copy(&temps[0], &elsewhere).unwrap();
+    refused(&[elsewhere.clone(), temps[1].clone()]);
+    let stranger = dir.path().join("t").join("a.bin.keep");
+    std::fs::write(&stranger, &a).unwrap();
+    refused(&[stranger.clone(), temps[1].clone()]);
+    for kept in temps.iter().chain([&elsewhere, &stranger]) {
+        assert!(kept.exists(), "{} is left as it was", kept.display());
+    }
+
+    // Adopted: the bytes written before are there, the rest lands, and the commit puts both
+    // files in place.
+    let incoming = again().adopt(&temps).unwrap();
+    assert_eq!(incoming.temps(), &temps[..]);
+    let store = incoming.store();
+    write_all_at(&store, &a[1000..], 1000).unwrap();
+    write_all_at(&store, &b, a.len() as u64).unwrap();
+    drop(store);
+    let hashes = [blake3::hash(&a), blake3::hash(&b)];
+    assert_eq!(incoming.commit(&hashes, &hashes).unwrap().files, 2);
+    assert_eq!(std::fs::read(dir.path().join("t/a.bin")).unwrap(), a);
+    assert_eq!(std::fs::read(dir.path().join("t/b.bin")).unwrap(), b);
+}

@@ -374,11 +374,12 @@ async fn after_the_sender_left_a_re_run_moves_only_the_blocks_a_relay_lost() {
     }
 }
 
-/// Records of collections the server in `dir` keeps in its state directory.
+/// Records of collections the server in `dir` keeps in its state directory (a tree's job has
+/// two: its record and its tree's).
 fn kept_records(dir: &Path) -> usize {
     let at = dir.join("state").join("collections");
     let records = fs::read_dir(at).into_iter().flatten().flatten();
-    records.filter(|e| e.path().extension().is_some_and(|x| x == "json")).count()
+    records.filter(|e| e.path().extension().is_some_and(|x| x == "json" || x == "tree")).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,16 +471,72 @@ fn part_files(dir: &Path) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_tree_s_temporary_files_are_removed_when_the_receiver_restarts() {
-    // A tree's collection does not go on after a restart (its plan is in memory only); its
-    // record names its temporary files, so that the restart removes them rather than leave
-    // them behind for good.
+async fn a_stalled_tree_waits_across_a_receiver_restart_and_its_re_run_moves_only_what_it_lacks() {
     let world = Stalled::tree("w").await;
     let top = world.receiver.root().join("w");
-    jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
+    let size = world.content.len() as u64;
+    let jobs = jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
     assert_eq!(part_files(&top), 3, "the stalled tree keeps its three files' parts");
-    assert_eq!(kept_records(world.receiver.dir.path()), 1);
+    assert_eq!(kept_records(world.receiver.dir.path()), 2, "its record and its tree's");
+    // The receiver restarts: the tree is planned again in the same temporary files, stalled
+    // and listed as it was.
+    let mut world = world;
+    world.receiver = world.receiver.restart_in_place().await;
+    let again = jobs_once(&world.receiver, |_| true).await;
+    assert_eq!(again, jobs, "listed the same after the restart");
+    assert_eq!((again[0].files, again[0].missing_bytes), (3, size - 8 * BLOCK), "{again:?}");
+    assert_eq!(part_files(&top), 3, "its temporary files are kept");
+    let report = world.again().await.unwrap();
+    println!("re-run: {report:?}");
+    assert_eq!(report.resumed_blocks, 8, "A's half was at the receiver");
+    assert_eq!(moved(&report), (8 * SEALED - 77, 8), "only B's half moved: {:?}", report.placed);
+    let jobs = jobs_once(&world.receiver, |j| j.iter().all(|j| j.phase == JobPhase::Done)).await;
+    assert_eq!((jobs.len(), jobs[0].missing_bytes), (1, 0), "{jobs:?}");
+    assert_eq!(tree_bytes(&top).as_deref(), Some(&world.content[..]), "every byte in place");
+    assert_eq!((part_files(&top), kept_records(world.receiver.dir.path())), (0, 0));
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_s_collection_goes_on_after_the_receiver_restarts() {
+    // As for a file (`a_collection_goes_on_after_the_receiver_restarts`): the restarted
+    // server's job, without any sender, collects B's half into the tree's kept temporary files
+    // and puts every file in place.
+    let world = Stalled::tree("g").await;
+    let Stalled { receiver, a, b, _gate: gate, _spools, _local, content, .. } = world;
+    let top = receiver.root().join("g");
+    let running = receiver.client().await.jobs().await.unwrap();
+    assert_eq!(running.iter().map(|j| j.phase).collect::<Vec<_>>(), [JobPhase::Running]);
+    assert_eq!(kept_records(receiver.dir.path()), 2, "the running job is kept, and its tree");
+    let receiver = receiver.restart_in_place().await;
+    gate.open_to(b.addr);
+    let jobs = jobs_once(&receiver, |j| j.iter().any(|j| j.phase != JobPhase::Running)).await;
+    println!("after the restart: {jobs:?}");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!((jobs[0].phase, &jobs[0].id), (JobPhase::Done, &running[0].id), "{jobs:?}");
+    assert_eq!(tree_bytes(&top).as_deref(), Some(&content[..]), "every byte in place");
+    assert_eq!((part_files(&top), shown_files(&top)), (0, 3));
+    assert_eq!(kept_records(receiver.dir.path()), 0, "an ended job's records are removed");
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_tree_whose_temporary_file_is_gone_is_dropped_with_the_others() {
+    // One of the stalled tree's temporary files is removed while the receiver is down: the
+    // tree cannot go on where it was, so the restart drops it and removes the other two (a
+    // re-run moves everything).
+    let world = Stalled::tree("x").await;
+    let top = world.receiver.root().join("x");
+    jobs_once(&world.receiver, |j| j.iter().any(|j| j.phase == JobPhase::Stalled)).await;
     let Stalled { receiver, a, b, _gate, _spools, _local, .. } = world;
+    let one = fs::read_dir(&top)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains(".sluice-part-"))
+        .unwrap();
+    fs::remove_file(one.path()).unwrap();
     let receiver = receiver.restart_in_place().await;
     for _ in 0..100 {
         if kept_records(receiver.dir.path()) == 0 {
@@ -488,7 +545,7 @@ async fn a_stalled_tree_s_temporary_files_are_removed_when_the_receiver_restarts
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(kept_records(receiver.dir.path()), 0, "its record is removed");
-    assert_eq!(part_files(&top), 0, "and its temporary files");
+    assert_eq!(part_files(&top), 0, "and its other temporary files");
     let jobs = receiver.client().await.jobs().await.unwrap();
     assert!(jobs.iter().all(|j| j.phase != JobPhase::Stalled && j.phase != JobPhase::Running));
     for server in [receiver, a, b] {

@@ -8,6 +8,9 @@
 //! laid end to end; once the whole offset space hashes to the sender's BLAKE3, the plan is
 //! committed: each file renamed into place.
 //!
+//! A job is kept in the server's state directory while it runs or stalls
+//! ([`super::collect_record`]): a restarted server goes on with it, a file's or a tree's.
+//!
 //! A job whose sender left with blocks nowhere to collect (a relay lost them) names the
 //! missing byte ranges and is kept, stalled, with its part file (a tree: its plan's temporary
 //! files): a re-run of the same copy (the same destination, size and block size, and a tree
@@ -29,7 +32,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use super::collect_record::{self, Record, RelayRecord};
+use super::collect_record::{self, Record, RelayRecord, TreeRecord};
 use super::hop::Link;
 use super::read_range;
 use super::seal::BlockKey;
@@ -43,7 +46,8 @@ use crate::session::job_log::{CANCELLED, Ended, JobTasks, keep_record, kept_reco
 use crate::session::keys::{DirectionSecret, SessionId};
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
 use crate::tree::FileSet;
-use crate::tree::incoming::Incoming;
+use crate::tree::incoming::{self, Incoming, Overwrite, Plan, ReceiveOptions};
+use crate::tree::{Entry, EntryKind};
 
 /// Each relay's failed collections in a row: its outage. The collector's patience is per
 /// outage: [`RELAY_ATTEMPTS`] failures in a row and each further batch that fails there counts
@@ -153,6 +157,13 @@ pub(crate) struct Listed {
 }
 
 /// Where a job collects from, for the listing: its relays' addresses.
+/// Whether `file` is named as what a job keeps is (a part file `.NAME.HEX.relayed`, a tree's
+/// temporary file `.NAME.sluice-part-HEX`): what a dropped record's files may be removed as.
+fn is_ours(file: &Path) -> bool {
+    let name = file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    name.starts_with('.') && (name.ends_with(".relayed") || name.contains(".sluice-part-"))
+}
+
 fn addresses(relays: &[RelayAt]) -> String {
     relays.iter().map(|r| r.address.to_string()).collect::<Vec<_>>().join(", ")
 }
@@ -177,6 +188,36 @@ pub(crate) fn manifest_id(entries: &[crate::tree::Entry]) -> blake3::Hash {
         hasher.update(b"\n");
     }
     hasher.finalize()
+}
+
+/// A relayed tree's plan under `at` (not yet prepared) beneath `root`: refused unless every
+/// file of the manifest moves (the blocks cut all of them as one offset space) and their
+/// bytes are `size`.
+pub(crate) fn plan_tree(
+    root: &Path,
+    at: &Path,
+    entries: Vec<Entry>,
+    overwrite: Overwrite,
+    size: u64,
+) -> Result<Plan, SessionError> {
+    let options =
+        ReceiveOptions { overwrite, checksum: false, preserve: false, confine: Some(root.into()) };
+    let files = entries.iter().filter(|e| e.kind == EntryKind::File).count();
+    let plan = incoming::plan(at, entries, &options).map_err(plan_error)?;
+    if plan.wanted().len() != files {
+        return Err(SessionError::Refused(format!(
+            "{} of the tree's files exist and would be kept: relays carry every file of a tree \
+             (--overwrite always replaces them)",
+            files - plan.wanted().len()
+        )));
+    }
+    if plan.wanted_bytes() != size {
+        return Err(SessionError::Protocol(format!(
+            "a tree of {} bytes announced as {size}",
+            plan.wanted_bytes()
+        )));
+    }
+    Ok(plan)
 }
 
 /// What a stalled job keeps for a re-run of its copy.
@@ -227,7 +268,7 @@ impl Stalled {
     /// own). Does file I/O.
     fn forget_record(&self) {
         if let Some(record) = &self.record {
-            let _ = std::fs::remove_file(record);
+            collect_record::remove(record);
         }
     }
 
@@ -389,12 +430,14 @@ impl Collections {
         lock(&self.running).get(transfer).filter(|c| c.session == session).cloned()
     }
 
-    /// Goes on with the collections (of one file) a previous run of the server kept in its
-    /// state directory: running ones start again without their sender (which left with the
-    /// server it spoke to), from where their blocks were; stalled ones wait for a re-run again.
-    /// `token_of` gives a token's index (by its digest) and root while that token still may
-    /// write. A record whose token is gone or changed roots, or whose part file is gone, is
-    /// dropped (said). Does file I/O.
+    /// Goes on with the collections a previous run of the server kept in its state directory:
+    /// running ones start again without their sender (which left with the server it spoke
+    /// to), from where their blocks were; stalled ones wait for a re-run again. A tree is
+    /// planned again from its kept manifest and takes up its kept temporary files. `token_of`
+    /// gives a token's index (by its digest) and root while that token still may write. A
+    /// record whose token is gone or changed roots, whose part file is gone, or whose tree no
+    /// longer plans as it did (a file in the way, a temporary file gone) is dropped with what
+    /// it kept (said). Does file I/O.
     pub(crate) fn resume_saved(
         self: &Arc<Self>,
         token_of: impl Fn(&[u8; 32]) -> Option<(usize, PathBuf)>,
@@ -403,38 +446,48 @@ impl Collections {
         let Some(dir) = &self.dir else { return };
         for (path, record) in kept_records::<Record>(dir, "collection") {
             let transfer = record.transfer.clone();
-            if !record.temps.is_empty() {
+            let tree: Option<TreeRecord> = std::fs::read(collect_record::tree_path(&path))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+            // What the job kept on disk: its part file, or its tree's temporary files (those a
+            // record of a server that did not resume trees names too).
+            let mut kept: Vec<PathBuf> = record.temps.clone();
+            match &tree {
+                Some(tree) => kept.extend(tree.temps.iter().cloned()),
+                None if !record.tree => kept.push(record.part.clone()),
+                None => {}
+            }
+            let drop_job = |why: &str| {
                 warn!(
                     transfer,
-                    files = record.temps.len(),
-                    "a relayed tree's collection does not go on after a restart: its temporary files are removed"
+                    why, "a kept collection does not go on: dropped, with what it kept"
                 );
                 if let Ok(fs) = Confined::new(Some(&record.root)) {
-                    for temp in &record.temps {
-                        let _ = fs.remove_file(temp);
+                    for file in kept.iter().filter(|f| is_ours(f)) {
+                        let _ = fs.remove_file(file);
                     }
                 }
-                let _ = std::fs::remove_file(&path);
+                collect_record::remove(&path);
+            };
+            if !record.temps.is_empty() {
+                drop_job("a tree's record from a server that did not resume trees");
+                continue;
+            }
+            if record.tree && tree.is_none() {
+                drop_job("its tree's record is unreadable");
                 continue;
             }
             let token = from_hex::<32>(&record.token).and_then(|d| Some((d, token_of(&d)?)));
             let Some((digest, (index, _))) = token.filter(|(_, (_, root))| *root == record.root)
             else {
-                warn!(transfer, "a kept collection's token is gone or changed: dropped");
-                if let Ok(fs) = Confined::new(Some(&record.root)) {
-                    let _ = fs.remove_file(&record.part);
-                }
-                let _ = std::fs::remove_file(&path);
+                drop_job("its token is gone or changed");
                 continue;
             };
-            match self.restore(&path, record, (index, digest), identity) {
+            match self.restore(&path, record.clone(), tree, (index, digest), identity) {
                 Ok(stalled) => {
                     info!(transfer, stalled, "a kept collection goes on after a restart")
                 }
-                Err(e) => {
-                    warn!(transfer, error = %e, "a kept collection could not go on: dropped");
-                    let _ = std::fs::remove_file(&path);
-                }
+                Err(e) => drop_job(&e.to_string()),
             }
         }
     }
@@ -445,6 +498,7 @@ impl Collections {
         self: &Arc<Self>,
         path: &Path,
         record: Record,
+        tree: Option<TreeRecord>,
         (token, token_digest): (usize, [u8; 32]),
         identity: &Arc<Identity>,
     ) -> Result<bool, SessionError> {
@@ -483,14 +537,31 @@ impl Collections {
         let (digest, expect) = (hash(&record.digest)?, hash(&record.expect)?);
         let fs = Confined::new(Some(&record.root))
             .map_err(|e| SessionError::io(format!("opening {}", record.root.display()), e))?;
-        if fs.symlink_metadata(&record.part).is_err() {
-            return Err(SessionError::NotFound(format!("{} is gone", record.part.display())));
-        }
-        let listed = Listed { token, dest: record.named, files: 1, started: record.started };
+        // A tree: planned again as it was, in the temporary files it had (which claims their
+        // paths again); a file: its part file.
+        let (files, overwrite, tree_plan) = match tree {
+            Some(tree) => {
+                let files = tree.entries.iter().filter(|e| e.kind == EntryKind::File).count();
+                let manifest = manifest_id(&tree.entries);
+                let plan =
+                    plan_tree(&record.root, &record.dest, tree.entries, tree.overwrite, plan.size)?;
+                let incoming = plan.adopt(&tree.temps).map_err(plan_error)?;
+                (files.max(1) as u64, tree.overwrite, Some((incoming, manifest)))
+            }
+            None if fs.symlink_metadata(&record.part).is_err() => {
+                return Err(SessionError::NotFound(format!("{} is gone", record.part.display())));
+            }
+            None => (1, Overwrite::default(), None),
+        };
+        let listed = Listed { token, dest: record.named, files, started: record.started };
         if let Some((why, at)) = record.stalled {
             let kept_for = Duration::from_secs(unix_now().saturating_sub(at));
+            let kept = match tree_plan {
+                Some((incoming, manifest)) => Kept::Tree { incoming: Box::new(incoming), manifest },
+                None => Kept::Part(record.part),
+            };
             let stalled = Stalled {
-                kept: Kept::Part(record.part),
+                kept,
                 record: Some(path.to_owned()),
                 fs,
                 plan,
@@ -519,8 +590,9 @@ impl Collections {
             permits: Box::new(()),
             resume: None,
             listed,
-            tree: None,
-            manifest: None,
+            manifest: tree_plan.as_ref().map(|(_, manifest)| *manifest),
+            tree: tree_plan.map(|(incoming, _)| incoming),
+            overwrite,
             root: record.root,
             token_digest,
             restored: Some(Restored {
@@ -607,6 +679,8 @@ pub(crate) struct Start {
     pub(crate) listed: Listed,
     /// A tree's plan, prepared (its directories made, its files' paths claimed).
     pub(crate) tree: Option<Incoming>,
+    /// The sender's overwrite policy (a tree's record keeps it: a restart plans it again).
+    pub(crate) overwrite: Overwrite,
     /// A tree's manifest ([`manifest_id`]): what a re-run must send to take it over if it
     /// stalls.
     pub(crate) manifest: Option<blake3::Hash>,
@@ -640,15 +714,21 @@ impl Collection {
             let store = Box::new(incoming.store());
             Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }
         };
+        let start_overwrite = start.overwrite;
         let (landing, expect, restored) = match (start.tree, start.resume, start.restored) {
-            (_, _, Some(r)) => {
-                let file = start
-                    .fs
-                    .open(&r.part, true)
-                    .map_err(|e| SessionError::io(format!("opening {}", r.part.display()), e))?;
+            (tree_plan, _, Some(r)) => {
+                let landing = match tree_plan {
+                    Some(incoming) => tree(incoming),
+                    None => {
+                        let file = start.fs.open(&r.part, true).map_err(|e| {
+                            SessionError::io(format!("opening {}", r.part.display()), e)
+                        })?;
+                        Landing::File { part: r.part, file }
+                    }
+                };
                 blocks = r.blocks;
                 let progress = (r.elsewhere, r.digest, r.sent);
-                (Landing::File { part: r.part, file }, r.expect, Some(progress))
+                (landing, r.expect, Some(progress))
             }
             (Some(incoming), _, None) => (tree(incoming), None, None),
             (None, Some(stalled), None) => {
@@ -734,7 +814,8 @@ impl Collection {
             }
             running.insert(job.transfer, job.clone());
         }
-        job.write_record(None);
+        job.save_tree(start_overwrite);
+        job.save(None);
         collections.tasks.spawn(job.clone().run(collections.clone()));
         Ok((job, rx))
     }
@@ -939,31 +1020,40 @@ impl Collection {
         self.wake.notify_one();
     }
 
-    /// Keeps the job's record as it is now (a file's job on a server with a state directory:
-    /// [`collect_record`]), `stalled` with why and when once it stalled. A record that cannot
-    /// be written is said: the job goes on, and a restart would not. Does file I/O (a small
-    /// file: the blocks' places are run-length coded).
-    fn save(&self, stalled: Option<(String, u64)>) {
-        // A tree's record names its temporary files, for a restart to remove: written once,
-        // when the job starts (they do not change), and kept as it is when it stalls.
-        if matches!(self.landing, Landing::File { .. }) {
-            self.write_record(stalled);
+    /// Keeps a tree's manifest, overwrite policy and temporary files beside its record
+    /// ([`TreeRecord`]): what a restarted server plans the tree again from. Written once, as
+    /// the job starts: they do not change. Does file I/O.
+    fn save_tree(&self, overwrite: Overwrite) {
+        let (Some((path, ..)), Landing::Tree { incoming, .. }) = (&self.saved, &self.landing)
+        else {
+            return;
+        };
+        let record = lock(incoming).as_ref().map(|i| TreeRecord {
+            entries: i.entries().to_vec(),
+            overwrite,
+            temps: i.temps().to_vec(),
+        });
+        if let Some(record) = record
+            && let Err(e) = keep_record(&collect_record::tree_path(path), &record)
+        {
+            warn!(transfer = %self.name(), error = %e, "the tree's record could not be kept: a restart would drop the job");
         }
     }
 
-    /// Writes the job's record as it is now ([`Collection::save`]).
-    fn write_record(&self, stalled: Option<(String, u64)>) {
+    /// Keeps the job's record as it is now (on a server with a state directory:
+    /// [`collect_record`]), `stalled` with why and when once it stalled. A record that cannot
+    /// be written is said: the job goes on, and a restart would not. Does file I/O (a small
+    /// file: the blocks' places are run-length coded; a tree's manifest is kept apart, once:
+    /// [`Collection::save_tree`]).
+    fn save(&self, stalled: Option<(String, u64)>) {
         let Some((path, root, token)) = &self.saved else { return };
         let mut last = lock(&self.record_final);
         if *last {
             return;
         }
-        let (part, temps) = match &self.landing {
-            Landing::File { part, .. } => (part.clone(), Vec::new()),
-            Landing::Tree { incoming, .. } => {
-                let temps = lock(incoming).as_ref().map(|i| i.temps().to_vec());
-                (self.dest.clone(), temps.unwrap_or_default())
-            }
+        let part = match &self.landing {
+            Landing::File { part, .. } => part.clone(),
+            Landing::Tree { .. } => self.dest.clone(),
         };
         *last = stalled.is_some();
         let record = {
@@ -1000,7 +1090,8 @@ impl Collection {
                 expect: p.expect.map(|d| d.to_hex().to_string()),
                 sent: p.sent,
                 stalled,
-                temps,
+                tree: matches!(self.landing, Landing::Tree { .. }),
+                temps: Vec::new(),
             }
         };
         if let Err(e) = keep_record(path, &record) {
@@ -1221,7 +1312,7 @@ impl Collection {
             None => {
                 if let Some((path, ..)) = &self.saved {
                     *lock(&self.record_final) = true;
-                    let _ = std::fs::remove_file(path);
+                    collect_record::remove(path);
                 }
                 let written: Vec<bool> = lock(&self.progress).written();
                 let ended = match &end {

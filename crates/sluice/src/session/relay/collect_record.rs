@@ -1,16 +1,19 @@
-//! A relayed upload's collection (of one file) as the receiving server's state directory keeps
-//! it while it runs or stalls: `collections/<transfer>.json`, owner-only, rewritten as blocks
-//! are placed and written, removed when the job ends. It holds what a restarted server needs to
-//! go on without the sender: the blocks' key (from the sender's session, which a restart ends),
-//! the relays with their capabilities, the part file, and where each block is. The key opens
-//! only this transfer's blocks, which are bound for this server's disk anyway; the relays still
-//! hold none. Written and read as a third-party job's record is (`job_log::keep_record`,
-//! `job_log::kept_records`).
+//! A relayed upload's collection as the receiving server's state directory keeps it while it
+//! runs or stalls: `collections/<transfer>.json`, owner-only, rewritten as blocks are placed
+//! and written, removed when the job ends. It holds what a restarted server needs to go on
+//! without the sender: the blocks' key (from the sender's session, which a restart ends), the
+//! relays with their capabilities, the part file, and where each block is. A tree's manifest
+//! and temporary files are kept beside it (`<transfer>.tree`, written once: they do not
+//! change). The key opens only this transfer's blocks, which are bound for this server's disk
+//! anyway; the relays still hold none. Written and read as a third-party job's record is
+//! (`job_log::keep_record`, `job_log::kept_records`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sluice_session::manifest::Entry;
+use sluice_session::options::Overwrite;
 
 /// The directory of the state directory where running and stalled collections are kept.
 pub(crate) const COLLECTIONS_DIR: &str = "collections";
@@ -66,10 +69,36 @@ pub(crate) struct Record {
     pub(crate) sent: bool,
     /// Set once the job stalled: why, and when (Unix seconds).
     pub(crate) stalled: Option<(String, u64)>,
-    /// A tree's temporary files. A tree's job is not resumed after a restart (its plan is in
-    /// memory only): its record is kept only so that a restart removes them.
+    /// Whether it is a tree's (its manifest and temporary files are in its [`TreeRecord`]).
+    #[serde(default)]
+    pub(crate) tree: bool,
+    /// A tree's temporary files, in records of a server that did not resume trees after a
+    /// restart (a restart removes them). A tree's are now in its [`TreeRecord`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) temps: Vec<PathBuf>,
+}
+
+/// A tree's collection, beside its [`Record`] ([`tree_path`]): what a restart plans the tree
+/// again from, and the temporary files that plan takes up.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct TreeRecord {
+    /// The manifest as the sender sent it.
+    pub(crate) entries: Vec<Entry>,
+    /// The sender's overwrite policy.
+    pub(crate) overwrite: Overwrite,
+    /// One per file, in the order the data moves.
+    pub(crate) temps: Vec<PathBuf>,
+}
+
+/// Where the [`TreeRecord`] of the record at `record` is kept.
+pub(crate) fn tree_path(record: &Path) -> PathBuf {
+    record.with_extension("tree")
+}
+
+/// Removes the record at `record` and its tree's, if any.
+pub(crate) fn remove(record: &Path) {
+    let _ = std::fs::remove_file(record);
+    let _ = std::fs::remove_file(tree_path(record));
 }
 
 /// `spots` run-length coded.
@@ -150,6 +179,7 @@ mod tests {
             expect: None,
             sent: true,
             stalled: None,
+            tree: false,
             temps: Vec::new(),
         };
         let path = path_of(&at, &record.transfer);

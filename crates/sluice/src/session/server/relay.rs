@@ -23,12 +23,14 @@ use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Answer, GrantClaim, Messages, write_message};
-use crate::session::relay::collect::{Collection, JobEvent, Listed, RelayAt, Start, manifest_id};
+use crate::session::relay::collect::{
+    Collection, JobEvent, Listed, RelayAt, Start, manifest_id, plan_tree,
+};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
 use crate::session::{Peer, SessionError};
-use crate::tree::incoming::{self, Incoming, Overwrite, ReceiveOptions};
+use crate::tree::incoming::{Incoming, Overwrite};
 use crate::tree::{Entry, EntryKind, FileSet};
 
 /// How long the receiver waits for a relay's handshake when it measures the round trip.
@@ -111,24 +113,7 @@ fn prepare_tree(
     overwrite: Overwrite,
     size: u64,
 ) -> Result<Incoming, SessionError> {
-    let options =
-        ReceiveOptions { overwrite, checksum: false, preserve: false, confine: Some(root.into()) };
-    let files = entries.iter().filter(|e| e.kind == EntryKind::File).count();
-    let plan = incoming::plan(at, entries, &options).map_err(plan_error)?;
-    if plan.wanted().len() != files {
-        return Err(SessionError::Refused(format!(
-            "{} of the tree's files exist and would be kept: relays carry every file of a tree \
-             (--overwrite always replaces them)",
-            files - plan.wanted().len()
-        )));
-    }
-    if plan.wanted_bytes() != size {
-        return Err(SessionError::Protocol(format!(
-            "a tree of {} bytes announced as {size}",
-            plan.wanted_bytes()
-        )));
-    }
-    plan.prepare().map_err(plan_error)
+    plan_tree(root, at, entries, overwrite, size)?.prepare().map_err(plan_error)
 }
 
 impl RequestCtx<'_> {
@@ -409,6 +394,7 @@ impl RequestCtx<'_> {
             permits: Box::new(permits),
             resume,
             tree,
+            overwrite: put.overwrite,
             manifest,
             root: self.session.access.root.clone(),
             token_digest: self.token_digest().unwrap_or_default(),
