@@ -355,6 +355,7 @@ impl Show {
                 "total_seconds": report.total_seconds.map(round3),
                 "job": report.job,
                 "resumed_blocks": report.resumed_blocks,
+                "kept_files": report.kept_files,
                 "placed": placed,
             })),
             Mode::Quiet => {}
@@ -379,10 +380,15 @@ impl Show {
                         host.escape_debug()
                     ),
                 };
-                let resumed = match report.resumed_blocks {
+                let mut resumed = match report.resumed_blocks {
                     0 => String::new(),
                     n => format!("; {n} were at the server from an earlier run"),
                 };
+                if report.kept_files > 0 {
+                    let n = report.kept_files;
+                    let s = if n == 1 { "" } else { "s" };
+                    resumed.push_str(&format!("; {n} file{s} at the server kept as they were"));
+                }
                 say(&format!(
                     "sluice: sent {} bytes in {:.1} s ({} blocks: {}{resumed}); {after}",
                     report.bytes,

@@ -149,7 +149,8 @@ pub struct RelayedPut {
     pub relays: Vec<RelaySpot>,
     /// A tree's manifest (empty: one file, `name`): the blocks then cut its files' bytes laid
     /// end to end in manifest order (`size` is their sum), and the digest is the BLAKE3 of
-    /// that whole offset space.
+    /// that whole offset space; of the files that move only, when the receiver's answer names
+    /// them (`CollectMsg::Accepted`'s `wanted`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<crate::manifest::Entry>,
 }
@@ -193,6 +194,11 @@ pub enum CollectMsg {
         /// a copy whose sender left blocks nowhere to collect moves only the others.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         have: Vec<[u64; 2]>,
+        /// A tree's files that move (numbers among the manifest's files, in order), when its
+        /// overwrite policy keeps some that exist: the blocks then cut only those files'
+        /// bytes, end to end. Absent: every file moves.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wanted: Option<Vec<u32>>,
     },
     /// These blocks could not be had from where they were (a relay's copy did not open, or
     /// the relay lost it): the sender, while it is there, deposits them with the receiver.

@@ -11,7 +11,7 @@ use std::fs;
 use std::path::Path;
 
 use common::pattern;
-use sluice::session::SessionError;
+use sluice::session::{Overwrite, RelayedOptions, SessionError};
 use sluice_session::relay::Strategy;
 
 /// Writes a tree under `root/name`: `small` files of 0..3000 bytes spread over directories
@@ -119,6 +119,73 @@ async fn a_tree_goes_through_relays_intact_and_nothing_half_done_is_left() {
     }
     same_tree(&source, &landed);
     assert_eq!(common::listing(&receiver.root()), vec!["again", "results"]);
+    for stop in [receiver, a, b] {
+        stop.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_through_relays_moves_only_the_files_its_overwrite_policy_lets_move() {
+    println!("seed {SEED}");
+    let (receiver, spools, a, b) = receiver_and_two_relays().await;
+    let local = tempfile::tempdir().unwrap();
+    let (files, _) = make_tree(local.path(), "data", 40, 1);
+    let source = local.path().join("data");
+    let landed = receiver.root().join("data");
+    let sender = receiver.client().await;
+    let relays = targets(&[&a, &b]).await;
+    let with =
+        |overwrite| RelayedOptions { overwrite, ..relayed_options(Strategy::Fcfs, true, true) };
+    let report = sender.upload_relayed(&source, "", &relays, &with(Overwrite::Never)).await;
+    assert_eq!((report.unwrap().kept_files, files_under(&landed)), (0, files));
+    let first = fs::read(landed.join("big0.bin")).unwrap();
+
+    // At the sender: two files changed (the same size), two new ones.
+    let changed = ["big0.bin", "d1/e1/f1.txt"];
+    for name in changed {
+        let len = fs::metadata(source.join(name)).unwrap().len() as usize;
+        fs::write(source.join(name), pattern(len, SEED ^ 0x55)).unwrap();
+    }
+    fs::write(source.join("new1.txt"), pattern(5000, 1)).unwrap();
+    fs::write(source.join("d2/new2.bin"), pattern((2 << 20) + 3, 2)).unwrap();
+
+    // `never`: only the new files move; the changed ones stay as the server has them.
+    let report = sender.upload_relayed(&source, "", &relays, &with(Overwrite::Never)).await;
+    let report = report.unwrap();
+    println!("never: {report:?}");
+    assert_eq!((report.files, report.kept_files), (2, files as u64));
+    assert_eq!(report.bytes, 5000 + (2 << 20) + 3, "only their bytes are cut into blocks");
+    assert_eq!(fs::read(landed.join("new1.txt")).unwrap(), pattern(5000, 1));
+    assert_eq!(fs::read(landed.join("d2/new2.bin")).unwrap(), pattern((2 << 20) + 3, 2));
+    assert_eq!(fs::read(landed.join("big0.bin")).unwrap(), first, "kept as it was");
+
+    // `if-newer`: the changed files, dated after the server's copies, replace them; the rest
+    // (older at the sender than their arrival at the server) stay.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(120);
+    for name in changed {
+        fs::File::options()
+            .write(true)
+            .open(source.join(name))
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+    }
+    let report = sender.upload_relayed(&source, "", &relays, &with(Overwrite::IfNewer)).await;
+    let report = report.unwrap();
+    println!("if-newer: {report:?}");
+    assert_eq!((report.files, report.kept_files), (2, files as u64));
+    same_tree(&source, &landed);
+
+    // `never` once more: nothing is left to move; the copy ends with no block and nothing
+    // changes at the server.
+    let report = sender.upload_relayed(&source, "", &relays, &with(Overwrite::Never)).await;
+    let report = report.unwrap();
+    assert_eq!((report.files, report.blocks, report.kept_files), (0, 0, files as u64 + 2));
+    same_tree(&source, &landed);
+    assert_eq!(common::listing(&receiver.root()), vec!["data"], "no part file is left");
+    for spool in [spools[0].path(), spools[1].path()] {
+        assert!(block_files(spool).is_empty(), "collected blocks are deleted");
+    }
     for stop in [receiver, a, b] {
         stop.stop().await;
     }

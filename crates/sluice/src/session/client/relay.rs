@@ -58,6 +58,8 @@ pub(crate) struct RelayedRequest {
     pub(crate) job: String,
     /// Blocks the receiver has already (a re-run's), as id ranges `[start, end)`.
     pub(crate) have: Vec<[u64; 2]>,
+    /// A tree's files that move, when not all do (numbers among its manifest's files).
+    pub(crate) wanted: Option<Vec<u32>>,
 }
 
 /// The round trip to the server at `server` whose certificate is `fingerprint`, from a QUIC
@@ -240,8 +242,8 @@ impl Client {
         let answer = read_message(&mut req.recv, REPLY_TIMEOUT)
             .await
             .map_err(|e| frame_error(e, &self.conn))?;
-        let (job, have) = match answer {
-            CollectMsg::Accepted { job, have } => (job, have),
+        let (job, have, wanted) = match answer {
+            CollectMsg::Accepted { job, have, wanted } => (job, have, wanted),
             CollectMsg::Failed { code, message } => {
                 return Err(SessionError::from_server(code, message));
             }
@@ -250,7 +252,7 @@ impl Client {
             }
         };
         let OpenRequestParts { send, recv } = req.into_parts();
-        Ok(RelayedRequest { send, recv, secret, job, have })
+        Ok(RelayedRequest { send, recv, secret, job, have, wanted })
     }
 }
 

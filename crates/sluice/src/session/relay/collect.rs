@@ -45,9 +45,9 @@ use crate::session::identity::Identity;
 use crate::session::job_log::{CANCELLED, Ended, JobTasks, keep_record, kept_records, unix_now};
 use crate::session::keys::{DirectionSecret, SessionId};
 use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
+use crate::tree::Entry;
 use crate::tree::FileSet;
 use crate::tree::incoming::{self, Incoming, Overwrite, Plan, ReceiveOptions};
-use crate::tree::{Entry, EntryKind};
 
 /// Each relay's failed collections in a row: its outage. The collector's patience is per
 /// outage: [`RELAY_ATTEMPTS`] failures in a row and each further batch that fails there counts
@@ -190,34 +190,18 @@ pub(crate) fn manifest_id(entries: &[crate::tree::Entry]) -> blake3::Hash {
     hasher.finalize()
 }
 
-/// A relayed tree's plan under `at` (not yet prepared) beneath `root`: refused unless every
-/// file of the manifest moves (the blocks cut all of them as one offset space) and their
-/// bytes are `size`.
+/// A relayed tree's plan under `at` (not yet prepared) beneath `root`, with the sender's
+/// overwrite policy: the files it keeps do not move (the blocks cut only the wanted files'
+/// bytes, end to end).
 pub(crate) fn plan_tree(
     root: &Path,
     at: &Path,
     entries: Vec<Entry>,
     overwrite: Overwrite,
-    size: u64,
 ) -> Result<Plan, SessionError> {
     let options =
         ReceiveOptions { overwrite, checksum: false, preserve: false, confine: Some(root.into()) };
-    let files = entries.iter().filter(|e| e.kind == EntryKind::File).count();
-    let plan = incoming::plan(at, entries, &options).map_err(plan_error)?;
-    if plan.wanted().len() != files {
-        return Err(SessionError::Refused(format!(
-            "{} of the tree's files exist and would be kept: relays carry every file of a tree \
-             (--overwrite always replaces them)",
-            files - plan.wanted().len()
-        )));
-    }
-    if plan.wanted_bytes() != size {
-        return Err(SessionError::Protocol(format!(
-            "a tree of {} bytes announced as {size}",
-            plan.wanted_bytes()
-        )));
-    }
-    Ok(plan)
+    incoming::plan(at, entries, &options).map_err(plan_error)
 }
 
 /// What a stalled job keeps for a re-run of its copy.
@@ -541,11 +525,18 @@ impl Collections {
         // paths again); a file: its part file.
         let (files, overwrite, tree_plan) = match tree {
             Some(tree) => {
-                let files = tree.entries.iter().filter(|e| e.kind == EntryKind::File).count();
                 let manifest = manifest_id(&tree.entries);
-                let plan =
-                    plan_tree(&record.root, &record.dest, tree.entries, tree.overwrite, plan.size)?;
-                let incoming = plan.adopt(&tree.temps).map_err(plan_error)?;
+                let tree_plan =
+                    plan_tree(&record.root, &record.dest, tree.entries, tree.overwrite)?;
+                if tree_plan.wanted_bytes() != plan.size {
+                    return Err(SessionError::Refused(format!(
+                        "the tree now plans {} bytes to move, not {}",
+                        tree_plan.wanted_bytes(),
+                        plan.size
+                    )));
+                }
+                let files = tree_plan.wanted().len();
+                let incoming = tree_plan.adopt(&tree.temps).map_err(plan_error)?;
                 (files.max(1) as u64, tree.overwrite, Some((incoming, manifest)))
             }
             None if fs.symlink_metadata(&record.part).is_err() => {

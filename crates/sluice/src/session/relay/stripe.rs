@@ -26,6 +26,7 @@ use tracing::{info, warn};
 use super::hop::Link;
 use super::seal::BlockKey;
 use crate::datapath::read_exact_at;
+use crate::files::Confined;
 use crate::session::channel::frame_error;
 use crate::session::copy::local_walk_error;
 use crate::session::messages::{Messages, write_message};
@@ -171,6 +172,8 @@ pub struct RelayedReport {
     pub job: String,
     /// Blocks the receiver had already from an earlier run of this copy (not moved again).
     pub resumed_blocks: u64,
+    /// A tree's files the receiver kept as they were (its overwrite policy): not sent.
+    pub kept_files: u64,
     /// Each destination's share.
     pub placed: Vec<Placed>,
 }
@@ -181,8 +184,10 @@ struct Source {
     name: String,
     /// A tree's manifest (empty for one file).
     entries: Vec<Entry>,
-    files: u64,
-    store: FileSet,
+    /// The files and their sizes, in manifest order.
+    files: Vec<(std::path::PathBuf, u64)>,
+    /// A tree's files are reached through the directory walked.
+    fs: Option<Confined>,
 }
 
 impl Source {
@@ -193,8 +198,8 @@ impl Source {
             .map_err(|e| SessionError::io(format!("reading {shown}"), e))?;
         let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if meta.is_file() {
-            let store = FileSet::new(vec![(local.to_owned(), meta.len())], false);
-            return Ok(Source { name, entries: Vec::new(), files: 1, store });
+            let files = vec![(local.to_owned(), meta.len())];
+            return Ok(Source { name, entries: Vec::new(), files, fs: None });
         }
         if !meta.is_dir() {
             return Err(SessionError::Config(format!(
@@ -207,11 +212,40 @@ impl Source {
             warn!(%skipped, "left out of the relayed tree");
         }
         let sizes = walked.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size);
-        let files: Vec<(std::path::PathBuf, u64)> =
-            walked.files.iter().cloned().zip(sizes).collect();
-        let count = files.len() as u64;
-        let store = FileSet::new(files, false).confined(walked.fs.clone());
-        Ok(Source { name, entries: walked.entries, files: count, store })
+        let files = walked.files.iter().cloned().zip(sizes).collect();
+        Ok(Source { name, entries: walked.entries, files, fs: Some(walked.fs.clone()) })
+    }
+
+    /// Bytes of every file.
+    fn total(&self) -> u64 {
+        self.files.iter().map(|(_, size)| size).sum()
+    }
+
+    /// The files that move as one store: every one, or those `wanted` names (numbers among
+    /// the files, ascending, as the receiver answered).
+    fn store(&self, wanted: Option<&[u32]>) -> Result<FileSet, SessionError> {
+        let files = match wanted {
+            None => self.files.clone(),
+            Some(wanted) => {
+                let ascending = wanted.windows(2).all(|w| w[0] < w[1]);
+                let picked: Option<Vec<_>> =
+                    wanted.iter().map(|&n| self.files.get(n as usize).cloned()).collect();
+                match picked {
+                    Some(picked) if ascending => picked,
+                    _ => {
+                        return Err(SessionError::Protocol(format!(
+                            "the receiver wants files {wanted:?} of {}",
+                            self.files.len()
+                        )));
+                    }
+                }
+            }
+        };
+        let store = FileSet::new(files, false);
+        Ok(match &self.fs {
+            Some(fs) => store.confined(fs.clone()),
+            None => store,
+        })
     }
 }
 
@@ -240,11 +274,11 @@ impl Client {
     ) -> Result<RelayedReport, SessionError> {
         let started = Instant::now();
         let at = local.to_owned();
-        let source = tokio::task::spawn_blocking(move || Source::of(&at))
+        let mut source = tokio::task::spawn_blocking(move || Source::of(&at))
             .await
             .map_err(|e| SessionError::io("listing", std::io::Error::other(e.to_string())))??;
-        let plan = BlockPlan::new(source.store.total(), options.block_bytes)
-            .map_err(SessionError::Config)?;
+        let plan =
+            BlockPlan::new(source.total(), options.block_bytes).map_err(SessionError::Config)?;
         // The direct path is always there for blocks the receiver asks for again; it shares
         // in the striping only when asked.
         if !(1..=2).contains(&options.copies) || usize::from(options.copies) > relays.len().max(1) {
@@ -273,17 +307,26 @@ impl Client {
             .collect();
         let put = RelayedPut {
             dest: dest.to_owned(),
-            name: source.name,
+            name: source.name.clone(),
             overwrite: options.overwrite,
             size: plan.size,
             block_bytes: plan.block_bytes,
             transfer: to_hex(&transfer),
             relays: spots,
-            entries: source.entries,
+            entries: std::mem::take(&mut source.entries),
         };
         let mut req = self.relayed(put).await?;
+        // The files the receiver keeps as they are (its overwrite policy) do not move: the
+        // blocks cut only the others' bytes, end to end.
+        let store = source.store(req.wanted.as_deref())?;
+        let files = req.wanted.as_ref().map_or(source.files.len(), Vec::len) as u64;
+        let kept_files = source.files.len() as u64 - files;
+        if kept_files > 0 {
+            info!(kept_files, "files the receiver keeps as they are do not move");
+        }
+        let plan = BlockPlan::new(store.total(), plan.block_bytes).map_err(SessionError::Config)?;
         let key = Arc::new(BlockKey::new(&req.secret, transfer));
-        let file = Arc::new(source.store);
+        let file = Arc::new(store);
         let hash_file = file.clone();
         let mut hashing = tokio::task::spawn_blocking(move || {
             let mut hasher = blake3::Hasher::new();
@@ -437,13 +480,14 @@ impl Client {
         workers.shutdown().await;
         let total_seconds = options.wait.then(|| started.elapsed().as_secs_f64());
         Ok(RelayedReport {
-            files: source.files,
+            files,
             bytes: plan.size,
             blocks: plan.count(),
             send_seconds: send_seconds.unwrap_or_else(|| started.elapsed().as_secs_f64()),
             total_seconds,
             job: req.job,
             resumed_blocks,
+            kept_files,
             placed,
         })
     }

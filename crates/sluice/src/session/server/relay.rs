@@ -3,7 +3,6 @@
 //! relayed upload's receiving end (any server that takes uploads).
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,8 +29,7 @@ use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
 use crate::session::{Peer, SessionError};
-use crate::tree::incoming::{Incoming, Overwrite};
-use crate::tree::{Entry, EntryKind, FileSet};
+use crate::tree::{EntryKind, FileSet};
 
 /// How long the receiver waits for a relay's handshake when it measures the round trip.
 const RTT_WAIT: Duration = Duration::from_secs(3);
@@ -101,19 +99,6 @@ fn check_batch(blocks: &[BlockLen]) -> Result<u64, SessionError> {
         return Err(SessionError::Protocol(format!("block {} of {} bytes", b.id, b.len)));
     }
     Ok(blocks.iter().map(|b| b.len).sum())
-}
-
-/// A relayed tree's plan under `at`, prepared (directories made, files' paths claimed): every
-/// file of the manifest moves (the blocks cut all of them as one offset space), and their bytes
-/// are `size`.
-fn prepare_tree(
-    root: &Path,
-    at: &Path,
-    entries: Vec<Entry>,
-    overwrite: Overwrite,
-    size: u64,
-) -> Result<Incoming, SessionError> {
-    plan_tree(root, at, entries, overwrite, size)?.prepare().map_err(plan_error)
 }
 
 impl RequestCtx<'_> {
@@ -330,20 +315,35 @@ impl RequestCtx<'_> {
         let manifest = (!entries.is_empty()).then(|| manifest_id(&entries));
         let collections = self.shared.collections.clone();
         let found = collections.clone();
-        let (dest, fs, tree, stalled_tree) = blocking(move || {
+        let block_bytes = put.block_bytes;
+        let (dest, fs, tree, stalled_tree, plan, wanted) = blocking(move || {
             let fs = Confined::new(Some(&root))
                 .map_err(|e| SessionError::io("opening the served directory", e))?;
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
             if !entries.is_empty() {
+                let files = entries.iter().filter(|e| e.kind == EntryKind::File);
+                let (count, bytes) = files.fold((0, 0u64), |(n, b), e| (n + 1, b + e.size));
+                if bytes != size {
+                    return Err(SessionError::Protocol(format!(
+                        "a tree of {bytes} bytes announced as {size}"
+                    )));
+                }
+                // The files that move: those the overwrite policy keeps are left out, and
+                // the blocks cut only the others' bytes (the sender is told which).
+                let tree_plan = plan_tree(&root, &at, entries, overwrite)?;
+                let wanted =
+                    (tree_plan.wanted().len() < count).then(|| tree_plan.wanted().to_vec());
+                let plan = BlockPlan::new(tree_plan.wanted_bytes(), block_bytes)
+                    .map_err(SessionError::Refused)?;
                 // A stalled tree of the same copy goes on in its own temporary files (they
                 // hold its paths' claims); any other copy prepares its own.
                 if !found.writing(&at)
                     && let Some(stalled) = found.take_stalled(&at, &plan, manifest)
                 {
-                    return Ok((at, fs, None, Some(stalled)));
+                    return Ok((at, fs, None, Some(stalled), plan, wanted));
                 }
-                let tree = prepare_tree(&root, &at, entries, overwrite, size)?;
-                return Ok((at, fs, Some(tree), None));
+                let tree = tree_plan.prepare().map_err(plan_error)?;
+                return Ok((at, fs, Some(tree), None, plan, wanted));
             }
             let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
             let replace = matches!(overwrite, sluice_session::options::Overwrite::Always);
@@ -352,7 +352,7 @@ impl RequestCtx<'_> {
                     "{requested}: the file exists (--overwrite always replaces it)"
                 )));
             }
-            Ok((dest, fs, None, None))
+            Ok((dest, fs, None, None, plan, None))
         })
         .await?;
         let at =
@@ -360,10 +360,11 @@ impl RequestCtx<'_> {
         let secret =
             ChannelSecrets::derive_labelled(self.conn, RELAY_KEY_LABEL, &at)?.client_to_server;
         let (permits, _) = self.acquire_transfer().await?;
-        let files = match put.entries.iter().filter(|e| e.kind == EntryKind::File).count() {
-            0 => 1,
-            n => n as u64,
-        };
+        let files = match &wanted {
+            Some(wanted) => wanted.len() as u64,
+            None => put.entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64,
+        }
+        .max(1);
         let listed = Listed {
             token: self.session.token,
             dest: put.dest.clone(),
@@ -404,7 +405,7 @@ impl RequestCtx<'_> {
         let (job, events) = blocking(move || Collection::start(start, &collections)).await?;
         let have = job.have();
         info!(job = %job.name(), size = put.size, relays = put.relays.len(), resumed_blocks = have.len(), "relayed upload taken");
-        let accepted = CollectMsg::Accepted { job: job.name(), have: id_ranges(have) };
+        let accepted = CollectMsg::Accepted { job: job.name(), have: id_ranges(have), wanted };
         let told = write_message(self.send, &accepted).await;
         if let Err(e) = told {
             job.sender_left(false);
