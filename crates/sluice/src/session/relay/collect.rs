@@ -156,7 +156,6 @@ pub(crate) struct Listed {
     pub(crate) started: u64,
 }
 
-/// Where a job collects from, for the listing: its relays' addresses.
 /// Whether `file` is named as what a job keeps is (a part file `.NAME.HEX.relayed`, a tree's
 /// temporary file `.NAME.sluice-part-HEX`): what a dropped record's files may be removed as.
 fn is_ours(file: &Path) -> bool {
@@ -164,6 +163,7 @@ fn is_ours(file: &Path) -> bool {
     name.starts_with('.') && (name.ends_with(".relayed") || name.contains(".sluice-part-"))
 }
 
+/// Where a job collects from, for the listing: its relays' addresses.
 fn addresses(relays: &[RelayAt]) -> String {
     relays.iter().map(|r| r.address.to_string()).collect::<Vec<_>>().join(", ")
 }
