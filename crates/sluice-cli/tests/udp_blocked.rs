@@ -9,6 +9,10 @@
 //! - With the rule added mid-way, the copy that began over UDP finishes over TCP, resuming
 //!   from what arrived.
 //!
+//! - With UDP let through only to and from a relay's port (beside the server), a relayed
+//!   upload's sender and the server's collector find the relay's data channels blocked, take
+//!   the relay up over TCP, and the copy completes through it.
+//!
 //! Needs root (namespaces, TUN devices, nftables); without it the test says so and passes,
 //! except in CI, where it fails (`common::skip_or_fail`). Prints its seeds and what it measured;
 //! asserts no speed.
@@ -234,4 +238,106 @@ fn with_only_the_servers_udp_port_open_the_data_goes_over_tcp() {
     assert!(same_file(&src, &path.root.join("up.bin")), "the file arrived intact");
     assert!(said.iter().any(|w| w.contains("not its data ports")), "{said:?}");
     assert_eq!(summary(&events)["transport"], "tcp");
+}
+
+/// The port of the relay the last test starts beside the server (in namespace b).
+const RELAY_PORT: &str = "7821";
+
+#[test]
+fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
+    if !root_or_skip() {
+        return;
+    }
+    // In b, a relay beside the server, and a firewall that lets UDP through to or from the
+    // relay's port only: the sender's session with the server goes over TCP (`auto`), its
+    // session with the relay and the server's (the collector's) over UDP, whose data channels
+    // then get nothing through. Both take the relay up over TCP and the copy completes.
+    let path = path("sluice-udp-relay");
+    let relay_dir = path.dir.path().join("relay");
+    std::fs::create_dir_all(relay_dir.join("root")).unwrap();
+    let mut relay = path
+        .in_b(common::BIN)
+        .args(["serve", "--listen", &format!("{}:{RELAY_PORT}", linkem::B_ADDR), "--root"])
+        .arg(relay_dir.join("root"))
+        .arg("--state-dir")
+        .arg(relay_dir.join("state"))
+        .arg("--tokens")
+        .arg(path.dir.path().join("tokens"))
+        .arg("--spool")
+        .arg(relay_dir.join("spool"))
+        .args(["--spool-max", "1GB"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(relay.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    // "sluice: serving on ADDRESS with fingerprint SHA256:..."
+    let fingerprint = line.split_whitespace().last().unwrap_or_default().to_owned();
+    assert!(fingerprint.starts_with("SHA256:"), "the relay said {line:?}");
+    // (Two rules that accept, then one that drops: `udp sport != P udp dport != P drop` is
+    // one compare of both ports together here, which drops unless both are P.)
+    let chain = |hook: &str| {
+        format!(
+            "  chain {hook} {{\n    type filter hook {hook} priority 0; policy accept;\n    \
+             udp sport {RELAY_PORT} accept\n    udp dport {RELAY_PORT} accept\n    \
+             meta l4proto udp drop\n  }}\n"
+        )
+    };
+    nft(&path, &format!("table inet sluice_test {{\n{}{}}}\n", chain("input"), chain("output")));
+    let token_file = path.dir.path().join("relay.token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&token_file, owner_only).unwrap();
+    let config = path.dir.path().join("sluice");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        format!(
+            "[relays.r1]\naddress = \"{}\"\nport = {RELAY_PORT}\nfingerprint = \"{fingerprint}\"\n\
+             token_file = \"{}\"\n",
+            linkem::B_ADDR,
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    println!("seed 3004");
+    let src = path.dir.path().join("relayed.bin");
+    random_file(&src, 48 << 20, 3004);
+    let args = ["--json", "--relay", "r1", "--relay-direct", "off", "--relay-wait"];
+    let started = Instant::now();
+    let out = path.cp(&args, src.to_str().unwrap(), ":").output().unwrap();
+    let events = events(&out);
+    let end = summary(&events);
+    println!("exit {} in {:.1} s: {end}", code(&out), started.elapsed().as_secs_f64());
+    let _ = relay.kill();
+    let _ = relay.wait();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(same_file(&src, &path.root.join("relayed.bin")), "the file arrived intact");
+    // The direct path is out of the striping: it took only the batches under way to the relay
+    // when their UDP data got nothing through (two deposits of two 4 MiB blocks); the rest
+    // went through the relay once the sender took it up over TCP, and the server collected
+    // them from it the same way (the spool is empty and the file whole).
+    assert_eq!((end["blocks"].as_u64(), &end["placed"][0]["name"]), (Some(12), &"r1".into()));
+    let by_relay = end["placed"][0]["blocks"].as_u64().unwrap_or(0);
+    assert!(by_relay >= 8, "{end}");
+    let said = stderr(&out);
+    assert!(said.contains("going on over TCP"), "the sender took the relay up over TCP: {said}");
+    // The server had every block of the relay's from the relay: it asked for none again.
+    assert!(!said.contains("asks for blocks again"), "{said}");
+    let spool: Vec<_> = walk_files(&relay_dir.join("spool"));
+    assert!(spool.iter().all(|f| f.extension().is_none_or(|e| e != "blk")), "{spool:?}");
+}
+
+/// Every regular file beneath `dir`.
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

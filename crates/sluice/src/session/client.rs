@@ -199,6 +199,8 @@ pub struct Client {
     memory: Option<Arc<PathMemory>>,
     /// Where this session's next relay hop starts sending (a deposit).
     hop_rate: Arc<super::relay::hop::HopRate>,
+    /// What it was made from, for [`Client::again_over_tcp`].
+    config: Arc<ClientConfig>,
 }
 
 impl Client {
@@ -289,12 +291,13 @@ impl Client {
             welcome,
             offer,
             proposal,
-            channel: config.channel,
+            channel: config.channel.clone(),
             fault: config.fault,
             fingerprint,
             host_decision,
-            memory: config.path_memory.map(|file| Arc::new(PathMemory::at(file))),
+            memory: config.path_memory.clone().map(|file| Arc::new(PathMemory::at(file))),
             hop_rate: Arc::default(),
+            config: Arc::new(config),
         })
     }
 
@@ -316,6 +319,16 @@ impl Client {
     /// [`TransportChoice::Tcp`].
     pub fn udp_data_blocked(&self) -> bool {
         self.udp_blocked.load(Ordering::Relaxed)
+    }
+
+    /// A new session with the same server, as this one was made but over TCP, holding the
+    /// server to the certificate this one saw: for a path where this session's UDP data
+    /// channels got nothing through ([`Client::udp_data_blocked`]).
+    pub async fn again_over_tcp(&self) -> Result<Client, SessionError> {
+        let mut config = (*self.config).clone();
+        config.transport = TransportChoice::Tcp;
+        config.trust = TrustPolicy::Pinned(self.fingerprint.clone());
+        Client::connect(config).await
     }
 
     /// Over TCP, how this end gets a transfer's data streams: it dials the server's port.

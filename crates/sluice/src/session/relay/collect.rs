@@ -44,7 +44,9 @@ use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
 use crate::session::job_log::{CANCELLED, Ended, JobTasks, keep_record, kept_records, unix_now};
 use crate::session::keys::{DirectionSecret, SessionId};
-use crate::session::{Client, ClientConfig, Fingerprint, SessionError, TrustPolicy, lock};
+use crate::session::{
+    Client, ClientConfig, Fingerprint, SessionError, TransportChoice, TrustPolicy, lock,
+};
 use crate::tree::Entry;
 use crate::tree::FileSet;
 use crate::tree::incoming::{self, Incoming, Overwrite, Plan, ReceiveOptions};
@@ -299,6 +301,9 @@ pub(crate) struct Collection {
     relays: Vec<RelayAt>,
     identity: Arc<Identity>,
     clients: Mutex<Vec<Option<Client>>>,
+    /// Relays reached over TCP from now on: a session's UDP data channels got nothing through
+    /// there (a firewall that lets only the relay's port through).
+    over_tcp: Mutex<Vec<bool>>,
     /// Relays that did not take a discard ([`Collection::discard`]): not asked again.
     undiscarded: Mutex<Vec<u32>>,
     progress: Mutex<Progress>,
@@ -777,6 +782,7 @@ impl Collection {
             landing,
             fs: start.fs,
             clients: Mutex::new(vec![None; start.relays.len()]),
+            over_tcp: Mutex::new(vec![false; start.relays.len()]),
             undiscarded: Mutex::new(Vec::new()),
             relays: start.relays,
             identity: start.identity,
@@ -1200,6 +1206,9 @@ impl Collection {
         );
         config.grant = Some(super::capability_claim(&self.transfer, &at.capability));
         config.identity = Some(self.identity.clone());
+        if lock(&self.over_tcp)[relay as usize] {
+            config.transport = TransportChoice::Tcp;
+        }
         let client = tokio::time::timeout(RELAY_CONNECT_TIMEOUT, Client::connect(config))
             .await
             .map_err(|_| {
@@ -1388,7 +1397,11 @@ impl Collection {
                         Ok(()) => outages.ended(relay),
                         Err(e) => {
                             warn!(transfer = %self.name(), relay, error = %e, "collecting from a relay failed");
-                            lock(&self.clients)[relay as usize] = None;
+                            let client = lock(&self.clients)[relay as usize].take();
+                            if client.is_some_and(|c| c.udp_data_blocked()) {
+                                warn!(transfer = %self.name(), relay, "UDP reaches the relay's port but not its data channels: going on over TCP");
+                                lock(&self.over_tcp)[relay as usize] = true;
+                            }
                             if outages.failed(relay) {
                                 self.lost(batch);
                             } else {

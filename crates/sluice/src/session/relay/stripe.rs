@@ -30,7 +30,7 @@ use crate::files::Confined;
 use crate::session::channel::frame_error;
 use crate::session::copy::local_walk_error;
 use crate::session::messages::{Messages, write_message};
-use crate::session::{Client, Overwrite, SessionError};
+use crate::session::{Client, Overwrite, SessionError, Transport};
 use crate::tree::FileSet;
 use crate::tree::manifest::{Entry, EntryKind};
 use crate::tree::walk::{WalkOptions, walk};
@@ -355,30 +355,28 @@ impl Client {
         let (reports, mut reported) = mpsc::unbounded_channel();
         let depositing = Arc::new(AtomicUsize::new(0));
         let mut workers = JoinSet::new();
+        let worker = |dest: usize, client: Client| Worker {
+            dest,
+            client,
+            cap_hash: caps.get(dest).map_or_else(String::new, |cap| {
+                super::collector_hash(cap, self.server_fingerprint())
+            }),
+            transfer: to_hex(&transfer),
+            stripe: stripe.clone(),
+            key: key.clone(),
+            file: file.clone(),
+            plan,
+            batch: batch_of(options.batch_blocks, plan.block_bytes),
+            compress: options.compress,
+            reports: reports.clone(),
+            depositing: depositing.clone(),
+        };
         for dest in 0..dests {
-            let (client, cap_hash) = match relays.get(dest).zip(caps.get(dest)) {
-                Some((relay, cap)) => {
-                    (relay.client.clone(), super::collector_hash(cap, self.server_fingerprint()))
-                }
-                None => (self.clone(), String::new()),
-            };
-            let worker = Worker {
-                dest,
-                client,
-                cap_hash,
-                transfer: to_hex(&transfer),
-                stripe: stripe.clone(),
-                key: key.clone(),
-                file: file.clone(),
-                plan,
-                batch: batch_of(options.batch_blocks, plan.block_bytes),
-                compress: options.compress,
-                reports: reports.clone(),
-                depositing: depositing.clone(),
-            };
-            workers.spawn(worker.run());
+            let client = relays.get(dest).map_or_else(|| self.clone(), |r| r.client.clone());
+            workers.spawn(worker(dest, client).run());
         }
-        drop(reports);
+        // A relay whose UDP data channels got nothing through is taken up once over TCP.
+        let mut over_tcp = vec![false; relays.len()];
 
         let mut placed: Vec<Placed> = (0..dests)
             .map(|d| Placed {
@@ -431,6 +429,21 @@ impl Client {
                         }
                     }
                     Some(Report::Failed { dest, error }) => {
+                        if let Some(relay) = relays.get(dest)
+                            && !over_tcp[dest]
+                            && relay.client.transport() == Transport::Udp
+                            && relay.client.udp_data_blocked()
+                        {
+                            over_tcp[dest] = true;
+                            warn!(destination = relay.name, "UDP reaches the relay's port but not its data channels: going on over TCP");
+                            match relay.client.again_over_tcp().await {
+                                Ok(client) => {
+                                    workers.spawn(worker(dest, client).run());
+                                    continue;
+                                }
+                                Err(e) => warn!(destination = relay.name, error = %e, "the relay over TCP failed too"),
+                            }
+                        }
                         warn!(destination = placed[dest].name, %error, "a destination failed: its blocks go to the others");
                         alive -= 1;
                         if alive == 0 || dest == direct {
