@@ -382,25 +382,33 @@ fn kept_records(dir: &Path) -> usize {
     records.filter(|e| e.path().extension().is_some_and(|x| x == "json" || x == "tree")).count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_collection_goes_on_after_the_receiver_restarts() {
-    // The sender left with half the blocks on B, which the receiver cannot reach yet; the
-    // receiver restarts at once (before its job could stall: that takes three attempts at B,
-    // each a 3 s handshake timeout), then B opens. The restarted server's job, without any
-    // sender, collects B's half from its record and puts the file in place.
-    let world = Stalled::new("g.bin").await;
+/// `world`'s receiver restarted at once, while its job runs (its sender left half the blocks
+/// on B, which it cannot reach yet: the job would stall only after three attempts at B, each
+/// a 3 s handshake timeout), then B opened: the restarted server's job, without any sender,
+/// collects B's half from its record and ends done under the same id. `records`: the files
+/// the running job is kept in. Returns the receiver, the relays and the content.
+async fn goes_on_after_a_restart(
+    world: Stalled,
+    records: usize,
+) -> (TestServer, [TestServer; 2], Vec<u8>) {
     let Stalled { receiver, a, b, _gate: gate, _spools, _local, content, .. } = world;
-    let dest = receiver.root().join("g.bin");
     let running = receiver.client().await.jobs().await.unwrap();
     assert_eq!(running.iter().map(|j| j.phase).collect::<Vec<_>>(), [JobPhase::Running]);
-    assert_eq!(kept_records(receiver.dir.path()), 1, "the running job is kept");
+    assert_eq!(kept_records(receiver.dir.path()), records, "the running job is kept");
     let receiver = receiver.restart_in_place().await;
     gate.open_to(b.addr);
     let jobs = jobs_once(&receiver, |j| j.iter().any(|j| j.phase != JobPhase::Running)).await;
     println!("after the restart: {jobs:?}");
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!((jobs[0].phase, &jobs[0].id), (JobPhase::Done, &running[0].id), "{jobs:?}");
-    assert_eq!(fs::read(&dest).unwrap(), content);
+    (receiver, [a, b], content)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_goes_on_after_the_receiver_restarts() {
+    let world = Stalled::new("g.bin").await;
+    let (receiver, [a, b], content) = goes_on_after_a_restart(world, 1).await;
+    assert_eq!(fs::read(receiver.root().join("g.bin")).unwrap(), content);
     assert_eq!(common::listing(&receiver.root()), vec!["g.bin"], "no part file is left");
     assert_eq!(kept_records(receiver.dir.path()), 0, "an ended job's record is removed");
     for server in [receiver, a, b] {
@@ -499,21 +507,11 @@ async fn a_stalled_tree_waits_across_a_receiver_restart_and_its_re_run_moves_onl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_s_collection_goes_on_after_the_receiver_restarts() {
-    // As for a file (`a_collection_goes_on_after_the_receiver_restarts`): the restarted
-    // server's job, without any sender, collects B's half into the tree's kept temporary files
-    // and puts every file in place.
+    // As for a file: B's half lands in the tree's kept temporary files (its record and its
+    // tree's are kept), and every file goes in place.
     let world = Stalled::tree("g").await;
-    let Stalled { receiver, a, b, _gate: gate, _spools, _local, content, .. } = world;
+    let (receiver, [a, b], content) = goes_on_after_a_restart(world, 2).await;
     let top = receiver.root().join("g");
-    let running = receiver.client().await.jobs().await.unwrap();
-    assert_eq!(running.iter().map(|j| j.phase).collect::<Vec<_>>(), [JobPhase::Running]);
-    assert_eq!(kept_records(receiver.dir.path()), 2, "the running job is kept, and its tree");
-    let receiver = receiver.restart_in_place().await;
-    gate.open_to(b.addr);
-    let jobs = jobs_once(&receiver, |j| j.iter().any(|j| j.phase != JobPhase::Running)).await;
-    println!("after the restart: {jobs:?}");
-    assert_eq!(jobs.len(), 1, "{jobs:?}");
-    assert_eq!((jobs[0].phase, &jobs[0].id), (JobPhase::Done, &running[0].id), "{jobs:?}");
     assert_eq!(tree_bytes(&top).as_deref(), Some(&content[..]), "every byte in place");
     assert_eq!((part_files(&top), shown_files(&top)), (0, 3));
     assert_eq!(kept_records(receiver.dir.path()), 0, "an ended job's records are removed");
