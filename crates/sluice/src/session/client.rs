@@ -200,7 +200,18 @@ pub struct Client {
     /// Where this session's next relay hop starts sending (a deposit).
     hop_rate: Arc<super::relay::hop::HopRate>,
     /// What it was made from, for [`Client::again_over_tcp`].
-    config: Arc<ClientConfig>,
+    config: MadeFrom,
+}
+
+/// A session's settings, its token among them, kept for [`Client::again_over_tcp`]: shown as
+/// nothing, so that no `{:?}` of a client shows its token.
+#[derive(Clone)]
+struct MadeFrom(Arc<ClientConfig>);
+
+impl std::fmt::Debug for MadeFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientConfig { .. }")
+    }
 }
 
 impl Client {
@@ -297,7 +308,7 @@ impl Client {
             host_decision,
             memory: config.path_memory.clone().map(|file| Arc::new(PathMemory::at(file))),
             hop_rate: Arc::default(),
-            config: Arc::new(config),
+            config: MadeFrom(Arc::new(config)),
         })
     }
 
@@ -325,7 +336,7 @@ impl Client {
     /// server to the certificate this one saw: for a path where this session's UDP data
     /// channels got nothing through ([`Client::udp_data_blocked`]).
     pub async fn again_over_tcp(&self) -> Result<Client, SessionError> {
-        let mut config = (*self.config).clone();
+        let mut config = (*self.config.0).clone();
         config.transport = TransportChoice::Tcp;
         config.trust = TrustPolicy::Pinned(self.fingerprint.clone());
         Client::connect(config).await

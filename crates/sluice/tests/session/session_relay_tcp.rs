@@ -52,6 +52,8 @@ async fn a_relay_that_only_tcp_reaches_carries_blocks_both_ways_over_tcp() {
     );
     let to_relay = Client::connect(config).await.unwrap();
     assert_eq!(to_relay.transport(), Transport::Tcp, "auto: UDP got nowhere");
+    // A client keeps its settings to take a relay up over TCP; its token never shows.
+    assert!(!format!("{to_relay:?}").contains(common::TOKEN), "{to_relay:?}");
     let relays = vec![RelayTarget { name: "tcp-only".into(), client: to_relay }];
     let local = tempfile::tempdir().unwrap();
     let content = pattern((3 << 20) + 4321, SEED);
