@@ -359,6 +359,13 @@ impl Show {
                 "placed": placed,
             })),
             Mode::Quiet => {}
+            Mode::Terminal | Mode::Plain if report.files == 0 && report.kept_files > 0 => {
+                let n = report.kept_files;
+                let (s, was) = if n == 1 { ("", "it was") } else { ("s", "they were") };
+                say(&format!(
+                    "sluice: nothing to send: {n} file{s} at the server kept as {was} (--overwrite)"
+                ));
+            }
             Mode::Terminal | Mode::Plain => {
                 let shares: Vec<String> = report
                     .placed

@@ -141,6 +141,11 @@ pub struct RelayedPut {
     pub overwrite: Overwrite,
     /// The file's size in bytes.
     pub size: u64,
+    /// One file's modification time, seconds since the Unix epoch: for the overwrite
+    /// policies that compare it (`if-newer`, `if-different`) when the file exists at the
+    /// destination. A tree's are in `entries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime: Option<i64>,
     /// Bytes per block (the last may be shorter).
     pub block_bytes: u64,
     /// The transfer's id, 32 hex digits.

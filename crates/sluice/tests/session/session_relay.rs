@@ -426,7 +426,7 @@ async fn a_relay_that_returns_a_wrong_byte_is_caught_and_the_block_comes_directl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relayed_upload_refuses_to_replace_a_file_unless_asked() {
+async fn a_relayed_upload_of_a_file_that_exists_follows_the_overwrite_policy() {
     let receiver = TestServer::start().await;
     fs::write(receiver.root().join("x.bin"), b"old").unwrap();
     let local = tempfile::tempdir().unwrap();
@@ -436,9 +436,28 @@ async fn a_relayed_upload_refuses_to_replace_a_file_unless_asked() {
     let mut options = relayed_options(Strategy::Fcfs, true, true);
     let err = sender.upload_relayed(&source, "x.bin", &[], &options).await.unwrap_err();
     assert!(matches!(err, SessionError::Refused(ref m) if m.contains("exists")), "{err}");
+    // `never`, and `if-newer` with the server's copy the newer: kept as it is, nothing moves.
+    let existing = receiver.root().join("x.bin");
+    let soon = std::time::SystemTime::now() + Duration::from_secs(60);
+    fs::File::options().write(true).open(&existing).unwrap().set_modified(soon).unwrap();
+    for overwrite in [Overwrite::Never, Overwrite::IfNewer] {
+        options.overwrite = overwrite;
+        let report = sender.upload_relayed(&source, "x.bin", &[], &options).await.unwrap();
+        assert_eq!((report.files, report.blocks, report.kept_files), (0, 0, 1), "{overwrite:?}");
+        assert_eq!(fs::read(&existing).unwrap(), b"old", "{overwrite:?}");
+    }
+    assert_eq!(common::listing(&receiver.root()), vec!["x.bin"], "no part file, no job");
+    // `if-newer` with the sender's file the newer, and `always`: replaced.
+    let later = std::time::SystemTime::now() + Duration::from_secs(120);
+    fs::File::options().write(true).open(&source).unwrap().set_modified(later).unwrap();
+    options.overwrite = Overwrite::IfNewer;
+    let report = sender.upload_relayed(&source, "x.bin", &[], &options).await.unwrap();
+    assert_eq!((report.files, report.kept_files), (1, 0));
+    assert_eq!(fs::read(&existing).unwrap(), pattern(300_000, SEED));
+    fs::write(&existing, b"old").unwrap();
     options.overwrite = Overwrite::Always;
     sender.upload_relayed(&source, "x.bin", &[], &options).await.unwrap();
-    assert_eq!(fs::read(receiver.root().join("x.bin")).unwrap(), pattern(300_000, SEED));
+    assert_eq!(fs::read(&existing).unwrap(), pattern(300_000, SEED));
     receiver.stop().await;
 }
 

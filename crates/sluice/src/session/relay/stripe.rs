@@ -188,6 +188,8 @@ struct Source {
     files: Vec<(std::path::PathBuf, u64)>,
     /// A tree's files are reached through the directory walked.
     fs: Option<Confined>,
+    /// One file's modification time (seconds since the Unix epoch).
+    mtime: Option<i64>,
 }
 
 impl Source {
@@ -199,7 +201,8 @@ impl Source {
         let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if meta.is_file() {
             let files = vec![(local.to_owned(), meta.len())];
-            return Ok(Source { name, entries: Vec::new(), files, fs: None });
+            let mtime = Some(std::os::unix::fs::MetadataExt::mtime(&meta));
+            return Ok(Source { name, entries: Vec::new(), files, fs: None, mtime });
         }
         if !meta.is_dir() {
             return Err(SessionError::Config(format!(
@@ -213,7 +216,8 @@ impl Source {
         }
         let sizes = walked.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size);
         let files = walked.files.iter().cloned().zip(sizes).collect();
-        Ok(Source { name, entries: walked.entries, files, fs: Some(walked.fs.clone()) })
+        let fs = Some(walked.fs.clone());
+        Ok(Source { name, entries: walked.entries, files, fs, mtime: None })
     }
 
     /// Bytes of every file.
@@ -310,12 +314,38 @@ impl Client {
             name: source.name.clone(),
             overwrite: options.overwrite,
             size: plan.size,
+            mtime: source.mtime,
             block_bytes: plan.block_bytes,
             transfer: to_hex(&transfer),
             relays: spots,
             entries: std::mem::take(&mut source.entries),
         };
+        let is_tree = !put.entries.is_empty();
         let mut req = self.relayed(put).await?;
+        // One file the receiver keeps as it is (its overwrite policy): nothing moves, and
+        // the receiver set up no job.
+        if !is_tree && req.wanted.as_ref().is_some_and(Vec::is_empty) {
+            info!("the receiver keeps the file as it is: nothing to send");
+            let _ = req.send.finish();
+            let secs = started.elapsed().as_secs_f64();
+            let placed = (0..=relays.len())
+                .map(|d| Placed {
+                    name: relays.get(d).map_or_else(|| "direct".to_owned(), |r| r.name.clone()),
+                    ..Placed::default()
+                })
+                .collect();
+            return Ok(RelayedReport {
+                files: 0,
+                bytes: 0,
+                blocks: 0,
+                send_seconds: secs,
+                total_seconds: options.wait.then_some(secs),
+                job: req.job,
+                resumed_blocks: 0,
+                kept_files: 1,
+                placed,
+            });
+        }
         // The files the receiver keeps as they are (its overwrite policy) do not move: the
         // blocks cut only the others' bytes, end to end.
         let store = source.store(req.wanted.as_deref())?;

@@ -29,7 +29,7 @@ use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
 use crate::session::{Peer, SessionError};
-use crate::tree::{EntryKind, FileSet};
+use crate::tree::{Entry, EntryKind, FileSet};
 
 /// How long the receiver waits for a relay's handshake when it measures the round trip.
 const RTT_WAIT: Duration = Duration::from_secs(3);
@@ -311,7 +311,7 @@ impl RequestCtx<'_> {
         let root = self.session.access.root.clone();
         let requested = put.dest.clone();
         let overwrite = put.overwrite;
-        let (entries, size) = (put.entries.clone(), put.size);
+        let (entries, size, mtime) = (put.entries.clone(), put.size, put.mtime);
         let manifest = (!entries.is_empty()).then(|| manifest_id(&entries));
         let collections = self.shared.collections.clone();
         let found = collections.clone();
@@ -346,15 +346,33 @@ impl RequestCtx<'_> {
                 return Ok((at, fs, Some(tree), None, plan, wanted));
             }
             let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
-            let replace = matches!(overwrite, sluice_session::options::Overwrite::Always);
-            if fs.symlink_metadata(&dest).is_ok() && !replace {
-                return Err(SessionError::Refused(format!(
-                    "{requested}: the file exists (--overwrite always replaces it)"
-                )));
+            if fs.symlink_metadata(&dest).is_ok() {
+                // The file exists: the sender's policy decides as for a copy's (one file
+                // planned as a manifest of one entry). Kept, nothing moves (`wanted` empty,
+                // and no job).
+                let entry = Entry {
+                    path: name.clone(),
+                    kind: EntryKind::File,
+                    size,
+                    mtime: mtime.unwrap_or(0),
+                    mode: 0o644,
+                    target: None,
+                    blake3: None,
+                };
+                if plan_tree(&root, &dest, vec![entry], overwrite)?.wanted().is_empty() {
+                    return Ok((dest, fs, None, None, plan, Some(Vec::new())));
+                }
             }
             Ok((dest, fs, None, None, plan, None))
         })
         .await?;
+        if put.entries.is_empty() && wanted.as_ref().is_some_and(Vec::is_empty) {
+            info!(dest = %dest.display(), "relayed upload of a file kept as it is: nothing to collect");
+            let kept = CollectMsg::Accepted { job: String::new(), have: Vec::new(), wanted };
+            return write_message(self.send, &kept)
+                .await
+                .map_err(|e| super::frame_error(e, self.conn));
+        }
         let at =
             ChannelRef { session_id: self.session.id, request_id: self.request_id, channel: 0 };
         let secret =
