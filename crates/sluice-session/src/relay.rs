@@ -146,6 +146,10 @@ pub struct RelayedPut {
     /// destination. A tree's are in `entries`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtime: Option<i64>,
+    /// One file's permission bits: the file lands 0755 when the source was executable, else
+    /// 0644, as a copy's does. A tree's are in `entries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
     /// Bytes per block (the last may be shorter).
     pub block_bytes: u64,
     /// The transfer's id, 32 hex digits.

@@ -663,7 +663,7 @@ impl ResumeKeeper {
 }
 
 /// A file's permission bits at the destination.
-fn file_mode(source_mode: u32, preserve: bool) -> u32 {
+pub(crate) fn file_mode(source_mode: u32, preserve: bool) -> u32 {
     match (preserve, source_mode & 0o111 != 0) {
         (true, _) => source_mode & 0o777,
         (false, true) => 0o755,

@@ -593,3 +593,24 @@ async fn relays_are_ranked_by_the_room_they_have_and_those_without_any_left_out(
         server.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_file_lands_0644_or_0755_as_a_copy_s_does() {
+    use std::os::unix::fs::PermissionsExt;
+    println!("seed {SEED}");
+    let receiver = TestServer::start().await;
+    let local = tempfile::tempdir().unwrap();
+    let sender = receiver.client().await;
+    let options = relayed_options(Strategy::Fcfs, true, true);
+    // The part file is 0600 while it fills; in place the file is 0755 when the source was
+    // executable, else 0644 (the source's own bits are not kept without --preserve).
+    for (name, source_mode, landed) in [("plain.bin", 0o640, 0o644), ("run.sh", 0o750, 0o755)] {
+        let source = local.path().join(name);
+        fs::write(&source, pattern(70_000, SEED)).unwrap();
+        fs::set_permissions(&source, fs::Permissions::from_mode(source_mode)).unwrap();
+        sender.upload_relayed(&source, name, &[], &options).await.unwrap();
+        let meta = fs::metadata(receiver.root().join(name)).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, landed, "{name}");
+    }
+    receiver.stop().await;
+}

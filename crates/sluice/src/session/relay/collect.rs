@@ -289,6 +289,8 @@ pub(crate) struct Collection {
     landing: Landing,
     /// A tree's manifest ([`manifest_id`]).
     manifest: Option<blake3::Hash>,
+    /// One file's permission bits at the sender.
+    mode: u32,
     /// Where its record is kept, and its token's root and digest ([`Collection::save`]): a
     /// file's job on a server with a state directory.
     saved: Option<(PathBuf, PathBuf, [u8; 32])>,
@@ -589,6 +591,7 @@ impl Collections {
             manifest: tree_plan.as_ref().map(|(_, manifest)| *manifest),
             tree: tree_plan.map(|(incoming, _)| incoming),
             overwrite,
+            mode: record.mode.unwrap_or(0o644),
             root: record.root,
             token_digest,
             restored: Some(Restored {
@@ -677,6 +680,8 @@ pub(crate) struct Start {
     pub(crate) tree: Option<Incoming>,
     /// The sender's overwrite policy (a tree's record keeps it: a restart plans it again).
     pub(crate) overwrite: Overwrite,
+    /// One file's permission bits at the sender (it lands 0755 or 0644 by them).
+    pub(crate) mode: u32,
     /// A tree's manifest ([`manifest_id`]): what a re-run must send to take it over if it
     /// stalls.
     pub(crate) manifest: Option<blake3::Hash>,
@@ -773,6 +778,7 @@ impl Collection {
         let job = Arc::new(Collection {
             transfer: start.transfer,
             manifest: start.manifest,
+            mode: start.mode,
             saved,
             record_final: Mutex::new(false),
             session: start.session,
@@ -1087,6 +1093,7 @@ impl Collection {
                 expect: p.expect.map(|d| d.to_hex().to_string()),
                 sent: p.sent,
                 stalled,
+                mode: Some(self.mode),
                 tree: matches!(self.landing, Landing::Tree { .. }),
                 temps: Vec::new(),
             }
@@ -1501,6 +1508,11 @@ impl Collection {
                     me.dest.display()
                 )));
             }
+            // The part file is 0600 while it fills; in place it is 0755 when the source was
+            // executable, else 0644, as a copy's file is.
+            let mode = crate::tree::incoming::file_mode(me.mode, false);
+            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .map_err(|e| SessionError::io(format!("setting {}'s mode", part.display()), e))?;
             me.fs
                 .rename(part, &me.dest)
                 .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;

@@ -69,6 +69,9 @@ pub(crate) struct Record {
     pub(crate) sent: bool,
     /// Set once the job stalled: why, and when (Unix seconds).
     pub(crate) stalled: Option<(String, u64)>,
+    /// One file's permission bits at the sender (it lands 0755 or 0644 by them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) mode: Option<u32>,
     /// Whether it is a tree's (its manifest and temporary files are in its [`TreeRecord`]).
     #[serde(default)]
     pub(crate) tree: bool,
@@ -179,6 +182,7 @@ mod tests {
             expect: None,
             sent: true,
             stalled: None,
+            mode: None,
             tree: false,
             temps: Vec::new(),
         };

@@ -188,8 +188,9 @@ struct Source {
     files: Vec<(std::path::PathBuf, u64)>,
     /// A tree's files are reached through the directory walked.
     fs: Option<Confined>,
-    /// One file's modification time (seconds since the Unix epoch).
+    /// One file's modification time (seconds since the Unix epoch) and permission bits.
     mtime: Option<i64>,
+    mode: Option<u32>,
 }
 
 impl Source {
@@ -202,7 +203,8 @@ impl Source {
         if meta.is_file() {
             let files = vec![(local.to_owned(), meta.len())];
             let mtime = Some(std::os::unix::fs::MetadataExt::mtime(&meta));
-            return Ok(Source { name, entries: Vec::new(), files, fs: None, mtime });
+            let mode = Some(std::os::unix::fs::MetadataExt::mode(&meta) & 0o7777);
+            return Ok(Source { name, entries: Vec::new(), files, fs: None, mtime, mode });
         }
         if !meta.is_dir() {
             return Err(SessionError::Config(format!(
@@ -217,7 +219,7 @@ impl Source {
         let sizes = walked.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size);
         let files = walked.files.iter().cloned().zip(sizes).collect();
         let fs = Some(walked.fs.clone());
-        Ok(Source { name, entries: walked.entries, files, fs, mtime: None })
+        Ok(Source { name, entries: walked.entries, files, fs, mtime: None, mode: None })
     }
 
     /// Bytes of every file.
@@ -315,6 +317,7 @@ impl Client {
             overwrite: options.overwrite,
             size: plan.size,
             mtime: source.mtime,
+            mode: source.mode,
             block_bytes: plan.block_bytes,
             transfer: to_hex(&transfer),
             relays: spots,

@@ -414,6 +414,7 @@ impl RequestCtx<'_> {
             resume,
             tree,
             overwrite: put.overwrite,
+            mode: put.mode.unwrap_or(0o644),
             manifest,
             root: self.session.access.root.clone(),
             token_digest: self.token_digest().unwrap_or_default(),
