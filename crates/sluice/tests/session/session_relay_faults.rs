@@ -445,6 +445,18 @@ async fn a_kept_collection_whose_token_is_gone_is_dropped_with_its_part_file() {
     gate.open_to(b.addr);
     // The restarted server drops it as it starts to serve (within 10 s): nothing runs,
     // nothing is kept, nothing lands.
+    records_go(&receiver).await;
+    assert_eq!(common::listing(&receiver.root()), Vec::<String>::new(), "its part file too");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(common::listing(&receiver.root()), Vec::<String>::new(), "and nothing came");
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
+}
+
+/// Waits (at most 10 s) for the restarted `receiver` to drop a kept collection as it starts
+/// to serve, and checks its records are gone.
+async fn records_go(receiver: &TestServer) {
     for _ in 0..100 {
         if kept_records(receiver.dir.path()) == 0 {
             break;
@@ -452,12 +464,6 @@ async fn a_kept_collection_whose_token_is_gone_is_dropped_with_its_part_file() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(kept_records(receiver.dir.path()), 0, "its record is removed");
-    assert_eq!(common::listing(&receiver.root()), Vec::<String>::new(), "its part file too");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(common::listing(&receiver.root()), Vec::<String>::new(), "and nothing came");
-    for server in [receiver, a, b] {
-        server.stop().await;
-    }
 }
 
 /// Files under `dir` (at any depth) whose names `counted` says to count.
@@ -536,13 +542,7 @@ async fn a_kept_tree_whose_temporary_file_is_gone_is_dropped_with_the_others() {
         .unwrap();
     fs::remove_file(one.path()).unwrap();
     let receiver = receiver.restart_in_place().await;
-    for _ in 0..100 {
-        if kept_records(receiver.dir.path()) == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(kept_records(receiver.dir.path()), 0, "its record is removed");
+    records_go(&receiver).await;
     assert_eq!(part_files(&top), 0, "and its other temporary files");
     let jobs = receiver.client().await.jobs().await.unwrap();
     assert!(jobs.iter().all(|j| j.phase != JobPhase::Stalled && j.phase != JobPhase::Running));

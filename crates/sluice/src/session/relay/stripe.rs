@@ -261,6 +261,12 @@ enum Report {
     Failed { dest: usize, error: SessionError },
 }
 
+/// Each destination's share before any block is placed: the relays, then the direct path.
+fn nothing_placed(relays: &[RelayTarget]) -> Vec<Placed> {
+    let named = |d: usize| relays.get(d).map_or_else(|| "direct".to_owned(), |r| r.name.clone());
+    (0..=relays.len()).map(|d| Placed { name: named(d), ..Placed::default() }).collect()
+}
+
 fn random<const N: usize>() -> Result<[u8; N], SessionError> {
     let mut out = [0u8; N];
     aws_lc_rs::rand::fill(&mut out)
@@ -331,12 +337,7 @@ impl Client {
             info!("the receiver keeps the file as it is: nothing to send");
             let _ = req.send.finish();
             let secs = started.elapsed().as_secs_f64();
-            let placed = (0..=relays.len())
-                .map(|d| Placed {
-                    name: relays.get(d).map_or_else(|| "direct".to_owned(), |r| r.name.clone()),
-                    ..Placed::default()
-                })
-                .collect();
+            let placed = nothing_placed(relays);
             return Ok(RelayedReport {
                 files: 0,
                 bytes: 0,
@@ -411,12 +412,7 @@ impl Client {
         // A relay whose UDP data channels got nothing through is taken up once over TCP.
         let mut over_tcp = vec![false; relays.len()];
 
-        let mut placed: Vec<Placed> = (0..dests)
-            .map(|d| Placed {
-                name: relays.get(d).map_or_else(|| "direct".to_owned(), |r| r.name.clone()),
-                ..Placed::default()
-            })
-            .collect();
+        let mut placed = nothing_placed(relays);
         let mut alive = dests;
         let mut digest_sent = false;
         let mut send_seconds = None;
