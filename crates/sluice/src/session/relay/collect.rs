@@ -448,12 +448,13 @@ impl Collections {
                 None if !record.tree => kept.push(record.part.clone()),
                 None => {}
             }
+            let root = record.root.clone();
             let drop_job = |why: &str| {
                 warn!(
                     transfer,
                     why, "a kept collection does not go on: dropped, with what it kept"
                 );
-                if let Ok(fs) = Confined::new(Some(&record.root)) {
+                if let Ok(fs) = Confined::new(Some(&root)) {
                     for file in kept.iter().filter(|f| is_ours(f)) {
                         let _ = fs.remove_file(file);
                     }
@@ -474,7 +475,7 @@ impl Collections {
                 drop_job("its token is gone or changed");
                 continue;
             };
-            match self.restore(&path, record.clone(), tree, (index, digest), identity) {
+            match self.restore(&path, record, tree, (index, digest), identity) {
                 Ok(stalled) => {
                     info!(transfer, stalled, "a kept collection goes on after a restart")
                 }
