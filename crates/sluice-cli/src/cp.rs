@@ -313,11 +313,19 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
     }
 
     if !args.relays.relay.is_empty() {
-        let Direction::Upload { sources, dest } = &direction else {
-            return Err(exit::usage("--relay stripes an upload: the destination must be remote"));
+        return match &direction {
+            Direction::Upload { sources, dest } => {
+                let upload = crate::relayed::Upload { host: &host, prefs: &prefs, sources, dest };
+                crate::relayed::upload(args, upload, channel, &options, mode).await
+            }
+            Direction::Download { sources, dest } => {
+                let from = crate::relayed::Download { host: &host, prefs: &prefs, sources, dest };
+                crate::relayed::download(args, from, channel, &options, mode).await
+            }
+            Direction::Between { .. } => Err(exit::usage(
+                "--relay stripes an upload or a download, not a copy between servers",
+            )),
         };
-        let upload = crate::relayed::Upload { host: &host, prefs: &prefs, sources, dest };
-        return crate::relayed::upload(args, upload, channel, &options, mode).await;
     }
     if let Direction::Between { source_host, sources, dest } = &direction {
         if args.ssh.ssh {

@@ -146,6 +146,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         tcp: true,
         spool: None,
         path_memory: false,
+        relays: Vec::new(),
     })
     .context("cannot start the demo server")?;
     let addr = server.local_addr();

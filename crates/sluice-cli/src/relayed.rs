@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use sluice::session::{CopyOptions, RelayTarget, RelayedOptions, Strategy};
+use sluice::session::{CopyOptions, RelayTarget, RelayedOptions, ServerRelay, Strategy};
+use sluice::settings::ServerFile;
 use sluice_proto::config::ChannelConfig;
 
 use crate::config::Prefs;
@@ -20,7 +21,9 @@ use crate::show::{Mode, Show};
 #[derive(Args, Debug, Clone, Default)]
 pub(crate) struct RelayArgs {
     /// Stripe the upload over these relays (names of [relays.NAME] sections of the config
-    /// file), then leave: the server collects from them. One source: a file, or a tree (-r).
+    /// file), then leave: the server collects from them. In a download, the server stripes
+    /// over these of its relays (sections of its config file) and this end collects. One
+    /// source: a file, or a tree (-r).
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     pub(crate) relay: Vec<String>,
     /// Who takes which blocks: fcfs (whoever is ready: faster paths take more; the default),
@@ -187,6 +190,60 @@ pub(crate) async fn upload(
     Ok(())
 }
 
+/// Where a relayed download comes from and goes.
+pub(crate) struct Download<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) prefs: &'a Prefs,
+    pub(crate) sources: &'a [String],
+    pub(crate) dest: &'a std::path::Path,
+}
+
+/// Asks the server to stripe the one source over its relays named by `--relay` (sections of
+/// its own config file) and collects from them here, verified end to end.
+pub(crate) async fn download(
+    args: &CpArgs,
+    from: Download<'_>,
+    channel: ChannelConfig,
+    copy: &CopyOptions,
+    mode: Mode,
+) -> anyhow::Result<()> {
+    let flags = &args.relays;
+    let [source] = from.sources else {
+        return Err(exit::usage("--relay carries one source per copy (a file, or a tree with -r)"));
+    };
+    if copy.dry_run || copy.preserve || copy.checksum {
+        return Err(exit::usage("--relay does not take --dry-run, --preserve or --checksum yet"));
+    }
+    if flags.relay_direct.as_deref() == Some("on") || flags.relay_max_rtt_receiver.is_some() {
+        return Err(exit::usage(
+            "a relayed download stripes over the server's relays only: --relay-direct on and \
+             --relay-max-rtt-receiver are for uploads",
+        ));
+    }
+    let mut options = flags.options(copy)?;
+    options.direct = false;
+    let show = Show::new(mode, "download");
+    let reached =
+        reach(&args.connect, &args.ssh, from.host, from.prefs, channel, args.channels).await?;
+    let what = sluice::session::RelayedDownload {
+        path: reached.remote_path(source),
+        recursive: args.recursive,
+        relays: flags.relay.clone(),
+        max_rtt_sender_ms: flags.relay_max_rtt_sender,
+    };
+    let result = reached.client.download_relayed(&what, from.dest, &options).await;
+    reached.close().await;
+    let report = result?;
+    let named: Vec<&str> = report.placed.iter().map(|p| p.name.as_str()).collect();
+    for name in &flags.relay {
+        if !named.contains(&name.as_str()) {
+            show.warning(&format!("relay {name} left out by the server (see its log)"));
+        }
+    }
+    show.relayed_download(&report);
+    Ok(())
+}
+
 /// The relays whose round trip from the receiver (it measures them) is at most `max` ms; the
 /// others are closed and left out, each with a warning.
 async fn near_the_receiver(
@@ -217,4 +274,35 @@ async fn near_the_receiver(
         relay.client.close().await;
     }
     Ok(kept)
+}
+
+/// The relays a server stripes relayed downloads over: its config file's `[relays.NAME]`
+/// sections, each reached as a client's relay is (its address, port and token file; its
+/// token from `SLUICE_TOKEN_<NAME>`, else its token_file), pinned by the fingerprint the
+/// section must name (a server asks no one to accept a host).
+pub(crate) fn server_relays(file: &ServerFile) -> anyhow::Result<Vec<ServerRelay>> {
+    let mut relays = Vec::new();
+    for (name, prefs) in &file.relays {
+        if prefs.fingerprint.is_none() {
+            return Err(exit::usage(format!(
+                "[relays.{name}] of the server's config file: name its fingerprint (SHA256:...)"
+            )));
+        }
+        // A server keeps no path memory in a user's cache directory.
+        let connect = ConnectArgs {
+            port: None,
+            token_file: None,
+            known_hosts: None,
+            accept_new_host: false,
+            fingerprint: None,
+            transport: None,
+            no_path_memory: true,
+        };
+        let config =
+            connect.client_config(name, prefs, ChannelConfig::default(), None).map_err(|e| {
+                exit::usage(format!("[relays.{name}] of the server's config file: {e:#}"))
+            })?;
+        relays.push(ServerRelay { name: name.clone(), config });
+    }
+    Ok(relays)
 }

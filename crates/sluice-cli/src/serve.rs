@@ -190,6 +190,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let file = load_server_file(args.config.as_ref())?;
     let spool = spool(&args, &file)?;
+    let relays = crate::relayed::server_relays(&file)?;
     let wt_on = web_transport(&args, &file)?;
     let third_parties = third_party(&args.third_party, &args.third_party_dial, &file)?;
     let page_third_parties = third_parties.clone();
@@ -228,6 +229,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tcp: on_off("tcp", args.tcp.as_deref().or(file.tcp.as_deref()).unwrap_or("on"))?,
         spool,
         path_memory: !args.no_path_memory && file.path_memory != Some(false),
+        relays,
     };
     let metrics_addr = args.metrics.or(file.metrics);
     let server = Server::bind(config).context("cannot start the server")?;
@@ -354,6 +356,7 @@ async fn once(args: ServeArgs) -> anyhow::Result<()> {
         spool: None,
         // It has no state directory to keep it in.
         path_memory: false,
+        relays: Vec::new(),
     };
     let server = Server::bind(config).context("cannot start the one-shot server")?;
     {

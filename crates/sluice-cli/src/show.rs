@@ -339,25 +339,8 @@ impl Show {
     /// The end of a relayed upload: the sender's part (every block safe) and, when it waited,
     /// the receiver's (the verified file in place).
     pub(crate) fn relayed(&self, report: &sluice::session::RelayedReport, host: &str) {
-        let placed: Vec<Value> = report
-            .placed
-            .iter()
-            .map(|p| json!({"name": p.name, "blocks": p.blocks, "bytes": p.bytes}))
-            .collect();
         match self.mode {
-            Mode::Json => emit(&json!({
-                "event": "summary",
-                "relayed": true,
-                "files": report.files,
-                "bytes": report.bytes,
-                "blocks": report.blocks,
-                "send_seconds": round3(report.send_seconds),
-                "total_seconds": report.total_seconds.map(round3),
-                "job": report.job,
-                "resumed_blocks": report.resumed_blocks,
-                "kept_files": report.kept_files,
-                "placed": placed,
-            })),
+            Mode::Json => emit(&relayed_json(report, self.direction)),
             Mode::Quiet => {}
             Mode::Terminal | Mode::Plain if report.files == 0 && report.kept_files > 0 => {
                 let n = report.kept_files;
@@ -406,6 +389,73 @@ impl Show {
             }
         }
     }
+}
+
+impl Show {
+    /// A relayed download's summary: what came through which of the server's relays, when
+    /// the server's part was done, and when the verified file (or tree) was here.
+    pub(crate) fn relayed_download(&self, report: &sluice::session::RelayedReport) {
+        match self.mode {
+            Mode::Json => emit(&relayed_json(report, self.direction)),
+            Mode::Quiet => {}
+            Mode::Terminal | Mode::Plain if report.files == 0 && report.kept_files > 0 => {
+                let n = report.kept_files;
+                let (s, was) = if n == 1 { ("", "it was") } else { ("s", "they were") };
+                say(&format!(
+                    "sluice: nothing to fetch: {n} file{s} here kept as {was} (--overwrite)"
+                ));
+            }
+            Mode::Terminal | Mode::Plain => {
+                let shares: Vec<String> =
+                    report.placed.iter().map(|p| format!("{} {}", p.name, p.blocks)).collect();
+                let files = match report.files {
+                    1 => "the verified file".to_owned(),
+                    n => format!("the {n} verified files"),
+                };
+                let mut kept = String::new();
+                if report.kept_files > 0 {
+                    let n = report.kept_files;
+                    let s = if n == 1 { "" } else { "s" };
+                    kept = format!("; {n} file{s} here kept as they were");
+                }
+                let blocks = match report.blocks {
+                    1 => "1 block".to_owned(),
+                    n => format!("{n} blocks"),
+                };
+                say(&format!(
+                    "sluice: received {} bytes through the server's relays ({blocks}: {}{kept}); \
+                     the server's part was done after {:.1} s, {files} here after {:.1} s",
+                    report.bytes,
+                    shares.join(", "),
+                    report.send_seconds,
+                    report.total_seconds.unwrap_or(report.send_seconds),
+                ));
+            }
+        }
+    }
+}
+
+/// A relayed transfer's `--json` summary (`direction`: `upload` or `download`).
+fn relayed_json(report: &sluice::session::RelayedReport, direction: &str) -> Value {
+    let placed: Vec<Value> = report
+        .placed
+        .iter()
+        .map(|p| json!({"name": p.name, "blocks": p.blocks, "bytes": p.bytes}))
+        .collect();
+    json!({
+        "event": "summary",
+        "relayed": true,
+        "direction": direction,
+        "files": report.files,
+        "bytes": report.bytes,
+        "blocks": report.blocks,
+        "send_seconds": round3(report.send_seconds),
+        "total_seconds": report.total_seconds.map(round3),
+        "job": report.job,
+        "resumed_blocks": report.resumed_blocks,
+        "kept_files": report.kept_files,
+        "placed": placed,
+    })
 }
 
 /// A dry run's files that would move, one per line on stdout (names escaped).

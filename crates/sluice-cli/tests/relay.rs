@@ -33,6 +33,11 @@ impl Drop for Proc {
 
 /// A server in `dir`; a relay when `spool` names its spool and its size.
 fn serve(dir: &Path, spool: Option<(&Path, &str)>) -> Proc {
+    serve_with(dir, spool, &[])
+}
+
+/// [`serve`] with these environment variables too.
+fn serve_with(dir: &Path, spool: Option<(&Path, &str)>, env: &[(&str, &Path)]) -> Proc {
     let root = dir.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let tokens = dir.join("tokens");
@@ -41,6 +46,9 @@ fn serve(dir: &Path, spool: Option<(&Path, &str)>) -> Proc {
     let mut runner = Command::new(BIN);
     if let Some((spool, max)) = spool {
         runner.env("SLUICE_SPOOL", spool).env("SLUICE_SPOOL_MAX", max);
+    }
+    for (name, value) in env {
+        runner.env(name, value);
     }
     runner.stderr(Stdio::null());
     let (child, port, fingerprint) =
@@ -249,4 +257,77 @@ fn a_tree_through_a_relay_needs_r_and_arrives_whole() {
     let left: Vec<_> =
         std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
+}
+
+#[test]
+fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused() {
+    println!("seed {SEED}");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let spool = dirs[1].path().join("spool");
+    let relay = serve(dirs[1].path(), Some((&spool, "64MiB")));
+    // The server's own config file names the relay, and the file its token there is in.
+    let server_config = dirs[0].path().join("server.toml");
+    let token_file = dirs[0].path().join("relay.token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&token_file, owner_only).unwrap();
+    std::fs::write(
+        &server_config,
+        format!(
+            "[relays.near]\naddress = \"127.0.0.1\"\nport = {}\nfingerprint = \"{}\"\n\
+             token_file = \"{}\"\n",
+            relay.port,
+            relay.fingerprint,
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let server = serve_with(dirs[0].path(), None, &[("SLUICE_SERVER_CONFIG", &server_config)]);
+    let cdir = tempfile::tempdir().unwrap();
+    random_file(&server.root.join("data.bin"), 3_000_000, SEED);
+    let got = cdir.path().join("got.bin");
+    let args = ["--relay", "near", "--relay-block", "256KiB", "--json", "127.0.0.1:data.bin"];
+    let out = cp(cdir.path(), &server, &relay, &[&args[..], &[got.to_str().unwrap()]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(
+        (summary["relayed"].clone(), summary["direction"].clone()),
+        (true.into(), "download".into())
+    );
+    assert_eq!(summary["bytes"], 3_000_000);
+    assert_eq!(summary["placed"][0]["name"], "near");
+    assert_eq!(summary["placed"][0]["blocks"], 12, "{summary}");
+    let (send, total) =
+        (summary["send_seconds"].as_f64().unwrap(), summary["total_seconds"].as_f64().unwrap());
+    assert!(0.0 < send && send <= total, "{summary}");
+    assert!(same_file(&server.root.join("data.bin"), &got));
+    let left: Vec<_> =
+        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
+
+    // The words, and a relay the server does not have.
+    let again = cdir.path().join("again.bin");
+    let out = cp(
+        cdir.path(),
+        &server,
+        &relay,
+        &["--relay", "near", "127.0.0.1:data.bin", again.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(
+        said.contains("received 3000000 bytes through the server's relays (1 block: near 1)"),
+        "{said}"
+    );
+    let out = cp(
+        cdir.path(),
+        &server,
+        &relay,
+        &["--relay", "far", "127.0.0.1:data.bin", cdir.path().join("no.bin").to_str().unwrap()],
+    );
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("no relay \"far\" (it has: near)"), "{}", stderr(&out));
+    assert!(!cdir.path().join("no.bin").exists());
 }

@@ -150,6 +150,10 @@ pub enum Request {
     /// A relayed upload's receiving end: collect the blocks the sender stripes. Followed by
     /// `StripeMsg`s, answered with `CollectMsg`s.
     Relayed(crate::relay::RelayedPut),
+    /// A relayed download's sending end: stripe `path` over this server's relays for the
+    /// client to collect. Answered with `StripeMsg`s (an `Offer` first), followed by
+    /// `CollectMsg`s. Needs the read right.
+    RelayedGet(crate::relay::RelayedGet),
     /// The jobs this server runs, or ran lately, for the session's token (third-party pulls
     /// and relayed uploads' collections): answered with `Jobs`. Needs the write right.
     Jobs {},

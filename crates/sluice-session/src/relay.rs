@@ -116,6 +116,9 @@ pub struct RelaySpot {
     pub fingerprint: String,
     /// The collector's capability there, 64 hex digits (the relay holds only its hash).
     pub capability: String,
+    /// The name the sender knows it by (for the receiver's reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// A relay as a server dials it to measure its round trip (`Request::RelayRtts`).
@@ -164,10 +167,51 @@ pub struct RelayedPut {
     pub entries: Vec<crate::manifest::Entry>,
 }
 
+/// A relayed download, on the client's session with the server that sends (FSP with the
+/// server as the sending end): the server stripes the file or tree over relays of its own
+/// (named in its configuration, `sluice serve --relay`) and the client collects from them.
+/// The server answers with [`StripeMsg::Offer`] (what it sends, where, and the client's
+/// capability at each relay); the client answers [`CollectMsg::Accepted`] once it planned
+/// where the blocks land; then [`StripeMsg`]s and [`CollectMsg`]s as for a relayed upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayedGet {
+    /// What to send, relative to the server's root: a file, or a directory with `recursive`.
+    pub path: String,
+    /// A directory and everything beneath it.
+    #[serde(default)]
+    pub recursive: bool,
+    /// The server's relays to stripe over, by the names its configuration gives them.
+    pub relays: Vec<String>,
+    /// Who takes which blocks.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Bytes per block.
+    pub block_bytes: u64,
+    /// Compress each block at this zstd level when it shrinks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<i32>,
+    /// On how many relays a block must be before it counts as safe (1 or 2).
+    #[serde(default = "one_copy")]
+    pub copies: u8,
+    /// Keep only relays whose round trip from the server is at most this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rtt_sender_ms: Option<u64>,
+    /// The certificate the client collects with (`SHA256:...`): each relay admits only it
+    /// with the capability the server makes for the client there.
+    pub collector: String,
+}
+
+fn one_copy() -> u8 {
+    1
+}
+
 /// What the sender says on a relayed upload's stream after its request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum StripeMsg {
+    /// A relayed download's answer to [`RelayedGet`]: what the server sends (`dest` is
+    /// empty; the client decides where it lands) and the relays it stripes over.
+    Offer(Box<RelayedPut>),
     /// These blocks are durable on relay `relay` (an index into `RelayedPut::relays`).
     Placed {
         /// The relay.

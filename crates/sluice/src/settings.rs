@@ -162,6 +162,11 @@ pub struct ServerFile {
     pub spool_max: Option<String>,
     /// `--spool-expiry-hours`.
     pub spool_expiry_hours: Option<u64>,
+    /// `[relays.NAME]` sections: relays this server stripes relayed downloads over when a
+    /// client names them (`sluice cp --relay NAME host:path ...`), each with its address,
+    /// port, fingerprint (required: a server asks no one) and token file, as a client's relay.
+    #[serde(default)]
+    pub relays: BTreeMap<String, Prefs>,
 }
 
 impl ServerFile {

@@ -149,6 +149,7 @@ fn other(token: &str) -> Other {
         tcp: false,
         spool: None,
         path_memory: false,
+        relays: Vec::new(),
     })
     .unwrap();
     let (address, fingerprint) = (server.local_addr(), server.fingerprint().clone());

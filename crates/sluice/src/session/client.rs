@@ -5,10 +5,12 @@
 //! each renamed there only after its BLAKE3 matched: a failed file leaves nothing under its
 //! final name.
 
-mod relay;
+pub(crate) mod relay;
+mod relayed_get;
 
 pub use relay::CollectHop;
 pub(crate) use relay::handshake_rtt;
+pub use relayed_get::RelayedDownload;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -19,6 +19,7 @@
 //! stalled: connections that never authenticate, which only the handshake deadline frees).
 
 mod relay;
+mod relayed_get;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -164,6 +165,9 @@ pub struct ServerConfig {
     /// Whether downloads keep what each path delivered, in the state directory, to start the
     /// next near it ([`crate::session::path_memory`]; a one-shot server keeps none).
     pub path_memory: bool,
+    /// The relays it stripes relayed downloads over, when a client names them
+    /// (`docs/relay.md`, "Downloads").
+    pub relays: Vec<super::ServerRelay>,
 }
 
 /// Who a server is and whom it admits.
@@ -262,6 +266,8 @@ struct Shared {
     collections: Arc<Collections>,
     /// What paths delivered to downloads ([`ServerConfig::path_memory`]).
     memory: Option<Arc<PathMemory>>,
+    /// See [`ServerConfig::relays`].
+    relays: Vec<super::ServerRelay>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -387,6 +393,7 @@ impl Server {
                 spool,
                 collections,
                 memory,
+                relays: config.relays,
             }),
             fingerprint,
             local_addr,
@@ -1050,6 +1057,7 @@ async fn serve_request(
         Request::Collect(collect) => ctx.collect(collect).await,
         Request::Discard(discard) => ctx.discard(discard).await,
         Request::Relayed(put) => ctx.relayed(put).await,
+        Request::RelayedGet(get) => ctx.relayed_get(get).await,
         Request::Jobs {} => ctx.jobs().await,
         Request::RelayRtts { relays } => ctx.relay_rtts(relays).await,
         Request::SpoolRoom {} => ctx.spool_room().await,

@@ -60,6 +60,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         tcp: true,
         spool: None,
         path_memory: false,
+        relays: Vec::new(),
     }
 }
 

@@ -22,6 +22,7 @@ mod session_once;
 mod session_paths;
 mod session_relay;
 mod session_relay_faults;
+mod session_relay_get;
 mod session_relay_tcp;
 mod session_relay_tree;
 mod session_repair;

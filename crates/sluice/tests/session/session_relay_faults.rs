@@ -38,15 +38,15 @@ const SEALED: u64 = BLOCK + sluice_session::relay::SEAL_OVERHEAD;
 /// A UDP forwarder before a relay's QUIC port: the first peer through it always passes, any
 /// other only once the gate is open. The hops' data channels do not pass it (they go to the
 /// relay's own ports, on the same address).
-struct Gate {
-    addr: SocketAddr,
+pub(crate) struct Gate {
+    pub(crate) addr: SocketAddr,
     target: Arc<Mutex<SocketAddr>>,
     open: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Gate {
-    async fn before(target: SocketAddr) -> Gate {
+    pub(crate) async fn before(target: SocketAddr) -> Gate {
         let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
         let addr = front.local_addr().unwrap();
         let target = Arc::new(Mutex::new(target));
@@ -85,7 +85,7 @@ impl Gate {
     }
 
     /// Lets everyone through, to `target` from now on.
-    fn open_to(&self, target: SocketAddr) {
+    pub(crate) fn open_to(&self, target: SocketAddr) {
         *self.target.lock().unwrap() = target;
         self.open.store(true, Ordering::SeqCst);
     }

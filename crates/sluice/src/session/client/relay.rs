@@ -47,12 +47,10 @@ impl CollectHop {
     }
 }
 
-/// A relayed upload's request on the sender's session with its receiver.
+/// A relayed transfer's receiver's answer, as its sending end holds it.
 #[derive(Debug)]
 pub(crate) struct RelayedRequest {
-    pub(crate) send: quinn::SendStream,
-    pub(crate) recv: quinn::RecvStream,
-    /// The key material of the transfer's blocks (the upload's direction).
+    /// The key material of the transfer's blocks (the direction they go).
     pub(crate) secret: DirectionSecret,
     /// The receiver's name of the job.
     pub(crate) job: String,
@@ -232,8 +230,11 @@ impl Client {
     }
 
     /// Opens a relayed upload with this server (the receiver): it answers once its job is
-    /// set up.
-    pub(crate) async fn relayed(&self, put: RelayedPut) -> Result<RelayedRequest, SessionError> {
+    /// set up. Returns the request's streams and the answer.
+    pub(crate) async fn relayed(
+        &self,
+        put: RelayedPut,
+    ) -> Result<(quinn::SendStream, quinn::RecvStream, RelayedRequest), SessionError> {
         let mut req = self.request().await?;
         let welcomed = self.opened(req.write(&Request::Relayed(put)).await).await?;
         let at = ChannelRef { session_id: welcomed.session_id, request_id: req.id, channel: 0 };
@@ -252,7 +253,7 @@ impl Client {
             }
         };
         let OpenRequestParts { send, recv } = req.into_parts();
-        Ok(RelayedRequest { send, recv, secret, job, have, wanted })
+        Ok((send, recv, RelayedRequest { secret, job, have, wanted }))
     }
 }
 

@@ -627,6 +627,13 @@ impl Collections {
         }
     }
 
+    /// Deletes what every stalled job kept (a process that cannot re-run its copy: a client's
+    /// relayed download). Does file I/O.
+    pub(crate) fn drop_stalled(&self) {
+        let stalled: Vec<Stalled> = lock(&self.stalled).drain().map(|(_, s)| s).collect();
+        stalled.into_iter().for_each(Stalled::delete);
+    }
+
     /// Whether a running job writes `dest`.
     pub(crate) fn writing(&self, dest: &Path) -> bool {
         lock(&self.running).values().any(|c| c.dest == dest)
@@ -827,6 +834,17 @@ impl Collection {
     /// The job's name (the transfer's id).
     pub(crate) fn name(&self) -> String {
         to_hex(&self.transfer)
+    }
+
+    /// The blocks of what it collects.
+    pub(crate) fn plan(&self) -> BlockPlan {
+        self.plan
+    }
+
+    /// Stops the job: it ends as cancelled, its part file (a tree's temporary files) deleted.
+    pub(crate) fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
     }
 
     /// Where it collects from, for the listing: its relays' addresses.

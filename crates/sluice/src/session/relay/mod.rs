@@ -4,12 +4,14 @@
 //! - [`seal`]: the blocks' end-to-end sealing with a key no relay holds;
 //! - [`hop`]: one hop's batch of blocks over the session's UDP data channels;
 //! - [`collect`]: a relayed upload's receiving end, a job on the receiving server;
+//! - [`landing`]: where a relayed transfer lands at either receiver, and following its sender;
 //! - [`collect_record`]: that job as the server's state directory keeps it across a restart;
 //! - [`stripe`]: a relayed upload's sending end, the client's striping.
 
 pub(crate) mod collect;
 pub(crate) mod collect_record;
 pub(crate) mod hop;
+pub(crate) mod landing;
 pub mod seal;
 pub mod spool;
 pub mod stripe;

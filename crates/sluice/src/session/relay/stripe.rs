@@ -28,7 +28,9 @@ use super::seal::BlockKey;
 use crate::datapath::read_exact_at;
 use crate::files::Confined;
 use crate::session::channel::frame_error;
+use crate::session::client::relay::RelayedRequest;
 use crate::session::copy::local_walk_error;
+use crate::session::identity::Fingerprint;
 use crate::session::messages::{Messages, write_message};
 use crate::session::{Client, Overwrite, SessionError, Transport};
 use crate::tree::FileSet;
@@ -51,6 +53,17 @@ pub struct RelayTarget {
     pub name: String,
     /// The session with it.
     pub client: Client,
+}
+
+/// A relay a server stripes relayed downloads over (`sluice serve --relay NAME`): the name
+/// clients ask for it by, and how the server reaches it (its token there needs the `relay`
+/// right).
+#[derive(Debug, Clone)]
+pub struct ServerRelay {
+    /// The name clients ask for it by.
+    pub name: String,
+    /// How the server reaches it.
+    pub config: crate::session::ClientConfig,
 }
 
 /// The relays that accept at least one block of `block_bytes` from their sessions' tokens
@@ -194,24 +207,29 @@ struct Source {
 }
 
 impl Source {
-    /// Lists `local`: a regular file, or a directory and everything beneath it. Does file I/O.
-    fn of(local: &Path) -> Result<Source, SessionError> {
+    /// Lists `local`: a regular file, or a directory and everything beneath it; with
+    /// `confine` (a server's root), every file is reached through it. Does file I/O.
+    fn of(local: &Path, confine: Option<&Path>) -> Result<Source, SessionError> {
         let shown = local.display();
-        let meta = std::fs::metadata(local)
-            .map_err(|e| SessionError::io(format!("reading {shown}"), e))?;
+        let root = Confined::new(confine)
+            .map_err(|e| SessionError::io("opening the served directory", e))?;
+        let meta =
+            root.metadata(local).map_err(|e| SessionError::io(format!("reading {shown}"), e))?;
         let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if meta.is_file() {
             let files = vec![(local.to_owned(), meta.len())];
             let mtime = Some(std::os::unix::fs::MetadataExt::mtime(&meta));
             let mode = Some(std::os::unix::fs::MetadataExt::mode(&meta) & 0o7777);
-            return Ok(Source { name, entries: Vec::new(), files, fs: None, mtime, mode });
+            let fs = Some(root);
+            return Ok(Source { name, entries: Vec::new(), files, fs, mtime, mode });
         }
         if !meta.is_dir() {
             return Err(SessionError::Config(format!(
                 "{shown}: relays carry a regular file or a directory"
             )));
         }
-        let options = WalkOptions { recursive: true, ..WalkOptions::default() };
+        let confine = confine.map(Path::to_owned);
+        let options = WalkOptions { recursive: true, confine, ..WalkOptions::default() };
         let walked = walk(&[local.to_owned()], &options).map_err(local_walk_error)?;
         for skipped in &walked.skipped {
             warn!(%skipped, "left out of the relayed tree");
@@ -261,10 +279,12 @@ enum Report {
     Failed { dest: usize, error: SessionError },
 }
 
-/// Each destination's share before any block is placed: the relays, then the direct path.
-fn nothing_placed(relays: &[RelayTarget]) -> Vec<Placed> {
+/// Each destination's share before any block is placed: the relays, then the direct path
+/// (when there is one).
+fn nothing_placed(relays: &[RelayTarget], direct: bool) -> Vec<Placed> {
     let named = |d: usize| relays.get(d).map_or_else(|| "direct".to_owned(), |r| r.name.clone());
-    (0..=relays.len()).map(|d| Placed { name: named(d), ..Placed::default() }).collect()
+    let dests = relays.len() + usize::from(direct);
+    (0..dests).map(|d| Placed { name: named(d), ..Placed::default() }).collect()
 }
 
 fn random<const N: usize>() -> Result<[u8; N], SessionError> {
@@ -274,19 +294,30 @@ fn random<const N: usize>() -> Result<[u8; N], SessionError> {
     Ok(out)
 }
 
-impl Client {
-    /// Uploads the file `local` to `dest` on this server (the receiver) through `relays`:
-    /// striped by `options`, sealed end to end, and collected by a job on the server.
-    pub async fn upload_relayed(
-        &self,
+/// A relayed transfer's sending end before its receiver answered: what it sends, its blocks,
+/// its id, and the receiver's capability at each relay.
+pub(crate) struct Prepared {
+    source: Source,
+    plan: BlockPlan,
+    transfer: [u8; 16],
+    caps: Vec<[u8; 32]>,
+    /// What the receiver is told (`Relayed`'s request, or a download's `Offer`).
+    pub(crate) put: RelayedPut,
+}
+
+impl Prepared {
+    /// Lists `local` (beneath `confine`, when given), cuts it into blocks and makes a
+    /// capability per relay; `dest` is where the receiver puts it (empty for a download: the
+    /// client decides). Checks `options` against the relays.
+    pub(crate) async fn new(
         local: &Path,
+        confine: Option<&Path>,
         dest: &str,
         relays: &[RelayTarget],
         options: &RelayedOptions,
-    ) -> Result<RelayedReport, SessionError> {
-        let started = Instant::now();
-        let at = local.to_owned();
-        let mut source = tokio::task::spawn_blocking(move || Source::of(&at))
+    ) -> Result<Prepared, SessionError> {
+        let (at, confine) = (local.to_owned(), confine.map(Path::to_owned));
+        let mut source = tokio::task::spawn_blocking(move || Source::of(&at, confine.as_deref()))
             .await
             .map_err(|e| SessionError::io("listing", std::io::Error::other(e.to_string())))??;
         let plan =
@@ -300,12 +331,9 @@ impl Client {
                 relays.len()
             )));
         }
-        let sharing = relays.len() + usize::from(options.direct);
-        if sharing == 0 {
+        if relays.len() + usize::from(options.direct) == 0 {
             return Err(SessionError::Config("no relay and no direct path to stripe over".into()));
         }
-        let direct = relays.len();
-        let dests = relays.len() + 1;
         let transfer = random::<16>()?;
         let caps = (0..relays.len()).map(|_| random::<32>()).collect::<Result<Vec<_>, _>>()?;
         let spots = relays
@@ -315,6 +343,7 @@ impl Client {
                 address: r.client.server_address().to_string(),
                 fingerprint: r.client.server_fingerprint().to_string(),
                 capability: to_hex(cap),
+                name: Some(r.name.clone()),
             })
             .collect();
         let put = RelayedPut {
@@ -329,210 +358,277 @@ impl Client {
             relays: spots,
             entries: std::mem::take(&mut source.entries),
         };
-        let is_tree = !put.entries.is_empty();
-        let mut req = self.relayed(put).await?;
-        // One file the receiver keeps as it is (its overwrite policy): nothing moves, and
-        // the receiver set up no job.
-        if !is_tree && req.wanted.as_ref().is_some_and(Vec::is_empty) {
-            info!("the receiver keeps the file as it is: nothing to send");
-            let _ = req.send.finish();
-            let secs = started.elapsed().as_secs_f64();
-            let placed = nothing_placed(relays);
-            return Ok(RelayedReport {
-                files: 0,
-                bytes: 0,
-                blocks: 0,
-                send_seconds: secs,
-                total_seconds: options.wait.then_some(secs),
-                job: req.job,
-                resumed_blocks: 0,
-                kept_files: 1,
-                placed,
-            });
-        }
-        // The files the receiver keeps as they are (its overwrite policy) do not move: the
-        // blocks cut only the others' bytes, end to end.
-        let store = source.store(req.wanted.as_deref())?;
-        let files = req.wanted.as_ref().map_or(source.files.len(), Vec::len) as u64;
-        let kept_files = source.files.len() as u64 - files;
-        if kept_files > 0 {
-            info!(kept_files, "files the receiver keeps as they are do not move");
-        }
-        let plan = BlockPlan::new(store.total(), plan.block_bytes).map_err(SessionError::Config)?;
-        let key = Arc::new(BlockKey::new(&req.secret, transfer));
-        let file = Arc::new(store);
-        let hash_file = file.clone();
-        let mut hashing = tokio::task::spawn_blocking(move || {
-            let mut hasher = blake3::Hasher::new();
-            super::read_range(&*hash_file, 0..hash_file.total(), &mut |b| {
-                hasher.update(b);
-            })
-            .map(|()| hasher.finalize())
-        });
+        Ok(Prepared { source, plan, transfer, caps, put })
+    }
+}
 
-        // How many relays hold each block ([`AT_RECEIVER`]: the receiver has it); a block is
-        // safe once that is `need`. A re-run of a copy that left blocks behind moves only those
-        // the receiver lacks.
-        let need = options.copies;
-        let mut held = vec![0u8; plan.count() as usize];
-        for &[start, end] in &req.have {
-            for h in held.iter_mut().take(end as usize).skip(start as usize) {
-                *h = AT_RECEIVER;
-            }
-        }
-        let resumed_blocks = held.iter().filter(|h| **h == AT_RECEIVER).count() as u64;
-        if resumed_blocks > 0 {
-            info!(blocks = resumed_blocks, "the receiver has these blocks from an earlier run");
-        }
-        let pending: Vec<u64> = (0..plan.count()).filter(|id| held[*id as usize] == 0).collect();
-        let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing)));
-        let (reports, mut reported) = mpsc::unbounded_channel();
-        let depositing = Arc::new(AtomicUsize::new(0));
-        let mut workers = JoinSet::new();
-        let worker = |dest: usize, client: Client| Worker {
-            dest,
-            client,
-            cap_hash: caps.get(dest).map_or_else(String::new, |cap| {
-                super::collector_hash(cap, self.server_fingerprint())
-            }),
-            transfer: to_hex(&transfer),
-            stripe: stripe.clone(),
-            key: key.clone(),
-            file: file.clone(),
-            plan,
-            batch: batch_of(options.batch_blocks, plan.block_bytes),
-            compress: options.compress,
-            reports: reports.clone(),
-            depositing: depositing.clone(),
+/// Where a relayed transfer's sending end stripes to once its receiver accepted.
+pub(crate) struct Striping<'a> {
+    /// The relayed request's stream with the receiver (`StripeMsg`s out, `CollectMsg`s in).
+    pub(crate) send: &'a mut quinn::SendStream,
+    pub(crate) recv: &'a mut quinn::RecvStream,
+    /// The session with the receiver.
+    pub(crate) conn: quinn::Connection,
+    /// The receiver's certificate, which each relay's capability binds.
+    pub(crate) receiver: Fingerprint,
+    /// The session to deposit on directly (an upload's, to its server), when there is one.
+    pub(crate) direct: Option<Client>,
+    /// The receiver's answer.
+    pub(crate) accepted: RelayedRequest,
+}
+
+impl Client {
+    /// Uploads the file `local` to `dest` on this server (the receiver) through `relays`:
+    /// striped by `options`, sealed end to end, and collected by a job on the server.
+    pub async fn upload_relayed(
+        &self,
+        local: &Path,
+        dest: &str,
+        relays: &[RelayTarget],
+        options: &RelayedOptions,
+    ) -> Result<RelayedReport, SessionError> {
+        let started = Instant::now();
+        let prepared = Prepared::new(local, None, dest, relays, options).await?;
+        let (mut send, mut recv, req) = self.relayed(prepared.put.clone()).await?;
+        let to = Striping {
+            send: &mut send,
+            recv: &mut recv,
+            conn: self.connection().clone(),
+            receiver: self.server_fingerprint().clone(),
+            direct: Some(self.clone()),
+            accepted: req,
         };
-        for dest in 0..dests {
-            let client = relays.get(dest).map_or_else(|| self.clone(), |r| r.client.clone());
+        stripe(started, prepared, to, relays, options, &local.display().to_string()).await
+    }
+}
+
+/// Stripes `prepared` over `relays` (and the direct path, when there is one) as `options`
+/// say, telling the receiver where each block is; returns once every block is safe and the
+/// digest sent (or, waiting, once the receiver has the verified file).
+pub(crate) async fn stripe(
+    started: Instant,
+    prepared: Prepared,
+    to: Striping<'_>,
+    relays: &[RelayTarget],
+    options: &RelayedOptions,
+    shown: &str,
+) -> Result<RelayedReport, SessionError> {
+    let Prepared { source, plan, transfer, caps, put } = prepared;
+    let Striping { send, recv, conn, receiver, direct: direct_client, accepted: req } = to;
+    let is_tree = !put.entries.is_empty();
+    // One file the receiver keeps as it is (its overwrite policy): nothing moves, and
+    // the receiver set up no job.
+    if !is_tree && req.wanted.as_ref().is_some_and(Vec::is_empty) {
+        info!("the receiver keeps the file as it is: nothing to send");
+        let _ = send.finish();
+        let secs = started.elapsed().as_secs_f64();
+        let placed = nothing_placed(relays, direct_client.is_some());
+        return Ok(RelayedReport {
+            files: 0,
+            bytes: 0,
+            blocks: 0,
+            send_seconds: secs,
+            total_seconds: options.wait.then_some(secs),
+            job: req.job,
+            resumed_blocks: 0,
+            kept_files: 1,
+            placed,
+        });
+    }
+    // The files the receiver keeps as they are (its overwrite policy) do not move: the
+    // blocks cut only the others' bytes, end to end.
+    let store = source.store(req.wanted.as_deref())?;
+    let files = req.wanted.as_ref().map_or(source.files.len(), Vec::len) as u64;
+    let kept_files = source.files.len() as u64 - files;
+    if kept_files > 0 {
+        info!(kept_files, "files the receiver keeps as they are do not move");
+    }
+    let plan = BlockPlan::new(store.total(), plan.block_bytes).map_err(SessionError::Config)?;
+    let key = Arc::new(BlockKey::new(&req.secret, transfer));
+    let file = Arc::new(store);
+    let hash_file = file.clone();
+    let mut hashing = tokio::task::spawn_blocking(move || {
+        let mut hasher = blake3::Hasher::new();
+        super::read_range(&*hash_file, 0..hash_file.total(), &mut |b| {
+            hasher.update(b);
+        })
+        .map(|()| hasher.finalize())
+    });
+
+    // How many relays hold each block ([`AT_RECEIVER`]: the receiver has it); a block is
+    // safe once that is `need`. A re-run of a copy that left blocks behind moves only those
+    // the receiver lacks.
+    let need = options.copies;
+    let mut held = vec![0u8; plan.count() as usize];
+    for &[start, end] in &req.have {
+        for h in held.iter_mut().take(end as usize).skip(start as usize) {
+            *h = AT_RECEIVER;
+        }
+    }
+    let resumed_blocks = held.iter().filter(|h| **h == AT_RECEIVER).count() as u64;
+    if resumed_blocks > 0 {
+        info!(blocks = resumed_blocks, "the receiver has these blocks from an earlier run");
+    }
+    let pending: Vec<u64> = (0..plan.count()).filter(|id| held[*id as usize] == 0).collect();
+    let sharing = relays.len() + usize::from(options.direct && direct_client.is_some());
+    let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing)));
+    let (reports, mut reported) = mpsc::unbounded_channel();
+    let depositing = Arc::new(AtomicUsize::new(0));
+    let mut workers = JoinSet::new();
+    let worker = |dest: usize, client: Client| Worker {
+        dest,
+        client,
+        cap_hash: caps
+            .get(dest)
+            .map_or_else(String::new, |cap| super::collector_hash(cap, &receiver)),
+        transfer: to_hex(&transfer),
+        stripe: stripe.clone(),
+        key: key.clone(),
+        file: file.clone(),
+        plan,
+        batch: batch_of(options.batch_blocks, plan.block_bytes),
+        compress: options.compress,
+        reports: reports.clone(),
+        depositing: depositing.clone(),
+    };
+    // The relays, then the direct path (when there is one): its blocks are at the receiver.
+    let direct = relays.len();
+    let dests = relays.len() + usize::from(direct_client.is_some());
+    for dest in 0..dests {
+        let client =
+            relays.get(dest).map_or_else(|| direct_client.clone(), |r| Some(r.client.clone()));
+        if let Some(client) = client {
             workers.spawn(worker(dest, client).run());
         }
-        // A relay whose UDP data channels got nothing through is taken up once over TCP.
-        let mut over_tcp = vec![false; relays.len()];
+    }
+    // A relay whose UDP data channels got nothing through is taken up once over TCP.
+    let mut over_tcp = vec![false; relays.len()];
 
-        let mut placed = nothing_placed(relays);
-        let mut alive = dests;
-        let mut digest_sent = false;
-        let mut send_seconds = None;
-        let conn = self.connection().clone();
-        let mut answers = Messages::<CollectMsg>::new(&mut req.recv);
-        loop {
-            if send_seconds.is_none() && digest_sent && held.iter().all(|h| *h >= need) {
-                // The receiver may have ended already (it had every block and the digest): it
-                // stopped reading, and its `Done` is what comes next.
-                let _ = write_message(&mut req.send, &StripeMsg::Sent).await;
-                let secs = started.elapsed().as_secs_f64();
-                send_seconds = Some(secs);
-                info!(seconds = secs, "every block is safe: the sender's part is done");
-                if !options.wait {
-                    let _ = req.send.finish();
-                    // The receiver ends the request once it read `Sent`.
-                    let _ = tokio::time::timeout(LEAVE_WAIT, async {
-                        while answers.next().await.is_ok() {}
-                    })
-                    .await;
-                    break;
-                }
-            }
-            tokio::select! {
-                report = reported.recv() => match report {
-                    Some(Report::Placed { dest, blocks, bytes }) => {
-                        placed[dest].blocks += blocks.len() as u64;
-                        placed[dest].bytes += bytes;
-                        for &id in &blocks {
-                            let h = &mut held[id as usize];
-                            if dest == direct {
-                                *h = AT_RECEIVER;
-                            } else {
-                                *h = h.saturating_add(1);
-                                if *h < need {
-                                    crate::session::lock(&stripe).again_elsewhere(id, dest);
-                                }
-                            }
-                        }
-                        if dest < relays.len() {
-                            let msg = StripeMsg::Placed { relay: dest as u32, blocks };
-                            write_message(&mut req.send, &msg).await.map_err(|e| frame_error(e, &conn))?;
-                        }
-                    }
-                    Some(Report::Failed { dest, error }) => {
-                        if let Some(relay) = relays.get(dest)
-                            && !over_tcp[dest]
-                            && relay.client.transport() == Transport::Udp
-                            && relay.client.udp_data_blocked()
-                        {
-                            over_tcp[dest] = true;
-                            warn!(destination = relay.name, "UDP reaches the relay's port but not its data channels: going on over TCP");
-                            match relay.client.again_over_tcp().await {
-                                Ok(client) => {
-                                    workers.spawn(worker(dest, client).run());
-                                    continue;
-                                }
-                                Err(e) => warn!(destination = relay.name, error = %e, "the relay over TCP failed too"),
-                            }
-                        }
-                        warn!(destination = placed[dest].name, %error, "a destination failed: its blocks go to the others");
-                        alive -= 1;
-                        if alive == 0 || dest == direct {
-                            // The receiver's own verdict, when it has one, says why (a deposit
-                            // straight to a job that just ended is refused for that reason).
-                            if dest == direct && let Some(cause) = verdict(&mut answers).await {
-                                return Err(cause);
-                            }
-                            let msg = StripeMsg::Failed { code: error.code(), message: error.detail() };
-                            let _ = write_message(&mut req.send, &msg).await;
-                            return Err(error);
-                        }
-                    }
-                    None => return Err(SessionError::Network("every destination failed".into())),
-                },
-                hash = &mut hashing, if !digest_sent => {
-                    let hash = hash
-                        .map_err(|e| SessionError::io("hashing", std::io::Error::other(e.to_string())))?
-                        .map_err(|e| SessionError::io(format!("hashing {}", local.display()), e))?;
-                    let msg = StripeMsg::Digest { blake3: hash.to_hex().to_string() };
-                    write_message(&mut req.send, &msg).await.map_err(|e| frame_error(e, &conn))?;
-                    digest_sent = true;
-                }
-                answer = answers.next() => match answer.map_err(|e| frame_error(e, &conn))? {
-                    CollectMsg::Refetch { blocks } => {
-                        warn!(blocks = blocks.len(), "the receiver asks for blocks again");
-                        for id in &blocks {
-                            if let Some(h) = held.get_mut(*id as usize) {
-                                *h = 0;
-                            }
-                        }
-                        crate::session::lock(&stripe).assign(direct, blocks);
-                    }
-                    CollectMsg::Done { .. } => {
-                        settle(&mut reported, &depositing, &mut placed).await;
-                        break;
-                    }
-                    CollectMsg::Failed { code, message } => {
-                        return Err(SessionError::from_server(code, message));
-                    }
-                    CollectMsg::Accepted { .. } => {
-                        return Err(SessionError::Protocol("a second Accepted".into()));
-                    }
-                },
+    let mut placed = nothing_placed(relays, direct_client.is_some());
+    let mut alive = dests;
+    let mut digest_sent = false;
+    let mut send_seconds = None;
+    let mut answers = Messages::<CollectMsg>::new(recv);
+    loop {
+        if send_seconds.is_none() && digest_sent && held.iter().all(|h| *h >= need) {
+            // The receiver may have ended already (it had every block and the digest): it
+            // stopped reading, and its `Done` is what comes next.
+            let _ = write_message(send, &StripeMsg::Sent).await;
+            let secs = started.elapsed().as_secs_f64();
+            send_seconds = Some(secs);
+            info!(seconds = secs, "every block is safe: the sender's part is done");
+            if !options.wait {
+                let _ = send.finish();
+                // The receiver ends the request once it read `Sent`.
+                let _ = tokio::time::timeout(LEAVE_WAIT, async {
+                    while answers.next().await.is_ok() {}
+                })
+                .await;
+                break;
             }
         }
-        workers.shutdown().await;
-        let total_seconds = options.wait.then(|| started.elapsed().as_secs_f64());
-        Ok(RelayedReport {
-            files,
-            bytes: plan.size,
-            blocks: plan.count(),
-            send_seconds: send_seconds.unwrap_or_else(|| started.elapsed().as_secs_f64()),
-            total_seconds,
-            job: req.job,
-            resumed_blocks,
-            kept_files,
-            placed,
-        })
+        tokio::select! {
+            report = reported.recv() => match report {
+                Some(Report::Placed { dest, blocks, bytes }) => {
+                    placed[dest].blocks += blocks.len() as u64;
+                    placed[dest].bytes += bytes;
+                    for &id in &blocks {
+                        let h = &mut held[id as usize];
+                        if dest == direct {
+                            *h = AT_RECEIVER;
+                        } else {
+                            *h = h.saturating_add(1);
+                            if *h < need {
+                                crate::session::lock(&stripe).again_elsewhere(id, dest);
+                            }
+                        }
+                    }
+                    if dest < relays.len() {
+                        let msg = StripeMsg::Placed { relay: dest as u32, blocks };
+                        write_message(send, &msg).await.map_err(|e| frame_error(e, &conn))?;
+                    }
+                }
+                Some(Report::Failed { dest, error }) => {
+                    if let Some(relay) = relays.get(dest)
+                        && !over_tcp[dest]
+                        && relay.client.transport() == Transport::Udp
+                        && relay.client.udp_data_blocked()
+                    {
+                        over_tcp[dest] = true;
+                        warn!(destination = relay.name, "UDP reaches the relay's port but not its data channels: going on over TCP");
+                        match relay.client.again_over_tcp().await {
+                            Ok(client) => {
+                                workers.spawn(worker(dest, client).run());
+                                continue;
+                            }
+                            Err(e) => warn!(destination = relay.name, error = %e, "the relay over TCP failed too"),
+                        }
+                    }
+                    warn!(destination = placed[dest].name, %error, "a destination failed: its blocks go to the others");
+                    alive -= 1;
+                    if alive == 0 || dest == direct {
+                        // The receiver's own verdict, when it has one, says why (a deposit
+                        // straight to a job that just ended is refused for that reason).
+                        if dest == direct && let Some(cause) = verdict(&mut answers).await {
+                            return Err(cause);
+                        }
+                        let msg = StripeMsg::Failed { code: error.code(), message: error.detail() };
+                        let _ = write_message(send, &msg).await;
+                        return Err(error);
+                    }
+                }
+                None => return Err(SessionError::Network("every destination failed".into())),
+            },
+            hash = &mut hashing, if !digest_sent => {
+                let hash = hash
+                    .map_err(|e| SessionError::io("hashing", std::io::Error::other(e.to_string())))?
+                    .map_err(|e| SessionError::io(format!("hashing {shown}"), e))?;
+                let msg = StripeMsg::Digest { blake3: hash.to_hex().to_string() };
+                write_message(send, &msg).await.map_err(|e| frame_error(e, &conn))?;
+                digest_sent = true;
+            }
+            answer = answers.next() => match answer.map_err(|e| frame_error(e, &conn))? {
+                CollectMsg::Refetch { blocks } => {
+                    warn!(blocks = blocks.len(), "the receiver asks for blocks again");
+                    for id in &blocks {
+                        if let Some(h) = held.get_mut(*id as usize) {
+                            *h = 0;
+                        }
+                    }
+                    // They go the direct way, or (none) to whichever relay asks next.
+                    let mut stripe = crate::session::lock(&stripe);
+                    if direct_client.is_some() {
+                        stripe.assign(direct, blocks);
+                    } else {
+                        stripe.give_back(usize::MAX, blocks);
+                    }
+                }
+                CollectMsg::Done { .. } => {
+                    settle(&mut reported, &depositing, &mut placed).await;
+                    break;
+                }
+                CollectMsg::Failed { code, message } => {
+                    return Err(SessionError::from_server(code, message));
+                }
+                CollectMsg::Accepted { .. } => {
+                    return Err(SessionError::Protocol("a second Accepted".into()));
+                }
+            },
+        }
     }
+    workers.shutdown().await;
+    let total_seconds = options.wait.then(|| started.elapsed().as_secs_f64());
+    Ok(RelayedReport {
+        files,
+        bytes: plan.size,
+        blocks: plan.count(),
+        send_seconds: send_seconds.unwrap_or_else(|| started.elapsed().as_secs_f64()),
+        total_seconds,
+        job: req.job,
+        resumed_blocks,
+        kept_files,
+        placed,
+    })
 }
 
 /// The receiver's failure of the request, when it reports one within [`LEAVE_WAIT`].

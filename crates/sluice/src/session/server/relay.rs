@@ -7,29 +7,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_session::relay::{
-    BlockLen, BlockPlan, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS,
-    MAX_BLOCK_BYTES, MAX_RELAYS, RelayPeer, RelayedPut, SEAL_OVERHEAD, StripeMsg, from_hex,
-    id_ranges,
+    BlockLen, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS,
+    MAX_BLOCK_BYTES, MAX_RELAYS, RelayPeer, RelayedPut, SEAL_OVERHEAD, from_hex, id_ranges,
 };
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
-use crate::files::Confined;
 use crate::session::client::handshake_rtt;
 use crate::session::copy::plan_error;
 use crate::session::identity::Fingerprint;
 use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
-use crate::session::messages::{Answer, GrantClaim, Messages, write_message};
-use crate::session::relay::collect::{
-    Collection, JobEvent, Listed, RelayAt, Start, manifest_id, plan_tree,
-};
+use crate::session::messages::{Answer, GrantClaim};
+use crate::session::relay::collect::{Collection, Listed, Start, manifest_id};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
+use crate::session::relay::landing::{Followed, Planned, accept, follow, plan_landing, relays_of};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
 use crate::session::{Peer, SessionError};
-use crate::tree::{Entry, EntryKind, FileSet};
+use crate::tree::{EntryKind, FileSet};
 
 /// How long the receiver waits for a relay's handshake when it measures the round trip.
 const RTT_WAIT: Duration = Duration::from_secs(3);
@@ -289,90 +286,40 @@ impl RequestCtx<'_> {
     pub(super) async fn relayed(&mut self, put: RelayedPut) -> Result<(), SessionError> {
         self.require(|r| r.write, "write (upload)")?;
         let transfer = transfer_id(&put.transfer)?;
-        let plan = BlockPlan::new(put.size, put.block_bytes).map_err(SessionError::Refused)?;
-        if put.relays.len() > MAX_RELAYS {
-            return Err(SessionError::Refused(format!("at most {MAX_RELAYS} relays")));
-        }
-        let relays = put
-            .relays
-            .iter()
-            .map(|r| {
-                let (address, fingerprint) = relay_peer(&r.address, &r.fingerprint)?;
-                let capability = from_hex::<32>(&r.capability).ok_or_else(|| {
-                    SessionError::Protocol(format!("relay {}: bad capability", r.address))
-                })?;
-                Ok(RelayAt { address, fingerprint, capability })
-            })
-            .collect::<Result<Vec<_>, SessionError>>()?;
-        let name = put.name.clone();
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(SessionError::Refused(format!("bad file name {name:?}")));
-        }
+        let relays = relays_of(&put)?;
         let root = self.session.access.root.clone();
         let requested = put.dest.clone();
-        let overwrite = put.overwrite;
-        let (entries, size, mtime) = (put.entries.clone(), put.size, put.mtime);
-        let manifest = (!entries.is_empty()).then(|| manifest_id(&entries));
+        let manifest = (!put.entries.is_empty()).then(|| manifest_id(&put.entries));
         let collections = self.shared.collections.clone();
         let found = collections.clone();
-        let block_bytes = put.block_bytes;
-        let (dest, fs, tree, stalled_tree, plan, wanted) = blocking(move || {
-            let fs = Confined::new(Some(&root))
-                .map_err(|e| SessionError::io("opening the served directory", e))?;
+        let offer = put.clone();
+        let (planned, tree, stalled_tree) = blocking(move || {
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
-            if !entries.is_empty() {
-                let files = entries.iter().filter(|e| e.kind == EntryKind::File);
-                let (count, bytes) = files.fold((0, 0u64), |(n, b), e| (n + 1, b + e.size));
-                if bytes != size {
-                    return Err(SessionError::Protocol(format!(
-                        "a tree of {bytes} bytes announced as {size}"
-                    )));
-                }
-                // The files that move: those the overwrite policy keeps are left out, and
-                // the blocks cut only the others' bytes (the sender is told which).
-                let tree_plan = plan_tree(&root, &at, entries, overwrite)?;
-                let wanted =
-                    (tree_plan.wanted().len() < count).then(|| tree_plan.wanted().to_vec());
-                let plan = BlockPlan::new(tree_plan.wanted_bytes(), block_bytes)
-                    .map_err(SessionError::Refused)?;
-                // A stalled tree of the same copy goes on in its own temporary files (they
-                // hold its paths' claims); any other copy prepares its own.
-                if !found.writing(&at)
-                    && let Some(stalled) = found.take_stalled(&at, &plan, manifest)
-                {
-                    return Ok((at, fs, None, Some(stalled), plan, wanted));
-                }
-                let tree = tree_plan.prepare().map_err(plan_error)?;
-                return Ok((at, fs, Some(tree), None, plan, wanted));
+            let mut planned = plan_landing(&root, &at, &offer, offer.overwrite)?;
+            let Some(tree_plan) = planned.tree.take() else {
+                return Ok((planned, None, None));
+            };
+            // A stalled tree of the same copy goes on in its own temporary files (they hold
+            // its paths' claims); any other copy prepares its own.
+            if !found.writing(&planned.dest)
+                && let Some(stalled) = found.take_stalled(&planned.dest, &planned.plan, manifest)
+            {
+                return Ok((planned, None, Some(stalled)));
             }
-            let dest = if fs.is_dir(&at) { at.join(&name) } else { at };
-            if fs.symlink_metadata(&dest).is_ok() {
-                // The file exists: the sender's policy decides as for a copy's (one file
-                // planned as a manifest of one entry). Kept, nothing moves (`wanted` empty,
-                // and no job).
-                let entry = Entry {
-                    path: name.clone(),
-                    kind: EntryKind::File,
-                    size,
-                    mtime: mtime.unwrap_or(0),
-                    mode: 0o644,
-                    target: None,
-                    blake3: None,
-                };
-                if plan_tree(&root, &dest, vec![entry], overwrite)?.wanted().is_empty() {
-                    return Ok((dest, fs, None, None, plan, Some(Vec::new())));
-                }
-            }
-            Ok((dest, fs, None, None, plan, None))
+            let tree = tree_plan.prepare().map_err(plan_error)?;
+            Ok((planned, Some(tree), None))
         })
         .await?;
-        if put.entries.is_empty() && wanted.as_ref().is_some_and(Vec::is_empty) {
-            info!(dest = %dest.display(), "relayed upload of a file kept as it is: nothing to collect");
-            let kept = CollectMsg::Accepted { job: String::new(), have: Vec::new(), wanted };
-            return write_message(self.send, &kept)
-                .await
-                .map_err(|e| super::frame_error(e, self.conn));
+        if planned.keeps_the_file() {
+            info!(dest = %planned.dest.display(), "relayed upload of a file kept as it is: nothing to collect");
+            let kept = CollectMsg::Accepted {
+                job: String::new(),
+                have: Vec::new(),
+                wanted: planned.wanted,
+            };
+            return accept(self.send, self.conn, &kept).await;
         }
+        let Planned { dest, fs, plan, wanted, .. } = planned;
         let at =
             ChannelRef { session_id: self.session.id, request_id: self.request_id, channel: 0 };
         let secret =
@@ -421,70 +368,28 @@ impl RequestCtx<'_> {
             restored: None,
             listed,
         };
-        let (job, events) = blocking(move || Collection::start(start, &collections)).await?;
+        let (job, mut events) = blocking(move || Collection::start(start, &collections)).await?;
         let have = job.have();
         info!(job = %job.name(), size = put.size, relays = put.relays.len(), resumed_blocks = have.len(), "relayed upload taken");
         let accepted = CollectMsg::Accepted { job: job.name(), have: id_ranges(have), wanted };
-        let told = write_message(self.send, &accepted).await;
-        if let Err(e) = told {
+        if let Err(e) = accept(self.send, self.conn, &accepted).await {
             job.sender_left(false);
-            return Err(super::frame_error(e, self.conn));
+            return Err(e);
         }
         self.told = true;
-        let mut sent = false;
-        let end = self.follow(&job, events, &mut sent).await;
-        if !matches!(end, Ok(true)) {
+        let end = follow(self.send, self.recv, &job, &mut events, &mut |_| {}).await;
+        match end {
+            Ok(Followed::Done) => Ok(()),
             // The sender left, gave up or broke the protocol: the job goes on with what it
             // placed.
-            job.sender_left(sent);
-        }
-        end.map(drop)
-    }
-
-    /// Follows a relayed upload's sender until the job ends (`true`) or the sender leaves
-    /// (`false`).
-    async fn follow(
-        &mut self,
-        job: &Arc<Collection>,
-        mut events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
-        sent: &mut bool,
-    ) -> Result<bool, SessionError> {
-        let mut reports = Messages::<StripeMsg>::new(self.recv);
-        loop {
-            tokio::select! {
-                msg = reports.next() => match msg {
-                    Ok(StripeMsg::Placed { relay, blocks }) => job.placed(relay, &blocks)?,
-                    Ok(StripeMsg::Digest { blake3 }) => {
-                        let hash = blake3::Hash::from_hex(&blake3)
-                            .map_err(|_| SessionError::Protocol("bad BLAKE3".into()))?;
-                        job.digest(hash);
-                    }
-                    Ok(StripeMsg::Sent) => {
-                        *sent = true;
-                        job.sent();
-                    }
-                    Ok(StripeMsg::Failed { code, message }) => {
-                        warn!(?code, message, "the sender gave up its relayed upload");
-                        return Ok(false);
-                    }
-                    Err(_) => return Ok(false),
-                },
-                event = events.recv() => match event {
-                    Some(JobEvent::Refetch(blocks)) => {
-                        let msg = CollectMsg::Refetch { blocks };
-                        let _ = write_message(self.send, &msg).await;
-                    }
-                    Some(JobEvent::End(Ok(bytes))) => {
-                        let _ = write_message(self.send, &CollectMsg::Done { bytes }).await;
-                        return Ok(true);
-                    }
-                    Some(JobEvent::End(Err(e))) => {
-                        let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
-                        let _ = write_message(self.send, &msg).await;
-                        return Err(e);
-                    }
-                    None => return Ok(true),
-                },
+            Ok(Followed::Left { sent }) => {
+                job.sender_left(sent);
+                Ok(())
+            }
+            Ok(Followed::Failed(e)) => Err(e),
+            Err(e) => {
+                job.sender_left(false);
+                Err(e)
             }
         }
     }

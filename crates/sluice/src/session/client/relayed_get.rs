@@ -1,0 +1,287 @@
+//! A relayed download's receiving end (`docs/relay.md`, "Downloads"): the client asks the
+//! server to stripe a file or a tree over relays of the server's, plans where it lands, and
+//! collects from the relays with the same collection a server runs for a relayed upload (in
+//! this process, with a certificate of its own that the relays' capabilities bind), while the
+//! server stripes and after it left.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_session::relay::{CollectMsg, RelayedGet, RelayedPut, StripeMsg, from_hex, id_ranges};
+use tracing::info;
+
+use super::{Client, SessionError};
+use crate::session::channel::{REPLY_TIMEOUT, blocking, frame_error};
+use crate::session::copy::plan_error;
+use crate::session::identity::Identity;
+use crate::session::job_log::unix_now;
+use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret, SessionId};
+use crate::session::messages::{Request, read_message};
+use crate::session::relay::collect::{
+    Collection, Collections, JobEvent, Listed, Start, manifest_id,
+};
+use crate::session::relay::landing::{Followed, Heard, accept, follow, plan_landing, relays_of};
+use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
+use crate::session::relay::stripe::{Placed, RelayedOptions, RelayedReport};
+use crate::tree::EntryKind;
+
+/// What a relayed download asks of the server besides its options.
+#[derive(Debug, Clone)]
+pub struct RelayedDownload {
+    /// What to fetch, relative to the server's root.
+    pub path: String,
+    /// A directory and everything beneath it.
+    pub recursive: bool,
+    /// The server's relays to stripe over, by the names its configuration gives them.
+    pub relays: Vec<String>,
+    /// Keep only relays whose round trip from the server is at most this many milliseconds.
+    pub max_rtt_sender_ms: Option<u64>,
+}
+
+impl Client {
+    /// Downloads `what` into `local` (a file's path, or a directory it lands in) through relays
+    /// of this server's: the server stripes by `options` (its strategy, block size,
+    /// compression and copies; the overwrite policy is this end's) and this process collects,
+    /// verifies end to end and renames into place. The report's `send_seconds` is the
+    /// server's part (until every block was safe on a relay), `total_seconds` the whole.
+    pub async fn download_relayed(
+        &self,
+        what: &RelayedDownload,
+        local: &Path,
+        options: &RelayedOptions,
+    ) -> Result<RelayedReport, SessionError> {
+        let started = Instant::now();
+        // The certificate this end collects with: the server binds each relay's capability
+        // to it, so that the capabilities are of no use to another peer.
+        let identity = Arc::new(Identity::ephemeral()?);
+        let get = RelayedGet {
+            path: what.path.clone(),
+            recursive: what.recursive,
+            relays: what.relays.clone(),
+            strategy: options.strategy,
+            block_bytes: options.block_bytes,
+            compress: options.compress,
+            copies: options.copies,
+            max_rtt_sender_ms: what.max_rtt_sender_ms,
+            collector: identity.fingerprint().to_string(),
+        };
+        let mut req = self.request().await?;
+        let welcomed = self.opened(req.write(&Request::RelayedGet(get)).await).await?;
+        let at = ChannelRef { session_id: welcomed.session_id, request_id: req.id, channel: 0 };
+        let secret =
+            ChannelSecrets::derive_labelled(&self.conn, RELAY_KEY_LABEL, &at)?.server_to_client;
+        let offer = read_message(&mut req.recv, REPLY_TIMEOUT * 4)
+            .await
+            .map_err(|e| frame_error(e, &self.conn))?;
+        let put = match offer {
+            StripeMsg::Offer(put) => *put,
+            StripeMsg::Failed { code, message } => {
+                return Err(SessionError::from_server(code, message));
+            }
+            other => return Err(SessionError::Protocol(format!("expected Offer, got {other:?}"))),
+        };
+        let super::relay::OpenRequestParts { mut send, mut recv } = req.into_parts();
+        let landing = match land(&put, local, options, identity, &secret).await {
+            Ok(landing) => landing,
+            Err(e) => {
+                let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
+                let _ = accept(&mut send, &self.conn, &msg).await;
+                let _ = send.finish();
+                return Err(e);
+            }
+        };
+        let names: Vec<String> = put
+            .relays
+            .iter()
+            .map(|r| r.name.clone().unwrap_or_else(|| r.address.clone()))
+            .collect();
+        let mut placed: Vec<Placed> =
+            names.iter().map(|name| Placed { name: name.clone(), ..Placed::default() }).collect();
+        let (job, mut events, files, kept_files, collections) = match landing {
+            Landing::Kept => {
+                let kept = CollectMsg::Accepted {
+                    job: String::new(),
+                    have: Vec::new(),
+                    wanted: Some(Vec::new()),
+                };
+                accept(&mut send, &self.conn, &kept).await?;
+                let _ = send.finish();
+                let secs = started.elapsed().as_secs_f64();
+                return Ok(RelayedReport {
+                    send_seconds: secs,
+                    total_seconds: Some(secs),
+                    kept_files: 1,
+                    placed,
+                    ..RelayedReport::default()
+                });
+            }
+            Landing::Collecting { job, mut events, wanted, files, kept_files, collections } => {
+                let accepted =
+                    CollectMsg::Accepted { job: job.name(), have: id_ranges(job.have()), wanted };
+                if let Err(e) = accept(&mut send, &self.conn, &accepted).await {
+                    job.cancel();
+                    let _ = ended(&mut events).await;
+                    return Err(e);
+                }
+                (job, events, files, kept_files, collections)
+            }
+        };
+        let mut sent_at = None;
+        let mut heard = |heard: Heard| match heard {
+            Heard::Placed(relay, blocks) => {
+                if let Some(p) = placed.get_mut(relay as usize) {
+                    p.blocks += blocks as u64;
+                }
+            }
+            Heard::Sent => sent_at = Some(started.elapsed().as_secs_f64()),
+        };
+        let followed = follow(&mut send, &mut recv, &job, &mut events, &mut heard).await;
+        let send_seconds = sent_at.unwrap_or_else(|| started.elapsed().as_secs_f64());
+        let end = match followed {
+            Ok(Followed::Done) => Ok(()),
+            Ok(Followed::Left { sent }) => {
+                // The server retreated (or gave up): the collection goes on with what it placed.
+                job.sender_left(sent);
+                let _ = send.finish();
+                info!(sent, "the server's part is done: collecting on");
+                ended(&mut events).await
+            }
+            Ok(Followed::Failed(e)) => Err(e),
+            Err(e) => {
+                // The server broke the protocol: the job is stopped (its files deleted).
+                job.cancel();
+                let _ = ended(&mut events).await;
+                Err(e)
+            }
+        };
+        if let Err(e) = end {
+            // Nothing of it is kept (a stalled job's files too): this process cannot re-run
+            // the copy.
+            blocking(move || {
+                collections.drop_stalled();
+                Ok(())
+            })
+            .await?;
+            return Err(e);
+        }
+        let plan = job.plan();
+        Ok(RelayedReport {
+            files,
+            bytes: plan.size,
+            blocks: plan.count(),
+            send_seconds,
+            total_seconds: Some(started.elapsed().as_secs_f64()),
+            job: String::new(),
+            resumed_blocks: 0,
+            kept_files,
+            placed,
+        })
+    }
+}
+
+/// Waits for the collection's end (its events channel closed when it ended before).
+async fn ended(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
+) -> Result<(), SessionError> {
+    loop {
+        match events.recv().await {
+            Some(JobEvent::End(end)) => return end.map(drop),
+            Some(JobEvent::Refetch(_)) => {}
+            None => return Err(SessionError::Network("the collection ended".into())),
+        }
+    }
+}
+
+/// Where a relayed download lands: nothing (the file is kept as it is), or a collection.
+enum Landing {
+    Kept,
+    Collecting {
+        job: Arc<Collection>,
+        events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
+        wanted: Option<Vec<u32>>,
+        files: u64,
+        kept_files: u64,
+        /// The collection's home in this process (it holds its task).
+        collections: Arc<Collections>,
+    },
+}
+
+/// Plans where `put` lands at `local` with this end's overwrite policy and starts its
+/// collection (a tree's temporary files or the file's part file made).
+async fn land(
+    put: &RelayedPut,
+    local: &Path,
+    options: &RelayedOptions,
+    identity: Arc<Identity>,
+    secret: &DirectionSecret,
+) -> Result<Landing, SessionError> {
+    let transfer = from_hex::<16>(&put.transfer)
+        .ok_or_else(|| SessionError::Protocol(format!("bad transfer id {:?}", put.transfer)))?;
+    let relays = relays_of(put)?;
+    if relays.is_empty() {
+        return Err(SessionError::Protocol("a relayed download over no relay".into()));
+    }
+    // The destination's directory is the root nothing leaves: a file lands at `local` (or
+    // beneath it, when it is a directory), a tree beneath `local`.
+    let at: PathBuf = std::path::absolute(local)
+        .map_err(|e| SessionError::io(format!("reading {}", local.display()), e))?;
+    let root = if at.is_dir() { at.clone() } else { crate::files::parent_dir(&at).to_owned() };
+    if !put.entries.is_empty() && !at.is_dir() {
+        return Err(SessionError::Config(format!(
+            "{}: a tree lands in a directory that exists",
+            local.display()
+        )));
+    }
+    let (offer, overwrite, within) = (put.clone(), options.overwrite, root.clone());
+    let (planned, tree) = blocking(move || {
+        let mut planned = plan_landing(&within, &at, &offer, overwrite)?;
+        let tree = match planned.tree.take() {
+            Some(plan) => Some(plan.prepare().map_err(plan_error)?),
+            None => None,
+        };
+        Ok((planned, tree))
+    })
+    .await?;
+    if planned.keeps_the_file() {
+        return Ok(Landing::Kept);
+    }
+    let all = put.entries.iter().filter(|e| e.kind == EntryKind::File).count().max(1) as u64;
+    let files = planned.wanted.as_ref().map_or(all, |w| w.len() as u64);
+    let collections = Arc::new(Collections::default());
+    let start = Start {
+        transfer,
+        session: SessionId::random()?,
+        key: BlockKey::new(secret, transfer),
+        plan: planned.plan,
+        dest: planned.dest.clone(),
+        fs: planned.fs,
+        relays,
+        identity,
+        permits: Box::new(()),
+        resume: None,
+        tree,
+        overwrite,
+        mode: put.mode.unwrap_or(0o644),
+        manifest: (!put.entries.is_empty()).then(|| manifest_id(&put.entries)),
+        root,
+        token_digest: [0; 32],
+        restored: None,
+        listed: Listed {
+            token: 0,
+            dest: planned.dest.display().to_string(),
+            files,
+            started: unix_now(),
+        },
+    };
+    let found = collections.clone();
+    let (job, events) = blocking(move || Collection::start(start, &found)).await?;
+    Ok(Landing::Collecting {
+        job,
+        events,
+        wanted: planned.wanted,
+        files,
+        kept_files: all.saturating_sub(files),
+        collections,
+    })
+}

@@ -1,0 +1,198 @@
+//! A relayed download's sending end (`docs/relay.md`, "Downloads"): the server stripes a file
+//! or a tree over relays of its own configuration (`sluice serve --relay`) for the client to
+//! collect, and is done once every block is safe on them (FSP's retreat, with the server as
+//! the costly or endangered sender).
+
+use std::time::{Duration, Instant};
+
+use sluice_session::relay::{CollectMsg, MAX_RELAYS, RelayedGet, StripeMsg};
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::{RequestCtx, blocking, resolve};
+use crate::session::client::relay::RelayedRequest;
+use crate::session::identity::Fingerprint;
+use crate::session::keys::{ChannelRef, ChannelSecrets};
+use crate::session::messages::{Messages, write_message};
+use crate::session::relay::seal::RELAY_KEY_LABEL;
+use crate::session::relay::stripe::{
+    Prepared, RelayTarget, RelayedOptions, Striping, rank_relays, stripe,
+};
+use crate::session::{Client, Overwrite, SessionError};
+
+/// How long the server waits for each of its relays to answer.
+const RELAY_CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// How long it waits for the client's answer to its offer (it plans where the blocks land).
+const ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+impl RequestCtx<'_> {
+    /// Stripes `get.path` over the relays it names for the client to collect; ends once every
+    /// block is safe on them and the digest is sent (the client collects on).
+    pub(super) async fn relayed_get(&mut self, get: RelayedGet) -> Result<(), SessionError> {
+        let started = Instant::now();
+        self.require(|r| r.read, "read (download)")?;
+        let collector: Fingerprint = get.collector.parse().map_err(|_| {
+            SessionError::Protocol(format!("bad collector fingerprint {:?}", get.collector))
+        })?;
+        if get.relays.is_empty() || get.relays.len() > MAX_RELAYS {
+            return Err(SessionError::Refused(format!(
+                "a relayed download names 1 to {MAX_RELAYS} of the server's relays"
+            )));
+        }
+        let mut configs = Vec::new();
+        for name in &get.relays {
+            let Some(relay) = self.shared.relays.iter().find(|r| &r.name == name) else {
+                let have: Vec<&str> = self.shared.relays.iter().map(|r| r.name.as_str()).collect();
+                return Err(SessionError::Refused(if have.is_empty() {
+                    "this server stripes over no relay (serve --relay)".into()
+                } else {
+                    format!("this server has no relay {name:?} (it has: {})", have.join(", "))
+                }));
+            };
+            configs.push(relay.clone());
+        }
+        let root = self.session.access.root.clone();
+        let (path, recursive) = (get.path.clone(), get.recursive);
+        let local = blocking(move || {
+            let at = resolve(&root, if path.is_empty() { "." } else { &path })?;
+            if at.is_dir() && !recursive {
+                return Err(SessionError::Refused(format!(
+                    "{path} is a directory: copy it with -r"
+                )));
+            }
+            Ok(at)
+        })
+        .await?;
+        let targets = reach_relays(configs, get.max_rtt_sender_ms).await;
+        let (targets, left) = rank_relays(targets, get.block_bytes).await;
+        for (relay, why) in left {
+            warn!(relay = relay.name, error = %why, "relay left out");
+            relay.client.close().await;
+        }
+        if targets.is_empty() {
+            return Err(SessionError::Busy(
+                "none of the relays named could take blocks now (see the server's log)".into(),
+            ));
+        }
+        let options = RelayedOptions {
+            strategy: get.strategy,
+            block_bytes: get.block_bytes,
+            compress: get.compress,
+            direct: false,
+            overwrite: Overwrite::Refuse,
+            // Once every block is safe the server's part is done (the client hears `Sent`),
+            // but it stays on the request, idle, until the client has the verified file: a
+            // block that did not open at the client is deposited again while it is there.
+            // (A server that is gone leaves the client to collect alone.)
+            wait: true,
+            copies: get.copies,
+            ..RelayedOptions::default()
+        };
+        let root = self.session.access.root.clone();
+        let result = self.offer(started, &local, &root, &targets, &options, collector).await;
+        for relay in targets {
+            relay.client.close().await;
+        }
+        result
+    }
+
+    /// Offers what it sends, reads the client's answer, and stripes.
+    async fn offer(
+        &mut self,
+        started: Instant,
+        local: &std::path::Path,
+        root: &std::path::Path,
+        targets: &[RelayTarget],
+        options: &RelayedOptions,
+        collector: Fingerprint,
+    ) -> Result<(), SessionError> {
+        let prepared = Prepared::new(local, Some(root), "", targets, options).await?;
+        let offer = StripeMsg::Offer(Box::new(prepared.put.clone()));
+        write_message(self.send, &offer).await.map_err(|e| super::frame_error(e, self.conn))?;
+        // From here on each side tells the other why it failed on this stream.
+        self.told = true;
+        let answer =
+            tokio::time::timeout(ANSWER_WAIT, Messages::<CollectMsg>::new(self.recv).next())
+                .await
+                .map_err(|_| SessionError::Network("the client did not answer the offer".into()))?;
+        let (job, have, wanted) = match answer.map_err(|e| super::frame_error(e, self.conn))? {
+            CollectMsg::Accepted { job, have, wanted } => (job, have, wanted),
+            CollectMsg::Failed { code, message } => {
+                info!(?code, message, "the client declined the relayed download");
+                return Ok(());
+            }
+            other => {
+                return Err(SessionError::Protocol(format!("expected Accepted, got {other:?}")));
+            }
+        };
+        let at =
+            ChannelRef { session_id: self.session.id, request_id: self.request_id, channel: 0 };
+        let secret =
+            ChannelSecrets::derive_labelled(self.conn, RELAY_KEY_LABEL, &at)?.server_to_client;
+        let (_permits, _) = self.acquire_transfer().await?;
+        let to = Striping {
+            send: self.send,
+            recv: self.recv,
+            conn: self.conn.clone(),
+            receiver: collector,
+            direct: None,
+            accepted: RelayedRequest { secret, job, have, wanted },
+        };
+        let shown = local.display().to_string();
+        let report = stripe(started, prepared, to, targets, options, &shown).await?;
+        self.shared.metrics.moved(true, report.bytes, 0, 0);
+        info!(
+            bytes = report.bytes,
+            blocks = report.blocks,
+            send_seconds = report.send_seconds,
+            "relayed download sent: the client collects on"
+        );
+        Ok(())
+    }
+}
+
+/// Sessions with `relays`, each within `max_rtt_ms` of this server when that is given; those
+/// that do not answer, or are too far, are left out (logged).
+async fn reach_relays(
+    relays: Vec<crate::session::ServerRelay>,
+    max_rtt_ms: Option<u64>,
+) -> Vec<RelayTarget> {
+    let mut reaching = JoinSet::new();
+    for (i, relay) in relays.into_iter().enumerate() {
+        reaching.spawn(async move {
+            let reached = tokio::time::timeout(RELAY_CONNECT_WAIT, async {
+                let client = Client::connect(relay.config).await?;
+                client.ready().await?;
+                Ok::<_, SessionError>(client)
+            })
+            .await
+            .unwrap_or_else(|_| Err(SessionError::Network("no answer".into())));
+            (i, relay.name, reached)
+        });
+    }
+    let mut reached = Vec::new();
+    while let Some(Ok((i, name, client))) = reaching.join_next().await {
+        match client {
+            Ok(client) => {
+                let rtt = client.rtt();
+                if let Some(max) = max_rtt_ms
+                    && rtt > Duration::from_millis(max)
+                {
+                    warn!(
+                        relay = name,
+                        rtt_ms = rtt.as_millis() as u64,
+                        max,
+                        "relay left out: too far"
+                    );
+                    client.close().await;
+                    continue;
+                }
+                reached.push((i, RelayTarget { name, client }));
+            }
+            Err(e) => warn!(relay = name, error = %e, "relay left out"),
+        }
+    }
+    // In the order named.
+    reached.sort_by_key(|(i, _)| *i);
+    reached.into_iter().map(|(_, r)| r).collect()
+}

@@ -1,0 +1,291 @@
+//! Relayed downloads (issue 28, `docs/relay.md`, "Downloads"): the server stripes a file or a
+//! tree over relays of its own configuration and the client collects from them, verified end to
+//! end; the client's overwrite policy; the server's refusals.
+
+#![allow(clippy::print_stdout)] // tests print their seeds
+
+use crate::common;
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{TestServer, pattern};
+use sluice::datapath::Fault;
+use sluice::session::{Overwrite, RelayedDownload, RelayedOptions, ServerRelay, SessionError};
+use sluice_session::relay::Strategy;
+
+use crate::session_relay::{SEED, block_files, marked, relay};
+use crate::session_relay_faults::Gate;
+
+/// A server whose relays are A and B (named `a` and `b`), with spools that outlive them.
+struct World {
+    server: TestServer,
+    relays: Vec<TestServer>,
+    spools: Vec<tempfile::TempDir>,
+}
+
+impl World {
+    async fn new(faults: [Option<Fault>; 2]) -> World {
+        println!("seed {SEED}");
+        let spools = vec![tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let mut relays = Vec::new();
+        for (spool, fault) in spools.iter().zip(faults) {
+            relays.push(relay(spool.path(), 64 << 20, fault).await);
+        }
+        let named: Vec<ServerRelay> = relays
+            .iter()
+            .zip(["a", "b"])
+            .map(|(r, name)| ServerRelay { name: name.into(), config: r.client_config() })
+            .collect();
+        let server = TestServer::start_with(move |config| config.relays = named).await;
+        World { server, relays, spools }
+    }
+
+    async fn stop(self) {
+        self.server.stop().await;
+        for relay in self.relays {
+            relay.stop().await;
+        }
+    }
+
+    /// Whether every relay's spool is empty (collected blocks are deleted).
+    fn spools_empty(&self) -> bool {
+        self.spools.iter().all(|s| block_files(s.path()).is_empty())
+    }
+}
+
+fn options(strategy: Strategy) -> RelayedOptions {
+    RelayedOptions { strategy, block_bytes: 256 << 10, batch_blocks: 2, ..Default::default() }
+}
+
+fn what(path: &str, relays: &[&str]) -> RelayedDownload {
+    RelayedDownload {
+        path: path.into(),
+        recursive: false,
+        relays: relays.iter().map(|r| (*r).to_owned()).collect(),
+        max_rtt_sender_ms: None,
+    }
+}
+
+/// Regular files beneath `dir`, as (relative path, bytes), sorted.
+fn files_under(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(at) = stack.pop() {
+        for entry in fs::read_dir(&at).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().display().to_string();
+                out.push((rel, fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_download_arrives_intact_through_the_server_s_relays_by_every_strategy() {
+    let world = World::new([None, None]).await;
+    let mut content = marked(3 << 20);
+    content.extend(pattern((1 << 20) + 12_345, SEED));
+    fs::write(world.server.root().join("big.bin"), &content).unwrap();
+    let client = world.server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    for (i, strategy) in
+        [Strategy::Fcfs, Strategy::Cyclic, Strategy::Partitioned].into_iter().enumerate()
+    {
+        let dest = local.path().join(format!("out{i}.bin"));
+        let report =
+            client.download_relayed(&what("big.bin", &["a", "b"]), &dest, &options(strategy)).await;
+        let report = report.unwrap();
+        println!("{strategy:?}: {report:?}");
+        assert_eq!(fs::read(&dest).unwrap(), content, "{strategy:?}");
+        assert_eq!(report.blocks, 17);
+        assert_eq!(report.bytes, content.len() as u64);
+        let names: Vec<&str> = report.placed.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"], "the relays by the server's names, no direct path");
+        assert_eq!(report.placed.iter().map(|p| p.blocks).sum::<u64>(), 17);
+        if strategy != Strategy::Fcfs {
+            assert!(report.placed.iter().all(|p| p.blocks >= 8), "{:?}", report.placed);
+        }
+        assert!(report.total_seconds.unwrap() >= report.send_seconds);
+        assert!(world.spools_empty(), "collected blocks are deleted");
+    }
+    let listed = common::listing(local.path());
+    assert_eq!(listed, vec!["out0.bin", "out1.bin", "out2.bin"], "no part file is left");
+    client.close().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_comes_through_the_server_s_relays_into_a_directory() {
+    let world = World::new([None, None]).await;
+    let top = world.server.root().join("run");
+    fs::create_dir_all(top.join("deep/er")).unwrap();
+    fs::write(top.join("a.bin"), pattern(700_000, SEED)).unwrap();
+    fs::write(top.join("deep/b.txt"), b"small").unwrap();
+    fs::write(top.join("deep/er/empty"), b"").unwrap();
+    fs::write(top.join("deep/er/c.bin"), pattern(1_300_001, SEED + 1)).unwrap();
+    let client = world.server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let mut tree = what("run", &["a", "b"]);
+    tree.recursive = true;
+    let report = client.download_relayed(&tree, local.path(), &options(Strategy::Fcfs)).await;
+    let report = report.unwrap();
+    println!("{report:?}");
+    assert_eq!(report.files, 4);
+    assert_eq!(files_under(&local.path().join("run")), files_under(&top));
+    assert!(world.spools_empty());
+
+    // Again with `never`: every file is there, so nothing moves.
+    let never = RelayedOptions { overwrite: Overwrite::Never, ..options(Strategy::Fcfs) };
+    let report = client.download_relayed(&tree, local.path(), &never).await.unwrap();
+    assert_eq!((report.files, report.kept_files, report.blocks), (0, 4, 0), "{report:?}");
+    assert_eq!(files_under(&local.path().join("run")), files_under(&top));
+
+    // A directory needs `recursive`.
+    let err = client.download_relayed(&what("run", &["a"]), local.path(), &never).await;
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("is a directory"), "{err}");
+    client.close().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_exists_here_follows_the_client_s_overwrite_policy() {
+    let world = World::new([None, None]).await;
+    let content = pattern(600_000, SEED);
+    fs::write(world.server.root().join("f.bin"), &content).unwrap();
+    let client = world.server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("f.bin");
+    fs::write(&dest, b"mine").unwrap();
+    let refuse = options(Strategy::Fcfs);
+    let err = client.download_relayed(&what("f.bin", &["a"]), &dest, &refuse).await.unwrap_err();
+    println!("refuse: {err}");
+    assert!(err.to_string().contains("exists"), "{err}");
+    assert_eq!(fs::read(&dest).unwrap(), b"mine", "the file is untouched");
+    let never = RelayedOptions { overwrite: Overwrite::Never, ..options(Strategy::Fcfs) };
+    let report = client.download_relayed(&what("f.bin", &["a"]), &dest, &never).await.unwrap();
+    assert_eq!((report.kept_files, report.blocks), (1, 0));
+    assert_eq!(fs::read(&dest).unwrap(), b"mine");
+    let always = RelayedOptions { overwrite: Overwrite::Always, ..options(Strategy::Fcfs) };
+    client.download_relayed(&what("f.bin", &["a"]), &dest, &always).await.unwrap();
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert_eq!(common::listing(local.path()), vec!["f.bin"], "no part file is left");
+    assert!(world.spools_empty(), "a refused offer leaves nothing at the relays");
+    client.close().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_returns_a_wrong_byte_is_caught_and_its_block_comes_again() {
+    // Relay A's reads for its first collection flip the batch's byte 1000.
+    let world = World::new([Some(Fault { offset: 1000, times: 1 }), None]).await;
+    let content = pattern(2 << 20, SEED);
+    fs::write(world.server.root().join("f.bin"), &content).unwrap();
+    let client = world.server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("f.bin");
+    let report = client
+        .download_relayed(&what("f.bin", &["a", "b"]), &dest, &options(Strategy::Cyclic))
+        .await
+        .unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert!(
+        report.placed.iter().map(|p| p.blocks).sum::<u64>() > report.blocks,
+        "the block that did not open was deposited again: {:?}",
+        report.placed
+    );
+    client.close().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_refuses_relays_it_does_not_have_and_paths_outside_its_root() {
+    let world = World::new([None, None]).await;
+    fs::write(world.server.root().join("f.bin"), b"x").unwrap();
+    let client = world.server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("f.bin");
+    let opts = options(Strategy::Fcfs);
+    let refused = |e: Result<_, SessionError>| e.unwrap_err().to_string();
+    let err = refused(client.download_relayed(&what("f.bin", &["a", "zz"]), &dest, &opts).await);
+    assert!(err.contains("no relay \"zz\"") && err.contains("a, b"), "{err}");
+    let err = refused(client.download_relayed(&what("f.bin", &[]), &dest, &opts).await);
+    assert!(err.contains("names 1 to"), "{err}");
+    let err = refused(client.download_relayed(&what("../outside", &["a"]), &dest, &opts).await);
+    assert!(err.contains("'..' is refused"), "{err}");
+    assert!(!dest.exists());
+    // A server with no relays says so.
+    let bare = TestServer::start().await;
+    fs::write(bare.root().join("f.bin"), b"x").unwrap();
+    let other = bare.client().await;
+    let err = refused(other.download_relayed(&what("f.bin", &["a"]), &dest, &opts).await);
+    assert!(err.contains("no relay"), "{err}");
+    assert!(!dest.exists());
+    assert!(common::listing(local.path()).is_empty());
+    other.close().await;
+    bare.stop().await;
+    client.close().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_leaves_once_its_blocks_are_safe_and_the_client_collects_alone() {
+    println!("seed {SEED}");
+    // The relays stand behind gates that pass the server (the first peer through) and the
+    // client only once opened: every block is on the relays, the server is gone, and only
+    // then can the client collect.
+    let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let a = relay(spools[0].path(), 64 << 20, None).await;
+    let b = relay(spools[1].path(), 64 << 20, None).await;
+    let gates = [Gate::before(a.addr).await, Gate::before(b.addr).await];
+    let named: Vec<ServerRelay> = [(&a, &gates[0], "a"), (&b, &gates[1], "b")]
+        .into_iter()
+        .map(|(relay, gate, name)| {
+            let mut config = relay.client_config();
+            config.server = gate.addr;
+            ServerRelay { name: name.into(), config }
+        })
+        .collect();
+    let server = TestServer::start_with(move |config| config.relays = named).await;
+    let content = pattern(17 * (256 << 10) - 999, SEED);
+    fs::write(server.root().join("evacuated.bin"), &content).unwrap();
+    let client = server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("evacuated.bin");
+    let (to, at) = (client.clone(), dest.clone());
+    let download = tokio::spawn(async move {
+        to.download_relayed(&what("evacuated.bin", &["a", "b"]), &at, &options(Strategy::Fcfs))
+            .await
+    });
+    let spooled = || spools.iter().map(|s| block_files(s.path()).len()).sum::<usize>();
+    for _ in 0..600 {
+        if spooled() == 17 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(spooled(), 17, "every block is on a relay before the client may collect");
+    // The server's `Sent` follows its last `Placed` and the digest.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.stop().await;
+    for (gate, relay) in gates.iter().zip([&a, &b]) {
+        gate.open_to(relay.addr);
+    }
+    let report = download.await.unwrap().unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert_eq!(report.placed.iter().map(|p| p.blocks).sum::<u64>(), 17);
+    assert!(report.send_seconds < report.total_seconds.unwrap());
+    assert_eq!(spooled(), 0, "collected blocks are deleted");
+    client.close().await;
+    a.stop().await;
+    b.stop().await;
+}
