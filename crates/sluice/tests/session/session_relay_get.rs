@@ -237,7 +237,7 @@ async fn the_server_refuses_relays_it_does_not_have_and_paths_outside_its_root()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_server_leaves_once_its_blocks_are_safe_and_the_client_collects_alone() {
+async fn the_server_leaves_once_its_sealed_blocks_are_safe_and_the_client_collects_alone() {
     println!("seed {SEED}");
     // The relays stand behind gates that pass the server (the first peer through) and the
     // client only once opened: every block is on the relays, the server is gone, and only
@@ -255,7 +255,7 @@ async fn the_server_leaves_once_its_blocks_are_safe_and_the_client_collects_alon
         })
         .collect();
     let server = TestServer::start_with(move |config| config.relays = named).await;
-    let content = pattern(17 * (256 << 10) - 999, SEED);
+    let content = marked(17 * (256 << 10) - 999);
     fs::write(server.root().join("evacuated.bin"), &content).unwrap();
     let client = server.client().await;
     let local = tempfile::tempdir().unwrap();
@@ -273,6 +273,14 @@ async fn the_server_leaves_once_its_blocks_are_safe_and_the_client_collects_alon
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(spooled(), 17, "every block is on a relay before the client may collect");
+    // The relays hold every block, and none of the plaintext.
+    let marker = &content[..30];
+    for spool in &spools {
+        for block in block_files(spool.path()) {
+            let held = fs::read(&block).unwrap();
+            assert!(!held.windows(marker.len()).any(|w| w == marker), "{}", block.display());
+        }
+    }
     // The server's `Sent` follows its last `Placed` and the digest.
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.stop().await;
