@@ -231,7 +231,12 @@ pub(crate) async fn download(
         relays: flags.relay.clone(),
         max_rtt_sender_ms: flags.relay_max_rtt_sender,
     };
-    let result = reached.client.download_relayed(&what, from.dest, &options).await;
+    // Ctrl-C stops the collection and deletes what it wrote: a relayed download cannot be
+    // resumed (the next run starts over).
+    let interrupted = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let result = reached.client.download_relayed(&what, from.dest, &options, interrupted).await;
     reached.close().await;
     let report = result?;
     let named: Vec<&str> = report.placed.iter().map(|p| p.name.as_str()).collect();

@@ -7,6 +7,7 @@
 use crate::common;
 
 use std::fs;
+use std::future::pending;
 use std::path::Path;
 use std::time::Duration;
 
@@ -99,8 +100,9 @@ async fn a_relayed_download_arrives_intact_through_the_server_s_relays_by_every_
         [Strategy::Fcfs, Strategy::Cyclic, Strategy::Partitioned].into_iter().enumerate()
     {
         let dest = local.path().join(format!("out{i}.bin"));
-        let report =
-            client.download_relayed(&what("big.bin", &["a", "b"]), &dest, &options(strategy)).await;
+        let report = client
+            .download_relayed(&what("big.bin", &["a", "b"]), &dest, &options(strategy), pending())
+            .await;
         let report = report.unwrap();
         println!("{strategy:?}: {report:?}");
         assert_eq!(fs::read(&dest).unwrap(), content, "{strategy:?}");
@@ -134,7 +136,8 @@ async fn a_tree_comes_through_the_server_s_relays_into_a_directory() {
     let local = tempfile::tempdir().unwrap();
     let mut tree = what("run", &["a", "b"]);
     tree.recursive = true;
-    let report = client.download_relayed(&tree, local.path(), &options(Strategy::Fcfs)).await;
+    let report =
+        client.download_relayed(&tree, local.path(), &options(Strategy::Fcfs), pending()).await;
     let report = report.unwrap();
     println!("{report:?}");
     assert_eq!(report.files, 4);
@@ -143,12 +146,12 @@ async fn a_tree_comes_through_the_server_s_relays_into_a_directory() {
 
     // Again with `never`: every file is there, so nothing moves.
     let never = RelayedOptions { overwrite: Overwrite::Never, ..options(Strategy::Fcfs) };
-    let report = client.download_relayed(&tree, local.path(), &never).await.unwrap();
+    let report = client.download_relayed(&tree, local.path(), &never, pending()).await.unwrap();
     assert_eq!((report.files, report.kept_files, report.blocks), (0, 4, 0), "{report:?}");
     assert_eq!(files_under(&local.path().join("run")), files_under(&top));
 
     // A directory needs `recursive`.
-    let err = client.download_relayed(&what("run", &["a"]), local.path(), &never).await;
+    let err = client.download_relayed(&what("run", &["a"]), local.path(), &never, pending()).await;
     let err = err.unwrap_err().to_string();
     assert!(err.contains("is a directory"), "{err}");
     client.close().await;
@@ -165,16 +168,20 @@ async fn a_file_that_exists_here_follows_the_client_s_overwrite_policy() {
     let dest = local.path().join("f.bin");
     fs::write(&dest, b"mine").unwrap();
     let refuse = options(Strategy::Fcfs);
-    let err = client.download_relayed(&what("f.bin", &["a"]), &dest, &refuse).await.unwrap_err();
+    let err = client
+        .download_relayed(&what("f.bin", &["a"]), &dest, &refuse, pending())
+        .await
+        .unwrap_err();
     println!("refuse: {err}");
     assert!(err.to_string().contains("exists"), "{err}");
     assert_eq!(fs::read(&dest).unwrap(), b"mine", "the file is untouched");
     let never = RelayedOptions { overwrite: Overwrite::Never, ..options(Strategy::Fcfs) };
-    let report = client.download_relayed(&what("f.bin", &["a"]), &dest, &never).await.unwrap();
+    let report =
+        client.download_relayed(&what("f.bin", &["a"]), &dest, &never, pending()).await.unwrap();
     assert_eq!((report.kept_files, report.blocks), (1, 0));
     assert_eq!(fs::read(&dest).unwrap(), b"mine");
     let always = RelayedOptions { overwrite: Overwrite::Always, ..options(Strategy::Fcfs) };
-    client.download_relayed(&what("f.bin", &["a"]), &dest, &always).await.unwrap();
+    client.download_relayed(&what("f.bin", &["a"]), &dest, &always, pending()).await.unwrap();
     assert_eq!(fs::read(&dest).unwrap(), content);
     assert_eq!(common::listing(local.path()), vec!["f.bin"], "no part file is left");
     assert!(world.spools_empty(), "a refused offer leaves nothing at the relays");
@@ -192,7 +199,7 @@ async fn a_relay_that_returns_a_wrong_byte_is_caught_and_its_block_comes_again()
     let local = tempfile::tempdir().unwrap();
     let dest = local.path().join("f.bin");
     let report = client
-        .download_relayed(&what("f.bin", &["a", "b"]), &dest, &options(Strategy::Cyclic))
+        .download_relayed(&what("f.bin", &["a", "b"]), &dest, &options(Strategy::Cyclic), pending())
         .await
         .unwrap();
     println!("{report:?}");
@@ -215,18 +222,23 @@ async fn the_server_refuses_relays_it_does_not_have_and_paths_outside_its_root()
     let dest = local.path().join("f.bin");
     let opts = options(Strategy::Fcfs);
     let refused = |e: Result<_, SessionError>| e.unwrap_err().to_string();
-    let err = refused(client.download_relayed(&what("f.bin", &["a", "zz"]), &dest, &opts).await);
+    let err = refused(
+        client.download_relayed(&what("f.bin", &["a", "zz"]), &dest, &opts, pending()).await,
+    );
     assert!(err.contains("no relay \"zz\"") && err.contains("a, b"), "{err}");
-    let err = refused(client.download_relayed(&what("f.bin", &[]), &dest, &opts).await);
+    let err = refused(client.download_relayed(&what("f.bin", &[]), &dest, &opts, pending()).await);
     assert!(err.contains("names 1 to"), "{err}");
-    let err = refused(client.download_relayed(&what("../outside", &["a"]), &dest, &opts).await);
+    let err = refused(
+        client.download_relayed(&what("../outside", &["a"]), &dest, &opts, pending()).await,
+    );
     assert!(err.contains("'..' is refused"), "{err}");
     assert!(!dest.exists());
     // A server with no relays says so.
     let bare = TestServer::start().await;
     fs::write(bare.root().join("f.bin"), b"x").unwrap();
     let other = bare.client().await;
-    let err = refused(other.download_relayed(&what("f.bin", &["a"]), &dest, &opts).await);
+    let err =
+        refused(other.download_relayed(&what("f.bin", &["a"]), &dest, &opts, pending()).await);
     assert!(err.contains("no relay"), "{err}");
     assert!(!dest.exists());
     assert!(common::listing(local.path()).is_empty());
@@ -236,46 +248,73 @@ async fn the_server_refuses_relays_it_does_not_have_and_paths_outside_its_root()
     world.stop().await;
 }
 
+/// A server whose relays A and B stand behind gates that pass the server (the first peer
+/// through) and the client only once opened, and a download of `evacuated.bin` (17 blocks, a
+/// marker of plaintext throughout) under way until every block is on the relays.
+struct Gated {
+    server: TestServer,
+    relays: [TestServer; 2],
+    spools: [tempfile::TempDir; 2],
+    gates: [Gate; 2],
+    client: sluice::session::Client,
+    local: tempfile::TempDir,
+    content: Vec<u8>,
+    download: tokio::task::JoinHandle<Result<sluice::session::RelayedReport, SessionError>>,
+}
+
+impl Gated {
+    async fn spooled(stop: tokio::sync::oneshot::Receiver<()>) -> Gated {
+        println!("seed {SEED}");
+        let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let a = relay(spools[0].path(), 64 << 20, None).await;
+        let b = relay(spools[1].path(), 64 << 20, None).await;
+        let gates = [Gate::before(a.addr).await, Gate::before(b.addr).await];
+        let named: Vec<ServerRelay> = [(&a, &gates[0], "a"), (&b, &gates[1], "b")]
+            .into_iter()
+            .map(|(relay, gate, name)| {
+                let mut config = relay.client_config();
+                config.server = gate.addr;
+                ServerRelay { name: name.into(), config }
+            })
+            .collect();
+        let server = TestServer::start_with(move |config| config.relays = named).await;
+        let content = marked(17 * (256 << 10) - 999);
+        fs::write(server.root().join("evacuated.bin"), &content).unwrap();
+        let client = server.client().await;
+        let local = tempfile::tempdir().unwrap();
+        let (to, at) = (client.clone(), local.path().join("evacuated.bin"));
+        let download = tokio::spawn(async move {
+            let what = what("evacuated.bin", &["a", "b"]);
+            let stop = async {
+                let _ = stop.await;
+            };
+            to.download_relayed(&what, &at, &options(Strategy::Fcfs), stop).await
+        });
+        let gated =
+            Gated { server, relays: [a, b], spools, gates, client, local, content, download };
+        for _ in 0..600 {
+            if gated.blocks() == 17 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(gated.blocks(), 17, "every block is on a relay before the client may collect");
+        gated
+    }
+
+    /// Blocks in the spools.
+    fn blocks(&self) -> usize {
+        self.spools.iter().map(|s| block_files(s.path()).len()).sum()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_leaves_once_its_sealed_blocks_are_safe_and_the_client_collects_alone() {
-    println!("seed {SEED}");
-    // The relays stand behind gates that pass the server (the first peer through) and the
-    // client only once opened: every block is on the relays, the server is gone, and only
-    // then can the client collect.
-    let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let a = relay(spools[0].path(), 64 << 20, None).await;
-    let b = relay(spools[1].path(), 64 << 20, None).await;
-    let gates = [Gate::before(a.addr).await, Gate::before(b.addr).await];
-    let named: Vec<ServerRelay> = [(&a, &gates[0], "a"), (&b, &gates[1], "b")]
-        .into_iter()
-        .map(|(relay, gate, name)| {
-            let mut config = relay.client_config();
-            config.server = gate.addr;
-            ServerRelay { name: name.into(), config }
-        })
-        .collect();
-    let server = TestServer::start_with(move |config| config.relays = named).await;
-    let content = marked(17 * (256 << 10) - 999);
-    fs::write(server.root().join("evacuated.bin"), &content).unwrap();
-    let client = server.client().await;
-    let local = tempfile::tempdir().unwrap();
-    let dest = local.path().join("evacuated.bin");
-    let (to, at) = (client.clone(), dest.clone());
-    let download = tokio::spawn(async move {
-        to.download_relayed(&what("evacuated.bin", &["a", "b"]), &at, &options(Strategy::Fcfs))
-            .await
-    });
-    let spooled = || spools.iter().map(|s| block_files(s.path()).len()).sum::<usize>();
-    for _ in 0..600 {
-        if spooled() == 17 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(spooled(), 17, "every block is on a relay before the client may collect");
+    let (_stop, never) = tokio::sync::oneshot::channel();
+    let gated = Gated::spooled(never).await;
     // The relays hold every block, and none of the plaintext.
-    let marker = &content[..30];
-    for spool in &spools {
+    let marker = &gated.content[..30];
+    for spool in &gated.spools {
         for block in block_files(spool.path()) {
             let held = fs::read(&block).unwrap();
             assert!(!held.windows(marker.len()).any(|w| w == marker), "{}", block.display());
@@ -283,17 +322,39 @@ async fn the_server_leaves_once_its_sealed_blocks_are_safe_and_the_client_collec
     }
     // The server's `Sent` follows its last `Placed` and the digest.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let Gated { server, relays, spools, gates, client, local, content, download } = gated;
     server.stop().await;
-    for (gate, relay) in gates.iter().zip([&a, &b]) {
+    for (gate, relay) in gates.iter().zip(&relays) {
         gate.open_to(relay.addr);
     }
     let report = download.await.unwrap().unwrap();
     println!("{report:?}");
-    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert_eq!(fs::read(local.path().join("evacuated.bin")).unwrap(), content);
     assert_eq!(report.placed.iter().map(|p| p.blocks).sum::<u64>(), 17);
     assert!(report.send_seconds < report.total_seconds.unwrap());
-    assert_eq!(spooled(), 0, "collected blocks are deleted");
+    assert!(
+        spools.iter().all(|s| block_files(s.path()).is_empty()),
+        "collected blocks are deleted"
+    );
     client.close().await;
-    a.stop().await;
-    b.stop().await;
+    for relay in relays {
+        relay.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_relayed_download_leaves_nothing_behind() {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let gated = Gated::spooled(stopped).await;
+    // The client has made its part file and cannot collect yet: stopping it deletes that.
+    assert_eq!(common::listing(gated.local.path()).len(), 1, "the part file is there");
+    stop.send(()).unwrap();
+    let err = gated.download.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("stopped"), "{err}");
+    assert!(common::listing(gated.local.path()).is_empty(), "nothing is left");
+    gated.client.close().await;
+    gated.server.stop().await;
+    for relay in gated.relays {
+        relay.stop().await;
+    }
 }

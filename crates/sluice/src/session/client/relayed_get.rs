@@ -43,13 +43,15 @@ impl Client {
     /// Downloads `what` into `local` (a file's path, or a directory it lands in) through relays
     /// of this server's: the server stripes by `options` (its strategy, block size,
     /// compression and copies; the overwrite policy is this end's) and this process collects,
-    /// verifies end to end and renames into place. The report's `send_seconds` is the
+    /// verifies end to end and renames into place. Once `stop` is ready, the collection is
+    /// stopped and what it wrote deleted (nothing of it can be resumed). The report's `send_seconds` is the
     /// server's part (until every block was safe on a relay), `total_seconds` the whole.
     pub async fn download_relayed(
         &self,
         what: &RelayedDownload,
         local: &Path,
         options: &RelayedOptions,
+        stop: impl std::future::Future<Output = ()>,
     ) -> Result<RelayedReport, SessionError> {
         let started = Instant::now();
         // The certificate this end collects with: the server binds each relay's capability
@@ -136,25 +138,32 @@ impl Client {
             }
             Heard::Sent => sent_at = Some(started.elapsed().as_secs_f64()),
         };
-        let followed = follow(&mut send, &mut recv, &job, &mut events, &mut heard).await;
-        let send_seconds = sent_at.unwrap_or_else(|| started.elapsed().as_secs_f64());
-        let end = match followed {
-            Ok(Followed::Done) => Ok(()),
-            Ok(Followed::Left { sent }) => {
-                // The server retreated (or gave up): the collection goes on with what it placed.
-                job.sender_left(sent);
-                let _ = send.finish();
-                info!(sent, "the server's part is done: collecting on");
-                ended(&mut events).await
-            }
-            Ok(Followed::Failed(e)) => Err(e),
-            Err(e) => {
-                // The server broke the protocol: the job is stopped (its files deleted).
-                job.cancel();
-                let _ = ended(&mut events).await;
-                Err(e)
+        let collecting = async {
+            let followed = follow(&mut send, &mut recv, &job, &mut events, &mut heard).await;
+            match followed {
+                Ok(Followed::Done) => Ok(()),
+                Ok(Followed::Left { sent }) => {
+                    // The server retreated (or gave up): the collection goes on with what it
+                    // placed.
+                    job.sender_left(sent);
+                    let _ = send.finish();
+                    info!(sent, "the server's part is done: collecting on");
+                    ended(&mut events).await
+                }
+                Ok(Followed::Failed(e)) => Err(e),
+                Err(e) => Err(e),
             }
         };
+        let end = tokio::select! {
+            end = collecting => end,
+            () = stop => Err(SessionError::Refused("the download was stopped".into())),
+        };
+        let send_seconds = sent_at.unwrap_or_else(|| started.elapsed().as_secs_f64());
+        if end.is_err() && collections.runs(&job) {
+            // Stopped, or the server broke the protocol: the job ends, its files deleted.
+            job.cancel();
+            let _ = ended(&mut events).await;
+        }
         if let Err(e) = end {
             // Nothing of it is kept (a stalled job's files too): this process cannot re-run
             // the copy.

@@ -634,6 +634,12 @@ impl Collections {
         stalled.into_iter().for_each(Stalled::delete);
     }
 
+    /// Whether `job` is running still (it leaves the running ones just before its end is
+    /// told).
+    pub(crate) fn runs(&self, job: &Collection) -> bool {
+        lock(&self.running).contains_key(&job.transfer)
+    }
+
     /// Whether a running job writes `dest`.
     pub(crate) fn writing(&self, dest: &Path) -> bool {
         lock(&self.running).values().any(|c| c.dest == dest)
