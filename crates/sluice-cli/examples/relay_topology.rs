@@ -15,11 +15,14 @@
 //! plain server: what a relay's path carries as one long copy, the yardstick of the column "of
 //! paths alone" (striping goodput over the sum of what its paths carry alone). Prints one JSON line per row and a Markdown table; needs
 //! root.
+//! Downloads (every row set but `one`): S also serves, its config file naming the three relays,
+//! and D runs `sluice cp` from S directly and through them (`--relay r1,r2,r3`: S stripes, D
+//! collects); their send and total times are ratios to the direct download's.
 //! `RELAY_TOPOLOGY_CLIENT_LOG=FILE` keeps the last row's client log, and
 //! `RELAY_TOPOLOGY_SERVER_LOGS=DIR` each server's as `DIR/HOST.log` (with `RUST_LOG`).
 //!
 //! `cargo run --release -p sluice-cli --example relay_topology -- [--bin target/release/sluice]
-//! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100] [--rows all|quick|one] [--block 4MiB] [--batch-us 0]`
+//! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100] [--rows all|quick|one|download] [--block 4MiB] [--batch-us 0]`
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line measurement
 
@@ -44,6 +47,8 @@ struct Args {
     quick: bool,
     /// Only the row of 3 relays and the receiver (for A/B runs).
     one: bool,
+    /// Only the downloads: D from S directly, and through S's 3 relays.
+    download: bool,
     block: String,
     /// Receive-side release granularity of every link, in microseconds (0: on time).
     batch_us: u64,
@@ -57,6 +62,7 @@ fn args() -> Args {
         slow_mbit: 100,
         quick: false,
         one: false,
+        download: false,
         block: "4MiB".into(),
         batch_us: 0,
     };
@@ -68,7 +74,10 @@ fn args() -> Args {
             "--size-mib" => a.size_mib = value.parse().expect("--size-mib N"),
             "--uplink-mbit" => a.uplink_mbit = value.parse().expect("--uplink-mbit N"),
             "--slow-mbit" => a.slow_mbit = value.parse().expect("--slow-mbit N"),
-            "--rows" => (a.quick, a.one) = (value == "quick", value == "one"),
+            "--rows" => {
+                (a.quick, a.one, a.download) =
+                    (value == "quick", value == "one", value == "download");
+            }
             "--block" => a.block = value,
             "--batch-us" => a.batch_us = value.parse().expect("--batch-us N"),
             other => panic!("unknown argument {other}"),
@@ -149,7 +158,8 @@ impl World {
             let via = addr(octet, 2).to_string();
             netns::ip(&["-n", &ns, "route", "add", "198.18.0.0/16", "via", &via]).unwrap();
         }
-        for (host, octet) in &HOSTS[1..] {
+        // The relays and D first: S's server names the relays by their fingerprints.
+        for (host, octet) in HOSTS[1..].iter().chain(&HOSTS[..1]) {
             let home = world.dir.path().join(host);
             std::fs::create_dir_all(home.join("root")).unwrap();
             let tokens = home.join("tokens");
@@ -166,6 +176,24 @@ impl World {
             c.arg("--tokens").arg(&tokens);
             if host.starts_with('r') {
                 c.arg("--spool").arg(home.join("spool")).args(["--spool-max", "8GiB"]);
+            }
+            if *host == "s" {
+                let token = home.join("relay.token");
+                std::fs::write(&token, TOKEN).unwrap();
+                let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+                std::fs::set_permissions(&token, owner_only).unwrap();
+                let mut text = String::new();
+                for (relay, octet) in &HOSTS[1..4] {
+                    text.push_str(&format!(
+                        "[relays.{relay}]\naddress = \"{}\"\nport = {PORT}\nfingerprint = \"{}\"\n\
+                         token_file = \"{}\"\n",
+                        addr(*octet, 1),
+                        world.fingerprint(relay),
+                        token.display()
+                    ));
+                }
+                std::fs::write(home.join("server.toml"), text).unwrap();
+                c.arg("--config").arg(home.join("server.toml"));
             }
             // RELAY_TOPOLOGY_SERVER_LOGS=DIR: each server's log (its RUST_LOG) as DIR/HOST.log.
             let log = match std::env::var_os("RELAY_TOPOLOGY_SERVER_LOGS") {
@@ -217,14 +245,41 @@ impl World {
             ));
         }
         std::fs::write(&config, text).unwrap();
+        let octet = HOSTS.iter().find(|(h, _)| *h == to).map_or(20, |(_, o)| *o);
+        let remote = format!("{}:{dest}", addr(octet, 1));
+        let paths = [source.as_os_str(), std::ffi::OsStr::new(&remote)];
+        self.cp_on("s", to, extra, &paths, &config)
+    }
+
+    /// `sluice cp ARGS S:SOURCE DEST` on D: a download from S's server into D's own directory.
+    fn download(
+        &self,
+        extra: &[&str],
+        source: &str,
+        dest: &Path,
+    ) -> (serde_json::Value, f64, Vec<f64>) {
+        let remote = format!("{}:{source}", addr(HOSTS[0].1, 1));
+        let paths = [std::ffi::OsStr::new(&remote), dest.as_os_str()];
+        self.cp_on("d", "s", extra, &paths, Path::new("/dev/null"))
+    }
+
+    /// `sluice cp --json ARGS PATHS` run on `host` against the server on `to`, with `config`
+    /// as its config file; the summary's JSON, the wall time and D's link each second.
+    fn cp_on(
+        &self,
+        host: &str,
+        to: &str,
+        extra: &[&str],
+        paths: &[&std::ffi::OsStr],
+        config: &Path,
+    ) -> (serde_json::Value, f64, Vec<f64>) {
         let tag = &self.names[0][..self.names[0].len() - 2];
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &format!("{tag}-s")]).arg(&self.bin);
-        c.env("SLUICE_CONFIG", &config).env("SLUICE_TOKEN", TOKEN);
+        c.args(["netns", "exec", &format!("{tag}-{host}")]).arg(&self.bin);
+        c.env("SLUICE_CONFIG", config).env("SLUICE_TOKEN", TOKEN);
         c.args(["cp", "--json", "-P", &PORT.to_string(), "--fingerprint", &self.fingerprint(to)]);
-        c.arg("--known-hosts").arg(self.dir.path().join("known_hosts"));
-        let octet = HOSTS.iter().find(|(h, _)| *h == to).map_or(20, |(_, o)| *o);
-        c.args(extra).arg(source).arg(format!("{}:{dest}", addr(octet, 1)));
+        c.arg("--known-hosts").arg(self.dir.path().join(format!("known_hosts.{host}")));
+        c.args(extra).args(paths);
         let started = Instant::now();
         let done = std::sync::atomic::AtomicBool::new(false);
         let (out, timeline) = std::thread::scope(|scope| {
@@ -252,21 +307,28 @@ impl World {
     }
 
     /// What D's link delivered towards D each second (Mbit/s) until `done`: how full the
-    /// receiver's link is kept while it collects.
+    /// receiver's link is kept while it collects; and the packets its queue dropped each
+    /// second (`RELAY_TOPOLOGY_DROPS=1` prints them on stderr).
     fn d_timeline(&self, done: &std::sync::atomic::AtomicBool) -> Vec<f64> {
         let (_, link) = self.links.iter().find(|(n, _)| n == "d").expect("D's link");
         let mut seconds = Vec::new();
-        let mut last = link.report().b2a.delivered_bytes;
-        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut drops = Vec::new();
+        let report = link.report().b2a;
+        let (mut last, mut last_drops) = (report.delivered_bytes, report.dropped_queue);
+        'sampling: while !done.load(std::sync::atomic::Ordering::Relaxed) {
             for _ in 0..20 {
                 std::thread::sleep(Duration::from_millis(50));
                 if done.load(std::sync::atomic::Ordering::Relaxed) {
-                    return seconds;
+                    break 'sampling;
                 }
             }
-            let now = link.report().b2a.delivered_bytes;
-            seconds.push((now - last) as f64 * 8.0 / 1e6);
-            last = now;
+            let report = link.report().b2a;
+            seconds.push((report.delivered_bytes - last) as f64 * 8.0 / 1e6);
+            drops.push(report.dropped_queue - last_drops);
+            (last, last_drops) = (report.delivered_bytes, report.dropped_queue);
+        }
+        if std::env::var_os("RELAY_TOPOLOGY_DROPS").is_some() {
+            eprintln!("D's queue drops each second: {drops:?}");
         }
         seconds
     }
@@ -297,7 +359,8 @@ fn main() {
     let a = args();
     assert!(netns::is_root(), "needs root (network namespaces, TUN devices)");
     let world = World::new(&a);
-    let source = world.dir.path().join("source.bin");
+    // In S's served directory: uploads read it there, downloads fetch it from S's server.
+    let source = world.dir.path().join("s").join("root").join("source.bin");
     {
         // Incompressible: the BLAKE3 XOF of a fixed key.
         let mut out = std::io::BufWriter::new(std::fs::File::create(&source).unwrap());
@@ -318,7 +381,7 @@ fn main() {
     const ALONE: &str = "S to r1 alone";
     let alone = (ALONE, vec![]);
     let mut rows: Vec<(&str, Vec<&str>)> =
-        if a.one { Vec::new() } else { vec![("direct", vec![]), ceiling, alone] };
+        if a.one || a.download { Vec::new() } else { vec![("direct", vec![]), ceiling, alone] };
     let all = [
         ("2 relays + D, fcfs", vec!["--relay", "r1,r2"]),
         ("2 relays, fcfs", vec!["--relay", "r1,r2", "--relay-direct", "off"]),
@@ -332,7 +395,7 @@ fn main() {
     ];
     if a.quick || a.one {
         rows.push(all[2].clone());
-    } else {
+    } else if !a.download {
         rows.extend(all);
     }
     println!(
@@ -418,5 +481,65 @@ fn main() {
             striping / paths,
         ));
     }
+    if !a.one {
+        table.extend(downloads(&world, &a, size));
+    }
     println!("{}", table.join("\n"));
+}
+
+/// The download rows: D fetches the file from S's server directly, then through S's three
+/// relays (S stripes, D collects); times are ratios to the direct download's.
+fn downloads(world: &World, a: &Args, size: u64) -> Vec<String> {
+    let local = world.dir.path().join("dl");
+    std::fs::create_dir_all(&local).unwrap();
+    let source = world.dir.path().join("s").join("root").join("source.bin");
+    let rows: [(&str, Vec<&str>); 2] = [
+        ("download: direct", vec![]),
+        (
+            "download: 3 relays (S stripes, D collects)",
+            vec!["--relay", "r1,r2,r3", "--relay-block", &a.block],
+        ),
+    ];
+    let mut direct_s = f64::NAN;
+    let mut lines = Vec::new();
+    for (i, (label, flags)) in rows.iter().enumerate() {
+        let dest = local.join(format!("row{i}.bin"));
+        let before = world.bytes();
+        let (summary, wall, timeline) = world.download(flags, "source.bin", &dest);
+        let after = world.bytes();
+        assert!(same(&source, &dest), "{label}: the file differs");
+        let _ = std::fs::remove_file(&dest);
+        let of = |h: &str| {
+            let now = after.iter().find(|(n, _, _)| n == h).map_or(0, |m| m.1 + m.2);
+            let then = before.iter().find(|(n, _, _)| n == h).map_or(0, |m| m.1 + m.2);
+            (now - then) as f64 / 1e6
+        };
+        let relays_mb: f64 = ["r1", "r2", "r3"].iter().map(|h| of(h)).sum();
+        let (send, total) = if flags.is_empty() {
+            let seconds = summary["seconds"].as_f64().unwrap_or(wall);
+            direct_s = seconds;
+            (seconds, seconds)
+        } else {
+            (summary["send_seconds"].as_f64().unwrap(), summary["total_seconds"].as_f64().unwrap())
+        };
+        let theoretical = if flags.is_empty() { a.slow_mbit } else { 3 * a.slow_mbit };
+        let striping = size as f64 * 8.0 / send / 1e6;
+        let line = serde_json::json!({
+            "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
+            "striping_mbit": striping, "theoretical_mbit": theoretical,
+            "placed": summary["placed"].clone(),
+            "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        lines.push(format!(
+            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | - | {striping:.0} | {theoretical} | {:.3} | - | {:.0} | {:.0} | {relays_mb:.0} |",
+            send / direct_s,
+            total / direct_s,
+            striping / theoretical as f64,
+            of("s"),
+            of("d"),
+        ));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    lines
 }

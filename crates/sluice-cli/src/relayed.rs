@@ -303,10 +303,11 @@ pub(crate) fn server_relays(file: &ServerFile) -> anyhow::Result<Vec<ServerRelay
             transport: None,
             no_path_memory: true,
         };
-        let config =
-            connect.client_config(name, prefs, ChannelConfig::default(), None).map_err(|e| {
-                exit::usage(format!("[relays.{name}] of the server's config file: {e:#}"))
-            })?;
+        // The data channels a client's copy has (packet size, bursts, idle timeout).
+        let channel = sluice::session::default_channel_config();
+        let config = connect.client_config(name, prefs, channel, None).map_err(|e| {
+            exit::usage(format!("[relays.{name}] of the server's config file: {e:#}"))
+        })?;
         relays.push(ServerRelay { name: name.clone(), config });
     }
     Ok(relays)

@@ -169,7 +169,7 @@ pub struct RelayedPut {
 
 /// A relayed download, on the client's session with the server that sends (FSP with the
 /// server as the sending end): the server stripes the file or tree over relays of its own
-/// (named in its configuration, `sluice serve --relay`) and the client collects from them.
+/// (`[relays.NAME]` of its config file, `sluice serve --config`) and the client collects from them.
 /// The server answers with [`StripeMsg::Offer`] (what it sends, where, and the client's
 /// capability at each relay); the client answers [`CollectMsg::Accepted`] once it planned
 /// where the blocks land; then [`StripeMsg`]s and [`CollectMsg`]s as for a relayed upload.

@@ -44,8 +44,9 @@ impl Client {
     /// of this server's: the server stripes by `options` (its strategy, block size,
     /// compression and copies; the overwrite policy is this end's) and this process collects,
     /// verifies end to end and renames into place. Once `stop` is ready, the collection is
-    /// stopped and what it wrote deleted (nothing of it can be resumed). The report's `send_seconds` is the
-    /// server's part (until every block was safe on a relay), `total_seconds` the whole.
+    /// stopped and what it wrote deleted (nothing of it can be resumed). The report's
+    /// `send_seconds` is the server's part (until every block was safe on a relay),
+    /// `total_seconds` the whole.
     pub async fn download_relayed(
         &self,
         what: &RelayedDownload,

@@ -55,7 +55,7 @@ pub struct RelayTarget {
     pub client: Client,
 }
 
-/// A relay a server stripes relayed downloads over (`sluice serve --relay NAME`): the name
+/// A relay a server stripes relayed downloads over (`[relays.NAME]` of `serve --config`): the name
 /// clients ask for it by, and how the server reaches it (its token there needs the `relay`
 /// right).
 #[derive(Debug, Clone)]

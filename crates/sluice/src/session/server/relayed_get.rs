@@ -1,7 +1,7 @@
 //! A relayed download's sending end (`docs/relay.md`, "Downloads"): the server stripes a file
-//! or a tree over relays of its own configuration (`sluice serve --relay`) for the client to
-//! collect, and is done once every block is safe on them (FSP's retreat, with the server as
-//! the costly or endangered sender).
+//! or a tree over relays of its own configuration (`[relays.NAME]` of `serve --config`) for
+//! the client to collect, and is done once every block is safe on them (FSP's retreat, with
+//! the server as the costly or endangered sender).
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use super::{RequestCtx, blocking, resolve};
 use crate::session::client::relay::RelayedRequest;
+use crate::session::drive::unrooted;
 use crate::session::identity::Fingerprint;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Messages, write_message};
@@ -44,13 +45,16 @@ impl RequestCtx<'_> {
             let Some(relay) = self.shared.relays.iter().find(|r| &r.name == name) else {
                 let have: Vec<&str> = self.shared.relays.iter().map(|r| r.name.as_str()).collect();
                 return Err(SessionError::Refused(if have.is_empty() {
-                    "this server stripes over no relay (serve --relay)".into()
+                    "this server stripes over no relay (none in its config file)".into()
                 } else {
                     format!("this server has no relay {name:?} (it has: {})", have.join(", "))
                 }));
             };
             configs.push(relay.clone());
         }
+        // A place among the transfers of the server, the session and the token, before any
+        // relay is asked for anything.
+        let (_permits, _) = self.acquire_transfer().await?;
         let root = self.session.access.root.clone();
         let (path, recursive) = (get.path.clone(), get.recursive);
         let local = blocking(move || {
@@ -129,7 +133,6 @@ impl RequestCtx<'_> {
             ChannelRef { session_id: self.session.id, request_id: self.request_id, channel: 0 };
         let secret =
             ChannelSecrets::derive_labelled(self.conn, RELAY_KEY_LABEL, &at)?.server_to_client;
-        let (_permits, _) = self.acquire_transfer().await?;
         let to = Striping {
             send: self.send,
             recv: self.recv,
@@ -139,7 +142,17 @@ impl RequestCtx<'_> {
             accepted: RelayedRequest { secret, job, have, wanted },
         };
         let shown = local.display().to_string();
-        let report = stripe(started, prepared, to, targets, options, &shown).await?;
+        let report = match stripe(started, prepared, to, targets, options, &shown).await {
+            Ok(report) => report,
+            Err(e) => {
+                // The client hears why (a second `Failed` after the striping's own is unread),
+                // with paths as it named them.
+                let message = unrooted(&e.detail(), &self.session.access.root);
+                let msg = StripeMsg::Failed { code: e.code(), message };
+                let _ = write_message(self.send, &msg).await;
+                return Err(e);
+            }
+        };
         self.shared.metrics.moved(true, report.bytes, 0, 0);
         info!(
             bytes = report.bytes,
