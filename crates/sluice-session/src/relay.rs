@@ -153,6 +153,10 @@ pub struct RelayedPut {
     /// 0644, as a copy's does. A tree's are in `entries`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<u32>,
+    /// Keep the sender's permission bits and modification times (`--preserve`), as a copy
+    /// does; else files land 0644 (0755 when executable) with the time of their arrival.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preserve: bool,
     /// Bytes per block (the last may be shorter).
     pub block_bytes: u64,
     /// The transfer's id, 32 hex digits.

@@ -587,6 +587,10 @@ impl Incoming {
             self.plan.fs.symlink(entry.target.as_deref().unwrap_or(""), target).map_err(io_err)?;
             done.links += 1;
         }
+        // Every file is in place: its claim goes now, before the directories' times are set
+        // (removing a claim's lock file beside it changes its directory's time: released at
+        // the drop, they undid --preserve's directory times).
+        drop(std::mem::replace(&mut self.claims, Claims::new(self.plan.fs.clone())));
         // Deepest first: setting a directory's time after its contents changed.
         for &i in self.plan.dirs.iter().rev().filter(|_| preserve) {
             let (entry, target) = (&self.plan.entries[i], &self.plan.targets[i]);
@@ -671,7 +675,7 @@ pub(crate) fn file_mode(source_mode: u32, preserve: bool) -> u32 {
     }
 }
 
-fn system_time(secs: i64) -> SystemTime {
+pub(crate) fn system_time(secs: i64) -> SystemTime {
     if secs >= 0 {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64)
     } else {

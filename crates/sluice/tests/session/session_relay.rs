@@ -614,3 +614,56 @@ async fn a_relayed_file_lands_0644_or_0755_as_a_copy_s_does() {
     }
     receiver.stop().await;
 }
+
+/// Sets `path`'s modification time to `secs` after the Unix epoch.
+pub(crate) fn set_mtime(path: &Path, secs: u64) {
+    // Read-only: directories too (the owner may set any time).
+    let file = fs::File::open(path).unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
+}
+
+/// `path`'s permission bits and modification time (seconds since the Unix epoch).
+pub(crate) fn mode_and_mtime(path: &Path) -> (u32, u64) {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = fs::metadata(path).unwrap();
+    let secs = meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    (meta.permissions().mode() & 0o7777, secs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_preserve_a_relayed_file_and_tree_keep_their_bits_and_times() {
+    use std::os::unix::fs::PermissionsExt;
+    println!("seed {SEED}");
+    let (receiver, _spools, a, b) = receiver_and_two_relays().await;
+    let local = tempfile::tempdir().unwrap();
+    let sender = receiver.client().await;
+    let relays = targets(&[&a, &b]).await;
+    let options = RelayedOptions { preserve: true, ..relayed_options(Strategy::Fcfs, true, true) };
+    // One file, 0640 (a copy without --preserve would land it 0644), dated 2001.
+    let source = local.path().join("kept.bin");
+    fs::write(&source, pattern(700_000, SEED)).unwrap();
+    fs::set_permissions(&source, fs::Permissions::from_mode(0o640)).unwrap();
+    set_mtime(&source, 978_307_200);
+    sender.upload_relayed(&source, "kept.bin", &relays, &options).await.unwrap();
+    assert_eq!(mode_and_mtime(&receiver.root().join("kept.bin")), (0o640, 978_307_200));
+    // A tree: each file's bits and time, and a directory's time.
+    let top = local.path().join("t");
+    fs::create_dir_all(top.join("sub")).unwrap();
+    for (name, mode, secs) in [("a.bin", 0o600, 1_000_000_000), ("sub/x.sh", 0o750, 1_100_000_000)]
+    {
+        let path = top.join(name);
+        fs::write(&path, pattern(400_000, SEED)).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        set_mtime(&path, secs);
+    }
+    set_mtime(&top.join("sub"), 1_200_000_000);
+    sender.upload_relayed(&top, "", &relays, &options).await.unwrap();
+    let landed = receiver.root().join("t");
+    assert_eq!(mode_and_mtime(&landed.join("a.bin")), (0o600, 1_000_000_000));
+    assert_eq!(mode_and_mtime(&landed.join("sub/x.sh")), (0o750, 1_100_000_000));
+    assert_eq!(mode_and_mtime(&landed.join("sub")).1, 1_200_000_000);
+    sender.close().await;
+    for stop in [receiver, a, b] {
+        stop.stop().await;
+    }
+}

@@ -16,7 +16,7 @@ use sluice::datapath::Fault;
 use sluice::session::{Overwrite, RelayedDownload, RelayedOptions, ServerRelay, SessionError};
 use sluice_session::relay::Strategy;
 
-use crate::session_relay::{SEED, block_files, marked, relay};
+use crate::session_relay::{SEED, block_files, marked, mode_and_mtime, relay, set_mtime};
 use crate::session_relay_faults::Gate;
 
 /// A server whose relays are A and B (named `a` and `b`), with spools that outlive them.
@@ -244,6 +244,41 @@ async fn the_server_refuses_relays_it_does_not_have_and_paths_outside_its_root()
     assert!(common::listing(local.path()).is_empty());
     other.close().await;
     bare.stop().await;
+    client.close().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_preserve_a_downloaded_file_and_tree_keep_their_bits_and_times() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::new([None, None]).await;
+    let root = world.server.root();
+    fs::write(root.join("f.bin"), pattern(600_000, SEED)).unwrap();
+    fs::set_permissions(root.join("f.bin"), fs::Permissions::from_mode(0o640)).unwrap();
+    set_mtime(&root.join("f.bin"), 978_307_200);
+    fs::create_dir_all(root.join("t/sub")).unwrap();
+    fs::write(root.join("t/sub/x.sh"), pattern(500_000, SEED)).unwrap();
+    fs::set_permissions(root.join("t/sub/x.sh"), fs::Permissions::from_mode(0o750)).unwrap();
+    set_mtime(&root.join("t/sub/x.sh"), 1_100_000_000);
+    set_mtime(&root.join("t/sub"), 1_200_000_000);
+    let client = world.server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let keep = RelayedOptions { preserve: true, ..options(Strategy::Fcfs) };
+    let dest = local.path().join("f.bin");
+    client.download_relayed(&what("f.bin", &["a", "b"]), &dest, &keep, pending()).await.unwrap();
+    assert_eq!(mode_and_mtime(&dest), (0o640, 978_307_200));
+    let mut tree = what("t", &["a", "b"]);
+    tree.recursive = true;
+    client.download_relayed(&tree, local.path(), &keep, pending()).await.unwrap();
+    assert_eq!(mode_and_mtime(&local.path().join("t/sub/x.sh")), (0o750, 1_100_000_000));
+    assert_eq!(mode_and_mtime(&local.path().join("t/sub")).1, 1_200_000_000);
+    // Without it, as a copy: 0644 and the time of arrival.
+    let plain = local.path().join("plain.bin");
+    let opts = options(Strategy::Fcfs);
+    client.download_relayed(&what("f.bin", &["a"]), &plain, &opts, pending()).await.unwrap();
+    let (mode, secs) = mode_and_mtime(&plain);
+    assert_eq!(mode, 0o644);
+    assert!(secs > 1_700_000_000, "the time of arrival: {secs}");
     client.close().await;
     world.stop().await;
 }

@@ -265,13 +265,19 @@ async fn preserve_keeps_modes_and_times_without_setuid() {
     let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_234_567_890);
     fs::File::options().write(true).open(&file).unwrap().set_modified(when).unwrap();
     fs::set_permissions(&top, fs::Permissions::from_mode(0o710)).unwrap();
+    // The directory's own time, after its file was written (a claim's lock file removed in
+    // it after the times were set once undid this).
+    let dir_when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_300_000_000);
+    fs::File::open(&top).unwrap().set_modified(dir_when).unwrap();
 
     let options = CopyOptions { preserve: true, ..recursive() };
     client.upload(&[top], "", &options, |_| {}).await.unwrap();
     let stored = server.root().join("p/f").metadata().unwrap();
     assert_eq!(stored.permissions().mode() & 0o7777, 0o741);
     assert_eq!(stored.mtime(), 1_234_567_890);
-    assert_eq!(server.root().join("p").metadata().unwrap().permissions().mode() & 0o777, 0o710);
+    let dir = server.root().join("p").metadata().unwrap();
+    assert_eq!(dir.permissions().mode() & 0o777, 0o710);
+    assert_eq!(dir.mtime(), 1_300_000_000, "the directory's time is kept");
     server.stop().await;
 }
 

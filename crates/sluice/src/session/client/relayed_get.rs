@@ -244,8 +244,9 @@ async fn land(
         )));
     }
     let (offer, overwrite, within) = (put.clone(), options.overwrite, root.clone());
+    let preserve = options.preserve;
     let (planned, tree) = blocking(move || {
-        let mut planned = plan_landing(&within, &at, &offer, overwrite)?;
+        let mut planned = plan_landing(&within, &at, &offer, overwrite, preserve)?;
         let tree = match planned.tree.take() {
             Some(plan) => Some(plan.prepare().map_err(plan_error)?),
             None => None,
@@ -273,6 +274,8 @@ async fn land(
         tree,
         overwrite,
         mode: put.mode.unwrap_or(0o644),
+        preserve,
+        mtime: put.mtime,
         manifest: (!put.entries.is_empty()).then(|| manifest_id(&put.entries)),
         root,
         token_digest: [0; 32],

@@ -200,9 +200,10 @@ pub(crate) fn plan_tree(
     at: &Path,
     entries: Vec<Entry>,
     overwrite: Overwrite,
+    preserve: bool,
 ) -> Result<Plan, SessionError> {
-    let options =
-        ReceiveOptions { overwrite, checksum: false, preserve: false, confine: Some(root.into()) };
+    let confine = Some(root.into());
+    let options = ReceiveOptions { overwrite, checksum: false, preserve, confine };
     incoming::plan(at, entries, &options).map_err(plan_error)
 }
 
@@ -291,6 +292,9 @@ pub(crate) struct Collection {
     manifest: Option<blake3::Hash>,
     /// One file's permission bits at the sender.
     mode: u32,
+    /// Keep its bits and modification time (`--preserve`).
+    preserve: bool,
+    mtime: Option<i64>,
     /// Where its record is kept, and its token's root and digest ([`Collection::save`]): a
     /// file's job on a server with a state directory.
     saved: Option<(PathBuf, PathBuf, [u8; 32])>,
@@ -534,8 +538,13 @@ impl Collections {
         let (files, overwrite, tree_plan) = match tree {
             Some(tree) => {
                 let manifest = manifest_id(&tree.entries);
-                let tree_plan =
-                    plan_tree(&record.root, &record.dest, tree.entries, tree.overwrite)?;
+                let tree_plan = plan_tree(
+                    &record.root,
+                    &record.dest,
+                    tree.entries,
+                    tree.overwrite,
+                    tree.preserve,
+                )?;
                 if tree_plan.wanted_bytes() != plan.size {
                     return Err(SessionError::Refused(format!(
                         "the tree now plans {} bytes to move, not {}",
@@ -593,6 +602,8 @@ impl Collections {
             tree: tree_plan.map(|(incoming, _)| incoming),
             overwrite,
             mode: record.mode.unwrap_or(0o644),
+            preserve: record.preserve,
+            mtime: record.mtime,
             root: record.root,
             token_digest,
             restored: Some(Restored {
@@ -694,6 +705,10 @@ pub(crate) struct Start {
     pub(crate) tree: Option<Incoming>,
     /// The sender's overwrite policy (a tree's record keeps it: a restart plans it again).
     pub(crate) overwrite: Overwrite,
+    /// Keep the sender's permission bits and modification times (`--preserve`): a file's
+    /// are `mode` and `mtime`, a tree's in its plan.
+    pub(crate) preserve: bool,
+    pub(crate) mtime: Option<i64>,
     /// One file's permission bits at the sender (it lands 0755 or 0644 by them).
     pub(crate) mode: u32,
     /// A tree's manifest ([`manifest_id`]): what a re-run must send to take it over if it
@@ -729,7 +744,7 @@ impl Collection {
             let store = Box::new(incoming.store());
             Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }
         };
-        let start_overwrite = start.overwrite;
+        let start_policy = (start.overwrite, start.preserve);
         let (landing, expect, restored) = match (start.tree, start.resume, start.restored) {
             (tree_plan, _, Some(r)) => {
                 let landing = match tree_plan {
@@ -793,6 +808,8 @@ impl Collection {
             transfer: start.transfer,
             manifest: start.manifest,
             mode: start.mode,
+            preserve: start.preserve,
+            mtime: start.mtime,
             saved,
             record_final: Mutex::new(false),
             session: start.session,
@@ -831,7 +848,7 @@ impl Collection {
             }
             running.insert(job.transfer, job.clone());
         }
-        job.save_tree(start_overwrite);
+        job.save_tree(start_policy);
         job.save(None);
         collections.tasks.spawn(job.clone().run(collections.clone()));
         Ok((job, rx))
@@ -1051,7 +1068,7 @@ impl Collection {
     /// Keeps a tree's manifest, overwrite policy and temporary files beside its record
     /// ([`TreeRecord`]): what a restarted server plans the tree again from. Written once, as
     /// the job starts: they do not change. Does file I/O.
-    fn save_tree(&self, overwrite: Overwrite) {
+    fn save_tree(&self, (overwrite, preserve): (Overwrite, bool)) {
         let (Some((path, ..)), Landing::Tree { incoming, .. }) = (&self.saved, &self.landing)
         else {
             return;
@@ -1059,6 +1076,7 @@ impl Collection {
         let record = lock(incoming).as_ref().map(|i| TreeRecord {
             entries: i.entries().to_vec(),
             overwrite,
+            preserve,
             temps: i.temps().to_vec(),
         });
         if let Some(record) = record
@@ -1119,6 +1137,8 @@ impl Collection {
                 sent: p.sent,
                 stalled,
                 mode: Some(self.mode),
+                preserve: self.preserve,
+                mtime: self.mtime,
                 tree: matches!(self.landing, Landing::Tree { .. }),
                 temps: Vec::new(),
             }
@@ -1534,10 +1554,16 @@ impl Collection {
                 )));
             }
             // The part file is 0600 while it fills; in place it is 0755 when the source was
-            // executable, else 0644, as a copy's file is.
-            let mode = crate::tree::incoming::file_mode(me.mode, false);
+            // executable, else 0644, as a copy's file is; with `--preserve`, the source's bits
+            // (without setuid, setgid and sticky) and modification time.
+            let mode = crate::tree::incoming::file_mode(me.mode, me.preserve);
             file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
                 .map_err(|e| SessionError::io(format!("setting {}'s mode", part.display()), e))?;
+            if let (true, Some(mtime)) = (me.preserve, me.mtime) {
+                file.set_modified(crate::tree::incoming::system_time(mtime)).map_err(|e| {
+                    SessionError::io(format!("setting {}'s time", part.display()), e)
+                })?;
+            }
             me.fs
                 .rename(part, &me.dest)
                 .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;

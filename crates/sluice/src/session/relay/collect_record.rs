@@ -72,6 +72,11 @@ pub(crate) struct Record {
     /// One file's permission bits at the sender (it lands 0755 or 0644 by them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) mode: Option<u32>,
+    /// Keep the sender's permission bits and modification time (`--preserve`); a file's time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) preserve: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) mtime: Option<i64>,
     /// Whether it is a tree's (its manifest and temporary files are in its [`TreeRecord`]).
     #[serde(default)]
     pub(crate) tree: bool,
@@ -89,6 +94,9 @@ pub(crate) struct TreeRecord {
     pub(crate) entries: Vec<Entry>,
     /// The sender's overwrite policy.
     pub(crate) overwrite: Overwrite,
+    /// Whether the files keep the sender's bits and times (`--preserve`).
+    #[serde(default)]
+    pub(crate) preserve: bool,
     /// One per file, in the order the data moves.
     pub(crate) temps: Vec<PathBuf>,
 }
@@ -183,6 +191,8 @@ mod tests {
             sent: true,
             stalled: None,
             mode: None,
+            preserve: false,
+            mtime: None,
             tree: false,
             temps: Vec::new(),
         };

@@ -66,13 +66,14 @@ pub(crate) fn relays_of(put: &RelayedPut) -> Result<Vec<RelayAt>, SessionError> 
 }
 
 /// Plans where `put` lands at `at` beneath `root` (a file: `at`, or `at/name` when `at` is a
-/// directory; a tree: beneath `at`), with the sender's overwrite policy `overwrite`. Does file
-/// I/O.
+/// directory; a tree: beneath `at`), with the overwrite policy `overwrite` and `preserve`
+/// (keep the sender's bits and times). Does file I/O.
 pub(crate) fn plan_landing(
     root: &Path,
     at: &Path,
     put: &RelayedPut,
     overwrite: Overwrite,
+    preserve: bool,
 ) -> Result<Planned, SessionError> {
     let name = &put.name;
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
@@ -92,7 +93,7 @@ pub(crate) fn plan_landing(
         }
         // The files that move: those the overwrite policy keeps are left out, and the blocks
         // cut only the others' bytes (the sender is told which).
-        let tree = plan_tree(root, at, put.entries.clone(), overwrite)?;
+        let tree = plan_tree(root, at, put.entries.clone(), overwrite, preserve)?;
         let wanted = (tree.wanted().len() < count).then(|| tree.wanted().to_vec());
         let plan =
             BlockPlan::new(tree.wanted_bytes(), put.block_bytes).map_err(SessionError::Refused)?;
@@ -113,7 +114,7 @@ pub(crate) fn plan_landing(
             target: None,
             blake3: None,
         };
-        if plan_tree(root, &dest, vec![entry], overwrite)?.wanted().is_empty() {
+        if plan_tree(root, &dest, vec![entry], overwrite, false)?.wanted().is_empty() {
             wanted = Some(Vec::new());
         }
     }

@@ -121,6 +121,9 @@ pub struct RelayedOptions {
     pub direct: bool,
     /// A file at the destination.
     pub overwrite: Overwrite,
+    /// Keep permission bits and modification times (`--preserve`; in a download this end's
+    /// choice).
+    pub preserve: bool,
     /// Stay until the receiver has the verified file (else leave once every block is safe).
     pub wait: bool,
     /// On how many relays a block must be (fsync'd) before it counts as safe, unless the
@@ -138,6 +141,7 @@ impl Default for RelayedOptions {
             compress: None,
             direct: true,
             overwrite: Overwrite::Refuse,
+            preserve: false,
             wait: false,
             copies: 1,
         }
@@ -350,6 +354,7 @@ impl Prepared {
             dest: dest.to_owned(),
             name: source.name.clone(),
             overwrite: options.overwrite,
+            preserve: options.preserve,
             size: plan.size,
             mtime: source.mtime,
             mode: source.mode,

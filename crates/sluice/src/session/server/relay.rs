@@ -295,7 +295,7 @@ impl RequestCtx<'_> {
         let offer = put.clone();
         let (planned, tree, stalled_tree) = blocking(move || {
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
-            let mut planned = plan_landing(&root, &at, &offer, offer.overwrite)?;
+            let mut planned = plan_landing(&root, &at, &offer, offer.overwrite, offer.preserve)?;
             let Some(tree_plan) = planned.tree.take() else {
                 return Ok((planned, None, None));
             };
@@ -362,6 +362,8 @@ impl RequestCtx<'_> {
             tree,
             overwrite: put.overwrite,
             mode: put.mode.unwrap_or(0o644),
+            preserve: put.preserve,
+            mtime: put.mtime,
             manifest,
             root: self.session.access.root.clone(),
             token_digest: self.token_digest().unwrap_or_default(),
