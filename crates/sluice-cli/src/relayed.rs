@@ -67,6 +67,7 @@ impl RelayArgs {
             compress: copy.compress,
             overwrite: copy.overwrite,
             preserve: copy.preserve,
+            checksum: copy.checksum,
             wait: self.relay_wait,
             copies: self.relay_copies.unwrap_or(1),
             ..RelayedOptions::default()
@@ -112,8 +113,8 @@ pub(crate) async fn upload(
             source.display()
         )));
     }
-    if copy.dry_run || copy.checksum {
-        return Err(exit::usage("--relay does not take --dry-run or --checksum yet"));
+    if copy.dry_run {
+        return Err(exit::usage("--relay does not take --dry-run yet"));
     }
     let file = crate::config::load()?;
     let show = Show::new(mode, "upload");
@@ -212,8 +213,8 @@ pub(crate) async fn download(
     let [source] = from.sources else {
         return Err(exit::usage("--relay carries one source per copy (a file, or a tree with -r)"));
     };
-    if copy.dry_run || copy.checksum {
-        return Err(exit::usage("--relay does not take --dry-run or --checksum yet"));
+    if copy.dry_run {
+        return Err(exit::usage("--relay does not take --dry-run yet"));
     }
     if flags.relay_direct.as_deref() == Some("on") || flags.relay_max_rtt_receiver.is_some() {
         return Err(exit::usage(

@@ -157,6 +157,13 @@ pub struct RelayedPut {
     /// does; else files land 0644 (0755 when executable) with the time of their arrival.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preserve: bool,
+    /// `if-different` compares content (`--checksum`): a tree's entries carry each file's
+    /// BLAKE3, and one file's is `blake3`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checksum: bool,
+    /// One file's BLAKE3, hex, when `checksum`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blake3: Option<String>,
     /// Bytes per block (the last may be shorter).
     pub block_bytes: u64,
     /// The transfer's id, 32 hex digits.
@@ -200,6 +207,9 @@ pub struct RelayedGet {
     /// Keep only relays whose round trip from the server is at most this many milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rtt_sender_ms: Option<u64>,
+    /// The client compares by content (`--checksum`): the offer carries each file's BLAKE3.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checksum: bool,
     /// The certificate the client collects with (`SHA256:...`): each relay admits only it
     /// with the capability the server makes for the client there.
     pub collector: String,

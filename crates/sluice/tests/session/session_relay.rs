@@ -667,3 +667,52 @@ async fn with_preserve_a_relayed_file_and_tree_keep_their_bits_and_times() {
         stop.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_checksum_if_different_compares_content_through_relays() {
+    println!("seed {SEED}");
+    let (receiver, _spools, a, b) = receiver_and_two_relays().await;
+    let local = tempfile::tempdir().unwrap();
+    let sender = receiver.client().await;
+    let relays = targets(&[&a, &b]).await;
+    let top = local.path().join("t");
+    fs::create_dir_all(&top).unwrap();
+    for (name, seed) in [("a.bin", SEED), ("b.bin", SEED + 1)] {
+        fs::write(top.join(name), pattern(300_000, seed)).unwrap();
+        set_mtime(&top.join(name), 1_000_000_000);
+    }
+    let keep = RelayedOptions { preserve: true, ..relayed_options(Strategy::Fcfs, true, true) };
+    sender.upload_relayed(&top, "", &relays, &keep).await.unwrap();
+    // At the receiver: a.bin's bytes changed, its size and time as the sender's; b.bin's time
+    // changed, its bytes the sender's.
+    let at = receiver.root().join("t");
+    fs::write(at.join("a.bin"), pattern(300_000, SEED + 9)).unwrap();
+    set_mtime(&at.join("a.bin"), 1_000_000_000);
+    set_mtime(&at.join("b.bin"), 1_500_000_000);
+    let by_content = RelayedOptions {
+        overwrite: Overwrite::IfDifferent,
+        checksum: true,
+        ..relayed_options(Strategy::Fcfs, true, true)
+    };
+    let report = sender.upload_relayed(&top, "", &relays, &by_content).await.unwrap();
+    assert_eq!((report.files, report.kept_files), (1, 1), "{report:?}");
+    assert_eq!(fs::read(at.join("a.bin")).unwrap(), pattern(300_000, SEED), "a.bin moved");
+    assert_eq!(mode_and_mtime(&at.join("b.bin")).1, 1_500_000_000, "b.bin was kept");
+    // One file the same way: different bytes, the same size and time, moves.
+    let one = local.path().join("one.bin");
+    fs::write(&one, pattern(200_000, SEED)).unwrap();
+    set_mtime(&one, 1_000_000_000);
+    fs::write(receiver.root().join("one.bin"), pattern(200_000, SEED + 3)).unwrap();
+    set_mtime(&receiver.root().join("one.bin"), 1_000_000_000);
+    let by_time = RelayedOptions { overwrite: Overwrite::IfDifferent, ..by_content.clone() };
+    let by_time = RelayedOptions { checksum: false, ..by_time };
+    let report = sender.upload_relayed(&one, "one.bin", &relays, &by_time).await.unwrap();
+    assert_eq!(report.kept_files, 1, "by size and time it looks the same");
+    let report = sender.upload_relayed(&one, "one.bin", &relays, &by_content).await.unwrap();
+    assert_eq!((report.files, report.kept_files), (1, 0), "{report:?}");
+    assert_eq!(fs::read(receiver.root().join("one.bin")).unwrap(), pattern(200_000, SEED));
+    sender.close().await;
+    for stop in [receiver, a, b] {
+        stop.stop().await;
+    }
+}

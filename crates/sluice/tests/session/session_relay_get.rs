@@ -283,6 +283,40 @@ async fn with_preserve_a_downloaded_file_and_tree_keep_their_bits_and_times() {
     world.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_checksum_a_download_compares_content_with_the_server_s() {
+    let world = World::new([None, None]).await;
+    let root = world.server.root();
+    fs::write(root.join("f.bin"), pattern(400_000, SEED)).unwrap();
+    set_mtime(&root.join("f.bin"), 1_000_000_000);
+    let client = world.server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("f.bin");
+    // Here: other bytes of the same size and time.
+    fs::write(&dest, pattern(400_000, SEED + 5)).unwrap();
+    set_mtime(&dest, 1_000_000_000);
+    let by_time = RelayedOptions { overwrite: Overwrite::IfDifferent, ..options(Strategy::Fcfs) };
+    let report =
+        client.download_relayed(&what("f.bin", &["a"]), &dest, &by_time, pending()).await.unwrap();
+    assert_eq!(report.kept_files, 1, "by size and time it looks the same");
+    let by_content = RelayedOptions { checksum: true, ..by_time };
+    let report = client
+        .download_relayed(&what("f.bin", &["a"]), &dest, &by_content, pending())
+        .await
+        .unwrap();
+    assert_eq!((report.files, report.kept_files), (1, 0), "{report:?}");
+    assert_eq!(fs::read(&dest).unwrap(), pattern(400_000, SEED));
+    // The same bytes now: kept, whatever the time.
+    set_mtime(&dest, 1_500_000_000);
+    let report = client
+        .download_relayed(&what("f.bin", &["a"]), &dest, &by_content, pending())
+        .await
+        .unwrap();
+    assert_eq!(report.kept_files, 1);
+    client.close().await;
+    world.stop().await;
+}
+
 /// A server whose relays A and B stand behind gates that pass the server (the first peer
 /// through) and the client only once opened, and a download of `evacuated.bin` (17 blocks, a
 /// marker of plaintext throughout) under way until every block is on the relays.

@@ -19,7 +19,7 @@ use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret, SessionId};
 use crate::session::messages::{Request, read_message};
 use crate::session::relay::collect::{
-    Collection, Collections, JobEvent, Listed, Start, manifest_id,
+    Collection, Collections, JobEvent, Listed, Policy, Start, manifest_id,
 };
 use crate::session::relay::landing::{Followed, Heard, accept, follow, plan_landing, relays_of};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
@@ -67,6 +67,7 @@ impl Client {
             compress: options.compress,
             copies: options.copies,
             max_rtt_sender_ms: what.max_rtt_sender_ms,
+            checksum: options.checksum,
             collector: identity.fingerprint().to_string(),
         };
         let mut req = self.request().await?;
@@ -243,10 +244,14 @@ async fn land(
             local.display()
         )));
     }
-    let (offer, overwrite, within) = (put.clone(), options.overwrite, root.clone());
-    let preserve = options.preserve;
+    let policy = Policy {
+        overwrite: options.overwrite,
+        preserve: options.preserve,
+        checksum: options.checksum,
+    };
+    let (offer, within) = (put.clone(), root.clone());
     let (planned, tree) = blocking(move || {
-        let mut planned = plan_landing(&within, &at, &offer, overwrite, preserve)?;
+        let mut planned = plan_landing(&within, &at, &offer, policy)?;
         let tree = match planned.tree.take() {
             Some(plan) => Some(plan.prepare().map_err(plan_error)?),
             None => None,
@@ -272,9 +277,8 @@ async fn land(
         permits: Box::new(()),
         resume: None,
         tree,
-        overwrite,
+        policy,
         mode: put.mode.unwrap_or(0o644),
-        preserve,
         mtime: put.mtime,
         manifest: (!put.entries.is_empty()).then(|| manifest_id(&put.entries)),
         root,

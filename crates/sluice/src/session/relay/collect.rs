@@ -192,18 +192,27 @@ pub(crate) fn manifest_id(entries: &[crate::tree::Entry]) -> blake3::Hash {
     hasher.finalize()
 }
 
-/// A relayed tree's plan under `at` (not yet prepared) beneath `root`, with the sender's
-/// overwrite policy: the files it keeps do not move (the blocks cut only the wanted files'
-/// bytes, end to end).
+/// How a relayed transfer lands on files that exist, and what it keeps of the sender's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Policy {
+    /// Files that exist.
+    pub(crate) overwrite: Overwrite,
+    /// Keep the sender's permission bits and modification times (`--preserve`).
+    pub(crate) preserve: bool,
+    /// `if-different` compares content (`--checksum`; the sender's BLAKE3 is in the entries).
+    pub(crate) checksum: bool,
+}
+
+/// A relayed tree's plan under `at` (not yet prepared) beneath `root`, with `policy`: the
+/// files it keeps do not move (the blocks cut only the wanted files' bytes, end to end).
 pub(crate) fn plan_tree(
     root: &Path,
     at: &Path,
     entries: Vec<Entry>,
-    overwrite: Overwrite,
-    preserve: bool,
+    policy: Policy,
 ) -> Result<Plan, SessionError> {
-    let confine = Some(root.into());
-    let options = ReceiveOptions { overwrite, checksum: false, preserve, confine };
+    let Policy { overwrite, preserve, checksum } = policy;
+    let options = ReceiveOptions { overwrite, checksum, preserve, confine: Some(root.into()) };
     incoming::plan(at, entries, &options).map_err(plan_error)
 }
 
@@ -535,16 +544,15 @@ impl Collections {
             .map_err(|e| SessionError::io(format!("opening {}", record.root.display()), e))?;
         // A tree: planned again as it was, in the temporary files it had (which claims their
         // paths again); a file: its part file.
-        let (files, overwrite, tree_plan) = match tree {
+        let (files, policy, tree_plan) = match tree {
             Some(tree) => {
                 let manifest = manifest_id(&tree.entries);
-                let tree_plan = plan_tree(
-                    &record.root,
-                    &record.dest,
-                    tree.entries,
-                    tree.overwrite,
-                    tree.preserve,
-                )?;
+                let policy = Policy {
+                    overwrite: tree.overwrite,
+                    preserve: tree.preserve,
+                    checksum: tree.checksum,
+                };
+                let tree_plan = plan_tree(&record.root, &record.dest, tree.entries, policy)?;
                 if tree_plan.wanted_bytes() != plan.size {
                     return Err(SessionError::Refused(format!(
                         "the tree now plans {} bytes to move, not {}",
@@ -554,12 +562,12 @@ impl Collections {
                 }
                 let files = tree_plan.wanted().len();
                 let incoming = tree_plan.adopt(&tree.temps).map_err(plan_error)?;
-                (files.max(1) as u64, tree.overwrite, Some((incoming, manifest)))
+                (files.max(1) as u64, policy, Some((incoming, manifest)))
             }
             None if fs.symlink_metadata(&record.part).is_err() => {
                 return Err(SessionError::NotFound(format!("{} is gone", record.part.display())));
             }
-            None => (1, Overwrite::default(), None),
+            None => (1, Policy { preserve: record.preserve, ..Policy::default() }, None),
         };
         let listed = Listed { token, dest: record.named, files, started: record.started };
         if let Some((why, at)) = record.stalled {
@@ -600,9 +608,8 @@ impl Collections {
             listed,
             manifest: tree_plan.as_ref().map(|(_, manifest)| *manifest),
             tree: tree_plan.map(|(incoming, _)| incoming),
-            overwrite,
+            policy,
             mode: record.mode.unwrap_or(0o644),
-            preserve: record.preserve,
             mtime: record.mtime,
             root: record.root,
             token_digest,
@@ -703,11 +710,9 @@ pub(crate) struct Start {
     pub(crate) listed: Listed,
     /// A tree's plan, prepared (its directories made, its files' paths claimed).
     pub(crate) tree: Option<Incoming>,
-    /// The sender's overwrite policy (a tree's record keeps it: a restart plans it again).
-    pub(crate) overwrite: Overwrite,
-    /// Keep the sender's permission bits and modification times (`--preserve`): a file's
-    /// are `mode` and `mtime`, a tree's in its plan.
-    pub(crate) preserve: bool,
+    /// How it lands (a tree's record keeps it: a restart plans it again); with `preserve`, a
+    /// file keeps `mode` and `mtime`, a tree's files and directories what its plan says.
+    pub(crate) policy: Policy,
     pub(crate) mtime: Option<i64>,
     /// One file's permission bits at the sender (it lands 0755 or 0644 by them).
     pub(crate) mode: u32,
@@ -744,7 +749,7 @@ impl Collection {
             let store = Box::new(incoming.store());
             Landing::Tree { store, incoming: Box::new(Mutex::new(Some(incoming))) }
         };
-        let start_policy = (start.overwrite, start.preserve);
+        let start_policy = start.policy;
         let (landing, expect, restored) = match (start.tree, start.resume, start.restored) {
             (tree_plan, _, Some(r)) => {
                 let landing = match tree_plan {
@@ -808,7 +813,7 @@ impl Collection {
             transfer: start.transfer,
             manifest: start.manifest,
             mode: start.mode,
-            preserve: start.preserve,
+            preserve: start.policy.preserve,
             mtime: start.mtime,
             saved,
             record_final: Mutex::new(false),
@@ -1068,15 +1073,16 @@ impl Collection {
     /// Keeps a tree's manifest, overwrite policy and temporary files beside its record
     /// ([`TreeRecord`]): what a restarted server plans the tree again from. Written once, as
     /// the job starts: they do not change. Does file I/O.
-    fn save_tree(&self, (overwrite, preserve): (Overwrite, bool)) {
+    fn save_tree(&self, policy: Policy) {
         let (Some((path, ..)), Landing::Tree { incoming, .. }) = (&self.saved, &self.landing)
         else {
             return;
         };
         let record = lock(incoming).as_ref().map(|i| TreeRecord {
             entries: i.entries().to_vec(),
-            overwrite,
-            preserve,
+            overwrite: policy.overwrite,
+            preserve: policy.preserve,
+            checksum: policy.checksum,
             temps: i.temps().to_vec(),
         });
         if let Some(record) = record

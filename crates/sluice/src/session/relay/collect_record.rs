@@ -97,6 +97,9 @@ pub(crate) struct TreeRecord {
     /// Whether the files keep the sender's bits and times (`--preserve`).
     #[serde(default)]
     pub(crate) preserve: bool,
+    /// Whether `if-different` compared content (`--checksum`).
+    #[serde(default)]
+    pub(crate) checksum: bool,
     /// One per file, in the order the data moves.
     pub(crate) temps: Vec<PathBuf>,
 }

@@ -10,13 +10,13 @@ use sluice_session::relay::{BlockPlan, CollectMsg, MAX_RELAYS, RelayedPut, Strip
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::warn;
 
-use super::collect::{Collection, JobEvent, RelayAt, plan_tree};
+use super::collect::{Collection, JobEvent, Policy, RelayAt, plan_tree};
 use crate::files::Confined;
 use crate::session::SessionError;
 use crate::session::channel::frame_error;
 use crate::session::identity::Fingerprint;
 use crate::session::messages::{Messages, write_message};
-use crate::tree::incoming::{Overwrite, Plan};
+use crate::tree::incoming::Plan;
 use crate::tree::{Entry, EntryKind};
 
 /// Where a relayed transfer lands, planned (not yet prepared) from the sender's offer.
@@ -66,14 +66,12 @@ pub(crate) fn relays_of(put: &RelayedPut) -> Result<Vec<RelayAt>, SessionError> 
 }
 
 /// Plans where `put` lands at `at` beneath `root` (a file: `at`, or `at/name` when `at` is a
-/// directory; a tree: beneath `at`), with the overwrite policy `overwrite` and `preserve`
-/// (keep the sender's bits and times). Does file I/O.
+/// directory; a tree: beneath `at`), by `policy`. Does file I/O.
 pub(crate) fn plan_landing(
     root: &Path,
     at: &Path,
     put: &RelayedPut,
-    overwrite: Overwrite,
-    preserve: bool,
+    policy: Policy,
 ) -> Result<Planned, SessionError> {
     let name = &put.name;
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
@@ -93,7 +91,7 @@ pub(crate) fn plan_landing(
         }
         // The files that move: those the overwrite policy keeps are left out, and the blocks
         // cut only the others' bytes (the sender is told which).
-        let tree = plan_tree(root, at, put.entries.clone(), overwrite, preserve)?;
+        let tree = plan_tree(root, at, put.entries.clone(), policy)?;
         let wanted = (tree.wanted().len() < count).then(|| tree.wanted().to_vec());
         let plan =
             BlockPlan::new(tree.wanted_bytes(), put.block_bytes).map_err(SessionError::Refused)?;
@@ -112,9 +110,9 @@ pub(crate) fn plan_landing(
             mtime: put.mtime.unwrap_or(0),
             mode: 0o644,
             target: None,
-            blake3: None,
+            blake3: put.blake3.clone(),
         };
-        if plan_tree(root, &dest, vec![entry], overwrite, false)?.wanted().is_empty() {
+        if plan_tree(root, &dest, vec![entry], policy)?.wanted().is_empty() {
             wanted = Some(Vec::new());
         }
     }

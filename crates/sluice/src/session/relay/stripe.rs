@@ -124,6 +124,8 @@ pub struct RelayedOptions {
     /// Keep permission bits and modification times (`--preserve`; in a download this end's
     /// choice).
     pub preserve: bool,
+    /// `if-different` compares content (`--checksum`): the sender hashes every file first.
+    pub checksum: bool,
     /// Stay until the receiver has the verified file (else leave once every block is safe).
     pub wait: bool,
     /// On how many relays a block must be (fsync'd) before it counts as safe, unless the
@@ -142,6 +144,7 @@ impl Default for RelayedOptions {
             direct: true,
             overwrite: Overwrite::Refuse,
             preserve: false,
+            checksum: false,
             wait: false,
             copies: 1,
         }
@@ -208,12 +211,15 @@ struct Source {
     /// One file's modification time (seconds since the Unix epoch) and permission bits.
     mtime: Option<i64>,
     mode: Option<u32>,
+    /// One file's BLAKE3, hex, when asked for (`--checksum`).
+    blake3: Option<String>,
 }
 
 impl Source {
     /// Lists `local`: a regular file, or a directory and everything beneath it; with
-    /// `confine` (a server's root), every file is reached through it. Does file I/O.
-    fn of(local: &Path, confine: Option<&Path>) -> Result<Source, SessionError> {
+    /// `confine` (a server's root), every file is reached through it; with `checksum`, each
+    /// file's BLAKE3 too (reading every file once first). Does file I/O.
+    fn of(local: &Path, confine: Option<&Path>, checksum: bool) -> Result<Source, SessionError> {
         let shown = local.display();
         let root = Confined::new(confine)
             .map_err(|e| SessionError::io("opening the served directory", e))?;
@@ -224,8 +230,18 @@ impl Source {
             let files = vec![(local.to_owned(), meta.len())];
             let mtime = Some(std::os::unix::fs::MetadataExt::mtime(&meta));
             let mode = Some(std::os::unix::fs::MetadataExt::mode(&meta) & 0o7777);
+            let mut blake3 = None;
+            if checksum {
+                let file = root
+                    .open(local, false)
+                    .map_err(|e| SessionError::io(format!("reading {shown}"), e))?;
+                let never = AtomicBool::new(false);
+                let hash = crate::files::hash_prefix(&file, meta.len(), &never)
+                    .map_err(|e| SessionError::io(format!("hashing {shown}"), e))?;
+                blake3 = hash.map(|h| h.to_hex().to_string());
+            }
             let fs = Some(root);
-            return Ok(Source { name, entries: Vec::new(), files, fs, mtime, mode });
+            return Ok(Source { name, entries: Vec::new(), files, fs, mtime, mode, blake3 });
         }
         if !meta.is_dir() {
             return Err(SessionError::Config(format!(
@@ -234,14 +250,18 @@ impl Source {
         }
         let confine = confine.map(Path::to_owned);
         let options = WalkOptions { recursive: true, confine, ..WalkOptions::default() };
-        let walked = walk(&[local.to_owned()], &options).map_err(local_walk_error)?;
+        let mut walked = walk(&[local.to_owned()], &options).map_err(local_walk_error)?;
+        if checksum {
+            crate::session::add_checksums(&mut walked)?;
+        }
         for skipped in &walked.skipped {
             warn!(%skipped, "left out of the relayed tree");
         }
         let sizes = walked.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size);
         let files = walked.files.iter().cloned().zip(sizes).collect();
         let fs = Some(walked.fs.clone());
-        Ok(Source { name, entries: walked.entries, files, fs, mtime: None, mode: None })
+        let (entries, mtime, mode, blake3) = (walked.entries, None, None, None);
+        Ok(Source { name, entries, files, fs, mtime, mode, blake3 })
     }
 
     /// Bytes of every file.
@@ -320,10 +340,12 @@ impl Prepared {
         relays: &[RelayTarget],
         options: &RelayedOptions,
     ) -> Result<Prepared, SessionError> {
-        let (at, confine) = (local.to_owned(), confine.map(Path::to_owned));
-        let mut source = tokio::task::spawn_blocking(move || Source::of(&at, confine.as_deref()))
-            .await
-            .map_err(|e| SessionError::io("listing", std::io::Error::other(e.to_string())))??;
+        let (at, confine, checksum) =
+            (local.to_owned(), confine.map(Path::to_owned), options.checksum);
+        let mut source =
+            tokio::task::spawn_blocking(move || Source::of(&at, confine.as_deref(), checksum))
+                .await
+                .map_err(|e| SessionError::io("listing", std::io::Error::other(e.to_string())))??;
         let plan =
             BlockPlan::new(source.total(), options.block_bytes).map_err(SessionError::Config)?;
         // The direct path is always there for blocks the receiver asks for again; it shares
@@ -355,6 +377,8 @@ impl Prepared {
             name: source.name.clone(),
             overwrite: options.overwrite,
             preserve: options.preserve,
+            checksum: options.checksum,
+            blake3: source.blake3.clone(),
             size: plan.size,
             mtime: source.mtime,
             mode: source.mode,

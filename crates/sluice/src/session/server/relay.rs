@@ -20,7 +20,7 @@ use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Answer, GrantClaim};
-use crate::session::relay::collect::{Collection, Listed, Start, manifest_id};
+use crate::session::relay::collect::{Collection, Listed, Policy, Start, manifest_id};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::landing::{Followed, Planned, accept, follow, plan_landing, relays_of};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
@@ -295,7 +295,12 @@ impl RequestCtx<'_> {
         let offer = put.clone();
         let (planned, tree, stalled_tree) = blocking(move || {
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
-            let mut planned = plan_landing(&root, &at, &offer, offer.overwrite, offer.preserve)?;
+            let policy = Policy {
+                overwrite: offer.overwrite,
+                preserve: offer.preserve,
+                checksum: offer.checksum,
+            };
+            let mut planned = plan_landing(&root, &at, &offer, policy)?;
             let Some(tree_plan) = planned.tree.take() else {
                 return Ok((planned, None, None));
             };
@@ -360,9 +365,12 @@ impl RequestCtx<'_> {
             permits: Box::new(permits),
             resume,
             tree,
-            overwrite: put.overwrite,
+            policy: Policy {
+                overwrite: put.overwrite,
+                preserve: put.preserve,
+                checksum: put.checksum,
+            },
             mode: put.mode.unwrap_or(0o644),
-            preserve: put.preserve,
             mtime: put.mtime,
             manifest,
             root: self.session.access.root.clone(),

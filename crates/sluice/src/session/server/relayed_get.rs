@@ -84,6 +84,7 @@ impl RequestCtx<'_> {
             compress: get.compress,
             direct: false,
             overwrite: Overwrite::Refuse,
+            checksum: get.checksum,
             // Once every block is safe the server's part is done (the client hears `Sent`),
             // but it stays on the request, idle, until the client has the verified file: a
             // block that did not open at the client is deposited again while it is there.
