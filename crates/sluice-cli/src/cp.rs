@@ -312,7 +312,18 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
         }
     }
 
-    if !args.relays.relay.is_empty() {
+    // A dry run through relays plans as a copy does (the same decisions on what exists) and
+    // contacts no relay: it moves nothing, so there is nothing to stripe.
+    let dry_relayed = options.dry_run && !args.relays.relay.is_empty();
+    if dry_relayed {
+        if matches!(direction, Direction::Between { .. }) {
+            return Err(exit::usage(
+                "--relay stripes an upload or a download, not a copy between servers",
+            ));
+        }
+        crate::relayed::check(args, &options)?;
+    }
+    if !args.relays.relay.is_empty() && !dry_relayed {
         return match &direction {
             Direction::Upload { sources, dest } => {
                 let upload = crate::relayed::Upload { host: &host, prefs: &prefs, sources, dest };
@@ -350,6 +361,12 @@ async fn copy(args: &CpArgs, mode: Mode) -> anyhow::Result<()> {
     };
     let show = Show::new(mode, way);
     tell_transport(&show, &reached.client);
+    if dry_relayed {
+        show.warning(&format!(
+            "dry run: what would move is planned as for a copy; the relays ({}) are not contacted",
+            args.relays.relay.join(", ")
+        ));
+    }
     // With `auto`, a transfer over UDP that the path stops carrying (a firewall rule added
     // mid-way) is taken up again on a new session, over TCP if UDP no longer gets through,
     // resuming from what arrived.

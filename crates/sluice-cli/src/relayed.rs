@@ -90,6 +90,12 @@ impl RelayArgs {
     }
 }
 
+/// Checks the relay flags as a copy through relays would (a dry run checks them, then plans
+/// as a copy).
+pub(crate) fn check(args: &CpArgs, copy: &CopyOptions) -> anyhow::Result<()> {
+    args.relays.options(copy).map(drop)
+}
+
 /// Connects to each named relay, keeps those within `--relay-max-rtt-sender`, and stripes
 /// the one source over them and the direct path to the server.
 pub(crate) async fn upload(
@@ -112,9 +118,6 @@ pub(crate) async fn upload(
             "{}: --relay carries a regular file or, with -r, a directory",
             source.display()
         )));
-    }
-    if copy.dry_run {
-        return Err(exit::usage("--relay does not take --dry-run yet"));
     }
     let file = crate::config::load()?;
     let show = Show::new(mode, "upload");
@@ -213,9 +216,6 @@ pub(crate) async fn download(
     let [source] = from.sources else {
         return Err(exit::usage("--relay carries one source per copy (a file, or a tree with -r)"));
     };
-    if copy.dry_run {
-        return Err(exit::usage("--relay does not take --dry-run yet"));
-    }
     if flags.relay_direct.as_deref() == Some("on") || flags.relay_max_rtt_receiver.is_some() {
         return Err(exit::usage(
             "a relayed download stripes over the server's relays only: --relay-direct on and \

@@ -331,3 +331,42 @@ fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused
     assert!(stderr(&out).contains("no relay \"far\" (it has: near)"), "{}", stderr(&out));
     assert!(!cdir.path().join("no.bin").exists());
 }
+
+#[test]
+fn a_dry_run_through_a_relay_plans_as_a_copy_and_moves_nothing() {
+    println!("seed {SEED}");
+    let World { receiver, relay, spool, cdir, _dirs } = World::new();
+    let src = cdir.path().join("data.bin");
+    random_file(&src, 1_000_000, SEED);
+    std::fs::write(receiver.root.join("there.bin"), b"old").unwrap();
+    let there = cdir.path().join("there.bin");
+    random_file(&there, 1_000, SEED);
+    let args = ["--relay", "near", "--dry-run", "--overwrite", "always"];
+    let sources = [src.to_str().unwrap(), there.to_str().unwrap(), "127.0.0.1:"];
+    // One source per relayed copy, but a dry run plans as a copy: both are listed.
+    let out = cp(cdir.path(), &receiver, &relay, &[&args[..], &sources[..]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("data.bin") && stdout.contains("there.bin"), "{stdout}");
+    assert!(stderr(&out).contains("dry run"), "{}", stderr(&out));
+    assert!(!receiver.root.join("data.bin").exists(), "nothing moved");
+    assert_eq!(std::fs::read(receiver.root.join("there.bin")).unwrap(), b"old");
+    let spooled = std::fs::read_dir(&spool).map(|d| d.flatten().count()).unwrap_or(0);
+    assert!(spooled <= 1, "no block at the relay (only its tmp directory)");
+    // A bad relay flag is still refused.
+    let out = cp(
+        cdir.path(),
+        &receiver,
+        &relay,
+        &[
+            "--relay",
+            "near",
+            "--dry-run",
+            "--relay-strategy",
+            "fastest",
+            src.to_str().unwrap(),
+            "127.0.0.1:",
+        ],
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+}
