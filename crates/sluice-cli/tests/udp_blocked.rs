@@ -12,6 +12,8 @@
 //! - With UDP let through only to and from a relay's port (beside the server), a relayed
 //!   upload's sender and the server's collector find the relay's data channels blocked, take
 //!   the relay up over TCP, and the copy completes through it.
+//! - With UDP let through to and from the server's port and the relay's, a relayed upload's
+//!   direct deposits get nothing through: their share goes to the relay.
 //!
 //! Needs root (namespaces, TUN devices, nftables); without it the test says so and passes,
 //! except in CI, where it fails (`common::skip_or_fail`). Prints its seeds and what it measured;
@@ -243,19 +245,24 @@ fn with_only_the_servers_udp_port_open_the_data_goes_over_tcp() {
 /// The port of the relay the last test starts beside the server (in namespace b).
 const RELAY_PORT: &str = "7821";
 
-#[test]
-fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
-    if !root_or_skip() {
-        return;
+/// A relay beside the server in namespace b, on [`RELAY_PORT`], named `r1` in the client's
+/// config file there; with a firewall in b that lets UDP through only to and from `ports`.
+struct Relay {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
-    // In b, a relay beside the server, and a firewall that lets UDP through to or from the
-    // relay's port only: the sender's session with the server goes over TCP (`auto`), its
-    // session with the relay and the server's (the collector's) over UDP, whose data channels
-    // then get nothing through. Both take the relay up over TCP and the copy completes.
-    let path = path("sluice-udp-relay");
+}
+
+fn relay_beside_the_server(path: &Linked, ports: &[&str]) -> Relay {
     let relay_dir = path.dir.path().join("relay");
     std::fs::create_dir_all(relay_dir.join("root")).unwrap();
-    let mut relay = path
+    let mut child = path
         .in_b(common::BIN)
         .args(["serve", "--listen", &format!("{}:{RELAY_PORT}", linkem::B_ADDR), "--root"])
         .arg(relay_dir.join("root"))
@@ -270,20 +277,23 @@ fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(relay.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     // "sluice: serving on ADDRESS with fingerprint SHA256:..."
     let fingerprint = line.split_whitespace().last().unwrap_or_default().to_owned();
     assert!(fingerprint.starts_with("SHA256:"), "the relay said {line:?}");
-    // (Two rules that accept, then one that drops: `udp sport != P udp dport != P drop` is
-    // one compare of both ports together here, which drops unless both are P.)
+    // Rules that accept, then one that drops: `udp sport != P udp dport != P drop` is one
+    // compare of both ports together here, which drops unless both are P.
     let chain = |hook: &str| {
+        let accept: String = ports
+            .iter()
+            .map(|p| format!("    udp sport {p} accept\n    udp dport {p} accept\n"))
+            .collect();
         format!(
-            "  chain {hook} {{\n    type filter hook {hook} priority 0; policy accept;\n    \
-             udp sport {RELAY_PORT} accept\n    udp dport {RELAY_PORT} accept\n    \
-             meta l4proto udp drop\n  }}\n"
+            "  chain {hook} {{\n    type filter hook {hook} priority 0; policy accept;\n\
+             {accept}    meta l4proto udp drop\n  }}\n"
         )
     };
-    nft(&path, &format!("table inet sluice_test {{\n{}{}}}\n", chain("input"), chain("output")));
+    nft(path, &format!("table inet sluice_test {{\n{}{}}}\n", chain("input"), chain("output")));
     let token_file = path.dir.path().join("relay.token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
@@ -300,6 +310,20 @@ fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
         ),
     )
     .unwrap();
+    Relay { child, dir: relay_dir }
+}
+
+#[test]
+fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
+    if !root_or_skip() {
+        return;
+    }
+    // In b, a relay beside the server, and a firewall that lets UDP through to or from the
+    // relay's port only: the sender's session with the server goes over TCP (`auto`), its
+    // session with the relay and the server's (the collector's) over UDP, whose data channels
+    // then get nothing through. Both take the relay up over TCP and the copy completes.
+    let path = path("sluice-udp-relay");
+    let relay = relay_beside_the_server(&path, &[RELAY_PORT]);
     println!("seed 3004");
     let src = path.dir.path().join("relayed.bin");
     random_file(&src, 48 << 20, 3004);
@@ -309,8 +333,6 @@ fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
     let events = events(&out);
     let end = summary(&events);
     println!("exit {} in {:.1} s: {end}", code(&out), started.elapsed().as_secs_f64());
-    let _ = relay.kill();
-    let _ = relay.wait();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(same_file(&src, &path.root.join("relayed.bin")), "the file arrived intact");
     // The direct path is out of the striping: it took only the batches under way to the relay
@@ -324,7 +346,37 @@ fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
     assert!(said.contains("going on over TCP"), "the sender took the relay up over TCP: {said}");
     // The server had every block of the relay's from the relay: it asked for none again.
     assert!(!said.contains("asks for blocks again"), "{said}");
-    let spool: Vec<_> = walk_files(&relay_dir.join("spool"));
+    let spool: Vec<_> = walk_files(&relay.dir.join("spool"));
+    assert!(spool.iter().all(|f| f.extension().is_none_or(|e| e != "blk")), "{spool:?}");
+}
+
+#[test]
+fn a_relayed_upload_to_a_server_whose_port_alone_udp_reaches_goes_through_the_relay() {
+    if !root_or_skip() {
+        return;
+    }
+    // UDP gets through to and from the server's port and the relay's only (a firewall that
+    // opens the service ports): the sender's session with the server runs over UDP, but its
+    // direct deposits get nothing through. The direct path's share goes to the relay (taken
+    // up over TCP as above) instead of failing the copy, and the server collects it.
+    let path = path("sluice-udp-direct");
+    let relay = relay_beside_the_server(&path, &[PORT, RELAY_PORT]);
+    println!("seed 3005");
+    let src = path.dir.path().join("direct.bin");
+    random_file(&src, 48 << 20, 3005);
+    let args = ["--json", "--relay", "r1", "--relay-wait"];
+    let started = Instant::now();
+    let out = path.cp(&args, src.to_str().unwrap(), ":").output().unwrap();
+    let events = events(&out);
+    let end = summary(&events);
+    println!("exit {} in {:.1} s: {end}", code(&out), started.elapsed().as_secs_f64());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(same_file(&src, &path.root.join("direct.bin")), "the file arrived intact");
+    let said = stderr(&out);
+    assert!(said.contains("the direct path's share goes to the relays"), "{said}");
+    let by_relay = end["placed"][0]["blocks"].as_u64().unwrap_or(0);
+    assert_eq!(by_relay, 12, "every block went through the relay: {end}");
+    let spool: Vec<_> = walk_files(&relay.dir.join("spool"));
     assert!(spool.iter().all(|f| f.extension().is_none_or(|e| e != "blk")), "{spool:?}");
 }
 

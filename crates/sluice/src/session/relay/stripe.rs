@@ -532,6 +532,10 @@ pub(crate) async fn stripe(
     }
     // A relay whose UDP data channels got nothing through is taken up once over TCP.
     let mut over_tcp = vec![false; relays.len()];
+    // The direct path, when the receiver's data ports took nothing over UDP (its session's
+    // port did: a firewall that lets only the service port through): its share and the blocks
+    // asked for again go to the relays.
+    let mut direct_gone = false;
 
     let mut placed = nothing_placed(relays, direct_client.is_some());
     let mut alive = dests;
@@ -593,8 +597,18 @@ pub(crate) async fn stripe(
                             Err(e) => warn!(destination = relay.name, error = %e, "the relay over TCP failed too"),
                         }
                     }
-                    warn!(destination = placed[dest].name, %error, "a destination failed: its blocks go to the others");
                     alive -= 1;
+                    if dest == direct
+                        && alive > 0
+                        && direct_client.as_ref().is_some_and(|c| {
+                            c.transport() == Transport::Udp && c.udp_data_blocked()
+                        })
+                    {
+                        warn!("UDP reaches the server's port but not its data ports: the direct path's share goes to the relays");
+                        direct_gone = true;
+                        continue;
+                    }
+                    warn!(destination = placed[dest].name, %error, "a destination failed: its blocks go to the others");
                     if alive == 0 || dest == direct {
                         // The receiver's own verdict, when it has one, says why (a deposit
                         // straight to a job that just ended is refused for that reason).
@@ -626,7 +640,7 @@ pub(crate) async fn stripe(
                     }
                     // They go the direct way, or (none) to whichever relay asks next.
                     let mut stripe = crate::session::lock(&stripe);
-                    if direct_client.is_some() {
+                    if direct_client.is_some() && !direct_gone {
                         stripe.assign(direct, blocks);
                     } else {
                         stripe.give_back(usize::MAX, blocks);
