@@ -11,6 +11,7 @@ use sluice::session::{
 };
 use sluice::settings::ServerFile;
 
+use crate::ssh::{HANDOFF, HANDOFF_VERSION};
 use crate::{exit, web};
 
 /// Arguments of `sluice serve`. Each flag may come from its environment variable, else from
@@ -107,12 +108,6 @@ pub(crate) struct ServeArgs {
     once: bool,
 }
 
-/// The first word of the line a one-shot server prints: `sluice-once 1 ADDR FINGERPRINT TOKEN
-/// CWD` (the version of this line, the server's address, its fingerprint, the token, and the
-/// directory it runs in, to which the client's relative paths refer).
-pub(crate) const HANDOFF: &str = "sluice-once";
-/// The version of the handoff line.
-pub(crate) const HANDOFF_VERSION: &str = "1";
 /// How long a one-shot server waits for its client.
 const ONCE_WAIT: Duration = Duration::from_secs(60);
 

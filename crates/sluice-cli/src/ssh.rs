@@ -16,7 +16,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::exit;
-use crate::serve::{HANDOFF, HANDOFF_VERSION};
+
+/// The first word of the line a one-shot server (`serve --once`) prints: `sluice-once 1 ADDR
+/// FINGERPRINT TOKEN CWD` (the version of this line, the server's address, its fingerprint,
+/// the token, and the directory it runs in, to which the client's relative paths refer).
+pub(crate) const HANDOFF: &str = "sluice-once";
+/// The version of the handoff line.
+pub(crate) const HANDOFF_VERSION: &str = "1";
 
 /// How long ssh may take to log in and start the remote server (a person may be typing a
 /// password or passphrase).
