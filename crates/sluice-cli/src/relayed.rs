@@ -44,11 +44,13 @@ pub(crate) struct RelayArgs {
     /// Stay until the server has the verified file (report the total time too).
     #[arg(long, requires = "relay")]
     relay_wait: bool,
-    /// Keep only relays whose round trip from here is at most this many milliseconds.
+    /// Keep only relays whose round trip from the sending end is at most this many
+    /// milliseconds (from here in an upload, from the server in a download).
     #[arg(long, value_name = "MS", requires = "relay")]
     relay_max_rtt_sender: Option<u64>,
-    /// Keep only relays whose round trip from the server is at most this many milliseconds
-    /// (the server measures it with a handshake to each; one it cannot reach is left out too).
+    /// Keep only relays whose round trip from the receiving end is at most this many
+    /// milliseconds (the server in an upload, here in a download; measured with a handshake
+    /// to each; one that cannot be reached is left out too).
     #[arg(long, value_name = "MS", requires = "relay")]
     relay_max_rtt_receiver: Option<u64>,
 }
@@ -216,10 +218,10 @@ pub(crate) async fn download(
     let [source] = from.sources else {
         return Err(exit::usage("--relay carries one source per copy (a file, or a tree with -r)"));
     };
-    if flags.relay_direct.as_deref() == Some("on") || flags.relay_max_rtt_receiver.is_some() {
+    if flags.relay_direct.as_deref() == Some("on") {
         return Err(exit::usage(
-            "a relayed download stripes over the server's relays only: --relay-direct on and \
-             --relay-max-rtt-receiver are for uploads",
+            "a relayed download stripes over the server's relays only: --relay-direct on is \
+             for uploads",
         ));
     }
     let mut options = flags.options(copy)?;
@@ -232,6 +234,7 @@ pub(crate) async fn download(
         recursive: args.recursive,
         relays: flags.relay.clone(),
         max_rtt_sender_ms: flags.relay_max_rtt_sender,
+        max_rtt_receiver_ms: flags.relay_max_rtt_receiver,
     };
     // Ctrl-C stops the collection and deletes what it wrote: a relayed download cannot be
     // resumed (the next run starts over).
@@ -241,6 +244,9 @@ pub(crate) async fn download(
     let result = reached.client.download_relayed(&what, from.dest, &options, interrupted).await;
     reached.close().await;
     let report = result?;
+    for why in &report.left_out {
+        show.warning(why);
+    }
     let named: Vec<&str> = report.placed.iter().map(|p| p.name.as_str()).collect();
     for name in &flags.relay {
         if !named.contains(&name.as_str()) {

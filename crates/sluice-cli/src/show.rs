@@ -406,8 +406,12 @@ impl Show {
                 ));
             }
             Mode::Terminal | Mode::Plain => {
-                let shares: Vec<String> =
-                    report.placed.iter().map(|p| format!("{} {}", p.name, p.blocks)).collect();
+                let shares: Vec<String> = report
+                    .placed
+                    .iter()
+                    .filter(|p| p.blocks > 0)
+                    .map(|p| format!("{} {}", p.name, p.blocks))
+                    .collect();
                 let files = match report.files {
                     1 => "the verified file".to_owned(),
                     n => format!("the {n} verified files"),

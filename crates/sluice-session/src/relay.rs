@@ -266,6 +266,11 @@ pub enum CollectMsg {
         /// bytes, end to end. Absent: every file moves.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wanted: Option<Vec<u32>>,
+        /// Relays the receiver leaves out (numbers among the offer's): a relayed download's
+        /// client keeps only those within its round-trip limit. The sender stripes over the
+        /// others.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skip: Vec<u32>,
     },
     /// These blocks could not be had from where they were (a relay's copy did not open, or
     /// the relay lost it): the sender, while it is there, deposits them with the receiver.

@@ -486,7 +486,7 @@ async fn a_relay_that_dies_after_it_was_chosen_leaves_its_blocks_to_the_others()
 
 /// A UDP forwarder before `target` that holds every datagram, both ways, for `delay`: a relay
 /// that far from whoever dials the forwarder.
-async fn delayed(target: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
+pub(crate) async fn delayed(target: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
     use tokio::net::UdpSocket;
     let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
     let addr = front.local_addr().unwrap();

@@ -16,7 +16,7 @@ use sluice::datapath::Fault;
 use sluice::session::{Overwrite, RelayedDownload, RelayedOptions, ServerRelay, SessionError};
 use sluice_session::relay::Strategy;
 
-use crate::session_relay::{SEED, block_files, marked, mode_and_mtime, relay, set_mtime};
+use crate::session_relay::{SEED, block_files, delayed, marked, mode_and_mtime, relay, set_mtime};
 use crate::session_relay_faults::Gate;
 
 /// A server whose relays are A and B (named `a` and `b`), with spools that outlive them.
@@ -66,6 +66,7 @@ fn what(path: &str, relays: &[&str]) -> RelayedDownload {
         recursive: false,
         relays: relays.iter().map(|r| (*r).to_owned()).collect(),
         max_rtt_sender_ms: None,
+        max_rtt_receiver_ms: None,
     }
 }
 
@@ -315,6 +316,50 @@ async fn with_checksum_a_download_compares_content_with_the_server_s() {
     assert_eq!(report.kept_files, 1);
     client.close().await;
     world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_leaves_out_relays_farther_from_it_than_its_limit() {
+    println!("seed {SEED}");
+    // The server's relay B stands 40 ms away behind a forwarder that holds each datagram
+    // 20 ms each way; A is near.
+    let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let a = relay(spools[0].path(), 64 << 20, None).await;
+    let b = relay(spools[1].path(), 64 << 20, None).await;
+    let far = delayed(b.addr, Duration::from_millis(20)).await;
+    let mut far_b = b.client_config();
+    far_b.server = far;
+    let named = vec![
+        ServerRelay { name: "a".into(), config: a.client_config() },
+        ServerRelay { name: "b".into(), config: far_b },
+    ];
+    let server = TestServer::start_with(move |config| config.relays = named).await;
+    let content = pattern(2 << 20, SEED);
+    fs::write(server.root().join("f.bin"), &content).unwrap();
+    let client = server.client().await;
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("f.bin");
+    let mut near = what("f.bin", &["a", "b"]);
+    near.max_rtt_receiver_ms = Some(30);
+    let opts = options(Strategy::Cyclic);
+    let report = client.download_relayed(&near, &dest, &opts, pending()).await.unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert_eq!(report.placed[0].blocks, 8, "every block through A, cyclic as it is");
+    assert_eq!(report.placed[1].blocks, 0, "none through B");
+    assert_eq!(report.left_out.len(), 1, "{:?}", report.left_out);
+    assert!(report.left_out[0].contains("relay b left out"), "{:?}", report.left_out);
+    // A limit no relay meets refuses the download before anything is written here.
+    near.max_rtt_receiver_ms = Some(0);
+    let again = local.path().join("again.bin");
+    let err = client.download_relayed(&near, &again, &opts, pending()).await.unwrap_err();
+    assert!(err.to_string().contains("no relay is within"), "{err}");
+    assert_eq!(common::listing(local.path()), vec!["f.bin"], "nothing else here");
+    assert!(spools.iter().all(|s| block_files(s.path()).is_empty()), "nothing at the relays");
+    client.close().await;
+    server.stop().await;
+    a.stop().await;
+    b.stop().await;
 }
 
 /// A server whose relays A and B stand behind gates that pass the server (the first peer

@@ -58,6 +58,8 @@ pub(crate) struct RelayedRequest {
     pub(crate) have: Vec<[u64; 2]>,
     /// A tree's files that move, when not all do (numbers among its manifest's files).
     pub(crate) wanted: Option<Vec<u32>>,
+    /// Relays the receiver left out (numbers among the offer's).
+    pub(crate) skip: Vec<u32>,
 }
 
 /// The round trip to the server at `server` whose certificate is `fingerprint`, from a QUIC
@@ -244,7 +246,7 @@ impl Client {
             .await
             .map_err(|e| frame_error(e, &self.conn))?;
         let (job, have, wanted) = match answer {
-            CollectMsg::Accepted { job, have, wanted } => (job, have, wanted),
+            CollectMsg::Accepted { job, have, wanted, .. } => (job, have, wanted),
             CollectMsg::Failed { code, message } => {
                 return Err(SessionError::from_server(code, message));
             }
@@ -253,7 +255,7 @@ impl Client {
             }
         };
         let OpenRequestParts { send, recv } = req.into_parts();
-        Ok((send, recv, RelayedRequest { secret, job, have, wanted }))
+        Ok((send, recv, RelayedRequest { secret, job, have, wanted, skip: Vec::new() }))
     }
 }
 

@@ -37,6 +37,9 @@ pub struct RelayedDownload {
     pub relays: Vec<String>,
     /// Keep only relays whose round trip from the server is at most this many milliseconds.
     pub max_rtt_sender_ms: Option<u64>,
+    /// Keep only relays whose round trip from here is at most this many milliseconds (each
+    /// measured by a handshake that proves its fingerprint; one not reached is left out too).
+    pub max_rtt_receiver_ms: Option<u64>,
 }
 
 impl Client {
@@ -86,6 +89,27 @@ impl Client {
             other => return Err(SessionError::Protocol(format!("expected Offer, got {other:?}"))),
         };
         let super::relay::OpenRequestParts { mut send, mut recv } = req.into_parts();
+        let names: Vec<String> = put
+            .relays
+            .iter()
+            .map(|r| r.name.clone().unwrap_or_else(|| r.address.clone()))
+            .collect();
+        // FSP's multi-constraint choice, this end's half: the server kept relays near it.
+        let (skip, left_out) = match what.max_rtt_receiver_ms {
+            Some(max) => far_relays(&put, &names, max).await,
+            None => (Vec::new(), Vec::new()),
+        };
+        if !put.relays.is_empty() && skip.len() == put.relays.len() {
+            let e = SessionError::Refused(format!(
+                "no relay is within --relay-max-rtt-receiver {} ms of here ({})",
+                what.max_rtt_receiver_ms.unwrap_or_default(),
+                left_out.join("; ")
+            ));
+            let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
+            let _ = accept(&mut send, &self.conn, &msg).await;
+            let _ = send.finish();
+            return Err(e);
+        }
         let landing = match land(&put, local, options, identity, &secret).await {
             Ok(landing) => landing,
             Err(e) => {
@@ -95,11 +119,6 @@ impl Client {
                 return Err(e);
             }
         };
-        let names: Vec<String> = put
-            .relays
-            .iter()
-            .map(|r| r.name.clone().unwrap_or_else(|| r.address.clone()))
-            .collect();
         let mut placed: Vec<Placed> =
             names.iter().map(|name| Placed { name: name.clone(), ..Placed::default() }).collect();
         let (job, mut events, files, kept_files, collections) = match landing {
@@ -108,6 +127,7 @@ impl Client {
                     job: String::new(),
                     have: Vec::new(),
                     wanted: Some(Vec::new()),
+                    skip: Vec::new(),
                 };
                 accept(&mut send, &self.conn, &kept).await?;
                 let _ = send.finish();
@@ -117,12 +137,13 @@ impl Client {
                     total_seconds: Some(secs),
                     kept_files: 1,
                     placed,
+                    left_out,
                     ..RelayedReport::default()
                 });
             }
             Landing::Collecting { job, mut events, wanted, files, kept_files, collections } => {
-                let accepted =
-                    CollectMsg::Accepted { job: job.name(), have: id_ranges(job.have()), wanted };
+                let have = id_ranges(job.have());
+                let accepted = CollectMsg::Accepted { job: job.name(), have, wanted, skip };
                 if let Err(e) = accept(&mut send, &self.conn, &accepted).await {
                     job.cancel();
                     let _ = ended(&mut events).await;
@@ -187,8 +208,46 @@ impl Client {
             resumed_blocks: 0,
             kept_files,
             placed,
+            left_out,
         })
     }
+}
+
+/// How long a relay's handshake may take when this end measures its round trip.
+const RTT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The offer's relays (by number) farther from here than `max` ms, or not reached by a
+/// handshake that proves their fingerprints, each measured at once; and why, by name.
+async fn far_relays(put: &RelayedPut, names: &[String], max: u64) -> (Vec<u32>, Vec<String>) {
+    let mut measuring = tokio::task::JoinSet::new();
+    for (i, spot) in put.relays.iter().enumerate() {
+        let (address, fingerprint) = (spot.address.parse(), spot.fingerprint.parse());
+        measuring.spawn(async move {
+            let rtt = match (address, fingerprint) {
+                (Ok(address), Ok(fingerprint)) => {
+                    super::relay::handshake_rtt(address, fingerprint, RTT_WAIT).await
+                }
+                _ => None,
+            };
+            (i, rtt)
+        });
+    }
+    let mut far = Vec::new();
+    while let Some(Ok((i, rtt))) = measuring.join_next().await {
+        let name = names.get(i).cloned().unwrap_or_default();
+        let why = match rtt {
+            Some(rtt) if rtt <= std::time::Duration::from_millis(max) => continue,
+            Some(rtt) => format!(
+                "relay {name} left out: its round trip from here is {:.1} ms \
+                 (--relay-max-rtt-receiver {max})",
+                rtt.as_secs_f64() * 1000.0
+            ),
+            None => format!("relay {name} left out: no handshake with its fingerprint from here"),
+        };
+        far.push((i as u32, why));
+    }
+    far.sort();
+    far.into_iter().unzip()
 }
 
 /// Waits for the collection's end (its events channel closed when it ended before).

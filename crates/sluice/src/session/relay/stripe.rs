@@ -196,6 +196,9 @@ pub struct RelayedReport {
     pub kept_files: u64,
     /// Each destination's share.
     pub placed: Vec<Placed>,
+    /// Relays the receiver left out, each with why (a relayed download's client keeps only
+    /// those within its round-trip limit).
+    pub left_out: Vec<String>,
 }
 
 /// What a relayed upload sends: one file, or a tree's files, as one offset space.
@@ -462,6 +465,7 @@ pub(crate) async fn stripe(
             resumed_blocks: 0,
             kept_files: 1,
             placed,
+            left_out: Vec::new(),
         });
     }
     // The files the receiver keeps as they are (its overwrite policy) do not move: the
@@ -501,6 +505,11 @@ pub(crate) async fn stripe(
     let pending: Vec<u64> = (0..plan.count()).filter(|id| held[*id as usize] == 0).collect();
     let sharing = relays.len() + usize::from(options.direct && direct_client.is_some());
     let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing)));
+    // The relays the receiver left out take no block: their shares go to the others.
+    let skipped = |dest: usize| req.skip.iter().any(|&s| s as usize == dest);
+    for dest in (0..relays.len()).filter(|d| skipped(*d)) {
+        crate::session::lock(&stripe).give_back(dest, Vec::new());
+    }
     let (reports, mut reported) = mpsc::unbounded_channel();
     let depositing = Arc::new(AtomicUsize::new(0));
     let mut workers = JoinSet::new();
@@ -523,12 +532,17 @@ pub(crate) async fn stripe(
     // The relays, then the direct path (when there is one): its blocks are at the receiver.
     let direct = relays.len();
     let dests = relays.len() + usize::from(direct_client.is_some());
-    for dest in 0..dests {
+    let mut alive = 0;
+    for dest in (0..dests).filter(|d| !skipped(*d)) {
         let client =
             relays.get(dest).map_or_else(|| direct_client.clone(), |r| Some(r.client.clone()));
         if let Some(client) = client {
             workers.spawn(worker(dest, client).run());
+            alive += 1;
         }
+    }
+    if alive == 0 {
+        return Err(SessionError::Refused("the receiver left out every relay".into()));
     }
     // A relay whose UDP data channels got nothing through is taken up once over TCP.
     let mut over_tcp = vec![false; relays.len()];
@@ -538,7 +552,6 @@ pub(crate) async fn stripe(
     let mut direct_gone = false;
 
     let mut placed = nothing_placed(relays, direct_client.is_some());
-    let mut alive = dests;
     let mut digest_sent = false;
     let mut send_seconds = None;
     let mut answers = Messages::<CollectMsg>::new(recv);
@@ -671,6 +684,7 @@ pub(crate) async fn stripe(
         resumed_blocks,
         kept_files,
         placed,
+        left_out: Vec::new(),
     })
 }
 

@@ -321,6 +321,7 @@ impl RequestCtx<'_> {
                 job: String::new(),
                 have: Vec::new(),
                 wanted: planned.wanted,
+                skip: Vec::new(),
             };
             return accept(self.send, self.conn, &kept).await;
         }
@@ -381,7 +382,8 @@ impl RequestCtx<'_> {
         let (job, mut events) = blocking(move || Collection::start(start, &collections)).await?;
         let have = job.have();
         info!(job = %job.name(), size = put.size, relays = put.relays.len(), resumed_blocks = have.len(), "relayed upload taken");
-        let accepted = CollectMsg::Accepted { job: job.name(), have: id_ranges(have), wanted };
+        let have = id_ranges(have);
+        let accepted = CollectMsg::Accepted { job: job.name(), have, wanted, skip: Vec::new() };
         if let Err(e) = accept(self.send, self.conn, &accepted).await {
             job.sender_left(false);
             return Err(e);

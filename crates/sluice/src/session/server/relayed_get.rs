@@ -120,8 +120,10 @@ impl RequestCtx<'_> {
             tokio::time::timeout(ANSWER_WAIT, Messages::<CollectMsg>::new(self.recv).next())
                 .await
                 .map_err(|_| SessionError::Network("the client did not answer the offer".into()))?;
-        let (job, have, wanted) = match answer.map_err(|e| super::frame_error(e, self.conn))? {
-            CollectMsg::Accepted { job, have, wanted } => (job, have, wanted),
+        let (job, have, wanted, skip) = match answer
+            .map_err(|e| super::frame_error(e, self.conn))?
+        {
+            CollectMsg::Accepted { job, have, wanted, skip } => (job, have, wanted, skip),
             CollectMsg::Failed { code, message } => {
                 info!(?code, message, "the client declined the relayed download");
                 return Ok(());
@@ -140,7 +142,7 @@ impl RequestCtx<'_> {
             conn: self.conn.clone(),
             receiver: collector,
             direct: None,
-            accepted: RelayedRequest { secret, job, have, wanted },
+            accepted: RelayedRequest { secret, job, have, wanted, skip },
         };
         let shown = local.display().to_string();
         let report = match stripe(started, prepared, to, targets, options, &shown).await {
