@@ -460,12 +460,20 @@ async fn the_server_leaves_once_its_sealed_blocks_are_safe_and_the_client_collec
 async fn a_stopped_relayed_download_leaves_nothing_behind() {
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let gated = Gated::spooled(stopped).await;
-    // The client has made its part file and cannot collect yet: stopping it deletes that.
+    // The client has made its part file and cannot collect yet: stopping it deletes that,
+    // and tells the relays to delete the blocks (the gates open just after the stop: its
+    // handshakes get through once they do).
     assert_eq!(common::listing(gated.local.path()).len(), 1, "the part file is there");
     stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (gate, relay) in gated.gates.iter().zip(&gated.relays) {
+        gate.open_to(relay.addr);
+    }
     let err = gated.download.await.unwrap().unwrap_err();
     assert!(err.to_string().contains("stopped"), "{err}");
     assert!(common::listing(gated.local.path()).is_empty(), "nothing is left");
+    let spooled: usize = gated.spools.iter().map(|s| block_files(s.path()).len()).sum();
+    assert_eq!(spooled, 0, "the relays deleted the stopped download's blocks");
     gated.client.close().await;
     gated.server.stop().await;
     for relay in gated.relays {

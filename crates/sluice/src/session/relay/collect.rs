@@ -93,6 +93,8 @@ const RELAY_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DIRECT_QUIET: Duration = Duration::from_millis(500);
 /// How often a waiting collection looks again.
 const DIRECT_POLL: Duration = Duration::from_millis(20);
+/// How long a cancelled job tells its relays to delete what they hold of it.
+const CANCELLED_DISCARD_WAIT: Duration = Duration::from_secs(5);
 /// How long a stalled job waits for a re-run before what it wrote is deleted.
 const STALLED_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -1310,6 +1312,17 @@ impl Collection {
     /// (it cannot go on) its part file deleted.
     async fn run(self: Arc<Self>, collections: Arc<Collections>) {
         let end = self.drive().await;
+        if end.is_err() && self.cancel.load(Ordering::Relaxed) {
+            // A cancelled job's blocks are of no use at its relays: each is told at once (for
+            // a few seconds at most), so that a stopped download or `jobs --cancel` frees
+            // their spools now rather than at their expiry.
+            let mut telling = JoinSet::new();
+            for relay in 0..self.relays.len() as u32 {
+                telling.spawn(self.clone().discard(relay, Vec::new()));
+            }
+            let all = async { while telling.join_next().await.is_some() {} };
+            let _ = tokio::time::timeout(CANCELLED_DISCARD_WAIT, all).await;
+        }
         let stalled = {
             let p = lock(&self.progress);
             let kept = match &self.landing {
