@@ -299,6 +299,7 @@ fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused
     assert_eq!(summary["bytes"], 3_000_000);
     assert_eq!(summary["placed"][0]["name"], "near");
     assert_eq!(summary["placed"][0]["blocks"], 12, "{summary}");
+    assert_eq!(summary["placed"][0]["bytes"], 3_000_000, "{summary}");
     let (send, total) =
         (summary["send_seconds"].as_f64().unwrap(), summary["total_seconds"].as_f64().unwrap());
     assert!(0.0 < send && send <= total, "{summary}");

@@ -112,6 +112,8 @@ async fn a_relayed_download_arrives_intact_through_the_server_s_relays_by_every_
         let names: Vec<&str> = report.placed.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["a", "b"], "the relays by the server's names, no direct path");
         assert_eq!(report.placed.iter().map(|p| p.blocks).sum::<u64>(), 17);
+        let bytes: u64 = report.placed.iter().map(|p| p.bytes).sum();
+        assert_eq!(bytes, content.len() as u64, "the file's bytes by where they came from");
         if strategy != Strategy::Fcfs {
             assert!(report.placed.iter().all(|p| p.blocks >= 8), "{:?}", report.placed);
         }

@@ -153,10 +153,13 @@ impl Client {
             }
         };
         let mut sent_at = None;
-        let mut heard = |heard: Heard| match heard {
+        let plan = job.plan();
+        let mut heard = |heard: Heard<'_>| match heard {
             Heard::Placed(relay, blocks) => {
                 if let Some(p) = placed.get_mut(relay as usize) {
-                    p.blocks += blocks as u64;
+                    p.blocks += blocks.len() as u64;
+                    let len = |id: &u64| plan.range(*id).map_or(0, |r| r.end - r.start);
+                    p.bytes += blocks.iter().map(len).sum::<u64>();
                 }
             }
             Heard::Sent => sent_at = Some(started.elapsed().as_secs_f64()),
@@ -197,7 +200,6 @@ impl Client {
             .await?;
             return Err(e);
         }
-        let plan = job.plan();
         Ok(RelayedReport {
             files,
             bytes: plan.size,

@@ -133,9 +133,9 @@ pub(crate) enum Followed {
 
 /// What a receiver hears of its sender, besides what its job takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Heard {
-    /// This many blocks are on this relay.
-    Placed(u32, usize),
+pub(crate) enum Heard<'a> {
+    /// These blocks are on this relay.
+    Placed(u32, &'a [u64]),
     /// Every block is safe: the sender's part is done.
     Sent,
 }
@@ -148,7 +148,7 @@ pub(crate) async fn follow(
     recv: &mut quinn::RecvStream,
     job: &Arc<Collection>,
     events: &mut UnboundedReceiver<JobEvent>,
-    heard: &mut (dyn FnMut(Heard) + Send),
+    heard: &mut (dyn FnMut(Heard<'_>) + Send),
 ) -> Result<Followed, SessionError> {
     let mut reports = Messages::<StripeMsg>::new(recv);
     let mut sent = false;
@@ -157,7 +157,7 @@ pub(crate) async fn follow(
             msg = reports.next() => match msg {
                 Ok(StripeMsg::Placed { relay, blocks }) => {
                     job.placed(relay, &blocks)?;
-                    heard(Heard::Placed(relay, blocks.len()));
+                    heard(Heard::Placed(relay, &blocks));
                 }
                 Ok(StripeMsg::Digest { blake3 }) => {
                     let hash = blake3::Hash::from_hex(&blake3)

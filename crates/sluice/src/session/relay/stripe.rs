@@ -171,7 +171,8 @@ pub struct Placed {
     pub name: String,
     /// Blocks it holds.
     pub blocks: u64,
-    /// Sealed bytes of them.
+    /// Bytes of them: sealed, as the sender deposited them (an upload's report); of the file,
+    /// as the client wrote them (a download's: it does not see the sealed sizes).
     pub bytes: u64,
 }
 
