@@ -247,16 +247,21 @@ struct Stalled {
 impl Stalled {
     /// One file, `name`.
     async fn new(name: &str) -> Stalled {
-        Stalled::of(name, false).await
+        Stalled::of(name, false, false).await
+    }
+
+    /// One file, `name`, 0640 and dated 2001, sent with `--preserve`.
+    async fn preserved(name: &str) -> Stalled {
+        Stalled::of(name, false, true).await
     }
 
     /// A tree, `name`: the same bytes as [`Stalled::new`]'s file, cut into three files (one in a
     /// directory), so that blocks span files.
     async fn tree(name: &str) -> Stalled {
-        Stalled::of(name, true).await
+        Stalled::of(name, true, false).await
     }
 
-    async fn of(name: &str, tree: bool) -> Stalled {
+    async fn of(name: &str, tree: bool, preserve: bool) -> Stalled {
         println!("seed {SEED}");
         let (receiver, spools, a, b) = receiver_and_two_relays().await;
         let gate = Gate::before(b.addr).await;
@@ -276,10 +281,18 @@ impl Stalled {
         } else {
             fs::write(&source, &content).unwrap();
         }
+        if preserve {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&source, fs::Permissions::from_mode(0o640)).unwrap();
+            crate::session_relay::set_mtime(&source, 978_307_200);
+        }
         let sender = receiver.client().await;
         let mut relays = targets(&[&a]).await;
         relays.push(through(&gate, &b, "unreachable").await);
-        let options = relayed_options(Strategy::Partitioned, false, false);
+        let options = sluice::session::RelayedOptions {
+            preserve,
+            ..relayed_options(Strategy::Partitioned, false, false)
+        };
         let report = sender.upload_relayed(&source, "", &relays, &options).await.unwrap();
         println!("first run: {report:?}");
         assert_eq!(report.placed[1].blocks, 8, "{:?}", report.placed);
@@ -411,6 +424,18 @@ async fn a_collection_goes_on_after_the_receiver_restarts() {
     assert_eq!(fs::read(receiver.root().join("g.bin")).unwrap(), content);
     assert_eq!(common::listing(&receiver.root()), vec!["g.bin"], "no part file is left");
     assert_eq!(kept_records(receiver.dir.path()), 0, "an ended job's record is removed");
+    for server in [receiver, a, b] {
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preserved_collection_keeps_its_sources_bits_and_time_across_a_restart() {
+    let world = Stalled::preserved("p.bin").await;
+    let (receiver, [a, b], content) = goes_on_after_a_restart(world, 1).await;
+    let landed = receiver.root().join("p.bin");
+    assert_eq!(fs::read(&landed).unwrap(), content);
+    assert_eq!(crate::session_relay::mode_and_mtime(&landed), (0o640, 978_307_200));
     for server in [receiver, a, b] {
         server.stop().await;
     }
