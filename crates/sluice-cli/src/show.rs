@@ -343,19 +343,12 @@ impl Show {
             Mode::Json => emit(&relayed_json(report, self.direction)),
             Mode::Quiet => {}
             Mode::Terminal | Mode::Plain if report.files == 0 && report.kept_files > 0 => {
-                let n = report.kept_files;
-                let (s, was) = if n == 1 { ("", "it was") } else { ("s", "they were") };
+                let (files, was) = files_kept(report.kept_files);
                 say(&format!(
-                    "sluice: nothing to send: {n} file{s} at the server kept as {was} (--overwrite)"
+                    "sluice: nothing to send: {files} at the server kept as {was} (--overwrite)"
                 ));
             }
             Mode::Terminal | Mode::Plain => {
-                let shares: Vec<String> = report
-                    .placed
-                    .iter()
-                    .filter(|p| p.blocks > 0)
-                    .map(|p| format!("{} {}", p.name, p.blocks))
-                    .collect();
                 let after = match report.total_seconds {
                     Some(total) if report.files == 1 => {
                         format!("the server has the verified file after {total:.1} s")
@@ -375,23 +368,20 @@ impl Show {
                     n => format!("; {n} were at the server from an earlier run"),
                 };
                 if report.kept_files > 0 {
-                    let n = report.kept_files;
-                    let s = if n == 1 { "" } else { "s" };
-                    resumed.push_str(&format!("; {n} file{s} at the server kept as they were"));
+                    let (files, _) = files_kept(report.kept_files);
+                    resumed.push_str(&format!("; {files} at the server kept as they were"));
                 }
                 say(&format!(
                     "sluice: sent {} bytes in {:.1} s ({} blocks: {}{resumed}); {after}",
                     report.bytes,
                     report.send_seconds,
                     report.blocks,
-                    shares.join(", ")
+                    shares(report)
                 ));
             }
         }
     }
-}
 
-impl Show {
     /// A relayed download's summary: what came through which of the server's relays, when
     /// the server's part was done, and when the verified file (or tree) was here.
     pub(crate) fn relayed_download(&self, report: &sluice::session::RelayedReport) {
@@ -399,28 +389,18 @@ impl Show {
             Mode::Json => emit(&relayed_json(report, self.direction)),
             Mode::Quiet => {}
             Mode::Terminal | Mode::Plain if report.files == 0 && report.kept_files > 0 => {
-                let n = report.kept_files;
-                let (s, was) = if n == 1 { ("", "it was") } else { ("s", "they were") };
-                say(&format!(
-                    "sluice: nothing to fetch: {n} file{s} here kept as {was} (--overwrite)"
-                ));
+                let (files, was) = files_kept(report.kept_files);
+                say(&format!("sluice: nothing to fetch: {files} here kept as {was} (--overwrite)"));
             }
             Mode::Terminal | Mode::Plain => {
-                let shares: Vec<String> = report
-                    .placed
-                    .iter()
-                    .filter(|p| p.blocks > 0)
-                    .map(|p| format!("{} {}", p.name, p.blocks))
-                    .collect();
                 let files = match report.files {
                     1 => "the verified file".to_owned(),
                     n => format!("the {n} verified files"),
                 };
                 let mut kept = String::new();
                 if report.kept_files > 0 {
-                    let n = report.kept_files;
-                    let s = if n == 1 { "" } else { "s" };
-                    kept = format!("; {n} file{s} here kept as they were");
+                    let (files, _) = files_kept(report.kept_files);
+                    kept = format!("; {files} here kept as they were");
                 }
                 let blocks = match report.blocks {
                     1 => "1 block".to_owned(),
@@ -430,13 +410,24 @@ impl Show {
                     "sluice: received {} bytes through the server's relays ({blocks}: {}{kept}); \
                      the server's part was done after {:.1} s, {files} here after {:.1} s",
                     report.bytes,
-                    shares.join(", "),
+                    shares(report),
                     report.send_seconds,
                     report.total_seconds.unwrap_or(report.send_seconds),
                 ));
             }
         }
     }
+}
+
+/// A relayed transfer's destinations that took blocks, with how many: `r1 61, r2 64`.
+fn shares(report: &sluice::session::RelayedReport) -> String {
+    let took = report.placed.iter().filter(|p| p.blocks > 0);
+    took.map(|p| format!("{} {}", p.name, p.blocks)).collect::<Vec<_>>().join(", ")
+}
+
+/// `n` files kept by the overwrite policy: `1 file`, `it was`; `3 files`, `they were`.
+fn files_kept(n: u64) -> (String, &'static str) {
+    if n == 1 { ("1 file".into(), "it was") } else { (format!("{n} files"), "they were") }
 }
 
 /// A relayed transfer's `--json` summary (`direction`: `upload` or `download`).
