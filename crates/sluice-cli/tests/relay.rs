@@ -78,6 +78,21 @@ fn cp(dir: &Path, receiver: &Proc, relay: &Proc, args: &[&str]) -> Output {
     c.output().unwrap()
 }
 
+/// The summary a `--json` copy printed last on stdout.
+#[track_caller]
+fn json_summary(stdout: &str) -> serde_json::Value {
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// Checks the relay's spool holds nothing but its `tmp` directory: it deleted every block
+/// once collected.
+#[track_caller]
+fn collected_all(spool: &Path) {
+    let left: Vec<_> = std::fs::read_dir(spool).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
+}
+
 /// A receiver and a relay with a spool of 64 MiB, and the client's directory.
 struct World {
     receiver: Proc,
@@ -119,8 +134,7 @@ fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let summary = json_summary(&stdout);
     assert_eq!(summary["event"], "summary");
     assert_eq!(summary["relayed"], true);
     assert_eq!(summary["bytes"], 3_000_000);
@@ -137,9 +151,7 @@ fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(same_file(&src, &dest));
-    let left: Vec<_> =
-        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
+    collected_all(&spool);
 }
 
 #[test]
@@ -161,8 +173,7 @@ fn a_relay_farther_from_the_server_than_asked_is_left_out() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("relay near left out: its round trip from the server is"), "{stdout}");
     assert!(stdout.contains("(--relay-max-rtt-receiver 0)"), "{stdout}");
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let summary = json_summary(&stdout);
     let placed = summary["placed"].as_array().unwrap();
     assert_eq!(placed.len(), 1, "{summary}");
     assert_eq!(placed[0]["name"], "direct", "{summary}");
@@ -245,8 +256,7 @@ fn a_tree_through_a_relay_needs_r_and_arrives_whole() {
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let summary = json_summary(&stdout);
     assert_eq!(summary["files"], 41, "{summary}");
     assert!(summary["total_seconds"].as_f64().is_some(), "it waited: {summary}");
     assert!(same_file(&tree.join("big.bin"), &receiver.root.join("tree/big.bin")));
@@ -254,9 +264,7 @@ fn a_tree_through_a_relay_needs_r_and_arrives_whole() {
         let rel = format!("d{}/f{i}", i % 4);
         assert!(same_file(&tree.join(&rel), &receiver.root.join("tree").join(&rel)), "{rel}");
     }
-    let left: Vec<_> =
-        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
+    collected_all(&spool);
 }
 
 #[test]
@@ -290,8 +298,7 @@ fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused
     let out = cp(cdir.path(), &server, &relay, &[&args[..], &[got.to_str().unwrap()]].concat());
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let summary = json_summary(&stdout);
     assert_eq!(
         (summary["relayed"].clone(), summary["direction"].clone()),
         (true.into(), "download".into())
@@ -304,9 +311,7 @@ fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused
         (summary["send_seconds"].as_f64().unwrap(), summary["total_seconds"].as_f64().unwrap());
     assert!(0.0 < send && send <= total, "{summary}");
     assert!(same_file(&server.root.join("data.bin"), &got));
-    let left: Vec<_> =
-        std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("tmp")], "the relay deleted what was collected");
+    collected_all(&spool);
 
     // The words, and a relay the server does not have.
     let again = cdir.path().join("again.bin");

@@ -252,6 +252,37 @@ struct Relay {
     dir: std::path::PathBuf,
 }
 
+impl Relay {
+    /// `cp --json ARGS FILE :` of a 48 MiB file `name` (its bytes from `seed`), which must
+    /// exit 0 and arrive intact; what it said on stderr, and its summary.
+    fn copy_through(
+        &self,
+        path: &Linked,
+        name: &str,
+        seed: u64,
+        args: &[&str],
+    ) -> (String, serde_json::Value) {
+        println!("seed {seed}");
+        let src = path.dir.path().join(name);
+        random_file(&src, 48 << 20, seed);
+        let args = [&["--json"], args].concat();
+        let started = Instant::now();
+        let out = path.cp(&args, src.to_str().unwrap(), ":").output().unwrap();
+        let end = summary(&events(&out));
+        println!("exit {} in {:.1} s: {end}", code(&out), started.elapsed().as_secs_f64());
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(same_file(&src, &path.root.join(name)), "the file arrived intact");
+        (stderr(&out), end)
+    }
+
+    /// Checks its spool holds no block: the server collected every one.
+    #[track_caller]
+    fn holds_no_block(&self) {
+        let spool: Vec<_> = walk_files(&self.dir.join("spool"));
+        assert!(spool.iter().all(|f| f.extension().is_none_or(|e| e != "blk")), "{spool:?}");
+    }
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -324,17 +355,8 @@ fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
     // then get nothing through. Both take the relay up over TCP and the copy completes.
     let path = path("sluice-udp-relay");
     let relay = relay_beside_the_server(&path, &[RELAY_PORT]);
-    println!("seed 3004");
-    let src = path.dir.path().join("relayed.bin");
-    random_file(&src, 48 << 20, 3004);
-    let args = ["--json", "--relay", "r1", "--relay-direct", "off", "--relay-wait"];
-    let started = Instant::now();
-    let out = path.cp(&args, src.to_str().unwrap(), ":").output().unwrap();
-    let events = events(&out);
-    let end = summary(&events);
-    println!("exit {} in {:.1} s: {end}", code(&out), started.elapsed().as_secs_f64());
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(same_file(&src, &path.root.join("relayed.bin")), "the file arrived intact");
+    let args = ["--relay", "r1", "--relay-direct", "off", "--relay-wait"];
+    let (said, end) = relay.copy_through(&path, "relayed.bin", 3004, &args);
     // The direct path is out of the striping: it took only the batches under way to the relay
     // when their UDP data got nothing through (two deposits of two 4 MiB blocks); the rest
     // went through the relay once the sender took it up over TCP, and the server collected
@@ -342,12 +364,10 @@ fn a_relay_whose_port_alone_udp_reaches_carries_the_copy_over_tcp() {
     assert_eq!((end["blocks"].as_u64(), &end["placed"][0]["name"]), (Some(12), &"r1".into()));
     let by_relay = end["placed"][0]["blocks"].as_u64().unwrap_or(0);
     assert!(by_relay >= 8, "{end}");
-    let said = stderr(&out);
     assert!(said.contains("going on over TCP"), "the sender took the relay up over TCP: {said}");
     // The server had every block of the relay's from the relay: it asked for none again.
     assert!(!said.contains("asks for blocks again"), "{said}");
-    let spool: Vec<_> = walk_files(&relay.dir.join("spool"));
-    assert!(spool.iter().all(|f| f.extension().is_none_or(|e| e != "blk")), "{spool:?}");
+    relay.holds_no_block();
 }
 
 #[test]
@@ -361,23 +381,12 @@ fn a_relayed_upload_to_a_server_whose_port_alone_udp_reaches_goes_through_the_re
     // up over TCP as above) instead of failing the copy, and the server collects it.
     let path = path("sluice-udp-direct");
     let relay = relay_beside_the_server(&path, &[PORT, RELAY_PORT]);
-    println!("seed 3005");
-    let src = path.dir.path().join("direct.bin");
-    random_file(&src, 48 << 20, 3005);
-    let args = ["--json", "--relay", "r1", "--relay-wait"];
-    let started = Instant::now();
-    let out = path.cp(&args, src.to_str().unwrap(), ":").output().unwrap();
-    let events = events(&out);
-    let end = summary(&events);
-    println!("exit {} in {:.1} s: {end}", code(&out), started.elapsed().as_secs_f64());
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(same_file(&src, &path.root.join("direct.bin")), "the file arrived intact");
-    let said = stderr(&out);
+    let (said, end) =
+        relay.copy_through(&path, "direct.bin", 3005, &["--relay", "r1", "--relay-wait"]);
     assert!(said.contains("the direct path's share goes to the relays"), "{said}");
     let by_relay = end["placed"][0]["blocks"].as_u64().unwrap_or(0);
     assert_eq!(by_relay, 12, "every block went through the relay: {end}");
-    let spool: Vec<_> = walk_files(&relay.dir.join("spool"));
-    assert!(spool.iter().all(|f| f.extension().is_none_or(|e| e != "blk")), "{spool:?}");
+    relay.holds_no_block();
 }
 
 /// Every regular file beneath `dir`.
