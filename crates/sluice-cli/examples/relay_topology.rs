@@ -338,6 +338,20 @@ impl World {
     }
 }
 
+/// MB each host's link carried between two of [`World::bytes`]'s snapshots: (host, one way,
+/// the other).
+fn moved(before: &[(String, u64, u64)], after: &[(String, u64, u64)]) -> Vec<(String, f64, f64)> {
+    let each = after.iter().zip(before).map(|((n, a2b, b2a), (_, a0, b0))| {
+        (n.clone(), (a2b - a0) as f64 / 1e6, (b2a - b0) as f64 / 1e6)
+    });
+    each.collect()
+}
+
+/// MB through `host`'s link, both ways, of what [`moved`] counted.
+fn through(moved: &[(String, f64, f64)], host: &str) -> f64 {
+    moved.iter().find(|(n, _, _)| n == host).map_or(0.0, |m| m.1 + m.2)
+}
+
 /// Same bytes (compared a MiB at a time).
 fn same(a: &Path, b: &Path) -> bool {
     use std::io::Read;
@@ -424,14 +438,8 @@ fn main() {
         let after = world.bytes();
         assert!(same(&source, &world.received(to, &dest)), "{label}: the file differs");
         let _ = std::fs::remove_file(world.received(to, &dest));
-        let moved: Vec<(String, f64, f64)> = after
-            .iter()
-            .zip(&before)
-            .map(|((n, a2b, b2a), (_, a0, b0))| {
-                (n.clone(), (a2b - a0) as f64 / 1e6, (b2a - b0) as f64 / 1e6)
-            })
-            .collect();
-        let of = |h: &str| moved.iter().find(|(n, _, _)| n == h).map_or(0.0, |m| m.1 + m.2);
+        let moved = moved(&before, &after);
+        let of = |h: &str| through(&moved, h);
         let relays_mb: f64 = ["r1", "r2", "r3"].iter().map(|h| of(h)).sum();
         let (send, total) = if relayed {
             (
@@ -509,11 +517,8 @@ fn downloads(world: &World, a: &Args, size: u64) -> Vec<String> {
         let after = world.bytes();
         assert!(same(&source, &dest), "{label}: the file differs");
         let _ = std::fs::remove_file(&dest);
-        let of = |h: &str| {
-            let now = after.iter().find(|(n, _, _)| n == h).map_or(0, |m| m.1 + m.2);
-            let then = before.iter().find(|(n, _, _)| n == h).map_or(0, |m| m.1 + m.2);
-            (now - then) as f64 / 1e6
-        };
+        let moved = moved(&before, &after);
+        let of = |h: &str| through(&moved, h);
         let relays_mb: f64 = ["r1", "r2", "r3"].iter().map(|h| of(h)).sum();
         let (send, total) = if flags.is_empty() {
             let seconds = summary["seconds"].as_f64().unwrap_or(wall);
