@@ -9,7 +9,7 @@ pub(crate) mod relay;
 mod relayed_get;
 
 pub use relay::CollectHop;
-pub(crate) use relay::handshake_rtt;
+pub(crate) use relay::handshake_rtts;
 pub use relayed_get::RelayedDownload;
 
 use std::net::SocketAddr;

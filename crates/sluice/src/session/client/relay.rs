@@ -89,6 +89,24 @@ pub(crate) async fn handshake_rtt(
     proved.then_some(rtt)
 }
 
+/// How long a relay's handshake may take when its round trip is measured.
+pub(crate) const RTT_WAIT: Duration = Duration::from_secs(3);
+
+/// The round trips to `relays` (each its address and fingerprint), measured at once by
+/// [`handshake_rtt`] within [`RTT_WAIT`]: `None` where no handshake proved the fingerprint.
+/// A receiver's distances to a sender's relays (FSP 3.1's multi-constraint choice).
+pub(crate) async fn handshake_rtts(relays: &[(SocketAddr, Fingerprint)]) -> Vec<Option<Duration>> {
+    let mut measuring = tokio::task::JoinSet::new();
+    for (i, (address, fingerprint)) in relays.iter().cloned().enumerate() {
+        measuring.spawn(async move { (i, handshake_rtt(address, fingerprint, RTT_WAIT).await) });
+    }
+    let mut rtts = vec![None; relays.len()];
+    while let Some(Ok((i, rtt))) = measuring.join_next().await {
+        rtts[i] = rtt;
+    }
+    rtts
+}
+
 impl Client {
     /// The session's round-trip time as QUIC measures it (FSP 3.1 selects relays by it).
     pub fn rtt(&self) -> std::time::Duration {

@@ -19,7 +19,7 @@ use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret, SessionId};
 use crate::session::messages::{Request, read_message};
 use crate::session::relay::collect::{
-    Collection, Collections, JobEvent, Listed, Policy, Start, manifest_id,
+    Collection, Collections, JobEvent, Listed, Policy, RelayAt, Start, manifest_id,
 };
 use crate::session::relay::landing::{Followed, Heard, accept, follow, plan_landing, relays_of};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
@@ -89,6 +89,13 @@ impl Client {
             other => return Err(SessionError::Protocol(format!("expected Offer, got {other:?}"))),
         };
         let super::relay::OpenRequestParts { mut send, mut recv } = req.into_parts();
+        // Nothing is planned from an offer whose relays do not parse (or that names none).
+        let none = || SessionError::Protocol("a relayed download over no relay".into());
+        let relays =
+            match relays_of(&put).and_then(|r| if r.is_empty() { Err(none()) } else { Ok(r) }) {
+                Ok(relays) => relays,
+                Err(e) => return Err(decline(&mut send, &self.conn, e).await),
+            };
         let names: Vec<String> = put
             .relays
             .iter()
@@ -96,28 +103,20 @@ impl Client {
             .collect();
         // FSP's multi-constraint choice, this end's half: the server kept relays near it.
         let (skip, left_out) = match what.max_rtt_receiver_ms {
-            Some(max) => far_relays(&put, &names, max).await,
+            Some(max) => far_relays(&relays, &names, max).await,
             None => (Vec::new(), Vec::new()),
         };
-        if !put.relays.is_empty() && skip.len() == put.relays.len() {
+        if skip.len() == relays.len() {
             let e = SessionError::Refused(format!(
                 "no relay is within --relay-max-rtt-receiver {} ms of here ({})",
                 what.max_rtt_receiver_ms.unwrap_or_default(),
                 left_out.join("; ")
             ));
-            let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
-            let _ = accept(&mut send, &self.conn, &msg).await;
-            let _ = send.finish();
-            return Err(e);
+            return Err(decline(&mut send, &self.conn, e).await);
         }
-        let landing = match land(&put, local, options, identity, &secret).await {
+        let landing = match land(&put, relays, local, options, identity, &secret).await {
             Ok(landing) => landing,
-            Err(e) => {
-                let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
-                let _ = accept(&mut send, &self.conn, &msg).await;
-                let _ = send.finish();
-                return Err(e);
-            }
+            Err(e) => return Err(decline(&mut send, &self.conn, e).await),
         };
         let mut placed: Vec<Placed> =
             names.iter().map(|name| Placed { name: name.clone(), ..Placed::default() }).collect();
@@ -215,28 +214,13 @@ impl Client {
     }
 }
 
-/// How long a relay's handshake may take when this end measures its round trip.
-const RTT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
 /// The offer's relays (by number) farther from here than `max` ms, or not reached by a
 /// handshake that proves their fingerprints, each measured at once; and why, by name.
-async fn far_relays(put: &RelayedPut, names: &[String], max: u64) -> (Vec<u32>, Vec<String>) {
-    let mut measuring = tokio::task::JoinSet::new();
-    for (i, spot) in put.relays.iter().enumerate() {
-        let (address, fingerprint) = (spot.address.parse(), spot.fingerprint.parse());
-        measuring.spawn(async move {
-            let rtt = match (address, fingerprint) {
-                (Ok(address), Ok(fingerprint)) => {
-                    super::relay::handshake_rtt(address, fingerprint, RTT_WAIT).await
-                }
-                _ => None,
-            };
-            (i, rtt)
-        });
-    }
+async fn far_relays(relays: &[RelayAt], names: &[String], max: u64) -> (Vec<u32>, Vec<String>) {
+    let peers: Vec<_> = relays.iter().map(|r| (r.address, r.fingerprint.clone())).collect();
+    let rtts = super::relay::handshake_rtts(&peers).await;
     let mut far = Vec::new();
-    while let Some(Ok((i, rtt))) = measuring.join_next().await {
-        let name = names.get(i).cloned().unwrap_or_default();
+    for (i, (rtt, name)) in rtts.into_iter().zip(names).enumerate() {
         let why = match rtt {
             Some(rtt) if rtt <= std::time::Duration::from_millis(max) => continue,
             Some(rtt) => format!(
@@ -248,8 +232,19 @@ async fn far_relays(put: &RelayedPut, names: &[String], max: u64) -> (Vec<u32>, 
         };
         far.push((i as u32, why));
     }
-    far.sort();
     far.into_iter().unzip()
+}
+
+/// Tells the server why this end declines its offer, and ends the request; `e` again.
+async fn decline(
+    send: &mut quinn::SendStream,
+    conn: &quinn::Connection,
+    e: SessionError,
+) -> SessionError {
+    let msg = CollectMsg::Failed { code: e.code(), message: e.detail() };
+    let _ = accept(send, conn, &msg).await;
+    let _ = send.finish();
+    e
 }
 
 /// Waits for the collection's end (its events channel closed when it ended before).
@@ -283,6 +278,7 @@ enum Landing {
 /// collection (a tree's temporary files or the file's part file made).
 async fn land(
     put: &RelayedPut,
+    relays: Vec<RelayAt>,
     local: &Path,
     options: &RelayedOptions,
     identity: Arc<Identity>,
@@ -290,10 +286,6 @@ async fn land(
 ) -> Result<Landing, SessionError> {
     let transfer = from_hex::<16>(&put.transfer)
         .ok_or_else(|| SessionError::Protocol(format!("bad transfer id {:?}", put.transfer)))?;
-    let relays = relays_of(put)?;
-    if relays.is_empty() {
-        return Err(SessionError::Protocol("a relayed download over no relay".into()));
-    }
     // The destination's directory is the root nothing leaves: a file lands at `local` (or
     // beneath it, when it is a directory), a tree beneath `local`.
     let at: PathBuf = std::path::absolute(local)

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sluice_session::relay::{
     BlockLen, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS,
@@ -13,7 +12,7 @@ use sluice_session::relay::{
 use tracing::info;
 
 use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
-use crate::session::client::handshake_rtt;
+use crate::session::client::handshake_rtts;
 use crate::session::copy::plan_error;
 use crate::session::identity::Fingerprint;
 use crate::session::identity::peer_fingerprint;
@@ -27,9 +26,6 @@ use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
 use crate::session::{Peer, SessionError};
 use crate::tree::{EntryKind, FileSet};
-
-/// How long the receiver waits for a relay's handshake when it measures the round trip.
-const RTT_WAIT: Duration = Duration::from_secs(3);
 
 /// A relay's address and fingerprint as the sender named them, parsed.
 fn relay_peer(address: &str, fingerprint: &str) -> Result<(SocketAddr, Fingerprint), SessionError> {
@@ -267,16 +263,13 @@ impl RequestCtx<'_> {
         if relays.len() > MAX_RELAYS {
             return Err(SessionError::Refused(format!("at most {MAX_RELAYS} relays")));
         }
-        let mut measuring = tokio::task::JoinSet::new();
-        for (i, relay) in relays.iter().enumerate() {
-            let (address, fingerprint) = relay_peer(&relay.address, &relay.fingerprint)?;
-            measuring
-                .spawn(async move { (i, handshake_rtt(address, fingerprint, RTT_WAIT).await) });
-        }
-        let mut rtt_us = vec![None; relays.len()];
-        while let Some(Ok((i, rtt))) = measuring.join_next().await {
-            rtt_us[i] = rtt.map(|d| d.as_micros() as u64);
-        }
+        let peers = relays
+            .iter()
+            .map(|r| relay_peer(&r.address, &r.fingerprint))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rtts = handshake_rtts(&peers).await;
+        let rtt_us: Vec<Option<u64>> =
+            rtts.iter().map(|rtt| rtt.map(|d| d.as_micros() as u64)).collect();
         info!(?rtt_us, "round trips to the sender's relays");
         self.write(&Answer::RelayRtts { rtt_us }).await
     }
