@@ -400,8 +400,7 @@ impl Collections {
         let running = lock(&self.running);
         let found = running.values().find(|c| c.listed.token == token && c.name() == id);
         if let Some(job) = found {
-            job.cancel.store(true, Ordering::Relaxed);
-            job.wake.notify_one();
+            job.cancel();
             return true;
         }
         drop(running);
