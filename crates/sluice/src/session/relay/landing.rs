@@ -3,6 +3,7 @@
 //! the tree planned with the overwrite policy, and which files move), the relays it names, and
 //! following the sender's reports while it is there.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,6 +44,18 @@ impl Planned {
     }
 }
 
+/// A relay's address and fingerprint as its sender named them, parsed.
+pub(crate) fn relay_peer(
+    address: &str,
+    fingerprint: &str,
+) -> Result<(SocketAddr, Fingerprint), SessionError> {
+    let bad = |what: &str| SessionError::Protocol(format!("relay {address}: bad {what}"));
+    Ok((
+        address.parse().map_err(|_| bad("address"))?,
+        fingerprint.parse().map_err(|_| bad("fingerprint"))?,
+    ))
+}
+
 /// The relays `put` names, parsed (at most [`MAX_RELAYS`]).
 pub(crate) fn relays_of(put: &RelayedPut) -> Result<Vec<RelayAt>, SessionError> {
     if put.relays.len() > MAX_RELAYS {
@@ -51,16 +64,11 @@ pub(crate) fn relays_of(put: &RelayedPut) -> Result<Vec<RelayAt>, SessionError> 
     put.relays
         .iter()
         .map(|r| {
-            let bad =
-                |what: &str| SessionError::Protocol(format!("relay {}: bad {what}", r.address));
-            Ok(RelayAt {
-                address: r.address.parse().map_err(|_| bad("address"))?,
-                fingerprint: r
-                    .fingerprint
-                    .parse::<Fingerprint>()
-                    .map_err(|_| bad("fingerprint"))?,
-                capability: from_hex::<32>(&r.capability).ok_or_else(|| bad("capability"))?,
-            })
+            let (address, fingerprint) = relay_peer(&r.address, &r.fingerprint)?;
+            let capability = from_hex::<32>(&r.capability).ok_or_else(|| {
+                SessionError::Protocol(format!("relay {}: bad capability", r.address))
+            })?;
+            Ok(RelayAt { address, fingerprint, capability })
         })
         .collect()
 }

@@ -2,7 +2,6 @@
 //! (with a spool, `serve --spool`), the admission of a collector by its capability, and a
 //! relayed upload's receiving end (any server that takes uploads).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use sluice_session::relay::{
@@ -14,27 +13,19 @@ use tracing::info;
 use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
 use crate::session::client::handshake_rtts;
 use crate::session::copy::plan_error;
-use crate::session::identity::Fingerprint;
 use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Answer, GrantClaim};
 use crate::session::relay::collect::{Collection, Listed, Policy, Start, manifest_id};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
-use crate::session::relay::landing::{Followed, Planned, accept, follow, plan_landing, relays_of};
+use crate::session::relay::landing::{
+    Followed, Planned, accept, follow, plan_landing, relay_peer, relays_of,
+};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
 use crate::session::{Peer, SessionError};
 use crate::tree::{EntryKind, FileSet};
-
-/// A relay's address and fingerprint as the sender named them, parsed.
-fn relay_peer(address: &str, fingerprint: &str) -> Result<(SocketAddr, Fingerprint), SessionError> {
-    let bad = |what: &str| SessionError::Protocol(format!("relay {address}: bad {what}"));
-    Ok((
-        address.parse().map_err(|_| bad("address"))?,
-        fingerprint.parse().map_err(|_| bad("fingerprint"))?,
-    ))
-}
 
 /// The transfer a collector's capability admits it to, when it is this relay's, and the access
 /// of its session: no right at all (it may only collect that transfer); else why not.
