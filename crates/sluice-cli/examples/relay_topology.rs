@@ -17,7 +17,8 @@
 //! root.
 //! Downloads (every row set but `one`): S also serves, its config file naming the three relays,
 //! and D runs `sluice cp` from S directly and through them (`--relay r1,r2,r3`: S stripes, D
-//! collects); their send and total times are ratios to the direct download's.
+//! takes its direct share and collects the rest; then with `--relay-direct off`); their send
+//! and total times are ratios to the direct download's.
 //! `RELAY_TOPOLOGY_CLIENT_LOG=FILE` keeps the last row's client log, and
 //! `RELAY_TOPOLOGY_SERVER_LOGS=DIR` each server's as `DIR/HOST.log` (with `RUST_LOG`).
 //!
@@ -501,11 +502,15 @@ fn downloads(world: &World, a: &Args, size: u64) -> Vec<String> {
     let local = world.dir.path().join("dl");
     std::fs::create_dir_all(&local).unwrap();
     let source = world.dir.path().join("s").join("root").join("source.bin");
-    let rows: [(&str, Vec<&str>); 2] = [
+    let rows: [(&str, Vec<&str>); 3] = [
         ("download: direct", vec![]),
         (
-            "download: 3 relays (S stripes, D collects)",
+            "download: 3 relays + D (S stripes, D takes its share and collects)",
             vec!["--relay", "r1,r2,r3", "--relay-block", &a.block],
+        ),
+        (
+            "download: 3 relays (S stripes, D collects)",
+            vec!["--relay", "r1,r2,r3", "--relay-direct", "off", "--relay-block", &a.block],
         ),
     ];
     let mut direct_s = f64::NAN;
@@ -527,7 +532,13 @@ fn downloads(world: &World, a: &Args, size: u64) -> Vec<String> {
         } else {
             (summary["send_seconds"].as_f64().unwrap(), summary["total_seconds"].as_f64().unwrap())
         };
-        let theoretical = if flags.is_empty() { a.slow_mbit } else { 3 * a.slow_mbit };
+        // 100 Mbit/s per destination S stripes to (D too when it takes a share).
+        let dests = match flags.len() {
+            0 => 1,
+            _ if flags.contains(&"off") => 3,
+            _ => 4,
+        };
+        let theoretical = dests * a.slow_mbit;
         let striping = size as f64 * 8.0 / send / 1e6;
         let line = serde_json::json!({
             "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,

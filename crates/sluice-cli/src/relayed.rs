@@ -33,8 +33,9 @@ pub(crate) struct RelayArgs {
     /// Block size of the striping (64KiB to 64MiB) [default: 4MiB].
     #[arg(long, value_name = "SIZE", requires = "relay")]
     relay_block: Option<String>,
-    /// Whether the receiver takes blocks directly too: on (the default) or off (relays only;
-    /// the direct path then carries only blocks the receiver asks for again).
+    /// Whether the receiver (the server in an upload, this end in a download) takes blocks
+    /// directly too: on (the default) or off (relays only; in an upload the direct path then
+    /// carries only blocks the receiver asks for again).
     #[arg(long, value_name = "on|off", requires = "relay")]
     relay_direct: Option<String>,
     /// Count a block safe only once it is on this many relays (1 or 2), unless the server has
@@ -218,14 +219,7 @@ pub(crate) async fn download(
     let [source] = from.sources else {
         return Err(exit::usage("--relay carries one source per copy (a file, or a tree with -r)"));
     };
-    if flags.relay_direct.as_deref() == Some("on") {
-        return Err(exit::usage(
-            "a relayed download stripes over the server's relays only: --relay-direct on is \
-             for uploads",
-        ));
-    }
-    let mut options = flags.options(copy)?;
-    options.direct = false;
+    let options = flags.options(copy)?;
     let show = Show::new(mode, "download");
     let reached =
         reach(&args.connect, &args.ssh, from.host, from.prefs, channel, args.channels).await?;

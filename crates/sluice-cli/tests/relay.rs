@@ -304,23 +304,23 @@ fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused
         (true.into(), "download".into())
     );
     assert_eq!(summary["bytes"], 3_000_000);
-    assert_eq!(summary["placed"][0]["name"], "near");
-    assert_eq!(summary["placed"][0]["blocks"], 12, "{summary}");
-    assert_eq!(summary["placed"][0]["bytes"], 3_000_000, "{summary}");
+    // The relay's share, then this end's own (it is in the striping by default).
+    let placed = summary["placed"].as_array().unwrap();
+    let names: Vec<&str> = placed.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["near", "direct"], "{summary}");
+    let sum = |field: &str| placed.iter().map(|p| p[field].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("blocks"), 12, "{summary}");
+    assert_eq!(sum("bytes"), 3_000_000, "{summary}");
     let (send, total) =
         (summary["send_seconds"].as_f64().unwrap(), summary["total_seconds"].as_f64().unwrap());
     assert!(0.0 < send && send <= total, "{summary}");
     assert!(same_file(&server.root.join("data.bin"), &got));
     collected_all(&spool);
 
-    // The words, and a relay the server does not have.
+    // The words, through the relay alone, and a relay the server does not have.
     let again = cdir.path().join("again.bin");
-    let out = cp(
-        cdir.path(),
-        &server,
-        &relay,
-        &["--relay", "near", "127.0.0.1:data.bin", again.to_str().unwrap()],
-    );
+    let args = ["--relay", "near", "--relay-direct", "off", "127.0.0.1:data.bin"];
+    let out = cp(cdir.path(), &server, &relay, &[&args[..], &[again.to_str().unwrap()]].concat());
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(

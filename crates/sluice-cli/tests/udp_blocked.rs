@@ -389,6 +389,40 @@ fn a_relayed_upload_to_a_server_whose_port_alone_udp_reaches_goes_through_the_re
     relay.holds_no_block();
 }
 
+#[test]
+fn a_relayed_download_from_a_server_whose_port_alone_udp_reaches_goes_through_the_relay() {
+    if !root_or_skip() {
+        return;
+    }
+    // The same firewall, and a download: the server stripes over its relay r1 (its config
+    // file names it) and the client's direct share, whose takes get nothing through the
+    // server's data ports. That share goes to the relay instead of failing the download (the
+    // server's take fails, not its request), and the client collects everything from r1.
+    let mut path = path("sluice-udp-take");
+    let relay = relay_beside_the_server(&path, &[PORT, RELAY_PORT]);
+    // The client's config file names r1 as the server's must: the same section serves both.
+    let server_config = path.dir.path().join("sluice/config.toml");
+    path.restart_server(&[("SLUICE_SERVER_CONFIG", &server_config)]);
+    println!("seed 3006");
+    let src = path.root.join("down.bin");
+    random_file(&src, 48 << 20, 3006);
+    let got = path.dir.path().join("got.bin");
+    let started = Instant::now();
+    let out = path.cp(&["--json", "--relay", "r1"], ":down.bin", got.to_str().unwrap());
+    let out = { out }.output().unwrap();
+    let end = summary(&events(&out));
+    println!("exit {} in {:.1} s: {end}", code(&out), started.elapsed().as_secs_f64());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(same_file(&src, &got), "the file arrived intact");
+    let share = |name: &str| {
+        let placed = end["placed"].as_array().cloned().unwrap_or_default();
+        let of = placed.iter().find(|p| p["name"] == name);
+        of.and_then(|p| p["blocks"].as_u64()).unwrap_or(u64::MAX)
+    };
+    assert_eq!((share("r1"), share("direct")), (12, 0), "every block through the relay: {end}");
+    relay.holds_no_block();
+}
+
 /// Every regular file beneath `dir`.
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -154,6 +154,9 @@ pub enum Request {
     /// client to collect. Answered with `StripeMsg`s (an `Offer` first), followed by
     /// `CollectMsg`s. Needs the read right.
     RelayedGet(crate::relay::RelayedGet),
+    /// A relayed download's client in the striping: the next batch the server stripes to it
+    /// directly. Answered with `HopMsg`s.
+    Take(crate::relay::Take),
     /// The jobs this server runs, or ran lately, for the session's token (third-party pulls
     /// and relayed uploads' collections): answered with `Jobs`. Needs the write right.
     Jobs {},

@@ -70,6 +70,16 @@ pub struct Collect {
     pub blocks: Vec<u64>,
 }
 
+/// A relayed download's client in the striping (`RelayedGet::direct`): the next batch the
+/// server stripes to it directly, on the client's own session with the server. Answered with
+/// [`HopMsg::Holding`] (none: nothing for it now, ask again), the batch's data as a
+/// collection's, and the client's [`HopMsg::Stored`] once it wrote what opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Take {
+    /// The transfer's id (the offer's).
+    pub transfer: String,
+}
+
 /// What either end of a hop (a deposit or a collection) says after the request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -213,6 +223,10 @@ pub struct RelayedGet {
     /// The certificate the client collects with (`SHA256:...`): each relay admits only it
     /// with the capability the server makes for the client there.
     pub collector: String,
+    /// The client takes blocks directly too ("in the striping"), asking for them with
+    /// [`Take`]; without, the server stripes over its relays only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }
 
 fn one_copy() -> u8 {

@@ -188,6 +188,23 @@ impl Linked {
         linked
     }
 
+    /// Stops the server and starts it again as before, with `env` set (a config file:
+    /// `SLUICE_SERVER_CONFIG`).
+    #[allow(dead_code)] // not every test binary restarts its server
+    pub fn restart_server(&mut self, env: &[(&str, &Path)]) {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        let mut runner = self.in_b(BIN);
+        for (key, value) in env {
+            runner.env(key, value);
+        }
+        let listen = format!("{}:{}", linkem::B_ADDR, self.port);
+        let (state, tokens) = (self.dir.path().join("state"), self.dir.path().join("tokens"));
+        self.server = Some(serve_with(runner, &listen, &self.root, &state, &tokens));
+    }
+
     /// `program` in namespace b.
     pub fn in_b(&self, program: &str) -> Command {
         let mut c = Command::new("ip");

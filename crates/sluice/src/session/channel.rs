@@ -116,19 +116,22 @@ pub(crate) struct ChannelSetup<'a> {
     /// this end gets its streams.
     pub(crate) streams: Option<Opener<'a>>,
     /// Set when a data phase over UDP got nothing through from its start
-    /// ([`DataError::NothingThrough`]): the path carries the session but not the data channels
-    /// (a firewall that lets only the server's port through). A client's, to take the transfer
-    /// up over TCP.
+    /// ([`DataError::NothingThrough`]) or this host refused its sends: the path carries the
+    /// session but not the data channels (a firewall that lets only the server's port
+    /// through). A client's, to take the transfer up over TCP.
     pub(crate) udp_blocked: Option<&'a AtomicBool>,
 }
 
 impl ChannelSetup<'_> {
     /// What a failed data phase means to the user ([`data_error`]), noting a UDP path that
-    /// carried nothing.
+    /// carried nothing, or that this host's own firewall refused (a send denied: `EPERM`).
     pub(crate) fn data_error(&self, err: DataError) -> SessionError {
-        if matches!(err, DataError::NothingThrough { .. })
-            && let Some(blocked) = self.udp_blocked
-        {
+        let blocked = match &err {
+            DataError::NothingThrough { .. } => true,
+            DataError::Socket(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+            _ => false,
+        };
+        if blocked && let Some(blocked) = self.udp_blocked {
             blocked.store(true, Ordering::Relaxed);
         }
         data_error(err, self.conn)

@@ -268,6 +268,8 @@ struct Shared {
     memory: Option<Arc<PathMemory>>,
     /// See [`ServerConfig::relays`].
     relays: Vec<super::ServerRelay>,
+    /// Relayed downloads whose clients take a direct share.
+    takes: Arc<super::relay::take::Takes>,
 }
 
 /// A bound server; [`Server::run`] serves it.
@@ -394,6 +396,7 @@ impl Server {
                 collections,
                 memory,
                 relays: config.relays,
+                takes: Arc::default(),
             }),
             fingerprint,
             local_addr,
@@ -1058,6 +1061,7 @@ async fn serve_request(
         Request::Discard(discard) => ctx.discard(discard).await,
         Request::Relayed(put) => ctx.relayed(put).await,
         Request::RelayedGet(get) => ctx.relayed_get(get).await,
+        Request::Take(take) => ctx.take(take).await,
         Request::Jobs {} => ctx.jobs().await,
         Request::RelayRtts { relays } => ctx.relay_rtts(relays).await,
         Request::SpoolRoom {} => ctx.spool_room().await,

@@ -56,8 +56,14 @@ impl World {
     }
 }
 
+/// The client in the striping, as by default (it takes the server's direct share).
 fn options(strategy: Strategy) -> RelayedOptions {
     RelayedOptions { strategy, block_bytes: 256 << 10, batch_blocks: 2, ..Default::default() }
+}
+
+/// The server's relays only (`--relay-direct off`).
+fn relays_only(strategy: Strategy) -> RelayedOptions {
+    RelayedOptions { direct: false, ..options(strategy) }
 }
 
 fn what(path: &str, relays: &[&str]) -> RelayedDownload {
@@ -97,31 +103,40 @@ async fn a_relayed_download_arrives_intact_through_the_server_s_relays_by_every_
     fs::write(world.server.root().join("big.bin"), &content).unwrap();
     let client = world.server.client().await;
     let local = tempfile::tempdir().unwrap();
-    for (i, strategy) in
-        [Strategy::Fcfs, Strategy::Cyclic, Strategy::Partitioned].into_iter().enumerate()
-    {
+    // Every strategy with this end in the striping (the default), then the relays alone.
+    let runs = [
+        (Strategy::Fcfs, true),
+        (Strategy::Cyclic, true),
+        (Strategy::Partitioned, true),
+        (Strategy::Cyclic, false),
+    ];
+    for (i, (strategy, direct)) in runs.into_iter().enumerate() {
         let dest = local.path().join(format!("out{i}.bin"));
-        let report = client
-            .download_relayed(&what("big.bin", &["a", "b"]), &dest, &options(strategy), pending())
-            .await;
+        let opts = RelayedOptions { direct, ..options(strategy) };
+        let report =
+            client.download_relayed(&what("big.bin", &["a", "b"]), &dest, &opts, pending()).await;
         let report = report.unwrap();
-        println!("{strategy:?}: {report:?}");
+        println!("{strategy:?}, direct {direct}: {report:?}");
         assert_eq!(fs::read(&dest).unwrap(), content, "{strategy:?}");
         assert_eq!(report.blocks, 17);
         assert_eq!(report.bytes, content.len() as u64);
         let names: Vec<&str> = report.placed.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["a", "b"], "the relays by the server's names, no direct path");
+        let expected: &[&str] = if direct { &["a", "b", "direct"] } else { &["a", "b"] };
+        assert_eq!(names, expected, "the relays by the server's names, then this end's share");
         assert_eq!(report.placed.iter().map(|p| p.blocks).sum::<u64>(), 17);
         let bytes: u64 = report.placed.iter().map(|p| p.bytes).sum();
         assert_eq!(bytes, content.len() as u64, "the file's bytes by where they came from");
+        // Cyclic and partitioned give each destination its share: 17 blocks over three are
+        // at least 5 each, over two at least 8.
         if strategy != Strategy::Fcfs {
-            assert!(report.placed.iter().all(|p| p.blocks >= 8), "{:?}", report.placed);
+            let least = if direct { 5 } else { 8 };
+            assert!(report.placed.iter().all(|p| p.blocks >= least), "{:?}", report.placed);
         }
         assert!(report.total_seconds.unwrap() >= report.send_seconds);
         assert!(world.spools_empty(), "collected blocks are deleted");
     }
     let listed = common::listing(local.path());
-    assert_eq!(listed, vec!["out0.bin", "out1.bin", "out2.bin"], "no part file is left");
+    assert_eq!(listed, ["out0.bin", "out1.bin", "out2.bin", "out3.bin"], "no part file is left");
     client.close().await;
     world.stop().await;
 }
@@ -343,7 +358,7 @@ async fn the_client_leaves_out_relays_farther_from_it_than_its_limit() {
     let dest = local.path().join("f.bin");
     let mut near = what("f.bin", &["a", "b"]);
     near.max_rtt_receiver_ms = Some(30);
-    let opts = options(Strategy::Cyclic);
+    let opts = relays_only(Strategy::Cyclic);
     let report = client.download_relayed(&near, &dest, &opts, pending()).await.unwrap();
     println!("{report:?}");
     assert_eq!(fs::read(&dest).unwrap(), content);
@@ -404,7 +419,7 @@ impl Gated {
             let stop = async {
                 let _ = stop.await;
             };
-            to.download_relayed(&what, &at, &options(Strategy::Fcfs), stop).await
+            to.download_relayed(&what, &at, &relays_only(Strategy::Fcfs), stop).await
         });
         let gated =
             Gated { server, relays: [a, b], spools, gates, client, local, content, download };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_session::relay::{
-    BlockLen, Collect, CollectMsg, Deposit, HopMsg, RelayPeer, RelayedPut,
+    BlockLen, Collect, CollectMsg, Deposit, HopMsg, RelayPeer, RelayedPut, Take,
 };
 
 use super::{Client, SessionError};
@@ -17,6 +17,8 @@ use crate::session::identity::{CERT_NAME, Fingerprint};
 use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret};
 use crate::session::known_hosts::{HostVerifier, KnownHosts, TrustPolicy, host_key};
 use crate::session::messages::{Answer, Request, read_message};
+use crate::session::relay::check_batch;
+use crate::session::relay::collect::Collection;
 use crate::session::relay::hop::{
     Direction, Link, Memory, move_batch, read_hop, receive_blocks, write_hop,
 };
@@ -207,6 +209,42 @@ impl Client {
         }
         let OpenRequestParts { send, recv } = req.into_parts();
         Ok(CollectHop { blocks, send, recv, conn: self.conn.clone() })
+    }
+
+    /// Takes the next batch of a relayed download's direct share from this server
+    /// ([`crate::session::relay::take`]) into `job`: received while relays' collections wait
+    /// (as for a sender's own deposit), opened and written, and the server told. Returns the
+    /// batch's blocks, none when the server had none for this end now.
+    pub(crate) async fn take_direct(
+        &self,
+        transfer: &str,
+        job: &Arc<Collection>,
+    ) -> Result<Vec<BlockLen>, SessionError> {
+        let mut req = self.request().await?;
+        let take = Request::Take(Take { transfer: transfer.to_owned() });
+        let welcomed = self.opened(req.write(&take).await).await?;
+        let held = match read_hop(&mut req.recv, &self.conn, Peer::Server).await? {
+            HopMsg::Holding { blocks } => blocks,
+            other => {
+                return Err(SessionError::Protocol(format!("expected Holding, got {other:?}")));
+            }
+        };
+        if held.is_empty() {
+            req.finish();
+            return Ok(held);
+        }
+        check_batch(&held)?;
+        let setup = self.setup(req.id, welcomed);
+        let moving = job.direct_deposit();
+        let sealed =
+            receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held, None).await?;
+        drop(moving);
+        let into = job.clone();
+        crate::session::channel::blocking(move || into.deliver(&sealed)).await?;
+        let ids = held.iter().map(|b| b.id).collect();
+        write_hop(&mut req.send, &self.conn, &HopMsg::Stored { blocks: ids }).await?;
+        req.finish();
+        Ok(held)
     }
 
     /// The bytes of sealed blocks this relay would take from this session's token now (its

@@ -72,6 +72,7 @@ impl Client {
             max_rtt_sender_ms: what.max_rtt_sender_ms,
             checksum: options.checksum,
             collector: identity.fingerprint().to_string(),
+            direct: options.direct,
         };
         let mut req = self.request().await?;
         let welcomed = self.opened(req.write(&Request::RelayedGet(get)).await).await?;
@@ -120,6 +121,9 @@ impl Client {
         };
         let mut placed: Vec<Placed> =
             names.iter().map(|name| Placed { name: name.clone(), ..Placed::default() }).collect();
+        if options.direct {
+            placed.push(Placed { name: "direct".into(), ..Placed::default() });
+        }
         let (job, mut events, files, kept_files, collections) = match landing {
             Landing::Kept => {
                 let kept = CollectMsg::Accepted {
@@ -151,6 +155,16 @@ impl Client {
                 (job, events, files, kept_files, collections)
             }
         };
+        // This end in the striping: lines that take the server's direct share until the
+        // collection ends (they end with it) or the server's striping does.
+        let taken = Arc::new(std::sync::Mutex::new(Placed::default()));
+        let mut taking = tokio::task::JoinSet::new();
+        if options.direct {
+            for _ in 0..TAKE_LINES {
+                let (server, job, taken) = (self.clone(), job.clone(), taken.clone());
+                taking.spawn(take_line(server, put.transfer.clone(), job, taken));
+            }
+        }
         let mut sent_at = None;
         let plan = job.plan();
         let mut heard = |heard: Heard<'_>| match heard {
@@ -183,6 +197,14 @@ impl Client {
             end = collecting => end,
             () = stop => Err(SessionError::Refused("the download was stopped".into())),
         };
+        taking.shutdown().await;
+        if options.direct {
+            let taken = crate::session::lock(&taken).clone();
+            if let Some(direct) = placed.last_mut() {
+                direct.blocks = taken.blocks;
+                direct.bytes = taken.bytes;
+            }
+        }
         let send_seconds = sent_at.unwrap_or_else(|| started.elapsed().as_secs_f64());
         if end.is_err() && collections.runs(&job) {
             // Stopped, or the server broke the protocol: the job ends, its files deleted.
@@ -211,6 +233,36 @@ impl Client {
             placed,
             left_out,
         })
+    }
+}
+
+/// Take requests under way at once: the next one's request and `Ready` exchange overlap the
+/// data of the one before (the server's direct worker keeps two deposits going, and its link
+/// lets one move at a time).
+const TAKE_LINES: usize = 2;
+
+/// Takes batches of the server's direct share into `job`, counting them in `taken` (the
+/// file's bytes), until the server says there is no such share any more or a take fails.
+async fn take_line(
+    server: Client,
+    transfer: String,
+    job: Arc<Collection>,
+    taken: Arc<std::sync::Mutex<Placed>>,
+) {
+    let plan = job.plan();
+    loop {
+        match server.take_direct(&transfer, &job).await {
+            Ok(held) => {
+                let len = |id: u64| plan.range(id).map_or(0, |r| r.end - r.start);
+                let mut taken = crate::session::lock(&taken);
+                taken.blocks += held.len() as u64;
+                taken.bytes += held.iter().map(|b| len(b.id)).sum::<u64>();
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the direct share ends");
+                return;
+            }
+        }
     }
 }
 

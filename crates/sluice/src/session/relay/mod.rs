@@ -6,7 +6,8 @@
 //! - [`collect`]: a relayed upload's receiving end, a job on the receiving server;
 //! - [`landing`]: where a relayed transfer lands at either receiver, and following its sender;
 //! - [`collect_record`]: that job as the server's state directory keeps it across a restart;
-//! - [`stripe`]: a relayed upload's sending end, the client's striping.
+//! - [`stripe`]: a relayed transfer's sending end, its striping;
+//! - [`take`]: a relayed download's client taking its direct share of the striping.
 
 pub(crate) mod collect;
 pub(crate) mod collect_record;
@@ -15,11 +16,16 @@ pub(crate) mod landing;
 pub mod seal;
 pub mod spool;
 pub mod stripe;
+pub(crate) mod take;
 
-use sluice_session::relay::{CAPABILITY_TAG, to_hex};
+use sluice_session::relay::{
+    BlockLen, CAPABILITY_TAG, MAX_BATCH_BLOCKS, MAX_BLOCK_BYTES, SEAL_OVERHEAD, from_hex, to_hex,
+};
 
+use super::SessionError;
 use super::identity::Fingerprint;
 use super::messages::GrantClaim;
+use spool::TransferId;
 
 /// Feeds `range` of `store` to `each` in order, a MiB at a time (hashing a file or a tree's
 /// offset space).
@@ -54,4 +60,31 @@ pub fn collector_hash(capability: &[u8; 32], collector: &Fingerprint) -> String 
 /// capability of `transfer` there (both as bytes; the wire carries hex).
 pub fn capability_claim(transfer: &[u8; 16], capability: &[u8; 32]) -> GrantClaim {
     GrantClaim { grant: format!("{CAPABILITY_TAG}{}", to_hex(capability)), job: to_hex(transfer) }
+}
+
+/// A transfer id from the wire.
+pub(crate) fn transfer_id(hex: &str) -> Result<TransferId, SessionError> {
+    from_hex::<16>(hex)
+        .ok_or_else(|| SessionError::Protocol(format!("bad transfer id {hex:?}: 32 hex digits")))
+}
+
+/// Refuses a batch that is empty, too large, repeats a block, or has a block beyond the
+/// largest sealed block.
+pub(crate) fn check_batch(blocks: &[BlockLen]) -> Result<u64, SessionError> {
+    if blocks.is_empty() || blocks.len() > MAX_BATCH_BLOCKS {
+        return Err(SessionError::Protocol(format!(
+            "a batch of {} blocks: between 1 and {MAX_BATCH_BLOCKS}",
+            blocks.len()
+        )));
+    }
+    let mut ids: Vec<u64> = blocks.iter().map(|b| b.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() != blocks.len() {
+        return Err(SessionError::Protocol("a batch names a block twice".into()));
+    }
+    if let Some(b) = blocks.iter().find(|b| b.len == 0 || b.len > MAX_BLOCK_BYTES + SEAL_OVERHEAD) {
+        return Err(SessionError::Protocol(format!("block {} of {} bytes", b.id, b.len)));
+    }
+    Ok(blocks.iter().map(|b| b.len).sum())
 }

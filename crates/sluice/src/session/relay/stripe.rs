@@ -327,7 +327,8 @@ fn random<const N: usize>() -> Result<[u8; N], SessionError> {
 pub(crate) struct Prepared {
     source: Source,
     plan: BlockPlan,
-    transfer: [u8; 16],
+    /// The transfer's id (the relays' and the receiver's name for it).
+    pub(crate) transfer: [u8; 16],
     caps: Vec<[u8; 32]>,
     /// What the receiver is told (`Relayed`'s request, or a download's `Offer`).
     pub(crate) put: RelayedPut,
@@ -395,6 +396,24 @@ impl Prepared {
     }
 }
 
+/// Where a striping worker's batches go.
+#[derive(Clone)]
+pub(crate) enum Destination {
+    /// Deposited over a session this end opens requests on (a relay's, or an upload's
+    /// session with its receiver).
+    Deposit(Box<Client>),
+    /// Taken by a download's client, which asks for its direct share ([`super::take`]).
+    Taken(mpsc::Sender<super::take::Handed>),
+}
+
+impl Destination {
+    /// Whether UDP reaches the destination's port but got nothing through its data channels
+    /// (known of a session this end opened).
+    fn udp_data_blocked(&self) -> bool {
+        matches!(self, Destination::Deposit(c) if c.transport() == Transport::Udp && c.udp_data_blocked())
+    }
+}
+
 /// Where a relayed transfer's sending end stripes to once its receiver accepted.
 pub(crate) struct Striping<'a> {
     /// The relayed request's stream with the receiver (`StripeMsg`s out, `CollectMsg`s in).
@@ -404,8 +423,9 @@ pub(crate) struct Striping<'a> {
     pub(crate) conn: quinn::Connection,
     /// The receiver's certificate, which each relay's capability binds.
     pub(crate) receiver: Fingerprint,
-    /// The session to deposit on directly (an upload's, to its server), when there is one.
-    pub(crate) direct: Option<Client>,
+    /// The direct path to the receiver, when it is in the striping or takes blocks asked for
+    /// again (an upload's session with its server, or a download's client taking its share).
+    pub(crate) direct: Option<Destination>,
     /// The receiver's answer.
     pub(crate) accepted: RelayedRequest,
 }
@@ -428,7 +448,7 @@ impl Client {
             recv: &mut recv,
             conn: self.connection().clone(),
             receiver: self.server_fingerprint().clone(),
-            direct: Some(self.clone()),
+            direct: Some(Destination::Deposit(Box::new(self.clone()))),
             accepted: req,
         };
         stripe(started, prepared, to, relays, options, &local.display().to_string()).await
@@ -514,9 +534,9 @@ pub(crate) async fn stripe(
     let (reports, mut reported) = mpsc::unbounded_channel();
     let depositing = Arc::new(AtomicUsize::new(0));
     let mut workers = JoinSet::new();
-    let worker = |dest: usize, client: Client| Worker {
+    let worker = |dest: usize, to: Destination| Worker {
         dest,
-        client,
+        to,
         cap_hash: caps
             .get(dest)
             .map_or_else(String::new, |cap| super::collector_hash(cap, &receiver)),
@@ -535,10 +555,12 @@ pub(crate) async fn stripe(
     let dests = relays.len() + usize::from(direct_client.is_some());
     let mut alive = 0;
     for dest in (0..dests).filter(|d| !skipped(*d)) {
-        let client =
-            relays.get(dest).map_or_else(|| direct_client.clone(), |r| Some(r.client.clone()));
-        if let Some(client) = client {
-            workers.spawn(worker(dest, client).run());
+        let to = relays.get(dest).map_or_else(
+            || direct_client.clone(),
+            |r| Some(Destination::Deposit(Box::new(r.client.clone()))),
+        );
+        if let Some(to) = to {
+            workers.spawn(worker(dest, to).run());
             alive += 1;
         }
     }
@@ -605,20 +627,26 @@ pub(crate) async fn stripe(
                         warn!(destination = relay.name, "UDP reaches the relay's port but not its data channels: going on over TCP");
                         match relay.client.again_over_tcp().await {
                             Ok(client) => {
-                                workers.spawn(worker(dest, client).run());
+                                workers.spawn(worker(dest, Destination::Deposit(Box::new(client))).run());
                                 continue;
                             }
                             Err(e) => warn!(destination = relay.name, error = %e, "the relay over TCP failed too"),
                         }
                     }
                     alive -= 1;
-                    if dest == direct
-                        && alive > 0
-                        && direct_client.as_ref().is_some_and(|c| {
-                            c.transport() == Transport::Udp && c.udp_data_blocked()
-                        })
-                    {
-                        warn!("UDP reaches the server's port but not its data ports: the direct path's share goes to the relays");
+                    // The direct path that fails while relays are left: its share (and the
+                    // blocks asked for again) go to them, when the failure is the direct
+                    // path's alone (the receiver's data ports that UDP does not reach, or a
+                    // download's client that stopped taking: its request goes on).
+                    let direct_alone = match &direct_client {
+                        Some(d) if d.udp_data_blocked() => {
+                            Some("UDP reaches the server's port but not its data ports")
+                        }
+                        Some(Destination::Taken(_)) => Some("the client's direct share failed"),
+                        _ => None,
+                    };
+                    if dest == direct && alive > 0 && let Some(why) = direct_alone {
+                        warn!(%error, "{why}: the direct path's share goes to the relays");
                         direct_gone = true;
                         continue;
                     }
@@ -708,7 +736,7 @@ async fn verdict(answers: &mut Messages<'_, CollectMsg>) -> Option<SessionError>
 /// One destination's share of the striping.
 struct Worker {
     dest: usize,
-    client: Client,
+    to: Destination,
     cap_hash: String,
     transfer: String,
     stripe: Arc<Mutex<Stripe>>,
@@ -809,8 +837,14 @@ impl Worker {
                 Err(error) => return fail(error, batch),
             };
             let bytes: u64 = sealed.iter().map(|(_, b)| b.len() as u64).sum();
-            let gate = Some(Link::Gate(link.clone()));
-            match self.client.deposit_gated(&self.transfer, &self.cap_hash, sealed, gate).await {
+            let stored = match &self.to {
+                Destination::Deposit(client) => {
+                    let gate = Some(Link::Gate(link.clone()));
+                    client.deposit_gated(&self.transfer, &self.cap_hash, sealed, gate).await
+                }
+                Destination::Taken(to) => super::take::hand(to, sealed, link.clone()).await,
+            };
+            match stored {
                 Ok(stored) => {
                     // What the relay did not say it stored is not safe: it goes back.
                     let (blocks, unsaid): (Vec<u64>, Vec<u64>) =

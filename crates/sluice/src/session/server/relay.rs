@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use sluice_session::relay::{
-    BlockLen, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS,
-    MAX_BLOCK_BYTES, MAX_RELAYS, RelayPeer, RelayedPut, SEAL_OVERHEAD, from_hex, id_ranges,
+    BlockLen, CAPABILITY_TAG, Collect, CollectMsg, Deposit, HopMsg, MAX_BATCH_BLOCKS, MAX_RELAYS,
+    RelayPeer, RelayedPut, from_hex, id_ranges,
 };
 use tracing::info;
 
@@ -24,6 +24,7 @@ use crate::session::relay::landing::{
 };
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
+use crate::session::relay::{check_batch, transfer_id};
 use crate::session::{Peer, SessionError};
 use crate::tree::{EntryKind, FileSet};
 
@@ -56,33 +57,6 @@ pub(super) fn check_capability(
     } else {
         Err("the capability was not accepted (not this relay's, or not for this peer)".into())
     }
-}
-
-/// A transfer id from the wire.
-fn transfer_id(hex: &str) -> Result<TransferId, SessionError> {
-    from_hex::<16>(hex)
-        .ok_or_else(|| SessionError::Protocol(format!("bad transfer id {hex:?}: 32 hex digits")))
-}
-
-/// Refuses a batch that is empty, too large, repeats a block, or has a block beyond the
-/// largest sealed block.
-fn check_batch(blocks: &[BlockLen]) -> Result<u64, SessionError> {
-    if blocks.is_empty() || blocks.len() > MAX_BATCH_BLOCKS {
-        return Err(SessionError::Protocol(format!(
-            "a batch of {} blocks: between 1 and {MAX_BATCH_BLOCKS}",
-            blocks.len()
-        )));
-    }
-    let mut ids: Vec<u64> = blocks.iter().map(|b| b.id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.len() != blocks.len() {
-        return Err(SessionError::Protocol("a batch names a block twice".into()));
-    }
-    if let Some(b) = blocks.iter().find(|b| b.len == 0 || b.len > MAX_BLOCK_BYTES + SEAL_OVERHEAD) {
-        return Err(SessionError::Protocol(format!("block {} of {} bytes", b.id, b.len)));
-    }
-    Ok(blocks.iter().map(|b| b.len).sum())
 }
 
 impl RequestCtx<'_> {

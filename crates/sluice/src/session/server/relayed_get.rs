@@ -5,7 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_session::relay::{CollectMsg, MAX_RELAYS, RelayedGet, StripeMsg};
+use std::sync::Arc;
+
+use sluice_session::relay::{
+    BlockLen, CollectMsg, HopMsg, MAX_RELAYS, RelayedGet, StripeMsg, Take,
+};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
@@ -15,16 +19,22 @@ use crate::session::drive::unrooted;
 use crate::session::identity::Fingerprint;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Messages, write_message};
+use crate::session::relay::hop::{Direction, Link, Memory, move_batch, read_hop, write_hop};
 use crate::session::relay::seal::RELAY_KEY_LABEL;
 use crate::session::relay::stripe::{
-    Prepared, RelayTarget, RelayedOptions, Striping, rank_relays, stripe,
+    Destination, Prepared, RelayTarget, RelayedOptions, Striping, rank_relays, stripe,
 };
-use crate::session::{Client, Overwrite, SessionError};
+use crate::session::relay::take::Handed;
+use crate::session::relay::transfer_id;
+use crate::session::{Client, Overwrite, Peer, SessionError};
 
 /// How long the server waits for each of its relays to answer.
 const RELAY_CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// How long it waits for the client's answer to its offer (it plans where the blocks land).
 const ANSWER_WAIT: Duration = Duration::from_secs(60);
+/// How long a client's take waits for a batch of its direct share before it is told there is
+/// none now (and asks again).
+const TAKE_WAIT: Duration = Duration::from_secs(2);
 
 impl RequestCtx<'_> {
     /// Stripes `get.path` over the relays it names for the client to collect; ends once every
@@ -82,7 +92,7 @@ impl RequestCtx<'_> {
             strategy: get.strategy,
             block_bytes: get.block_bytes,
             compress: get.compress,
-            direct: false,
+            direct: get.direct,
             overwrite: Overwrite::Refuse,
             checksum: get.checksum,
             // Once every block is safe the server's part is done (the client hears `Sent`),
@@ -112,6 +122,14 @@ impl RequestCtx<'_> {
         collector: Fingerprint,
     ) -> Result<(), SessionError> {
         let prepared = Prepared::new(local, Some(root), "", targets, options).await?;
+        // The client in the striping takes its share by asking for it on this session, from
+        // before it hears the offer.
+        let (direct, _taking) = if options.direct {
+            let (to, opened) = self.shared.takes.open(prepared.transfer, self.session.id);
+            (Some(Destination::Taken(to)), Some(opened))
+        } else {
+            (None, None)
+        };
         let offer = StripeMsg::Offer(Box::new(prepared.put.clone()));
         write_message(self.send, &offer).await.map_err(|e| super::frame_error(e, self.conn))?;
         // From here on each side tells the other why it failed on this stream.
@@ -141,7 +159,7 @@ impl RequestCtx<'_> {
             recv: self.recv,
             conn: self.conn.clone(),
             receiver: collector,
-            direct: None,
+            direct,
             accepted: RelayedRequest { secret, job, have, wanted, skip },
         };
         let shown = local.display().to_string();
@@ -164,6 +182,83 @@ impl RequestCtx<'_> {
             "relayed download sent: the client collects on"
         );
         Ok(())
+    }
+}
+
+impl RequestCtx<'_> {
+    /// A relayed download's client taking its direct share: the next batch the striping's
+    /// direct worker sealed for it, sent as a relay sends a collection's, and what the client
+    /// stored back to the worker. With none within [`TAKE_WAIT`] the answer holds no block
+    /// and the client asks again.
+    pub(super) async fn take(&mut self, take: Take) -> Result<(), SessionError> {
+        let transfer = transfer_id(&take.transfer)?;
+        let Some(queue) = self.shared.takes.find(&transfer, self.session.id) else {
+            return Err(SessionError::Refused(format!(
+                "no relayed download of transfer {} runs for this session (it ended)",
+                take.transfer
+            )));
+        };
+        // The next batch a worker still waits to hand over (one it gave back is skipped).
+        let next = tokio::time::timeout(TAKE_WAIT, async {
+            let mut queue = queue.lock().await;
+            loop {
+                match queue.recv().await {
+                    Some(handed) => match handed.claim() {
+                        Some(handed) => return Some(handed),
+                        None => continue,
+                    },
+                    None => return None,
+                }
+            }
+        });
+        let Handed { blocks, link, done, .. } = match next.await {
+            Err(_) => {
+                let none = HopMsg::Holding { blocks: Vec::new() };
+                return write_hop(self.send, self.conn, &none).await;
+            }
+            Ok(None) => {
+                return Err(SessionError::Refused("the relayed download's striping ended".into()));
+            }
+            Ok(Some(handed)) => handed,
+        };
+        let lens: Vec<BlockLen> =
+            blocks.iter().map(|(id, b)| BlockLen { id: *id, len: b.len() as u64 }).collect();
+        let total: u64 = lens.iter().map(|b| b.len).sum();
+        let moved = async {
+            write_hop(self.send, self.conn, &HopMsg::Holding { blocks: lens.clone() }).await?;
+            let bytes: Vec<u8> = blocks.into_iter().flat_map(|(_, b)| b).collect();
+            let setup = self.setup();
+            move_batch(
+                setup,
+                self.send,
+                self.recv,
+                Peer::Client,
+                Direction::Send,
+                Arc::new(Memory::of(bytes)),
+                total,
+                Some(Link::Gate(link)),
+                Some(&self.session.hop_rate),
+            )
+            .await?;
+            match read_hop(self.recv, self.conn, Peer::Client).await? {
+                // Only blocks of this batch count.
+                HopMsg::Stored { blocks } => {
+                    Ok(blocks.into_iter().filter(|id| lens.iter().any(|b| b.id == *id)).collect())
+                }
+                other => Err(SessionError::Protocol(format!("expected Stored, got {other:?}"))),
+            }
+        };
+        match moved.await {
+            Ok(stored) => {
+                self.shared.metrics.moved(true, total, 0, 0);
+                let _ = done.send(Ok(stored));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = done.send(Err(SessionError::from_peer(Peer::Client, e.code(), e.detail())));
+                Err(e)
+            }
+        }
     }
 }
 
