@@ -229,9 +229,11 @@ pub(crate) async fn download(
         relays: flags.relay.clone(),
         max_rtt_sender_ms: flags.relay_max_rtt_sender,
         max_rtt_receiver_ms: flags.relay_max_rtt_receiver,
+        // A stopped, stalled or cut-off download keeps its record here (owner-only) beside
+        // what it wrote: the same command run again moves only what is missing.
+        keep: Some(crate::default_state_dir().join("relayed-downloads")),
     };
-    // Ctrl-C stops the collection and deletes what it wrote: a relayed download cannot be
-    // resumed (the next run starts over).
+    // Ctrl-C stops the collection, keeping what it wrote for the same command run again.
     let interrupted = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -397,10 +397,13 @@ impl Show {
                     1 => "the verified file".to_owned(),
                     n => format!("the {n} verified files"),
                 };
-                let mut kept = String::new();
+                let mut kept = match report.resumed_blocks {
+                    0 => String::new(),
+                    n => format!("; {n} were here from an earlier run"),
+                };
                 if report.kept_files > 0 {
                     let (files, _) = files_kept(report.kept_files);
-                    kept = format!("; {files} here kept as they were");
+                    kept.push_str(&format!("; {files} here kept as they were"));
                 }
                 let blocks = match report.blocks {
                     1 => "1 block".to_owned(),

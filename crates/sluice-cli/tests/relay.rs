@@ -58,6 +58,11 @@ fn serve_with(dir: &Path, spool: Option<(&Path, &str)>, env: &[(&str, &Path)]) -
 
 /// `sluice cp` with a config file naming `relay` as `[relays.near]`.
 fn cp(dir: &Path, receiver: &Proc, relay: &Proc, args: &[&str]) -> Output {
+    cp_command(dir, receiver, relay, args).output().unwrap()
+}
+
+/// [`cp`], to run.
+fn cp_command(dir: &Path, receiver: &Proc, relay: &Proc, args: &[&str]) -> Command {
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
@@ -75,7 +80,7 @@ fn cp(dir: &Path, receiver: &Proc, relay: &Proc, args: &[&str]) -> Output {
         .arg("--known-hosts")
         .arg(dir.join("known_hosts"))
         .args(args);
-    c.output().unwrap()
+    c
 }
 
 /// The summary a `--json` copy printed last on stdout.
@@ -267,12 +272,11 @@ fn a_tree_through_a_relay_needs_r_and_arrives_whole() {
     collected_all(&spool);
 }
 
-#[test]
-fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused() {
-    println!("seed {SEED}");
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+/// A server in `dirs[0]` whose config file names a relay in `dirs[1]` (its spool of
+/// `spool_max`) as `[relays.near]`; and the relay's spool.
+fn relaying_server(dirs: &[tempfile::TempDir; 2], spool_max: &str) -> (Proc, Proc, PathBuf) {
     let spool = dirs[1].path().join("spool");
-    let relay = serve(dirs[1].path(), Some((&spool, "64MiB")));
+    let relay = serve(dirs[1].path(), Some((&spool, spool_max)));
     // The server's own config file names the relay, and the file its token there is in.
     let server_config = dirs[0].path().join("server.toml");
     let token_file = dirs[0].path().join("relay.token");
@@ -291,6 +295,79 @@ fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused
     )
     .unwrap();
     let server = serve_with(dirs[0].path(), None, &[("SLUICE_SERVER_CONFIG", &server_config)]);
+    (server, relay, spool)
+}
+
+#[test]
+fn an_interrupted_relayed_download_goes_on_from_what_arrived() {
+    println!("seed {SEED}");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let (server, relay, spool) = relaying_server(&dirs, "1GiB");
+    let cdir = tempfile::tempdir().unwrap();
+    let source = server.root.join("big.bin");
+    random_file(&source, 256 << 20, SEED);
+    let got = cdir.path().join("got.bin");
+    let args = ["--relay", "near", "--relay-block", "1MiB", "--json", "127.0.0.1:big.bin"];
+    let args = [&args[..], &[got.to_str().unwrap()]].concat();
+    // Interrupted (SIGINT, as Ctrl-C) once a block is in its part file.
+    let child = cp_command(cdir.path(), &server, &relay, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let written = |part: &Path| {
+        let Ok(bytes) = std::fs::read(part) else { return false };
+        bytes.chunks(1 << 20).any(|block| block[..64].iter().any(|b| *b != 0))
+    };
+    let mut part = None;
+    for _ in 0..2000 {
+        part = parts(cdir.path()).into_iter().find(|p| written(p));
+        if part.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(part.is_some(), "a block arrived");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    println!("interrupted: exit {}: {said}", code(&out));
+    assert_ne!(code(&out), 0, "{said}");
+    assert!(said.contains("stopped"), "{said}");
+    assert!(!got.exists(), "nothing unverified in place");
+    assert_eq!(parts(cdir.path()).len(), 1, "the part file is kept");
+    let records = cdir.path().join(".local/share/sluice/relayed-downloads");
+    assert_eq!(std::fs::read_dir(&records).unwrap().count(), 1, "with its record");
+
+    // The same command again: it goes on from what arrived.
+    let out = cp_command(cdir.path(), &server, &relay, &args).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let summary = json_summary(&String::from_utf8_lossy(&out.stdout));
+    println!("{summary}");
+    let resumed = summary["resumed_blocks"].as_u64().unwrap();
+    assert!(resumed >= 1, "{summary}");
+    let placed = summary["placed"].as_array().unwrap();
+    let moved: u64 = placed.iter().map(|p| p["blocks"].as_u64().unwrap()).sum();
+    assert_eq!(moved + resumed, 256, "only what was missing moved: {summary}");
+    assert!(same_file(&source, &got));
+    assert!(parts(cdir.path()).is_empty(), "no part file is left");
+    assert_eq!(std::fs::read_dir(&records).unwrap().count(), 0, "nor its record");
+    collected_all(&spool);
+}
+
+/// A relayed download's part files in `dir`.
+fn parts(dir: &Path) -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path());
+    entries.filter(|p| p.to_string_lossy().ends_with(".relayed")).collect()
+}
+
+#[test]
+fn a_download_through_the_server_s_relay_arrives_and_a_relay_it_lacks_is_refused() {
+    println!("seed {SEED}");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let (server, relay, spool) = relaying_server(&dirs, "64MiB");
     let cdir = tempfile::tempdir().unwrap();
     random_file(&server.root.join("data.bin"), 3_000_000, SEED);
     let got = cdir.path().join("got.bin");

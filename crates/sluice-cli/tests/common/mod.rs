@@ -40,6 +40,7 @@ pub fn isolate(c: &mut Command, dir: &Path) {
         c.env_remove(var);
     }
     c.env("XDG_CONFIG_HOME", dir).env("HOME", dir).env("XDG_CACHE_HOME", dir.join(".cache"));
+    c.env("XDG_DATA_HOME", dir.join(".local/share"));
 }
 
 /// Writes `size` bytes of seeded random data to `path`.

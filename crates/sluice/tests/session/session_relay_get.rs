@@ -73,6 +73,7 @@ fn what(path: &str, relays: &[&str]) -> RelayedDownload {
         relays: relays.iter().map(|r| (*r).to_owned()).collect(),
         max_rtt_sender_ms: None,
         max_rtt_receiver_ms: None,
+        keep: None,
     }
 }
 
@@ -394,7 +395,8 @@ struct Gated {
 }
 
 impl Gated {
-    async fn spooled(stop: tokio::sync::oneshot::Receiver<()>) -> Gated {
+    /// With `keep`, the download keeps its record there for a re-run.
+    async fn spooled(stop: tokio::sync::oneshot::Receiver<()>, keep: Option<&Path>) -> Gated {
         println!("seed {SEED}");
         let spools = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
         let a = relay(spools[0].path(), 64 << 20, None).await;
@@ -414,8 +416,9 @@ impl Gated {
         let client = server.client().await;
         let local = tempfile::tempdir().unwrap();
         let (to, at) = (client.clone(), local.path().join("evacuated.bin"));
+        let keep = keep.map(Path::to_owned);
         let download = tokio::spawn(async move {
-            let what = what("evacuated.bin", &["a", "b"]);
+            let what = RelayedDownload { keep, ..what("evacuated.bin", &["a", "b"]) };
             let stop = async {
                 let _ = stop.await;
             };
@@ -442,7 +445,7 @@ impl Gated {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_leaves_once_its_sealed_blocks_are_safe_and_the_client_collects_alone() {
     let (_stop, never) = tokio::sync::oneshot::channel();
-    let gated = Gated::spooled(never).await;
+    let gated = Gated::spooled(never, None).await;
     // The relays hold every block, and none of the plaintext.
     let marker = &gated.content[..30];
     for spool in &gated.spools {
@@ -476,7 +479,7 @@ async fn the_server_leaves_once_its_sealed_blocks_are_safe_and_the_client_collec
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_relayed_download_leaves_nothing_behind() {
     let (stop, stopped) = tokio::sync::oneshot::channel();
-    let gated = Gated::spooled(stopped).await;
+    let gated = Gated::spooled(stopped, None).await;
     // The client has made its part file and cannot collect yet: stopping it deletes that,
     // and tells the relays to delete the blocks (the gates open just after the stop: its
     // handshakes get through once they do).
@@ -494,6 +497,130 @@ async fn a_stopped_relayed_download_leaves_nothing_behind() {
     gated.client.close().await;
     gated.server.stop().await;
     for relay in gated.relays {
+        relay.stop().await;
+    }
+}
+
+/// A server with relays A and B (named `a` and `b`) whose spools are `spools`, serving `content`
+/// as `evacuated.bin`.
+async fn serving_again(
+    spools: &[tempfile::TempDir; 2],
+    content: &[u8],
+) -> (TestServer, [TestServer; 2]) {
+    let a = relay(spools[0].path(), 64 << 20, None).await;
+    let b = relay(spools[1].path(), 64 << 20, None).await;
+    let named = vec![
+        ServerRelay { name: "a".into(), config: a.client_config() },
+        ServerRelay { name: "b".into(), config: b.client_config() },
+    ];
+    let server = TestServer::start_with(move |config| config.relays = named).await;
+    fs::write(server.root().join("evacuated.bin"), content).unwrap();
+    (server, [a, b])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_download_kept_for_a_re_run_moves_only_what_is_missing() {
+    let keep = tempfile::tempdir().unwrap();
+    let (_stop, never) = tokio::sync::oneshot::channel();
+    let gated = Gated::spooled(never, Some(keep.path())).await;
+    // The server's `Sent` follows its last `Placed` and the digest; then it goes, and so do B
+    // and what it holds: only A's blocks can arrive.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let Gated { server, relays: [a, b], spools, gates, client, local, content, download } = gated;
+    server.stop().await;
+    b.stop().await;
+    let at_a = block_files(spools[0].path()).len();
+    println!("A holds {at_a} blocks, B {}", block_files(spools[1].path()).len());
+    assert!(0 < at_a && at_a < 17, "both relays took blocks");
+    for file in block_files(spools[1].path()) {
+        fs::remove_file(file).unwrap();
+    }
+    gates[0].open_to(a.addr);
+    let err = download.await.unwrap().unwrap_err();
+    println!("{err}");
+    assert!(err.to_string().contains("nowhere to collect"), "{err}");
+    let dest = local.path().join("evacuated.bin");
+    assert!(!dest.exists(), "nothing unverified is renamed into place");
+    assert_eq!(common::listing(local.path()).len(), 1, "the part file is kept");
+    assert_eq!(common::listing(keep.path()).len(), 1, "with its record");
+    client.close().await;
+    a.stop().await;
+
+    // The same download run again (a server with the same file and both relays back) moves
+    // only the blocks B lost.
+    let (server, relays) = serving_again(&spools, &content).await;
+    let client = server.client().await;
+    let what = RelayedDownload {
+        keep: Some(keep.path().to_owned()),
+        ..what("evacuated.bin", &["a", "b"])
+    };
+    let report = client
+        .download_relayed(&what, &dest, &relays_only(Strategy::Fcfs), pending())
+        .await
+        .unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    assert_eq!(report.resumed_blocks, at_a as u64, "A's blocks were written the first time");
+    let moved: u64 = report.placed.iter().map(|p| p.blocks).sum();
+    assert_eq!(moved, 17 - at_a as u64, "only what B lost moved again");
+    assert_eq!(common::listing(local.path()), ["evacuated.bin"], "no part file is left");
+    assert!(common::listing(keep.path()).is_empty(), "nor its record");
+    client.close().await;
+    server.stop().await;
+    for relay in relays {
+        relay.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_download_kept_for_a_re_run_goes_on_and_a_changed_file_starts_over() {
+    let keep = tempfile::tempdir().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let gated = Gated::spooled(stopped, Some(keep.path())).await;
+    // Stopped while it cannot collect yet: its part file and record stay (the server told
+    // what the file is), and the relays delete the blocks (a re-run is a new transfer).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (gate, relay) in gated.gates.iter().zip(&gated.relays) {
+        gate.open_to(relay.addr);
+    }
+    let Gated { server, relays, spools, client, local, content, download, .. } = gated;
+    let err = download.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("stopped"), "{err}");
+    assert_eq!(common::listing(local.path()).len(), 1, "the part file is kept");
+    assert_eq!(common::listing(keep.path()).len(), 1, "with its record");
+    let spooled: usize = spools.iter().map(|s| block_files(s.path()).len()).sum();
+    assert_eq!(spooled, 0, "the relays deleted the stopped download's blocks");
+    client.close().await;
+    server.stop().await;
+    for relay in relays {
+        relay.stop().await;
+    }
+
+    // Run again with the file changed at the server: the sender's digest is not the one the
+    // kept part was of, so it is dropped and nothing is renamed into place; the run after
+    // that starts over and arrives.
+    let mut changed = content.clone();
+    changed[5] ^= 1;
+    let (server, relays) = serving_again(&spools, &changed).await;
+    let client = server.client().await;
+    let what = RelayedDownload {
+        keep: Some(keep.path().to_owned()),
+        ..what("evacuated.bin", &["a", "b"])
+    };
+    let dest = local.path().join("evacuated.bin");
+    let opts = relays_only(Strategy::Fcfs);
+    let err = client.download_relayed(&what, &dest, &opts, pending()).await.unwrap_err();
+    assert!(err.to_string().contains("not the one"), "{err}");
+    assert!(common::listing(local.path()).is_empty(), "the kept part is dropped");
+    assert!(common::listing(keep.path()).is_empty(), "with its record");
+    let report = client.download_relayed(&what, &dest, &opts, pending()).await.unwrap();
+    assert_eq!(report.resumed_blocks, 0);
+    assert_eq!(fs::read(&dest).unwrap(), changed);
+    client.close().await;
+    server.stop().await;
+    for relay in relays {
         relay.stop().await;
     }
 }

@@ -13,15 +13,16 @@ use tracing::info;
 
 use super::{Client, SessionError};
 use crate::session::channel::{REPLY_TIMEOUT, blocking, frame_error};
-use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
-use crate::session::job_log::unix_now;
+use crate::session::job_log::{Ended, unix_now};
 use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret, SessionId};
 use crate::session::messages::{Request, read_message};
 use crate::session::relay::collect::{
     Collection, Collections, JobEvent, Listed, Policy, RelayAt, Start, manifest_id,
 };
-use crate::session::relay::landing::{Followed, Heard, accept, follow, plan_landing, relays_of};
+use crate::session::relay::landing::{
+    Followed, Heard, Landing as LandedAt, accept, follow, land as land_at, relays_of,
+};
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::stripe::{Placed, RelayedOptions, RelayedReport};
 use crate::tree::EntryKind;
@@ -40,6 +41,11 @@ pub struct RelayedDownload {
     /// Keep only relays whose round trip from here is at most this many milliseconds (each
     /// measured by a handshake that proves its fingerprint; one not reached is left out too).
     pub max_rtt_receiver_ms: Option<u64>,
+    /// Where a download that is stopped, stalls (the server gone and blocks lost at a relay)
+    /// or is cut off keeps its record, beside what it wrote, for the same download run again
+    /// to move only what is missing (owner-only: a record holds the transfer's key). `None`:
+    /// nothing is kept, and a stop deletes what it wrote.
+    pub keep: Option<PathBuf>,
 }
 
 impl Client {
@@ -47,9 +53,10 @@ impl Client {
     /// of this server's: the server stripes by `options` (its strategy, block size,
     /// compression and copies; the overwrite policy is this end's) and this process collects,
     /// verifies end to end and renames into place. Once `stop` is ready, the collection is
-    /// stopped and what it wrote deleted (nothing of it can be resumed). The report's
-    /// `send_seconds` is the server's part (until every block was safe on a relay),
-    /// `total_seconds` the whole.
+    /// stopped: what it wrote is kept for a re-run with `what.keep` (once the server said what
+    /// the file is), else deleted. A re-run of a download `what.keep` kept (the same file or
+    /// tree to the same place) moves only what is missing. The report's `send_seconds` is the
+    /// server's part (until every block was safe on a relay), `total_seconds` the whole.
     pub async fn download_relayed(
         &self,
         what: &RelayedDownload,
@@ -115,7 +122,7 @@ impl Client {
             ));
             return Err(decline(&mut send, &self.conn, e).await);
         }
-        let landing = match land(&put, relays, local, options, identity, &secret).await {
+        let landing = match land(&put, relays, local, options, what, identity, &secret).await {
             Ok(landing) => landing,
             Err(e) => return Err(decline(&mut send, &self.conn, e).await),
         };
@@ -124,7 +131,7 @@ impl Client {
         if options.direct {
             placed.push(Placed { name: "direct".into(), ..Placed::default() });
         }
-        let (job, mut events, files, kept_files, collections) = match landing {
+        let (job, mut events, files, kept_files, collections, resumed, _kept) = match landing {
             Landing::Kept => {
                 let kept = CollectMsg::Accepted {
                     job: String::new(),
@@ -144,7 +151,19 @@ impl Client {
                     ..RelayedReport::default()
                 });
             }
-            Landing::Collecting { job, mut events, wanted, files, kept_files, collections } => {
+            Landing::Collecting {
+                job,
+                mut events,
+                wanted,
+                files,
+                kept_files,
+                collections,
+                kept,
+            } => {
+                let resumed = job.have().len() as u64;
+                if resumed > 0 {
+                    info!(blocks = resumed, "an earlier run of this download wrote these blocks");
+                }
                 let have = id_ranges(job.have());
                 let accepted = CollectMsg::Accepted { job: job.name(), have, wanted, skip };
                 if let Err(e) = accept(&mut send, &self.conn, &accepted).await {
@@ -152,7 +171,7 @@ impl Client {
                     let _ = ended(&mut events).await;
                     return Err(e);
                 }
-                (job, events, files, kept_files, collections)
+                (job, events, files, kept_files, collections, resumed, kept)
             }
         };
         // This end in the striping: lines that take the server's direct share until the
@@ -195,7 +214,12 @@ impl Client {
         };
         let end = tokio::select! {
             end = collecting => end,
-            () = stop => Err(SessionError::Refused("the download was stopped".into())),
+            () = stop => Err(SessionError::Refused(match what.keep {
+                Some(_) => "the download was stopped: the same command run again goes on from \
+                            what arrived"
+                    .into(),
+                None => "the download was stopped".into(),
+            })),
         };
         taking.shutdown().await;
         if options.direct {
@@ -207,18 +231,27 @@ impl Client {
         }
         let send_seconds = sent_at.unwrap_or_else(|| started.elapsed().as_secs_f64());
         if end.is_err() && collections.runs(&job) {
-            // Stopped, or the server broke the protocol: the job ends, its files deleted.
-            job.cancel();
-            let _ = ended(&mut events).await;
+            // Stopped, or the server broke the protocol: the job ends, what it wrote kept for
+            // a re-run when there is a place for its record, else deleted.
+            match what.keep {
+                Some(_) => job.pause(),
+                None => job.cancel(),
+            }
+            let end = ended(&mut events).await;
+            if let Err(e) = &end {
+                info!(error = %e, "the collection ended");
+            }
         }
         if let Err(e) = end {
-            // Nothing of it is kept (a stalled job's files too): this process cannot re-run
-            // the copy.
-            blocking(move || {
-                collections.drop_stalled();
-                Ok(())
-            })
-            .await?;
+            // Without a place for records nothing is kept (a stalled job's files too): no
+            // re-run could go on from them.
+            if what.keep.is_none() {
+                blocking(move || {
+                    collections.drop_stalled();
+                    Ok(())
+                })
+                .await?;
+            }
             return Err(e);
         }
         Ok(RelayedReport {
@@ -228,7 +261,7 @@ impl Client {
             send_seconds,
             total_seconds: Some(started.elapsed().as_secs_f64()),
             job: String::new(),
-            resumed_blocks: 0,
+            resumed_blocks: resumed,
             kept_files,
             placed,
             left_out,
@@ -323,16 +356,31 @@ enum Landing {
         kept_files: u64,
         /// The collection's home in this process (it holds its task).
         collections: Arc<Collections>,
+        /// What earlier runs kept, left as it is when this one ends.
+        kept: Option<LeaveKept>,
     },
 }
 
+/// Leaves what the collections kept for re-runs on disk when dropped (a stalled tree's
+/// temporary files are otherwise deleted with it): the downloads an earlier process kept,
+/// loaded by this one, are not this one's to delete.
+struct LeaveKept(Arc<Collections>);
+
+impl Drop for LeaveKept {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
 /// Plans where `put` lands at `local` with this end's overwrite policy and starts its
-/// collection (a tree's temporary files or the file's part file made).
+/// collection (a tree's temporary files or the file's part file made), from what an earlier
+/// run of the same download kept in `what.keep`.
 async fn land(
     put: &RelayedPut,
     relays: Vec<RelayAt>,
     local: &Path,
     options: &RelayedOptions,
+    what: &RelayedDownload,
     identity: Arc<Identity>,
     secret: &DirectionSecret,
 ) -> Result<Landing, SessionError> {
@@ -354,22 +402,25 @@ async fn land(
         preserve: options.preserve,
         checksum: options.checksum,
     };
-    let (offer, within) = (put.clone(), root.clone());
-    let (planned, tree) = blocking(move || {
-        let mut planned = plan_landing(&within, &at, &offer, policy)?;
-        let tree = match planned.tree.take() {
-            Some(plan) => Some(plan.prepare().map_err(plan_error)?),
-            None => None,
-        };
-        Ok((planned, tree))
+    // What earlier runs kept (records are written owner-only), each stalled for its re-run.
+    let keep = what.keep.clone();
+    let collections = Arc::new(Collections::new(Ended::default(), keep.clone()));
+    let (offer, within, found, by) =
+        (put.clone(), root.clone(), collections.clone(), identity.clone());
+    let landed = blocking(move || {
+        if keep.is_some() {
+            found.resume_kept_downloads(&by);
+        }
+        land_at(&found, &within, &at, &offer, policy)
     })
     .await?;
+    let kept = what.keep.is_some().then(|| LeaveKept(collections.clone()));
+    let LandedAt { planned, tree, resume } = landed;
     if planned.keeps_the_file() {
         return Ok(Landing::Kept);
     }
     let all = put.entries.iter().filter(|e| e.kind == EntryKind::File).count().max(1) as u64;
     let files = planned.wanted.as_ref().map_or(all, |w| w.len() as u64);
-    let collections = Arc::new(Collections::default());
     let start = Start {
         transfer,
         session: SessionId::random()?,
@@ -380,7 +431,7 @@ async fn land(
         relays,
         identity,
         permits: Box::new(()),
-        resume: None,
+        resume,
         tree,
         policy,
         mode: put.mode.unwrap_or(0o644),
@@ -405,5 +456,6 @@ async fn land(
         files,
         kept_files: all.saturating_sub(files),
         collections,
+        kept,
     })
 }

@@ -329,6 +329,8 @@ pub(crate) struct Collection {
     listed: Listed,
     /// Set (and `wake` notified) to cancel it (`sluice jobs --cancel`).
     cancel: AtomicBool,
+    /// Set (and `wake` notified) to stop it as stalled ([`Collection::pause`]).
+    paused: AtomicBool,
     /// One collection moves data at a time: see [`Collection::collect_next`].
     downlink: Arc<Semaphore>,
     /// The sender's own deposits here: how many are moving, and when the last ended.
@@ -448,6 +450,39 @@ impl Collections {
         token_of: impl Fn(&[u8; 32]) -> Option<(usize, PathBuf)>,
         identity: &Arc<Identity>,
     ) {
+        self.take_up_records(identity, |record| {
+            let token = from_hex::<32>(&record.token).and_then(|d| Some((d, token_of(&d)?)));
+            match token.filter(|(_, (_, root))| *root == record.root) {
+                Some((digest, (index, _))) => Ok((index, digest)),
+                None => Err("its token is gone or changed".into()),
+            }
+        });
+    }
+
+    /// A client's collections (a relayed download's) as an earlier process of it left them,
+    /// each stalled for the same download run again to go on from: one it left running (the
+    /// process was killed) stalls now, and is dropped with what it wrote when the server had
+    /// not told what the file is. Does file I/O.
+    pub(crate) fn resume_kept_downloads(self: &Arc<Self>, identity: &Arc<Identity>) {
+        self.take_up_records(identity, |record| {
+            if record.stalled.is_none() {
+                if record.digest.is_none() {
+                    return Err("cut off before the server said what the file is".into());
+                }
+                // Kept from its start on: it expires as a stalled job does.
+                record.stalled = Some(("cut off mid-way".into(), record.started));
+            }
+            Ok((0, [0; 32]))
+        });
+    }
+
+    /// Takes up each record the state directory keeps: `admit` gives the token it runs under
+    /// (it may change the record), or why it is dropped.
+    fn take_up_records(
+        self: &Arc<Self>,
+        identity: &Arc<Identity>,
+        mut admit: impl FnMut(&mut Record) -> Result<(usize, [u8; 32]), String>,
+    ) {
         let Some(dir) = &self.dir else { return };
         for (path, record) in kept_records::<Record>(dir, "collection") {
             let transfer = record.transfer.clone();
@@ -483,11 +518,13 @@ impl Collections {
                 drop_job("its tree's record is unreadable");
                 continue;
             }
-            let token = from_hex::<32>(&record.token).and_then(|d| Some((d, token_of(&d)?)));
-            let Some((digest, (index, _))) = token.filter(|(_, (_, root))| *root == record.root)
-            else {
-                drop_job("its token is gone or changed");
-                continue;
+            let mut record = record;
+            let (index, digest) = match admit(&mut record) {
+                Ok(token) => token,
+                Err(why) => {
+                    drop_job(&why);
+                    continue;
+                }
             };
             match self.restore(&path, record, tree, (index, digest), identity) {
                 Ok(stalled) => {
@@ -843,6 +880,7 @@ impl Collection {
             events: tx,
             listed: start.listed,
             cancel: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             downlink: Arc::new(Semaphore::new(1)),
             direct: Mutex::new((0, None)),
             _permits: start.permits,
@@ -873,6 +911,15 @@ impl Collection {
     /// Stops the job: it ends as cancelled, its part file (a tree's temporary files) deleted.
     pub(crate) fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// Stops the job as stalled: what it wrote stays (with its record, when the collections
+    /// keep records) for the same copy run again to go on from, when the sender told what the
+    /// file is (else it is deleted); its relays are told to delete what they hold of it, as for
+    /// a cancelled job (a re-run is a new transfer, with blocks of its own).
+    pub(crate) fn pause(&self) {
+        self.paused.store(true, Ordering::Relaxed);
         self.wake.notify_one();
     }
 
@@ -1311,7 +1358,8 @@ impl Collection {
     /// (it cannot go on) its part file deleted.
     async fn run(self: Arc<Self>, collections: Arc<Collections>) {
         let end = self.drive().await;
-        if end.is_err() && self.cancel.load(Ordering::Relaxed) {
+        let stopped = self.cancel.load(Ordering::Relaxed) || self.paused.load(Ordering::Relaxed);
+        if end.is_err() && stopped {
             // A cancelled job's blocks are of no use at its relays: each is told at once (for
             // a few seconds at most), so that a stopped download or `jobs --cancel` frees
             // their spools now rather than at their expiry.
@@ -1415,6 +1463,13 @@ impl Collection {
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(SessionError::Refused(CANCELLED.into()));
+            }
+            if self.paused.load(Ordering::Relaxed) {
+                let mut p = lock(&self.progress);
+                p.stalled = p.digest.is_some();
+                return Err(SessionError::Refused(
+                    "stopped: the same copy run again goes on from what arrived".into(),
+                ));
             }
             for relay in 0..self.relays.len() as u32 {
                 if busy[relay as usize] || !self.waiting(relay) {

@@ -11,13 +11,16 @@ use sluice_session::relay::{BlockPlan, CollectMsg, MAX_RELAYS, RelayedPut, Strip
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::warn;
 
-use super::collect::{Collection, JobEvent, Policy, RelayAt, plan_tree};
+use super::collect::{
+    Collection, Collections, JobEvent, Policy, RelayAt, Stalled, manifest_id, plan_tree,
+};
 use crate::files::Confined;
 use crate::session::SessionError;
 use crate::session::channel::frame_error;
+use crate::session::copy::plan_error;
 use crate::session::identity::Fingerprint;
 use crate::session::messages::{Messages, write_message};
-use crate::tree::incoming::Plan;
+use crate::tree::incoming::{Incoming, Plan};
 use crate::tree::{Entry, EntryKind};
 
 /// Where a relayed transfer lands, planned (not yet prepared) from the sender's offer.
@@ -71,6 +74,43 @@ pub(crate) fn relays_of(put: &RelayedPut) -> Result<Vec<RelayAt>, SessionError> 
             Ok(RelayAt { address, fingerprint, capability })
         })
         .collect()
+}
+
+/// Where a relayed transfer lands and what it starts from: the plan, a tree's prepared plan
+/// (its temporary files made), and a stalled job of the same copy to go on from.
+pub(crate) struct Landing {
+    pub(crate) planned: Planned,
+    pub(crate) tree: Option<Incoming>,
+    pub(crate) resume: Option<Stalled>,
+}
+
+/// Plans where `put` lands ([`plan_landing`]) and takes up a stalled job of the same copy
+/// among `found`'s (its plan and a tree's manifest the same), unless a running one writes
+/// there: a stalled tree goes on in its own temporary files (they hold its paths' claims);
+/// any other tree is prepared afresh. Nothing is taken up for one file that is kept as it is.
+/// Does file I/O.
+pub(crate) fn land(
+    found: &Collections,
+    root: &Path,
+    at: &Path,
+    put: &RelayedPut,
+    policy: Policy,
+) -> Result<Landing, SessionError> {
+    let mut planned = plan_landing(root, at, put, policy)?;
+    let tree_plan = planned.tree.take();
+    if planned.keeps_the_file() {
+        return Ok(Landing { planned, tree: None, resume: None });
+    }
+    let manifest = (!put.entries.is_empty()).then(|| manifest_id(&put.entries));
+    let resume = match found.writing(&planned.dest) {
+        true => None,
+        false => found.take_stalled(&planned.dest, &planned.plan, manifest),
+    };
+    let tree = match (tree_plan, &resume) {
+        (Some(plan), None) => Some(plan.prepare().map_err(plan_error)?),
+        _ => None,
+    };
+    Ok(Landing { planned, tree, resume })
 }
 
 /// Plans where `put` lands at `at` beneath `root` (a file: `at`, or `at/name` when `at` is a

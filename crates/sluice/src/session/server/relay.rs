@@ -12,7 +12,6 @@ use tracing::info;
 
 use super::{Access, RequestCtx, Rights, Shared, blocking, resolve};
 use crate::session::client::handshake_rtts;
-use crate::session::copy::plan_error;
 use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
@@ -20,7 +19,7 @@ use crate::session::messages::{Answer, GrantClaim};
 use crate::session::relay::collect::{Collection, Listed, Policy, Start, manifest_id};
 use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
 use crate::session::relay::landing::{
-    Followed, Planned, accept, follow, plan_landing, relay_peer, relays_of,
+    Followed, Landing, Planned, accept, follow, land, relay_peer, relays_of,
 };
 use crate::session::relay::seal::{BlockKey, RELAY_KEY_LABEL};
 use crate::session::relay::spool::{Spool, TransferId};
@@ -248,29 +247,17 @@ impl RequestCtx<'_> {
         let root = self.session.access.root.clone();
         let requested = put.dest.clone();
         let manifest = (!put.entries.is_empty()).then(|| manifest_id(&put.entries));
+        // A place among the server's transfers first: a stalled job the landing takes up is not
+        // put back.
+        let (permits, _) = self.acquire_transfer().await?;
         let collections = self.shared.collections.clone();
         let found = collections.clone();
         let offer = put.clone();
-        let (planned, tree, stalled_tree) = blocking(move || {
+        let policy =
+            Policy { overwrite: put.overwrite, preserve: put.preserve, checksum: put.checksum };
+        let Landing { planned, tree, resume } = blocking(move || {
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
-            let policy = Policy {
-                overwrite: offer.overwrite,
-                preserve: offer.preserve,
-                checksum: offer.checksum,
-            };
-            let mut planned = plan_landing(&root, &at, &offer, policy)?;
-            let Some(tree_plan) = planned.tree.take() else {
-                return Ok((planned, None, None));
-            };
-            // A stalled tree of the same copy goes on in its own temporary files (they hold
-            // its paths' claims); any other copy prepares its own.
-            if !found.writing(&planned.dest)
-                && let Some(stalled) = found.take_stalled(&planned.dest, &planned.plan, manifest)
-            {
-                return Ok((planned, None, Some(stalled)));
-            }
-            let tree = tree_plan.prepare().map_err(plan_error)?;
-            Ok((planned, Some(tree), None))
+            land(&found, &root, &at, &offer, policy)
         })
         .await?;
         if planned.keeps_the_file() {
@@ -288,7 +275,6 @@ impl RequestCtx<'_> {
             ChannelRef { session_id: self.session.id, request_id: self.request_id, channel: 0 };
         let secret =
             ChannelSecrets::derive_labelled(self.conn, RELAY_KEY_LABEL, &at)?.client_to_server;
-        let (permits, _) = self.acquire_transfer().await?;
         let files = match &wanted {
             Some(wanted) => wanted.len() as u64,
             None => put.entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64,
@@ -306,12 +292,6 @@ impl RequestCtx<'_> {
                 put.dest
             )));
         }
-        let (found, at_dest) = (collections.clone(), dest.clone());
-        let resume = match (&tree, stalled_tree) {
-            (_, Some(stalled)) => Some(stalled),
-            (Some(_), None) => None,
-            (None, None) => blocking(move || Ok(found.take_stalled(&at_dest, &plan, None))).await?,
-        };
         let start = Start {
             transfer,
             session: self.session.id,
@@ -324,11 +304,7 @@ impl RequestCtx<'_> {
             permits: Box::new(permits),
             resume,
             tree,
-            policy: Policy {
-                overwrite: put.overwrite,
-                preserve: put.preserve,
-                checksum: put.checksum,
-            },
+            policy,
             mode: put.mode.unwrap_or(0o644),
             mtime: put.mtime,
             manifest,
