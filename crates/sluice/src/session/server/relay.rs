@@ -17,7 +17,9 @@ use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Answer, GrantClaim};
 use crate::session::relay::collect::{Collection, Listed, Policy, Start, manifest_id};
-use crate::session::relay::hop::{Direction, move_batch, read_hop, receive_blocks, write_hop};
+use crate::session::relay::hop::{
+    Direction, Link, move_batch, read_hop, receive_blocks, write_hop,
+};
 use crate::session::relay::landing::{
     Followed, Landing, Planned, accept, follow, land, relay_peer, relays_of,
 };
@@ -177,35 +179,41 @@ impl RequestCtx<'_> {
         write_hop(self.send, self.conn, &HopMsg::Released).await
     }
 
+    /// Says which blocks this end sends (`Holding`), then sends them (`store`: their sealed
+    /// bytes end to end) over the session's data path, once it has `link` when given, starting
+    /// at the rate the session's last hop settled at: a relay's collection, or a download's
+    /// direct share taken by its client.
+    pub(super) async fn send_held(
+        &mut self,
+        lens: &[BlockLen],
+        store: Arc<dyn crate::datapath::Store + Send + Sync>,
+        link: Option<Link>,
+    ) -> Result<(), SessionError> {
+        write_hop(self.send, self.conn, &HopMsg::Holding { blocks: lens.to_vec() }).await?;
+        let total: u64 = lens.iter().map(|b| b.len).sum();
+        if total > 0 {
+            let setup = self.setup();
+            let rate = Some(&self.session.hop_rate);
+            let (send, recv) = (&mut *self.send, &mut *self.recv);
+            move_batch(setup, send, recv, Peer::Client, Direction::Send, store, total, link, rate)
+                .await?;
+            self.shared.metrics.moved(true, total, 0, 0);
+        }
+        Ok(())
+    }
+
     /// A collector's collection: the blocks asked for that the spool holds, then their release.
     pub(super) async fn collect(&mut self, collect: Collect) -> Result<(), SessionError> {
         let (spool, transfer) = self.collector_of(&collect)?;
         let held = spool.holding(&transfer, &collect.blocks);
         let lens: Vec<BlockLen> = held.iter().map(|(b, _)| *b).collect();
-        write_hop(self.send, self.conn, &HopMsg::Holding { blocks: lens.clone() }).await?;
-        let total: u64 = lens.iter().map(|b| b.len).sum();
-        if total > 0 {
-            let files = FileSet::new(held.iter().map(|(b, p)| (p.clone(), b.len)).collect(), false);
-            let store: Arc<dyn crate::datapath::Store + Send + Sync> = match self.shared.fault {
-                // Tests of a relay that returns wrong bytes.
-                Some(fault) => Arc::new(crate::datapath::Faulty::reading(files, fault)),
-                None => Arc::new(files),
-            };
-            let setup = self.setup();
-            move_batch(
-                setup,
-                self.send,
-                self.recv,
-                Peer::Client,
-                Direction::Send,
-                store,
-                total,
-                None,
-                Some(&self.session.hop_rate),
-            )
-            .await?;
-            self.shared.metrics.moved(true, total, 0, 0);
-        }
+        let files = FileSet::new(held.iter().map(|(b, p)| (p.clone(), b.len)).collect(), false);
+        let store: Arc<dyn crate::datapath::Store + Send + Sync> = match self.shared.fault {
+            // Tests of a relay that returns wrong bytes.
+            Some(fault) => Arc::new(crate::datapath::Faulty::reading(files, fault)),
+            None => Arc::new(files),
+        };
+        self.send_held(&lens, store, None).await?;
         let released = match read_hop(self.recv, self.conn, Peer::Client).await? {
             HopMsg::Release { blocks } => blocks,
             other => {

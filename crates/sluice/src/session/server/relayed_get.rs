@@ -19,7 +19,7 @@ use crate::session::drive::unrooted;
 use crate::session::identity::Fingerprint;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Messages, write_message};
-use crate::session::relay::hop::{Direction, Link, Memory, move_batch, read_hop, write_hop};
+use crate::session::relay::hop::{Link, Memory, read_hop, write_hop};
 use crate::session::relay::seal::RELAY_KEY_LABEL;
 use crate::session::relay::stripe::{
     Destination, Prepared, RelayTarget, RelayedOptions, Striping, rank_relays, stripe,
@@ -223,23 +223,9 @@ impl RequestCtx<'_> {
         };
         let lens: Vec<BlockLen> =
             blocks.iter().map(|(id, b)| BlockLen { id: *id, len: b.len() as u64 }).collect();
-        let total: u64 = lens.iter().map(|b| b.len).sum();
         let moved = async {
-            write_hop(self.send, self.conn, &HopMsg::Holding { blocks: lens.clone() }).await?;
             let bytes: Vec<u8> = blocks.into_iter().flat_map(|(_, b)| b).collect();
-            let setup = self.setup();
-            move_batch(
-                setup,
-                self.send,
-                self.recv,
-                Peer::Client,
-                Direction::Send,
-                Arc::new(Memory::of(bytes)),
-                total,
-                Some(Link::Gate(link)),
-                Some(&self.session.hop_rate),
-            )
-            .await?;
+            self.send_held(&lens, Arc::new(Memory::of(bytes)), Some(Link::Gate(link))).await?;
             match read_hop(self.recv, self.conn, Peer::Client).await? {
                 // Only blocks of this batch count.
                 HopMsg::Stored { blocks } => {
@@ -250,7 +236,6 @@ impl RequestCtx<'_> {
         };
         match moved.await {
             Ok(stored) => {
-                self.shared.metrics.moved(true, total, 0, 0);
                 let _ = done.send(Ok(stored));
                 Ok(())
             }
