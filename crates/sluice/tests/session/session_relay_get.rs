@@ -611,6 +611,13 @@ async fn a_stopped_download_kept_for_a_re_run_goes_on_and_a_changed_file_starts_
     };
     let dest = local.path().join("evacuated.bin");
     let opts = relays_only(Strategy::Fcfs);
+    // A download into another directory leaves the kept one as it is.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let there = elsewhere.path().join("evacuated.bin");
+    client.download_relayed(&what, &there, &opts, pending()).await.unwrap();
+    assert_eq!(fs::read(&there).unwrap(), changed);
+    assert_eq!(common::listing(local.path()).len(), 1, "the kept part file is left");
+    assert_eq!(common::listing(keep.path()).len(), 1, "and its record");
     let err = client.download_relayed(&what, &dest, &opts, pending()).await.unwrap_err();
     assert!(err.to_string().contains("not the one"), "{err}");
     assert!(common::listing(local.path()).is_empty(), "the kept part is dropped");

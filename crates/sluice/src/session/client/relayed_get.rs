@@ -409,7 +409,7 @@ async fn land(
         (put.clone(), root.clone(), collections.clone(), identity.clone());
     let landed = blocking(move || {
         if keep.is_some() {
-            found.resume_kept_downloads(&by);
+            found.resume_kept_downloads(&by, &within);
         }
         land_at(&found, &within, &at, &offer, policy)
     })

@@ -453,35 +453,39 @@ impl Collections {
         self.take_up_records(identity, |record| {
             let token = from_hex::<32>(&record.token).and_then(|d| Some((d, token_of(&d)?)));
             match token.filter(|(_, (_, root))| *root == record.root) {
-                Some((digest, (index, _))) => Ok((index, digest)),
-                None => Err("its token is gone or changed".into()),
+                Some((digest, (index, _))) => Admit::Take(index, digest),
+                None => Admit::Drop("its token is gone or changed".into()),
             }
         });
     }
 
-    /// A client's collections (a relayed download's) as an earlier process of it left them,
-    /// each stalled for the same download run again to go on from: one it left running (the
-    /// process was killed) stalls now, and is dropped with what it wrote when the server had
-    /// not told what the file is. Does file I/O.
-    pub(crate) fn resume_kept_downloads(self: &Arc<Self>, identity: &Arc<Identity>) {
+    /// A client's collections (relayed downloads) that an earlier process of it left landing
+    /// beneath `root` (a download's directory), each stalled for the same download run again
+    /// to go on from: one it left running (the process was killed, or runs still elsewhere)
+    /// stalls here, and is dropped with what it wrote when the server had not told what the
+    /// file is. Records of other directories are left as they are. Does file I/O.
+    pub(crate) fn resume_kept_downloads(self: &Arc<Self>, identity: &Arc<Identity>, root: &Path) {
         self.take_up_records(identity, |record| {
+            if record.root != root {
+                return Admit::Leave;
+            }
             if record.stalled.is_none() {
                 if record.digest.is_none() {
-                    return Err("cut off before the server said what the file is".into());
+                    return Admit::Drop("cut off before the server said what the file is".into());
                 }
                 // Kept from its start on: it expires as a stalled job does.
                 record.stalled = Some(("cut off mid-way".into(), record.started));
             }
-            Ok((0, [0; 32]))
+            Admit::Take(0, [0; 32])
         });
     }
 
-    /// Takes up each record the state directory keeps: `admit` gives the token it runs under
-    /// (it may change the record), or why it is dropped.
+    /// Takes up each record the state directory keeps that `admit` takes, under the token it
+    /// gives (it may change the record first).
     fn take_up_records(
         self: &Arc<Self>,
         identity: &Arc<Identity>,
-        mut admit: impl FnMut(&mut Record) -> Result<(usize, [u8; 32]), String>,
+        mut admit: impl FnMut(&mut Record) -> Admit,
     ) {
         let Some(dir) = &self.dir else { return };
         for (path, record) in kept_records::<Record>(dir, "collection") {
@@ -520,11 +524,12 @@ impl Collections {
             }
             let mut record = record;
             let (index, digest) = match admit(&mut record) {
-                Ok(token) => token,
-                Err(why) => {
+                Admit::Take(index, digest) => (index, digest),
+                Admit::Drop(why) => {
                     drop_job(&why);
                     continue;
                 }
+                Admit::Leave => continue,
             };
             match self.restore(&path, record, tree, (index, digest), identity) {
                 Ok(stalled) => {
@@ -727,6 +732,16 @@ impl Collections {
         found.delete();
         None
     }
+}
+
+/// What becomes of a kept record ([`Collections::take_up_records`]).
+enum Admit {
+    /// Taken up under this token (its index and digest).
+    Take(usize, [u8; 32]),
+    /// Dropped with what it kept, for this reason.
+    Drop(String),
+    /// Left as it is (another's).
+    Leave,
 }
 
 /// What a collection starts from.
