@@ -405,6 +405,8 @@ async fn land(
     // What earlier runs kept (records are written owner-only), each stalled for its re-run.
     let keep = what.keep.clone();
     let collections = Arc::new(Collections::new(Ended::default(), keep.clone()));
+    // Whatever happens next, what other runs kept stays.
+    let kept = keep.is_some().then(|| LeaveKept(collections.clone()));
     let (offer, within, found, by) =
         (put.clone(), root.clone(), collections.clone(), identity.clone());
     let landed = blocking(move || {
@@ -414,7 +416,6 @@ async fn land(
         land_at(&found, &within, &at, &offer, policy)
     })
     .await?;
-    let kept = what.keep.is_some().then(|| LeaveKept(collections.clone()));
     let LandedAt { planned, tree, resume } = landed;
     if planned.keeps_the_file() {
         return Ok(Landing::Kept);

@@ -1412,7 +1412,7 @@ impl Collection {
         };
         match &end {
             Ok(bytes) => {
-                info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed upload collected");
+                info!(transfer = %self.name(), bytes, dest = %self.dest.display(), "relayed transfer collected");
                 // What the relays still hold of it (second copies, deposits the sender did
                 // not report before it left) is of no use: each is told, in the background.
                 for relay in 0..self.relays.len() as u32 {
@@ -1420,12 +1420,16 @@ impl Collection {
                 }
             }
             Err(e) if stalled.is_some() => {
-                warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed upload stalled: the same copy run again moves only the missing blocks");
+                if self.paused.load(Ordering::Relaxed) {
+                    info!(transfer = %self.name(), dest = %self.dest.display(), "relayed transfer stopped: what it wrote is kept for the same copy run again");
+                } else {
+                    warn!(transfer = %self.name(), error = %e, dest = %self.dest.display(), "relayed transfer stalled: the same copy run again moves only the missing blocks");
+                }
                 // Kept so across a restart.
                 self.save(Some((e.to_string(), unix_now())));
             }
             Err(e) => {
-                warn!(transfer = %self.name(), error = %e, "relayed upload failed");
+                warn!(transfer = %self.name(), error = %e, "relayed transfer failed");
                 match &self.landing {
                     Landing::File { part, .. } => {
                         let _ = self.fs.remove_file(part);
