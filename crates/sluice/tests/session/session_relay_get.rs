@@ -143,6 +143,29 @@ async fn a_relayed_download_arrives_intact_through_the_server_s_relays_by_every_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_tcp_session_the_client_takes_its_direct_share_on_tcp_streams() {
+    let world = World::new([None, None]).await;
+    let content = pattern((3 << 20) + 777, SEED);
+    fs::write(world.server.root().join("t.bin"), &content).unwrap();
+    let mut config = world.server.client_config();
+    config.transport = sluice::session::TransportChoice::Tcp;
+    let client = sluice::session::Client::connect(config).await.unwrap();
+    assert_eq!(client.transport(), sluice::session::Transport::Tcp);
+    let local = tempfile::tempdir().unwrap();
+    let dest = local.path().join("t.bin");
+    // Cyclic: the direct path takes a third of the blocks, whatever the paths' speeds.
+    let opts = options(Strategy::Cyclic);
+    let what = what("t.bin", &["a", "b"]);
+    let report = client.download_relayed(&what, &dest, &opts, pending()).await.unwrap();
+    println!("{report:?}");
+    assert_eq!(fs::read(&dest).unwrap(), content);
+    let direct = report.placed.iter().find(|p| p.name == "direct").unwrap();
+    assert_eq!(direct.blocks, 4, "13 blocks over three destinations: {:?}", report.placed);
+    client.close().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_comes_through_the_server_s_relays_into_a_directory() {
     let world = World::new([None, None]).await;
     let top = world.server.root().join("run");
