@@ -235,14 +235,7 @@ impl Client {
         }
         check_batch(&held)?;
         let setup = self.setup(req.id, welcomed);
-        let moving = job.direct_deposit();
-        let sealed =
-            receive_blocks(setup, &mut req.send, &mut req.recv, Peer::Server, &held, None).await?;
-        drop(moving);
-        let into = job.clone();
-        crate::session::channel::blocking(move || into.deliver(&sealed)).await?;
-        let ids = held.iter().map(|b| b.id).collect();
-        write_hop(&mut req.send, &self.conn, &HopMsg::Stored { blocks: ids }).await?;
+        job.receive_own(setup, &mut req.send, &mut req.recv, Peer::Server, &held).await?;
         req.finish();
         Ok(held)
     }

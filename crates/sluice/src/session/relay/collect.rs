@@ -27,19 +27,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_session::messages::{JobInfo, JobKind, JobPhase, MAX_JOB_RANGES};
-use sluice_session::relay::{BlockPlan, Collect, MAX_BATCH_BLOCKS, from_hex, id_ranges, to_hex};
+use sluice_session::relay::{
+    BlockLen, BlockPlan, Collect, HopMsg, MAX_BATCH_BLOCKS, from_hex, id_ranges, to_hex,
+};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use super::collect_record::{self, Record, RelayRecord, TreeRecord};
-use super::hop::Link;
+use super::hop::{Link, receive_blocks, write_hop};
 use super::read_range;
 use super::seal::BlockKey;
 use super::spool::TransferId;
 use crate::datapath::write_all_at;
 use crate::files::Confined;
-use crate::session::channel::blocking;
+use crate::session::channel::{ChannelSetup, blocking};
 use crate::session::copy::plan_error;
 use crate::session::identity::Identity;
 use crate::session::job_log::{CANCELLED, Ended, JobTasks, keep_record, kept_records, unix_now};
@@ -1056,7 +1058,7 @@ impl Collection {
 
     /// Opens and writes blocks the sender deposited here itself (`sealed` end to end in the
     /// order of `ids`). Blocking.
-    pub(crate) fn deliver(&self, blocks: &[(u64, Vec<u8>)]) -> Result<(), SessionError> {
+    fn deliver(&self, blocks: &[(u64, Vec<u8>)]) -> Result<(), SessionError> {
         let (good, bad) = self.write_blocks(blocks)?;
         if let Some(id) = bad.first() {
             return Err(SessionError::Integrity(format!(
@@ -1292,8 +1294,30 @@ impl Collection {
         striping && (moving > 0 || last.is_some_and(|at| at.elapsed() < DIRECT_QUIET))
     }
 
+    /// Receives a batch of the sender's own (`blocks`, sealed, end to end) on the hop
+    /// `setup`, `send` and `recv` make with `peer`, while the relays' collections wait; opens
+    /// and writes it, then tells the sender the blocks are stored: an upload's direct deposit
+    /// at its server, a download's direct share at its client.
+    pub(crate) async fn receive_own(
+        self: &Arc<Self>,
+        setup: ChannelSetup<'_>,
+        send: &mut quinn::SendStream,
+        recv: &mut quinn::RecvStream,
+        peer: crate::session::Peer,
+        blocks: &[BlockLen],
+    ) -> Result<(), SessionError> {
+        let conn = setup.conn;
+        let moving = self.direct_deposit();
+        let sealed = receive_blocks(setup, send, recv, peer, blocks, None).await?;
+        drop(moving);
+        let job = self.clone();
+        blocking(move || job.deliver(&sealed)).await?;
+        let ids = blocks.iter().map(|b| b.id).collect();
+        write_hop(send, conn, &HopMsg::Stored { blocks: ids }).await
+    }
+
     /// A deposit of the sender's own comes in (until the guard drops).
-    pub(crate) fn direct_deposit(self: &Arc<Self>) -> DirectDeposit {
+    fn direct_deposit(self: &Arc<Self>) -> DirectDeposit {
         lock(&self.direct).0 += 1;
         DirectDeposit(self.clone())
     }

@@ -17,9 +17,7 @@ use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Answer, GrantClaim};
 use crate::session::relay::collect::{Collection, Listed, Policy, Start, manifest_id};
-use crate::session::relay::hop::{
-    Direction, Link, move_batch, read_hop, receive_blocks, write_hop,
-};
+use crate::session::relay::hop::{Direction, Link, move_batch, read_hop, write_hop};
 use crate::session::relay::landing::{
     Followed, Landing, Planned, accept, follow, land, relay_peer, relays_of,
 };
@@ -115,14 +113,9 @@ impl RequestCtx<'_> {
         total: u64,
     ) -> Result<(), SessionError> {
         let setup = self.setup();
-        let depositing = job.direct_deposit();
-        let sealed =
-            receive_blocks(setup, self.send, self.recv, Peer::Client, blocks, None).await?;
-        drop(depositing);
-        let ids: Vec<u64> = blocks.iter().map(|b| b.id).collect();
-        blocking(move || job.deliver(&sealed)).await?;
+        job.receive_own(setup, self.send, self.recv, Peer::Client, blocks).await?;
         self.shared.metrics.moved(false, total, 0, 0);
-        write_hop(self.send, self.conn, &HopMsg::Stored { blocks: ids }).await
+        Ok(())
     }
 
     /// The spool and the transfer of a collector's request, once its session's capability is
