@@ -18,7 +18,7 @@ use crate::session::job_log::{Ended, unix_now};
 use crate::session::keys::{ChannelRef, ChannelSecrets, DirectionSecret, SessionId};
 use crate::session::messages::{Request, read_message};
 use crate::session::relay::collect::{
-    Collection, Collections, JobEvent, Listed, Policy, RelayAt, Start, manifest_id,
+    Collection, Collections, JobEvent, Listed, Policy, RelayAt, Start,
 };
 use crate::session::relay::landing::{
     Followed, Heard, Landing as LandedAt, accept, follow, land as land_at, relays_of,
@@ -416,7 +416,7 @@ async fn land(
         land_at(&found, &within, &at, &offer, policy)
     })
     .await?;
-    let LandedAt { planned, tree, resume } = landed;
+    let LandedAt { planned, tree, manifest, resume } = landed;
     if planned.keeps_the_file() {
         return Ok(Landing::Kept);
     }
@@ -437,7 +437,7 @@ async fn land(
         policy,
         mode: put.mode.unwrap_or(0o644),
         mtime: put.mtime,
-        manifest: (!put.entries.is_empty()).then(|| manifest_id(&put.entries)),
+        manifest,
         root,
         token_digest: [0; 32],
         restored: None,

@@ -77,10 +77,12 @@ pub(crate) fn relays_of(put: &RelayedPut) -> Result<Vec<RelayAt>, SessionError> 
 }
 
 /// Where a relayed transfer lands and what it starts from: the plan, a tree's prepared plan
-/// (its temporary files made), and a stalled job of the same copy to go on from.
+/// (its temporary files made) and manifest ([`manifest_id`]), and a stalled job of the same
+/// copy to go on from.
 pub(crate) struct Landing {
     pub(crate) planned: Planned,
     pub(crate) tree: Option<Incoming>,
+    pub(crate) manifest: Option<blake3::Hash>,
     pub(crate) resume: Option<Stalled>,
 }
 
@@ -99,7 +101,7 @@ pub(crate) fn land(
     let mut planned = plan_landing(root, at, put, policy)?;
     let tree_plan = planned.tree.take();
     if planned.keeps_the_file() {
-        return Ok(Landing { planned, tree: None, resume: None });
+        return Ok(Landing { planned, tree: None, manifest: None, resume: None });
     }
     let manifest = (!put.entries.is_empty()).then(|| manifest_id(&put.entries));
     let resume = match found.writing(&planned.dest) {
@@ -110,7 +112,7 @@ pub(crate) fn land(
         (Some(plan), None) => Some(plan.prepare().map_err(plan_error)?),
         _ => None,
     };
-    Ok(Landing { planned, tree, resume })
+    Ok(Landing { planned, tree, manifest, resume })
 }
 
 /// Plans where `put` lands at `at` beneath `root` (a file: `at`, or `at/name` when `at` is a

@@ -16,7 +16,7 @@ use crate::session::identity::peer_fingerprint;
 use crate::session::job_log::unix_now;
 use crate::session::keys::{ChannelRef, ChannelSecrets};
 use crate::session::messages::{Answer, GrantClaim};
-use crate::session::relay::collect::{Collection, Listed, Policy, Start, manifest_id};
+use crate::session::relay::collect::{Collection, Listed, Policy, Start};
 use crate::session::relay::hop::{Direction, Link, move_batch, read_hop, write_hop};
 use crate::session::relay::landing::{
     Followed, Landing, Planned, accept, follow, land, relay_peer, relays_of,
@@ -247,7 +247,6 @@ impl RequestCtx<'_> {
         let relays = relays_of(&put)?;
         let root = self.session.access.root.clone();
         let requested = put.dest.clone();
-        let manifest = (!put.entries.is_empty()).then(|| manifest_id(&put.entries));
         // A place among the server's transfers first: a stalled job the landing takes up is not
         // put back.
         let (permits, _) = self.acquire_transfer().await?;
@@ -256,7 +255,7 @@ impl RequestCtx<'_> {
         let offer = put.clone();
         let policy =
             Policy { overwrite: put.overwrite, preserve: put.preserve, checksum: put.checksum };
-        let Landing { planned, tree, resume } = blocking(move || {
+        let Landing { planned, tree, manifest, resume } = blocking(move || {
             let at = resolve(&root, if requested.is_empty() { "." } else { &requested })?;
             land(&found, &root, &at, &offer, policy)
         })
