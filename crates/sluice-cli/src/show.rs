@@ -363,14 +363,7 @@ impl Show {
                         host.escape_debug()
                     ),
                 };
-                let mut resumed = match report.resumed_blocks {
-                    0 => String::new(),
-                    n => format!("; {n} were at the server from an earlier run"),
-                };
-                if report.kept_files > 0 {
-                    let (files, _) = files_kept(report.kept_files);
-                    resumed.push_str(&format!("; {files} at the server kept as they were"));
-                }
+                let resumed = already_there(report, "at the server");
                 say(&format!(
                     "sluice: sent {} bytes in {:.1} s ({} blocks: {}{resumed}); {after}",
                     report.bytes,
@@ -397,14 +390,7 @@ impl Show {
                     1 => "the verified file".to_owned(),
                     n => format!("the {n} verified files"),
                 };
-                let mut kept = match report.resumed_blocks {
-                    0 => String::new(),
-                    n => format!("; {n} were here from an earlier run"),
-                };
-                if report.kept_files > 0 {
-                    let (files, _) = files_kept(report.kept_files);
-                    kept.push_str(&format!("; {files} here kept as they were"));
-                }
+                let kept = already_there(report, "here");
                 let blocks = match report.blocks {
                     1 => "1 block".to_owned(),
                     n => format!("{n} blocks"),
@@ -426,6 +412,20 @@ impl Show {
 fn shares(report: &sluice::session::RelayedReport) -> String {
     let took = report.placed.iter().filter(|p| p.blocks > 0);
     took.map(|p| format!("{} {}", p.name, p.blocks)).collect::<Vec<_>>().join(", ")
+}
+
+/// What a relayed transfer did not move because the receiver (`at`: where it is) had it:
+/// blocks from an earlier run, files its overwrite policy kept; each after `; `.
+fn already_there(report: &sluice::session::RelayedReport, at: &str) -> String {
+    let mut said = String::new();
+    if report.resumed_blocks > 0 {
+        said.push_str(&format!("; {} were {at} from an earlier run", report.resumed_blocks));
+    }
+    if report.kept_files > 0 {
+        let (files, _) = files_kept(report.kept_files);
+        said.push_str(&format!("; {files} {at} kept as they were"));
+    }
+    said
 }
 
 /// `n` files kept by the overwrite policy: `1 file`, `it was`; `3 files`, `they were`.
