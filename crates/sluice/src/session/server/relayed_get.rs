@@ -3,9 +3,8 @@
 //! the client to collect, and is done once every block is safe on them (FSP's retreat, with
 //! the server as the costly or endangered sender).
 
-use std::time::{Duration, Instant};
-
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sluice_session::relay::{
     BlockLen, CollectMsg, HopMsg, MAX_RELAYS, RelayedGet, StripeMsg, Take,
