@@ -44,14 +44,26 @@
 //!
 //! One report per [`sluice_proto::SYN_US`] at most, as a Sluice receiver ACKs. `frozen_until_us`
 //! (UDT's pause after a loss) is not honoured: `adaptive` and `fixed` never freeze.
+//!
+//! **A page's lanes are one flow.** A page spreads its transfers over several connections (the
+//! lanes), and with a controller each they would take as many flows' shares of a shared
+//! bottleneck. So once a session is admitted, its connection's controller takes a seat in its
+//! login's [`CouplingGroup`] (`lanes.rs`; [`Join`]): from then on it feeds a member of the group,
+//! as a CLI transfer's channels do (`sluice_proto`'s `cc/coupled.md`): one controller for the
+//! group, fed by one lane (the pilot) with the group's summed delivery rate, sent and lost
+//! counts, and its rate and window split among the lanes that are sending. A lane counts as
+//! sending from the packet it sends until its ACKs leave nothing in flight with nothing more to
+//! send.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use quinn_proto::RttEstimator;
 use quinn_proto::congestion::{Controller, ControllerFactory};
 use sluice_proto::SYN_US;
+use sluice_proto::cc::coupled::CouplingGroup;
 use sluice_proto::cc::{AckSignal, CcKind, CongestionControl, LossSignal};
 use sluice_proto::config::ChannelConfig;
 use sluice_proto::estimate::UNRESOLVED_PPS;
@@ -91,6 +103,11 @@ impl SluiceCcFactory {
         };
         SluiceCcFactory { config }
     }
+
+    /// What its controllers are built from (a group of lanes is built from the same).
+    pub(crate) fn config(&self) -> &ChannelConfig {
+        &self.config
+    }
 }
 
 impl ControllerFactory for SluiceCcFactory {
@@ -99,9 +116,36 @@ impl ControllerFactory for SluiceCcFactory {
     }
 }
 
+/// Where a connection's controller learns its seat in a group of lanes: shared by the
+/// controller quinn runs and every clone of it (`quinn::Connection::congestion_state` hands one
+/// out; a migrated path gets one), so the server can seat a connection it has admitted.
+#[derive(Default)]
+pub(crate) struct Join {
+    offered: AtomicBool,
+    seat: Mutex<Option<(Arc<CouplingGroup>, usize)>>,
+}
+
+impl Join {
+    /// The controller `controller` (a clone of a connection's, as `congestion_state` gives) is
+    /// one of ours: its join.
+    pub(crate) fn of(controller: Box<dyn Controller>) -> Option<Arc<Join>> {
+        let cc = controller.into_any().downcast::<SluiceCc>().ok()?;
+        Some(cc.join.clone())
+    }
+
+    /// Seats the connection as member `index` of `group`, from its controller's next call on.
+    pub(crate) fn offer(&self, group: Arc<CouplingGroup>, index: usize) {
+        *self.seat.lock().unwrap_or_else(PoisonError::into_inner) = Some((group, index));
+        self.offered.store(true, Ordering::Release);
+    }
+}
+
 /// One connection's controller, and what its signals are made of.
 pub(crate) struct SluiceCc {
     config: ChannelConfig,
+    /// Its seat in a group of lanes, once offered ([`Join`]), and the seat taken.
+    join: Arc<Join>,
+    seated: Option<(Arc<CouplingGroup>, usize)>,
     /// In a `Mutex` only because quinn wants its controllers `Sync`: every call that changes it
     /// has `&mut self`, so it is reached with `get_mut`, never locked.
     cc: Mutex<Box<dyn CongestionControl>>,
@@ -139,9 +183,16 @@ pub(crate) struct SluiceCc {
 
 impl SluiceCc {
     fn new(config: ChannelConfig, now: Instant) -> SluiceCc {
+        SluiceCc::joining(config, now, Arc::default())
+    }
+
+    /// A controller whose seat in a group of lanes comes through `join`.
+    fn joining(config: ChannelConfig, now: Instant, join: Arc<Join>) -> SluiceCc {
         let cc = Mutex::new(sluice_proto::cc::build(&config));
         let mut fresh = SluiceCc {
             config,
+            join,
+            seated: None,
             cc,
             rate: 0.0,
             cap: 0.0,
@@ -166,6 +217,27 @@ impl SluiceCc {
 
     fn cc(&mut self) -> &mut Box<dyn CongestionControl> {
         self.cc.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the seat offered, if one was since the last call: the group's member replaces the
+    /// connection's own controller. Before the first data, so nothing of its own is lost.
+    fn take_seat(&mut self) {
+        if self.seated.is_some() || !self.join.offered.load(Ordering::Acquire) {
+            return;
+        }
+        let seat = self.join.seat.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some((group, index)) = seat {
+            *self.cc() = group.member(index);
+            self.seated = Some((group, index));
+            self.settle();
+        }
+    }
+
+    /// Says whether this lane is sending, to its group (nothing when it has no seat).
+    fn sending(&self, sending: bool) {
+        if let Some((group, index)) = &self.seated {
+            group.set_active(*index, sending);
+        }
     }
 
     /// Reads what the controller asks for now (after every call that changes it).
@@ -298,9 +370,15 @@ impl SluiceCc {
 
 impl Controller for SluiceCc {
     fn on_sent(&mut self, _now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.take_seat();
         let units = bytes.div_ceil(UNIT);
         self.sent_units += units;
         self.sent_total += units;
+        if self.seated.is_some() {
+            self.sending(true);
+            // The group's rate and its split move with the other lanes' reports and starts.
+            self.settle();
+        }
     }
 
     fn on_ack(
@@ -318,10 +396,15 @@ impl Controller for SluiceCc {
     fn on_end_acks(
         &mut self,
         now: Instant,
-        _in_flight: u64,
+        in_flight: u64,
         app_limited: bool,
         _largest_packet_num_acked: Option<u64>,
     ) {
+        self.take_seat();
+        if app_limited && in_flight == 0 {
+            // Nothing in flight, nothing to send: its share goes to the lanes that send.
+            self.sending(false);
+        }
         let now_us = self.us(now);
         // While the sender has nothing to send, the ACKs say nothing of the path: reported,
         // `adaptive`'s startup went on doubling its rate for want of a queue (7.5 Gbit/s on a
@@ -341,6 +424,7 @@ impl Controller for SluiceCc {
         is_persistent_congestion: bool,
         lost_bytes: u64,
     ) {
+        self.take_seat();
         let now_us = self.us(now);
         if is_persistent_congestion {
             self.cc().on_timeout(now_us);
@@ -374,8 +458,9 @@ impl Controller for SluiceCc {
     }
 
     fn clone_box(&self) -> Box<dyn Controller> {
-        // A new path starts afresh (quinn clones the controller for a migrated path).
-        Box::new(SluiceCc::new(self.config.clone(), Instant::now()))
+        // A new path starts afresh (quinn clones the controller for a migrated path), in the
+        // same seat: it is the same lane.
+        Box::new(SluiceCc::joining(self.config.clone(), Instant::now(), self.join.clone()))
     }
 
     fn initial_window(&self) -> u64 {
@@ -401,13 +486,29 @@ mod tests {
         late_max_queue_s: f64,
     }
 
-    /// A link of `rate` bytes/s behind a drop-tail queue of one BDP, `rtt` long, dropping every
-    /// `loss_every`-th packet (0: none), driven through the controller as quinn drives it: it
-    /// sends up to the window at the pacer's 1.25 × window / smoothed RTT, an ACK comes a
-    /// round trip plus the queue's wait after its packet, a loss is declared when its ACK would
-    /// have come. ACKs come only every `ack_batch_ms` (1: as they are due; more: compressed, as a
-    /// host that hands them over in bursts makes them; 5 ms is five times the coarsest
-    /// receive batching the bench models). `secs` of 1 ms steps; deterministic.
+    /// One flow of [`drive_flows`]: `lanes` connections, in one group of lanes (a page's, seated
+    /// as the server seats them) or each on its own, sending from `start_s` on.
+    #[derive(Debug, Clone, Copy)]
+    struct Flow {
+        lanes: usize,
+        coupled: bool,
+        start_s: f64,
+    }
+
+    /// One connection of [`drive_flows`]: its controller, its packets on the link (when sent,
+    /// when their ACK is due, dropped) and its pacer.
+    struct Lane {
+        flow: usize,
+        cc: SluiceCc,
+        in_flight: VecDeque<(Instant, Instant, bool)>,
+        tokens: f64,
+        sent_n: u64,
+        least: Duration,
+        smoothed: Duration,
+        _seat: Option<super::super::lanes::Seat>,
+    }
+
+    /// [`drive_flows`] with one flow of one connection.
     fn drive(
         kind: CcKind,
         rate: f64,
@@ -416,71 +517,132 @@ mod tests {
         ack_batch_ms: u32,
         secs: f64,
     ) -> Run {
+        let flow = Flow { lanes: 1, coupled: false, start_s: 0.0 };
+        let (goodput, late_max_queue_s) =
+            drive_flows(kind, rate, rtt, loss_every, ack_batch_ms, secs, &[flow]);
+        Run { late_goodput: goodput[0], late_max_queue_s }
+    }
+
+    /// A link of `rate` bytes/s behind a drop-tail queue of one BDP, `rtt` long, dropping every
+    /// `loss_every`-th packet of each connection (0: none), shared by the connections of
+    /// `flows`, each driven through its controller as quinn drives it: it sends up to the
+    /// window at the pacer's 1.25 × window / smoothed RTT, an ACK comes a round trip plus the
+    /// queue's wait after its packet, a loss is declared when its ACK would have come. ACKs
+    /// come only every `ack_batch_ms` (1: as they are due; more: compressed, as a host that
+    /// hands them over in bursts makes them; 5 ms is five times the coarsest receive batching
+    /// the bench models). `secs` of 1 ms steps; deterministic. Each flow's goodput over the
+    /// last half, bytes per second, and the largest queue then, in seconds of the link.
+    fn drive_flows(
+        kind: CcKind,
+        rate: f64,
+        rtt: Duration,
+        loss_every: u64,
+        ack_batch_ms: u32,
+        secs: f64,
+        flows: &[Flow],
+    ) -> (Vec<f64>, f64) {
         let t0 = Instant::now();
         let factory = SluiceCcFactory::new(kind, (rate * 8.0) as u64);
-        let mut cc = SluiceCc::new(factory.config, t0);
-        // The handshake's round trip, as quinn has it before the first data.
-        cc.acked_bytes(t0, rtt, 0, (rtt, rtt));
-        let step = Duration::from_millis(1);
-        let queue_max = rate * rtt.as_secs_f64();
-        // (sent, its ACK due, dropped)
-        let mut in_flight: VecDeque<(Instant, Instant, bool)> = VecDeque::new();
-        let (mut late, mut sent_n, mut late_max_queue_s) = (0u64, 0u64, 0f64);
-        let (mut least, mut smoothed) = (Duration::MAX, rtt);
-        let (mut queue, mut tokens) = (0.0f64, 0.0f64);
-        let mut now = t0;
-        while now.duration_since(t0).as_secs_f64() < secs {
-            now += step;
-            queue = (queue - rate * step.as_secs_f64()).max(0.0);
-            let flight = in_flight.len() as u64 * UNIT;
-            let window = cc.window();
-            // quinn's pacer: tokens at 1.25 × window per smoothed RTT, a burst of 2 ms of them
-            // (at least 10 packets).
-            let per_s = 1.25 * window as f64 / smoothed.as_secs_f64();
-            let burst = (per_s * 0.002).max(10.0 * UNIT as f64);
-            tokens = (tokens + per_s * step.as_secs_f64()).min(burst);
-            let mut room = window.saturating_sub(flight);
-            while room >= UNIT && tokens >= UNIT as f64 {
-                cc.on_sent(now, UNIT, sent_n);
-                sent_n += 1;
-                room -= UNIT;
-                tokens -= UNIT as f64;
-                let lost = loss_every > 0 && sent_n % loss_every == 0;
-                let overflow = queue + UNIT as f64 > queue_max;
-                if !overflow {
-                    queue += UNIT as f64;
-                }
-                let wait = Duration::from_secs_f64(queue / rate);
-                in_flight.push_back((now, now + rtt + wait, lost || overflow));
-            }
-            if now.duration_since(t0).as_secs_f64() >= secs / 2.0 {
-                late_max_queue_s = late_max_queue_s.max(queue / rate);
-            }
-            let mut acked_any = false;
-            let ms = now.duration_since(t0).as_millis() as u32;
-            // Due in the order sent, near enough: the queue grows and drains smoothly.
-            while ms.is_multiple_of(ack_batch_ms)
-                && in_flight.front().is_some_and(|(_, due, _)| *due <= now)
-            {
-                let Some((sent, _, dropped)) = in_flight.pop_front() else { break };
-                if dropped {
-                    cc.on_congestion_event(now, sent, false, UNIT);
-                    continue;
-                }
-                let sample = now - sent;
-                least = least.min(sample);
-                smoothed = (smoothed * 7 + sample) / 8;
-                cc.acked_bytes(now, sample, UNIT, (smoothed, least));
-                if now.duration_since(t0).as_secs_f64() >= secs / 2.0 {
-                    late += UNIT;
-                }
-                acked_any = true;
-            }
-            if acked_any {
-                cc.on_end_acks(now, flight, false, None);
+        let pages = super::super::lanes::Lanes::new(factory.config().clone());
+        let mut lanes = Vec::new();
+        for (flow, f) in flows.iter().enumerate() {
+            for _ in 0..f.lanes {
+                let cc = SluiceCc::new(factory.config.clone(), t0);
+                // As the server seats an admitted session: through a clone of its controller.
+                let seat = f.coupled.then(|| pages.seat(&format!("page {flow}"), cc.clone_box()));
+                let seat = seat.map(|seat| seat.expect("a free seat"));
+                lanes.push(Lane {
+                    flow,
+                    cc,
+                    in_flight: VecDeque::new(),
+                    tokens: 0.0,
+                    sent_n: 0,
+                    least: Duration::MAX,
+                    smoothed: rtt,
+                    _seat: seat,
+                });
             }
         }
-        Run { late_goodput: late as f64 / (secs / 2.0), late_max_queue_s }
+        let step = Duration::from_millis(1);
+        let queue_max = rate * rtt.as_secs_f64();
+        let (mut late, mut late_max_queue_s) = (vec![0u64; flows.len()], 0f64);
+        let mut queue = 0.0f64;
+        let mut now = t0;
+        let mut turn = 0;
+        while now.duration_since(t0).as_secs_f64() < secs {
+            now += step;
+            let elapsed_s = now.duration_since(t0).as_secs_f64();
+            let late_half = elapsed_s >= secs / 2.0;
+            queue = (queue - rate * step.as_secs_f64()).max(0.0);
+            // Each step another lane goes first to the queue.
+            turn += 1;
+            let n = lanes.len();
+            for i in 0..n {
+                let lane = &mut lanes[(i + turn) % n];
+                let start_s = flows[lane.flow].start_s;
+                if elapsed_s < start_s {
+                    continue;
+                }
+                if lane.sent_n == 0 && lane.least == Duration::MAX {
+                    // The handshake's round trip, as quinn has it before the first data.
+                    lane.cc.acked_bytes(now, rtt, 0, (rtt, rtt));
+                    lane.least = rtt;
+                }
+                let flight = lane.in_flight.len() as u64 * UNIT;
+                let window = lane.cc.window();
+                // quinn's pacer: tokens at 1.25 × window per smoothed RTT, a burst of 2 ms of
+                // them (at least 10 packets).
+                let per_s = 1.25 * window as f64 / lane.smoothed.as_secs_f64();
+                let burst = (per_s * 0.002).max(10.0 * UNIT as f64);
+                lane.tokens = (lane.tokens + per_s * step.as_secs_f64()).min(burst);
+                let mut room = window.saturating_sub(flight);
+                while room >= UNIT && lane.tokens >= UNIT as f64 {
+                    lane.cc.on_sent(now, UNIT, lane.sent_n);
+                    lane.sent_n += 1;
+                    room -= UNIT;
+                    lane.tokens -= UNIT as f64;
+                    let lost = loss_every > 0 && lane.sent_n % loss_every == 0;
+                    let overflow = queue + UNIT as f64 > queue_max;
+                    if !overflow {
+                        queue += UNIT as f64;
+                    }
+                    let wait = Duration::from_secs_f64(queue / rate);
+                    lane.in_flight.push_back((now, now + rtt + wait, lost || overflow));
+                }
+            }
+            if late_half {
+                late_max_queue_s = late_max_queue_s.max(queue / rate);
+            }
+            let ms = now.duration_since(t0).as_millis() as u32;
+            if !ms.is_multiple_of(ack_batch_ms) {
+                continue;
+            }
+            for lane in &mut lanes {
+                let mut acked_any = false;
+                // Due in the order sent, near enough: the queue grows and drains smoothly.
+                while lane.in_flight.front().is_some_and(|(_, due, _)| *due <= now) {
+                    let Some((sent, _, dropped)) = lane.in_flight.pop_front() else { break };
+                    if dropped {
+                        lane.cc.on_congestion_event(now, sent, false, UNIT);
+                        continue;
+                    }
+                    let sample = now - sent;
+                    lane.least = lane.least.min(sample);
+                    lane.smoothed = (lane.smoothed * 7 + sample) / 8;
+                    lane.cc.acked_bytes(now, sample, UNIT, (lane.smoothed, lane.least));
+                    if late_half {
+                        late[lane.flow] += UNIT;
+                    }
+                    acked_any = true;
+                }
+                if acked_any {
+                    let flight = lane.in_flight.len() as u64 * UNIT;
+                    lane.cc.on_end_acks(now, flight, false, None);
+                }
+            }
+        }
+        let goodput = late.iter().map(|&bytes| bytes as f64 / (secs / 2.0)).collect();
+        (goodput, late_max_queue_s)
     }
 
     const RATE: f64 = 100e6 / 8.0;
@@ -514,6 +676,90 @@ mod tests {
         // Never over half a BDP, as at 100 ms. (It was 20 ms until `adaptive` climbed faster at
         // round trips under 100 ms: its peaks here went from 17-20 to 17-23 ms.)
         adaptive_holds(50, 0, 20.0, 0.025);
+    }
+
+    /// A page's four lanes beside one connection (another page's, or any flow alone) on
+    /// 100 Mbit/s, 50 ms, the lanes from 2 s on: the page's share of the last half.
+    fn page_share(coupled: bool) -> f64 {
+        let flows = [
+            Flow { lanes: 1, coupled: false, start_s: 0.0 },
+            Flow { lanes: 4, coupled, start_s: 2.0 },
+        ];
+        let rtt = Duration::from_millis(50);
+        let (goodput, late_max_queue_s) =
+            drive_flows(CcKind::Adaptive, RATE, rtt, 0, 1, 40.0, &flows);
+        let share = goodput[1] / (goodput[0] + goodput[1]);
+        println!(
+            "four lanes, coupled: {coupled}, beside one connection: {goodput:?} B/s, the \
+             lanes' share {share:.3}, largest queue {late_max_queue_s:.3} s (link {RATE} B/s)"
+        );
+        assert!(goodput.iter().sum::<f64>() >= 0.9 * RATE, "{goodput:?}");
+        share
+    }
+
+    #[test]
+    fn a_pages_lanes_together_take_one_connections_share() {
+        let coupled = page_share(true);
+        assert!((0.4..=0.6).contains(&coupled), "coupled: {coupled:.3} of the link");
+        // Each on its own controller, the same lanes take several connections' shares.
+        let apart = page_share(false);
+        assert!(apart >= coupled + 0.1, "{apart:.3} apart, {coupled:.3} coupled");
+    }
+
+    #[test]
+    fn a_pages_coupled_lanes_alone_fill_the_link_without_a_standing_queue_of_a_bdp() {
+        let page = [Flow { lanes: 4, coupled: true, start_s: 0.0 }];
+        for ack_batch_ms in [1, 5] {
+            let rtt = Duration::from_millis(50);
+            let (goodput, late_max_queue_s) =
+                drive_flows(CcKind::Adaptive, RATE, rtt, 0, ack_batch_ms, 20.0, &page);
+            println!(
+                "four coupled lanes, ACKs every {ack_batch_ms} ms: {goodput:?} B/s, queue {late_max_queue_s:.3} s"
+            );
+            assert!(goodput[0] >= 0.9 * RATE, "{goodput:?}");
+            assert!(late_max_queue_s <= 0.02, "{late_max_queue_s}");
+        }
+    }
+
+    #[test]
+    fn a_login_seats_its_sessions_in_one_group_and_frees_them_as_they_end() {
+        let t0 = Instant::now();
+        let factory = SluiceCcFactory::new(CcKind::Adaptive, 0);
+        let pages = super::super::lanes::Lanes::new(factory.config().clone());
+        let lanes: Vec<SluiceCc> =
+            (0..3).map(|_| SluiceCc::new(factory.config().clone(), t0)).collect();
+        let seats: Vec<_> = lanes.iter().map(|cc| pages.seat("ann", cc.clone_box())).collect();
+        let seats: Vec<_> = seats.into_iter().map(|seat| seat.expect("a seat")).collect();
+        assert!(Arc::ptr_eq(seats[0].group(), seats[2].group()), "one group per login");
+        let bobs = SluiceCc::new(factory.config().clone(), t0);
+        let other = pages.seat("bob", bobs.clone_box()).expect("a seat");
+        assert!(!Arc::ptr_eq(seats[0].group(), other.group()), "another login's is its own");
+        assert_eq!(pages.held("ann"), 3);
+        // A controller that is not Sluice's (quinn's Cubic) has no seat to take.
+        let cubic = Arc::new(quinn_proto::congestion::CubicConfig::default()).build(t0, 1200);
+        assert!(pages.seat("ann", cubic).is_none());
+        // The seat is taken at the controller's next call, and the lane shares the rate while
+        // it sends.
+        let mut lane = SluiceCc::new(factory.config().clone(), t0);
+        let seat = pages.seat("ann", lane.clone_box()).expect("a seat");
+        assert_eq!(seat.group().sharing_channels(), 1, "no lane sends yet (at least 1)");
+        lane.on_sent(t0, UNIT, 0);
+        let rate_alone = lane.rate;
+        let mut second = SluiceCc::new(factory.config().clone(), t0);
+        let _seat2 = pages.seat("ann", second.clone_box()).expect("a seat");
+        second.on_sent(t0, UNIT, 0);
+        assert_eq!(seat.group().sharing_channels(), 2);
+        lane.on_sent(t0, UNIT, 0);
+        assert!((lane.rate * 2.0 - rate_alone).abs() < 1e-6 * rate_alone, "the rate is split");
+        // Nothing in flight and nothing to send: its share goes to the other.
+        let ms = Duration::from_millis(50);
+        lane.acked_bytes(t0 + ms, ms, 2 * UNIT, (ms, ms));
+        lane.on_end_acks(t0 + ms, 0, true, None);
+        assert_eq!(seat.group().sharing_channels(), 1);
+        drop(seats);
+        assert_eq!(pages.held("ann"), 2);
+        drop((seat, _seat2));
+        assert_eq!(pages.held("ann"), 0, "the group goes with its last seat");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 mod cc;
 mod cert;
 mod conn;
+mod lanes;
 #[cfg(test)]
 mod tests;
 
@@ -129,11 +130,16 @@ fn transport() -> wtransport::quinn::TransportConfig {
         .max_concurrent_bidi_streams(VarInt::from_u32(32))
         .max_concurrent_uni_streams(VarInt::from_u32(8))
         .keep_alive_interval(Some(IDLE_TIMEOUT / 3))
-        .congestion_controller_factory(Arc::new(cc::SluiceCcFactory::new(CcKind::Adaptive, 0)));
+        .congestion_controller_factory(Arc::new(controllers()));
     if let Ok(idle) = IdleTimeout::try_from(IDLE_TIMEOUT) {
         t.max_idle_timeout(Some(idle));
     }
     t
+}
+
+/// The controllers every session's connection runs: Sluice's default (see `cc.rs`).
+fn controllers() -> cc::SluiceCcFactory {
+    cc::SluiceCcFactory::new(CcKind::Adaptive, 0)
 }
 
 fn server_config(socket: Option<std::net::UdpSocket>, cert: &WtCert) -> ServerConfig {
@@ -206,6 +212,7 @@ impl WtListener {
     pub(crate) async fn serve(self, app: AppState, stop: impl std::future::Future<Output = ()>) {
         let permits = Arc::new(Semaphore::new(SESSIONS_MAX));
         let registry = Arc::new(conn::Registry::default());
+        let lanes = lanes::Lanes::new(controllers().config().clone());
         let mut sessions = JoinSet::new();
         let mut rotation = tokio::time::interval(cert::ROTATE_EVERY);
         rotation.tick().await;
@@ -228,7 +235,7 @@ impl WtListener {
                 incoming = self.endpoint.accept() => incoming,
             };
             let (app, counters) = (app.clone(), self.shared.counters.clone());
-            let registry = registry.clone();
+            let (registry, lanes) = (registry.clone(), lanes.clone());
             sessions.spawn(async move {
                 let request = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
                     Ok(Ok(request)) => request,
@@ -243,7 +250,11 @@ impl WtListener {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, request.accept()).await {
                     Ok(Ok(connection)) => {
                         counters.sessions.fetch_add(1, Ordering::Relaxed);
+                        // The login's lanes are one flow (see `lanes.rs`).
+                        let congestion = connection.quic_connection().congestion_state();
+                        let seat = lanes.seat(&id, congestion);
                         conn::serve(connection, app, id, counters, registry).await;
+                        drop(seat);
                     }
                     Ok(Err(e)) => tracing::debug!("webtransport session: {e}"),
                     Err(_) => tracing::debug!("webtransport session: too slow"),
