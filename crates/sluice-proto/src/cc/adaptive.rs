@@ -11,6 +11,9 @@ const SYN: f64 = SYN_US as f64;
 const MIN_RATE_PPS: f64 = 100.0;
 /// Multiplicative decrease on congestion (UDT's 1/1.125 expressed as a rate factor).
 const DECREASE: f64 = 1.0 / 1.125;
+/// The least cut for a loss at a queue between half the target and the target: what drains it
+/// to half the target in a round trip, at least this.
+const LOSS_AT_QUEUE_DECREASE: f64 = 1.0 - 1.0 / 32.0;
 /// The deepest single cut (to half), for a queue far above its target.
 const MAX_DECREASE: f64 = 0.5;
 /// On leaving startup, the rate is set this far below the measured delivery rate so the queue
@@ -439,7 +442,7 @@ impl Adaptive {
     /// round trip later (a stall's backlog, not a newcomer; see `adaptive.md`). Every flow
     /// through the bottleneck sees the same queue and so cuts by the same factor: the decrease
     /// stays multiplicative, hence fair.
-    fn decrease(&mut self, now_us: u64) {
+    fn decrease(&mut self, now_us: u64, loss_queue_us: Option<f64>) {
         let since_us = now_us.saturating_sub(self.last_decrease_us) as f64;
         // Competing, the queue is always far above: a cut a round trip apart would answer one
         // overflow twice, where cubic cuts once.
@@ -462,6 +465,10 @@ impl Adaptive {
             MAX_DECREASE
         } else if self.compete {
             COMPETE_DECREASE
+        } else if let Some(queue_us) = loss_queue_us.filter(|_| !self.queue_above_target()) {
+            let excess_us = queue_us - self.target_queue_delay_us() / 2.0;
+            (1.0 - excess_us / (self.min_rtt_us + queue_us))
+                .clamp(MAX_DECREASE, LOSS_AT_QUEUE_DECREASE)
         } else {
             drain.clamp(MAX_DECREASE, DECREASE)
         };
@@ -782,7 +789,7 @@ impl CongestionControl for Adaptive {
                     }
                 }
                 if congested {
-                    self.decrease(ack.now_us);
+                    self.decrease(ack.now_us, None);
                 } else if dt_us > 0.0 {
                     self.increase(ack.now_us);
                 }
@@ -808,7 +815,7 @@ impl CongestionControl for Adaptive {
                     self.memory = None;
                     self.leave_startup(loss.now_us, true);
                 }
-                Phase::Steady => self.decrease(loss.now_us),
+                Phase::Steady => self.decrease(loss.now_us, Some(queue_us)),
             }
             self.pace(loss.now_us);
         }
@@ -1017,6 +1024,43 @@ mod tests {
         let before = cc.rate_pps();
         cc.on_ack(&at(now + 10_000));
         cc.rate_pps() - before
+    }
+
+    /// Steady state at 100 ms (the target is 10 ms), a queue of `queue_us` standing for 50 ms,
+    /// then a loss reported at it: the rate after the loss over the rate before.
+    fn cut_for_a_loss_at(queue_us: u32) -> f64 {
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let mut now = 0;
+        while cc.in_startup() {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 80_000));
+        }
+        for _ in 0..25 {
+            now += 10_000;
+            cc.on_ack(&ack(now, queue_us, 80_000));
+        }
+        let before = cc.rate_pps();
+        let lost = LossSignal {
+            now_us: now,
+            largest_lost: 1,
+            lost_pkts: 1,
+            snd_next: 2,
+            queue_delay_us: queue_us,
+        };
+        cc.on_loss(&lost);
+        cc.rate_pps() / before
+    }
+
+    #[test]
+    fn a_loss_at_a_queue_under_the_target_cuts_what_drains_it_to_half_the_target() {
+        // 1 ms over half the target: a thirty-second, the least cut.
+        let cut = cut_for_a_loss_at(6_000);
+        assert!((cut - LOSS_AT_QUEUE_DECREASE).abs() < 1e-9, "x{cut}");
+        // 4.5 ms over it: 4.5 ms of a 109.5 ms round trip.
+        let cut = cut_for_a_loss_at(9_500);
+        assert!((cut - (1.0 - 4_500.0 / 109_500.0)).abs() < 1e-9, "x{cut}");
+        // Under half the target a loss is random: no cut.
+        assert_eq!(cut_for_a_loss_at(4_000), 1.0);
     }
 
     #[test]
