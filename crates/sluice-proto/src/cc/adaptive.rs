@@ -436,7 +436,9 @@ impl Adaptive {
     /// the bottleneck; cutting again for a queue just above target answered the same overshoot
     /// twice (on our 100 ms emulated path it did, every time: 1/1.125 twice, 980 Mbit/s to 780).
     /// The cut is UDT's 1/9, or more when the queue is long: enough that the excess queue
-    /// drains in about one round trip. It applies to the sending rate, or to the delivery rate
+    /// drains in about one round trip. For a loss at a queue under the target
+    /// (`loss_queue_us`, between half the target and the target), it is what drains that queue
+    /// to half the target in a round trip, at least [`LOSS_AT_QUEUE_DECREASE`]. It applies to the sending rate, or to the delivery rate
     /// (what actually gets through) when that is lower and the queue is above target; such a cut
     /// for a queue that did not stand is taken back to a plain 1/9 if the queue is gone one
     /// round trip later (a stall's backlog, not a newcomer; see `adaptive.md`). Every flow
