@@ -487,18 +487,30 @@ mod tests {
     }
 
     /// One flow of [`drive_flows`]: `lanes` connections, in one group of lanes (a page's, seated
-    /// as the server seats them) or each on its own, sending from `start_s` on.
+    /// as the server seats them) or each on its own, sending from `start_s` on; its first lane
+    /// has nothing more to send from `first_ends_s` on, if given (the page's blocks went to the
+    /// others).
     #[derive(Debug, Clone, Copy)]
     struct Flow {
         lanes: usize,
         coupled: bool,
         start_s: f64,
+        first_ends_s: Option<f64>,
+    }
+
+    impl Flow {
+        /// `lanes` connections from `start_s` on, `coupled` or not, every one sending to the end.
+        fn of(lanes: usize, coupled: bool, start_s: f64) -> Flow {
+            Flow { lanes, coupled, start_s, first_ends_s: None }
+        }
     }
 
     /// One connection of [`drive_flows`]: its controller, its packets on the link (when sent,
     /// when their ACK is due, dropped) and its pacer.
     struct Lane {
         flow: usize,
+        /// Whether it is its flow's first lane.
+        first: bool,
         cc: SluiceCc,
         in_flight: VecDeque<(Instant, Instant, bool)>,
         tokens: f64,
@@ -506,6 +518,13 @@ mod tests {
         least: Duration,
         smoothed: Duration,
         _seat: Option<super::super::lanes::Seat>,
+    }
+
+    impl Lane {
+        /// Whether it has nothing more to send at `elapsed_s`.
+        fn done(&self, flow: Flow, elapsed_s: f64) -> bool {
+            self.first && flow.first_ends_s.is_some_and(|end_s| elapsed_s >= end_s)
+        }
     }
 
     /// [`drive_flows`] with one flow of one connection.
@@ -517,7 +536,7 @@ mod tests {
         ack_batch_ms: u32,
         secs: f64,
     ) -> Run {
-        let flow = Flow { lanes: 1, coupled: false, start_s: 0.0 };
+        let flow = Flow::of(1, false, 0.0);
         let (goodput, late_max_queue_s) =
             drive_flows(kind, rate, rtt, loss_every, ack_batch_ms, secs, &[flow]);
         Run { late_goodput: goodput[0], late_max_queue_s }
@@ -546,13 +565,14 @@ mod tests {
         let pages = super::super::lanes::Lanes::new(factory.config().clone());
         let mut lanes = Vec::new();
         for (flow, f) in flows.iter().enumerate() {
-            for _ in 0..f.lanes {
+            for index in 0..f.lanes {
                 let cc = SluiceCc::new(factory.config.clone(), t0);
                 // As the server seats an admitted session: through a clone of its controller.
                 let seat = f.coupled.then(|| pages.seat(&format!("page {flow}"), cc.clone_box()));
                 let seat = seat.map(|seat| seat.expect("a free seat"));
                 lanes.push(Lane {
                     flow,
+                    first: index == 0,
                     cc,
                     in_flight: VecDeque::new(),
                     tokens: 0.0,
@@ -579,8 +599,8 @@ mod tests {
             let n = lanes.len();
             for i in 0..n {
                 let lane = &mut lanes[(i + turn) % n];
-                let start_s = flows[lane.flow].start_s;
-                if elapsed_s < start_s {
+                let flow = flows[lane.flow];
+                if elapsed_s < flow.start_s || lane.done(flow, elapsed_s) {
                     continue;
                 }
                 if lane.sent_n == 0 && lane.least == Duration::MAX {
@@ -637,7 +657,8 @@ mod tests {
                 }
                 if acked_any {
                     let flight = lane.in_flight.len() as u64 * UNIT;
-                    lane.cc.on_end_acks(now, flight, false, None);
+                    let app_limited = lane.done(flows[lane.flow], elapsed_s);
+                    lane.cc.on_end_acks(now, flight, app_limited, None);
                 }
             }
         }
@@ -681,10 +702,7 @@ mod tests {
     /// A page's four lanes beside one connection (another page's, or any flow alone) on
     /// 100 Mbit/s, 50 ms, the lanes from 2 s on: the page's share of the last half.
     fn page_share(coupled: bool) -> f64 {
-        let flows = [
-            Flow { lanes: 1, coupled: false, start_s: 0.0 },
-            Flow { lanes: 4, coupled, start_s: 2.0 },
-        ];
+        let flows = [Flow::of(1, false, 0.0), Flow::of(4, coupled, 2.0)];
         let rtt = Duration::from_millis(50);
         let (goodput, late_max_queue_s) =
             drive_flows(CcKind::Adaptive, RATE, rtt, 0, 1, 40.0, &flows);
@@ -708,7 +726,7 @@ mod tests {
 
     #[test]
     fn a_pages_coupled_lanes_alone_fill_the_link_without_a_standing_queue_of_a_bdp() {
-        let page = [Flow { lanes: 4, coupled: true, start_s: 0.0 }];
+        let page = [Flow::of(4, true, 0.0)];
         for ack_batch_ms in [1, 5] {
             let rtt = Duration::from_millis(50);
             let (goodput, late_max_queue_s) =
@@ -719,6 +737,21 @@ mod tests {
             assert!(goodput[0] >= 0.9 * RATE, "{goodput:?}");
             assert!(late_max_queue_s <= 0.02, "{late_max_queue_s}");
         }
+    }
+
+    #[test]
+    fn a_lane_with_nothing_left_to_send_leaves_its_share_to_the_others() {
+        // The first lane (the group's pilot until then) runs out of blocks at 5 s of 20.
+        let page = [Flow { first_ends_s: Some(5.0), ..Flow::of(4, true, 0.0) }];
+        let rtt = Duration::from_millis(50);
+        let (goodput, late_max_queue_s) =
+            drive_flows(CcKind::Adaptive, RATE, rtt, 0, 1, 20.0, &page);
+        println!(
+            "four coupled lanes, the first done at 5 s: {goodput:?} B/s, queue {late_max_queue_s:.3} s"
+        );
+        // Its share held back, the others would carry three quarters of the link.
+        assert!(goodput[0] >= 0.9 * RATE, "{goodput:?}");
+        assert!(late_max_queue_s <= 0.02, "{late_max_queue_s}");
     }
 
     #[test]
