@@ -724,34 +724,31 @@ mod tests {
         assert!(apart >= coupled + 0.1, "{apart:.3} apart, {coupled:.3} coupled");
     }
 
+    /// `page` alone on 100 Mbit/s, 50 ms, its ACKs every `ack_batch_ms`: at least 0.9 of the
+    /// link over the last half of 20 s, and never a queue over 20 ms then.
+    fn page_fills_the_link(page: Flow, ack_batch_ms: u32) {
+        let rtt = Duration::from_millis(50);
+        let (goodput, late_max_queue_s) =
+            drive_flows(CcKind::Adaptive, RATE, rtt, 0, ack_batch_ms, 20.0, &[page]);
+        println!(
+            "{page:?}, ACKs every {ack_batch_ms} ms: {goodput:?} B/s, queue {late_max_queue_s:.3} s"
+        );
+        assert!(goodput[0] >= 0.9 * RATE, "{goodput:?}");
+        assert!(late_max_queue_s <= 0.02, "{late_max_queue_s}");
+    }
+
     #[test]
     fn a_pages_coupled_lanes_alone_fill_the_link_without_a_standing_queue_of_a_bdp() {
-        let page = [Flow::of(4, true, 0.0)];
         for ack_batch_ms in [1, 5] {
-            let rtt = Duration::from_millis(50);
-            let (goodput, late_max_queue_s) =
-                drive_flows(CcKind::Adaptive, RATE, rtt, 0, ack_batch_ms, 20.0, &page);
-            println!(
-                "four coupled lanes, ACKs every {ack_batch_ms} ms: {goodput:?} B/s, queue {late_max_queue_s:.3} s"
-            );
-            assert!(goodput[0] >= 0.9 * RATE, "{goodput:?}");
-            assert!(late_max_queue_s <= 0.02, "{late_max_queue_s}");
+            page_fills_the_link(Flow::of(4, true, 0.0), ack_batch_ms);
         }
     }
 
     #[test]
     fn a_lane_with_nothing_left_to_send_leaves_its_share_to_the_others() {
-        // The first lane (the group's pilot until then) runs out of blocks at 5 s of 20.
-        let page = [Flow { first_ends_s: Some(5.0), ..Flow::of(4, true, 0.0) }];
-        let rtt = Duration::from_millis(50);
-        let (goodput, late_max_queue_s) =
-            drive_flows(CcKind::Adaptive, RATE, rtt, 0, 1, 20.0, &page);
-        println!(
-            "four coupled lanes, the first done at 5 s: {goodput:?} B/s, queue {late_max_queue_s:.3} s"
-        );
-        // Its share held back, the others would carry three quarters of the link.
-        assert!(goodput[0] >= 0.9 * RATE, "{goodput:?}");
-        assert!(late_max_queue_s <= 0.02, "{late_max_queue_s}");
+        // The first lane (the group's pilot until then) runs out of blocks at 5 s of 20; its
+        // share held back, the others would carry three quarters of the link.
+        page_fills_the_link(Flow { first_ends_s: Some(5.0), ..Flow::of(4, true, 0.0) }, 1);
     }
 
     #[test]
