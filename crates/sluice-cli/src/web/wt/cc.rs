@@ -56,8 +56,7 @@
 //! send.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use quinn_proto::RttEstimator;
@@ -121,8 +120,8 @@ impl ControllerFactory for SluiceCcFactory {
 /// out; a migrated path gets one), so the server can seat a connection it has admitted.
 #[derive(Default)]
 pub(crate) struct Join {
-    offered: AtomicBool,
-    seat: Mutex<Option<(Arc<CouplingGroup>, usize)>>,
+    /// The group and the member index; set once (a session has one seat).
+    seat: OnceLock<(Arc<CouplingGroup>, usize)>,
 }
 
 impl Join {
@@ -135,17 +134,17 @@ impl Join {
 
     /// Seats the connection as member `index` of `group`, from its controller's next call on.
     pub(crate) fn offer(&self, group: Arc<CouplingGroup>, index: usize) {
-        *self.seat.lock().unwrap_or_else(PoisonError::into_inner) = Some((group, index));
-        self.offered.store(true, Ordering::Release);
+        let _ = self.seat.set((group, index));
     }
 }
 
 /// One connection's controller, and what its signals are made of.
 pub(crate) struct SluiceCc {
     config: ChannelConfig,
-    /// Its seat in a group of lanes, once offered ([`Join`]), and the seat taken.
+    /// Its seat in a group of lanes, once offered ([`Join`]), and whether the group's member
+    /// has replaced its own controller.
     join: Arc<Join>,
-    seated: Option<(Arc<CouplingGroup>, usize)>,
+    seated: bool,
     /// In a `Mutex` only because quinn wants its controllers `Sync`: every call that changes it
     /// has `&mut self`, so it is reached with `get_mut`, never locked.
     cc: Mutex<Box<dyn CongestionControl>>,
@@ -192,7 +191,7 @@ impl SluiceCc {
         let mut fresh = SluiceCc {
             config,
             join,
-            seated: None,
+            seated: false,
             cc,
             rate: 0.0,
             cap: 0.0,
@@ -222,20 +221,19 @@ impl SluiceCc {
     /// Takes the seat offered, if one was since the last call: the group's member replaces the
     /// connection's own controller. Before the first data, so nothing of its own is lost.
     fn take_seat(&mut self) {
-        if self.seated.is_some() || !self.join.offered.load(Ordering::Acquire) {
+        if self.seated {
             return;
         }
-        let seat = self.join.seat.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some((group, index)) = seat {
-            *self.cc() = group.member(index);
-            self.seated = Some((group, index));
+        if let Some((group, index)) = self.join.seat.get() {
+            *self.cc() = group.member(*index);
+            self.seated = true;
             self.settle();
         }
     }
 
     /// Says whether this lane is sending, to its group (nothing when it has no seat).
     fn sending(&self, sending: bool) {
-        if let Some((group, index)) = &self.seated {
+        if let (true, Some((group, index))) = (self.seated, self.join.seat.get()) {
             group.set_active(*index, sending);
         }
     }
@@ -374,7 +372,7 @@ impl Controller for SluiceCc {
         let units = bytes.div_ceil(UNIT);
         self.sent_units += units;
         self.sent_total += units;
-        if self.seated.is_some() {
+        if self.seated {
             self.sending(true);
             // The group's rate and its split move with the other lanes' reports and starts.
             self.settle();
