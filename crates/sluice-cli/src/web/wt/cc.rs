@@ -475,15 +475,6 @@ impl Controller for SluiceCc {
 mod tests {
     use super::*;
 
-    /// What [`drive`] saw.
-    #[derive(Debug)]
-    struct Run {
-        /// Goodput over the run's last half, bytes per second.
-        late_goodput: f64,
-        /// The largest queue the link held over the last half, in seconds of it.
-        late_max_queue_s: f64,
-    }
-
     /// One flow of [`drive_flows`]: `lanes` connections, in one group of lanes (a page's, seated
     /// as the server seats them) or each on its own, sending from `start_s` on; its first lane
     /// has nothing more to send from `first_ends_s` on, if given (the page's blocks went to the
@@ -523,21 +514,6 @@ mod tests {
         fn done(&self, flow: Flow, elapsed_s: f64) -> bool {
             self.first && flow.first_ends_s.is_some_and(|end_s| elapsed_s >= end_s)
         }
-    }
-
-    /// [`drive_flows`] with one flow of one connection.
-    fn drive(
-        kind: CcKind,
-        rate: f64,
-        rtt: Duration,
-        loss_every: u64,
-        ack_batch_ms: u32,
-        secs: f64,
-    ) -> Run {
-        let flow = Flow::of(1, false, 0.0);
-        let (goodput, late_max_queue_s) =
-            drive_flows(kind, rate, rtt, loss_every, ack_batch_ms, secs, &[flow]);
-        Run { late_goodput: goodput[0], late_max_queue_s }
     }
 
     /// A link of `rate` bytes/s behind a drop-tail queue of one BDP, `rtt` long, dropping every
@@ -672,14 +648,16 @@ mod tests {
     fn adaptive_holds(rtt_ms: u64, loss_every: u64, secs: f64, max_queue_s: f64) {
         for ack_batch_ms in [1, 2, 5] {
             let rtt = Duration::from_millis(rtt_ms);
-            let run = drive(CcKind::Adaptive, RATE, rtt, loss_every, ack_batch_ms, secs);
+            let alone = [Flow::of(1, false, 0.0)];
+            let (goodput, late_max_queue_s) =
+                drive_flows(CcKind::Adaptive, RATE, rtt, loss_every, ack_batch_ms, secs, &alone);
             // No randomness: the loss is every `loss_every`-th packet.
             println!(
                 "adaptive at {rtt_ms} ms, 1 in {loss_every} lost (0: none), ACKs every \
-                 {ack_batch_ms} ms: {run:?} (link {RATE} B/s)"
+                 {ack_batch_ms} ms: {goodput:?} B/s, queue {late_max_queue_s:.3} s (link {RATE} B/s)"
             );
-            assert!(run.late_goodput >= 0.9 * RATE, "{run:?}");
-            assert!(run.late_max_queue_s <= max_queue_s, "{run:?}");
+            assert!(goodput[0] >= 0.9 * RATE, "{goodput:?}");
+            assert!(late_max_queue_s <= max_queue_s, "{late_max_queue_s}");
         }
     }
 
@@ -792,11 +770,12 @@ mod tests {
 
     #[test]
     fn fixed_sends_at_its_rate_whatever_the_loss() {
-        let run = drive(CcKind::Fixed, RATE * 0.9, Duration::from_millis(100), 33, 1, 10.0);
-        println!("fixed at 90 % of the link, 3 % loss: {run:?}");
+        let (rtt, alone) = (Duration::from_millis(100), [Flow::of(1, false, 0.0)]);
+        let (goodput, _) = drive_flows(CcKind::Fixed, RATE * 0.9, rtt, 33, 1, 10.0, &alone);
+        println!("fixed at 90 % of the link, 3 % loss: {goodput:?} B/s");
         // What the link carried, less the loss.
-        assert!(run.late_goodput >= 0.9 * 0.9 * 0.97 * RATE, "{run:?}");
-        assert!(run.late_goodput <= 0.9 * 1.02 * RATE, "{run:?}");
+        assert!(goodput[0] >= 0.9 * 0.9 * 0.97 * RATE, "{goodput:?}");
+        assert!(goodput[0] <= 0.9 * 1.02 * RATE, "{goodput:?}");
     }
 
     #[test]
