@@ -670,8 +670,12 @@ mod tests {
 
     #[test]
     fn adaptive_fills_a_clean_path_without_a_standing_queue_of_a_bdp() {
-        // Never over half a BDP, as at 100 ms. (It was 20 ms until `adaptive` climbed faster at
-        // round trips under 100 ms: its peaks here went from 17-20 to 17-23 ms.)
+        // Never over half a BDP, as at 100 ms. (It was 20 ms until its peaks went from 17-19 to
+        // 22-23 ms. Not for the faster climb under 100 ms, as first thought: with that climb off
+        // (one step per SYN) this model still peaks at 22.3 ms with ACKs every 2 ms, since the
+        // first handshake moved to the first step (6cc0ad1). The peak is the window's: rate ×
+        // smoothed RTT, and the smoothed RTT includes the queue, so the window holds a queue up
+        // until a probe's reported queue arrives a round trip late.)
         adaptive_holds(50, 0, 20.0, 0.025);
     }
 
