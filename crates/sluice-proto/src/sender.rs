@@ -701,8 +701,9 @@ impl Sender {
         fill(offset, &mut buf[payload_at..payload_at + len]);
         let total = self.seal(now_us, buf, limit, body_len)?;
 
-        // A train's packets after its first are not paced: they are the probe, a few
-        // milliseconds of the link at most once per round trip in startup (see `train_due`).
+        // A train's packets after its first go back to back: they are the probe, a few
+        // milliseconds of the link at most once per round trip in startup (see `train_due`),
+        // on top of the pacing, except from a remembered rate (see `train_borrows`).
         if in_train && self.train_borrows() {
             self.next_send_us += self.period_us();
         } else if !in_train {
@@ -945,7 +946,7 @@ mod tests {
     fn from_path_memory_the_start_sends_at_its_rate_until_the_first_report() {
         // 23 Mbit/s remembered (a 25 Mbit/s link), polled every 50 us for 60 ms, no report
         // back yet: trains take their periods from the pacing, so what goes out is the rate's.
-        // (On top of it, two trains of 32 and 128 packets more than doubled it.)
+        // (With trains on top of the pacing, 144 went out against 113 due.)
         let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
         let config = ChannelConfig {
             cc: CcKind::Adaptive,
