@@ -25,8 +25,16 @@ use sluice_session::compress::{COMPRESSED, Inflater, piece_at};
 const BUSY_POLL_US: u64 = 1_000;
 /// Receive batches taken per turn of the loop at most.
 const MAX_BATCHES_PER_TURN: usize = 16;
-/// While data flows, the receiver sleeps this long between turns.
+/// While data flows, the receiver sleeps this long between turns, or longer on a slow channel
+/// (see [`COALESCE_DATAGRAMS`]).
 const COALESCE_US: u64 = 200;
+/// A slow channel's turns are long enough for about this many datagrams, up to
+/// [`COALESCE_MAX_US`]: at 50 Mbit/s a 200 us turn took one datagram, and the relay topology's
+/// channel threads spent most of their time switching. (The kernel stamps each arrival, so
+/// the estimators lose nothing; an ACK or NAK waits up to a turn.)
+const COALESCE_DATAGRAMS: f64 = 8.0;
+/// See [`COALESCE_DATAGRAMS`]: under [`BUSY_POLL_US`], so a flowing channel stays in turns.
+const COALESCE_MAX_US: f64 = 800.0;
 /// How often a channel logs its state at debug level.
 const TRACE_EVERY_US: u64 = 250_000;
 /// How long before a receive's start its first datagrams may have reached the socket and still
@@ -216,6 +224,9 @@ fn drive(
     let mut first_data: (Option<u64>, bool) = (None, false);
     // The payloads of one batch, recorded as arrived together.
     let mut payloads: Vec<(u64, u64)> = Vec::with_capacity(sluice_udp::RECV_BATCH * 64);
+    // The datagrams of the last turn and when it began: the turn's length (see `COALESCE_US`).
+    let (mut turn_datagrams, mut turn_began_us) = (0usize, port.now_us());
+    let mut coalesce_us = COALESCE_US;
     loop {
         ctx.shared.check()?;
         // Drain what is waiting (a bounded number of batches, so timers still run): one batch
@@ -227,6 +238,7 @@ fn drive(
             }
             let at = port.now_us();
             last_datagram_us = Some(at);
+            turn_datagrams += count;
             let mut take_error = None;
             // Each datagram at the time the kernel received it: the estimators measure the
             // intervals between arrivals, which one time for the whole batch would make zero.
@@ -292,12 +304,22 @@ fn drive(
         if last_datagram_us.is_some_and(|t| now < t + BUSY_POLL_US) && now < deadline {
             // Data is flowing: let a batch gather (the kernel stamps each datagram's arrival,
             // so waiting costs the estimators nothing) instead of waking for every datagram.
-            std::thread::sleep(std::time::Duration::from_micros(COALESCE_US));
+            let since_us = now.saturating_sub(turn_began_us).max(1) as f64;
+            let per_us = turn_datagrams as f64 / since_us;
+            coalesce_us = match per_us > 0.0 {
+                true => {
+                    (COALESCE_DATAGRAMS / per_us).clamp(COALESCE_US as f64, COALESCE_MAX_US) as u64
+                }
+                false => coalesce_us,
+            };
+            (turn_datagrams, turn_began_us) = (0, now);
+            std::thread::sleep(std::time::Duration::from_micros(coalesce_us));
         } else {
             // Idle: what is gathered goes to disk now, so the hasher following the written
             // prefix does not wait for this channel's next datagram.
             sink.writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
             port.wait(deadline)?;
+            (turn_datagrams, turn_began_us) = (0, port.now_us());
         }
     }
 }

@@ -24,6 +24,14 @@ const LOW_WATER_BYTES: u64 = 1 << 20;
 /// one GSO batch, and half the pacer's catch-up allowance, so a late wake-up is made up) and
 /// sends it with one system call.
 const BATCH_INTERVAL_US: f64 = 250.0;
+/// A slow channel's batches are still this many packets, as long as that is at most
+/// [`MAX_BATCH_INTERVAL_US`] of sending: at 50 Mbit/s a channel woke for every packet, and in
+/// the relay topology (a sender striping over four 100 Mbit/s paths, the relays, the receiver
+/// and the link emulator on two cores) its threads spent most of their time switching.
+const MIN_BATCH_PKTS: f64 = 8.0;
+/// See [`MIN_BATCH_PKTS`]: a batch is a burst at the bottleneck, 8 packets are 0.9 ms of a
+/// 100 Mbit/s link.
+const MAX_BATCH_INTERVAL_US: f64 = 2_000.0;
 /// With compression, pieces compressed per turn of the loop at most (unless the sender has
 /// nothing to send): a piece takes about a millisecond, which the pacer then catches up on.
 const PIECES_PER_TURN: usize = 2;
@@ -174,7 +182,10 @@ impl Run<'_, '_> {
             }
             let deadline = self.sender.poll_timeout().unwrap_or(now + MAX_SLEEP_US);
             // Let a batch's worth of sending time accrue; the pacer catches up on it at once.
-            let batch_pkts = (self.sender.rate_pps() * BATCH_INTERVAL_US / 1e6)
+            let rate_pps = self.sender.rate_pps();
+            let least = MIN_BATCH_PKTS.min(rate_pps * MAX_BATCH_INTERVAL_US / 1e6);
+            let batch_pkts = (rate_pps * BATCH_INTERVAL_US / 1e6)
+                .max(least)
                 .min(self.port.batch_segments(self.segment) as f64)
                 .min(f64::from(self.max_burst_pkts / 2))
                 .max(1.0);
