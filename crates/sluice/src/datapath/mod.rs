@@ -27,12 +27,13 @@
 //! 3. send everything due, in batches of equal-sized datagrams (one GSO `sendmsg`, or
 //!    `sendmmsg`, per batch; [`sluice_udp`]);
 //! 4. wait until the next deadline or a datagram. The sender paces in small batches: it lets
-//!    about 200 us of sending time accrue (at most one batch) and sleeps in `poll(2)` until
-//!    then; the pacer catches up after a late wake-up by at most
+//!    about 200 us of sending time accrue (at most one batch; on a slow channel 8 packets, up to
+//!    2 ms) and sleeps in `poll(2)` until then; the pacer catches up after a late wake-up by at most
 //!    [`ChannelConfig::max_burst_pkts`](sluice_proto::config::ChannelConfig::max_burst_pkts)
 //!    packets, which corrects the period from the real send rate. Waits under 60 us spin. The
 //!    receiver, whose timers are coarse, sleeps until a datagram comes; while data flows it
-//!    takes turns of 200 us (drain up to 16 batches, sleep), so it is not woken per datagram.
+//!    takes turns of 200 us (drain up to 16 batches, sleep; on a slow channel long enough for
+//!    about 8 datagrams, up to 800 us), so it is not woken per datagram.
 //!    Every datagram carries the kernel's receive time, so the batching does not blur the
 //!    intervals the estimators measure.
 //!
