@@ -780,7 +780,7 @@ impl Sender {
     /// held an 8 MiB copy at 0.67 of the link. Otherwise (a first contact's startup, far below
     /// the link) a train is a brief probe on top of the rate.
     fn train_borrows(&self) -> bool {
-        self.config.start_rate_bps > 0 && self.peer_capacity_pps == 0
+        crate::cc::starts_from_memory(&self.config) && self.peer_capacity_pps == 0
     }
 
     /// The next sequence number to retransmit, skipping any acknowledged meanwhile.
@@ -900,8 +900,12 @@ mod tests {
 
     /// What the start sends at once with `cc`: the kinds and flags of the packets.
     fn start(cc: CcKind) -> Vec<(Kind, u8)> {
+        start_with(ChannelConfig { cc, ..ChannelConfig::default() })
+    }
+
+    /// What the start sends at once with `config`.
+    fn start_with(config: ChannelConfig) -> Vec<(Kind, u8)> {
         let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
-        let config = ChannelConfig { cc, ..ChannelConfig::default() };
         let mut sender = Sender::new(config, key(1), key(2), 0).unwrap();
         sender.push(0, 1 << 20);
         assert!(matches!(sender.path_probe(), Probe::Probing { .. }), "{:?}", sender.path_probe());
@@ -967,6 +971,19 @@ mod tests {
         let due = rate_pps * 0.06;
         assert!(f64::from(data) <= 1.05 * due + 2.0, "{data} data packets, {due:.0} due");
         assert!(f64::from(data) >= 0.95 * due, "{data} data packets, {due:.0} due");
+    }
+
+    #[test]
+    fn a_scavenger_given_a_remembered_rate_starts_cold_with_its_trains() {
+        // `low` ignores path memory (`cc::starts_from_memory`), so its start is a first
+        // contact's: the first train goes out whole, on top of the pacing.
+        let sent = start_with(ChannelConfig {
+            cc: CcKind::Low,
+            start_rate_bps: 23_000_000,
+            ..ChannelConfig::default()
+        });
+        let first = sent.iter().position(|(_, f)| *f == wire::flags::PAIR_FIRST).unwrap();
+        assert!(sent.len() - first >= TRAIN_MIN_PKTS as usize, "{sent:?}");
     }
 
     #[test]

@@ -181,6 +181,13 @@ pub fn udt_increase_pkts(avail_pps: f64, mss_bytes: f64) -> f64 {
     factor * 1500.0 / mss_bytes
 }
 
+/// Whether the controller `config` builds starts from the rate path memory remembered
+/// (`start_rate_bps`): `adaptive` does; a scavenger does not, since it would take a round trip
+/// of the link from whoever uses it now.
+pub fn starts_from_memory(config: &ChannelConfig) -> bool {
+    config.start_rate_bps > 0 && config.cc == CcKind::Adaptive
+}
+
 /// Builds the controller `config.cc` names.
 pub fn build(config: &ChannelConfig) -> Box<dyn CongestionControl> {
     let packet_bits = (config.packet_size as f64) * 8.0;
@@ -197,9 +204,7 @@ pub fn build(config: &ChannelConfig) -> Box<dyn CongestionControl> {
                 CcKind::Low => adaptive::Adaptive::scavenger(mss, window, rtt),
                 _ => adaptive::Adaptive::new(mss, window, rtt),
             };
-            // A scavenger does not start at a rate remembered from an idle path: it would take
-            // a round trip of the link from whoever uses it now.
-            if config.start_rate_bps > 0 && config.cc == CcKind::Adaptive {
+            if starts_from_memory(config) {
                 cc.start_from(config.start_rate_bps as f64 / packet_bits);
             }
             Box::new(cc)
