@@ -445,12 +445,12 @@ impl Adaptive {
     /// The cut is UDT's 1/9, or more when the queue is long: enough that the excess queue
     /// drains in about one round trip. For a loss at a queue under the target
     /// (`loss_queue_us`, between half the target and the target), it is what drains that queue
-    /// to half the target in a round trip, at least [`LOSS_AT_QUEUE_DECREASE`]. It applies to the sending rate, or to the delivery rate
-    /// (what actually gets through) when that is lower and the queue is above target; such a cut
-    /// for a queue that did not stand is taken back to a plain 1/9 if the queue is gone one
-    /// round trip later (a stall's backlog, not a newcomer; see `adaptive.md`). Every flow
-    /// through the bottleneck sees the same queue and so cuts by the same factor: the decrease
-    /// stays multiplicative, hence fair.
+    /// to half the target in a round trip, at least [`LOSS_AT_QUEUE_DECREASE`]. It applies to
+    /// the sending rate, or to the delivery rate (what actually gets through) when that is
+    /// lower and the queue is above target; such a cut for a queue that did not stand is taken
+    /// back to a plain 1/9 if the queue is gone one round trip later (a stall's backlog, not a
+    /// newcomer; see `adaptive.md`). Every flow through the bottleneck sees the same queue and
+    /// so cuts by the same factor: the decrease stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64, loss_queue_us: Option<f64>) {
         let since_us = now_us.saturating_sub(self.last_decrease_us) as f64;
         // Competing, the queue is always far above: a cut a round trip apart would answer one

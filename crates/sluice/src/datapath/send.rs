@@ -189,7 +189,7 @@ impl Run<'_, '_> {
                 .min(self.port.batch_segments(self.segment) as f64)
                 .min(f64::from(self.max_burst_pkts / 2))
                 .max(1.0);
-            let extra = (batch_pkts - 1.0) * 1e6 / self.sender.rate_pps().max(1.0);
+            let extra = (batch_pkts - 1.0) * 1e6 / rate_pps.max(1.0);
             self.port.wait(deadline + extra as u64)?;
         }
     }
