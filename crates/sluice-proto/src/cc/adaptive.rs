@@ -65,7 +65,7 @@ const STANDING_US: u64 = 30_000;
 /// the feedback came back.
 const CAPACITY_WINDOW_US: u64 = 1_000_000;
 /// While the pairs are trusted (they agree within [`CONTRADICTED_SPREAD`]), the link is this
-/// quantile of the window's reports, not the least: on a busy host the pairs scatter both ways,
+/// quantile of the window's reports (its last 64: about 0.64 s at one per SYN), not the least: on a busy host the pairs scatter both ways,
 /// and the least of a second's reports is the low tail. Through the relay topology's 100 Mbit/s
 /// links (4 ms, a sender and three relays on 2 cores) the median read the link, the least of a
 /// second 0.85-0.90 of it, and after the first cut each deposit held there, at 83-87 Mbit/s.
@@ -571,11 +571,12 @@ impl Adaptive {
     }
 
     /// UDT's increase, equations (1) and (2), with the available bandwidth estimated from the
-    /// link capacity (the packet pairs' reports of the last second: their [`LINK_QUANTILE`]
-    /// while trusted, their least while not), at least `L/9` while below the link, and at most `L/9` while below the rate of the last decrease. (UDT's equation
-    /// sizes the step by the decade of `L - C`: within 10 % of a 1 Gbit/s link it adds 12 Mbit/s
-    /// per second, and every cut by 1/9 took 8 s to climb back, so the rate hovered at 85-90 %
-    /// of the link. The queuing-delay target, not the step size, is what stops the climb here.)
+    /// link capacity (the packet pairs' recent reports: their [`LINK_QUANTILE`] while trusted,
+    /// their least of the last second while not), at least `L/9` while below the link, and at
+    /// most `L/9` while below the rate of the last decrease. (UDT's equation sizes the step by
+    /// the decade of `L - C`: within 10 % of a 1 Gbit/s link it adds 12 Mbit/s per second, and
+    /// every cut by 1/9 took 8 s to climb back, so the rate hovered at 85-90 % of the link. The
+    /// queuing-delay target, not the step size, is what stops the climb here.)
     fn increase(&mut self, now_us: u64) {
         // While the packet pairs are distrusted (they disagree with each other or with the
         // delivery; see `distrusted`), the increase aims at least a probe above what was

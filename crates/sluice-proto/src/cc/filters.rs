@@ -122,8 +122,8 @@ impl RecentMax {
     }
 }
 
-/// Reports [`RecentQuantile`] keeps: at one report per channel per SYN, two channels' last
-/// 0.3 s.
+/// Reports [`RecentQuantile`] keeps: at one report per SYN (a coupled group's controller hears
+/// its pilot's ACKs only), the last 0.64 s.
 const QUANTILE_REPORTS: usize = 64;
 
 /// A quantile of the reports of the last `window_us`, or of the last [`QUANTILE_REPORTS`] of
