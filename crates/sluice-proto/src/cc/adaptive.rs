@@ -714,8 +714,6 @@ impl CongestionControl for Adaptive {
             self.capacity_pps = f64::from(ack.capacity_pps);
             self.link.update(ack.now_us, self.capacity_pps);
             self.link_reports.update(ack.now_us, self.capacity_pps);
-        }
-        if ack.capacity_pps > 0 {
             self.link_max.update(ack.now_us, self.capacity_pps, CAPACITY_WINDOW_US);
             let least = self.link.get(ack.now_us);
             let most = self.link_max.get(ack.now_us);
