@@ -753,9 +753,10 @@ impl Sender {
             None => 0,
         };
         let capacity = u64::from(self.peer_capacity_pps);
+        let borrows = self.train_borrows();
         let pkts = if capacity > 0 && capacity < u64::from(UNRESOLVED_PPS) {
             (capacity * TRAIN_SPAN_US / 1_000_000) as u32
-        } else if self.train_borrows() {
+        } else if borrows {
             // No reading yet, from a remembered rate near the link: the span at that rate.
             (self.rate_pps() * TRAIN_SPAN_US as f64 / 1e6) as u32
         } else {
@@ -768,7 +769,7 @@ impl Sender {
         let room = self.window_room().min(ready).min(u64::from(TRAIN_MAX_PKTS)) as u32;
         // From a remembered rate, a span of the link shorter than the least train is no train:
         // the pairs time such a slow link.
-        let least = if self.train_borrows() { pkts } else { TRAIN_MIN_PKTS };
+        let least = if borrows { pkts } else { TRAIN_MIN_PKTS };
         let pkts = pkts.clamp(least.min(TRAIN_MAX_PKTS), TRAIN_MAX_PKTS).min(room);
         (pkts >= TRAIN_MIN_PKTS / 2).then_some(pkts)
     }
