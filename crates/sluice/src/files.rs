@@ -426,9 +426,12 @@ pub fn hash_extents(
 
 /// BLAKE3 of consecutive extents of a store, one hash each, fed by positional reads of
 /// [`HASH_BLOCK_BYTES`] as far as the caller says the bytes are there. A read never spans two
-/// extents' hashes: it is split at the extent's end.
+/// extents' hashes: it is split at the extent's end. Optionally also the BLAKE3 of everything
+/// read, across the extents ([`FileHasher::with_whole`]).
 pub(crate) struct FileHasher {
     hasher: blake3::Hasher,
+    /// Everything read, from `start` on, when asked for.
+    whole: Option<blake3::Hasher>,
     buf: Vec<u8>,
     offset: u64,
     /// Ends of the extents, increasing; `hashes` holds one hash per extent already passed.
@@ -441,6 +444,7 @@ impl FileHasher {
     pub(crate) fn new(start: u64, ends: Vec<u64>) -> Self {
         let mut hasher = Self {
             hasher: blake3::Hasher::new(),
+            whole: None,
             buf: vec![0u8; HASH_BLOCK_BYTES],
             offset: start,
             hashes: Vec::with_capacity(ends.len()),
@@ -448,6 +452,12 @@ impl FileHasher {
         };
         hasher.close_extents();
         hasher
+    }
+
+    /// The same, and the BLAKE3 of everything read across the extents too
+    /// ([`FileHasher::whole`]).
+    pub(crate) fn with_whole(start: u64, ends: Vec<u64>) -> Self {
+        Self { whole: Some(blake3::Hasher::new()), ..Self::new(start, ends) }
     }
 
     /// Where the next read starts.
@@ -470,6 +480,9 @@ impl FileHasher {
             let n = (end.min(extent_end) - self.offset).min(HASH_BLOCK_BYTES as u64) as usize;
             read_exact_at(store, &mut self.buf[..n], self.offset)?;
             self.hasher.update(&self.buf[..n]);
+            if let Some(whole) = &mut self.whole {
+                whole.update(&self.buf[..n]);
+            }
             self.offset += n as u64;
             self.close_extents();
         }
@@ -487,6 +500,11 @@ impl FileHasher {
     /// The hashes of the extents read to their end.
     pub(crate) fn finish(self) -> Vec<blake3::Hash> {
         self.hashes
+    }
+
+    /// The BLAKE3 of everything read so far, when made [`FileHasher::with_whole`].
+    pub(crate) fn whole(&self) -> Option<blake3::Hash> {
+        self.whole.as_ref().map(blake3::Hasher::finalize)
     }
 }
 

@@ -32,14 +32,14 @@ use sluice_session::relay::{
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::collect_record::{self, Record, RelayRecord, TreeRecord};
 use super::hop::{Link, receive_blocks, write_hop};
-use super::read_range;
 use super::seal::BlockKey;
 use super::spool::TransferId;
-use crate::datapath::write_all_at;
+use super::verify::Prefix;
+use crate::datapath::{Store, write_all_at};
 use crate::files::Confined;
 use crate::session::channel::{ChannelSetup, blocking};
 use crate::session::copy::plan_error;
@@ -291,6 +291,27 @@ enum Landing {
     Tree { store: Box<FileSet>, incoming: Box<Mutex<Option<Incoming>>> },
 }
 
+impl Landing {
+    /// The ends of its extents in its offset space `0..size`: one file's, or each of a
+    /// tree's files'.
+    fn extents(&self, size: u64) -> Vec<u64> {
+        match self {
+            Landing::File { .. } => vec![size],
+            Landing::Tree { store, .. } => (0..store.len())
+                .filter_map(|k| store.file_at(k).map(|(_, len, base)| base + len))
+                .collect(),
+        }
+    }
+
+    /// Its offset space, to read.
+    fn store(&self) -> &dyn Store {
+        match self {
+            Landing::File { file, .. } => file,
+            Landing::Tree { store, .. } => &**store,
+        }
+    }
+}
+
 /// One relayed upload being collected.
 pub(crate) struct Collection {
     transfer: TransferId,
@@ -301,6 +322,8 @@ pub(crate) struct Collection {
     /// The file, or a tree's destination directory.
     dest: PathBuf,
     landing: Landing,
+    /// The check of the whole, hashed as the written part grows from the start.
+    hashing: Prefix,
     /// A tree's manifest ([`manifest_id`]).
     manifest: Option<blake3::Hash>,
     /// One file's permission bits at the sender.
@@ -864,6 +887,7 @@ impl Collection {
         let sender_gone = restored.is_some();
         let (elsewhere, digest, sent) = restored.unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
+        let hashing = Prefix::new(landing.extents(start.plan.size));
         let job = Arc::new(Collection {
             transfer: start.transfer,
             manifest: start.manifest,
@@ -877,6 +901,7 @@ impl Collection {
             plan: start.plan,
             dest: start.dest,
             landing,
+            hashing,
             fs: start.fs,
             clients: Mutex::new(vec![None; start.relays.len()]),
             over_tcp: Mutex::new(vec![false; start.relays.len()]),
@@ -1067,6 +1092,35 @@ impl Collection {
         }
         self.mark_written(&good);
         Ok(())
+    }
+
+    /// Where the written part of the offset space ends: the start of the first block not
+    /// written (the end when all are).
+    fn written_end(&self) -> u64 {
+        let p = lock(&self.progress);
+        let first = p.blocks.iter().position(|w| *w != Where::Written);
+        first.and_then(|id| self.plan.range(id as u64)).map_or(self.plan.size, |r| r.start)
+    }
+
+    /// Hashes on over what is written (in the background: the blocks' flow does not wait),
+    /// until it caught up with the written part, or another call is hashing.
+    fn hash_written(self: &Arc<Self>) {
+        let job = self.clone();
+        tokio::task::spawn_blocking(move || {
+            loop {
+                let end = job.written_end();
+                match job.hashing.advance(job.landing.store(), end, &job.cancel) {
+                    // More was written meanwhile.
+                    Ok(Some(at)) if at < job.written_end() => {}
+                    Ok(_) => return,
+                    Err(e) => {
+                        // `finish` reads it again, and says so if it still fails.
+                        debug!(transfer = %job.name(), error = %e, "hashing the written part failed");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// Opens each block and writes the good ones, then syncs the part file: the written and
@@ -1312,6 +1366,7 @@ impl Collection {
         drop(moving);
         let job = self.clone();
         blocking(move || job.deliver(&sealed)).await?;
+        self.hash_written();
         let ids = blocks.iter().map(|b| b.id).collect();
         write_hop(send, conn, &HopMsg::Stored { blocks: ids }).await
     }
@@ -1385,6 +1440,7 @@ impl Collection {
         let had: Vec<u64> = hop.blocks.iter().map(|(id, _)| *id).collect();
         // Written (and kept so in the job's record) before the relay may delete them.
         self.mark_written(&good);
+        self.hash_written();
         // A copy that did not open is no use there either.
         hop.release(&had).await?;
         self.discard_elsewhere(&good);
@@ -1610,81 +1666,86 @@ impl Collection {
     /// Hashes what landed, compares, and renames it into place.
     async fn finish(self: &Arc<Self>, digest: blake3::Hash) -> Result<u64, SessionError> {
         let me = self.clone();
-        blocking(move || match &me.landing {
-            Landing::File { part, .. } => me.finish_file(part, digest),
-            Landing::Tree { store, incoming } => me.finish_tree(store, incoming, digest),
+        blocking(move || {
+            let hashed = me.hashed()?;
+            if hashed.whole != digest {
+                let what = match &me.landing {
+                    Landing::File { .. } => "file",
+                    Landing::Tree { .. } => "tree",
+                };
+                return Err(SessionError::Integrity(format!(
+                    "{}: the collected {what} does not hash to the sender's BLAKE3",
+                    me.dest.display()
+                )));
+            }
+            match &me.landing {
+                Landing::File { part, file } => me.finish_file(part, file),
+                Landing::Tree { incoming, .. } => me.finish_tree(incoming, &hashed.each),
+            }
         })
         .await
     }
 
-    /// A tree: every file's BLAKE3 and the whole offset space's in one pass; the plan is
-    /// committed only when the whole is the sender's (which makes every file's bytes the
-    /// sender's, so each file's own check in the commit is its own hash).
+    /// The whole offset space's BLAKE3 and each file's: the rest of what
+    /// [`Collection::hash_written`] hashed as the blocks landed, read now. Blocking.
+    fn hashed(&self) -> Result<super::verify::Hashed, SessionError> {
+        let what = || self.dest.display().to_string();
+        self.hashing
+            .finish(self.landing.store(), &self.cancel)
+            .map_err(|e| SessionError::io(format!("hashing {}", what()), e))?
+            .ok_or_else(|| SessionError::Refused(CANCELLED.into()))
+    }
+
+    /// A tree whose whole offset space is the sender's (which makes every file's bytes the
+    /// sender's, so each file's own check in the commit is its own hash, `each`): the plan is
+    /// committed.
     fn finish_tree(
         &self,
-        store: &FileSet,
         incoming: &Mutex<Option<Incoming>>,
-        digest: blake3::Hash,
+        each: &[blake3::Hash],
     ) -> Result<u64, SessionError> {
-        let mut whole = blake3::Hasher::new();
-        let mut each = Vec::with_capacity(store.len());
-        for k in 0..store.len() {
-            let (path, size, base) = store.file_at(k).unwrap_or((&self.dest, 0, 0));
-            let mut file = blake3::Hasher::new();
-            read_range(store, base..base + size, &mut |b| {
-                file.update(b);
-                whole.update(b);
-            })
-            .map_err(|e| SessionError::io(format!("hashing {}", path.display()), e))?;
-            each.push(file.finalize());
-        }
-        if whole.finalize() != digest {
-            return Err(SessionError::Integrity(format!(
-                "{}: the collected tree does not hash to the sender's BLAKE3",
-                self.dest.display()
-            )));
-        }
         let Some(incoming) = lock(incoming).take() else {
             return Err(SessionError::Protocol("the tree was committed already".into()));
         };
-        let committed = incoming.commit(&each, &each).map_err(plan_error)?;
+        let committed = incoming.commit(each, each).map_err(plan_error)?;
         info!(dest = %self.dest.display(), files = committed.files, links = committed.links, "relayed tree in place");
         Ok(self.plan.size)
     }
 
-    fn finish_file(&self, part: &Path, digest: blake3::Hash) -> Result<u64, SessionError> {
+    /// A file whose bytes (read through `written`, the handle the blocks were written with)
+    /// are the sender's: renamed into place, when `part` is still that file and of its size.
+    fn finish_file(&self, part: &Path, written: &File) -> Result<u64, SessionError> {
         let me = self;
+        let file = me
+            .fs
+            .open(part, false)
+            .map_err(|e| SessionError::io(format!("reading {}", part.display()), e))?;
+        let (named, hashed) = file
+            .metadata()
+            .and_then(|named| Ok((named, written.metadata()?)))
+            .map_err(|e| SessionError::io(format!("reading {}", part.display()), e))?;
+        use std::os::unix::fs::MetadataExt;
+        if (named.dev(), named.ino()) != (hashed.dev(), hashed.ino()) || named.len() != me.plan.size
         {
-            let mut hasher = blake3::Hasher::new();
-            let mut file = me
-                .fs
-                .open(part, false)
-                .map_err(|e| SessionError::io(format!("reading {}", part.display()), e))?;
-            hasher
-                .update_reader(&mut file)
-                .map_err(|e| SessionError::io(format!("hashing {}", part.display()), e))?;
-            if hasher.finalize() != digest {
-                return Err(SessionError::Integrity(format!(
-                    "{}: the collected file does not hash to the sender's BLAKE3",
-                    me.dest.display()
-                )));
-            }
-            // The part file is 0600 while it fills; in place it is 0755 when the source was
-            // executable, else 0644, as a copy's file is; with `--preserve`, the source's bits
-            // (without setuid, setgid and sticky) and modification time.
-            let mode = crate::tree::incoming::file_mode(me.mode, me.preserve);
-            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
-                .map_err(|e| SessionError::io(format!("setting {}'s mode", part.display()), e))?;
-            if let (true, Some(mtime)) = (me.preserve, me.mtime) {
-                file.set_modified(crate::tree::incoming::system_time(mtime)).map_err(|e| {
-                    SessionError::io(format!("setting {}'s time", part.display()), e)
-                })?;
-            }
-            me.fs
-                .rename(part, &me.dest)
-                .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
-            Ok(me.plan.size)
+            return Err(SessionError::Integrity(format!(
+                "{}: the part file was replaced or resized while it was collected",
+                part.display()
+            )));
         }
+        // The part file is 0600 while it fills; in place it is 0755 when the source was
+        // executable, else 0644, as a copy's file is; with `--preserve`, the source's bits
+        // (without setuid, setgid and sticky) and modification time.
+        let mode = crate::tree::incoming::file_mode(me.mode, me.preserve);
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .map_err(|e| SessionError::io(format!("setting {}'s mode", part.display()), e))?;
+        if let (true, Some(mtime)) = (me.preserve, me.mtime) {
+            file.set_modified(crate::tree::incoming::system_time(mtime))
+                .map_err(|e| SessionError::io(format!("setting {}'s time", part.display()), e))?;
+        }
+        me.fs
+            .rename(part, &me.dest)
+            .map_err(|e| SessionError::io(format!("renaming to {}", me.dest.display()), e))?;
+        Ok(me.plan.size)
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`collect`]: a relayed upload's receiving end, a job on the receiving server;
 //! - [`landing`]: where a relayed transfer lands at either receiver, and following its sender;
 //! - [`collect_record`]: that job as the server's state directory keeps it across a restart;
+//! - [`verify`]: that job's check of the whole, hashed as the written part grows;
 //! - [`stripe`]: a relayed transfer's sending end, its striping;
 //! - [`take`]: a relayed download's client taking its direct share of the striping.
 
@@ -17,6 +18,7 @@ pub mod seal;
 pub mod spool;
 pub mod stripe;
 pub(crate) mod take;
+pub(crate) mod verify;
 
 use sluice_session::relay::{
     BlockLen, CAPABILITY_TAG, MAX_BATCH_BLOCKS, MAX_BLOCK_BYTES, SEAL_OVERHEAD, from_hex, to_hex,
