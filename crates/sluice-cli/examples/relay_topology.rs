@@ -23,7 +23,7 @@
 //! `RELAY_TOPOLOGY_SERVER_LOGS=DIR` each server's as `DIR/HOST.log` (with `RUST_LOG`).
 //!
 //! `cargo run --release -p sluice-cli --example relay_topology -- [--bin target/release/sluice]
-//! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100] [--rows all|quick|one|download] [--block 4MiB] [--batch-us 0]`
+//! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100] [--rows all|quick|one|download] [--block 4MiB] [--batch-us 0] [--spin-us 20]`
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line measurement
 
@@ -53,6 +53,9 @@ struct Args {
     block: String,
     /// Receive-side release granularity of every link, in microseconds (0: on time).
     batch_us: u64,
+    /// How long before a release each link's thread stops sleeping and spins (linkem's
+    /// `spin_ns`), in microseconds; `None` keeps linkem's default.
+    spin_us: Option<u64>,
 }
 
 fn args() -> Args {
@@ -66,6 +69,7 @@ fn args() -> Args {
         download: false,
         block: "4MiB".into(),
         batch_us: 0,
+        spin_us: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
@@ -81,6 +85,7 @@ fn args() -> Args {
             }
             "--block" => a.block = value,
             "--batch-us" => a.batch_us = value.parse().expect("--batch-us N"),
+            "--spin-us" => a.spin_us = Some(value.parse().expect("--spin-us N")),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -150,7 +155,10 @@ impl World {
                 "d" => (a.slow_mbit, 24),
                 _ => (a.slow_mbit, 1),
             };
-            let config = LinkConfig::symmetric(direction(rate, delay, a.batch_us));
+            let mut config = LinkConfig::symmetric(direction(rate, delay, a.batch_us));
+            if let Some(us) = a.spin_us {
+                config.spin_ns = us * 1000;
+            }
             let (here, there) = (format!("l{host}"), format!("x{host}"));
             let near = End { ns: &ns, device: &here, addr: addr(octet, 1), prefix_len: 30 };
             let far = End { ns: &router, device: &there, addr: addr(octet, 2), prefix_len: 30 };
@@ -494,6 +502,18 @@ fn main() {
         table.extend(downloads(&world, &a, size));
     }
     println!("{}", table.join("\n"));
+    // The emulator's own cost and timing over the whole run: on this machine every link's
+    // threads share the cores with every endpoint.
+    for (host, link) in &world.links {
+        let r = link.report();
+        println!(
+            "# link {host}: spin {} ms, releases >100 us late {}, >1 ms late {}, latest {} us",
+            r.a2b.spin_ms + r.b2a.spin_ms,
+            r.a2b.late_over_100us + r.b2a.late_over_100us,
+            r.a2b.late_over_1ms + r.b2a.late_over_1ms,
+            r.a2b.max_late_us.max(r.b2a.max_late_us),
+        );
+    }
 }
 
 /// The download rows: D fetches the file from S's server directly, then through S's three
