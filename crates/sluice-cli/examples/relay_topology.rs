@@ -13,8 +13,9 @@
 //! that rate. The ceiling row blasts the direct path at 95 % of D's link (`--policy fixed`):
 //! what one path to D gives at most. The row "S to r1 alone" copies the file to one relay as a
 //! plain server: what a relay's path carries as one long copy, the yardstick of the column "of
-//! paths alone" (striping goodput over the sum of what its paths carry alone). Prints one JSON line per row and a Markdown table; needs
-//! root.
+//! paths alone" (striping goodput over the sum of what its paths carry alone). The row "r1 to D
+//! alone" copies it from r1 to D (both behind slow links): what a collection's path carries as
+//! one long copy. Prints one JSON line per row and a Markdown table; needs root.
 //! Downloads (every row set but `one`): S also serves, its config file naming the three relays,
 //! and D runs `sluice cp` from S directly and through them (`--relay r1,r2,r3`: S stripes, D
 //! takes its direct share and collects the rest; then with `--relay-direct off`); their send
@@ -235,10 +236,11 @@ impl World {
         each.collect()
     }
 
-    /// `sluice cp ARGS SOURCE TO:DEST` on S (`to`: d or a relay, as a plain server); the
-    /// summary's JSON and the wall time.
+    /// `sluice cp ARGS SOURCE TO:DEST` on `from` (S, or a relay) (`to`: d or a relay, as a
+    /// plain server); the summary's JSON and the wall time.
     fn cp(
         &self,
+        from: &str,
         extra: &[&str],
         source: &Path,
         to: &str,
@@ -257,7 +259,7 @@ impl World {
         let octet = HOSTS.iter().find(|(h, _)| *h == to).map_or(20, |(_, o)| *o);
         let remote = format!("{}:{dest}", addr(octet, 1));
         let paths = [source.as_os_str(), std::ffi::OsStr::new(&remote)];
-        self.cp_on("s", to, extra, &paths, &config)
+        self.cp_on(from, to, extra, &paths, &config)
     }
 
     /// `sluice cp ARGS S:SOURCE DEST` on D: a download from S's server into D's own directory.
@@ -403,8 +405,15 @@ fn main() {
     // are alike), the measured yardstick of "the sum of what the sender's paths carry".
     const ALONE: &str = "S to r1 alone";
     let alone = (ALONE, vec![]);
-    let mut rows: Vec<(&str, Vec<&str>)> =
-        if a.one || a.download { Vec::new() } else { vec![("direct", vec![]), ceiling, alone] };
+    // What a collection's path carries as one long copy: r1 (behind its own slow link) to D,
+    // the yardstick of the receiver's collection after the sender left.
+    const RELAY_TO_D: &str = "r1 to D alone";
+    let relay_to_d = (RELAY_TO_D, vec![]);
+    let mut rows: Vec<(&str, Vec<&str>)> = if a.one || a.download {
+        Vec::new()
+    } else {
+        vec![("direct", vec![]), ceiling, alone, relay_to_d]
+    };
     let all = [
         ("2 relays + D, fcfs", vec!["--relay", "r1,r2"]),
         ("2 relays, fcfs", vec!["--relay", "r1,r2", "--relay-direct", "off"]),
@@ -443,7 +452,8 @@ fn main() {
             extra.extend(["--relay-wait", "--relay-block", &a.block]);
         }
         let to = if *label == ALONE { "r1" } else { "d" };
-        let (summary, wall, timeline) = world.cp(&extra, &source, to, &dest);
+        let from = if *label == RELAY_TO_D { "r1" } else { "s" };
+        let (summary, wall, timeline) = world.cp(from, &extra, &source, to, &dest);
         let after = world.bytes();
         assert!(same(&source, &world.received(to, &dest)), "{label}: the file differs");
         let _ = std::fs::remove_file(world.received(to, &dest));
@@ -458,6 +468,7 @@ fn main() {
         } else {
             let seconds = summary["seconds"].as_f64().unwrap_or(wall);
             match (flags.is_empty(), to) {
+                _ if *label == RELAY_TO_D => {}
                 (true, "d") => direct_s = seconds,
                 (true, _) => alone_s = seconds,
                 (false, _) => ceiling_s = seconds,
