@@ -166,7 +166,9 @@ pub const DEPOSIT_BYTES: u64 = 8 << 20;
 /// one's data takes the link), which 8 MiB amortizes over 168 round trips of 4 ms but only 13
 /// of 50 ms. Measured in the relay topology (`examples/relay_topology.rs`, 1 GiB, 3 relays and
 /// the receiver 50 ms away, one run each): the receiver's link carried the sender's own
-/// deposits at 84 Mbit/s with 8 MiB ones, 92.6 with 16 MiB, 91.6 with 24 MiB.
+/// deposits at 84 Mbit/s with 8 MiB ones, 92.6 with 16 MiB, 91.6 with 24 MiB; with this rule
+/// (16 MiB there), 87.5-89.4 over four runs against 83.7-85.9 before (BENCHMARKS.md,
+/// 2026-11-28 evening).
 const DEPOSIT_RTT: Duration = Duration::from_millis(25);
 /// The most times [`DEPOSIT_BYTES`] a far destination's deposit carries: the last deposits of
 /// the slowest destination set the send time.
