@@ -147,6 +147,9 @@ struct Progress {
     /// Other relays that hold a block (`--relay-copies 2`): where it is collected from when
     /// the first one fails.
     elsewhere: HashMap<u64, Vec<u32>>,
+    /// Blocks written from the first on, as far as last looked ([`Collection::written_end`]):
+    /// a written block stays written, so the next look starts there.
+    written_prefix: usize,
 }
 
 /// What `sluice jobs` says of a collection besides its blocks.
@@ -917,6 +920,7 @@ impl Collection {
                 changed: false,
                 stalled: false,
                 elsewhere,
+                written_prefix: 0,
             }),
             wake: Notify::new(),
             events: tx,
@@ -1097,9 +1101,12 @@ impl Collection {
     /// Where the written part of the offset space ends: the start of the first block not
     /// written (the end when all are).
     fn written_end(&self) -> u64 {
-        let p = lock(&self.progress);
-        let first = p.blocks.iter().position(|w| *w != Where::Written);
-        first.and_then(|id| self.plan.range(id as u64)).map_or(self.plan.size, |r| r.start)
+        let mut p = lock(&self.progress);
+        let from = p.written_prefix;
+        let more = p.blocks.iter().skip(from).take_while(|w| **w == Where::Written).count();
+        p.written_prefix = from + more;
+        let first = p.written_prefix as u64;
+        self.plan.range(first).map_or(self.plan.size, |r| r.start)
     }
 
     /// Hashes on over what is written (in the background: the blocks' flow does not wait),

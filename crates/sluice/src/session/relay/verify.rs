@@ -36,8 +36,7 @@ impl Prefix {
     /// An offset space `0..ends.last()` of consecutive extents ending at `ends` (one file:
     /// `[size]`).
     pub(crate) fn new(ends: Vec<u64>) -> Prefix {
-        let size = ends.last().copied().unwrap_or(0);
-        Prefix { hashing: Mutex::new(FileHasher::with_whole(0, ends)), size }
+        Prefix { size: ends.last().copied().unwrap_or(0), hashing: Mutex::new(hasher(ends)) }
     }
 
     /// Reads on up to `written` (the end of the written prefix; the bytes before it do not
@@ -78,10 +77,18 @@ impl Prefix {
         if !hashing.read_to(store, self.size, cancel)? {
             return Ok(None);
         }
-        let whole = hashing.whole().unwrap_or_else(|| blake3::hash(&[]));
-        let done = std::mem::replace(&mut *hashing, FileHasher::with_whole(0, vec![self.size]));
-        Ok(Some(Hashed { whole, each: done.finish() }))
+        let whole = hashing.whole();
+        let each = std::mem::replace(&mut *hashing, hasher(vec![self.size])).finish();
+        // One extent's hash is the whole's (none: the empty space's).
+        let whole = whole.or_else(|| each.first().copied()).unwrap_or_else(|| blake3::hash(&[]));
+        Ok(Some(Hashed { whole, each }))
     }
+}
+
+/// Hashing of the extents ending at `ends`, and of the whole space only when it has more than
+/// one extent (one file's is its extent's: not hashed twice).
+fn hasher(ends: Vec<u64>) -> FileHasher {
+    if ends.len() > 1 { FileHasher::with_whole(0, ends) } else { FileHasher::new(0, ends) }
 }
 
 #[cfg(test)]
