@@ -152,8 +152,7 @@ impl Client {
         });
         let welcomed = self.opened(req.write(&deposit).await).await?;
         let setup = self.setup(req.id, welcomed);
-        let bytes: Vec<u8> = blocks.into_iter().flat_map(|(_, b)| b).collect();
-        let store = Arc::new(Memory::of(bytes));
+        let store = Arc::new(Memory::of_blocks(blocks));
         move_batch(
             setup,
             &mut req.send,

@@ -43,6 +43,18 @@ impl Memory {
         Memory { data: RwLock::new(data) }
     }
 
+    /// Sealed blocks end to end, in their order, to be read (a hop's batch). One copy into a
+    /// buffer of the whole size: collected byte by byte, 16 MiB took tens of milliseconds of
+    /// the runtime's thread.
+    pub(crate) fn of_blocks(blocks: Vec<(u64, Vec<u8>)>) -> Memory {
+        let total = blocks.iter().map(|(_, b)| b.len()).sum();
+        let mut data = Vec::with_capacity(total);
+        for (_, block) in blocks {
+            data.extend_from_slice(&block);
+        }
+        Memory::of(data)
+    }
+
     /// The bytes.
     pub(crate) fn into_inner(self) -> Vec<u8> {
         self.data.into_inner().unwrap_or_else(|e| e.into_inner())

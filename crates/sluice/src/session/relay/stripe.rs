@@ -859,11 +859,14 @@ impl Worker {
                 continue;
             }
             let _depositing = Depositing::enter(&self.depositing);
+            let sealing = Instant::now();
             let sealed = match self.seal(&batch).await {
                 Ok(sealed) => sealed,
                 Err(error) => return fail(error, batch),
             };
             let bytes: u64 = sealed.iter().map(|(_, b)| b.len() as u64).sum();
+            let secs = sealing.elapsed().as_secs_f64();
+            tracing::debug!(dest = self.dest, blocks = batch.len(), bytes, secs, "a batch sealed");
             let stored = match &self.to {
                 Destination::Deposit(client) => {
                     let gate = Some(Link::Gate(link.clone()));

@@ -223,8 +223,8 @@ impl RequestCtx<'_> {
         let lens: Vec<BlockLen> =
             blocks.iter().map(|(id, b)| BlockLen { id: *id, len: b.len() as u64 }).collect();
         let moved = async {
-            let bytes: Vec<u8> = blocks.into_iter().flat_map(|(_, b)| b).collect();
-            self.send_held(&lens, Arc::new(Memory::of(bytes)), Some(Link::Gate(link))).await?;
+            let batch = Arc::new(Memory::of_blocks(blocks));
+            self.send_held(&lens, batch, Some(Link::Gate(link))).await?;
             match read_hop(self.recv, self.conn, Peer::Client).await? {
                 // Only blocks of this batch count.
                 HopMsg::Stored { blocks } => {
