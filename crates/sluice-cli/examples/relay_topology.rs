@@ -13,18 +13,22 @@
 //! that rate. The ceiling row blasts the direct path at 95 % of D's link (`--policy fixed`):
 //! what one path to D gives at most. The row "S to r1 alone" copies the file to one relay as a
 //! plain server: what a relay's path carries as one long copy, the yardstick of the column "of
-//! paths alone" (striping goodput over the sum of what its paths carry alone). The row "r1 to D
-//! alone" copies it from r1 to D (both behind slow links): what a collection's path carries as
-//! one long copy. Prints one JSON line per row and a Markdown table; needs root.
-//! Downloads (every row set but `one`): S also serves, its config file naming the three relays,
-//! and D runs `sluice cp` from S directly and through them (`--relay r1,r2,r3`: S stripes, D
-//! takes its direct share and collects the rest; then with `--relay-direct off`); their send
-//! and total times are ratios to the direct download's.
+//! paths alone" (striping goodput over the sum of what its paths carry alone); "of framing
+//! max" is it over the most payload the links S stripes to can carry (FSP's "theoretical").
+//! The row "r1 to D alone" copies it from r1 to D (both behind slow links): what a
+//! collection's path carries as one long copy. The row "1 relay" (`--rows relay1` runs it
+//! alone) stripes over r1 only, without D: what cutting the file into deposits costs against
+//! "S to r1 alone". Prints one JSON line per row and a Markdown table; needs root.
+//! Downloads (every row set but `one` and `relay1`): S also serves, its config file naming the
+//! three relays, and D runs `sluice cp` from S directly and through them (`--relay r1,r2,r3`:
+//! S stripes, D takes its direct share and collects the rest; then with `--relay-direct off`);
+//! their send and total times are ratios to the direct download's.
 //! `RELAY_TOPOLOGY_CLIENT_LOG=FILE` keeps the last row's client log, and
 //! `RELAY_TOPOLOGY_SERVER_LOGS=DIR` each server's as `DIR/HOST.log` (with `RUST_LOG`).
 //!
 //! `cargo run --release -p sluice-cli --example relay_topology -- [--bin target/release/sluice]
-//! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100] [--rows all|quick|one|download] [--block 4MiB] [--batch-us 0] [--spin-us 20]`
+//! [--size-mib 256] [--uplink-mbit 1000] [--slow-mbit 100]
+//! [--rows all|quick|one|download|relay1] [--block 4MiB] [--batch-us 0] [--spin-us 20]`
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line measurement
 
@@ -35,6 +39,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use linkem::{DirectionConfig, Emulator, End, LinkConfig, QueueLimit, netns};
+use sluice_proto::wire::DATA_OVERHEAD;
 
 const PORT: u16 = 7700;
 const TOKEN: &str = "relay-topology-bench-token-5e1d";
@@ -51,6 +56,8 @@ struct Args {
     one: bool,
     /// Only the downloads: D from S directly, and through S's 3 relays.
     download: bool,
+    /// Only the row of one relay without the receiver (the deposits' own yardstick).
+    relay1: bool,
     block: String,
     /// Receive-side release granularity of every link, in microseconds (0: on time).
     batch_us: u64,
@@ -68,6 +75,7 @@ fn args() -> Args {
         quick: false,
         one: false,
         download: false,
+        relay1: false,
         block: "4MiB".into(),
         batch_us: 0,
         spin_us: None,
@@ -81,8 +89,8 @@ fn args() -> Args {
             "--uplink-mbit" => a.uplink_mbit = value.parse().expect("--uplink-mbit N"),
             "--slow-mbit" => a.slow_mbit = value.parse().expect("--slow-mbit N"),
             "--rows" => {
-                (a.quick, a.one, a.download) =
-                    (value == "quick", value == "one", value == "download");
+                (a.quick, a.one, a.download, a.relay1) =
+                    (value == "quick", value == "one", value == "download", value == "relay1");
             }
             "--block" => a.block = value,
             "--batch-us" => a.batch_us = value.parse().expect("--batch-us N"),
@@ -91,6 +99,17 @@ fn args() -> Args {
         }
     }
     a
+}
+
+/// The most of a link's rate that is the file's bytes: `linkem` serializes IP packets, and a
+/// full-size data packet is 1500 bytes of IP (20 bytes of IP header, 8 of UDP, 1472 of
+/// Sluice) carrying 1472 - [`DATA_OVERHEAD`] = 1428 bytes of the file: 95.2 Mbit/s of a 100
+/// Mbit/s link.
+/// The column "of framing max" is the striping goodput over that times the links S stripes to:
+/// FSP's "theoretical 284.8 Mbit/s" of three 100 Mbit/s paths is the same sum for TCP over
+/// Ethernet (1460 bytes of data in every 1538 on the wire: 94.93 Mbit/s a path).
+fn payload_share() -> f64 {
+    (1472 - DATA_OVERHEAD) as f64 / 1500.0
 }
 
 /// Namespaces removed on drop, after the links (their TUN devices) and the servers.
@@ -409,12 +428,16 @@ fn main() {
     // the yardstick of the receiver's collection after the sender left.
     const RELAY_TO_D: &str = "r1 to D alone";
     let relay_to_d = (RELAY_TO_D, vec![]);
-    let mut rows: Vec<(&str, Vec<&str>)> = if a.one || a.download {
+    let mut rows: Vec<(&str, Vec<&str>)> = if a.one || a.download || a.relay1 {
         Vec::new()
     } else {
         vec![("direct", vec![]), ceiling, alone, relay_to_d]
     };
+    // One relay alone: S's deposits one after another over one path, against "S to r1
+    // alone" (the same path as one long copy): what cutting the file into deposits costs.
+    let one_relay = ("1 relay", vec!["--relay", "r1", "--relay-direct", "off"]);
     let all = [
+        one_relay.clone(),
         ("2 relays + D, fcfs", vec!["--relay", "r1,r2"]),
         ("2 relays, fcfs", vec!["--relay", "r1,r2", "--relay-direct", "off"]),
         ("3 relays + D, fcfs", vec!["--relay", "r1,r2,r3"]),
@@ -425,8 +448,10 @@ fn main() {
             vec!["--relay", "r1,r2,r3", "--relay-strategy", "partitioned"],
         ),
     ];
-    if a.quick || a.one {
-        rows.push(all[2].clone());
+    if a.relay1 {
+        rows.push(one_relay);
+    } else if a.quick || a.one {
+        rows.push(all[3].clone());
     } else if !a.download {
         rows.extend(all);
     }
@@ -436,8 +461,8 @@ fn main() {
         a.size_mib, a.uplink_mbit, a.slow_mbit, a.batch_us
     );
     let mut table = vec![
-        "| row | send s | total s | send / direct | total / direct | total / ceiling | striping Mbit/s | theoretical | fraction | of paths alone | S link MB | D link MB | relay links MB |".to_owned(),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
+        "| row | send s | total s | send / direct | total / direct | total / ceiling | striping Mbit/s | theoretical | fraction | of framing max | of paths alone | S link MB | D link MB | relay links MB |".to_owned(),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
     ];
     let (mut direct_s, mut ceiling_s, mut alone_s) = (0.0, f64::NAN, f64::NAN);
     // Mbit/s of the file moved in `secs`.
@@ -484,6 +509,7 @@ fn main() {
         let line = serde_json::json!({
             "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
             "striping_mbit": striping, "theoretical_mbit": theoretical,
+            "framing_max_mbit": theoretical as f64 * payload_share(),
             "links_mb": moved.iter().map(|(n, a2b, b2a)| serde_json::json!({"host": n, "up_mb": a2b, "down_mb": b2a})).collect::<Vec<_>>(),
             "placed": summary["placed"].clone(),
             "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
@@ -501,15 +527,16 @@ fn main() {
         let paths = relays as f64 * goodput(alone_s) + if with_d { goodput(direct_s) } else { 0.0 };
         let (s_mb, d_mb, relays_mb) = links;
         table.push(format!(
-            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | {:.3} | {striping:.0} | {theoretical} | {:.3} | {:.3} | {s_mb:.0} | {d_mb:.0} | {relays_mb:.0} |",
+            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | {:.3} | {striping:.0} | {theoretical} | {:.3} | {:.3} | {:.3} | {s_mb:.0} | {d_mb:.0} | {relays_mb:.0} |",
             send / direct_s,
             total / direct_s,
             total / ceiling_s,
             striping / theoretical as f64,
+            striping / (theoretical as f64 * payload_share()),
             striping / paths,
         ));
     }
-    if !a.one {
+    if !a.one && !a.relay1 {
         table.extend(downloads(&world, &a, size));
     }
     println!("{}", table.join("\n"));
@@ -574,15 +601,17 @@ fn downloads(world: &World, a: &Args, size: u64) -> Vec<String> {
         let line = serde_json::json!({
             "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
             "striping_mbit": striping, "theoretical_mbit": theoretical,
+            "framing_max_mbit": theoretical as f64 * payload_share(),
             "placed": summary["placed"].clone(),
             "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
         });
         println!("{line}");
         lines.push(format!(
-            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | - | {striping:.0} | {theoretical} | {:.3} | - | {:.0} | {:.0} | {relays_mb:.0} |",
+            "| {label} | {send:.2} | {total:.2} | {:.3} | {:.3} | - | {striping:.0} | {theoretical} | {:.3} | {:.3} | - | {:.0} | {:.0} | {relays_mb:.0} |",
             send / direct_s,
             total / direct_s,
             striping / theoretical as f64,
+            striping / (theoretical as f64 * payload_share()),
             of("s"),
             of("d"),
         ));
