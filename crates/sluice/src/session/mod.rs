@@ -173,8 +173,9 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// and `Repair`, a dry run is a flag of `Want`, and every failure is `Failed`; 9: the early
 /// start: the server's `Offer` before `Hello`, `Put.early`, `Get.udp_ports`, `Want.early`; 10: in startup the data
 /// channels time the path with packet trains, whose middle packets carry both pair flags,
-/// `sluice_proto::wire::flags::TRAIN`).
-pub const PROTOCOL_VERSION: u32 = 10;
+/// `sluice_proto::wire::flags::TRAIN`; 11: a relay hop's data moves on one UDP channel,
+/// whatever the session negotiated, `relay::hop::HOP_CHANNELS`).
+pub const PROTOCOL_VERSION: u32 = 11;
 pub use sluice_session::negotiate::MAX_CHANNELS;
 /// The most channels chosen automatically (one per core, up to this).
 pub const AUTO_CHANNELS_CAP: u32 = 8;
