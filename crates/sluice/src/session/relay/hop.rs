@@ -98,8 +98,8 @@ const GATE_RTTS: f64 = 1.0;
 /// pacing its own packets: with the session's two a hop, the relay topology's sender ran
 /// eight, and on its 2 cores the controllers read the scheduling noise as queue and cut
 /// (deposits side by side at 80-82 Mbit/s, without a loss; alone 89.5). Measured there
-/// (`examples/relay_topology.rs --rows one`, 1 GiB, 3 relays and the receiver, binaries in
-/// turn, two channels / one): send 25.99 / 24.74 and 25.73 / 24.50 s on time, 25.92 / 24.81
+/// (`examples/relay_topology.rs --rows one`, 1 GiB, 3 relays and the receiver, the two arms
+/// in turn, two channels / one): send 25.99 / 24.74 and 25.73 / 24.50 s on time, 25.92 / 24.81
 /// with every link releasing every 200 us; total 96.25 / 95.11, 95.98 / 94.51, 96.81 / 95.57.
 /// A single hop is then held to what one channel carries: the striping's parallelism is its
 /// destinations.
@@ -205,7 +205,7 @@ pub(crate) async fn receive_blocks(
 /// sending end with `rate` starts there and keeps what this hop settled on.
 #[allow(clippy::too_many_arguments)] // each is a separate input of the one hop
 pub(crate) async fn move_batch(
-    setup: ChannelSetup<'_>,
+    mut setup: ChannelSetup<'_>,
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
     peer: crate::session::Peer,
@@ -215,7 +215,6 @@ pub(crate) async fn move_batch(
     link: Option<Link>,
     rate: Option<&HopRate>,
 ) -> Result<(), SessionError> {
-    let mut setup = setup;
     if setup.streams.is_none() {
         setup.negotiated.channels = setup.negotiated.channels.min(HOP_CHANNELS);
     }
