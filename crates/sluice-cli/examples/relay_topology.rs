@@ -105,11 +105,13 @@ fn args() -> Args {
 /// full-size data packet is 1500 bytes of IP (20 bytes of IP header, 8 of UDP, 1472 of
 /// Sluice) carrying 1472 - [`DATA_OVERHEAD`] = 1428 bytes of the file: 95.2 Mbit/s of a 100
 /// Mbit/s link.
-/// The column "of framing max" is the striping goodput over that times the links S stripes to:
+/// The column "of framing max" is the striping goodput over this of the links S stripes to:
 /// FSP's "theoretical 284.8 Mbit/s" of three 100 Mbit/s paths is the same sum for TCP over
 /// Ethernet (1460 bytes of data in every 1538 on the wire: 94.93 Mbit/s a path).
-fn payload_share() -> f64 {
-    (1472 - DATA_OVERHEAD) as f64 / 1500.0
+fn framing_max_mbit(links_mbit: u64) -> f64 {
+    // IP (20 bytes) and UDP (8) headers around each of Sluice's datagrams.
+    let datagram = usize::from(linkem::emulator::MTU) - 28;
+    links_mbit as f64 * (datagram - DATA_OVERHEAD) as f64 / f64::from(linkem::emulator::MTU)
 }
 
 /// Namespaces removed on drop, after the links (their TUN devices) and the servers.
@@ -436,11 +438,12 @@ fn main() {
     // One relay alone: S's deposits one after another over one path, against "S to r1
     // alone" (the same path as one long copy): what cutting the file into deposits costs.
     let one_relay = ("1 relay", vec!["--relay", "r1", "--relay-direct", "off"]);
+    let three_and_d = ("3 relays + D, fcfs", vec!["--relay", "r1,r2,r3"]);
     let all = [
         one_relay.clone(),
         ("2 relays + D, fcfs", vec!["--relay", "r1,r2"]),
         ("2 relays, fcfs", vec!["--relay", "r1,r2", "--relay-direct", "off"]),
-        ("3 relays + D, fcfs", vec!["--relay", "r1,r2,r3"]),
+        three_and_d.clone(),
         ("3 relays, fcfs", vec!["--relay", "r1,r2,r3", "--relay-direct", "off"]),
         ("3 relays + D, cyclic", vec!["--relay", "r1,r2,r3", "--relay-strategy", "cyclic"]),
         (
@@ -451,7 +454,7 @@ fn main() {
     if a.relay1 {
         rows.push(one_relay);
     } else if a.quick || a.one {
-        rows.push(all[3].clone());
+        rows.push(three_and_d);
     } else if !a.download {
         rows.extend(all);
     }
@@ -509,7 +512,7 @@ fn main() {
         let line = serde_json::json!({
             "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
             "striping_mbit": striping, "theoretical_mbit": theoretical,
-            "framing_max_mbit": theoretical as f64 * payload_share(),
+            "framing_max_mbit": framing_max_mbit(theoretical),
             "links_mb": moved.iter().map(|(n, a2b, b2a)| serde_json::json!({"host": n, "up_mb": a2b, "down_mb": b2a})).collect::<Vec<_>>(),
             "placed": summary["placed"].clone(),
             "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
@@ -532,7 +535,7 @@ fn main() {
             total / direct_s,
             total / ceiling_s,
             striping / theoretical as f64,
-            striping / (theoretical as f64 * payload_share()),
+            striping / framing_max_mbit(theoretical),
             striping / paths,
         ));
     }
@@ -601,7 +604,7 @@ fn downloads(world: &World, a: &Args, size: u64) -> Vec<String> {
         let line = serde_json::json!({
             "row": label, "size": size, "send_s": send, "total_s": total, "wall_s": wall,
             "striping_mbit": striping, "theoretical_mbit": theoretical,
-            "framing_max_mbit": theoretical as f64 * payload_share(),
+            "framing_max_mbit": framing_max_mbit(theoretical),
             "placed": summary["placed"].clone(),
             "d_mbit_each_s": timeline.iter().map(|m| m.round()).collect::<Vec<_>>(),
         });
@@ -611,7 +614,7 @@ fn downloads(world: &World, a: &Args, size: u64) -> Vec<String> {
             send / direct_s,
             total / direct_s,
             striping / theoretical as f64,
-            striping / (theoretical as f64 * payload_share()),
+            striping / framing_max_mbit(theoretical),
             of("s"),
             of("d"),
         ));

@@ -152,7 +152,7 @@ impl Client {
         });
         let welcomed = self.opened(req.write(&deposit).await).await?;
         let setup = self.setup(req.id, welcomed);
-        let store = Arc::new(Memory::of_blocks(blocks));
+        let store = Arc::new(Memory::of_blocks(&blocks));
         move_batch(
             setup,
             &mut req.send,

@@ -223,7 +223,7 @@ impl RequestCtx<'_> {
         let lens: Vec<BlockLen> =
             blocks.iter().map(|(id, b)| BlockLen { id: *id, len: b.len() as u64 }).collect();
         let moved = async {
-            let batch = Arc::new(Memory::of_blocks(blocks));
+            let batch = Arc::new(Memory::of_blocks(&blocks));
             self.send_held(&lens, batch, Some(Link::Gate(link))).await?;
             match read_hop(self.recv, self.conn, Peer::Client).await? {
                 // Only blocks of this batch count.
