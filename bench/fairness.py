@@ -39,8 +39,10 @@ PAIRS = ("cubic+cubic", "sluice+cubic", "sluice+sluice")
 # More pairs, run when named (--fairness-pairs): Sluice's `--policy low` beside a fair flow.
 # "cubic+sluice" is "sluice+cubic" with the cubic flow first: with --fairness-stagger the first flow
 # of a pair starts that long before the second (issue 25 item 4: Sluice first, second, together).
+# "sluice+bbr" and "bbr+sluice": the same beside one `iperf3 -C bbr` flow (issue 25 item 4: `fair`
+# holds its share against cubic and BBR).
 EXTRA_PAIRS = ("sluice-low+sluice", "sluice-low+cubic", "sluice-tcp+cubic", "sluice-tcp4+cubic",
-               "cubic+sluice")
+               "cubic+sluice", "sluice+bbr", "bbr+sluice")
 TICK_S = 0.2
 
 
@@ -89,7 +91,7 @@ class _Flow:
             else:
                 self.tool = Sluice(policy="low" if kind == "sluice-low" else None)
         else:
-            self.tool = Iperf3("cubic")
+            self.tool = Iperf3(kind)    # "cubic" or "bbr"
         self.tool.prepare(self.ctx)
         self.log_base = os.path.join(root, f"{self.name}")
         self.server = self.client = None
@@ -97,7 +99,7 @@ class _Flow:
 
     def server_argv(self):
         argv = self.tool.server_argv(self.ctx)
-        if self.kind == "cubic":
+        if not self.sluice:
             argv += ["-F", os.path.join(self.dst, "tcp-received.bin")]   # receiver writes what it gets
         return argv
 
@@ -272,6 +274,8 @@ def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, 
                     why = missing["sluice"]
                 elif "cubic" in pair and missing.get("iperf3-cubic"):
                     why = missing["iperf3-cubic"]
+                elif "bbr" in pair and missing.get("iperf3-bbr"):
+                    why = missing["iperf3-bbr"]
                 if why:
                     base.update(pair=pair, status="n/a", reason=why)
                 else:

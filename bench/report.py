@@ -192,7 +192,7 @@ def fairness_section(meta, rows):
                f"the second flow of each pair (as named) started {stagger:g} s after the first")
     return ["### Fairness: two flows through one bottleneck", "",
             f"Paths: {labels}. Each pair through a fresh `linkem run` (empty queue), both flows from a to b, "
-            f"{started}. iperf3 runs {cfg.get('seconds', '?'):g} s (`iperf3 -C cubic`); each Sluice flow "
+            f"{started}. iperf3 runs {cfg.get('seconds', '?'):g} s (`iperf3 -C cubic`, or `-C bbr` in a pair that names bbr); each Sluice flow "
             f"uploads its own random file of {(cfg.get('sluice_file_bytes') or 0) >> 20} MiB (`sluice cp`, default "
             "settings, one `sluice serve` per flow on its own port), checked by SHA-256 afterwards.", "",
             "How it is computed: every receiver writes into a directory of its own (Sluice's server, or "

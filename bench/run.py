@@ -196,7 +196,7 @@ def main():
             "machine": machine(), "cap_s": cap, "iperf_s": iperf_s, "seed": args.seed,
             "mode": "fairness" if args.fairness_only else "quick" if quick else "full" if args.full else "cells",
             "fairness": FAIRNESS_STATUS}
-    fair_tools = [BY_NAME["iperf3-cubic"], BY_NAME["sluice"]] if do_fair else []
+    fair_tools = [BY_NAME["iperf3-cubic"], BY_NAME["iperf3-bbr"], BY_NAME["sluice"]] if do_fair else []
     availability = ensure_tools(list({t.name: t for t in tools + fair_tools}.values()), args.no_install)
     if do_fair:
         meta["fairness"] = "measured: see the Fairness table"
@@ -286,7 +286,7 @@ def main():
                 _save(results, meta, stamp, not_run, paths_out)
             fairness.run_cells(fair_cells, LINKEM, grid.RATE_MBIT, args.fairness_seconds, args.fairness_size,
                                args.seed, root, log, on_row,
-                               {"sluice": availability["sluice"], "iperf3-cubic": availability["iperf3-cubic"]},
+                               {k: availability[k] for k in ("sluice", "iperf3-cubic", "iperf3-bbr")},
                                pairs=args.fairness_pairs.split(","), stagger_s=args.fairness_stagger)
     except Interrupted as e:
         meta["interrupted"] = str(e)
