@@ -132,13 +132,21 @@ try {
   const timed = async (via, dir, run) => {
     const [server0, all0] = [treeCpu(server.pid), treeCpu(process.pid)];
     const t0 = performance.now();
-    await run();
+    // When the panel first says "verifying" (a download's check of the whole file after its
+    // last byte): the time from then to done is that check's.
+    let verifyAt = null;
+    const look = setInterval(() => {
+      page.evaluate(() => document.querySelector("#queue")?.textContent ?? "")
+        .then((t) => { if (verifyAt === null && t.includes("verifying")) verifyAt = performance.now(); }, () => {});
+    }, 50);
+    await run().finally(() => clearInterval(look));
     const s = (performance.now() - t0) / 1000;
     const serverCpu = treeCpu(server.pid) - server0;
     // The browser: every process below this script but the server (and this script itself).
     const browserCpu = treeCpu(process.pid) - all0 - serverCpu;
     results.push({
       via, dir, mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1),
+      verify_s: verifyAt === null ? "-" : ((t0 + s * 1000 - verifyAt) / 1000).toFixed(2),
       server_cpu_s: serverCpu.toFixed(1), browser_cpu_s: browserCpu.toFixed(1),
     });
     console.log(JSON.stringify(results.at(-1)));

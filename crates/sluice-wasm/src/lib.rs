@@ -13,13 +13,25 @@
 //! | `sluice_hasher_finish(id)`      | writes the 32-byte hash to the buffer's start, ends `id`   |
 //! | `sluice_hasher_drop(id)`        | ends `id` without a hash                                   |
 //!
+//! | `sluice_tree_new(size, block) -> id` | a download's [`tree::Tree`] (0: refused)       |
+//! | `sluice_tree_add(id, offset, len)` | hashes the buffer's first `len` bytes as the block at `offset`, keeps it, and writes its 32-byte [`tree::block_hash`] to the buffer's start; 0: refused |
+//! | `sluice_tree_hash(id)`          | writes the file's BLAKE3 to the buffer's start once every block is in; 0: not yet |
+//! | `sluice_tree_drop(id)`          | ends `id`                                                  |
+//!
 //! The page copies each piece of a file into the buffer, then calls update: one piece at a time,
 //! so several files can be hashed at once through the one buffer. The buffer may move when it
 //! grows (`sluice_buffer` with a larger `len`), and the memory's `ArrayBuffer` is replaced when
-//! the memory grows: the page takes both again after each `sluice_buffer`.
+//! the memory grows: the page takes both again after each `sluice_buffer`. Sizes and offsets
+//! pass as JavaScript numbers (`f64`), whole and below 2^53.
+
+pub mod tree;
+
+use tree::Tree;
 
 /// Hashers open at once (each a `blake3::Hasher`, about 2 KiB).
 pub const HASHERS_MAX: usize = 64;
+/// Download trees open at once.
+pub const TREES_MAX: usize = 64;
 /// The largest input buffer.
 pub const BUFFER_MAX: usize = 16 << 20;
 
@@ -28,6 +40,40 @@ pub const BUFFER_MAX: usize = 16 << 20;
 pub struct Hashers {
     buffer: Vec<u8>,
     open: Vec<Option<blake3::Hasher>>,
+    trees: Vec<Option<Tree>>,
+}
+
+/// The first free slot of `slots` (a new one up to `max`) holding `value`: its id, from 1; 0
+/// when all `max` are taken.
+fn seat<T>(slots: &mut Vec<Option<T>>, max: usize, value: T) -> u32 {
+    if let Some(free) = slots.iter().position(Option::is_none) {
+        slots[free] = Some(value);
+        return free as u32 + 1;
+    }
+    if slots.len() >= max {
+        return 0;
+    }
+    slots.push(Some(value));
+    slots.len() as u32
+}
+
+/// Slot `id` (from 1) of `slots`, if taken.
+fn slot<T>(slots: &mut [Option<T>], id: u32) -> Option<&mut T> {
+    let index = (id as usize).checked_sub(1)?;
+    slots.get_mut(index)?.as_mut()
+}
+
+/// Frees slot `id` of `slots` (nothing for an unknown one).
+fn free<T>(slots: &mut [Option<T>], id: u32) {
+    if let Some(taken) = (id as usize).checked_sub(1).and_then(|i| slots.get_mut(i)) {
+        *taken = None;
+    }
+}
+
+/// A whole number below 2^53 from JavaScript, as `u64`.
+pub fn whole(x: f64) -> Option<u64> {
+    (x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x < 9_007_199_254_740_992.0)
+        .then_some(x as u64)
 }
 
 impl Hashers {
@@ -44,20 +90,52 @@ impl Hashers {
 
     /// A new hasher's id, or 0 when [`HASHERS_MAX`] are open.
     pub fn start(&mut self) -> u32 {
-        if let Some(free) = self.open.iter().position(Option::is_none) {
-            self.open[free] = Some(blake3::Hasher::new());
-            return free as u32 + 1;
-        }
-        if self.open.len() >= HASHERS_MAX {
-            return 0;
-        }
-        self.open.push(Some(blake3::Hasher::new()));
-        self.open.len() as u32
+        seat(&mut self.open, HASHERS_MAX, blake3::Hasher::new())
     }
 
     fn hasher(open: &mut [Option<blake3::Hasher>], id: u32) -> Option<&mut blake3::Hasher> {
-        let index = (id as usize).checked_sub(1)?;
-        open.get_mut(index)?.as_mut()
+        slot(open, id)
+    }
+
+    /// A new download tree's id ([`Tree::new`]), or 0 when refused or [`TREES_MAX`] are open.
+    pub fn tree_start(&mut self, size: u64, block: u64) -> u32 {
+        match Tree::new(size, block) {
+            Some(tree) => seat(&mut self.trees, TREES_MAX, tree),
+            None => 0,
+        }
+    }
+
+    /// Hashes the buffer's first `len` bytes as the block at `offset` of tree `id`
+    /// ([`Tree::add`]) and writes its hash to the buffer's first 32 bytes; false when refused.
+    pub fn tree_add(&mut self, id: u32, offset: u64, len: usize) -> bool {
+        let (Some(input), Some(tree)) = (self.buffer.get(..len), slot(&mut self.trees, id)) else {
+            return false;
+        };
+        let Some(hash) = tree.add(offset, input) else {
+            return false;
+        };
+        self.put_hash(&hash);
+        true
+    }
+
+    /// Writes tree `id`'s file hash to the buffer's first 32 bytes; false until every block is
+    /// in, or for an unknown id.
+    pub fn tree_hash(&mut self, id: u32) -> bool {
+        let Some(hash) = slot(&mut self.trees, id).and_then(|t| t.file_hash()) else {
+            return false;
+        };
+        self.put_hash(&hash);
+        true
+    }
+
+    /// Ends tree `id` (nothing for an unknown one).
+    pub fn tree_end(&mut self, id: u32) {
+        free(&mut self.trees, id);
+    }
+
+    fn put_hash(&mut self, hash: &[u8; 32]) {
+        self.buffer.resize(self.buffer.len().max(32), 0);
+        self.buffer[..32].copy_from_slice(hash);
     }
 
     /// Hashes the buffer's first `len` bytes into hasher `id`; false for an unknown id or a
@@ -79,16 +157,13 @@ impl Hashers {
             return false;
         };
         self.end(id);
-        self.buffer.resize(self.buffer.len().max(32), 0);
-        self.buffer[..32].copy_from_slice(hash.as_bytes());
+        self.put_hash(hash.as_bytes());
         true
     }
 
     /// Ends hasher `id` (nothing for an unknown one).
     pub fn end(&mut self, id: u32) {
-        if let Some(slot) = (id as usize).checked_sub(1).and_then(|i| self.open.get_mut(i)) {
-            *slot = None;
-        }
+        free(&mut self.open, id);
     }
 
     /// The buffer's first `len` bytes (the hash after [`Hashers::finish`]).

@@ -9,6 +9,12 @@ const PIECE = 1 << 20;
 const READ = 8 << 20;
 
 /**
+ * Bytes of a download's blocks: a power of two of 1 KiB chunks, so that each block is one
+ * subtree of the file's BLAKE3 tree (crates/sluice-wasm/src/tree.rs), as the server asks.
+ */
+export const BLOCK = 4 << 20;
+
+/**
  * @typedef {object} Exports
  * @property {WebAssembly.Memory} memory
  * @property {(len: number) => number} sluice_buffer
@@ -16,6 +22,10 @@ const READ = 8 << 20;
  * @property {(id: number, len: number) => number} sluice_hasher_update
  * @property {(id: number) => number} sluice_hasher_finish
  * @property {(id: number) => void} sluice_hasher_drop
+ * @property {(size: number, block: number) => number} sluice_tree_new
+ * @property {(id: number, offset: number, len: number) => number} sluice_tree_add
+ * @property {(id: number) => number} sluice_tree_hash
+ * @property {(id: number) => void} sluice_tree_drop
  */
 
 /** @type {Promise<Exports> | null} */
@@ -64,14 +74,136 @@ export class Blake3 {
   /** @returns {string} the hash, 64 hex digits; the hasher ends */
   hex() {
     if (!this.x.sluice_hasher_finish(this.id)) throw new Error("hashing failed");
-    const ptr = this.x.sluice_buffer(32);
-    const out = new Uint8Array(this.x.memory.buffer, ptr, 32);
-    return [...out].map((b) => b.toString(16).padStart(2, "0")).join("");
+    return hashOut(this.x);
   }
 
   /** Ends the hasher without a hash. */
   drop() {
     this.x.sluice_hasher_drop(this.id);
+  }
+}
+
+/**
+ * The 32 bytes at the start of the module's buffer (a hash it wrote there), as 64 hex digits.
+ * @param {Exports} x
+ */
+function hashOut(x) {
+  const out = new Uint8Array(x.memory.buffer, x.sluice_buffer(32), 32);
+  return [...out].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * A download's BLAKE3, put together from its blocks' hashes so that every byte is hashed once,
+ * as it arrives: a WebTransport block is checked against the server's hash of it (`cv`), bytes
+ * over HTTPS are hashed block by block as they come, and what an earlier run kept is read back
+ * from the partial file. The file's hash at the end comes from the blocks' hashes, without
+ * reading the file again.
+ */
+export class Tree {
+  /**
+   * @param {Exports} x
+   * @param {number} id
+   * @param {number} size the file's bytes
+   * @param {string} version the server's tag of the version the blocks are of
+   */
+  constructor(x, id, size, version) {
+    this.x = x;
+    this.id = id;
+    this.size = size;
+    this.version = version;
+    this.block = BLOCK;
+    /** @type {Set<number>} offsets of the blocks hashed */
+    this.hashed = new Set();
+  }
+
+  /**
+   * @param {number} size
+   * @param {string} version
+   */
+  static async create(size, version) {
+    const x = await module();
+    const id = x.sluice_tree_new(size, BLOCK);
+    if (!id) throw new Error("too many files are being downloaded at once");
+    return new Tree(x, id, size, version);
+  }
+
+  /**
+   * Hashes `bytes` as the block at `offset` (a multiple of `block`; the whole block).
+   * @param {number} offset
+   * @param {Uint8Array} bytes
+   * @returns {string} the block's hash in the file's tree, 64 hex digits
+   */
+  add(offset, bytes) {
+    const ptr = this.x.sluice_buffer(bytes.length);
+    if (!ptr) throw new Error(`a block of ${bytes.length} bytes is too large to hash`);
+    new Uint8Array(this.x.memory.buffer, ptr, bytes.length).set(bytes);
+    if (!this.x.sluice_tree_add(this.id, offset, bytes.length)) {
+      throw new Error(`the block at ${offset} (${bytes.length} bytes) is not one of the file's`);
+    }
+    this.hashed.add(offset);
+    return hashOut(this.x);
+  }
+
+  /**
+   * Where the next run of the download starts: `have` rounded down to a block's start (or the
+   * file's end, all of it kept), every block before it hashed (read back from `file`, the
+   * partial file, where no run gave it).
+   * @param {number} have
+   * @param {Blob} file
+   * @param {AbortSignal} [signal]
+   */
+  async resume(have, file, signal) {
+    const kept = Math.min(have, file.size);
+    // All of it kept: its last block too, short as it may be.
+    const from = kept === this.size ? kept : kept - (kept % this.block);
+    for (let at = 0; at < from; at += this.block) {
+      if (signal?.aborted) throw new Error("cancelled");
+      const end = Math.min(at + this.block, this.size);
+      if (!this.hashed.has(at)) this.add(at, new Uint8Array(await file.slice(at, end).arrayBuffer()));
+    }
+    return from;
+  }
+
+  /**
+   * A writer of the file's bytes in order from `have`: each block hashed once it is full, and
+   * the last one at the file's end. What the partial `file` holds before `have` is hashed (its
+   * whole blocks as `resume` does, the rest of the block `have` is in read back into it).
+   * @param {number} have
+   * @param {Blob} file
+   * @param {AbortSignal} [signal]
+   * @returns {Promise<(bytes: Uint8Array) => void>}
+   */
+  async feeder(have, file, signal) {
+    let at = await this.resume(have, file, signal);
+    const block = new Uint8Array(this.block);
+    let fill = 0;
+    if (at < have) {
+      block.set(new Uint8Array(await file.slice(at, have).arrayBuffer()));
+      fill = have - at;
+    }
+    return (bytes) => {
+      for (let taken = 0; taken < bytes.length;) {
+        const n = Math.min(bytes.length - taken, block.length - fill);
+        block.set(bytes.subarray(taken, taken + n), fill);
+        fill += n;
+        taken += n;
+        if (fill === block.length || at + fill === this.size) {
+          this.add(at, block.subarray(0, fill));
+          at += fill;
+          fill = 0;
+        }
+      }
+    };
+  }
+
+  /** @returns {string | null} the file's BLAKE3 (64 hex digits), or null until every block is in */
+  hex() {
+    return this.x.sluice_tree_hash(this.id) ? hashOut(this.x) : null;
+  }
+
+  /** Ends the tree. */
+  drop() {
+    this.x.sluice_tree_drop(this.id);
   }
 }
 

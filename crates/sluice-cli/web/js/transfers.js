@@ -10,7 +10,7 @@ import * as api from "./api.js";
 import { RateChart } from "./chart.js";
 import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
-import { hashBlob } from "./hash.js";
+import { Tree, hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
 import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
 
@@ -18,6 +18,11 @@ import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
 const RUNNING_MAX = 3;
 
 /** @typedef {import("./local.js").Local} Local */
+/**
+ * A download's tree of block hashes for a version of the file: the one it has if of the same
+ * size and version, else a new one.
+ * @typedef {(size: number, version: string) => Promise<Tree>} TreeOf
+ */
 /** @typedef {"always" | "never" | "keep-both" | "if-newer"} Policy */
 
 /** The overwrite question's answers: the CLI's policies (`sluice cp --overwrite`) and keep both. */
@@ -413,47 +418,67 @@ export class Transfers {
       const signal = /** @type {AbortController} */ (job.abort).signal;
       let wt = have === fileSize && fileSize > 0 ? null : await wtSession();
       const held = async () => (await part.getFile()).size;
-      for (;;) {
-        const plan = this.chooser.plan(mode(), "down", fileSize - have, Boolean(wt));
-        const on = plan.via === "wt" ? wt : null;
-        try {
-          // What this run wrote, as it goes (the partial file shows it only once closed).
-          job.done = have;
-          const wrote = async () => job.done;
-          const { probed } = await this.slice(job, on ? "wt" : "https", plan.probe, wrote, (s) => on
-            ? this.fetchWt(on, job, src, part, have, tagKey, s)
-            : this.fetchHttps(job, src, part, have, tagKey, s));
-          have = await held();
-          if (!probed) break;
-          // The probe ran out: the rest goes the other way, from what is kept.
-        } catch (e) {
-          if (!on || signal.aborted || e instanceof api.ApiError) throw e;
-          // The session broke (not a refusal of the server's): on over HTTPS from what is kept.
-          wtFailed(e);
-          wt = null;
-          have = await held();
+      /** @type {Tree | null} the blocks' hashes, of one version of the file */
+      let tree = null;
+      /** @type {TreeOf} */
+      const treeOf = async (bytes, version) => {
+        if (tree && tree.size === bytes && tree.version === version) return tree;
+        tree?.drop();
+        tree = null;
+        tree = await Tree.create(bytes, version);
+        return tree;
+      };
+      try {
+        for (;;) {
+          const plan = this.chooser.plan(mode(), "down", fileSize - have, Boolean(wt));
+          const on = plan.via === "wt" ? wt : null;
+          try {
+            // What this run wrote, as it goes (the partial file shows it only once closed).
+            job.done = have;
+            const wrote = async () => job.done;
+            const { probed } = await this.slice(job, on ? "wt" : "https", plan.probe, wrote, (s) => on
+              ? this.fetchWt(on, job, src, part, have, tagKey, s, treeOf)
+              : this.fetchHttps(job, src, part, have, tagKey, s, treeOf));
+            have = await held();
+            if (!probed) break;
+            // The probe ran out: the rest goes the other way, from what is kept.
+          } catch (e) {
+            if (!on || signal.aborted || e instanceof api.ApiError) throw e;
+            // The session broke (not a refusal of the server's): on over HTTPS from what is kept.
+            wtFailed(e);
+            wt = null;
+            have = await held();
+          }
         }
-      }
-      // What arrived, hashed here (BLAKE3 in WebAssembly), against the server's hash of the
-      // version it came from; on a mismatch nothing is stored and the partial file goes.
-      job.note = [job.note, "verifying"].filter(Boolean).join("; ");
-      const got = await hashBlob(await part.getFile(), undefined, signal);
-      const theirs = await api.fileHash(src);
-      const changed = theirs.etag !== localStorage.getItem(tagKey);
-      if (changed || theirs.blake3 !== got) {
-        await dir.removeEntry(partName).catch(() => {});
+        // What arrived, hashed here as it came (BLAKE3 in WebAssembly; the blocks' hashes put
+        // together, or the file read again if they do not cover it), against the server's hash
+        // of the version it came from; on a mismatch nothing is stored and the partial file goes.
+        job.note = [job.note, "verifying"].filter(Boolean).join("; ");
+        const kept = await part.getFile();
+        // Set by `treeOf`, which the checker does not see.
+        const blocks = /** @type {Tree | null} */ (tree);
+        const ofThese = blocks && blocks.size === kept.size && blocks.version === localStorage.getItem(tagKey);
+        const fromBlocks = ofThese ? blocks.hex() : null;
+        const got = fromBlocks ?? await hashBlob(kept, undefined, signal);
+        const theirs = await api.fileHash(src);
+        const changed = theirs.etag !== localStorage.getItem(tagKey);
+        if (changed || theirs.blake3 !== got) {
+          await dir.removeEntry(partName).catch(() => {});
+          localStorage.removeItem(tagKey);
+          throw new Error(changed
+            ? "the file changed on the server while it downloaded: Retry fetches it again"
+            : `BLAKE3 mismatch: this page hashed ${got}, the server has ${theirs.blake3}; nothing was stored`);
+        }
+        job.note = job.note.replace("verifying", fromBlocks ? "BLAKE3 verified as it arrived" : "BLAKE3 verified");
+        if (existing && finalName === name) await dir.removeEntry(name);
+        const move = /** @type {any} */ (part).move;
+        if (!move) throw new Error("this browser cannot rename the finished file");
+        await move.call(part, finalName);
         localStorage.removeItem(tagKey);
-        throw new Error(changed
-          ? "the file changed on the server while it downloaded: Retry fetches it again"
-          : `BLAKE3 mismatch: this page hashed ${got}, the server has ${theirs.blake3}; nothing was stored`);
+        if (finalName !== name) job.note = `${job.note}; stored as ${finalName}`;
+      } finally {
+        /** @type {Tree | null} */ (tree)?.drop();
       }
-      job.note = job.note.replace("verifying", "BLAKE3 verified");
-      if (existing && finalName === name) await dir.removeEntry(name);
-      const move = /** @type {any} */ (part).move;
-      if (!move) throw new Error("this browser cannot rename the finished file");
-      await move.call(part, finalName);
-      localStorage.removeItem(tagKey);
-      if (finalName !== name) job.note = `${job.note}; stored as ${finalName}`;
     });
   }
 
@@ -466,8 +491,9 @@ export class Transfers {
    * @param {number} have
    * @param {string} tagKey
    * @param {AbortSignal} signal
+   * @param {TreeOf} treeOf
    */
-  async fetchHttps(job, src, part, have, tagKey, signal) {
+  async fetchHttps(job, src, part, have, tagKey, signal, treeOf) {
     const tag = localStorage.getItem(tagKey);
     /** @type {Record<string, string>} */
     const headers = have ? { Range: `bytes=${have}-`, "If-Range": tag ?? "" } : {};
@@ -480,12 +506,16 @@ export class Transfers {
     const etag = response?.headers.get("ETag");
     if (etag) localStorage.setItem(tagKey, etag);
     if (response && response.status !== 206) have = 0;
+    // The bytes hashed as they come. Without a tag their version is unknown: the file is read
+    // again at the end instead.
+    const feed = etag ? await (await treeOf(job.size, etag)).feeder(have, await part.getFile(), signal) : null;
     await this.appendTo(job, part, have, async (write) => {
       if (!response?.body) return;
       const reader = response.body.getReader();
       for (;;) {
         const { done, value } = await reader.read();
         if (done) break;
+        feed?.(value);
         await write(value);
         this.progress(job, value.byteLength);
       }
@@ -502,15 +532,18 @@ export class Transfers {
    * @param {number} have
    * @param {string} tagKey
    * @param {AbortSignal} signal
+   * @param {TreeOf} treeOf
    */
-  async fetchWt(wt, job, src, part, have, tagKey, signal) {
+  async fetchWt(wt, job, src, part, have, tagKey, signal, treeOf) {
     const d = await wt.openDownload(src, this.rateLimit());
     try {
       if (d.etag !== localStorage.getItem(tagKey) || have > d.size) have = 0;
       localStorage.setItem(tagKey, d.etag);
       job.size = d.size;
-      await this.appendTo(job, part, have, (write) =>
-        wt.getBlocks(d.id, have, d.size, write, (n) => this.progress(job, n), signal));
+      const tree = await treeOf(d.size, d.etag);
+      const from = await tree.resume(have, await part.getFile(), signal);
+      await this.appendTo(job, part, from, (write) =>
+        wt.getBlocks(d.id, from, d.size, write, (n) => this.progress(job, n), signal, tree));
     } finally {
       d.end();
     }

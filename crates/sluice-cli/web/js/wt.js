@@ -2,7 +2,9 @@
 // crates/sluice-cli/src/web/wt/). The page asks the API for the session's URL (with a one-time
 // ticket of its login) and the certificate's hash (a self-signed server is pinned by it), and
 // connects once. A transfer is a control stream (`down` or `up`) and blocks of a few MiB, each
-// on its own stream, several at once, each checked against its BLAKE3 (Rust in WebAssembly).
+// on its own stream, several at once, each checked against its BLAKE3 (Rust in WebAssembly): an
+// upload's against the block's own hash, a download's against its hash in the file's BLAKE3
+// tree, from which the page puts the file's hash together (hash.js, `Tree`).
 // Where WebTransport is missing or does not connect, the caller falls back to HTTPS.
 
 import * as api from "./api.js";
@@ -173,16 +175,19 @@ export class Wt {
   }
 
   /**
-   * Fetches blocks of download `id` from `from` to `size`, several at once, each checked
-   * against its BLAKE3; `write` gets them in order, one at a time.
+   * Fetches blocks of download `id` from `from` to `size`, several at once, each hashed into
+   * `tree` and checked against the server's hash of it there; `write` gets them in order, one at
+   * a time.
    * @param {number} id
-   * @param {number} from
+   * @param {number} from a block's start
    * @param {number} size
    * @param {(bytes: Uint8Array) => Promise<void>} write
    * @param {(n: number) => void} progress bytes received
    * @param {AbortSignal} signal
+   * @param {import("./hash.js").Tree} tree the file's blocks' hashes: its block is the blocks'
    */
-  async getBlocks(id, from, size, write, progress, signal) {
+  async getBlocks(id, from, size, write, progress, signal, tree) {
+    if (from % tree.block) throw new Error(`a download's blocks start at a block, not at ${from}`);
     let next = from;
     // Blocks written in the file's order: each waits here until those before it are out.
     let written = from;
@@ -212,7 +217,7 @@ export class Wt {
     const worker = async () => {
       while (next < size && !failed) {
         const offset = next;
-        const len = Math.min(this.block, size - offset);
+        const len = Math.min(tree.block, size - offset);
         next += len;
         /** @type {Uint8Array | null} */
         let bytes = null;
@@ -220,7 +225,7 @@ export class Wt {
           const { head, reader } = await this.request({ op: "get", id, offset, len }, { signal, via: this.lane() });
           let got = 0;
           const block = await reader.fill(new Uint8Array(len), (n) => { got += n; progress(n); });
-          if ((await blake3(block)) === head.blake3) bytes = block;
+          if (tree.add(offset, block) === head.cv) bytes = block;
           else if (tries >= TRIES) throw new Error(`BLAKE3 mismatch in the block at ${offset}, ${TRIES} times`);
           else progress(-got);
         }

@@ -5,7 +5,7 @@
 //! | request head                                   | then                                  |
 //! |------------------------------------------------|---------------------------------------|
 //! | `{op:"down", path, rate_bps}`                  | `{id, size, etag}`; the transfer lasts until the page ends the stream |
-//! | `{op:"get", id, offset, len}`                  | `{blake3}` of the block, then its `len` bytes |
+//! | `{op:"get", id, offset, len}`                  | `{cv}`, the block's hash in the file's BLAKE3 tree, then its `len` bytes (a block that is no subtree of it is refused) |
 //! | `{op:"up", path, size, mtime, policy, rate_bps}` | `{id, have}`; later the page sends `{blake3}` (the whole file's), answered as `PUT /api/upload`'s completion; ending the stream instead cancels, keeping what was written |
 //! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
 //!
@@ -315,7 +315,12 @@ async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStrea
     let _ = send.finish().await;
 }
 
-/// `get`: block `offset..offset + len` of download `id`, its BLAKE3 first.
+/// `get`: block `offset..offset + len` of download `id`, its hash first: its chaining value in
+/// the file's BLAKE3 tree, or the file's BLAKE3 when it is the whole file
+/// ([`sluice_wasm::tree::block_hash`]). The page checks each block with it and puts the file's
+/// BLAKE3 together from them, so it hashes a download once. A block that is not one subtree of
+/// the tree (it must start at a multiple of its length, a power of two of 1 KiB chunks, or end
+/// the file) is refused.
 async fn get(
     session: &Session,
     id: u64,
@@ -328,6 +333,13 @@ async fn get(
         return Err(ApiError::bad("not a download"));
     };
     check_block(offset, len, *size)?;
+    if !sluice_wasm::tree::is_subtree(offset, len, *size) {
+        let why = format!(
+            "block {offset}+{len}: not one subtree of the file's BLAKE3 tree (a block starts at \
+             a multiple of its length, a power of two of 1 KiB chunks, or ends the file)"
+        );
+        return Err(ApiError::bad(why));
+    }
     let _place = session.blocks.acquire().await.map_err(|e| io_error(e.to_string()))?;
     let file = file.clone();
     let block = tokio::task::spawn_blocking(move || {
@@ -337,8 +349,9 @@ async fn get(
     .await
     .map_err(|e| io_error(e.to_string()))?
     .map_err(|e| io_error(e.to_string()))?;
-    let hash = blake3::hash(&block);
-    write_head(send, &json!({ "blake3": hash.to_hex().as_str() })).await?;
+    let hash = sluice_wasm::tree::block_hash(&block, offset, *size)
+        .ok_or_else(|| io_error(format!("block {offset}+{len}: no subtree")))?;
+    write_head(send, &json!({ "cv": blake3::Hash::from(hash).to_hex().as_str() })).await?;
     for piece in block.chunks(PIECE_BYTES) {
         send.write_all(piece).await.map_err(|e| gone(&e))?;
         flow.moved(piece.len() as u64, &session.counters.sent).await;

@@ -158,11 +158,20 @@ async fn a_download_in_blocks_on_four_streams_each_verified() {
         }
     });
     let mut got = vec![0u8; size];
+    let mut tree = sluice_wasm::tree::Tree::new(size as u64, BLOCK_BYTES).unwrap();
     for (offset, (head, block)) in futures_util::future::join_all(fetches).await {
-        assert_eq!(head["blake3"], blake3::hash(&block).to_hex().as_str(), "block {offset}");
+        assert_eq!(head["cv"], cv(&block, offset, size as u64), "block {offset}");
+        tree.add(offset, &block).unwrap();
         got[offset as usize..offset as usize + block.len()].copy_from_slice(&block);
     }
     assert!(got == data, "the blocks make the file");
+    // The page puts the file's BLAKE3 together from the blocks' hashes.
+    assert_eq!(&tree.file_hash().unwrap(), blake3::hash(&data).as_bytes());
+    // A block that is no subtree of the file's tree has no such hash: refused.
+    let askew = json!({ "op": "get", "id": id, "offset": 1024, "len": BLOCK_BYTES });
+    let (refused, rest) = request(&conn, askew, &[]).await;
+    assert_eq!(refused["error"], "bad-request", "{refused}");
+    assert!(rest.is_empty());
     assert_eq!(s.counters.sent.load(Ordering::Relaxed), size as u64);
     // A block outside the file, or of another transfer, is refused.
     let beyond = json!({ "op": "get", "id": id, "offset": size, "len": 1 });
@@ -326,8 +335,8 @@ async fn a_transfers_blocks_go_over_any_session_of_its_login_and_no_other() {
     let (head1, block1) = request(&a, get(BLOCK_BYTES, 777), &[]).await;
     assert_eq!(block0, data[..BLOCK_BYTES as usize], "block 0 over the second session");
     assert_eq!(block1, data[BLOCK_BYTES as usize..], "block 1 over the first");
-    assert_eq!(head0["blake3"], blake3::hash(&block0).to_hex().as_str());
-    assert_eq!(head1["blake3"], blake3::hash(&block1).to_hex().as_str());
+    assert_eq!(head0["cv"], cv(&block0, 0, size as u64));
+    assert_eq!(head1["cv"], cv(&block1, BLOCK_BYTES, size as u64));
     let (refused, rest) = request(&other, get(0, BLOCK_BYTES), &[]).await;
     assert_eq!(refused["error"], "not-found", "another login's session: {refused}");
     assert!(rest.is_empty(), "no byte of it");
@@ -343,4 +352,11 @@ async fn a_transfers_blocks_go_over_any_session_of_its_login_and_no_other() {
     }
     assert_eq!(gone["error"], "not-found", "after its end: {gone}");
     let _ = s.stop.send(());
+}
+
+/// What `get` answers for `block` at `offset` of a file of `size` bytes: its hash in the file's
+/// BLAKE3 tree, in hex.
+fn cv(block: &[u8], offset: u64, size: u64) -> String {
+    let hash = sluice_wasm::tree::block_hash(block, offset, size).unwrap();
+    blake3::Hash::from(hash).to_hex().to_string()
 }
