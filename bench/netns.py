@@ -108,17 +108,20 @@ class WanPath:
     kind = "wan"
 
     def __init__(self, prefix, linkem, rate_mbit, rtt_ms, loss_pct, burst=None, log_dir="/tmp",
-                 batch_us=0, ackc_us=0):
+                 batch_us=0, ackc_us=0, gro_pkts=0):
         """batch_us: release the data (a -> b) to b only at wakes every batch_us (receive
-        batching, 0 = on time); ackc_us: the same for b -> a (ACK compression)."""
+        batching, 0 = on time); ackc_us: the same for b -> a (ACK compression); gro_pkts: hand
+        the data to b in GRO-like batches of this many packets (or what came within linkem's
+        window, 100 us), 0 = off."""
         self.prefix, self.linkem = prefix, linkem
         self.ns_a, self.ns_b = f"{prefix}-a", f"{prefix}-b"
         self.rate_mbit, self.rtt_ms, self.loss_pct, self.burst = rate_mbit, rtt_ms, loss_pct, burst
-        self.batch_us, self.ackc_us = batch_us, ackc_us
+        self.batch_us, self.ackc_us, self.gro_pkts = batch_us, ackc_us, gro_pkts
         self.queue_bytes = max(int(rate_mbit * 1e6 / 8 * rtt_ms / 1000), 96000)
         ge = f", Gilbert-Elliott burst {burst}" if burst else ""
         ge += f", receive batched every {batch_us} us" if batch_us else ""
         ge += f", ACKs compressed every {ackc_us} us" if ackc_us else ""
+        ge += f", received in GRO-like batches of {gro_pkts} packets" if gro_pkts else ""
         self.label = f"WAN {rate_mbit} Mbit/s, RTT {rtt_ms} ms, loss {loss_pct} %{ge}"
         self.log_dir = log_dir
         self.is_up = False
@@ -142,6 +145,8 @@ class WanPath:
             args += ["--a2b-release-granularity", f"{self.batch_us}us"]
         if self.ackc_us:
             args += ["--b2a-release-granularity", f"{self.ackc_us}us"]
+        if self.gro_pkts:
+            args += ["--a2b-gro-batch", str(self.gro_pkts)]
         return args
 
     def begin_run(self, seed):

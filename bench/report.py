@@ -250,7 +250,7 @@ def charts(wan_runs, stamp, out_dir):
     made = []
     for rtt in grid.RTTS:
         runs = [r for r in wan_runs if r["rtt_ms"] == rtt and not r.get("burst") and not r.get("batch_us")
-                and not r.get("ack_compression_us") and r["workload"] == "file"
+                and not r.get("ack_compression_us") and not r.get("gro_pkts") and r["workload"] == "file"
                 and r["status"] in ("ok", "timeout") and r.get("goodput_mbit") is not None]
         if not runs:
             continue

@@ -230,18 +230,18 @@ def main():
             return works[key]
 
         for n, cell in enumerate(cells):
-            kind, rtt, loss, burst, batch_us, ackc_us = cell
+            kind, rtt, loss, burst, batch_us, ackc_us, gro = cell
             cell_name = grid.cid(cell)
             if args.budget_min and time.monotonic() - t_start > args.budget_min * 60:
                 not_run.append(cell_name)
                 continue
             want_tree = args.tree == "all" or (args.tree == "auto" and not quick and args.full and (
-                kind == "lan" or (rtt == 100 and loss == 1 and not burst and not batch_us and not ackc_us)))
+                kind == "lan" or (rtt == 100 and loss == 1 and not burst and not batch_us and not ackc_us and not gro)))
             workloads = [work(kind, "file")] + ([work(kind, "tree")] if want_tree else [])
             prefix = f"bench-{os.getpid()}-{n}"
             path = LanPath(prefix) if kind == "lan" else WanPath(
                 prefix, LINKEM, grid.RATE_MBIT, rtt, loss, burst, log_dir=root, batch_us=batch_us,
-                ackc_us=ackc_us)
+                ackc_us=ackc_us, gro_pkts=gro)
             log(f"cell {cell_name}: {path.label}")
             try:
                 path.up()
@@ -249,7 +249,7 @@ def main():
                     for i, tool in enumerate(tools):
                         base = {"cell": cell_name, "path": kind, "path_label": path.label, "rtt_ms": rtt,
                                 "loss_pct": loss, "burst": burst, "batch_us": batch_us,
-                                "ack_compression_us": ackc_us, "tool": tool.name, "workload": wl.name,
+                                "ack_compression_us": ackc_us, "gro_pkts": gro, "tool": tool.name, "workload": wl.name,
                                 "workload_desc": wl.describe(), "file_bytes": wl.bytes,
                                 "seed": args.seed + n}
                         if kind == "wan":
