@@ -12,7 +12,6 @@
 //! | `sluice_hasher_update(id, len)` | hashes the buffer's first `len` bytes into `id`; 0: refused |
 //! | `sluice_hasher_finish(id)`      | writes the 32-byte hash to the buffer's start, ends `id`   |
 //! | `sluice_hasher_drop(id)`        | ends `id` without a hash                                   |
-//!
 //! | `sluice_tree_new(size, block) -> id` | a download's [`tree::Tree`] (0: refused)       |
 //! | `sluice_tree_add(id, offset, len)` | hashes the buffer's first `len` bytes as the block at `offset`, keeps it, and writes its 32-byte [`tree::block_hash`] to the buffer's start; 0: refused |
 //! | `sluice_tree_hash(id)`          | writes the file's BLAKE3 to the buffer's start once every block is in; 0: not yet |

@@ -167,7 +167,9 @@ export class Tree {
   /**
    * A writer of the file's bytes in order from `have`: each block hashed once it is full, and
    * the last one at the file's end. What the partial `file` holds before `have` is hashed (its
-   * whole blocks as `resume` does, the rest of the block `have` is in read back into it).
+   * whole blocks as `resume` does, the rest of the block `have` is in read back into it). Bytes
+   * beyond the size the tree was made for (the file grew on the server) stop it: the tree then
+   * lacks blocks, and the download's check reads the file again.
    * @param {number} have
    * @param {Blob} file
    * @param {AbortSignal} [signal]
@@ -181,8 +183,10 @@ export class Tree {
       block.set(new Uint8Array(await file.slice(at, have).arrayBuffer()));
       fill = have - at;
     }
+    let beyond = false;
     return (bytes) => {
-      for (let taken = 0; taken < bytes.length;) {
+      beyond ||= at + fill + bytes.length > this.size;
+      for (let taken = 0; taken < bytes.length && !beyond;) {
         const n = Math.min(bytes.length - taken, block.length - fill);
         block.set(bytes.subarray(taken, taken + n), fill);
         fill += n;

@@ -179,7 +179,7 @@ export class Wt {
    * `tree` and checked against the server's hash of it there; `write` gets them in order, one at
    * a time.
    * @param {number} id
-   * @param {number} from a block's start
+   * @param {number} from a block's start, or the end
    * @param {number} size
    * @param {(bytes: Uint8Array) => Promise<void>} write
    * @param {(n: number) => void} progress bytes received
@@ -187,7 +187,7 @@ export class Wt {
    * @param {import("./hash.js").Tree} tree the file's blocks' hashes: its block is the blocks'
    */
   async getBlocks(id, from, size, write, progress, signal, tree) {
-    if (from % tree.block) throw new Error(`a download's blocks start at a block, not at ${from}`);
+    if (from % tree.block && from < size) throw new Error(`a download's blocks start at a block, not at ${from}`);
     let next = from;
     // Blocks written in the file's order: each waits here until those before it are out.
     let written = from;
