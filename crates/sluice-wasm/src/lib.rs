@@ -92,10 +92,6 @@ impl Hashers {
         seat(&mut self.open, HASHERS_MAX, blake3::Hasher::new())
     }
 
-    fn hasher(open: &mut [Option<blake3::Hasher>], id: u32) -> Option<&mut blake3::Hasher> {
-        slot(open, id)
-    }
-
     /// A new download tree's id ([`Tree::new`]), or 0 when refused or [`TREES_MAX`] are open.
     pub fn tree_start(&mut self, size: u64, block: u64) -> u32 {
         match Tree::new(size, block) {
@@ -140,9 +136,7 @@ impl Hashers {
     /// Hashes the buffer's first `len` bytes into hasher `id`; false for an unknown id or a
     /// `len` beyond the buffer.
     pub fn update(&mut self, id: u32, len: usize) -> bool {
-        let (Some(input), Some(hasher)) =
-            (self.buffer.get(..len), Self::hasher(&mut self.open, id))
-        else {
+        let (Some(input), Some(hasher)) = (self.buffer.get(..len), slot(&mut self.open, id)) else {
             return false;
         };
         hasher.update(input);
@@ -152,7 +146,7 @@ impl Hashers {
     /// Ends hasher `id` and writes its hash to the buffer's first 32 bytes; false for an
     /// unknown id.
     pub fn finish(&mut self, id: u32) -> bool {
-        let Some(hash) = Self::hasher(&mut self.open, id).map(|h| h.finalize()) else {
+        let Some(hash) = slot(&mut self.open, id).map(|h| h.finalize()) else {
             return false;
         };
         self.end(id);
