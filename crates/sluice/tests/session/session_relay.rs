@@ -716,3 +716,50 @@ async fn with_checksum_if_different_compares_content_through_relays() {
         stop.stop().await;
     }
 }
+
+/// What a `tracing` subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// One thread: every end's async code (the sender, the relay, the receiver) runs on the thread
+// whose subscriber captures the hops' traces.
+#[tokio::test(flavor = "current_thread")]
+async fn every_hop_moves_its_data_on_one_channel_whatever_the_session_negotiated() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let world = OneRelay::new(None, 3 << 20, "hops.bin").await;
+    let negotiated = world.sender.channels().await.unwrap();
+    assert!(negotiated > 1, "the session negotiated {negotiated} channel(s): nothing to hold");
+    let options = relayed_options(Strategy::Cyclic, true, true);
+    let report = world.sender.upload_relayed(&world.source, "", &world.relays, &options).await;
+    report.unwrap();
+    assert_eq!(fs::read(world.receiver.root().join("hops.bin")).unwrap(), world.content);
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let hops: Vec<&str> = text.lines().filter(|l| l.contains("a hop's data moved")).collect();
+    println!("{}", hops.join("\n"));
+    // Deposits to the relay and the receiver (sent and received), and the collection from the
+    // relay (sent by it, received by the receiver).
+    let sent = hops.iter().filter(|l| l.contains("direction=Send")).count();
+    let received = hops.iter().filter(|l| l.contains("direction=Receive")).count();
+    assert!(sent >= 3 && received >= 3, "{sent} hops sent, {received} received");
+    for hop in &hops {
+        assert!(hop.contains(" udp_channels=1 "), "a hop on more than one channel: {hop}");
+    }
+    world.stop().await;
+}

@@ -255,6 +255,10 @@ pub(crate) async fn move_batch(
             DataPlan::Channels(channels)
         }
     };
+    let udp_channels = match &plan {
+        DataPlan::Channels(channels) => channels.len(),
+        DataPlan::Streams(_) => 0,
+    };
     let (mut held, lead) = match link {
         None => (None, 0.0),
         Some(Link::Held(permit)) => (Some(permit), HANDOFF_RTTS),
@@ -294,7 +298,15 @@ pub(crate) async fn move_batch(
     // The data phase only (after the `Ready` exchange and the wait for the link).
     let secs = started.elapsed().as_secs_f64().max(1e-3);
     let mbit = total as f64 * 8e-6 / secs;
-    tracing::debug!(?direction, peer = %peer_at, bytes = total, secs, mbit, "a hop's data moved");
+    tracing::debug!(
+        ?direction,
+        peer = %peer_at,
+        bytes = total,
+        udp_channels,
+        secs,
+        mbit,
+        "a hop's data moved"
+    );
     if let (Some(rate), Some(report)) = (rate, report) {
         rate.learn(&report);
     }
