@@ -43,6 +43,12 @@ const COMPETE_AFTER_RTTS: f64 = 8.0;
 const COMPETE_MIN_US: f64 = 1_000_000.0;
 /// While competing, a cut for loss at a full queue is cubic's (TCP's beta of 0.7).
 const COMPETE_DECREASE: f64 = 0.7;
+/// A start from path memory ([`Adaptive::start_from`]) is at this share of the remembered
+/// delivered rate, and ends at it (of a trusted capacity, where that is lower), not at
+/// [`RESTORE`]'s: that margin under the link is for the queue startup's doubling built to
+/// drain, and a held start builds none; the remembered rate is a windowed maximum, 1-2 % over
+/// what the link carries. Measured in `adaptive.md` ("Path memory").
+const MEMORY_START: f64 = 0.98;
 /// A start from path memory ([`Adaptive::start_from`]) counts as confirmed once the delivery
 /// rate reaches this share of the rate.
 const MEMORY_CONFIRMED: f64 = 0.8;
@@ -335,7 +341,7 @@ impl Adaptive {
         }
     }
 
-    /// Starts at [`RESTORE`] of `delivered_pps`, what the path delivered to an earlier transfer
+    /// Starts at [`MEMORY_START`] of `delivered_pps`, what the path delivered to an earlier transfer
     /// (path memory), instead of probing up from a few packets. Startup holds that rate until
     /// the delivery rate confirms it ([`MEMORY_CONFIRMED`] of it), and then ends there, as at
     /// the capacity: steady state's probes look for more. A queue above the target first ends
@@ -344,7 +350,7 @@ impl Adaptive {
     /// delivered.
     pub fn start_from(&mut self, delivered_pps: f64) {
         if delivered_pps.is_finite() && delivered_pps > 0.0 {
-            self.rate_pps = (delivered_pps * RESTORE).max(MIN_RATE_PPS);
+            self.rate_pps = (delivered_pps * MEMORY_START).max(MIN_RATE_PPS);
             self.pace_pps = self.rate_pps;
             self.memory = Some(MemoryStart { first_report_us: None });
         }
@@ -366,9 +372,17 @@ impl Adaptive {
                 // rate the last one settled at, under the link, and held it: 8 MiB at 100
                 // Mbit/s, 50 ms, from 90, took 0.900 of the link, 0.938 this way.
                 if resolved && !self.distrusted(ack.now_us) {
-                    self.rate_pps = self.rate_pps.max(self.capacity_pps * RESTORE);
+                    self.rate_pps = self.rate_pps.max(self.capacity_pps * MEMORY_START);
                 }
+                // Leaving startup keeps [`RESTORE`]'s margin under the capacity; a held start
+                // keeps [`MEMORY_START`]'s.
+                let held = self.rate_pps;
                 self.leave_startup(ack.now_us, false);
+                let bound = match resolved {
+                    true => self.capacity_pps * MEMORY_START,
+                    false => f64::INFINITY,
+                };
+                self.rate_pps = self.rate_pps.max(held.min(bound));
             }
             return false;
         }
@@ -946,17 +960,17 @@ mod tests {
     fn a_start_from_memory_holds_until_the_delivery_confirms_it_then_ends_startup() {
         let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
         cc.start_from(80_000.0);
-        assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+        assert_eq!(cc.rate_pps(), 80_000.0 * MEMORY_START);
         // The first round trip's reports read the ramp of the delivery: the rate holds.
         for (i, pps) in [5_000, 30_000, 55_000].into_iter().enumerate() {
             cc.on_ack(&delivered(10_000 * (i as u64 + 1), pps, 0));
             assert!(cc.in_startup() && cc.checking_memory());
-            assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+            assert_eq!(cc.rate_pps(), 80_000.0 * MEMORY_START);
         }
         // Delivered: startup ends at that rate, for steady state's probes to go further.
         cc.on_ack(&delivered(40_000, 70_000, 0));
         assert!(!cc.in_startup() && !cc.checking_memory());
-        assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+        assert_eq!(cc.rate_pps(), 80_000.0 * MEMORY_START);
     }
 
     #[test]
@@ -978,14 +992,14 @@ mod tests {
     #[test]
     fn a_start_from_memory_just_under_the_capacity_ends_startup_at_the_capacity() {
         // Remembered 72,000 pkt/s (a run that settled under the link), the pairs read 80,000:
-        // too close to go on climbing in startup, so it ends there at the capacity's share, as
-        // a first contact's startup does, not at the memory's (which UDT's increase would
+        // too close to go on climbing in startup, so it ends there at the capacity's share
+        // (a held start's, which built no queue), not at the memory's (which UDT's increase would
         // take seconds to climb from).
         let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
         cc.start_from(72_000.0);
         cc.on_ack(&delivered(10_000, 70_000, 80_000));
         assert!(!cc.in_startup() && !cc.checking_memory());
-        assert_eq!(cc.rate_pps(), 80_000.0 * RESTORE);
+        assert_eq!(cc.rate_pps(), 80_000.0 * MEMORY_START);
     }
 
     #[test]
