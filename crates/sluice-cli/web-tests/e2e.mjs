@@ -239,13 +239,24 @@ try {
   step = "upload a file";
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "one.bin"));
   await row(local0, "one.bin").click();
-  // The page's BLAKE3 (Rust in WebAssembly) goes with the upload; the server's own must match.
+  // The page hashes the file (BLAKE3, Rust in WebAssembly) while the bytes go: they go with
+  // `later`, and the hash follows in a request of no bytes; the server's own must match.
+  /** @type {string[]} */
+  const said = [];
+  const saying = (/** @type {import("playwright-core").Request} */ r) => {
+    if (r.method() === "PUT" && r.url().includes("one.bin")) said.push(r.headers()["x-sluice-blake3"] ?? "");
+  };
+  page.on("request", saying);
   const [put] = await Promise.all([
-    page.waitForResponse((r) => r.request().method() === "PUT" && r.url().includes("one.bin")),
+    page.waitForResponse((r) => r.request().method() === "PUT" && r.url().includes("one.bin")
+      && r.request().headers()["x-sluice-blake3"] !== "later"),
     page.keyboard.press("F5"),
   ]);
+  page.off("request", saying);
   const pageHash = put.request().headers()["x-sluice-blake3"];
   const serverHash = (await put.json()).blake3;
+  check(said.length === 2 && said[0] === "later", `the bytes went first, the hash to come: ${said}`);
+  check((put.request().postDataBuffer()?.length ?? 0) === 0, "the hash came in a request of no bytes");
   check(/^[0-9a-f]{64}$/.test(pageHash ?? ""), `the page sent its BLAKE3: ${pageHash}`);
   check(pageHash === serverHash, `the page's BLAKE3 is the server's: ${pageHash} ${serverHash}`);
   await jobsDone();

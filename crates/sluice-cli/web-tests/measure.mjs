@@ -1,7 +1,7 @@
 // Measures the web app's transfers in headless chromium: one download and one upload of
 // SIZE_MIB over WebTransport, then the same over HTTPS (the panel's WebTransport box
 // unchecked), each timed from the key press to the transfer's end as the panel shows it
-// (hashing included: an upload's whole-file BLAKE3 first, a download's check after), with the
+// (hashing included: an upload's whole-file BLAKE3 as it goes, a download's as it comes), with the
 // CPU seconds the server and the browser (all its processes) spent on it.
 // Not a test: it asserts only that the bytes arrived whole. Run with a release build:
 //   cargo build --release -p sluice-cli

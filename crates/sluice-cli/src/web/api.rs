@@ -19,7 +19,7 @@
 //! | `GET /api/sweep?bytes=` (right `read`)    | that many bytes (zeros; at most 256 MiB), for the page's sweep |
 //! | `PUT /api/sweep`, body any bytes (right `write`) | `{received}`; the bytes are dropped (at most 256 MiB) |
 //! | `POST /api/upload/stop?path=&size=&mtime=` | `{stopped}`: the requests writing that upload end, keeping what they wrote |
-//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
+//! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` (the whole file's; `later`: a complete file waits for a request at `offset=size` that brings it) | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
 //! | `POST /api/wt`                            | `{url, hashes, block_bytes, streams}`: the WebTransport side (404 when not served; see `wt`) |
 //!
 //! Other servers in the panes and copies between servers (`/api/servers`, `/api/copy`,
@@ -465,13 +465,18 @@ pub(super) async fn upload(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let (spec, offset, rate_bps) = query::<UploadQuery>(&uri)?.spec()?;
-    let expected = match headers.get("x-sluice-blake3") {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|s| blake3::Hash::from_hex(s).ok())
-                .ok_or_else(|| ApiError::bad("X-Sluice-Blake3: not 64 hex digits"))?,
+    // `later`: the page hashes the file while it sends; the complete file waits for a request
+    // at its end (no bytes) that brings the hash.
+    let (expected, later) = match headers.get("x-sluice-blake3").map(|v| v.to_str()) {
+        None => (None, false),
+        Some(Ok("later")) => (None, true),
+        Some(v) => (
+            Some(
+                v.ok()
+                    .and_then(|s| blake3::Hash::from_hex(s).ok())
+                    .ok_or_else(|| ApiError::bad("X-Sluice-Blake3: not 64 hex digits or later"))?,
+            ),
+            false,
         ),
     };
     let access = authed.session.access.clone();
@@ -536,7 +541,7 @@ pub(super) async fn upload(
     }
     // Counted here, at the server: what this request wrote (a resumed upload's tests add these).
     let received = upload.have() - offset;
-    if !upload.complete() {
+    if !upload.complete() || later {
         return Ok(Json(json!({ "have": upload.have(), "received": received, "done": false })));
     }
     finish_upload(upload, expected, received).await.map(Json)

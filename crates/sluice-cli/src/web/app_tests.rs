@@ -806,6 +806,53 @@ async fn an_upload_resumes_from_what_the_server_holds_and_is_checked() {
     );
 }
 
+/// A `PUT /api/upload` of `bytes` at `offset` with `X-Sluice-Blake3: hash`.
+async fn put_hashed(c: &Client<'_>, uri: &str, bytes: &[u8], hash: &str) -> Response<Body> {
+    let request = Request::put(uri)
+        .header(header::COOKIE, &c.cookie)
+        .header(CSRF_HEADER, &c.csrf)
+        .header("x-sluice-blake3", hash)
+        .body(Body::from(bytes.to_vec()))
+        .unwrap();
+    c.app.send(request).await
+}
+
+#[tokio::test]
+async fn with_the_hash_later_a_complete_upload_waits_for_it_and_is_checked() {
+    let app = app();
+    let c = Client::new(&app, "all-token").await;
+    let data = counted(1_500_000);
+    let hash = blake3::hash(&data).to_hex().to_string();
+    for (name, sent_hash, stored) in [
+        ("good.bin", hash.clone(), true),
+        ("bad.bin", blake3::hash(b"x").to_hex().to_string(), false),
+    ] {
+        let base = format!("/api/upload?path={name}&size={}&mtime=1700000000", data.len());
+        // All the bytes, the hash to come: nothing is stored yet.
+        let all = put_hashed(&c, &format!("{base}&offset=0"), &data, "later").await;
+        let all = json_of(all).await;
+        assert_eq!(all, json!({ "have": 1_500_000, "received": 1_500_000, "done": false }));
+        assert!(!app.root().join(name).exists(), "{name}: stored before its hash came");
+        assert_eq!(json_of(c.get(&base).await).await["have"], 1_500_000);
+        // The hash, at the end, with no bytes.
+        let end = put_hashed(&c, &format!("{base}&offset=1500000"), &[], &sent_hash).await;
+        if stored {
+            let done = json_of(end).await;
+            assert_eq!((done["done"].clone(), done["stored"].clone()), (json!(true), json!(true)));
+            assert_eq!(done["received"], 0);
+            assert_eq!(done["blake3"], hash.as_str());
+            assert_eq!(std::fs::read(app.root().join(name)).unwrap(), data);
+        } else {
+            assert_eq!(end.status(), StatusCode::UNPROCESSABLE_ENTITY);
+            assert!(!app.root().join(name).exists(), "a wrong hash stored {name}");
+            assert_eq!(json_of(c.get(&base).await).await["have"], 0, "nothing is kept");
+        }
+    }
+    // Neither a hash nor `later`: refused as such.
+    let odd = put_hashed(&c, "/api/upload?path=o.bin&size=1", b"o", "soon").await;
+    assert_eq!(odd.status(), StatusCode::BAD_REQUEST);
+}
+
 async fn upload_with(
     c: &Client<'_>,
     path: &str,

@@ -154,7 +154,7 @@ export async function stopUpload(spec) {
 /**
  * Sends `blob` (the file's bytes from `offset`) with progress, abortable; the server paces it
  * to `rate_bps` (0: only the token's limit), and stores the file only if the whole file hashes
- * to `blake3` (hex).
+ * to `blake3` (hex; `later`: the complete file waits for a request at its end that brings it).
  * @param {{ path: string, size: number, mtime: number, offset: number, policy: string, rate_bps: number }} spec
  * @param {Blob} blob
  * @param {string} blake3

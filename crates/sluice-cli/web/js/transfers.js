@@ -295,11 +295,10 @@ export class Transfers {
         }
       }
       const signal = /** @type {AbortController} */ (job.abort).signal;
-      // The whole file's BLAKE3 first (Sluice's own, in WebAssembly): the server stores the
-      // file only if what it holds hashes the same.
-      job.note = "hashing";
-      const blake3 = await hashBlob(file, (n) => { job.note = `hashing ${size(n)}`; }, signal);
-      job.note = "";
+      // The whole file's BLAKE3 (Sluice's own, in WebAssembly), hashed while the bytes go: the
+      // server stores the file only once this hash came and what it holds hashes the same.
+      const hashing = hashBlob(file, undefined, signal);
+      hashing.catch(() => {}); // awaited at the end; a cancel ends it
       let wt = await wtSession();
       const held = async () => (await api.uploadStatus(dest, file.size, mtime)).have;
       let afterProbe = false;
@@ -315,9 +314,9 @@ export class Transfers {
         const on = plan.via === "wt" ? wt : null;
         try {
           const { result, probed } = await this.slice(job, on ? "wt" : "https", plan.probe, held, (s) => on
-            ? on.upload({ ...which, policy, rate_bps: this.rateLimit() }, file, blake3, resumed,
+            ? on.upload({ ...which, policy, rate_bps: this.rateLimit() }, file, hashing, resumed,
               (n) => this.progress(job, n), s)
-            : this.uploadHttps(job, which, status.have, policy, file, blake3, s, resumed));
+            : this.uploadHttps(job, which, status.have, policy, file, hashing, s, resumed));
           if (!result || probed) {
             // The probe ran out: the server's request is stopped, and once what it held is
             // written (the server refuses a second writer meanwhile) the rest goes the other way.
@@ -331,6 +330,7 @@ export class Transfers {
             afterProbe = true;
             continue;
           }
+          const blake3 = result.done && result.stored ? await hashing : "";
           if (result.done && result.stored && result.blake3 !== blake3) {
             throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
           }
@@ -359,17 +359,18 @@ export class Transfers {
   }
 
   /**
-   * The rest of an upload over HTTPS, from `offset` (what the server holds), in one request.
+   * The rest of an upload over HTTPS, from `offset` (what the server holds), in one request;
+   * once all of it is there, the whole file's hash in a request of no bytes.
    * @param {Job} job
    * @param {{ path: string, size: number, mtime: number }} which
    * @param {number} offset
    * @param {string} policy
    * @param {File} file
-   * @param {string} blake3
+   * @param {Promise<string>} hashing the whole file's BLAKE3, as it comes
    * @param {AbortSignal} signal
    * @param {(have: number) => void} resumed
    */
-  async uploadHttps(job, which, offset, policy, file, blake3, signal, resumed) {
+  async uploadHttps(job, which, offset, policy, file, hashing, signal, resumed) {
     resumed(offset);
     const spec = { ...which, offset, policy, rate_bps: this.rateLimit() };
     // Progress is what the server holds, asked twice a second: the browser's own count is
@@ -380,8 +381,11 @@ export class Transfers {
       }, () => {});
     }, 500);
     // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
-    return api.uploadPart(spec, file.slice(offset), blake3, () => {}, signal)
+    const sent = await api.uploadPart(spec, file.slice(offset), "later", () => {}, signal)
       .finally(() => clearInterval(polling));
+    if (sent.done || sent.have < which.size) return sent;
+    const end = { ...spec, offset: which.size };
+    return api.uploadPart(end, new Blob([]), await hashing, () => {}, signal);
   }
 
   /**

@@ -253,7 +253,7 @@ export class Wt {
    * `PUT /api/upload`'s completion does (`{done, stored, name, blake3, received}`).
    * @param {{ path: string, size: number, mtime: number, policy: string, rate_bps: number }} spec
    * @param {Blob} file
-   * @param {string} whole the whole file's BLAKE3
+   * @param {Promise<string>} whole the whole file's BLAKE3, as it comes
    * @param {(have: number) => void} started what the server held
    * @param {(n: number) => void} progress bytes sent
    * @param {AbortSignal} signal
@@ -316,7 +316,7 @@ export class Wt {
       });
       await Promise.all(Array.from({ length: this.streams }, guarded));
       if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-      await control.writer.write(frame({ blake3: whole }));
+      await control.writer.write(frame({ blake3: await whole }));
       await control.writer.close();
       return checked(await control.reader.head());
     } catch (e) {
