@@ -770,13 +770,8 @@ async fn an_upload_resumes_from_what_the_server_holds_and_is_checked() {
     assert_eq!(wrong.status(), StatusCode::CONFLICT);
     assert_eq!(json_of(wrong).await["have"], 1_000_000);
     // The rest, with the hash: only the rest moves.
-    let request = Request::put(format!("{base}&offset=1000000"))
-        .header(header::COOKIE, &c.cookie)
-        .header(CSRF_HEADER, &c.csrf)
-        .header("x-sluice-blake3", &hash)
-        .body(Body::from(data[1_000_000..].to_vec()))
-        .unwrap();
-    let done = json_of(app.send(request).await).await;
+    let rest = put_hashed(&c, &format!("{base}&offset=1000000"), &data[1_000_000..], &hash).await;
+    let done = json_of(rest).await;
     assert_eq!(done["done"], true);
     assert_eq!(done["stored"], true);
     assert_eq!(done["received"], data.len() - 1_000_000, "only the rest moved");
@@ -789,13 +784,8 @@ async fn an_upload_resumes_from_what_the_server_holds_and_is_checked() {
     // Too many bytes, and a wrong hash, are refused; the wrong one leaves nothing.
     let over = c.put("/api/upload?path=o&size=2", b"abc".to_vec()).await;
     assert_eq!(over.status(), StatusCode::FORBIDDEN);
-    let request = Request::put("/api/upload?path=h&size=3")
-        .header(header::COOKIE, &c.cookie)
-        .header(CSRF_HEADER, &c.csrf)
-        .header("x-sluice-blake3", blake3::hash(b"xyz").to_hex().as_str())
-        .body(Body::from("abc"))
-        .unwrap();
-    let bad = app.send(request).await;
+    let wrong = blake3::hash(b"xyz").to_hex();
+    let bad = put_hashed(&c, "/api/upload?path=h&size=3", b"abc", wrong.as_str()).await;
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
         std::fs::read_dir(app.root()).unwrap().all(|e| !e
