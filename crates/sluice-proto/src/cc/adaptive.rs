@@ -374,22 +374,14 @@ impl Adaptive {
                 if resolved && !self.distrusted(ack.now_us) {
                     self.rate_pps = self.rate_pps.max(self.capacity_pps * MEMORY_START);
                 }
-                // Leaving startup keeps [`RESTORE`]'s margin under the capacity; a held start
-                // keeps [`MEMORY_START`]'s.
-                let held = self.rate_pps;
-                self.leave_startup(ack.now_us, false);
-                let bound = match resolved {
-                    true => self.capacity_pps * MEMORY_START,
-                    false => f64::INFINITY,
-                };
-                self.rate_pps = self.rate_pps.max(held.min(bound));
+                self.leave_startup(ack.now_us, false, MEMORY_START);
             }
             return false;
         }
         let check_us = MEMORY_CHECK_RTTS * (self.rtt_us + SYN) + DELIVERY_WINDOW_US as f64;
         if ack.now_us as f64 >= first_us as f64 + check_us {
             self.memory = None;
-            self.leave_startup(ack.now_us, true);
+            self.leave_startup(ack.now_us, true, RESTORE);
             return false;
         }
         true
@@ -560,8 +552,10 @@ impl Adaptive {
     /// passed the capacity by more than one step of growth is congestion too, of which no report
     /// has come back yet: the capacity reports read too fast until then (bunched pairs), and
     /// what was sent above the link in the last round trip is queued (through linkem at 300 ms,
-    /// startup reached twice the link and built a 70 ms queue).
-    fn leave_startup(&mut self, now_us: u64, congested: bool) {
+    /// startup reached twice the link and built a 70 ms queue). Without congestion the rate is
+    /// held at `margin` of the capacity at most: [`RESTORE`] after startup's doubling,
+    /// [`MEMORY_START`] after a held start from path memory, which built no queue.
+    fn leave_startup(&mut self, now_us: u64, congested: bool, margin: f64) {
         self.phase = Phase::Steady;
         self.steady_since_us = now_us;
         let overshot = self.capacity_pps > 0.0 && self.rate_pps > self.capacity_pps * OVERSHOT;
@@ -571,7 +565,7 @@ impl Adaptive {
             // drained; it crept up to the target, and a lossy path's next NAK cut for it
             // (through linkem at 300 ms, 1 %: 978 Mbit/s down to 682 a second later).
             if self.capacity_pps > 0.0 {
-                self.rate_pps = self.rate_pps.min(self.capacity_pps * RESTORE);
+                self.rate_pps = self.rate_pps.min(self.capacity_pps * margin);
             }
             return;
         }
@@ -792,7 +786,7 @@ impl CongestionControl for Adaptive {
                 let at_capacity = self.startup_capacity_hits >= 2;
                 if congested || at_capacity {
                     self.memory = None;
-                    self.leave_startup(ack.now_us, congested);
+                    self.leave_startup(ack.now_us, congested, RESTORE);
                 } else if self.memory_holds(ack) {
                     // Held at the remembered rate until the delivery says.
                 } else if self.in_startup() && self.startup_capacity_hits == 0 {
@@ -862,7 +856,7 @@ impl CongestionControl for Adaptive {
             match self.phase {
                 Phase::Startup => {
                     self.memory = None;
-                    self.leave_startup(loss.now_us, true);
+                    self.leave_startup(loss.now_us, true, RESTORE);
                 }
                 Phase::Steady => self.decrease(loss.now_us, Some(queue_us)),
             }
@@ -1000,6 +994,19 @@ mod tests {
         cc.on_ack(&delivered(10_000, 70_000, 80_000));
         assert!(!cc.in_startup() && !cc.checking_memory());
         assert_eq!(cc.rate_pps(), 80_000.0 * MEMORY_START);
+    }
+
+    #[test]
+    fn a_start_from_memory_well_above_the_capacity_drains_as_an_overshoot() {
+        // Remembered 100,000 pkt/s, the pairs read 80,000 now: the held rate (98,000) confirmed
+        // by a delivery of 85,000 was over the capacity by more than a step of growth, and what
+        // it sent above the link is queued. Startup ends as after an overshoot: below the
+        // delivery rate, for the queue to drain.
+        let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
+        cc.start_from(100_000.0);
+        cc.on_ack(&delivered(10_000, 85_000, 80_000));
+        assert!(!cc.in_startup() && !cc.checking_memory());
+        assert_eq!(cc.rate_pps(), 85_000.0 * DRAIN);
     }
 
     #[test]
