@@ -330,9 +330,11 @@ export class Transfers {
             afterProbe = true;
             continue;
           }
-          const blake3 = result.done && result.stored ? await hashing : "";
-          if (result.done && result.stored && result.blake3 !== blake3) {
-            throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
+          if (result.done && result.stored) {
+            const blake3 = await hashing;
+            if (result.blake3 !== blake3) {
+              throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
+            }
           }
           if (result.done) job.note = [job.note, "BLAKE3 verified"].filter(Boolean).join("; ");
           this.progress(job, Math.max(0, result.have - job.done));
