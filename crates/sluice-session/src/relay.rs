@@ -401,11 +401,16 @@ pub struct Stripe {
     /// Blocks that need another copy, and the destination that holds one (`--relay-copies
     /// 2`): any other sharing destination takes them, first.
     again: VecDeque<(u64, usize)>,
+    /// Batches each sharing destination holds at once (taken, not yet safe): under `fcfs` no
+    /// take is more than an even share of what is left among all of them ([`Stripe::take`]).
+    held: usize,
 }
 
 impl Stripe {
-    /// `blocks` (in this order) shared over `sharing` destinations (at least one).
-    pub fn new(strategy: Strategy, blocks: &[u64], sharing: usize) -> Stripe {
+    /// `blocks` (in this order) shared over `sharing` destinations (at least one), each
+    /// holding up to `held` batches at once (a sending end's deposit under way and the next one
+    /// ready behind it: 2).
+    pub fn new(strategy: Strategy, blocks: &[u64], sharing: usize, held: usize) -> Stripe {
         let n = sharing.max(1);
         let count = blocks.len() as u128;
         let mut shares = vec![VecDeque::new(); if strategy == Strategy::Fcfs { 1 } else { n }];
@@ -425,11 +430,25 @@ impl Stripe {
             assigned: Vec::new(),
             sharing: n,
             again: VecDeque::new(),
+            held: held.max(1),
         }
     }
 
     /// Up to `max` blocks for destination `dest` to take now; empty when it has nothing left.
+    ///
+    /// Under `fcfs` the end is tapered: a take is at most an even share of the blocks anyone
+    /// may take (the shared queue and those given back), over every batch the sharing
+    /// destinations hold at once, and at least one block. The last destination to make its
+    /// blocks safe sets the send time; with whole batches to the end, a far destination's
+    /// (several blocks, scaled to its round trip) and the one ready behind it ended half a
+    /// second after the others in the relay topology, which stood idle meanwhile.
     pub fn take(&mut self, dest: usize, max: usize) -> Vec<u64> {
+        let max = if self.strategy == Strategy::Fcfs {
+            let open = self.shares.iter().map(VecDeque::len).sum::<usize>() + self.orphans.len();
+            max.min(open.div_ceil(self.sharing * self.held).max(1))
+        } else {
+            max
+        };
         let mut out = Vec::new();
         self.assigned.retain(|&(d, id)| {
             let mine = d == dest && out.len() < max;
@@ -550,12 +569,13 @@ mod tests {
 
     #[test]
     fn strategies_hand_out_every_block_once() {
-        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &ids(7), 3), 3);
+        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &ids(7), 3, 1), 3);
         assert_eq!(cyclic, vec![vec![0, 3, 6], vec![1, 4], vec![2, 5]]);
-        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &ids(7), 3), 3);
+        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &ids(7), 3, 1), 3);
         assert_eq!(parted, vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]]);
-        let fcfs = drain(&mut Stripe::new(Strategy::Fcfs, &ids(7), 3), 3);
-        assert_eq!(fcfs, vec![vec![0, 1, 6], vec![2, 3], vec![4, 5]]);
+        let fcfs = drain(&mut Stripe::new(Strategy::Fcfs, &ids(7), 3, 1), 3);
+        // Tapered: 7 open over 3 takers, at most 3 a take; then 5 (2), 3 (1), 2 (1), 1.
+        assert_eq!(fcfs, vec![vec![0, 1, 5], vec![2, 3, 6], vec![4]]);
         for got in [cyclic, parted, fcfs] {
             let mut all: Vec<u64> = got.concat();
             all.sort_unstable();
@@ -564,9 +584,35 @@ mod tests {
     }
 
     #[test]
+    fn fcfs_tapers_its_takes_to_an_even_share_of_what_is_left() {
+        // 4 destinations holding 2 batches each: 8 takers.
+        let mut stripe = Stripe::new(Strategy::Fcfs, &ids(40), 4, 2);
+        assert_eq!(stripe.take(3, 4), vec![0, 1, 2, 3], "whole batches while plenty is left");
+        assert_eq!(stripe.take(0, 4).len(), 4);
+        assert_eq!(stripe.take(1, 4).len(), 4);
+        assert_eq!(stripe.take(2, 4).len(), 4);
+        // 24 left over 8 takers: 3 a take.
+        assert_eq!(stripe.take(3, 4), vec![16, 17, 18]);
+        // 21 left: 3; 18: 3; 15: 2; 13: 2; 11: 2; 9: 2; 7: 1 ...
+        let sizes: Vec<usize> = std::iter::from_fn(|| {
+            let got = stripe.take(3, 4).len();
+            (got > 0).then_some(got)
+        })
+        .collect();
+        assert_eq!(sizes, vec![3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1]);
+        assert!(stripe.is_empty());
+        // Blocks given back are shared the same way; other strategies keep whole batches.
+        let mut stripe = Stripe::new(Strategy::Fcfs, &[], 2, 2);
+        stripe.give_back(0, 0..8);
+        assert_eq!(stripe.take(1, 4), vec![0, 1]);
+        let mut stripe = Stripe::new(Strategy::Cyclic, &ids(8), 2, 2);
+        assert_eq!(stripe.take(0, 4), vec![0, 2, 4, 6]);
+    }
+
+    #[test]
     fn a_destination_beyond_the_sharing_ones_takes_only_what_is_assigned_or_given_back() {
         for strategy in [Strategy::Fcfs, Strategy::Cyclic] {
-            let mut stripe = Stripe::new(strategy, &ids(4), 1);
+            let mut stripe = Stripe::new(strategy, &ids(4), 1, 1);
             assert_eq!(stripe.take(1, 10), Vec::<u64>::new(), "{strategy:?}");
             assert_eq!(stripe.take(0, 10), vec![0, 1, 2, 3], "{strategy:?}");
             stripe.assign(1, [2]);
@@ -580,7 +626,7 @@ mod tests {
 
     #[test]
     fn a_second_copy_goes_to_another_destination_first() {
-        let mut stripe = Stripe::new(Strategy::Cyclic, &ids(4), 2);
+        let mut stripe = Stripe::new(Strategy::Cyclic, &ids(4), 2, 1);
         assert_eq!(stripe.take(0, 1), vec![0]);
         stripe.again_elsewhere(0, 0);
         assert_eq!(stripe.take(0, 1), vec![2], "not to its holder");
@@ -591,7 +637,7 @@ mod tests {
 
     #[test]
     fn a_gone_destination_leaves_its_share_to_the_others() {
-        let mut stripe = Stripe::new(Strategy::Partitioned, &ids(6), 2);
+        let mut stripe = Stripe::new(Strategy::Partitioned, &ids(6), 2, 1);
         assert_eq!(stripe.take(1, 1), vec![3]);
         stripe.give_back(1, [3]);
         assert_eq!(stripe.take(0, 10), vec![3, 4, 5, 0, 1, 2]);
@@ -600,9 +646,9 @@ mod tests {
 
     #[test]
     fn a_re_run_stripes_only_the_blocks_given() {
-        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &[1, 4, 5, 9], 2), 2);
+        let parted = drain(&mut Stripe::new(Strategy::Partitioned, &[1, 4, 5, 9], 2, 1), 2);
         assert_eq!(parted, vec![vec![1, 4], vec![5, 9]]);
-        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &[1, 4, 5], 2), 2);
+        let cyclic = drain(&mut Stripe::new(Strategy::Cyclic, &[1, 4, 5], 2, 1), 2);
         assert_eq!(cyclic, vec![vec![1, 5], vec![4]]);
         assert_eq!(id_ranges([0, 1, 2, 5, 7, 8]), vec![[0, 3], [5, 6], [7, 9]]);
         assert_eq!(id_ranges([]), Vec::<[u64; 2]>::new());

@@ -189,6 +189,10 @@ fn batch_of(blocks: usize, block_bytes: u64, scale: f64) -> usize {
     count.min(fit).clamp(1, MAX_BATCH_BLOCKS)
 }
 
+/// Lines of deposits to each destination ([`Worker::run`]): the batch of one moves while the
+/// next is sealed and its request made; so each destination holds up to this many batches.
+const LINES: usize = 2;
+
 /// What one destination took.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placed {
@@ -550,7 +554,7 @@ pub(crate) async fn stripe(
     }
     let pending: Vec<u64> = (0..plan.count()).filter(|id| held[*id as usize] == 0).collect();
     let sharing = relays.len() + usize::from(options.direct && direct_client.is_some());
-    let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing)));
+    let stripe = Arc::new(Mutex::new(Stripe::new(options.strategy, &pending, sharing, LINES)));
     // The relays the receiver left out take no block: their shares go to the others.
     let skipped = |dest: usize| req.skip.iter().any(|&s| s as usize == dest);
     for dest in (0..relays.len()).filter(|d| skipped(*d)) {
@@ -831,6 +835,7 @@ impl Worker {
         let link = Arc::new(Semaphore::new(1));
         let failed = Arc::new(AtomicBool::new(false));
         let line = || me.clone().deposits(link.clone(), failed.clone());
+        const _: () = assert!(LINES == 2, "two lines of deposits below");
         let (a, b) = tokio::join!(line(), line());
         if let Some(error) = a.err().or(b.err()) {
             let _ = me.reports.send(Report::Failed { dest: me.dest, error });
