@@ -402,6 +402,12 @@ impl Receiver {
         base * u64::from(self.nak_backoff.div_ceil(2))
     }
 
+    /// Acknowledges at the next [`Receiver::handle_timeout`] instead of at the next ACK tick
+    /// (up to [`SYN_US`] away): for the end of the data, which the sender waits to hear of.
+    pub fn ack_now(&mut self, now_us: u64) {
+        self.timers.set(Timer::Ack, now_us);
+    }
+
     /// The earliest time at which [`Receiver::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<u64> {
         earliest(self.timers.next_deadline(), self.reorder.next_due_us())
@@ -549,6 +555,40 @@ mod tests {
             }
         }
         sent
+    }
+
+    /// A receiver that got a data packet at 10 us, answered at 20, and got the
+    /// last at 40: when it answers next, with `ack_now` at 50 us or without.
+    fn next_answer_us(ack_now: bool) -> Option<u64> {
+        let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
+        let config = ChannelConfig::default();
+        let mut sender = crate::sender::Sender::new(config.clone(), key(1), key(2), 0).unwrap();
+        let mut receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
+        sender.push(0, 3000);
+        sender.finish();
+        let mut first = vec![0u8; 2048];
+        let n = sender.poll_transmit(0, &mut first, &mut |_, out| out.fill(7)).unwrap();
+        let mut buf = vec![0u8; 2048];
+        let m = sender.poll_transmit(0, &mut buf, &mut |_, out| out.fill(7)).unwrap();
+        receiver.handle_datagram(10, &mut first[..n]).unwrap();
+        receiver.handle_timeout(20);
+        let mut answer = vec![0u8; 2048];
+        assert!(receiver.poll_transmit(20, &mut answer).is_some(), "its first answer");
+        while receiver.poll_transmit(20, &mut answer).is_some() {}
+        receiver.handle_datagram(40, &mut buf[..m]).unwrap();
+        if ack_now {
+            receiver.ack_now(50);
+        }
+        (50..3 * SYN_US).step_by(10).find(|&now| {
+            receiver.handle_timeout(now);
+            receiver.poll_transmit(now, &mut answer).is_some()
+        })
+    }
+
+    #[test]
+    fn the_end_of_the_data_is_acknowledged_at_once_when_asked() {
+        assert_eq!(next_answer_us(false), Some(40 + SYN_US), "the ACK tick after the packet");
+        assert_eq!(next_answer_us(true), Some(50));
     }
 
     #[test]

@@ -273,6 +273,8 @@ fn drive(
         if complete_at_us.is_none() && ctx.complete() {
             sink.writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
             complete_at_us = Some(now);
+            // The sender's end waits for this: a relay's next deposit takes the link then.
+            receiver.ack_now(now);
         }
         receiver.handle_timeout(now);
         while let Some(len) = receiver.poll_transmit(now, &mut out) {

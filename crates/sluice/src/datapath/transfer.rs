@@ -9,8 +9,20 @@ use super::{ChannelReport, DataError, Progress};
 
 /// How often the supervisor looks at the channels, the progress and `cancel`.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(10);
-/// Progress is reported at most this often (and once at the end).
+/// Progress is reported at most this often (and once at the end), but at every look within
+/// the last such interval of the data ([`ending`]).
 const REPORT_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether less is left of the data than moves in [`REPORT_EVERY`] at the rate so far: its
+/// progress is then reported every [`SUPERVISE_EVERY`], for a caller that acts shortly before
+/// the end (a relay hop hands its link on to the next hop about a round trip of data before
+/// it, which a report every 100 ms missed on paths shorter than that).
+fn ending(progress: &Progress, elapsed: Duration) -> bool {
+    let left = progress.total.saturating_sub(progress.bytes);
+    let per_report =
+        progress.bytes as f64 / elapsed.as_secs_f64().max(1e-3) * REPORT_EVERY.as_secs_f64();
+    left > 0 && (left as f64) <= per_report
+}
 
 /// What the channels of a transfer share to stop together.
 #[derive(Debug, Default)]
@@ -92,8 +104,9 @@ pub(super) fn supervise<P: Send>(
             }
             let at = Instant::now();
             watch(at);
-            if at >= next_report {
-                progress(now());
+            let here = now();
+            if at >= next_report || ending(&here, at - start) {
+                progress(here);
                 next_report = at + REPORT_EVERY;
             }
             std::thread::sleep(SUPERVISE_EVERY);
@@ -161,4 +174,19 @@ pub(super) fn verdict(
         return Err(DataError::Cancelled);
     }
     Err(first_error.unwrap_or(DataError::Cancelled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_is_reported_at_every_look_only_within_the_last_report_interval_of_data() {
+        let at = |bytes| Progress { bytes, total: 1000, prefix: 0 };
+        // 900 bytes in a second: 90 a report interval.
+        assert!(!ending(&at(900), Duration::from_secs(1)), "100 left");
+        assert!(ending(&at(950), Duration::from_secs(1)), "50 left");
+        assert!(!ending(&at(1000), Duration::from_secs(1)), "nothing left: the end's own report");
+        assert!(!ending(&at(0), Duration::ZERO), "nothing moved yet");
+    }
 }
