@@ -59,6 +59,8 @@ struct End {
     /// The receiver's hashes of its extents (`None` for the sender or a failure).
     hashes: Option<Vec<blake3::Hash>>,
     progress: Vec<(Instant, Progress)>,
+    /// Just before the datapath started.
+    started: Instant,
     ended: Instant,
 }
 
@@ -90,6 +92,7 @@ fn run_pair(
     on_progress: &(dyn Fn(bool, Progress) + Sync),
 ) -> (End, End) {
     let run = |is_sender: bool, params: Vec<StreamParams>, cancel: &AtomicBool| {
+        let started = Instant::now();
         let mut progress = Vec::new();
         let mut note = |p: Progress| {
             progress.push((Instant::now(), p));
@@ -106,7 +109,7 @@ fn run_pair(
                     received.report
                 })
         };
-        End { result, hashes, progress, ended: Instant::now() }
+        End { result, hashes, progress, started, ended: Instant::now() }
     };
     let run = &run;
     std::thread::scope(|s| {
@@ -118,18 +121,6 @@ fn run_pair(
 
 fn never(_: bool, _: Progress) {}
 
-/// Checks the progress contract: the last report is the end state; between reports at least
-/// ~100 ms pass (except before the last, which comes at the end); progress never goes back.
-fn check_progress(end: &End, total: u64) {
-    let (_, last) = end.progress.last().expect("a final progress report");
-    assert_eq!(last.total, total);
-    let n = end.progress.len();
-    for pair in end.progress[..n.saturating_sub(1)].windows(2) {
-        let gap = pair[1].0 - pair[0].0;
-        assert!(gap >= Duration::from_millis(95), "progress reported after only {gap:?}");
-    }
-    assert!(end.progress.windows(2).all(|p| p[0].1.bytes <= p[1].1.bytes), "progress went back");
-}
 
 /// Every byte of `got` is the data's or the filler's: nothing wrong reached the file.
 fn no_wrong_byte(got: &[u8], data: &[u8], filler: u8) {
@@ -161,8 +152,8 @@ fn exact_transfer(n: u64, test: &str, len: usize, range: Range<u64>, default_see
     assert_eq!((received.bytes, received.payload_bytes), (total, total));
     assert_eq!((sent.channels, sent.lost_channels), (n as u32, 0));
     assert_eq!((received.channels, received.lost_channels), (n as u32, 0));
-    check_progress(&s, total);
-    check_progress(&r, total);
+    data::check_progress(&s.progress, s.started, total);
+    data::check_progress(&r.progress, r.started, total);
     assert_eq!(s.progress.last().unwrap().1.bytes, total);
     assert_eq!(r.progress.last().unwrap().1.bytes, total);
     let mut expected = filler;

@@ -101,3 +101,27 @@ impl CancelAt<'_> {
         self.epoch + Duration::from_micros(us)
     }
 }
+
+/// Checks the progress contract on one end's reports (each with when it came; `started` just
+/// before the datapath started): the last report is the end state; between reports at least
+/// ~100 ms pass, except before the last (which comes at the end) and once less is left than
+/// moves in 100 ms at the rate so far (reports every 10 ms then; the rate here is counted from
+/// a little before the datapath's own start, hence the margin); progress never goes back.
+pub fn check_progress(progress: &[(Instant, Progress)], started: Instant, total: u64) {
+    let (_, last) = progress.last().expect("a final progress report");
+    assert_eq!(last.total, total);
+    let n = progress.len();
+    for pair in progress[..n.saturating_sub(1)].windows(2) {
+        let ((t0, _), (t1, p)) = (pair[0], pair[1]);
+        let gap = t1 - t0;
+        let per_100ms = p.bytes as f64 / (t1 - started).as_secs_f64() * 0.1;
+        let ending = (p.total - p.bytes) as f64 <= 1.5 * per_100ms;
+        assert!(
+            gap >= Duration::from_millis(95) || (ending && gap >= Duration::from_millis(5)),
+            "progress reported after only {gap:?}, {} of {} bytes left",
+            p.total - p.bytes,
+            p.total
+        );
+    }
+    assert!(progress.windows(2).all(|p| p[0].1.bytes <= p[1].1.bytes), "progress went back");
+}
