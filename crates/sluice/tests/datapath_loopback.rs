@@ -152,7 +152,6 @@ fn direct_channels(
 
 fn never(_: bool, _: Progress) {}
 
-
 /// Moves `range` of a `len`-byte seeded file through a direct channel into a partial file and
 /// checks the bytes: inside the range they match, outside they are untouched.
 fn exact_transfer(test: &str, len: usize, range: Range<u64>, default_seed: u64) {

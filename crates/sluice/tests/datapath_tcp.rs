@@ -121,7 +121,6 @@ fn run_pair(
 
 fn never(_: bool, _: Progress) {}
 
-
 /// Every byte of `got` is the data's or the filler's: nothing wrong reached the file.
 fn no_wrong_byte(got: &[u8], data: &[u8], filler: u8) {
     assert_eq!(got.len(), data.len());
