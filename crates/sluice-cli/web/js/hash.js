@@ -146,45 +146,60 @@ export class Tree {
 
   /**
    * Where the next run of the download starts: `have` rounded down to a block's start (or the
-   * file's end, all of it kept), every block before it hashed (read back from `file`, the
-   * partial file, where no run gave it).
+   * file's end, all of it kept).
    * @param {number} have
-   * @param {Blob} file
-   * @param {AbortSignal} [signal]
+   * @param {Blob} file the partial file
    */
-  async resume(have, file, signal) {
+  resumeAt(have, file) {
     const kept = Math.min(have, file.size);
     // All of it kept: its last block too, short as it may be.
-    const from = kept === this.size ? kept : kept - (kept % this.block);
+    return kept === this.size ? kept : kept - (kept % this.block);
+  }
+
+  /**
+   * Hashes every block before `from` that no run gave, read back from `file` (the partial
+   * file). It runs while the rest of the download comes: the file is replaced when the rest's
+   * writer closes, so that waits for this first.
+   * @param {number} from
+   * @param {Blob} file
+   * @param {AbortSignal} [signal]
+   * @returns {Promise<void>}
+   */
+  async hashKept(from, file, signal) {
     for (let at = 0; at < from; at += this.block) {
       if (signal?.aborted) throw new Error("cancelled");
       const end = Math.min(at + this.block, this.size);
-      if (!this.hashed.has(at)) this.add(at, new Uint8Array(await file.slice(at, end).arrayBuffer()));
+      if (this.hashed.has(at)) continue;
+      const bytes = new Uint8Array(await file.slice(at, end).arrayBuffer());
+      // Another run may have given it meanwhile.
+      if (!this.hashed.has(at)) this.add(at, bytes);
     }
-    return from;
   }
 
   /**
    * A writer of the file's bytes in order from `have`: each block hashed once it is full, and
-   * the last one at the file's end. What the partial `file` holds before `have` is hashed (its
-   * whole blocks as `resume` does, the rest of the block `have` is in read back into it). Bytes
-   * beyond the size the tree was made for (the file grew on the server) stop it: the tree then
-   * lacks blocks, and the download's check reads the file again.
+   * the last one at the file's end; and the hashing of what the partial `file` holds before
+   * `have` (its whole blocks as `hashKept` does; the rest of the block `have` is in is read
+   * back into the writer first). Bytes beyond the size the tree was made for (the file grew on
+   * the server) stop it: the tree then lacks blocks, and the download's check reads the file
+   * again.
    * @param {number} have
    * @param {Blob} file
    * @param {AbortSignal} [signal]
-   * @returns {Promise<(bytes: Uint8Array) => void>}
+   * @returns {Promise<{ feed: (bytes: Uint8Array) => void, kept: Promise<void> }>}
    */
   async feeder(have, file, signal) {
-    let at = await this.resume(have, file, signal);
+    let at = this.resumeAt(have, file);
     const block = new Uint8Array(this.block);
     let fill = 0;
     if (at < have) {
       block.set(new Uint8Array(await file.slice(at, have).arrayBuffer()));
       fill = have - at;
     }
+    const kept = this.hashKept(at, file, signal);
     let beyond = false;
-    return (bytes) => {
+    /** @param {Uint8Array} bytes */
+    const feed = (bytes) => {
       beyond ||= at + fill + bytes.length > this.size;
       for (let taken = 0; taken < bytes.length && !beyond;) {
         const n = Math.min(bytes.length - taken, block.length - fill);
@@ -198,6 +213,7 @@ export class Tree {
         }
       }
     };
+    return { feed, kept };
   }
 
   /** @returns {string | null} the file's BLAKE3 (64 hex digits), or null until every block is in */

@@ -514,8 +514,9 @@ export class Transfers {
     if (response && response.status !== 206) have = 0;
     // The bytes hashed as they come. Without a tag their version is unknown: the file is read
     // again at the end instead.
-    const feed = etag ? await (await treeOf(job.size, etag)).feeder(have, await part.getFile(), signal) : null;
-    await this.appendTo(job, part, have, async (write) => {
+    const fed = etag ? await (await treeOf(job.size, etag)).feeder(have, await part.getFile(), signal) : null;
+    const feed = fed?.feed;
+    await this.appendTo(job, part, have, fed?.kept, async (write) => {
       if (!response?.body) return;
       const reader = response.body.getReader();
       for (;;) {
@@ -547,8 +548,9 @@ export class Transfers {
       localStorage.setItem(tagKey, d.etag);
       job.size = d.size;
       const tree = await treeOf(d.size, d.etag);
-      const from = await tree.resume(have, await part.getFile(), signal);
-      await this.appendTo(job, part, from, (write) =>
+      const file = await part.getFile();
+      const from = tree.resumeAt(have, file);
+      await this.appendTo(job, part, from, tree.hashKept(from, file, signal), (write) =>
         wt.getBlocks(d.id, from, d.size, write, (n) => this.progress(job, n), signal, tree));
     } finally {
       d.end();
@@ -557,22 +559,29 @@ export class Transfers {
 
   /**
    * Writes to `part` from `have` what `fill` gives; what was written stays if it fails.
+   * `kept` reads back what `part` held before `have` (its hashing, while the rest comes): the
+   * file is replaced when the writer closes, so that waits for it.
    * @param {Job} job
    * @param {FileSystemFileHandle} part
    * @param {number} have
+   * @param {Promise<void> | undefined} kept
    * @param {(write: (bytes: Uint8Array) => Promise<void>) => Promise<void>} fill
    */
-  async appendTo(job, part, have, fill) {
+  async appendTo(job, part, have, kept, fill) {
     if (have) note(job, `resumed at ${size(have)}`);
     job.done = have;
+    // Awaited below; its failure is the download's, whenever it comes.
+    kept?.catch(() => {});
     const out = await part.createWritable({ keepExistingData: have > 0 });
     try {
       await out.seek(have);
       await out.truncate(have);
       await fill((bytes) => out.write(/** @type {any} */ (bytes)));
+      await kept;
       await out.close();
     } catch (e) {
       // What was written stays: the next try resumes from it.
+      await kept?.catch(() => {});
       await out.close().catch(() => {});
       throw e;
     }
