@@ -207,8 +207,18 @@ pub(crate) async fn reach(
 /// on first contact with an unknown server and a person at the terminal, shows the
 /// fingerprint and asks (as ssh does). A "yes" pins exactly the fingerprint shown.
 pub(crate) async fn connect_asking(config: ClientConfig) -> anyhow::Result<Client> {
+    let first = Client::start(config.clone()).await;
+    ask_if_unknown(config, first).await
+}
+
+/// [`connect_asking`] after its first [`Client::start`] with `config` ended as `first`: several
+/// servers can be started at once and asked about after, one at a time.
+pub(crate) async fn ask_if_unknown(
+    config: ClientConfig,
+    first: Result<Client, SessionError>,
+) -> anyhow::Result<Client> {
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
-    match Client::start(config.clone()).await {
+    match first {
         Err(SessionError::HostKey(HostKeyError::Unknown { host, file, presented }))
             if interactive && config.trust == TrustPolicy::KnownOnly =>
         {

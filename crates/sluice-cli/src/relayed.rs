@@ -7,12 +7,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use sluice::session::{CopyOptions, RelayTarget, RelayedOptions, ServerRelay, Strategy};
+use sluice::session::{
+    Client, CopyOptions, RelayTarget, RelayedOptions, ServerRelay, SessionError, Strategy,
+};
 use sluice::settings::ServerFile;
 use sluice_proto::config::ChannelConfig;
 
 use crate::config::Prefs;
-use crate::connect::{ConnectArgs, connect_asking, reach};
+use crate::connect::{ConnectArgs, ask_if_unknown, reach};
 use crate::cp::CpArgs;
 use crate::exit;
 use crate::show::{Mode, Show};
@@ -124,7 +126,7 @@ pub(crate) async fn upload(
     }
     let file = crate::config::load()?;
     let show = Show::new(mode, "upload");
-    let mut relays = Vec::new();
+    let mut configs = Vec::new();
     for name in &flags.relay {
         let section = file.relays.get(name).ok_or_else(|| {
             exit::usage(format!("--relay {name}: no [relays.{name}] section in the config file"))
@@ -141,15 +143,46 @@ pub(crate) async fn upload(
             transport: None,
             no_path_memory: args.connect.no_path_memory,
         };
-        let config = connect.client_config(name, &prefs, channel.clone(), args.channels)?;
+        configs.push((name, connect.client_config(name, &prefs, channel.clone(), args.channels)?));
+    }
+    // Every relay and the server are reached at once: the setup takes the slowest handshake,
+    // not their sum. A relay whose key is not known is asked about after, one at a time.
+    let mut starting = tokio::task::JoinSet::new();
+    for (i, (_, config)) in configs.iter().enumerate() {
+        let config = config.clone();
+        starting.spawn(async move { (i, Client::start(config).await) });
+    }
+    let started = async {
+        let mut started: Vec<Option<_>> = configs.iter().map(|_| None).collect();
+        while let Some(Ok((i, first))) = starting.join_next().await {
+            started[i] = Some(first);
+        }
+        started
+    };
+    let (started, reached) = tokio::join!(
+        started,
+        reach(&args.connect, &args.ssh, to.host, to.prefs, channel, args.channels)
+    );
+    let reached = match reached {
+        Ok(reached) => reached,
+        Err(e) => {
+            for client in started.into_iter().flatten().flatten() {
+                client.close().await;
+            }
+            return Err(e);
+        }
+    };
+    let mut relays = Vec::new();
+    for ((name, config), first) in configs.into_iter().zip(started) {
+        let first = first.unwrap_or_else(|| Err(SessionError::Network("its start failed".into())));
         // A relay that is down is left out: the same command run again after a relay died
         // moves what it lost over the others.
-        let reached = async {
-            let client = connect_asking(config).await?;
+        let client = async {
+            let client = ask_if_unknown(config, first).await?;
             client.ready().await?;
             anyhow::Ok(client)
         };
-        let client = match reached.await {
+        let client = match client.await {
             Ok(client) => client,
             Err(e) => {
                 show.warning(&format!("relay {name} left out: {e:#}"));
@@ -178,10 +211,9 @@ pub(crate) async fn upload(
     }
     let mut relays = ranked;
     if relays.is_empty() && !options.direct {
+        reached.close().await;
         return Err(exit::usage("no relay is left and --relay-direct is off: nowhere to send"));
     }
-    let reached =
-        reach(&args.connect, &args.ssh, to.host, to.prefs, channel, args.channels).await?;
     if let Some(max) = flags.relay_max_rtt_receiver {
         relays = near_the_receiver(&reached.client, relays, max, &show).await?;
         if relays.is_empty() && !options.direct {
