@@ -534,15 +534,21 @@ mod tests {
     use super::*;
     use crate::crypto::Algorithm;
 
-    /// A receiver that got one data packet and owes an acknowledgement, with its next packet
-    /// number at `pn`; what it sends within a second.
-    fn owed_ack(pn: u64) -> Vec<u64> {
+    /// A sender of `bytes` (all pushed) and its receiver.
+    fn ends(bytes: u64) -> (crate::sender::Sender, Receiver) {
         let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
         let config = ChannelConfig::default();
         let mut sender = crate::sender::Sender::new(config.clone(), key(1), key(2), 0).unwrap();
-        let mut receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
-        sender.push(0, 100);
+        let receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
+        sender.push(0, bytes);
         sender.finish();
+        (sender, receiver)
+    }
+
+    /// A receiver that got one data packet and owes an acknowledgement, with its next packet
+    /// number at `pn`; what it sends within a second.
+    fn owed_ack(pn: u64) -> Vec<u64> {
+        let (mut sender, mut receiver) = ends(100);
         let mut buf = vec![0u8; 2048];
         let n = sender.poll_transmit(0, &mut buf, &mut |_, out| out.fill(7)).unwrap();
         receiver.handle_datagram(10, &mut buf[..n]).unwrap();
@@ -560,12 +566,7 @@ mod tests {
     /// A receiver that got a data packet at 10 us, answered at 20, and got the
     /// last at 40: when it answers next, with `ack_now` at 50 us or without.
     fn next_answer_us(ack_now: bool) -> Option<u64> {
-        let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
-        let config = ChannelConfig::default();
-        let mut sender = crate::sender::Sender::new(config.clone(), key(1), key(2), 0).unwrap();
-        let mut receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
-        sender.push(0, 3000);
-        sender.finish();
+        let (mut sender, mut receiver) = ends(3000);
         let mut first = vec![0u8; 2048];
         let n = sender.poll_transmit(0, &mut first, &mut |_, out| out.fill(7)).unwrap();
         let mut buf = vec![0u8; 2048];
