@@ -80,8 +80,9 @@ impl Store for Memory {
 /// How many round trips of data, at the rate so far, are left when a receiving end hands its
 /// link on ([`Link::Held`]): the next hop's request, its `Ready` exchange and its first
 /// packets take about that long, so its data begins as this hop's ends. The data's progress
-/// is seen every 100 ms (the datapath's report), so a hand-over comes up to that much later,
-/// and a lead shorter than that (a fast or near path) often hands on only at the end.
+/// is seen every 10 ms within the last 100 ms of it (the datapath's reports), so a hand-over
+/// comes up to 10 ms late; one due sooner than that before the end comes at the end, which
+/// the receiving end acknowledges at once.
 const HANDOFF_RTTS: f64 = 3.0;
 /// The same for a sending end ([`Link::Gate`]): the next hop's request and `Ready` exchange are
 /// done, so it starts once this one's last round trip of data is on its way.
