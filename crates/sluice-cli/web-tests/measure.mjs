@@ -8,6 +8,8 @@
 //   SLUICE_BIN=target/release/sluice SLUICE_WEB_OUT=/tmp/web-measure SIZE_MIB=1024 \
 //     node crates/sluice-cli/web-tests/measure.mjs
 // Optional: MEASURE_VIA=webtransport,https and MEASURE_DIRS=download,upload pick what runs,
+// MEASURE_RESUME_AT=0.75 cancels each download once that share of it is written and times its
+// retry instead (which resumes from what was kept),
 // MEASURE_TIMEOUT_S bounds each transfer (default 1800); MEASURE_ROUNDS=N runs them N times in
 // the same page;
 // SLUICE_SERVER_NS=NS with SLUICE_WEB_ADDR=IP:PORT runs the server in network namespace NS
@@ -29,6 +31,7 @@ const size = mib << 20;
 const vias = (process.env.MEASURE_VIA ?? "webtransport,https").split(",");
 const dirs = (process.env.MEASURE_DIRS ?? "download,upload").split(",");
 const rounds = Number(process.env.MEASURE_ROUNDS ?? 1);
+const resumeAt = process.env.MEASURE_RESUME_AT ? Number(process.env.MEASURE_RESUME_AT) : null;
 const serverNs = process.env.SLUICE_SERVER_NS;
 const webAddr = process.env.SLUICE_WEB_ADDR ?? "127.0.0.1:0";
 const HZ = 100;
@@ -168,10 +171,24 @@ try {
       await opfsClear();
       await page.click("#pane-0 button.browser-storage");
       await row("#pane-1", "big.bin").click();
-      await timed(tag, "download", async () => {
+      if (resumeAt !== null) {
+        // Cancelled part way, then timed from the retry: what was kept is hashed again.
         await page.keyboard.press("F5");
-        await done();
-      });
+        await page.waitForFunction((at) => Number(document.querySelector("#queue tr progress")?.value) >= at,
+          resumeAt * size, { timeout: timeoutMs, polling: 20 });
+        await page.click("#queue tr button.cancel");
+        await page.waitForSelector('#queue tr[data-state="cancelled"]');
+        await timed(`${tag} resumed at ${resumeAt}`, "download", async () => {
+          await page.click("#queue tr button.retry");
+          await done();
+        });
+        console.error(`measure: ${await page.textContent("#queue")}`);
+      } else {
+        await timed(tag, "download", async () => {
+          await page.keyboard.press("F5");
+          await done();
+        });
+      }
       await page.click("#clear-done");
       await opfsClear();
     }
