@@ -160,6 +160,28 @@ fn an_upload_through_a_relay_retreats_and_the_server_collects_it() {
 }
 
 #[test]
+fn a_relay_that_is_down_is_left_out_and_the_copy_goes_on_direct() {
+    // The relays and the server are reached at once: the relay's failure is told, the
+    // server's session goes on, and every block goes the direct way.
+    println!("seed {SEED}");
+    let World { receiver, mut relay, cdir, _dirs, .. } = World::new();
+    let _ = relay.child.kill();
+    let _ = relay.child.wait();
+    let src = cdir.path().join("data.bin");
+    random_file(&src, 1_000_000, SEED);
+    let args = ["--relay", "near", "--relay-wait", "--json", src.to_str().unwrap(), "127.0.0.1:"];
+    let out = cp(cdir.path(), &receiver, &relay, &args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("relay near left out"), "{stdout}");
+    let summary = json_summary(&stdout);
+    let placed = summary["placed"].as_array().unwrap();
+    assert_eq!(placed.len(), 1, "the direct path alone: {summary}");
+    assert_eq!(placed[0]["name"], "direct", "{summary}");
+    assert!(same_file(&src, &receiver.root.join("data.bin")));
+}
+
+#[test]
 fn a_relay_farther_from_the_server_than_asked_is_left_out() {
     println!("seed {SEED}");
     let World { receiver, relay, spool: _, cdir, _dirs } = World::new();
