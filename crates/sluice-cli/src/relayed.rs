@@ -154,8 +154,11 @@ pub(crate) async fn upload(
     }
     let started = async {
         let mut started: Vec<Option<_>> = configs.iter().map(|_| None).collect();
-        while let Some(Ok((i, first))) = starting.join_next().await {
-            started[i] = Some(first);
+        // A start that panicked leaves its relay's `None`, not the others'.
+        while let Some(joined) = starting.join_next().await {
+            if let Ok((i, first)) = joined {
+                started[i] = Some(first);
+            }
         }
         started
     };

@@ -266,7 +266,9 @@ async fn reach_relays(
         });
     }
     let mut reached = Vec::new();
-    while let Some(Ok((i, name, client))) = reaching.join_next().await {
+    // A task that panicked leaves out its relay, not the ones still coming.
+    while let Some(joined) = reaching.join_next().await {
+        let Ok((i, name, client)) = joined else { continue };
         match client {
             Ok(client) => {
                 let rtt = client.rtt();
