@@ -169,10 +169,7 @@ export class Tree {
     for (let at = 0; at < from; at += this.block) {
       if (signal?.aborted) throw new Error("cancelled");
       const end = Math.min(at + this.block, this.size);
-      if (this.hashed.has(at)) continue;
-      const bytes = new Uint8Array(await file.slice(at, end).arrayBuffer());
-      // Another run may have given it meanwhile.
-      if (!this.hashed.has(at)) this.add(at, bytes);
+      if (!this.hashed.has(at)) this.add(at, new Uint8Array(await file.slice(at, end).arrayBuffer()));
     }
   }
 
