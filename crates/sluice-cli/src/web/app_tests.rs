@@ -114,12 +114,22 @@ impl<'a> Client<'a> {
     }
 
     async fn put(&self, uri: &str, bytes: Vec<u8>) -> Response<Body> {
-        let request = Request::put(uri)
-            .header(header::COOKIE, &self.cookie)
-            .header(CSRF_HEADER, &self.csrf)
-            .body(Body::from(bytes))
-            .unwrap();
-        self.app.send(request).await
+        self.put_with(uri, bytes, &[]).await
+    }
+
+    /// [`Client::put`] with these headers too.
+    async fn put_with(
+        &self,
+        uri: &str,
+        bytes: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Response<Body> {
+        let mut request =
+            Request::put(uri).header(header::COOKIE, &self.cookie).header(CSRF_HEADER, &self.csrf);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.app.send(request.body(Body::from(bytes)).unwrap()).await
     }
 }
 
@@ -798,13 +808,7 @@ async fn an_upload_resumes_from_what_the_server_holds_and_is_checked() {
 
 /// A `PUT /api/upload` of `bytes` at `offset` with `X-Sluice-Blake3: hash`.
 async fn put_hashed(c: &Client<'_>, uri: &str, bytes: &[u8], hash: &str) -> Response<Body> {
-    let request = Request::put(uri)
-        .header(header::COOKIE, &c.cookie)
-        .header(CSRF_HEADER, &c.csrf)
-        .header("x-sluice-blake3", hash)
-        .body(Body::from(bytes.to_vec()))
-        .unwrap();
-    c.app.send(request).await
+    c.put_with(uri, bytes.to_vec(), &[("x-sluice-blake3", hash)]).await
 }
 
 #[tokio::test]

@@ -989,11 +989,7 @@ mod tests {
         // too close to go on climbing in startup, so it ends there at the capacity's share
         // (a held start's, which built no queue), not at the memory's (which UDT's increase would
         // take seconds to climb from).
-        let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
-        cc.start_from(72_000.0);
-        cc.on_ack(&delivered(10_000, 70_000, 80_000));
-        assert!(!cc.in_startup() && !cc.checking_memory());
-        assert_eq!(cc.rate_pps(), 80_000.0 * MEMORY_START);
+        assert_eq!(after_one_report_from_memory(72_000.0, 70_000, 80_000), 80_000.0 * MEMORY_START);
     }
 
     #[test]
@@ -1002,11 +998,17 @@ mod tests {
         // by a delivery of 85,000 was over the capacity by more than a step of growth, and what
         // it sent above the link is queued. Startup ends as after an overshoot: below the
         // delivery rate, for the queue to drain.
+        assert_eq!(after_one_report_from_memory(100_000.0, 85_000, 80_000), 85_000.0 * DRAIN);
+    }
+
+    /// Started from `remembered` pkt/s, one report of `delivery_pps` with the pairs at
+    /// `capacity_pps` ends startup: the rate it ends at.
+    fn after_one_report_from_memory(remembered: f64, delivery_pps: u32, capacity_pps: u32) -> f64 {
         let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
-        cc.start_from(100_000.0);
-        cc.on_ack(&delivered(10_000, 85_000, 80_000));
+        cc.start_from(remembered);
+        cc.on_ack(&delivered(10_000, delivery_pps, capacity_pps));
         assert!(!cc.in_startup() && !cc.checking_memory());
-        assert_eq!(cc.rate_pps(), 85_000.0 * DRAIN);
+        cc.rate_pps()
     }
 
     #[test]
