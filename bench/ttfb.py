@@ -43,6 +43,12 @@ PORT = 4433
 CONNECTING = re.compile(r"connecting.*unix_us=(\d+)")
 # quinn_proto's trace of a datagram sent; its time is the line's RFC 3339 stamp.
 SENT = re.compile(r"^(\S+)Z .*quinn_proto::connection: sending \d+ bytes in \d+ datagrams")
+# How long after the client's end the server may take to end its request: a sender that
+# missed its last acknowledgement stops 2 s after the receiver's answer.
+SERVER_END_WAIT_S = 4
+# What the server logs when a request ends: a download, an upload, a failure.
+REQUEST_ENDS = ("client verified the files", "stored and verified", "request failed",
+                "could not take the files")
 FIRST_DATA = re.compile(r"first data.*arrived_unix_us=(\d+)")
 
 
@@ -130,6 +136,12 @@ def run_once(path, command, direction, size, scratch, run_no, port, warm=False, 
         wall = time.monotonic() - t0
         if client.p.returncode != 0:
             raise RuntimeError(f"cp failed ({client.p.returncode}): see {client.log_path}")
+        # The server's end of the request, before it is stopped: a client may end before the
+        # server has read its last answer (a download ends once its `Verified` is written), and
+        # whether the server heard it is part of the result.
+        deadline = time.monotonic() + SERVER_END_WAIT_S
+        while time.monotonic() < deadline and not server_said(server.log_path, *REQUEST_ENDS):
+            time.sleep(0.05)
     finally:
         # The server runs under GNU time in a session of its own: stop the whole group.
         try:
@@ -148,8 +160,17 @@ def run_once(path, command, direction, size, scratch, run_no, port, warm=False, 
     first = [t for t in stamps(receiver_log, FIRST_DATA) if start and t >= start[0]]
     if not start or not first:
         raise RuntimeError(f"no connecting / sent / first data events in {work}")
+    heard = "client verified the files" if direction == "download" else "stored and verified"
     return {"ttfb_ms": (min(first) - start[0]) / 1000, "wall_s": wall,
-            "before_first_packet_ms": (start[0] - connecting[0]) / 1000}
+            "before_first_packet_ms": (start[0] - connecting[0]) / 1000,
+            "server_verified": server_said(server.log_path, heard)}
+
+
+def server_said(log_path, *words):
+    """Whether the server's log holds any of `words`."""
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    return any(w in text for w in words)
 
 
 def main():

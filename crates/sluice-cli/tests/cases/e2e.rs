@@ -1408,7 +1408,16 @@ fn the_metrics_endpoint_counts_and_the_event_log_records_each_channel() {
     let o = client.cp(&server, Some("not-the-token"), &["-q"], "127.0.0.1:m.bin", "/tmp/never.bin");
     assert_eq!(code(&o), 3, "{}", stderr(&o));
 
-    let (status, body) = http_get(&metrics, "/metrics");
+    // A download ends at the client's verdict, which the server reads a little later: scrape
+    // until the server has ended the sessions (and their requests).
+    let (mut status, mut body) = http_get(&metrics, "/metrics");
+    for _ in 0..100 {
+        if body.lines().any(|l| l == "sluice_sessions_active 0") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        (status, body) = http_get(&metrics, "/metrics");
+    }
     assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
     for line in [
         "sluice_sessions_total 2",

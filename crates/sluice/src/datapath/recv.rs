@@ -228,7 +228,22 @@ fn drive(
     let (mut turn_datagrams, mut turn_began_us) = (0usize, port.now_us());
     let mut coalesce_us = COALESCE_US;
     loop {
-        ctx.shared.check()?;
+        if let Err(stopped) = ctx.shared.check() {
+            if !ctx.complete() {
+                return Err(stopped);
+            }
+            // Every byte is here: a stop ends the linger, not the channel (an error that
+            // stopped the transfer is the verdict's, whatever the channels say). The sender
+            // hears this channel's last acknowledgement first, if the socket takes it.
+            let now = port.now_us();
+            receiver.ack_now(now);
+            while let Some(len) = receiver.poll_transmit(now, &mut out) {
+                if port.send(&out[..len], len, &ctx.shared.stop).is_err() {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         // Drain what is waiting (a bounded number of batches, so timers still run): one batch
         // per wake-up cannot keep up once wake-ups come late.
         for _ in 0..MAX_BATCHES_PER_TURN {

@@ -360,6 +360,13 @@ impl Receive {
         }
     }
 
+    /// Ends a receive whose data is complete (its channels linger for the sender's shutdown)
+    /// at once, and returns its report; `None` if it failed.
+    pub(crate) async fn end(&mut self) -> Option<ChannelReport> {
+        self.task.cancel();
+        self.report().await
+    }
+
     /// Cancels the receive and waits for its thread to stop.
     pub(crate) async fn stop(&mut self) {
         self.task.stop().await;

@@ -188,6 +188,9 @@ pub struct Client {
     notice: Option<String>,
     /// A transfer's UDP data channels got nothing through ([`Client::udp_data_blocked`]).
     udp_blocked: Arc<AtomicBool>,
+    /// The verdicts of this session's downloads the server may not have read yet
+    /// ([`Verdicts`]): what [`Client::close`] says in its close code.
+    verdicts: Arc<Verdicts>,
     /// The server's answer to `Hello`, once it came ([`read_welcome`]).
     welcome: watch::Receiver<Option<Result<Welcomed, (ErrorCode, String)>>>,
     /// The server's offer for an early upload, once read (`Some(None)`: none came).
@@ -301,6 +304,7 @@ impl Client {
             transport,
             notice,
             udp_blocked: Arc::default(),
+            verdicts: Arc::default(),
             welcome,
             offer,
             proposal,
@@ -417,7 +421,10 @@ impl Client {
     }
 
     /// Closes the session: returns once the close has left this host (at most
-    /// [`CLOSE_SEND_WAIT`]).
+    /// [`CLOSE_SEND_WAIT`]). After a download whose `Verified` the server may not have read yet
+    /// (a download returns once it is written: the server's end of the request would come a
+    /// round trip later), the close's code says the same ([`close_code::VERIFIED`]), so the
+    /// verdict reaches the server if either packet does.
     ///
     /// It does not wait out QUIC's draining period (three probe timeouts, `Endpoint::wait_idle`):
     /// everything was answered already, and that wait only re-sends the close to a server that
@@ -426,7 +433,10 @@ impl Client {
     /// idle timeout.
     pub async fn close(self) {
         let sent_before = self.conn.stats().udp_tx.datagrams;
-        self.conn.close(close_code::DONE.into(), b"done");
+        match self.verdicts.unread_verified() {
+            true => self.conn.close(close_code::VERIFIED.into(), b"verified"),
+            false => self.conn.close(close_code::DONE.into(), b"done"),
+        }
         // The connection's driver builds the close packet and hands it to the socket while it
         // holds the connection's state, which `stats` waits for: a datagram counted after the
         // close has been given to the socket (a closed connection sends nothing else).
@@ -657,7 +667,7 @@ impl Client {
         let received =
             run_receiving(machine, &mut wire, &channels, destination, Some(observer)).await;
         drop(wire);
-        let mut received = received?;
+        let mut received = received.inspect_err(|_| self.verdicts.failed())?;
         let mut report = TransferReport {
             files: received.files,
             replaced: received.replaced,
@@ -670,15 +680,19 @@ impl Client {
             report.bytes = received.size;
             return Ok(report.finished(started));
         }
-        // The server's end of the request and the channels' linger (their senders' shutdowns)
-        // come about together.
-        let ended = async {
-            match received.lingering.as_mut() {
-                Some(lingering) => lingering.report().await,
-                None => received.report.take(),
-            }
+        // The files are verified and stored, and `Verified` is written: the download is done.
+        // The server's end of the request would come a round trip later; it is not waited
+        // for. Should the connection close before `Verified` leaves, the close says it
+        // ([`Client::close`]). UDP channels linger until then too, for the sender's shutdown:
+        // they end now, each acknowledging what it has once more. TCP streams end at the
+        // sender's shutdown, which follows the confirmation of their last bytes (a stream
+        // closed before it has sent that would leave the sender short of it).
+        self.verdicts.verified();
+        let channel = match (received.lingering.as_mut(), self.transport) {
+            (Some(lingering), Transport::Udp) => lingering.end().await,
+            (Some(lingering), Transport::Tcp) => lingering.report().await,
+            (None, _) => received.report.take(),
         };
-        let ((), channel) = tokio::join!(req.await_server_done(), ended);
         let digests = &received.received.digests;
         info!(
             ?remote_paths,
@@ -1080,16 +1094,6 @@ impl OpenRequest<'_> {
     fn into_parts(self) -> relay::OpenRequestParts {
         relay::OpenRequestParts { send: self.send, recv: self.recv }
     }
-
-    /// Waits (briefly) until the server has read our last message and ended the request, so a
-    /// connection closed right after this cannot discard that message unread.
-    async fn await_server_done(&mut self) {
-        let mut rest = [0u8; 64];
-        let _ = tokio::time::timeout(SERVER_DONE_WAIT, async {
-            while let Ok(Some(_)) = self.recv.read(&mut rest).await {}
-        })
-        .await;
-    }
 }
 
 /// How long a client waits between a third-party job's reports before it gives up following
@@ -1107,8 +1111,35 @@ pub struct Granted {
     pub expires_at: u64,
 }
 
-/// How long a client waits for the server to end a request it has answered.
-const SERVER_DONE_WAIT: Duration = Duration::from_secs(2);
+/// What a session's downloads answered that the server may not have read: a download
+/// returns once its `Verified` is written, and [`Client::close`] repeats it in the close's
+/// code. Only while no download of the session failed: its `Failed` may be unread too, and the
+/// close must not say otherwise.
+#[derive(Debug, Default)]
+struct Verdicts {
+    /// 0: none; [`Verdicts::VERIFIED`]: verified; [`Verdicts::FAILED`]: one failed.
+    state: std::sync::atomic::AtomicU8,
+}
+
+impl Verdicts {
+    const VERIFIED: u8 = 1;
+    const FAILED: u8 = 2;
+
+    /// A download verified its files and wrote `Verified`.
+    fn verified(&self) {
+        let _ = self.state.compare_exchange(0, Self::VERIFIED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// A download failed.
+    fn failed(&self) {
+        self.state.store(Self::FAILED, Ordering::Release);
+    }
+
+    /// Whether the close may say "verified".
+    fn unread_verified(&self) -> bool {
+        self.state.load(Ordering::Acquire) == Self::VERIFIED
+    }
+}
 
 /// What a fault of the handshake means to the user: the server's words, or a protocol error.
 fn handshake_error(fault: sluice_session::Fault) -> SessionError {

@@ -199,6 +199,11 @@ pub(crate) mod close_code {
     pub(crate) const PROTOCOL: u32 = 2;
     /// The server is shutting down.
     pub(crate) const SHUTDOWN: u32 = 3;
+    /// Orderly close by a client whose last download it verified (its `Verified` written
+    /// already): the close carries that verdict too, in case the message was still on its way
+    /// ([`crate::session::Client::close`]). A server that still awaits a download's answer
+    /// takes this close as its `Verified`.
+    pub(crate) const VERIFIED: u32 = 4;
 }
 
 /// Why a session operation failed. Each variant is one class of failure a user acts on

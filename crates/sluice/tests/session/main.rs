@@ -32,3 +32,4 @@ mod session_third_party;
 mod session_tokens;
 mod session_transfer;
 mod session_tree;
+mod session_verdict;
