@@ -290,6 +290,31 @@ impl Sender {
         for dsn in recent.map(|(_, dsn)| dsn).chain(newest) {
             self.tail_copies.extend(std::iter::repeat_n(dsn, TAIL_EXTRA_COPIES));
         }
+        self.copy_last_half_round_trip(now_us);
+    }
+
+    /// On a lossy path, the tail also sends once more the packets sent for the first time in
+    /// the last half round trip, newest first, after the repairs. A packet sent `x` before the
+    /// tail and lost is otherwise repaired a round trip after it was sent (its NAK, then the
+    /// repair): the end of the data comes a round trip after its last new packet. Its copy,
+    /// sent `x` into the tail, arrives `2x` after it would have, so for every `x` under half a
+    /// round trip the copy comes first, and the end comes half a round trip sooner. Lossy: at
+    /// least one loss expected among those packets, at the loss rate seen so far. The copies
+    /// use link time the tail leaves idle, half a round trip of it, once per transfer.
+    fn copy_last_half_round_trip(&mut self, now_us: u64) {
+        let since_us = now_us.saturating_sub(self.rtt.rtt_us() / 2);
+        let fresh: Vec<u64> = self
+            .flight
+            .iter()
+            .zip(self.snd_una..)
+            .filter(|(slot, _)| !slot.retransmitted && slot.last_sent_us >= since_us)
+            .map(|(_, dsn)| dsn)
+            .collect();
+        let sent = self.stats.new_pkts.max(1);
+        // Expected losses among them: lost / sent x their count, at least one.
+        if self.stats.lost_pkts * fresh.len() as u64 >= sent {
+            self.tail_copies.extend(fresh.into_iter().rev());
+        }
     }
 
     /// Where the channel stands. [`State::Closed`] with [`REASON_DONE`] means every byte was
@@ -685,7 +710,9 @@ impl Sender {
         }
         let slot = &mut self.flight[(dsn - self.snd_una) as usize];
         slot.last_sent_us = now_us;
-        slot.retransmitted |= retransmit;
+        // A copy is not a repair: a NAK of a packet whose copy is on its way still repairs it
+        // (a copy of a repair leaves the slot a repair, as it was).
+        slot.retransmitted |= retransmit && !copy;
         let (offset, len) = (slot.offset, slot.len as usize);
 
         let limit = buf.len().min(self.config.packet_size);
