@@ -13,7 +13,9 @@ generator on first use. Several binaries may be compared in one run (`--bin
 NAME=PATH`), taking turns run by run. `--warm NAME,...` gives those binaries' runs a first,
 unmeasured copy of the same size to the same server (the client's cache directory and the
 server's state directory kept), so the measured copy starts from path memory; every run's
-client has a cache directory of its own.
+client has a cache directory of its own. The server is stopped once its request has ended (at
+most a few seconds after the client), and each row says whether it heard the client's verdict
+(`server_verified`): a download's client ends as soon as it has written it.
 
     python3 bench/ttfb.py --rtts 100,300 --sizes 1MiB,128MiB --runs 3 \
         --bin before=/path/to/old/sluice --bin after=target/release/sluice
