@@ -72,7 +72,8 @@ fn transfer_with(
     let mut now = 0u64;
     let mut n = 0u64;
     let mut last_new_us = 0;
-    let mut complete_us = 0;
+    // When the receiver had every byte, and how many it had (each comes once: asserted).
+    let (mut complete_us, mut seen_bytes) = (0, 0u64);
     let (mut data_sizes, mut probe_sizes) = (Vec::new(), Vec::new());
     let mut fill = |off: u64, dst: &mut [u8]| {
         for (i, b) in dst.iter_mut().enumerate() {
@@ -129,7 +130,8 @@ fn transfer_with(
                     assert!(!seen[at], "offset {at} delivered twice");
                     seen[at..at + payload.len()].iter_mut().for_each(|s| *s = true);
                     received[at..at + payload.len()].copy_from_slice(payload);
-                    if complete_us == 0 && seen.iter().all(|s| *s) {
+                    seen_bytes += payload.len() as u64;
+                    if complete_us == 0 && seen_bytes == total {
                         complete_us = now;
                     }
                 }
