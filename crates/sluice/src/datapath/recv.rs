@@ -205,6 +205,21 @@ impl Sink<'_, '_> {
     }
 }
 
+/// Runs the receiver's timers due at `now` and sends what it has to say (ACKs, NAKs, ...).
+pub(super) fn answer(
+    receiver: &mut Receiver,
+    port: &Port,
+    out: &mut [u8],
+    now: u64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(), DataError> {
+    receiver.handle_timeout(now);
+    while let Some(len) = receiver.poll_transmit(now, out) {
+        port.send(&out[..len], len, stop)?;
+    }
+    Ok(())
+}
+
 /// The channel loop.
 fn drive(
     receiver: &mut Receiver,
@@ -237,11 +252,7 @@ fn drive(
             // hears this channel's last acknowledgement first, if the socket takes it.
             let now = port.now_us();
             receiver.ack_now(now);
-            while let Some(len) = receiver.poll_transmit(now, &mut out) {
-                if port.send(&out[..len], len, &ctx.shared.stop).is_err() {
-                    break;
-                }
-            }
+            let _ = answer(receiver, port, &mut out, now, &ctx.shared.stop);
             return Ok(());
         }
         // Drain what is waiting (a bounded number of batches, so timers still run): one batch
@@ -291,10 +302,7 @@ fn drive(
             // The sender's end waits for this: a relay's next deposit takes the link then.
             receiver.ack_now(now);
         }
-        receiver.handle_timeout(now);
-        while let Some(len) = receiver.poll_transmit(now, &mut out) {
-            port.send(&out[..len], len, &ctx.shared.stop)?;
-        }
+        answer(receiver, port, &mut out, now, &ctx.shared.stop)?;
         let linger_until = complete_at_us.map(|at| at + (3 * receiver.rtt_us()).max(LINGER_MIN_US));
         match (receiver.state(), linger_until) {
             (State::Open, Some(until)) if now >= until => return Ok(()),

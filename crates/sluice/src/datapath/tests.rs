@@ -204,3 +204,58 @@ fn a_datagram_of_another_size_starts_a_new_send() {
     assert!(starts_new_send(3, 1232, 1472));
     assert!(!starts_new_send(0, 0, 1472));
 }
+
+/// A receiving channel's answer: with `ack_now` it sends the acknowledgement at once, through
+/// the receiver's timers (a stop once the data is complete relies on it; without the timers'
+/// run the receiver had nothing to send). A sender's first two packets: one answered at
+/// 20 us, the other arriving at 40; asked at 50 us.
+#[test]
+fn an_answer_asked_for_at_once_is_sent_at_once() {
+    use std::net::UdpSocket;
+    use std::time::{Duration, Instant};
+
+    use sluice_proto::config::ChannelConfig;
+    use sluice_proto::crypto::{Algorithm, PacketKey};
+    use sluice_proto::receiver::Receiver;
+    use sluice_proto::sender::Sender;
+
+    use super::port::Port;
+    use super::recv::answer;
+
+    let sent_at_50us = |ack_now: bool| {
+        let key = |b: u8| PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12]);
+        let config = ChannelConfig::default();
+        let mut sender = Sender::new(config.clone(), key(1), key(2), 0).unwrap();
+        let mut receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
+        sender.push(0, 3000);
+        sender.finish();
+        let mut packets = [vec![0u8; 2048], vec![0u8; 2048]];
+        let lens: Vec<usize> = packets
+            .iter_mut()
+            .map(|p| sender.poll_transmit(0, p, &mut |_, out| out.fill(7)).unwrap())
+            .collect();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.set_nonblocking(true).unwrap();
+        let local = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = Port::new(local, peer.local_addr().unwrap(), false, Instant::now()).unwrap();
+        let stop = AtomicBool::new(false);
+        let mut out = vec![0u8; 2048];
+        receiver.handle_datagram(10, &mut packets[0][..lens[0]]).unwrap();
+        answer(&mut receiver, &port, &mut out, 20, &stop).unwrap();
+        let mut got = [0u8; 2048];
+        // What reached the peer (10 ms after the send: loopback delivers within it).
+        let drain =
+            |peer: &UdpSocket, got: &mut [u8]| std::iter::from_fn(|| peer.recv(got).ok()).count();
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(drain(&peer, &mut got) > 0, "the first packet's answer at 20 us");
+        receiver.handle_datagram(40, &mut packets[1][..lens[1]]).unwrap();
+        if ack_now {
+            receiver.ack_now(50);
+        }
+        answer(&mut receiver, &port, &mut out, 50, &stop).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        drain(&peer, &mut got)
+    };
+    assert_eq!(sent_at_50us(false), 0, "without ack_now: the next ACK tick, 10 ms on");
+    assert_eq!(sent_at_50us(true), 1, "with ack_now: the acknowledgement at once");
+}
