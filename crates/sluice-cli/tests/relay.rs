@@ -174,11 +174,16 @@ fn a_relay_that_is_down_is_left_out_and_the_copy_goes_on_direct() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("relay near left out"), "{stdout}");
-    let summary = json_summary(&stdout);
+    all_direct(&stdout, &src, &receiver.root.join("data.bin"));
+}
+
+/// The `--json` summary in `stdout` placed every block on the direct path, and `dest` is `src`.
+fn all_direct(stdout: &str, src: &Path, dest: &Path) {
+    let summary = json_summary(stdout);
     let placed = summary["placed"].as_array().unwrap();
     assert_eq!(placed.len(), 1, "the direct path alone: {summary}");
     assert_eq!(placed[0]["name"], "direct", "{summary}");
-    assert!(same_file(&src, &receiver.root.join("data.bin")));
+    assert!(same_file(src, dest));
 }
 
 #[test]
@@ -200,11 +205,7 @@ fn a_relay_farther_from_the_server_than_asked_is_left_out() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("relay near left out: its round trip from the server is"), "{stdout}");
     assert!(stdout.contains("(--relay-max-rtt-receiver 0)"), "{stdout}");
-    let summary = json_summary(&stdout);
-    let placed = summary["placed"].as_array().unwrap();
-    assert_eq!(placed.len(), 1, "{summary}");
-    assert_eq!(placed[0]["name"], "direct", "{summary}");
-    assert!(same_file(&src, &receiver.root.join("data.bin")));
+    all_direct(&stdout, &src, &receiver.root.join("data.bin"));
 }
 
 #[test]
