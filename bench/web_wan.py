@@ -162,14 +162,14 @@ def main():
         shutil.rmtree(out, ignore_errors=True)
     cli = next((float(r["seconds"]) for r in rows if r["via"] == "cli"), None)
     print("\n| via | direction | MiB | seconds | MiB/s | x CLI download | of which the last check s "
-          "| server CPU s | browser CPU s | receive-buffer drops (server, client side) "
-          "| linkem CPU s (whole run) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| server CPU s | browser CPU s | of it, by process | receive-buffer drops (server, "
+          "client side) | linkem CPU s (whole run) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for r in rows:
         ratio = f"{cli / float(r['seconds']):.2f}" if cli else "-"
         print(f"| {r['via']} | {r['dir']} | {r['mib']} | {r['seconds']} | {r['mib_s']} | {ratio} "
               f"| {r.get('verify_s', '-')} | {r.get('server_cpu_s', '-')} | {r.get('browser_cpu_s', '-')} "
-              f"| {r['rcvbuf_drops_server']}, {r['rcvbuf_drops_client']} | {r['linkem_cpu_s']} |")
+              f"| {r.get('browser_cpu_by_kind', '-')} | {r['rcvbuf_drops_server']}, {r['rcvbuf_drops_client']} | {r['linkem_cpu_s']} |")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,12 @@ const webAddr = process.env.SLUICE_WEB_ADDR ?? "127.0.0.1:0";
 const HZ = 100;
 const timeoutMs = Number(process.env.MEASURE_TIMEOUT_S ?? 1800) * 1000;
 
-/** CPU seconds (user + system) of `pid` and every process below it, by /proc. */
+/**
+ * CPU seconds (user + system) of `pid` and every process below it, by /proc: the total, and by
+ * kind (Chromium's `--type`, a utility process by its service: "renderer" runs the page's
+ * JavaScript and WebAssembly, "network" Chromium's QUIC and TCP, "storage" its file system;
+ * "other" is what has no type: the browser's own process, this script; "server" is Sluice's).
+ */
 function treeCpu(pid) {
   const stats = new Map();
   for (const name of fs.readdirSync("/proc")) {
@@ -48,7 +53,6 @@ function treeCpu(pid) {
       stats.set(Number(name), { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12])) / HZ });
     } catch { /* gone meanwhile */ }
   }
-  let total = 0;
   const seen = new Set([pid]);
   let grew = true;
   while (grew) {
@@ -57,8 +61,41 @@ function treeCpu(pid) {
       if (!seen.has(p) && seen.has(st.ppid)) { seen.add(p); grew = true; }
     }
   }
-  for (const p of seen) total += stats.get(p)?.cpu ?? 0;
-  return total;
+  let total = 0;
+  /** @type {Record<string, number>} */
+  const kinds = {};
+  for (const p of seen) {
+    const cpu = stats.get(p)?.cpu ?? 0;
+    total += cpu;
+    const k = kind(p);
+    kinds[k] = (kinds[k] ?? 0) + cpu;
+  }
+  return { total, kinds };
+}
+
+/** What Chromium process `pid` is, by its command line (see `treeCpu`). */
+function kind(pid) {
+  if (pid === server?.pid) return "server";
+  let args = "";
+  try {
+    args = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8");
+  } catch { /* gone meanwhile */ }
+  const type = args.match(/--type=([a-z-]+)/)?.[1];
+  if (type !== "utility") return type ?? "other";
+  const service = args.match(/--utility-sub-type=([A-Za-z.]+)/)?.[1] ?? "";
+  if (service.includes("NetworkService")) return "network";
+  if (service.includes("Storage")) return "storage";
+  return service || "utility";
+}
+
+/** `after` less `before`, kind by kind, as "kind s, ..." (largest first). */
+function kindsSpent(before, after) {
+  return Object.entries(after.kinds)
+    .map(([k, v]) => [k, v - (before.kinds[k] ?? 0)])
+    .filter(([k, v]) => k !== "server" && v >= 0.05)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => `${k} ${v.toFixed(1)}`)
+    .join(", ");
 }
 
 fs.rmSync(out, { recursive: true, force: true });
@@ -133,7 +170,7 @@ try {
   });
   /** Times `run` (a key press and its transfer) with the CPU seconds each side spent. */
   const timed = async (via, dir, run) => {
-    const [server0, all0] = [treeCpu(server.pid), treeCpu(process.pid)];
+    const [server0, all0] = [treeCpu(server.pid).total, treeCpu(process.pid)];
     const t0 = performance.now();
     // When the panel first says "verifying" (a download's check of the whole file after its
     // last byte): the time from then to done is that check's.
@@ -144,13 +181,15 @@ try {
     }, 50);
     await run().finally(() => clearInterval(look));
     const s = (performance.now() - t0) / 1000;
-    const serverCpu = treeCpu(server.pid) - server0;
+    const serverCpu = treeCpu(server.pid).total - server0;
     // The browser: every process below this script but the server (and this script itself).
-    const browserCpu = treeCpu(process.pid) - all0 - serverCpu;
+    const all1 = treeCpu(process.pid);
+    const browserCpu = all1.total - all0.total - serverCpu;
     results.push({
       via, dir, mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1),
       verify_s: verifyAt === null ? "-" : ((t0 + s * 1000 - verifyAt) / 1000).toFixed(2),
       server_cpu_s: serverCpu.toFixed(1), browser_cpu_s: browserCpu.toFixed(1),
+      browser_cpu_by_kind: kindsSpent(all0, all1),
     });
     console.log(JSON.stringify(results.at(-1)));
   };
