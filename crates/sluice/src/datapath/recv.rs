@@ -299,6 +299,11 @@ fn drive(
         if complete_at_us.is_none() && ctx.complete() {
             sink.writer.flush().map_err(|e| ctx.shared.fatal(DataError::File(e)))?;
             complete_at_us = Some(now);
+            tracing::debug!(
+                channel = sink.index,
+                duplicates = receiver.stats().duplicate_pkts,
+                "every byte is here"
+            );
             // The sender's end waits for this: a relay's next deposit takes the link then.
             receiver.ack_now(now);
         }
