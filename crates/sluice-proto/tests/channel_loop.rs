@@ -432,3 +432,28 @@ fn on_a_lossy_path_the_receiver_has_every_byte_a_round_trip_after_the_last_new_p
     let worst = completes.iter().copied().fold(0.0, f64::max);
     assert!(worst < 1.1, "the receiver completed {worst:.2} round trips after: {completes:?}");
 }
+
+/// The same at the blast's rate, where the last half round trip is thousands of packets (300
+/// ms, 1 % both ways, 400 Mbit/s of packets, 30 MB): some packet there is lost twice, original
+/// and copy, in about four transfers of ten, and its repair came up to half a round trip after
+/// the rest. The last quarter round trip is copied twice, so such a packet comes at most a
+/// quarter round trip late; and a repair's own copies no longer queue behind the thousands of
+/// copies. Over these twenty seeds, every byte was there 1.00-1.22 round trips after the last
+/// new packet (before: 1.00-1.45).
+#[test]
+fn a_packet_lost_twice_in_the_tail_costs_at_most_a_quarter_round_trip() {
+    let rtt_us = 300_000;
+    let config =
+        ChannelConfig { cc: CcKind::Fixed, rate_bps: 400_000_000, ..ChannelConfig::default() };
+    let completes: Vec<f64> = (60..80)
+        .map(|seed| {
+            let o = transfer(config.clone(), 30_000_000, rtt_us / 2, 0.01, seed);
+            check(&o);
+            assert!(o.tail_copies > 1000, "seed {seed}: {} copies", o.tail_copies);
+            (o.complete_us - o.last_new_us) as f64 / rtt_us as f64
+        })
+        .collect();
+    println!("every byte there, in round trips after the last new packet: {completes:?}");
+    let worst = completes.iter().copied().fold(0.0, f64::max);
+    assert!(worst < 1.3, "the receiver completed {worst:.2} round trips after: {completes:?}");
+}
