@@ -254,13 +254,15 @@ def _iperf_json(p):
 
 
 def run_cells(cells, linkem, rate_mbit, seconds, size, seed, root, log, on_row, missing, pairs=PAIRS,
-              stagger_s=0.0):
+              stagger_s=0.0, batch_us=0):
     """Every pair (of `pairs`) of every cell; on_row(row) after each (to save). missing: {"sluice": reason or
-    None, "iperf3-cubic": reason or None}. Namespaces are removed even on failure."""
+    None, "iperf3-cubic": reason or None}. batch_us: linkem releases the data and the ACKs only at wakes
+    that far apart (0: on time). Namespaces are removed even on failure."""
     rows = []
     works = None
     for n, (rtt, loss) in enumerate(cells):
-        path = WanPath(f"bench-{os.getpid()}-f{n}", linkem, rate_mbit, rtt, loss, log_dir=root)
+        path = WanPath(f"bench-{os.getpid()}-f{n}", linkem, rate_mbit, rtt, loss, log_dir=root,
+                       batch_us=batch_us, ackc_us=batch_us)
         name = cell_name(rtt, loss)
         log(f"fairness cell {name}: {path.label}")
         try:

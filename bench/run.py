@@ -154,6 +154,9 @@ def main():
     ap.add_argument("--fairness-stagger", type=float, default=0.0,
                     help="the second flow of each fairness pair starts this many seconds after the "
                          "first (name the pair in both orders, e.g. sluice+cubic,cubic+sluice; default 0)")
+    ap.add_argument("--fairness-batch-us", type=int, default=0,
+                    help="linkem releases each way's packets only at wakes this many us apart (the "
+                         "data: receive batching; the ACKs: compression), as real hosts do; 0: on time")
     ap.add_argument("--tools", help=f"comma-separated subset of: {', '.join(BY_NAME)}")
     ap.add_argument("--cap", type=float, help="per-run time cap in seconds (quick 20, otherwise 120)")
     ap.add_argument("--file-size", type=size_arg, help="single-file size for every path "
@@ -201,7 +204,7 @@ def main():
     if do_fair:
         meta["fairness"] = "measured: see the Fairness table"
         meta["fairness_cfg"] = {"cells": args.fairness_cells, "seconds": args.fairness_seconds,
-                                "stagger_s": args.fairness_stagger,
+                                "stagger_s": args.fairness_stagger, "batch_us": args.fairness_batch_us,
                                 "sluice_file_bytes": args.fairness_size or fairness.default_size(
                                     args.fairness_seconds, grid.RATE_MBIT),
                                 "rate_mbit": grid.RATE_MBIT, "tick_s": fairness.TICK_S}
@@ -287,7 +290,8 @@ def main():
             fairness.run_cells(fair_cells, LINKEM, grid.RATE_MBIT, args.fairness_seconds, args.fairness_size,
                                args.seed, root, log, on_row,
                                {k: availability[k] for k in ("sluice", "iperf3-cubic", "iperf3-bbr")},
-                               pairs=args.fairness_pairs.split(","), stagger_s=args.fairness_stagger)
+                               pairs=args.fairness_pairs.split(","), stagger_s=args.fairness_stagger,
+                               batch_us=args.fairness_batch_us)
     except Interrupted as e:
         meta["interrupted"] = str(e)
         log(f"interrupted: {e}")
