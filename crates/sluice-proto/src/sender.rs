@@ -138,8 +138,9 @@ pub struct Sender {
     /// Extra copies of the tail's repairs and of its newest packet (see [`TAIL_EXTRA_COPIES`]),
     /// sent after the retransmissions and before `tail_copies`.
     repair_copies: VecDeque<u64>,
-    /// The last half round trip's new packets, sent once more in the tail on a lossy path (see
-    /// [`Sender::copy_last_half_round_trip`]), after the repairs' copies.
+    /// The last half round trip's new packets, sent once more in the tail on a lossy path, the
+    /// last quarter's twice (see [`Sender::copy_last_half_round_trip`]), after the repairs'
+    /// copies.
     tail_copies: VecDeque<u64>,
     /// Whether the application expects to push more ([`Sender::expect_more`]).
     more_expected: bool,
