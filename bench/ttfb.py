@@ -203,6 +203,7 @@ def main():
         raise SystemExit("--loss is a percentage between 0 and 100")
     scratch = tempfile.mkdtemp(prefix="sluice-ttfb-", dir="/dev/shm")
     results = []
+    tries = 0
     try:
         for rtt in rtts:
             path = WanPath(f"ttfb{os.getpid()}", LINKEM, 1000, rtt, args.loss, log_dir=scratch,
@@ -214,7 +215,10 @@ def main():
                             for name, binary in bins:
                                 path.begin_run(seed=run_no + 1)
                                 try:
-                                    port = PORT + len(results)
+                                    # A port of its own per try: a failed run's server may
+                                    # still hold its port for a moment.
+                                    port = PORT + tries
+                                    tries += 1
                                     warm = name in args.warm.split(",")
                                     m = run_once(path, binary, direction, size, scratch,
                                                  f"{name}-{rtt}-{size}-{run_no}", port, warm,
