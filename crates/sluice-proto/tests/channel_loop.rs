@@ -200,10 +200,29 @@ fn after_the_last_new_packet(
     loss: f64,
     at: impl Fn(u64, &Outcome) -> u64,
 ) -> Vec<f64> {
+    after_the_last_new_packet_of(ChannelConfig::default(), 3_000_000, seeds, loss, at)
+}
+
+/// Asserts that the receiver had every byte within `bound` round trips of the last new packet,
+/// in every run of `completes`.
+fn every_byte_within(completes: &[f64], bound: f64) {
+    println!("every byte there, in round trips after the last new packet: {completes:?}");
+    let worst = completes.iter().copied().fold(0.0, f64::max);
+    assert!(worst < bound, "the receiver completed {worst:.2} round trips after: {completes:?}");
+}
+
+/// [`after_the_last_new_packet`] of `total` bytes sent as `config` says.
+fn after_the_last_new_packet_of(
+    config: ChannelConfig,
+    total: u64,
+    seeds: std::ops::Range<u64>,
+    loss: f64,
+    at: impl Fn(u64, &Outcome) -> u64,
+) -> Vec<f64> {
     let rtt_us = 300_000;
     seeds
         .map(|seed| {
-            let o = transfer(ChannelConfig::default(), 3_000_000, rtt_us / 2, loss, seed);
+            let o = transfer(config.clone(), total, rtt_us / 2, loss, seed);
             check(&o);
             (at(seed, &o) - o.last_new_us) as f64 / rtt_us as f64
         })
@@ -428,9 +447,7 @@ fn on_a_lossy_path_the_receiver_has_every_byte_a_round_trip_after_the_last_new_p
         assert!(o.tail_copies > 100, "seed {seed}: {} copies", o.tail_copies);
         o.complete_us
     });
-    println!("every byte there, in round trips after the last new packet: {completes:?}");
-    let worst = completes.iter().copied().fold(0.0, f64::max);
-    assert!(worst < 1.1, "the receiver completed {worst:.2} round trips after: {completes:?}");
+    every_byte_within(&completes, 1.1);
 }
 
 /// The same at the blast's rate, where the last half round trip is thousands of packets (300
@@ -442,20 +459,13 @@ fn on_a_lossy_path_the_receiver_has_every_byte_a_round_trip_after_the_last_new_p
 /// new packet (before: 1.00-1.45).
 #[test]
 fn a_packet_lost_twice_in_the_tail_costs_at_most_a_quarter_round_trip() {
-    let rtt_us = 300_000;
     let config =
         ChannelConfig { cc: CcKind::Fixed, rate_bps: 400_000_000, ..ChannelConfig::default() };
-    let completes: Vec<f64> = (60..80)
-        .map(|seed| {
-            let o = transfer(config.clone(), 30_000_000, rtt_us / 2, 0.01, seed);
-            check(&o);
-            assert!(o.tail_copies > 1000, "seed {seed}: {} copies", o.tail_copies);
-            (o.complete_us - o.last_new_us) as f64 / rtt_us as f64
-        })
-        .collect();
-    println!("every byte there, in round trips after the last new packet: {completes:?}");
-    let worst = completes.iter().copied().fold(0.0, f64::max);
-    assert!(worst < 1.3, "the receiver completed {worst:.2} round trips after: {completes:?}");
+    let completes = after_the_last_new_packet_of(config, 30_000_000, 60..80, 0.01, |seed, o| {
+        assert!(o.tail_copies > 1000, "seed {seed}: {} copies", o.tail_copies);
+        o.complete_us
+    });
+    every_byte_within(&completes, 1.3);
 }
 
 /// A start from path memory whose receiver reads nothing for its first 600 ms (an early upload
