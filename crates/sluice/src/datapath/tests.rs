@@ -235,26 +235,35 @@ fn an_answer_asked_for_at_once_is_sent_at_once() {
             .map(|p| sender.poll_transmit(0, p, &mut |_, out| out.fill(7)).unwrap())
             .collect();
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
-        peer.set_nonblocking(true).unwrap();
         let local = UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = Port::new(local, peer.local_addr().unwrap(), false, Instant::now()).unwrap();
         let stop = AtomicBool::new(false);
         let mut out = vec![0u8; 2048];
+        // What `answer` sent: the datagrams that reach the peer before a marker sent after it
+        // (loopback keeps one socket pair's order; no sleep, so its delivery time does not
+        // matter).
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut answered = |receiver: &mut Receiver, now: u64| {
+            answer(receiver, &port, &mut out, now, &stop).unwrap();
+            let marker = [0xA5u8; 3];
+            port.send(&marker, marker.len(), &stop).unwrap();
+            let mut got = [0u8; 2048];
+            let mut count = 0;
+            loop {
+                let n = peer.recv(&mut got).expect("the marker reaches the peer");
+                if got[..n] == marker {
+                    return count;
+                }
+                count += 1;
+            }
+        };
         receiver.handle_datagram(10, &mut packets[0][..lens[0]]).unwrap();
-        answer(&mut receiver, &port, &mut out, 20, &stop).unwrap();
-        let mut got = [0u8; 2048];
-        // What reached the peer (10 ms after the send: loopback delivers within it).
-        let drain =
-            |peer: &UdpSocket, got: &mut [u8]| std::iter::from_fn(|| peer.recv(got).ok()).count();
-        std::thread::sleep(Duration::from_millis(10));
-        assert!(drain(&peer, &mut got) > 0, "the first packet's answer at 20 us");
+        assert!(answered(&mut receiver, 20) > 0, "the first packet's answer at 20 us");
         receiver.handle_datagram(40, &mut packets[1][..lens[1]]).unwrap();
         if ack_now {
             receiver.ack_now(50);
         }
-        answer(&mut receiver, &port, &mut out, 50, &stop).unwrap();
-        std::thread::sleep(Duration::from_millis(10));
-        drain(&peer, &mut got)
+        answered(&mut receiver, 50)
     };
     assert_eq!(sent_at_50us(false), 0, "without ack_now: the next ACK tick, 10 ms on");
     assert_eq!(sent_at_50us(true), 1, "with ack_now: the acknowledgement at once");
