@@ -54,20 +54,6 @@ const MAX_PENDING_ACK2: usize = 64;
 /// link time the tail leaves idle: a share p of the last round trip's packets, twice.
 pub const TAIL_EXTRA_COPIES: usize = 2;
 
-/// Before the receiver is heard, new packets go out for at most a round trip and a half plus
-/// this long at the sending rate (and at least [`FIRST_FLIGHT_MIN_BYTES`]): a start from path
-/// memory sends at the link's rate at once, and a receiver that is late to read (an early upload
-/// whose request lost a packet waited 0.6 s for it at 300 ms) lets its socket overflow. Through
-/// linkem the flow window's four round trips went out meanwhile, and the receiver's kernel
-/// dropped 21,600 packets per channel, all repaired later. Normally the first acknowledgement
-/// comes a round trip and a few milliseconds after the first packet.
-const FIRST_FLIGHT_SLACK_US: f64 = 50_000.0;
-/// See [`FIRST_FLIGHT_SLACK_US`]: what a Sluice receiver's socket holds (the datapath asks for
-/// 16 MiB), so a receiver a little late to read loses nothing to the bound; a relay's deposits
-/// (a few MiB each, from the last one's rate) waited for their first acknowledgement under 0.75
-/// MB, 4-6 % slower through the relay topology. A first contact's startup never meets it.
-const FIRST_FLIGHT_MIN_BYTES: u64 = 16 << 20;
-
 /// How long a packet train lasts at the bottleneck, at the capacity last reported: long against
 /// the bunching of a receive path (a release every 50-1000 us reads a train of this span within
 /// a fifth) and short against any queue (4 ms of the link, once per round trip, in startup).
@@ -440,19 +426,7 @@ impl Sender {
             WindowBasis::Unreceived => self.unreceived_pkts(),
         };
         let cc = (self.cc.window_pkts().max(2.0) as u64).saturating_sub(counted);
-        let first = match self.stats.feedback_pkts {
-            0 => self.first_flight_pkts().saturating_sub(self.in_flight_pkts()),
-            _ => u64::MAX,
-        };
-        flight.min(peer).min(cc).min(first)
-    }
-
-    /// New packets that may go out before the receiver is heard (see
-    /// [`FIRST_FLIGHT_SLACK_US`]).
-    fn first_flight_pkts(&self) -> u64 {
-        let span_us = 1.5 * self.rtt.rtt_us() as f64 + FIRST_FLIGHT_SLACK_US;
-        let least = FIRST_FLIGHT_MIN_BYTES / self.config.packet_size.max(1) as u64;
-        ((span_us / self.period_us()) as u64).max(least)
+        flight.min(peer).min(cc)
     }
 
     fn exp_interval_us(&self) -> u64 {
