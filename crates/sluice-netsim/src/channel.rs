@@ -227,6 +227,20 @@ impl ChannelEndpoint {
 }
 
 impl ReceiverEnd {
+    /// Takes a payload the receiver delivered (arrived or rebuilt): counts it, checks it.
+    fn deliver(&mut self, now_us: u64, offset: u64, payload: &[u8]) {
+        let len = payload.len() as u64;
+        if self.delivered.insert(offset, offset + len - 1) != len {
+            self.duplicate_deliveries += 1;
+        }
+        if !payload_matches(self.payload_seed, offset, payload) {
+            self.corrupt_deliveries += 1;
+        }
+        if self.completed_us.is_none() && self.delivered.len() >= self.total_bytes {
+            self.completed_us = Some(now_us);
+        }
+    }
+
     /// Whether every byte of the channel's range arrived exactly once and intact.
     pub fn delivered_ok(&self) -> bool {
         self.delivered.len() == self.total_bytes
@@ -245,17 +259,11 @@ impl Endpoint for ChannelEndpoint {
                 s.update_coupling();
             }
             ChannelEndpoint::Receiver(r) => {
-                let Ok(Some(d)) = r.receiver.handle_datagram(now_us, datagram) else { return };
-                let payload = &datagram[d.range.clone()];
-                let len = payload.len() as u64;
-                if r.delivered.insert(d.offset, d.offset + len - 1) != len {
-                    r.duplicate_deliveries += 1;
+                if let Ok(Some(d)) = r.receiver.handle_datagram(now_us, datagram) {
+                    r.deliver(now_us, d.offset, &datagram[d.range.clone()]);
                 }
-                if !payload_matches(r.payload_seed, d.offset, payload) {
-                    r.corrupt_deliveries += 1;
-                }
-                if r.completed_us.is_none() && r.delivered.len() >= r.total_bytes {
-                    r.completed_us = Some(now_us);
+                while let Some(rebuilt) = r.receiver.poll_recovered() {
+                    r.deliver(now_us, rebuilt.offset, &rebuilt.payload);
                 }
             }
         }

@@ -115,28 +115,34 @@ impl Endpoint for PlanEnd {
                 bad_frames,
                 dead: false,
             } => {
-                let Ok(Some(d)) = receiver.handle_datagram(now_us, datagram) else { return };
-                let payload = &datagram[d.range.clone()];
-                *delivered += payload.len() as u64;
-                if d.offset & COMPRESSED == 0 {
-                    let at = d.offset as usize;
-                    store.borrow_mut()[at..at + payload.len()].copy_from_slice(payload);
-                    arrivals.borrow_mut().record(d.offset, payload.len() as u64);
-                    return;
-                }
-                let piece = piece_at(arrivals.borrow().parts(), d.offset & !COMPRESSED);
-                let (Some(piece), Some(inflater)) = (piece, inflater.as_mut()) else {
-                    *bad_frames += 1;
-                    return;
-                };
-                match inflater.accept(piece.clone(), d.offset, payload) {
-                    Ok(Some(bytes)) => {
-                        let at = piece.start as usize;
-                        store.borrow_mut()[at..at + bytes.len()].copy_from_slice(bytes);
-                        arrivals.borrow_mut().record(piece.start, bytes.len() as u64);
+                let mut deliver = |offset: u64, payload: &[u8]| {
+                    *delivered += payload.len() as u64;
+                    if offset & COMPRESSED == 0 {
+                        let at = offset as usize;
+                        store.borrow_mut()[at..at + payload.len()].copy_from_slice(payload);
+                        arrivals.borrow_mut().record(offset, payload.len() as u64);
+                        return;
                     }
-                    Ok(None) => {}
-                    Err(_) => *bad_frames += 1,
+                    let piece = piece_at(arrivals.borrow().parts(), offset & !COMPRESSED);
+                    let (Some(piece), Some(inflater)) = (piece, inflater.as_mut()) else {
+                        *bad_frames += 1;
+                        return;
+                    };
+                    match inflater.accept(piece.clone(), offset, payload) {
+                        Ok(Some(bytes)) => {
+                            let at = piece.start as usize;
+                            store.borrow_mut()[at..at + bytes.len()].copy_from_slice(bytes);
+                            arrivals.borrow_mut().record(piece.start, bytes.len() as u64);
+                        }
+                        Ok(None) => {}
+                        Err(_) => *bad_frames += 1,
+                    }
+                };
+                if let Ok(Some(d)) = receiver.handle_datagram(now_us, datagram) {
+                    deliver(d.offset, &datagram[d.range.clone()]);
+                }
+                while let Some(rebuilt) = receiver.poll_recovered() {
+                    deliver(rebuilt.offset, &rebuilt.payload);
                 }
             }
             _ => {}

@@ -46,6 +46,10 @@ pub struct ChannelConfig {
     /// few packets, and startup's exits check it within a round trip (see "Path memory" in
     /// `cc/adaptive.md`). A sender's setting only.
     pub start_rate_bps: u64,
+    /// Payload bytes the receiver keeps, from its first loss on, to rebuild lost packets from
+    /// the tail's parity ([`crate::fec`]); the sender codes no further back. 0: no code. Both
+    /// ends must agree (the session plane sets it from the transfer's channel count).
+    pub tail_code_bytes: u64,
 }
 
 impl Default for ChannelConfig {
@@ -66,6 +70,7 @@ impl Default for ChannelConfig {
             seed: 0,
             max_burst_pkts: 1,
             start_rate_bps: 0,
+            tail_code_bytes: 32 << 20,
         }
     }
 }

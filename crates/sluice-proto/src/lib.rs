@@ -15,6 +15,7 @@
 //! - [`cc`]: the congestion controllers (`udt`, `fixed`, `adaptive` and its scavenger form `low`)
 //!   behind one trait, and the coupling of a transfer's channels into one flow ([`cc::coupled`]);
 //! - [`pmtu`]: path MTU probing on the channel's own packets;
+//! - [`fec`]: the erasure code over a lossy tail's last round trip;
 //! - [`timer`]: the timer table;
 //! - [`rng`]: the seeded pseudo-random generator;
 //! - [`sender`] and [`receiver`]: the two ends of a channel (their [`receiver::State`] is
@@ -25,6 +26,7 @@ pub mod config;
 pub mod crypto;
 pub mod delay;
 pub mod estimate;
+pub mod fec;
 pub mod intervals;
 pub mod pmtu;
 pub mod receiver;

@@ -6,6 +6,8 @@
 //!    with the current time; when it returns a [`Delivered`], the payload (decrypted in place in
 //!    the caller's buffer) belongs at `offset` in the application's byte space; every payload is
 //!    delivered exactly once, in any order;
+//!    After either, it takes the packets the tail's erasure code rebuilt
+//!    ([`Receiver::poll_recovered`], [`crate::fec`]) and delivers them the same way;
 //! 2. calls [`Receiver::handle_timeout`] when the time returned by [`Receiver::poll_timeout`]
 //!    has come;
 //! 3. after either, calls [`Receiver::poll_transmit`] until it returns `None`, sending each
@@ -23,12 +25,15 @@ use crate::config::ChannelConfig;
 use crate::crypto::PacketKey;
 use crate::delay::QueueDelay;
 use crate::estimate::{ArrivalSpeed, CapacityEstimator, DeliveryRate, RttEstimator};
+use crate::fec;
 use crate::intervals::IntervalSet;
 use crate::reorder::Reorder;
 use crate::seq::Seq31;
 use crate::timer::earliest;
 use crate::timer::{Timer, TimerTable};
-use crate::wire::{self, Ack, Control, DataPrefix, HEADER_LEN, Header, Kind, TAG_LEN};
+use crate::wire::{
+    self, Ack, Control, DataPrefix, HEADER_LEN, Header, Kind, ParityPrefix, TAG_LEN,
+};
 
 /// ACKs remembered for matching ACK2s (RTT samples); older ACK2s are ignored.
 const ACK_HISTORY: usize = 1024;
@@ -90,6 +95,10 @@ pub struct ReceiverStats {
     pub rejected_pkts: u64,
     /// Packets detected missing (gaps in sequence numbers).
     pub detected_lost_pkts: u64,
+    /// Parity packets (halves) of the tail's erasure code accepted.
+    pub parity_pkts: u64,
+    /// Missing packets the code rebuilt (counted in `data_pkts` too).
+    pub recovered_pkts: u64,
     /// ACKs sent.
     pub acks_sent: u64,
     /// NAK packets sent.
@@ -145,6 +154,10 @@ pub struct Receiver {
     /// How long a gap waits before it is reported: the path's reordering (`crate::reorder`).
     reorder: Reorder,
     pending: VecDeque<Pending>,
+    /// The tail's erasure code: the payloads kept from the first loss on and the parities
+    /// collected ([`crate::fec`]); the packets it rebuilt, for the driver.
+    tail: Option<fec::Tail>,
+    recovered: VecDeque<fec::Recovered>,
     state: State,
     stats: ReceiverStats,
 }
@@ -183,6 +196,8 @@ impl Receiver {
             renak_from: None,
             reorder: Reorder::new(),
             pending: VecDeque::new(),
+            tail: None,
+            recovered: VecDeque::new(),
             state: State::Open,
             stats: ReceiverStats::default(),
             config,
@@ -230,6 +245,7 @@ impl Receiver {
         let body = &datagram[HEADER_LEN..HEADER_LEN + body_len];
         let result = match header.kind {
             Kind::Data => self.on_data(now_us, &header, body),
+            Kind::Parity => self.on_parity(now_us, body),
             kind => match Control::parse(kind, body) {
                 Ok(control) => self.on_control(now_us, control),
                 Err(_) => Err(Rejected::Invalid),
@@ -278,6 +294,9 @@ impl Receiver {
         let fresh = if dsn >= self.rcv_next {
             if dsn > self.rcv_next {
                 let (lo, hi) = (self.rcv_next, dsn - 1);
+                if self.tail.is_none() && self.stats.detected_lost_pkts == 0 {
+                    self.tail = fec::Tail::new(&self.config);
+                }
                 self.stats.detected_lost_pkts += self.loss.insert(lo, hi);
                 if self.reorder.on_gap(lo, hi, now_us) {
                     self.report_gap(now_us, lo, hi);
@@ -303,8 +322,73 @@ impl Receiver {
         self.nak_backoff = 1;
         self.stats.data_pkts += 1;
         self.stats.delivered_bytes += payload.len() as u64;
+        if let Some(tail) = self.tail.as_mut() {
+            tail.keep(dsn, prefix.offset, payload);
+            // A repair into a coded block may leave one of its parities one packet short.
+            let lines = tail.lines_after(dsn);
+            if !lines.is_empty() {
+                self.recover(now_us, lines);
+            }
+        }
         let start = HEADER_LEN + wire::DATA_PREFIX_LEN;
         Ok(Some(Delivered { offset: prefix.offset, range: start..start + payload.len() }))
+    }
+
+    /// Half a parity of the tail's code: its block's coded packets end at its last, so what
+    /// of them has not come is missing; a parity made whole may rebuild one.
+    fn on_parity(&mut self, now_us: u64, body: &[u8]) -> Result<Option<Delivered>, Rejected> {
+        let (prefix, bytes) = ParityPrefix::parse(body).map_err(|_| Rejected::Invalid)?;
+        let from = prefix.from.extend(self.rcv_next);
+        let last = from + u64::from(prefix.count) - 1;
+        if last >= self.ack_point() + u64::from(self.config.recv_window_pkts) {
+            return Err(Rejected::OutOfWindow);
+        }
+        self.stats.parity_pkts += 1;
+        // Without a loss seen, nothing was kept to rebuild from (and nothing is missing).
+        let Some(tail) = self.tail.as_mut() else { return Ok(None) };
+        let half = fec::Half {
+            from,
+            count: prefix.count,
+            line: prefix.line,
+            half: prefix.half,
+            bytes: bytes.to_vec(),
+        };
+        let whole = tail.take_half(&half).map_err(|_| Rejected::Invalid)?;
+        if last >= self.rcv_next {
+            let lo = self.rcv_next;
+            self.stats.detected_lost_pkts += self.loss.insert(lo, last);
+            self.rcv_next = last + 1;
+            self.report_gap(now_us, lo, last);
+        }
+        if whole {
+            self.recover(now_us, vec![(fec::block_of(from), prefix.line)]);
+        }
+        Ok(None)
+    }
+
+    /// Rebuilds what the tail's code can from the parities `lines`, for
+    /// [`Receiver::poll_recovered`].
+    fn recover(&mut self, now_us: u64, lines: Vec<(u64, fec::Line)>) {
+        let Some(tail) = self.tail.as_mut() else { return };
+        for packet in tail.peel(lines, &self.loss) {
+            if !self.loss.remove(packet.dsn) {
+                continue;
+            }
+            self.stats.data_pkts += 1;
+            self.stats.recovered_pkts += 1;
+            self.stats.delivered_bytes += packet.payload.len() as u64;
+            self.data_since_ack = true;
+            self.recovered.push_back(packet);
+        }
+        if !self.recovered.is_empty() && self.timers.get(Timer::Ack).is_none() {
+            self.timers.set(Timer::Ack, now_us + SYN_US);
+        }
+    }
+
+    /// The next packet the tail's erasure code rebuilt: deliver its payload at its offset, as
+    /// a [`Delivered`] one. Every payload is still delivered exactly once.
+    pub fn poll_recovered(&mut self) -> Option<fec::Recovered> {
+        self.recovered.pop_front()
     }
 
     fn on_control(

@@ -74,6 +74,8 @@ pub struct SenderStats {
     pub retransmitted_pkts: u64,
     /// Extra copies sent in the tail (see [`TAIL_EXTRA_COPIES`]).
     pub tail_copy_pkts: u64,
+    /// Parity packets (half parities) of the tail's erasure code sent ([`crate::fec`]).
+    pub parity_pkts: u64,
     /// Control packets sent (ACK2, keep-alive, path MTU probes, shutdown).
     pub control_pkts: u64,
     /// Bytes of all datagrams sent.
@@ -142,6 +144,12 @@ pub struct Sender {
     /// last quarter's twice (see [`Sender::copy_last_half_round_trip`]), after the repairs'
     /// copies.
     tail_copies: VecDeque<u64>,
+    /// The tail's erasure code ([`crate::fec`]): the parities of what was sent since the
+    /// receiver's first loss report, the halves still to send in the tail, and how many there
+    /// were ([`Sender::code_the_last_round_trip`]).
+    coder: Option<crate::fec::Coder>,
+    parity: VecDeque<crate::fec::Half>,
+    parity_made: usize,
     /// Whether the application expects to push more ([`Sender::expect_more`]).
     more_expected: bool,
     /// Whether the tail has begun ([`Sender::begin_tail`]); pushing more ends it.
@@ -225,6 +233,9 @@ impl Sender {
             loss: IntervalSet::new(),
             repair_copies: VecDeque::new(),
             tail_copies: VecDeque::new(),
+            coder: None,
+            parity: VecDeque::new(),
+            parity_made: 0,
             more_expected: true,
             tail_begun: false,
             next_send_us: now_us as f64,
@@ -286,6 +297,8 @@ impl Sender {
     /// Begins the tail: the newest packet goes out again (if the last packets were lost, no
     /// later one would show the receiver the gap), and so do the repairs of the last round trip
     /// still unacknowledged: one of them lost would cost a periodic NAK, a round trip or more.
+    /// On a lossy path the last round trip's packets get an erasure code, or where it cannot be
+    /// made, the last half round trip's packets go again.
     fn begin_tail(&mut self, now_us: u64) {
         self.tail_begun = true;
         let recent_us = now_us.saturating_sub(self.rtt.rtt_us() + 4 * self.rtt.rtt_var_us());
@@ -296,11 +309,38 @@ impl Sender {
         for dsn in recent.map(|(_, dsn)| dsn).chain(newest) {
             self.repair_copies.extend(std::iter::repeat_n(dsn, TAIL_EXTRA_COPIES));
         }
-        self.copy_last_half_round_trip(now_us);
+        if !self.code_the_last_round_trip(now_us) {
+            self.copy_last_half_round_trip(now_us);
+        }
     }
 
-    /// On a lossy path, the tail also sends once more the packets sent for the first time in
-    /// the last half round trip, newest first, after the repairs. A packet sent `x` before the
+    /// On a path that lost packets, queues the parities of the blocks that hold the packets
+    /// sent for the first time in the last round trip ([`crate::fec`]), to go out after the
+    /// repairs. A packet sent `x` before the tail and lost is otherwise repaired a round trip
+    /// and a half after it was sent; with the code it is rebuilt when its block's parities
+    /// arrive, half a round trip and the few milliseconds they take into the tail. The parities
+    /// were made as the packets went: nothing is computed here. Returns whether there are any.
+    fn code_the_last_round_trip(&mut self, now_us: u64) -> bool {
+        self.parity.clear();
+        let Some(coder) = self.coder.as_ref() else { return false };
+        let window_us = self.rtt.rtt_us() + 4 * self.rtt.rtt_var_us() + SYN_US;
+        let since_us = now_us.saturating_sub(window_us);
+        let recent = self
+            .flight
+            .iter()
+            .rev()
+            .take_while(|slot| slot.retransmitted || slot.last_sent_us >= since_us)
+            .count();
+        let since = self.next_dsn - recent as u64;
+        self.parity.extend(coder.halves(since, self.next_dsn));
+        self.parity_made = self.parity.len();
+        self.parity_made > 0
+    }
+
+    /// Where the tail's code has nothing to offer (the first loss was reported after the last
+    /// round trip's packets went, so none of them was coded), on a lossy path the tail sends once
+    /// more the packets sent for the first time in the last half round trip, newest first,
+    /// after the repairs. A packet sent `x` before the
     /// tail and lost is otherwise repaired a round trip after it was sent (its NAK, then the
     /// repair): the end of the data comes a round trip after its last new packet. Its copy,
     /// sent `x` into the tail, arrives `2x` after it would have, so for every `x` under half a
@@ -335,6 +375,12 @@ impl Sender {
             let newest = fresh.iter().take_while(|&&(_, at)| at >= quarter_us);
             self.tail_copies.extend(newest.map(|&(dsn, _)| dsn));
         }
+    }
+
+    /// The parity packets the tail's erasure code queued when the tail began, if any
+    /// ([`crate::fec`]).
+    pub fn tail_code(&self) -> Option<usize> {
+        (self.parity_made > 0).then_some(self.parity_made)
     }
 
     /// Where the channel stands. [`State::Closed`] with [`REASON_DONE`] means every byte was
@@ -560,6 +606,10 @@ impl Sender {
             largest = Some(largest.map_or(end, |l: u64| l.max(end)));
         }
         self.stats.lost_pkts += first_time;
+        if first_time > 0 && self.coder.is_none() {
+            // The receiver keeps payloads from its first loss on: code from here.
+            self.coder = crate::fec::Coder::new(&self.config);
+        }
         self.interval_lost += first_time;
         if let (Some(largest_lost), true) = (largest, added > 0) {
             self.cc.on_loss(&LossSignal {
@@ -626,6 +676,7 @@ impl Sender {
         !self.loss.is_empty()
             || !self.repair_copies.is_empty()
             || !self.tail_copies.is_empty()
+            || !self.parity.is_empty()
             || (!self.tail_begun && self.in_tail() && self.next_dsn > self.snd_una)
             || (!self.queue.is_empty() && self.window_allows_new())
             || (self.finished && self.all_acked() && !self.shutdown_sent)
@@ -699,6 +750,7 @@ impl Sender {
                 Some(dsn) => (dsn, false, false),
                 None => match self.next_tail_copy() {
                     Some(dsn) => (dsn, true, true),
+                    None if !self.parity.is_empty() => return self.poll_parity(now_us, buf),
                     None => {
                         self.interval_starved = true;
                         self.pair_second_due = false;
@@ -747,6 +799,9 @@ impl Sender {
         DataPrefix { dsn: Seq31::from_ext(dsn), offset }.emit(&mut buf[HEADER_LEN..]).ok()?;
         let payload_at = HEADER_LEN + wire::DATA_PREFIX_LEN;
         fill(offset, &mut buf[payload_at..payload_at + len]);
+        if let (false, Some(coder)) = (retransmit, self.coder.as_mut()) {
+            coder.add(dsn, offset, &buf[payload_at..payload_at + len]);
+        }
         let total = self.seal(now_us, buf, limit, body_len)?;
 
         // A train's packets after its first go back to back: they are the probe, a few
@@ -755,13 +810,7 @@ impl Sender {
         if in_train && self.train_borrows() {
             self.next_send_us += self.period_us();
         } else if !in_train {
-            let period = self.period_us();
-            let catch_up = f64::from(self.config.max_burst_pkts);
-            let earliest = now - period * catch_up;
-            if self.next_send_us < earliest {
-                self.stats.pacing_dropped_us += (earliest - self.next_send_us) as u64;
-            }
-            self.next_send_us = self.next_send_us.max(earliest) + period;
+            self.pace(now);
         }
         match (retransmit, copy) {
             (_, true) => self.stats.tail_copy_pkts += 1,
@@ -780,6 +829,52 @@ impl Sender {
         if self.loss.is_empty() && (self.queue.is_empty() || !self.window_allows_new()) {
             self.interval_starved = true;
         }
+        if self.timers.get(Timer::Exp).is_none() {
+            self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
+        }
+        Some(total)
+    }
+
+    /// Moves the pacing schedule on by one period after a packet sent at `now`, letting go of
+    /// what a late wake-up left beyond the catch-up allowance.
+    fn pace(&mut self, now: f64) {
+        let period = self.period_us();
+        let catch_up = f64::from(self.config.max_burst_pkts);
+        let earliest = now - period * catch_up;
+        if self.next_send_us < earliest {
+            self.stats.pacing_dropped_us += (earliest - self.next_send_us) as u64;
+        }
+        self.next_send_us = self.next_send_us.max(earliest) + period;
+    }
+
+    /// Sends the next half parity of the tail's code, paced as a data packet (no train or
+    /// pair measures across it).
+    fn poll_parity(&mut self, now_us: u64, buf: &mut [u8]) -> Option<usize> {
+        self.pair_second_due = false;
+        self.train_left = 0;
+        let half = self.parity.pop_front()?;
+        let prefix = wire::ParityPrefix {
+            from: Seq31::from_ext(half.from),
+            count: half.count,
+            line: half.line,
+            half: half.half,
+        };
+        let limit = buf.len().min(self.config.packet_size);
+        let body_len = wire::field::PARITY_BYTES.start + half.bytes.len();
+        if HEADER_LEN + body_len + TAG_LEN > limit {
+            self.parity.clear();
+            return None;
+        }
+        let header =
+            Header { kind: Kind::Parity, flags: 0, pn: self.next_pn, timestamp_us: now_us as u32 };
+        header.emit(buf).ok()?;
+        prefix.emit(&mut buf[HEADER_LEN..], half.bytes.len()).ok()?;
+        let at = HEADER_LEN + wire::field::PARITY_BYTES.start;
+        buf[at..at + half.bytes.len()].copy_from_slice(&half.bytes);
+        let total = self.seal(now_us, buf, limit, body_len)?;
+        self.pace(now_us as f64);
+        self.stats.parity_pkts += 1;
+        self.interval_sent += 1;
         if self.timers.get(Timer::Exp).is_none() {
             self.timers.set(Timer::Exp, now_us + self.exp_interval_us());
         }

@@ -9,6 +9,11 @@ use crate::messages::Spec;
 
 /// Data channels per transfer at most, whatever either end asks.
 pub const MAX_CHANNELS: u32 = 64;
+/// Payload bytes a transfer's receiving end keeps, all its channels together, once they see
+/// losses, to rebuild the tail's losses from its parity (`sluice_proto::fec`): at 1 Gbit/s and
+/// 300 ms, a round trip of each of two channels' packets and a block more. At most 32 MiB a
+/// channel (`ChannelConfig::tail_code_bytes`).
+pub const TAIL_CODE_BYTES: u64 = 64 << 20;
 
 /// Names of the AEADs in the handshake.
 pub fn cipher_name(alg: Algorithm) -> &'static str {
@@ -116,9 +121,11 @@ impl Negotiated {
         }
     }
 
-    /// `base` with the negotiated fields.
+    /// `base` with the negotiated fields, and each channel's share of [`TAIL_CODE_BYTES`].
     pub fn apply(&self, base: &ChannelConfig) -> ChannelConfig {
+        let tail_code = TAIL_CODE_BYTES / u64::from(self.channels.max(1));
         ChannelConfig {
+            tail_code_bytes: tail_code.min(base.tail_code_bytes),
             packet_size: self.packet_size,
             cc: self.cc,
             rate_bps: self.rate_bps,

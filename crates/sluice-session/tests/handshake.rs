@@ -207,3 +207,20 @@ fn admission_places_then_retries_then_waits_then_refuses() {
     // The server full, its address not: refused, not kept waiting for another address's place.
     assert!(matches!(decide(&LIMITS, &counts(64, 2), true), AdmitDecision::Refuse(_)));
 }
+
+#[test]
+fn a_transfers_channels_share_what_their_receiver_keeps_for_the_tails_code() {
+    use sluice_proto::config::ChannelConfig;
+    use sluice_session::negotiate::{Negotiated, TAIL_CODE_BYTES};
+    let base = ChannelConfig::default();
+    for channels in [1, 2, 4, 64] {
+        let negotiated = Negotiated::from_spec(&spec(channels)).unwrap();
+        let config = negotiated.apply(&base);
+        let share = (TAIL_CODE_BYTES / u64::from(channels)).min(base.tail_code_bytes);
+        assert_eq!(config.tail_code_bytes, share, "{channels} channels");
+        assert!(u64::from(channels) * config.tail_code_bytes <= TAIL_CODE_BYTES);
+    }
+    // Both ends apply the same negotiated spec, so they agree.
+    let negotiated = Negotiated::from_spec(&spec(2)).unwrap();
+    assert_eq!(negotiated.apply(&base).tail_code_bytes, 32 << 20);
+}

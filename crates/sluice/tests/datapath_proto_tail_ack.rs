@@ -94,6 +94,9 @@ fn transfer_losing_one_ack(total: u64, lose: Lose) -> (State, u64) {
                 if let Ok(Some(d)) = receiver.handle_datagram(now, &mut bytes) {
                     received += d.range.len() as u64;
                 }
+                while let Some(rebuilt) = receiver.poll_recovered() {
+                    received += rebuilt.payload.len() as u64;
+                }
             } else {
                 sender.handle_datagram(now, &mut bytes);
             }

@@ -126,6 +126,7 @@ impl<'a> Control<'a> {
     pub fn parse(kind: Kind, body: &'a [u8]) -> Result<Self, WireError> {
         match kind {
             Kind::Data => Err(WireError::Malformed("data is not a control kind")),
+            Kind::Parity => Err(WireError::Malformed("parity is not a control kind")),
             Kind::Ack => Ack::parse(body).map(Control::Ack),
             Kind::Ack2 => {
                 exact_len(body, field::ACK2_ACK_NO.end)?;

@@ -70,5 +70,23 @@ pub const PROBE_ID: Field = 0..4;
 /// Probe-ack body: the id of the probe it answers.
 pub const PROBE_ACK_ID: Field = 0..4;
 
+/// Parity body: the first data sequence number the block's parities code, u32 with the top
+/// bit zero.
+pub const PARITY_FROM: Field = 0..4;
+/// Parity body: packets coded, from `from` on, within its block.
+pub const PARITY_COUNT: Field = 4..8;
+/// Parity body: the block's side, u16 ([`crate::fec::SIDE`]).
+pub const PARITY_SIDE: Field = 8..10;
+/// Parity body: the family of the parity (0 rows, 1 columns, 2 diagonals).
+pub const PARITY_FAMILY: usize = 10;
+/// Parity body: which half of the parity this is (0 or 1).
+pub const PARITY_HALF: usize = 11;
+/// Parity body: the parity's index in its family, u16.
+pub const PARITY_INDEX: Field = 12..14;
+/// Parity body: reserved, zero.
+pub const PARITY_RESERVED: Field = 14..16;
+/// Parity body: the half parity's bytes.
+pub const PARITY_BYTES: Rest = 16..;
+
 /// NAK body: bytes of one entry.
 pub const NAK_ENTRY_LEN: usize = 4;

@@ -19,7 +19,7 @@ impl Header {
     /// Parses the first `HEADER_LEN` bytes of `buf`.
     ///
     /// Errors: `Truncated` if `buf` is shorter than the header, `UnknownKind` for a kind byte
-    /// above 6, `Malformed` for non-zero reserved bytes or flags the kind does not allow.
+    /// that names no [`Kind`], `Malformed` for non-zero reserved bytes or flags the kind does not allow.
     pub fn parse(buf: &[u8]) -> Result<Header, WireError> {
         let packet = Packet::new_checked(buf)?;
         let kind = Kind::from_u8(packet.kind_raw())?;

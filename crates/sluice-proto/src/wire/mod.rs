@@ -25,7 +25,7 @@
 //!
 //! | bytes  | field          | notes                                                          |
 //! |--------|----------------|----------------------------------------------------------------|
-//! | 0      | kind           | 0 data, 1 ack, 2 ack2, 3 nak, 4 keep-alive, 5 shutdown, 6 drop-request, 7 probe, 8 probe-ack; else `UnknownKind` |
+//! | 0      | kind           | 0 data, 1 ack, 2 ack2, 3 nak, 4 keep-alive, 5 shutdown, 6 drop-request, 7 probe, 8 probe-ack, 9 parity; else `UnknownKind` |
 //! | 1      | flags          | data only: [`flags::PAIR_FIRST`] 1, [`flags::PAIR_SECOND`] 2, both a train's middle ([`flags::TRAIN`]), [`flags::RETRANSMIT`] 4; other bits, or any bit on a control kind: `Malformed` |
 //! | 2..4   | reserved       | zero, else `Malformed`                                         |
 //! | 4..12  | packet number  | u64; AEAD nonce input, never reused under one key              |
@@ -103,6 +103,21 @@
 //! |-------|-------|------------------------------|
 //! | 0..4  | id    | u32, the probe it answers    |
 //!
+//! # Parity body (kind 9): 16 + half-parity bytes
+//!
+//! Half of one parity of the tail's erasure code ([`crate::fec`]).
+//!
+//! | bytes  | field    | notes                                                             |
+//! |--------|----------|-------------------------------------------------------------------|
+//! | 0..4   | from     | u32, top bit zero: the first data sequence number the block codes |
+//! | 4..8   | count    | u32, packets coded from `from` on, 1 to `side`², within one block |
+//! | 8..10  | side     | u16, the block's side, [`crate::fec::SIDE`]; else `Malformed`     |
+//! | 10     | family   | 0 rows, 1 columns, 2 diagonals                                    |
+//! | 11     | half     | 0 or 1                                                            |
+//! | 12..14 | index    | u16, below `side`                                                 |
+//! | 14..16 | reserved | zero                                                              |
+//! | 16..   | bytes    | the half parity, at least one byte                                |
+//!
 //! Trailing bytes after a fixed-size body are `Malformed`; a body shorter than its fixed part is
 //! `Truncated`.
 
@@ -113,6 +128,7 @@ mod data;
 pub mod field;
 mod header;
 mod nak;
+mod parity;
 #[cfg(test)]
 mod tests;
 
@@ -120,6 +136,7 @@ pub use control::{Ack, Control};
 pub use data::{DataBody, DataPrefix};
 pub use header::{Header, Packet};
 pub use nak::{NakRanges, emit_nak};
+pub use parity::ParityPrefix;
 
 /// Bytes of the packet header.
 pub const HEADER_LEN: usize = 16;
@@ -187,11 +204,13 @@ pub enum Kind {
     Probe = 7,
     /// The receiver got that probe.
     ProbeAck = 8,
+    /// A recovery shard of the tail's erasure code ([`crate::fec`]). Protocol 12 on.
+    Parity = 9,
 }
 
 impl Kind {
     /// Every kind, in wire order.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Data,
         Kind::Ack,
         Kind::Ack2,
@@ -201,6 +220,7 @@ impl Kind {
         Kind::DropRequest,
         Kind::Probe,
         Kind::ProbeAck,
+        Kind::Parity,
     ];
 
     /// The kind for a wire byte, or `UnknownKind`.
@@ -208,7 +228,8 @@ impl Kind {
         Kind::ALL.get(usize::from(byte)).copied().ok_or(WireError::UnknownKind(byte))
     }
 
-    /// `true` for every kind but [`Kind::Data`].
+    /// `true` for every kind but [`Kind::Data`] (a parity packet, like a control packet, has
+    /// no flags).
     pub fn is_control(self) -> bool {
         self != Kind::Data
     }

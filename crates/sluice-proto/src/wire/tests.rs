@@ -72,8 +72,8 @@ fn header_kind_and_flag_bytes_exhaustively() {
             buf[0] = kind_byte;
             buf[1] = flags_byte;
             let expected = match kind_byte {
-                9.. => Err(WireError::UnknownKind(kind_byte)),
-                1..=8 if flags_byte != 0 => {
+                10.. => Err(WireError::UnknownKind(kind_byte)),
+                1..=9 if flags_byte != 0 => {
                     Err(WireError::Malformed("flags set on a control packet"))
                 }
                 0 if flags_byte & !flags::ALL != 0 => {
@@ -431,4 +431,54 @@ fn nak_emit_writes_whole_body_after_partial_iteration() {
     assert_eq!(ranges.by_ref().count(), 2);
     assert_eq!(ranges.next(), None);
     assert_eq!(ranges.size_hint(), (0, Some(0)));
+}
+
+#[test]
+fn a_parity_body_round_trips_and_its_bounds_are_checked() {
+    use crate::fec::SIDE;
+    let prefix = ParityPrefix { from: Seq31::new(0x7FFF_FFFF), count: 3, line: (2, 63), half: 1 };
+    let mut body = vec![0u8; field::PARITY_BYTES.start + 5];
+    body[field::PARITY_BYTES].copy_from_slice(&[1, 2, 3, 4, 5]);
+    prefix.emit(&mut body, 5).unwrap();
+    assert_eq!(
+        body[..field::PARITY_BYTES.start],
+        [0x7F, 0xFF, 0xFF, 0xFF, 0, 0, 0, 3, 0, 64, 2, 1, 0, 63, 0, 0]
+    );
+    assert_eq!(ParityPrefix::parse(&body), Ok((prefix, &[1u8, 2, 3, 4, 5][..])));
+    assert_eq!(
+        Control::parse(Kind::Parity, &body).err(),
+        Some(WireError::Malformed("parity is not a control kind"))
+    );
+    for len in 0..field::PARITY_BYTES.start {
+        assert_eq!(ParityPrefix::parse(&body[..len]), Err(WireError::Truncated));
+    }
+    // Each value the format forbids, refused by emit and by parse.
+    let bad = |p: ParityPrefix, len: usize| {
+        let mut out = vec![0u8; field::PARITY_BYTES.start + len];
+        assert!(matches!(p.emit(&mut out, len), Err(WireError::Malformed(_))), "{p:?} {len}");
+        let ok = ParityPrefix { count: 1, line: (0, 0), half: 0, ..p };
+        ok.emit(&mut out, 1.max(len)).unwrap();
+        out[field::PARITY_COUNT].copy_from_slice(&p.count.to_be_bytes());
+        out[field::PARITY_FAMILY] = p.line.0;
+        out[field::PARITY_INDEX].copy_from_slice(&p.line.1.to_be_bytes());
+        out[field::PARITY_HALF] = p.half;
+        assert!(matches!(ParityPrefix::parse(&out), Err(WireError::Malformed(_))), "{p:?} {len}");
+    };
+    bad(ParityPrefix { count: 0, ..prefix }, 5);
+    bad(ParityPrefix { count: (SIDE * SIDE) as u32 + 1, ..prefix }, 5);
+    bad(ParityPrefix { line: (3, 0), ..prefix }, 5);
+    bad(ParityPrefix { line: (0, SIDE as u16), ..prefix }, 5);
+    bad(ParityPrefix { half: 2, ..prefix }, 5);
+    bad(prefix, 0);
+    let mut other = body.clone();
+    other[field::PARITY_SIDE].copy_from_slice(&32u16.to_be_bytes());
+    assert_eq!(
+        ParityPrefix::parse(&other),
+        Err(WireError::Malformed("parity block side is not the code's"))
+    );
+    let mut other = body.clone();
+    other[field::PARITY_RESERVED.start] = 1;
+    assert!(matches!(ParityPrefix::parse(&other), Err(WireError::Malformed(_))));
+    body[0] |= 0x80;
+    assert!(matches!(ParityPrefix::parse(&body), Err(WireError::Malformed(_))));
 }

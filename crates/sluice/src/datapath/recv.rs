@@ -281,9 +281,18 @@ fn drive(
                         take_error = Some(e);
                     }
                 }
+                // What the tail's erasure code rebuilt goes the same way.
+                while let Some(rebuilt) = receiver.poll_recovered() {
+                    if take_error.is_none()
+                        && let Err(e) = sink.take(rebuilt.offset, &rebuilt.payload, &mut payloads)
+                    {
+                        take_error = Some(e);
+                    }
+                }
             });
             ctx.record(&payloads);
             payloads.clear();
+
             if let (Some(age_us), false) = first_data {
                 first_data.1 = true;
                 log_first_data(sink.index, age_us);
@@ -302,6 +311,8 @@ fn drive(
             tracing::debug!(
                 channel = sink.index,
                 duplicates = receiver.stats().duplicate_pkts,
+                parity = receiver.stats().parity_pkts,
+                rebuilt = receiver.stats().recovered_pkts,
                 "every byte is here"
             );
             // The sender's end waits for this: a relay's next deposit takes the link then.

@@ -155,7 +155,12 @@ impl Run<'_, '_> {
             if !finished {
                 finished = self.refill(ctx, taken)?;
             }
+            let coded = self.sender.tail_code();
             self.transmit(&mut out, now, ctx)?;
+            if let (None, Some(parity_pkts)) = (coded, self.sender.tail_code()) {
+                let took_us = self.port.now_us().saturating_sub(now);
+                tracing::debug!(channel = self.index, parity_pkts, took_us, "the tail's code");
+            }
             let probe = self.sender.path_probe();
             if probe != probe_told {
                 probe_told = probe;

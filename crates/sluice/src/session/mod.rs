@@ -174,8 +174,9 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// start: the server's `Offer` before `Hello`, `Put.early`, `Get.udp_ports`, `Want.early`; 10: in startup the data
 /// channels time the path with packet trains, whose middle packets carry both pair flags,
 /// `sluice_proto::wire::flags::TRAIN`; 11: a relay hop's data moves on one UDP channel,
-/// whatever the session negotiated, `relay::hop::HOP_CHANNELS`).
-pub const PROTOCOL_VERSION: u32 = 11;
+/// whatever the session negotiated, `relay::hop::HOP_CHANNELS`; 12: a lossy tail's parity
+/// packets, kind 9, `sluice_proto::fec`).
+pub const PROTOCOL_VERSION: u32 = 12;
 pub use sluice_session::negotiate::MAX_CHANNELS;
 /// The most channels chosen automatically (one per core, up to this).
 pub const AUTO_CHANNELS_CAP: u32 = 8;
