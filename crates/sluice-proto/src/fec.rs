@@ -166,9 +166,13 @@ impl Coder {
     }
 
     /// Adds a packet sent for the first time; new packets come in sequence order. A payload
-    /// longer than the channel's is not coded.
+    /// longer than the channel's cannot be coded, nor then the rest of its block: the block's
+    /// parities so far are dropped (a parity must hold every packet its line names).
     pub fn add(&mut self, dsn: u64, offset: u64, payload: &[u8]) {
         if payload.len() > self.max_payload {
+            if self.blocks.back().is_some_and(|b| block_of(b.from) == block_of(dsn)) {
+                self.blocks.pop_back();
+            }
             return;
         }
         let base = block_of(dsn);

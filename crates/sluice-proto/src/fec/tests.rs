@@ -226,3 +226,19 @@ fn what_coding_and_keeping_cost_per_gib() {
     );
     assert_eq!(tail.retained.get(99_999).map(|(offset, _)| offset), Some(sent[49_999].1));
 }
+
+#[test]
+fn a_block_with_a_packet_too_long_to_code_sends_no_parity() {
+    let mut coder = Coder::new(&config()).unwrap();
+    for dsn in 0..10 {
+        coder.add(dsn, dsn * 10, &[1; 10]);
+    }
+    coder.add(10, 100, &[2; PAYLOAD + 1]);
+    for dsn in 11..20 {
+        coder.add(dsn, dsn * 10, &[1; 10]);
+    }
+    // The block's parities restart after the packet: they name 11..20 only.
+    let halves = coder.halves(0, 20);
+    assert!(!halves.is_empty());
+    assert!(halves.iter().all(|h| h.from == 11 && h.count == 9), "{:?}", halves[0]);
+}
