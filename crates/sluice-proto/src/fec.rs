@@ -348,7 +348,7 @@ impl Tail {
     /// Takes half a parity; returns whether that completed it (so peeling may go on from it).
     /// A half for other packets of a block than those collected replaces them (the sender
     /// began a new tail).
-    pub fn take_half(&mut self, half: &Half) -> Result<bool, Refused> {
+    pub fn take_half(&mut self, half: Half) -> Result<bool, Refused> {
         let to = half.from + u64::from(half.count);
         let base = block_of(half.from);
         let (family, index) = half.line;
@@ -372,17 +372,12 @@ impl Tail {
                 ParityBlock { from: half.from, to, halves: HashMap::new(), done: HashSet::new() };
         }
         let slots = block.halves.entry(half.line).or_default();
-        slots[usize::from(half.half)].get_or_insert_with(|| half.bytes.clone());
+        slots[usize::from(half.half)].get_or_insert(half.bytes);
         let complete = slots.iter().all(Option::is_some);
         // Blocks older than what is kept are of no more use.
         let keep = self.keep;
         self.blocks.retain(|_, b| b.to + keep > to);
         Ok(complete)
-    }
-
-    /// The last sequence number any collected block codes.
-    pub fn last_coded(&self) -> Option<u64> {
-        self.blocks.values().map(|b| b.to - 1).max()
     }
 
     /// The lines to try after `dsn` arrived or was rebuilt: its three, if its block is held.
@@ -408,23 +403,20 @@ impl Tail {
             if block.done.contains(&line) {
                 continue;
             }
-            let whole = block
-                .halves
-                .get(&line)
-                .and_then(|[a, b]| Some([a.as_deref()?, b.as_deref()?].concat()));
-            let Some(mut parity) = whole else { continue };
+            let Some([Some(a), Some(b)]) = block.halves.get(&line) else { continue };
             let range = block.from..block.to;
             let mut lost = members(base, line)
                 .filter(|d| range.contains(d) && missing.contains(*d) && !found.contains(d));
-            let (Some(dsn), None) = (lost.next(), lost.next()) else {
-                if members(base, line)
-                    .filter(|d| range.contains(d))
-                    .all(|d| !missing.contains(d) || found.contains(&d))
-                {
+            let dsn = match (lost.next(), lost.next()) {
+                (Some(dsn), None) => dsn,
+                // Nothing missing: of no more use.
+                (None, _) => {
                     block.done.insert(line);
+                    continue;
                 }
-                continue;
+                _ => continue,
             };
+            let mut parity = [a.as_slice(), b.as_slice()].concat();
             block.done.insert(line);
             parity.truncate(size);
             let mut usable = true;

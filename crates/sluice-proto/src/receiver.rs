@@ -353,7 +353,7 @@ impl Receiver {
             half: prefix.half,
             bytes: bytes.to_vec(),
         };
-        let whole = tail.take_half(&half).map_err(|_| Rejected::Invalid)?;
+        let whole = tail.take_half(half).map_err(|_| Rejected::Invalid)?;
         if last >= self.rcv_next {
             let lo = self.rcv_next;
             self.stats.detected_lost_pkts += self.loss.insert(lo, last);

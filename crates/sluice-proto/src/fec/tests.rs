@@ -52,7 +52,7 @@ fn received(sent: &[(u64, u64, Vec<u8>)], lost: &[u64]) -> (Tail, IntervalSet) {
 fn deliver(tail: &mut Tail, missing: &mut IntervalSet, halves: &[Half]) -> Vec<Recovered> {
     let mut all = Vec::new();
     for half in halves {
-        if tail.take_half(half).unwrap() {
+        if tail.take_half(half.clone()).unwrap() {
             let rebuilt = tail.peel(vec![(block_of(half.from), half.line)], missing);
             for r in &rebuilt {
                 assert!(missing.remove(r.dsn), "{} rebuilt twice", r.dsn);
@@ -161,9 +161,13 @@ fn halves_of_the_wrong_size_or_out_of_a_block_are_refused() {
     let mut tail = Tail::new(&config()).unwrap();
     let good =
         Half { from: 10, count: 5, line: (2, 63), half: 1, bytes: vec![0; half_bytes(PAYLOAD)] };
-    assert_eq!(tail.take_half(&good), Ok(false));
+    assert_eq!(tail.take_half(good.clone()), Ok(false));
     let bad = |h: Half| {
-        assert_eq!(Tail::new(&config()).unwrap().take_half(&h), Err(Refused::Malformed), "{h:?}")
+        assert_eq!(
+            Tail::new(&config()).unwrap().take_half(h.clone()),
+            Err(Refused::Malformed),
+            "{h:?}"
+        )
     };
     bad(Half { bytes: vec![0; 3], ..good.clone() });
     bad(Half { count: 0, ..good.clone() });
@@ -172,9 +176,11 @@ fn halves_of_the_wrong_size_or_out_of_a_block_are_refused() {
     bad(Half { line: (0, 64), ..good.clone() });
     bad(Half { half: 2, ..good.clone() });
     // A half for other packets of the block replaces what was collected.
-    assert_eq!(tail.take_half(&Half { half: 0, count: 6, ..good.clone() }), Ok(false));
-    assert_eq!(tail.take_half(&Half { half: 1, count: 6, ..good }), Ok(true));
-    assert_eq!(tail.last_coded(), Some(15));
+    assert_eq!(tail.take_half(Half { half: 0, count: 6, ..good.clone() }), Ok(false));
+    assert_eq!(tail.take_half(Half { half: 1, count: 6, ..good }), Ok(true));
+    // The block now codes 10..=15.
+    assert_eq!(tail.lines_after(15).len(), 3);
+    assert!(tail.lines_after(16).is_empty());
 }
 
 #[test]
