@@ -204,7 +204,7 @@ pub enum Kind {
     Probe = 7,
     /// The receiver got that probe.
     ProbeAck = 8,
-    /// A recovery shard of the tail's erasure code ([`crate::fec`]). Protocol 12 on.
+    /// Half a parity of the tail's erasure code ([`crate::fec`]). Protocol 12 on.
     Parity = 9,
 }
 
@@ -272,6 +272,11 @@ fn read_seq(buf: &[u8], at: usize, what: &'static str) -> Result<Seq31, WireErro
     Ok(Seq31::new(raw))
 }
 
+/// Reads the big-endian u16 at `at`; the caller has checked that `buf` holds it.
+fn read_u16(buf: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([buf[at], buf[at + 1]])
+}
+
 /// Reads the big-endian u32 at `at`; the caller has checked that `buf` holds it.
 fn read_u32(buf: &[u8], at: usize) -> u32 {
     let mut bytes = [0; 4];
@@ -284,6 +289,11 @@ fn read_u64(buf: &[u8], at: usize) -> u64 {
     let mut bytes = [0; 8];
     bytes.copy_from_slice(&buf[at..at + 8]);
     u64::from_be_bytes(bytes)
+}
+
+/// Writes `v` big-endian at `at`; the caller has checked that `buf` holds it.
+fn write_u16(buf: &mut [u8], at: usize, v: u16) {
+    buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Writes `v` big-endian at `at`; the caller has checked that `buf` holds it.

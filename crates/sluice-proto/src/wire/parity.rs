@@ -1,6 +1,6 @@
 //! The plaintext parity body: the validated [`ParityPrefix`] and its bytes.
 
-use super::{WireError, field, read_seq, read_u32, seq_bits, write_u32};
+use super::{WireError, field, read_seq, read_u16, read_u32, seq_bits, write_u16, write_u32};
 use crate::fec::{FAMILIES, Line, SIDE};
 use crate::seq::Seq31;
 
@@ -29,20 +29,14 @@ impl ParityPrefix {
             return Err(WireError::Truncated);
         }
         let from = read_seq(body, field::PARITY_FROM.start, "parity from has the top bit set")?;
-        let side = u16::from_be_bytes([
-            body[field::PARITY_SIDE.start],
-            body[field::PARITY_SIDE.start + 1],
-        ]);
+        let side = read_u16(body, field::PARITY_SIDE.start);
         if u64::from(side) != SIDE {
             return Err(WireError::Malformed("parity block side is not the code's"));
         }
         if body[field::PARITY_RESERVED].iter().any(|&b| b != 0) {
             return Err(WireError::Malformed("parity reserved bytes are not zero"));
         }
-        let index = u16::from_be_bytes([
-            body[field::PARITY_INDEX.start],
-            body[field::PARITY_INDEX.start + 1],
-        ]);
+        let index = read_u16(body, field::PARITY_INDEX.start);
         let prefix = ParityPrefix {
             from,
             count: read_u32(body, field::PARITY_COUNT.start),
@@ -63,10 +57,10 @@ impl ParityPrefix {
         }
         write_u32(buf, field::PARITY_FROM.start, seq_bits(self.from));
         write_u32(buf, field::PARITY_COUNT.start, self.count);
-        buf[field::PARITY_SIDE].copy_from_slice(&(SIDE as u16).to_be_bytes());
+        write_u16(buf, field::PARITY_SIDE.start, SIDE as u16);
         buf[field::PARITY_FAMILY] = self.line.0;
         buf[field::PARITY_HALF] = self.half;
-        buf[field::PARITY_INDEX].copy_from_slice(&self.line.1.to_be_bytes());
+        write_u16(buf, field::PARITY_INDEX.start, self.line.1);
         buf[field::PARITY_RESERVED].fill(0);
         Ok(())
     }
