@@ -292,7 +292,6 @@ fn drive(
             });
             ctx.record(&payloads);
             payloads.clear();
-
             if let (Some(age_us), false) = first_data {
                 first_data.1 = true;
                 log_first_data(sink.index, age_us);

@@ -158,8 +158,7 @@ impl Run<'_, '_> {
             let coded = self.sender.tail_code();
             self.transmit(&mut out, now, ctx)?;
             if let (None, Some(parity_pkts)) = (coded, self.sender.tail_code()) {
-                let took_us = self.port.now_us().saturating_sub(now);
-                tracing::debug!(channel = self.index, parity_pkts, took_us, "the tail's code");
+                tracing::debug!(channel = self.index, parity_pkts, "the tail's code");
             }
             let probe = self.sender.path_probe();
             if probe != probe_told {
