@@ -46,8 +46,8 @@ pub struct ChannelConfig {
     /// few packets, and startup's exits check it within a round trip (see "Path memory" in
     /// `cc/adaptive.md`). A sender's setting only.
     pub start_rate_bps: u64,
-    /// Payload bytes the receiver keeps, from its first loss on, to rebuild lost packets from
-    /// the tail's parity ([`crate::fec`]); the sender codes no further back. 0: no code. Both
+    /// Payload bytes the receiver keeps, from the first coded packet on, to rebuild lost packets
+    /// from the tail's parity ([`crate::fec`]); the sender codes no further back. 0: no code. Both
     /// ends must agree (the session plane sets it from the transfer's channel count).
     pub tail_code_bytes: u64,
 }

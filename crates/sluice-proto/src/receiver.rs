@@ -154,8 +154,8 @@ pub struct Receiver {
     /// How long a gap waits before it is reported: the path's reordering (`crate::reorder`).
     reorder: Reorder,
     pending: VecDeque<Pending>,
-    /// The tail's erasure code: the payloads kept from the first loss on and the parities
-    /// collected ([`crate::fec`]); the packets it rebuilt, for the driver.
+    /// The tail's erasure code: the payloads kept from the first coded packet on and the
+    /// parities collected ([`crate::fec`]); the packets it rebuilt, for the driver.
     tail: Option<fec::Tail>,
     recovered: VecDeque<fec::Recovered>,
     state: State,
@@ -294,9 +294,6 @@ impl Receiver {
         let fresh = if dsn >= self.rcv_next {
             if dsn > self.rcv_next {
                 let (lo, hi) = (self.rcv_next, dsn - 1);
-                if self.tail.is_none() && self.stats.detected_lost_pkts == 0 {
-                    self.tail = fec::Tail::new(&self.config);
-                }
                 self.stats.detected_lost_pkts += self.loss.insert(lo, hi);
                 if self.reorder.on_gap(lo, hi, now_us) {
                     self.report_gap(now_us, lo, hi);
@@ -322,6 +319,10 @@ impl Receiver {
         self.nak_backoff = 1;
         self.stats.data_pkts += 1;
         self.stats.delivered_bytes += payload.len() as u64;
+        if self.tail.is_none() && header.flags & wire::flags::CODED != 0 {
+            // The sender codes from this packet on: keep it and every later one.
+            self.tail = fec::Tail::new(&self.config);
+        }
         if let Some(tail) = self.tail.as_mut() {
             tail.keep(dsn, prefix.offset, payload);
             // A repair into a coded block may leave one of its parities one packet short.

@@ -54,6 +54,15 @@ const MAX_PENDING_ACK2: usize = 64;
 /// link time the tail leaves idle: a share p of the last round trip's packets, twice.
 pub const TAIL_EXTRA_COPIES: usize = 2;
 
+/// How far ahead of the end of its new data a sender on a lossy path begins the tail's code
+/// ([`crate::fec`]), in round trips (RTT + SYN, at the rate of the moment), plus a block: the
+/// tail sends the parities of the blocks that hold the packets of its last window (RTT + 4
+/// RTTVar + SYN),
+/// and the end is a guess (what the application expects to push, [`Sender::expect_more_bytes`]:
+/// a transfer's rest split among its channels), so coding begins a window early, and a block
+/// earlier still (a block's parities code only what was added to them).
+const CODE_AHEAD_WINDOWS: f64 = 2.0;
+
 /// How long a packet train lasts at the bottleneck, at the capacity last reported: long against
 /// the bunching of a receive path (a release every 50-1000 us reads a train of this span within
 /// a fifth) and short against any queue (4 ms of the link, once per round trip, in startup).
@@ -144,14 +153,17 @@ pub struct Sender {
     /// last quarter's twice (see [`Sender::copy_last_half_round_trip`]), after the repairs'
     /// copies.
     tail_copies: VecDeque<u64>,
-    /// The tail's erasure code ([`crate::fec`]): the parities of what was sent since the
-    /// receiver's first loss report, the halves still to send in the tail, and how many there
+    /// The tail's erasure code ([`crate::fec`]): the parities of what was sent since coding
+    /// began ([`Sender::code_due`]), the halves still to send in the tail, and how many there
     /// were ([`Sender::code_the_last_round_trip`]).
     coder: Option<crate::fec::Coder>,
     parity: VecDeque<crate::fec::Half>,
     parity_made: usize,
     /// Whether the application expects to push more ([`Sender::expect_more`]).
     more_expected: bool,
+    /// About how many bytes beyond those pushed the application still has for this sender
+    /// ([`Sender::expect_more_bytes`]); `u64::MAX` until it says.
+    more_bytes: u64,
     /// Whether the tail has begun ([`Sender::begin_tail`]); pushing more ends it.
     tail_begun: bool,
     next_send_us: f64,
@@ -237,6 +249,7 @@ impl Sender {
             parity: VecDeque::new(),
             parity_made: 0,
             more_expected: true,
+            more_bytes: u64::MAX,
             tail_begun: false,
             next_send_us: now_us as f64,
             pair_second_due: false,
@@ -287,6 +300,36 @@ impl Sender {
     /// each goes out several times (see [`TAIL_EXTRA_COPIES`]). Pushing more is still allowed.
     pub fn expect_more(&mut self, more: bool) {
         self.more_expected = more;
+    }
+
+    /// Tells the sender about how many bytes beyond those pushed the application still has for
+    /// it (a guess is fine). On a lossy path the tail's code then begins only near the end
+    /// ([`CODE_AHEAD_WINDOWS`]): coding costs every new packet three XORs here and a copy at
+    /// the receiver, and only the end's parities are ever sent. Until told, a sender codes from
+    /// the first loss the receiver reports on, as the end may come at any time.
+    pub fn expect_more_bytes(&mut self, bytes: u64) {
+        self.more_bytes = bytes;
+    }
+
+    /// Whether the tail's code is due from the next new packet on: the receiver has reported a
+    /// loss (the path loses packets), and the end of the new data is within
+    /// [`CODE_AHEAD_WINDOWS`] round trips and a block, or not known.
+    fn code_due(&self) -> bool {
+        if self.stats.lost_pkts == 0 {
+            return false;
+        }
+        if self.more_bytes == u64::MAX {
+            return true;
+        }
+        let payload = self.config.payload_size().max(1) as f64;
+        // The round trip's variation is left out: early on it still holds the distance from
+        // the first guess (a path of 300 ms read 100 ms of it), and would start the code seconds
+        // ahead.
+        let round_trip_us = (self.rtt.rtt_us() + SYN_US) as f64;
+        let reach_pkts = self.rate_pps() * round_trip_us * CODE_AHEAD_WINDOWS / 1e6
+            + crate::fec::BLOCK_PKTS as f64;
+        let left = self.queued_bytes.saturating_add(self.more_bytes);
+        left as f64 <= reach_pkts * payload
     }
 
     /// Whether nothing is left to send for the first time, nor expected.
@@ -606,10 +649,6 @@ impl Sender {
             largest = Some(largest.map_or(end, |l: u64| l.max(end)));
         }
         self.stats.lost_pkts += first_time;
-        if first_time > 0 && self.coder.is_none() {
-            // The receiver keeps payloads from its first loss on: code from here.
-            self.coder = crate::fec::Coder::new(&self.config);
-        }
         self.interval_lost += first_time;
         if let (Some(largest_lost), true) = (largest, added > 0) {
             self.cc.on_loss(&LossSignal {
@@ -781,6 +820,14 @@ impl Sender {
             flags |= wire::flags::PAIR_FIRST;
             self.pair_second_due = true;
         }
+        if !retransmit && self.coder.is_none() && self.code_due() {
+            self.coder = crate::fec::Coder::new(&self.config);
+        }
+        // The receiver keeps payloads from the first coded packet on.
+        let coded = !retransmit && self.coder.is_some();
+        if coded {
+            flags |= wire::flags::CODED;
+        }
         let slot = &mut self.flight[(dsn - self.snd_una) as usize];
         slot.last_sent_us = now_us;
         // A copy is not a repair: a NAK of a packet whose copy is on its way still repairs it
@@ -799,7 +846,7 @@ impl Sender {
         DataPrefix { dsn: Seq31::from_ext(dsn), offset }.emit(&mut buf[HEADER_LEN..]).ok()?;
         let payload_at = HEADER_LEN + wire::DATA_PREFIX_LEN;
         fill(offset, &mut buf[payload_at..payload_at + len]);
-        if let (false, Some(coder)) = (retransmit, self.coder.as_mut()) {
+        if let (true, Some(coder)) = (coded, self.coder.as_mut()) {
             coder.add(dsn, offset, &buf[payload_at..payload_at + len]);
         }
         let total = self.seal(now_us, buf, limit, body_len)?;

@@ -13,7 +13,7 @@ use sluice_proto::pmtu::{BASE_PACKET_SIZE, PROBES, Probe};
 use sluice_proto::receiver::{Receiver, State};
 use sluice_proto::rng::Rng;
 use sluice_proto::sender::{REASON_DONE, Sender, TAIL_EXTRA_COPIES};
-use sluice_proto::wire::{Header, Kind};
+use sluice_proto::wire::{Header, Kind, flags};
 
 fn key(b: u8) -> PacketKey {
     PacketKey::new(Algorithm::Aes256Gcm, &[b; 32], [b; 12])
@@ -32,6 +32,9 @@ struct Outcome {
     /// Recovery shards of the tail's erasure code sent, and packets the receiver rebuilt.
     parity: u64,
     recovered: u64,
+    /// Data packets the sender flagged as coded (`flags::CODED`), and when it sent the first.
+    coded: u64,
+    first_coded_us: Option<u64>,
     /// When the last packet was sent for the first time.
     last_new_us: u64,
     /// When the receiver had every byte.
@@ -47,17 +50,18 @@ struct Outcome {
 
 /// Moves `total` bytes with one-way delay `delay_us` and loss `loss` in both directions.
 fn transfer(config: ChannelConfig, total: u64, delay_us: u64, loss: f64, seed: u64) -> Outcome {
-    transfer_with(config, total, delay_us, loss, seed, |_, _, _, _| false)
+    transfer_with(config, total, delay_us, loss, seed, None, |_, _, _, _| false)
 }
 
-/// Like [`transfer`], and `extra_drop(now_us, to_receiver, receiver_complete, datagram_bytes)`
-/// drops more.
+/// Like [`transfer`]; the sender is told `more_bytes` ([`Sender::expect_more_bytes`]) if
+/// given, and `extra_drop(now_us, to_receiver, receiver_complete, datagram_bytes)` drops more.
 fn transfer_with(
     config: ChannelConfig,
     total: u64,
     delay_us: u64,
     loss: f64,
     seed: u64,
+    more_bytes: Option<u64>,
     mut extra_drop: impl FnMut(u64, bool, bool, usize) -> bool,
 ) -> Outcome {
     println!("channel_loop: seed={seed} total={total} delay_us={delay_us} loss={loss}");
@@ -66,6 +70,10 @@ fn transfer_with(
     let mut receiver = Receiver::new(config, key(2), key(1), 0).unwrap();
     sender.push(0, total);
     sender.finish();
+    if let Some(bytes) = more_bytes {
+        sender.expect_more_bytes(bytes);
+    }
+    let (mut coded, mut first_coded_us) = (0, None);
     let mut received = vec![0u8; total as usize];
     let mut seen = vec![false; total as usize];
     // Datagrams in flight: (arrival time, tie-break) -> (to receiver?, bytes).
@@ -93,6 +101,11 @@ fn transfer_with(
             let header = Header::parse(&buf[..len]).unwrap();
             sender_pns.push(header.pn);
             match header.kind {
+                Kind::Data if header.flags & flags::CODED != 0 => {
+                    data_sizes.push((now, len));
+                    coded += 1;
+                    first_coded_us.get_or_insert(now);
+                }
                 Kind::Data => data_sizes.push((now, len)),
                 Kind::Probe => probe_sizes.push(len),
                 _ => {}
@@ -157,6 +170,8 @@ fn transfer_with(
         tail_copies: sender.stats().tail_copy_pkts,
         parity: sender.stats().parity_pkts,
         recovered: receiver.stats().recovered_pkts,
+        coded,
+        first_coded_us,
         last_new_us,
         complete_us,
         end_us: now,
@@ -283,6 +298,7 @@ fn lost_final_acks_are_recovered_by_the_probe() {
         5_000,
         0.0,
         7,
+        None,
         |now, to_receiver, complete, _| {
             if complete && !to_receiver {
                 let from = *lost_from.get_or_insert(now);
@@ -436,7 +452,7 @@ fn data_goes_to_the_full_size_once_a_probe_is_answered() {
 #[test]
 fn through_a_black_hole_data_stays_at_the_base_size_and_arrives() {
     let config = ChannelConfig { packet_size: 1452, ..ChannelConfig::default() };
-    let o = transfer_with(config, 8_000_000, 50_000, 0.01, 9, |_, to_receiver, _, len| {
+    let o = transfer_with(config, 8_000_000, 50_000, 0.01, 9, None, |_, to_receiver, _, len| {
         to_receiver && len > 1300
     });
     check(&o);
@@ -483,4 +499,48 @@ fn at_a_fast_rate_the_code_rebuilds_the_last_round_trips_losses() {
         o.complete_us
     });
     every_byte_within(&completes, 0.75);
+}
+
+/// Told how much is left (here: nothing beyond what was pushed), a sender on a lossy path codes
+/// only the end of its data: from two of the tail's windows (RTT + 4 RTTVar + SYN) and a block
+/// before its last new packet, not from the first loss. 100 MB at 400 Mbit/s of packets over
+/// 300 ms, 1 % both ways: the code still rebuilds the last round trip's losses as fast as with
+/// every packet coded (the test above), from a small part of the packets.
+#[test]
+fn told_where_the_end_is_a_sender_codes_only_its_last_round_trips() {
+    let config =
+        ChannelConfig { cc: CcKind::Fixed, rate_bps: 400_000_000, ..ChannelConfig::default() };
+    let rtt_us = 300_000;
+    for seed in 90..93 {
+        let o = transfer_with(
+            config.clone(),
+            100_000_000,
+            rtt_us / 2,
+            0.01,
+            seed,
+            Some(0),
+            |_, _, _, _| false,
+        );
+        check(&o);
+        let data = o.data_sizes.len() as u64;
+        let first_us = o.first_coded_us.expect("some packets coded");
+        let ahead = (o.last_new_us - first_us) as f64 / rtt_us as f64;
+        let complete = (o.complete_us - o.last_new_us) as f64 / rtt_us as f64;
+        println!(
+            "seed {seed}: {} of {data} data packets coded, the first {ahead:.2} round trips before \
+             the last new one; {} halves, {} rebuilt; every byte {complete:.2} round trips after",
+            o.coded, o.parity, o.recovered
+        );
+        // The last new packet goes about 2.2 s in; coded from two round trips of 0.31 s and a
+        // block of 4,096 packets (at 34,000 a second) before it: 25,446 of about 73,800
+        // packets, 2.49 round trips before the last (from the first loss a round trip in, 5.06
+        // while the round trip's early variation still counted).
+        assert!(
+            (2.0..3.0).contains(&ahead),
+            "seed {seed}: coded from {ahead:.2} round trips before"
+        );
+        assert!(o.coded * 2 < data, "seed {seed}: {} of {data} coded", o.coded);
+        assert!(o.recovered > 50, "seed {seed}: {} rebuilt", o.recovered);
+        assert!(complete < 0.75, "seed {seed}: every byte {complete:.2} round trips after");
+    }
 }

@@ -36,6 +36,8 @@ pub struct Plan {
     parts: Vec<Range<u64>>,
     /// Bytes of the range no channel has had acknowledged yet.
     unacked: AtomicU64,
+    /// Bytes of the chunks not taken.
+    untaken: AtomicU64,
     total: u64,
 }
 
@@ -62,12 +64,20 @@ impl Plan {
                 at = end;
             }
         }
-        Self { pending: Mutex::new(pending), parts, unacked: AtomicU64::new(total), total }
+        Self {
+            pending: Mutex::new(pending),
+            parts,
+            unacked: AtomicU64::new(total),
+            untaken: AtomicU64::new(total),
+            total,
+        }
     }
 
     /// Takes the next chunk, if any is left.
     pub fn take(&self) -> Option<Range<u64>> {
-        self.lock().pop_front()
+        let chunk = self.lock().pop_front()?;
+        self.untaken.fetch_sub(chunk.end - chunk.start, Ordering::AcqRel);
+        Some(chunk)
     }
 
     /// Hands chunks back (a dead channel's unacknowledged rest): they go first.
@@ -75,6 +85,7 @@ impl Plan {
         let mut pending = self.lock();
         let chunks: Vec<_> = chunks.into_iter().filter(|c| c.end > c.start).collect();
         for chunk in chunks.into_iter().rev() {
+            self.untaken.fetch_add(chunk.end - chunk.start, Ordering::AcqRel);
             pending.push_front(chunk);
         }
     }
@@ -93,6 +104,11 @@ impl Plan {
     /// Whether every byte of the range is acknowledged.
     pub fn done(&self) -> bool {
         self.unacked.load(Ordering::Acquire) == 0
+    }
+
+    /// Bytes of the chunks no channel has taken (those handed back included).
+    pub fn untaken_bytes(&self) -> u64 {
+        self.untaken.load(Ordering::Acquire)
     }
 
     /// Bytes acknowledged so far.
@@ -215,6 +231,11 @@ impl Taken {
         rest
     }
 
+    /// Bytes taken from the plan and not pushed yet.
+    pub fn unpushed_bytes(&self) -> u64 {
+        self.unpushed.iter().map(|r| r.end - r.start).sum()
+    }
+
     /// Whether everything taken is acknowledged.
     pub fn all_acked(&self) -> bool {
         self.items.is_empty() && self.unpushed.is_empty()
@@ -244,6 +265,22 @@ mod tests {
         assert_eq!(plan.take(), Some(0..10));
         plan.give_back([3..5, 7..7, 8..10]);
         assert_eq!(drain(&plan), vec![3..5, 8..10, 10..20, 20..30, 30..40]);
+    }
+
+    #[test]
+    fn untaken_and_unpushed_bytes_follow_takes_pushes_and_give_backs() {
+        let plan = Plan::new(&[0..25, 30..40], 10);
+        assert_eq!(plan.untaken_bytes(), 35);
+        let mut taken = Taken::default();
+        taken.take(plan.take().unwrap());
+        taken.take(plan.take().unwrap());
+        assert_eq!((plan.untaken_bytes(), taken.unpushed_bytes()), (15, 20));
+        assert_eq!(taken.next(4), Some(0..4));
+        assert_eq!((plan.untaken_bytes(), taken.unpushed_bytes()), (15, 16));
+        plan.give_back([2..4, 6..6]);
+        assert_eq!(plan.untaken_bytes(), 17);
+        drain(&plan);
+        assert_eq!(plan.untaken_bytes(), 0);
     }
 
     #[test]

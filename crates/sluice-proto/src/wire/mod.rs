@@ -161,8 +161,12 @@ pub mod flags {
     pub const TRAIN: u8 = PAIR_FIRST | PAIR_SECOND;
     /// The payload was sent before under another packet number.
     pub const RETRANSMIT: u8 = 4;
+    /// The sender adds this packet to the tail's erasure code (`crate::fec`): the receiver keeps
+    /// its payload, and every later one's, for rebuilding. Protocol 13 on
+    /// (`sluice::session::PROTOCOL_VERSION`).
+    pub const CODED: u8 = 8;
     /// Every flag bit the format defines; any other bit is malformed.
-    pub const ALL: u8 = PAIR_FIRST | PAIR_SECOND | RETRANSMIT;
+    pub const ALL: u8 = PAIR_FIRST | PAIR_SECOND | RETRANSMIT | CODED;
 }
 
 /// Why a datagram was rejected.

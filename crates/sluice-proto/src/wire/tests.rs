@@ -114,8 +114,8 @@ fn header_emit_refuses_what_parse_rejects() {
     let mut buf = [0u8; HEADER_LEN];
     let bad = [
         Header { kind: Kind::Ack, flags: flags::RETRANSMIT, pn: 0, timestamp_us: 0 },
-        Header { kind: Kind::Data, flags: 8, pn: 0, timestamp_us: 0 },
-        Header { kind: Kind::Data, flags: 16 | flags::TRAIN, pn: 0, timestamp_us: 0 },
+        Header { kind: Kind::Data, flags: 16, pn: 0, timestamp_us: 0 },
+        Header { kind: Kind::Data, flags: 32 | flags::TRAIN, pn: 0, timestamp_us: 0 },
     ];
     for header in bad {
         assert!(matches!(header.emit(&mut buf), Err(WireError::Malformed(_))), "{header:?}");
@@ -481,4 +481,15 @@ fn a_parity_body_round_trips_and_its_bounds_are_checked() {
     assert!(matches!(ParityPrefix::parse(&other), Err(WireError::Malformed(_))));
     body[0] |= 0x80;
     assert!(matches!(ParityPrefix::parse(&body), Err(WireError::Malformed(_))));
+}
+
+#[test]
+fn the_coded_flag_is_bit_3_and_bit_4_is_malformed() {
+    let mut buf = [0u8; HEADER_LEN];
+    let coded = Header { kind: Kind::Data, flags: flags::CODED, pn: 0, timestamp_us: 0 };
+    coded.emit(&mut buf).unwrap();
+    assert_eq!(buf[1], 8);
+    assert_eq!(Header::parse(&buf).map(|h| h.flags), Ok(flags::CODED));
+    buf[1] = 16;
+    assert_eq!(Header::parse(&buf).map(|_| ()), Err(WireError::Malformed("unknown flag bits")));
 }

@@ -175,8 +175,10 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// channels time the path with packet trains, whose middle packets carry both pair flags,
 /// `sluice_proto::wire::flags::TRAIN`; 11: a relay hop's data moves on one UDP channel,
 /// whatever the session negotiated, `relay::hop::HOP_CHANNELS`; 12: a lossy tail's parity
-/// packets, kind 9, `sluice_proto::fec`).
-pub const PROTOCOL_VERSION: u32 = 12;
+/// packets, kind 9, `sluice_proto::fec`; 13: the packets a tail's parity codes carry
+/// `sluice_proto::wire::flags::CODED`, and the receiver keeps payloads from the first of them
+/// on, not from its first loss).
+pub const PROTOCOL_VERSION: u32 = 13;
 pub use sluice_session::negotiate::MAX_CHANNELS;
 /// The most channels chosen automatically (one per core, up to this).
 pub const AUTO_CHANNELS_CAP: u32 = 8;
