@@ -55,13 +55,13 @@ const MAX_PENDING_ACK2: usize = 64;
 pub const TAIL_EXTRA_COPIES: usize = 2;
 
 /// How far ahead of the end of its new data a sender on a lossy path begins the tail's code
-/// ([`crate::fec`]), in round trips (RTT + SYN, at the rate of the moment), plus a block: the
-/// tail sends the parities of the blocks that hold the packets of its last window (RTT + 4
-/// RTTVar + SYN),
-/// and the end is a guess (what the application expects to push, [`Sender::expect_more_bytes`]:
-/// a transfer's rest split among its channels), so coding begins a window early, and a block
-/// earlier still (a block's parities code only what was added to them).
-const CODE_AHEAD_WINDOWS: f64 = 2.0;
+/// ([`crate::fec`]), in round trips (RTT + SYN, at the rate of the moment), plus a block. The
+/// tail sends the parities of the blocks that hold the packets of its last round trip (RTT + 4
+/// RTTVar + SYN), and the end is a guess (what the application expects to push,
+/// [`Sender::expect_more_bytes`]: a transfer's rest split among its channels), so coding begins
+/// a round trip earlier, and a block earlier still (a block's parities code only what was added
+/// to them).
+const CODE_AHEAD_ROUND_TRIPS: f64 = 2.0;
 
 /// How long a packet train lasts at the bottleneck, at the capacity last reported: long against
 /// the bunching of a receive path (a release every 50-1000 us reads a train of this span within
@@ -304,7 +304,7 @@ impl Sender {
 
     /// Tells the sender about how many bytes beyond those pushed the application still has for
     /// it (a guess is fine). On a lossy path the tail's code then begins only near the end
-    /// ([`CODE_AHEAD_WINDOWS`]): coding costs every new packet three XORs here and a copy at
+    /// ([`CODE_AHEAD_ROUND_TRIPS`]): coding costs every new packet three XORs here and a copy at
     /// the receiver, and only the end's parities are ever sent. Until told, a sender codes from
     /// the first loss the receiver reports on, as the end may come at any time.
     pub fn expect_more_bytes(&mut self, bytes: u64) {
@@ -313,7 +313,7 @@ impl Sender {
 
     /// Whether the tail's code is due from the next new packet on: the receiver has reported a
     /// loss (the path loses packets), and the end of the new data is within
-    /// [`CODE_AHEAD_WINDOWS`] round trips and a block, or not known.
+    /// [`CODE_AHEAD_ROUND_TRIPS`] round trips and a block, or not known.
     fn code_due(&self) -> bool {
         if self.stats.lost_pkts == 0 {
             return false;
@@ -326,7 +326,7 @@ impl Sender {
         // the first guess (a path of 300 ms read 100 ms of it), and would start the code seconds
         // ahead.
         let round_trip_us = (self.rtt.rtt_us() + SYN_US) as f64;
-        let reach_pkts = self.rate_pps() * round_trip_us * CODE_AHEAD_WINDOWS / 1e6
+        let reach_pkts = self.rate_pps() * round_trip_us * CODE_AHEAD_ROUND_TRIPS / 1e6
             + crate::fec::BLOCK_PKTS as f64;
         let left = self.queued_bytes.saturating_add(self.more_bytes);
         left as f64 <= reach_pkts * payload

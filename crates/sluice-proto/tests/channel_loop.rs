@@ -502,8 +502,8 @@ fn at_a_fast_rate_the_code_rebuilds_the_last_round_trips_losses() {
 }
 
 /// Told how much is left (here: nothing beyond what was pushed), a sender on a lossy path codes
-/// only the end of its data: from two of the tail's windows (RTT + 4 RTTVar + SYN) and a block
-/// before its last new packet, not from the first loss. 100 MB at 400 Mbit/s of packets over
+/// only the end of its data: from two round trips (RTT + SYN) and a block before its last new
+/// packet, not from the first loss. 100 MB at 400 Mbit/s of packets over
 /// 300 ms, 1 % both ways: the code still rebuilds the last round trip's losses as fast as with
 /// every packet coded (the test above), from a small part of the packets.
 #[test]
