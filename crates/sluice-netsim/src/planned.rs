@@ -367,6 +367,7 @@ impl PlannedTransfer {
                 continue;
             };
             let before = self.plan.acked_bytes();
+            let alive = self.lanes.iter().filter(|l| l.alive).count().max(1) as u64;
             let lane = &mut self.lanes[c];
             let acked = sender.stats().acked_bytes;
             lane.taken.credit(acked, &self.plan, &mut |start| {
@@ -408,6 +409,10 @@ impl PlannedTransfer {
                 }
                 lane.taken.pushed(next, frame);
             }
+            // As the real channel does: what it has yet to push, its share of the chunks no
+            // lane took included, so that the tail's code begins near the end.
+            sender
+                .expect_more_bytes(lane.taken.unpushed_bytes() + self.plan.untaken_bytes() / alive);
         }
         if self.plan.done() {
             for lane in self.lanes.iter_mut().filter(|l| l.alive && !l.finished) {
