@@ -116,6 +116,7 @@ pub mod client;
 mod copy;
 mod drive;
 mod early;
+mod first_flight;
 pub mod handle;
 pub mod identity;
 mod job_log;

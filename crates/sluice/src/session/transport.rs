@@ -116,7 +116,7 @@ pub(crate) async fn endpoint(
                 IpAddr::V4(_) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
                 IpAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
             };
-            quinn::Endpoint::client(bind)
+            super::first_flight::client_endpoint(bind)
                 .map_err(|e| SessionError::io(format!("binding a UDP socket on {bind}"), e))
         }
         Transport::Tcp => {
