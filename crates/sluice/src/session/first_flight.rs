@@ -4,8 +4,9 @@
 //! timeout, which before any round trip is measured is most of a second, and the packets sent
 //! behind it can be lost with it. Traced through linkem at 300 ms and 1 % loss both ways (a
 //! 128 MiB download from path memory, 4.69 s where its neighbours took 1.9): the datagram with
-//! the client's `Finished` was lost; the server then dropped the client's request packets that
-//! came before the handshake completed; the probe timeout resent `Finished` 0.90 s later, a
+//! the client's `Finished` was lost; the server did not take the client's request packets that
+//! came before the handshake completed (its acknowledgement later listed them lost); the probe
+//! timeout resent `Finished` 0.90 s later, a
 //! second one found the request lost another 0.96 s later, and the session opened 2.76 s after
 //! `connecting` instead of 0.60.
 //!
@@ -29,7 +30,7 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 
 /// Transmits a client's endpoint sends twice: its `Initial`, then the flight that completes the
 /// handshake and carries its first requests, with the acknowledgements and path MTU probes
-/// among them (seven to nine transmits in the traces), with room for a retransmission.
+/// among them (eight transmits in the trace), with room for a retransmission.
 pub(crate) const DOUBLED_TRANSMITS: u32 = 16;
 
 /// A socket that sends its first `doubled` transmits twice.
