@@ -6,9 +6,8 @@
 //! 128 MiB download from path memory, 4.69 s where its neighbours took 1.9): the datagram with
 //! the client's `Finished` was lost; the server did not take the client's request packets that
 //! came before the handshake completed (its acknowledgement later listed them lost); the probe
-//! timeout resent `Finished` 0.90 s later, a
-//! second one found the request lost another 0.96 s later, and the session opened 2.76 s after
-//! `connecting` instead of 0.60.
+//! timeout resent `Finished` 0.90 s later, a second one found the request lost another 0.96 s
+//! later, and the session opened 2.76 s after `connecting` instead of 0.60.
 //!
 //! So the client's endpoint sends its first [`DOUBLED_TRANSMITS`] transmits twice, back to back:
 //! a flight is then lost only if both copies are (1 in 10,000 at 1 % random loss). QUIC drops
