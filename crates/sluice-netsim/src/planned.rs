@@ -367,7 +367,7 @@ impl PlannedTransfer {
                 continue;
             };
             let before = self.plan.acked_bytes();
-            let alive = self.lanes.iter().filter(|l| l.alive).count().max(1) as u64;
+            let alive = self.lanes.iter().filter(|l| l.alive).count();
             let lane = &mut self.lanes[c];
             let acked = sender.stats().acked_bytes;
             lane.taken.credit(acked, &self.plan, &mut |start| {
@@ -409,10 +409,8 @@ impl PlannedTransfer {
                 }
                 lane.taken.pushed(next, frame);
             }
-            // As the real channel does: what it has yet to push, its share of the chunks no
-            // lane took included, so that the tail's code begins near the end.
-            sender
-                .expect_more_bytes(lane.taken.unpushed_bytes() + self.plan.untaken_bytes() / alive);
+            // As the real channel does: the tail's code begins near the end.
+            sender.expect_more_bytes(lane.taken.expected_more(&self.plan, alive));
         }
         if self.plan.done() {
             for lane in self.lanes.iter_mut().filter(|l| l.alive && !l.finished) {

@@ -236,6 +236,14 @@ impl Taken {
         self.unpushed.iter().map(|r| r.end - r.start).sum()
     }
 
+    /// About how many bytes this channel has yet to push, one of `channels` sharing `plan`:
+    /// what it took and has not pushed, and its share of the chunks no channel took. What a
+    /// sender is told (`Sender::expect_more_bytes`), so that its tail's code begins near the
+    /// end.
+    pub fn expected_more(&self, plan: &Plan, channels: usize) -> u64 {
+        self.unpushed_bytes() + plan.untaken_bytes() / channels.max(1) as u64
+    }
+
     /// Whether everything taken is acknowledged.
     pub fn all_acked(&self) -> bool {
         self.items.is_empty() && self.unpushed.is_empty()
@@ -279,6 +287,8 @@ mod tests {
         assert_eq!((plan.untaken_bytes(), taken.unpushed_bytes()), (15, 16));
         plan.give_back([2..4, 6..6]);
         assert_eq!(plan.untaken_bytes(), 17);
+        // Its own 16, and half of the 17 nobody took.
+        assert_eq!(taken.expected_more(&plan, 2), 24);
         drain(&plan);
         assert_eq!(plan.untaken_bytes(), 0);
     }

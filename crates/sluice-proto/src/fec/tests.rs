@@ -234,7 +234,7 @@ fn what_coding_and_keeping_cost_per_gib() {
 }
 
 #[test]
-fn a_block_with_a_packet_too_long_to_code_sends_no_parity() {
+fn a_packet_too_long_to_code_restarts_its_blocks_parities() {
     let mut coder = Coder::new(&config()).unwrap();
     for dsn in 0..10 {
         coder.add(dsn, dsn * 10, &[1; 10]);

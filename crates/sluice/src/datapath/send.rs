@@ -296,10 +296,8 @@ impl Run<'_, '_> {
                 break;
             }
         }
-        // What this channel has yet to push, its share of the chunks no channel took included:
-        // on a lossy path the tail's code begins near the end.
-        let share = ctx.plan.untaken_bytes() / ctx.group.sharing_channels().max(1) as u64;
-        self.sender.expect_more_bytes(taken.unpushed_bytes() + share);
+        // On a lossy path the tail's code begins near the end.
+        self.sender.expect_more_bytes(taken.expected_more(&ctx.plan, ctx.group.sharing_channels()));
         ctx.group.set_active(self.index, !taken.all_acked());
         if taken.all_acked() && ctx.plan.done() {
             // Every byte of the transfer is acknowledged (by this channel or the others).
