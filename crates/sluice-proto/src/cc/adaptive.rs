@@ -91,8 +91,8 @@ const DRAIN_GAIN: f64 = 0.75;
 /// A probe lasts this many queuing-delay targets: at [`PROBE_GAIN`] it queues at most half the
 /// target, so a probe alone never reads as congestion.
 const PROBE_TARGETS: f64 = 2.0;
-/// A probe cycle (probe, drain, cruise at the delivered rate) lasts at least this many round
-/// trips (RTT + SYN): a probe's result comes back one round trip later.
+/// A probe cycle (probe, drain, cruise at about the delivered rate) lasts at least this many
+/// round trips (RTT + SYN): a probe's result comes back one round trip later.
 const CYCLE_RTTS: f64 = 2.0;
 /// A probe cycle probes only while the standing queue is under this share of the target: a
 /// queue that stands says the link is full (see [`Adaptive::cruise_gain`]).
@@ -642,9 +642,10 @@ impl Adaptive {
     /// (packet pairs, arrival speeds, a restore, UDT's increase) may take the sending rate past
     /// the delivered rate times the gain of the moment, from a round trip and a delivery window
     /// after startup on (startup itself is bounded by its exits): a cycle of a probe at [`PROBE_GAIN`] for [`PROBE_TARGETS`] queuing-delay targets,
-    /// a drain at [`DRAIN_GAIN`] for as long, and the delivered rate itself for the rest of at
-    /// least [`CYCLE_RTTS`] round trips. A probe that finds room raises the delivered rate, and
-    /// with it the cap; one that finds none has queued half a target, which the drain empties.
+    /// a drain at [`DRAIN_GAIN`] for as long, and the delivered rate less a standing queue
+    /// ([`Adaptive::cruise_gain`]) for the rest of at least [`CYCLE_RTTS`] round trips. A probe
+    /// that finds room raises the delivered rate, and with it the cap; one that finds none has
+    /// queued half a target, which the drain empties.
     fn pace(&mut self, now_us: u64) {
         let delivered_pps = self.delivered.get(now_us);
         // The scavenger is not capped (yet): its half cuts and slow climb beside the probe
