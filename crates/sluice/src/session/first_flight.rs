@@ -91,9 +91,19 @@ impl AsyncUdpSocket for FirstFlightTwice {
     }
 }
 
-/// A client's QUIC endpoint on a UDP socket bound at `bind`, its first flights sent twice.
+/// A client's QUIC endpoint on a UDP socket bound at `bind`, its first flights sent twice:
+/// `quinn::Endpoint::client` on the wrapper, its IPv6 socket dual-stack as quinn makes it.
 pub(crate) fn client_endpoint(bind: SocketAddr) -> io::Result<quinn::Endpoint> {
-    let socket = std::net::UdpSocket::bind(bind)?;
+    use rustix::net::{AddressFamily, SocketType, ipproto, sockopt};
+    let family = if bind.is_ipv6() { AddressFamily::INET6 } else { AddressFamily::INET };
+    let fd = rustix::net::socket(family, SocketType::DGRAM, Some(ipproto::UDP))?;
+    if bind.is_ipv6()
+        && let Err(e) = sockopt::set_ipv6_v6only(&fd, false)
+    {
+        tracing::debug!(%e, "unable to make socket dual-stack");
+    }
+    rustix::net::bind(&fd, &bind)?;
+    let socket = std::net::UdpSocket::from(fd);
     let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
     let inner = runtime.wrap_udp_socket(socket)?;
     let socket = Arc::new(FirstFlightTwice::new(inner, DOUBLED_TRANSMITS));
