@@ -460,6 +460,15 @@ impl Adaptive {
         self.queue_delay_us > self.target_queue_delay_us()
     }
 
+    /// The sending rate a delivery rate stands for: what arrived, plus what random loss took
+    /// on the way (the long-run loss ratio, at most [`MAX_LOSS_COMPENSATION`]). A sender at
+    /// `S` through random loss `p` delivers `S (1 - p)` whether the loss falls before the
+    /// bottleneck or after it, so `S` is what the path carries; read as the rate itself, every
+    /// cap and cut from a delivery rate sat `p` under the link.
+    fn carried(&self, delivered_pps: f64) -> f64 {
+        delivered_pps / (1.0 - self.loss.base.clamp(0.0, MAX_LOSS_COMPENSATION))
+    }
+
     /// Current sending rate in packets per second.
     pub fn rate_pps(&self) -> f64 {
         self.rate_pps
@@ -480,11 +489,12 @@ impl Adaptive {
     /// drains in about one round trip. For a loss at a queue under the target
     /// (`loss_queue_us`, between half the target and the target), it is what drains that queue
     /// to half the target in a round trip, at least [`LOSS_AT_QUEUE_DECREASE`]. It applies to
-    /// the sending rate, or to the delivery rate (what actually gets through) when that is
-    /// lower and the queue is above target; such a cut for a queue that did not stand is taken
-    /// back to a plain 1/9 if the queue is gone one round trip later (a stall's backlog, not a
-    /// newcomer; see `adaptive.md`). Every flow through the bottleneck sees the same queue and
-    /// so cuts by the same factor: the decrease stays multiplicative, hence fair.
+    /// the sending rate, or to what the path carries by the delivery rate
+    /// ([`Adaptive::carried`]) when that is lower and the queue is above target; such a cut
+    /// for a queue that did not stand is taken back to a plain 1/9 if the queue is gone one
+    /// round trip later (a stall's backlog, not a newcomer; see `adaptive.md`). Every flow
+    /// through the bottleneck sees the same queue and so cuts by the same factor: the decrease
+    /// stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64, loss_queue_us: Option<f64>) {
         let since_us = now_us.saturating_sub(self.last_decrease_us) as f64;
         // Competing, the queue is always far above: a cut a round trip apart would answer one
@@ -519,8 +529,14 @@ impl Adaptive {
         // queue above target); a cut for loss with a shorter queue (a stall) would take a
         // report that dipped with the stall as the rate and cut far deeper than 1/9.
         let bottleneck_busy = self.queue_above_target();
+        // Competing, the losses are the shared queue's overflow, not random: what arrived is
+        // what the path gave this flow.
+        let through_pps = match self.compete {
+            true => self.recv_rate_pps,
+            false => self.carried(self.recv_rate_pps),
+        };
         let base = if self.recv_rate_pps > 0.0 && bottleneck_busy {
-            self.rate_pps.min(self.recv_rate_pps)
+            self.rate_pps.min(through_pps)
         } else {
             self.rate_pps
         };
@@ -766,16 +782,10 @@ impl CongestionControl for Adaptive {
             }
         }
         if ack.delivery_rate_pps > 0 {
-            // What arrived, plus what the path carried and random loss took (the long-run loss
-            // ratio): at 3 % loss, a cap at what arrived would hold the rate 3 % below the link.
-            let kept = 1.0 - self.loss.base.clamp(0.0, MAX_LOSS_COMPENSATION);
             let window_us = (DELIVERED_WINDOW_RTTS * (self.min_rtt_us.max(1.0) + SYN))
                 .max(DELIVERED_MIN_WINDOW_US);
-            self.delivered.update(
-                ack.now_us,
-                f64::from(ack.delivery_rate_pps) / kept,
-                window_us as u64,
-            );
+            let carried_pps = self.carried(f64::from(ack.delivery_rate_pps));
+            self.delivered.update(ack.now_us, carried_pps, window_us as u64);
         }
         // The smoothed RTT starts from a guess; the least sample is measured from the first.
         let lag_us = self.rtt_us.max(self.min_rtt_us);
@@ -1254,6 +1264,37 @@ mod tests {
         assert!((cc.rate_pps() - r * DECREASE).abs() < 1e-9, "loss with a queue is congestion");
         cc.on_loss(&LossSignal { queue_delay_us: 9_000, now_us: 510_000, ..loss });
         assert!((cc.rate_pps() - r * DECREASE).abs() < 1e-9, "one decrease per two RTTs");
+    }
+
+    #[test]
+    fn a_cut_from_the_delivery_rate_counts_back_what_random_loss_took() {
+        // 3 % random loss for 3 s with no queue: the long-run loss ratio learns it.
+        let lossy = |now_us, queue_delay_us, delivery_rate_pps| AckSignal {
+            delivery_rate_pps,
+            lost_pkts: 30,
+            ..ack(now_us, queue_delay_us, 0)
+        };
+        let mut cc = Adaptive::new(1452, 1 << 20, 100_000);
+        cc.on_ack(&ack(10_000, 0, 80_000));
+        cc.on_ack(&ack(20_000, 12_000, 80_000));
+        assert!(!cc.in_startup());
+        let mut now = 20_000;
+        while now < 3_000_000 {
+            now += 10_000;
+            cc.on_ack(&lossy(now, 0, 40_000));
+        }
+        assert!((0.02..0.04).contains(&cc.loss.base), "{}", cc.loss.base);
+        // A queue of 60 ms stands (50 ms over the target) while 60,000 packets a second
+        // arrive: the path carried 60,000 / 0.97, and the cut drains the excess from there.
+        let r = cc.rate_pps();
+        assert!(r > 70_000.0, "{r}");
+        cc.on_ack(&lossy(now + 10_000, 60_000, 60_000));
+        let factor = 1.0 - 50_000.0 / 160_000.0;
+        let expected = 60_000.0 / (1.0 - cc.loss.base) * factor;
+        assert!(expected > r * MAX_DECREASE && expected < r);
+        assert!((cc.rate_pps() - expected).abs() < 1e-6, "{} vs {expected}", cc.rate_pps());
+        // Taken as the rate itself, the delivery rate cut deeper by the loss ratio.
+        assert!(cc.rate_pps() > 1.02 * 60_000.0 * factor, "{}", cc.rate_pps());
     }
 
     #[test]
