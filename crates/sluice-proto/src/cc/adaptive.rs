@@ -1288,6 +1288,7 @@ mod tests {
         // arrive: the path carried 60,000 / 0.97, and the cut drains the excess from there.
         let r = cc.rate_pps();
         assert!(r > 70_000.0, "{r}");
+        let mut competing = cc.clone();
         cc.on_ack(&lossy(now + 10_000, 60_000, 60_000));
         let factor = 1.0 - 50_000.0 / 160_000.0;
         let expected = 60_000.0 / (1.0 - cc.loss.base) * factor;
@@ -1295,6 +1296,25 @@ mod tests {
         assert!((cc.rate_pps() - expected).abs() < 1e-6, "{} vs {expected}", cc.rate_pps());
         // Taken as the rate itself, the delivery rate cut deeper by the loss ratio.
         assert!(cc.rate_pps() > 1.02 * 60_000.0 * factor, "{}", cc.rate_pps());
+        // Beside a loss-based flow the losses are the shared queue's: what arrived is this
+        // flow's share, and the cut (for a loss, at a queue that stands) is from it.
+        competing.compete = true;
+        for k in 1..=4 {
+            competing.on_ack(&lossy(now + k * 10_000, 60_000, 60_000));
+        }
+        let before = competing.rate_pps();
+        assert!(competing.compete && before > 60_000.0, "{before}");
+        let overflow = LossSignal {
+            now_us: now + 45_000,
+            largest_lost: 0,
+            lost_pkts: 1,
+            snd_next: 1_000,
+            queue_delay_us: 60_000,
+        };
+        competing.on_loss(&overflow);
+        let expected = 60_000.0 * COMPETE_DECREASE;
+        assert!(expected > before * MAX_DECREASE);
+        assert!((competing.rate_pps() - expected).abs() < 1e-6, "{}", competing.rate_pps());
     }
 
     #[test]
