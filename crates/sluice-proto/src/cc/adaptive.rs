@@ -529,13 +529,13 @@ impl Adaptive {
         // queue above target); a cut for loss with a shorter queue (a stall) would take a
         // report that dipped with the stall as the rate and cut far deeper than 1/9.
         let bottleneck_busy = self.queue_above_target();
-        // Competing, the losses are the shared queue's overflow, not random: what arrived is
-        // what the path gave this flow.
-        let through_pps = match self.compete {
-            true => self.recv_rate_pps,
-            false => self.carried(self.recv_rate_pps),
-        };
         let base = if self.recv_rate_pps > 0.0 && bottleneck_busy {
+            // Competing, the losses are the shared queue's overflow, not random: what arrived
+            // is what the path gave this flow.
+            let through_pps = match self.compete {
+                true => self.recv_rate_pps,
+                false => self.carried(self.recv_rate_pps),
+            };
             self.rate_pps.min(through_pps)
         } else {
             self.rate_pps
