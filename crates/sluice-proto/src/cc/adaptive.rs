@@ -490,9 +490,9 @@ impl Adaptive {
     /// (`loss_queue_us`, between half the target and the target), it is what drains that queue
     /// to half the target in a round trip, at least [`LOSS_AT_QUEUE_DECREASE`]. It applies to
     /// the sending rate, or to what the path carries by the delivery rate
-    /// ([`Adaptive::carried`]) when that is lower and the queue is above target; such a cut
-    /// for a queue that did not stand is taken back to a plain 1/9 if the queue is gone one
-    /// round trip later (a stall's backlog, not a newcomer; see `adaptive.md`). Every flow
+    /// ([`Adaptive::carried`]) when that is lower and the queue is above target. A cut for a
+    /// queue above target that did not stand is taken back if the queue is gone one round trip
+    /// later (a stall's backlog, not a newcomer; see `adaptive.md`). Every flow
     /// through the bottleneck sees the same queue and so cuts by the same factor: the decrease
     /// stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64, loss_queue_us: Option<f64>) {
@@ -546,18 +546,15 @@ impl Adaptive {
         // cut 982 Mbit/s to 48, and UDT's increase took over 4 s to climb back.
         let floor_pps = self.last_dec_rate_pps * MAX_DECREASE;
         self.rate_pps = (base * factor).max(floor_pps).max(MIN_RATE_PPS);
-        // A queue that did not stand (a stall's backlog, read in one report) cuts as deep as a
-        // real one, since a newcomer's first report looks the same; if the queue is gone one
-        // round trip later, the cut went too far, and the rate comes back to a plain 1/9 cut.
-        let plain_pps = self.last_dec_rate_pps * DECREASE;
-        if !self.scavenger
-            && standing_us < self.target_queue_delay_us() / 2.0
-            && self.rate_pps < plain_pps
-        {
+        // A queue that did not stand (a stall's backlog, read in one report) cuts as a real one
+        // does, since a newcomer's first report looks the same; if the queue is gone one round
+        // trip later, it was no queue this flow built, and the rate comes back to what it was.
+        // (Only a cut for a queue: the loss trend's has no queue to judge it by.)
+        if !self.scavenger && bottleneck_busy && standing_us < self.target_queue_delay_us() / 2.0 {
             let first_look_us = now_us + (self.rtt_us + SYN) as u64;
             self.restore = Some(Restore {
                 cut_us: now_us,
-                to_pps: plain_pps,
+                to_pps: self.last_dec_rate_pps,
                 until_us: first_look_us,
                 cancelled_by_cuts: true,
                 busy_delivery_pps: None,
@@ -1504,10 +1501,49 @@ mod tests {
             cc.on_ack(&ack(now, 0, 0));
         }
         assert!(cc.rate_pps() < cut * 1.1, "restored within the round trip: {}", cc.rate_pps());
-        // One RTT + SYN after the cut: back to a plain 1/9 cut of the rate before it.
+        // One RTT + SYN after the cut: back to the rate before it.
         now += 10_000;
         cc.on_ack(&ack(now, 0, 0));
-        assert!(cc.rate_pps() >= before * DECREASE, "{} < {}", cc.rate_pps(), before * DECREASE);
+        assert!(cc.rate_pps() >= before, "{} < {before}", cc.rate_pps());
+    }
+
+    #[test]
+    fn a_plain_cut_for_a_queue_that_did_not_stand_is_taken_back_too() {
+        // A stall's backlog with the delivery rate not dipped: UDT's 1/9, and that too was no
+        // queue this flow built (at 10 ms through linkem such reports came every 0.25-0.5 s).
+        let (mut cc, mut now) = settled();
+        let before = cc.rate_pps();
+        now += 10_000;
+        cc.on_ack(&AckSignal { delivery_rate_pps: before as u32, ..ack(now, 20_000, 0) });
+        let cut = cc.rate_pps();
+        assert!((cut - before * DECREASE).abs() < 1.0, "a plain cut: {cut} of {before}");
+        let spiked = now;
+        while now <= spiked + 110_000 {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 0));
+        }
+        assert!(cc.rate_pps() >= before, "{} < {before}", cc.rate_pps());
+    }
+
+    #[test]
+    fn a_cut_for_a_growing_loss_rate_without_a_queue_is_not_taken_back() {
+        // The loss trend's cut (a shallow buffer overflowing before delay shows) had no queue
+        // to judge it by: it stands when the losses stop after it.
+        let (mut cc, mut now) = settled();
+        let before = cc.rate_pps();
+        // 1 % lost, then 10 %, then none, with no queue ever reported.
+        let mut cut = None;
+        for (reports, lost) in [(100, 10), (12, 100), (20, 0)] {
+            for _ in 0..reports {
+                now += 10_000;
+                cc.on_ack(&AckSignal { sent_pkts: 1_000, lost_pkts: lost, ..ack(now, 0, 0) });
+                if cut.is_none() && cc.rate_pps() < before * 0.95 {
+                    cut = Some(cc.rate_pps());
+                }
+            }
+        }
+        let cut = cut.expect("no cut for the growing loss");
+        assert!(cc.rate_pps() < cut * 1.05, "taken back: {} after a cut to {cut}", cc.rate_pps());
     }
 
     #[test]
