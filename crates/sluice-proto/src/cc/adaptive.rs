@@ -152,6 +152,8 @@ pub struct Adaptive {
     /// Rate just before the last decrease (UDT's "last decrease" reference for `L/9`).
     last_dec_rate_pps: f64,
     last_decrease_us: u64,
+    /// The queuing delay reported when the last decrease was made.
+    last_decrease_queue_us: f64,
     last_update_us: Option<u64>,
     rtt_us: f64,
     min_rtt_us: f64,
@@ -315,6 +317,7 @@ impl Adaptive {
             rate_pps: (16.0 * 1e6 / rtt_us).max(MIN_RATE_PPS),
             last_dec_rate_pps: 0.0,
             last_decrease_us: 0,
+            last_decrease_queue_us: 0.0,
             last_update_us: None,
             rtt_us,
             min_rtt_us: rtt_us,
@@ -481,7 +484,8 @@ impl Adaptive {
 
     /// Multiplicative decrease, so each cut is seen before the next: at most once per RTT +
     /// SYN, and within two RTTs + SYN of the last cut only while the queue is still more than
-    /// twice its target (the first cut was too small: a newcomer, a rate far above the link).
+    /// twice its target and has not fallen since that cut (the first cut was too small: a
+    /// newcomer, a rate far above the link).
     /// The queue reported one RTT after a cut still holds what was sent before the cut reached
     /// the bottleneck; cutting again for a queue just above target answered the same overshoot
     /// twice (on our 100 ms emulated path it did, every time: 1/1.125 twice, 980 Mbit/s to 780).
@@ -499,11 +503,17 @@ impl Adaptive {
         let since_us = now_us.saturating_sub(self.last_decrease_us) as f64;
         // Competing, the queue is always far above: a cut a round trip apart would answer one
         // overflow twice, where cubic cuts once.
-        let far_above = self.queue_delay_us > 2.0 * self.target_queue_delay_us() && !self.compete;
+        // And only while it has not begun to fall: a queue that falls is the last cut at work
+        // (at 10 ms through linkem a stall's backlog, 4-6 ms read 25 ms apart, was cut twice,
+        // by 45 % in all, and took half a second to climb back).
+        let far_above = self.queue_delay_us > 2.0 * self.target_queue_delay_us()
+            && self.queue_delay_us >= self.last_decrease_queue_us
+            && !self.compete;
         if since_us < self.rtt_us + SYN || (since_us < 2.0 * self.rtt_us + SYN && !far_above) {
             return;
         }
         self.last_decrease_us = now_us;
+        self.last_decrease_queue_us = self.queue_delay_us;
         // The rate may sit up to a probe above what was delivered (see `pace`); a cut from
         // there would not reach the pacer.
         let delivered_pps = self.delivered.get(now_us);
@@ -598,6 +608,7 @@ impl Adaptive {
         self.last_dec_rate_pps = self.rate_pps;
         self.rate_pps = self.rate_pps.min(delivered_pps * DRAIN).max(MIN_RATE_PPS);
         self.last_decrease_us = now_us;
+        self.last_decrease_queue_us = self.queue_delay_us;
         let wait_us = STARTUP_DRAIN_RTTS * (self.rtt_us + SYN);
         self.restore = Some(Restore {
             cut_us: now_us,
@@ -894,6 +905,7 @@ impl CongestionControl for Adaptive {
         self.rate_pps = (self.rate_pps / 4.0).max(MIN_RATE_PPS);
         self.phase = Phase::Startup;
         self.last_decrease_us = now_us;
+        self.last_decrease_queue_us = 0.0;
         self.startup_delivery_pps = 0.0;
         self.startup_capacity_hits = 0;
         self.restore = None;
@@ -1597,6 +1609,24 @@ mod tests {
         let r2 = cc.rate_pps();
         cc.on_ack(&ack(630_000, 25_000, 0));
         assert!(cc.rate_pps() < r2, "a long queue is cut again after one RTT + SYN");
+    }
+
+    #[test]
+    fn a_queue_far_above_target_is_cut_again_soon_only_while_it_has_not_begun_to_fall() {
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        cc.on_ack(&ack(10_000, 12_000, 0)); // leave startup on a queue
+        cc.on_ack(&ack(300_000, 25_000, 0));
+        let cut = cc.rate_pps();
+        // One RTT + SYN later, still far above the 10 ms target either way.
+        let mut falling = cc.clone();
+        falling.on_ack(&ack(415_000, 22_000, 0));
+        assert_eq!(falling.rate_pps(), cut, "cut again while the last cut drains the queue");
+        let mut growing = cc.clone();
+        growing.on_ack(&ack(415_000, 30_000, 0));
+        assert!(growing.rate_pps() < cut, "a queue still growing: the cut was too small");
+        // Two RTTs + SYN after the cut, a queue above target is cut whichever way it goes.
+        falling.on_ack(&ack(515_000, 22_000, 0));
+        assert!(falling.rate_pps() < cut);
     }
 
     /// `ack` from a receiver that reports no delivery rate: the rate is not capped by it (these
