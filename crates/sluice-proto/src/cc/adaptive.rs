@@ -1479,14 +1479,19 @@ mod tests {
     fn settled() -> (Adaptive, u64) {
         let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
         cc.on_ack(&ack(10_000, 12_000, 0)); // leave startup on a queue
-        let mut now = 10_000;
-        while now < 1_000_000 {
-            now += 10_000;
-            cc.on_ack(&ack(now, 0, 0));
-        }
+        let now = no_queue_until(&mut cc, 10_000, 1_000_000);
         cc.on_ack(&AckSignal { delivery_rate_pps: 100_000, ..ack(now, 0, 0) });
         assert!(!cc.in_startup());
         (cc, now)
+    }
+
+    /// Reports with no queue every 10 ms from `now` until `until`; the time of the last.
+    fn no_queue_until(cc: &mut Adaptive, mut now: u64, until: u64) -> u64 {
+        while now < until {
+            now += 10_000;
+            cc.on_ack(&ack(now, 0, 0));
+        }
+        now
     }
 
     /// One report of a 20 ms queue that did not stand, with the delivery rate dipped to 20,000
@@ -1507,11 +1512,7 @@ mod tests {
         assert!((cut - expected).abs() < 1e-6, "cut toward the delivery rate: {cut}");
         assert!(cut < before * DECREASE, "deeper than a plain cut: {cut}");
         // The queue is gone at once; within the round trip nothing changes but the increase.
-        let spiked = now;
-        while now < spiked + 100_000 {
-            now += 10_000;
-            cc.on_ack(&ack(now, 0, 0));
-        }
+        now = no_queue_until(&mut cc, now, now + 100_000);
         assert!(cc.rate_pps() < cut * 1.1, "restored within the round trip: {}", cc.rate_pps());
         // One RTT + SYN after the cut: back to the rate before it.
         now += 10_000;
@@ -1529,11 +1530,8 @@ mod tests {
         cc.on_ack(&AckSignal { delivery_rate_pps: before as u32, ..ack(now, 20_000, 0) });
         let cut = cc.rate_pps();
         assert!((cut - before * DECREASE).abs() < 1.0, "a plain cut: {cut} of {before}");
-        let spiked = now;
-        while now <= spiked + 110_000 {
-            now += 10_000;
-            cc.on_ack(&ack(now, 0, 0));
-        }
+        // One RTT + SYN after the cut, the queue gone all along.
+        no_queue_until(&mut cc, now, now + 120_000);
         assert!(cc.rate_pps() >= before, "{} < {before}", cc.rate_pps());
     }
 
