@@ -501,11 +501,12 @@ impl Adaptive {
     /// stays multiplicative, hence fair.
     fn decrease(&mut self, now_us: u64, loss_queue_us: Option<f64>) {
         let since_us = now_us.saturating_sub(self.last_decrease_us) as f64;
-        // Competing, the queue is always far above: a cut a round trip apart would answer one
-        // overflow twice, where cubic cuts once.
-        // And only while it has not begun to fall: a queue that falls is the last cut at work
-        // (at 10 ms through linkem a stall's backlog, 4-6 ms read 25 ms apart, was cut twice,
-        // by 45 % in all, and took half a second to climb back).
+        // A second cut within two RTTs + SYN answers a queue far above target that has not
+        // begun to fall: the last cut was too small. A queue that falls is the last cut at
+        // work (at 10 ms through linkem a stall's backlog, 4-6 ms read 25 ms apart, was cut
+        // twice, by 45 % in all, and took half a second to climb back). Never while
+        // competing: the queue is always far above, and a cut a round trip apart would answer
+        // one overflow twice, where cubic cuts once.
         let far_above = self.queue_delay_us > 2.0 * self.target_queue_delay_us()
             && self.queue_delay_us >= self.last_decrease_queue_us
             && !self.compete;
