@@ -19,6 +19,10 @@ Sizing: iperf3 runs D seconds (`--fairness-seconds`); each Sluice file is D seco
 bottleneck rate (`--fairness-size` overrides), so at a fair share both flows of a pair end
 together; a Sluice transfer always runs to completion (its file is then checked by SHA-256), even
 if that takes longer than D, up to a hard cap of 3 D + 30 s (then the pair is a failure).
+
+Logs: with FAIR_KEEP=DIR in the environment each pair's server and client logs are copied to
+DIR/<pair>-<unix time>/ before the pair's directory is removed (with RUST_LOG=sluice=debug a
+Sluice sender's log traces its channels four times a second).
 """
 
 import os
@@ -176,6 +180,14 @@ def run_pair(path, pair, works, seconds, seed, root, port_base, stagger_s=0.0):
     row["wire_a2b_bytes"] = link.get("wire_a2b_bytes")
     row["load_after"] = loadavg()
     row["flows"] = [_judge(f, t_launch, seconds) for f in flows]
+    keep = os.environ.get("FAIR_KEEP")
+    if keep:
+        dst = os.path.join(keep, f"{pair}-{int(time.time())}")
+        os.makedirs(dst, exist_ok=True)
+        for f in flows:
+            for suffix in ("-server.log", "-client.log"):
+                if os.path.exists(f.log_base + suffix):
+                    shutil.copy(f.log_base + suffix, dst)
     shutil.rmtree(pair_root, ignore_errors=True)
     if row.get("status") == "fail":
         return row
