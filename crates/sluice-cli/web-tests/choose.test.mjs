@@ -2,7 +2,7 @@
 // clock is the test's). Run by tests/web_browser.rs before the browser test.
 
 import assert from "node:assert/strict";
-import { Chooser, MEASURE_MIN_MS, PROBE_MIN_BYTES, STALE_MS } from "../web/js/choose.js";
+import { Chooser, MEASURE_MIN_MS, PROBE_MIN_BYTES, STALE_MS, STORE_KEY } from "../web/js/choose.js";
 
 let t = 0;
 const c = new Chooser(() => t);
@@ -63,5 +63,43 @@ assert.deepEqual(c.plan("auto", "up", BIG, true), { via: "https", probe: true })
 c.reset();
 assert.equal(c.rate("down", "wt"), null);
 assert.deepEqual(c.plan("auto", "down", BIG, true), { via: "wt", probe: true });
+
+// The figures outlive the page: a Chooser on the same store knows them, while they are fresh.
+/** A store in memory, as the page's localStorage. */
+const memory = () => {
+  const items = new Map();
+  return { getItem: (k) => items.get(k) ?? null, setItem: (k, v) => void items.set(k, String(v)), items };
+};
+const kept = memory();
+const first = new Chooser(() => t, kept);
+first.record("down", "wt", 40 << 20, 1000);
+first.record("down", "https", 60 << 20, 1000);
+const reloaded = new Chooser(() => t, kept);
+assert.equal(reloaded.rate("down", "https"), 60 << 20);
+assert.deepEqual(reloaded.plan("auto", "down", BIG, true), { via: "https", probe: false });
+t += STALE_MS;
+assert.equal(new Chooser(() => t, kept).rate("down", "wt"), null, "stale after a reload too");
+// A reset is kept as well.
+first.reset();
+assert.equal(new Chooser(() => t, kept).rate("down", "https"), null);
+// A figure from the future (the clock was set back) is not fresh.
+first.record("up", "https", 1 << 20, 1000);
+assert.equal(new Chooser(() => t - 1, kept).rate("up", "https"), null);
+// Whatever else is in the store is ignored, never thrown: it is measured again.
+for (const junk of ["not json", "null", "[]", '{"up":{"wt":{"rate":"fast","at":0}}}',
+  '{"up":{"wt":{"rate":-1,"at":0}},"down":{"https":{"rate":1e400,"at":0}}}',
+  '{"__proto__":{"wt":{"rate":1,"at":0}}}']) {
+  const bad = memory();
+  bad.items.set(STORE_KEY, junk);
+  const c2 = new Chooser(() => 0, bad);
+  for (const dir of ["up", "down"]) for (const via of ["wt", "https"]) {
+    assert.equal(c2.rate(dir, via), null, `${junk}: ${dir} ${via}`);
+  }
+}
+// A store that refuses (storage off, or full) is the same as none.
+const refusing = { getItem: () => { throw new Error("denied"); }, setItem: () => { throw new Error("full"); } };
+const off = new Chooser(() => t, refusing);
+off.record("up", "wt", 1 << 20, 1000);
+assert.equal(off.rate("up", "wt"), 1 << 20);
 
 console.log("choose.test: all checks passed");

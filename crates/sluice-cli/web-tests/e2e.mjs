@@ -573,6 +573,19 @@ try {
   // The next steps upload a picked file again.
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "wt-up.bin"));
 
+  step = "auto: the figures outlive the page";
+  // A second tab of the same browser (the origin's storage) goes by them without probing.
+  const figures = (p) => p.$eval("#choice", (e) => ({ ...e.dataset }));
+  const measured = await figures(page);
+  const second = await context.newPage();
+  await second.goto(base);
+  await second.waitForSelector("#app-view:not([hidden])");
+  await second.waitForFunction(() => document.querySelector("#choice")?.textContent?.includes("downloads"));
+  const inSecond = await figures(second);
+  console.log(`e2e: a second tab: ${await second.textContent("#choice")}`);
+  check(JSON.stringify(inSecond) === JSON.stringify(measured), `the second tab has the figures: ${JSON.stringify(inSecond)} vs ${JSON.stringify(measured)}`);
+  await second.close();
+
   step = "webtransport: a certificate replaced after the page got its hash";
   // The first answer of /api/wt names a hash the server does not serve, as when it replaced its
   // certificate between that answer and the handshake: the page asks again and connects.

@@ -6,7 +6,9 @@
 // each direction measures both: a file of at least PROBE_MIN_BYTES whose direction lacks a
 // fresh figure for one of them spends at most PROBE_MS on it (a probe), then goes on from where
 // it stopped (both ways resume) by the other, and later transfers take the faster. A figure
-// older than STALE_MS is measured again. No DOM here: web-tests/choose.test.mjs runs it in node.
+// older than STALE_MS is measured again. The figures are kept in the page's storage (its
+// origin's localStorage), so a reload within STALE_MS does not pay for the probes again. No DOM
+// here: web-tests/choose.test.mjs runs it in node.
 
 /** @typedef {"wt" | "https"} Via */
 /** @typedef {"up" | "down"} Dir */
@@ -21,17 +23,56 @@ export const STALE_MS = 10 * 60 * 1000;
 /** Runs shorter than this measure nothing (a rate over a few packets says little). */
 export const MEASURE_MIN_MS = 500;
 
+/** Where the figures are kept in the page's storage. */
+export const STORE_KEY = "sluice.transport-figures";
+
+/** @typedef {Pick<Storage, "getItem" | "setItem">} Store */
+
 export class Chooser {
-  /** @param {() => number} now milliseconds (performance.now in the page) */
-  constructor(now) {
+  /**
+   * @param {() => number} now milliseconds of the wall clock (Date.now in the page: the figures
+   *   outlive the page)
+   * @param {Store | null} [store] where the figures are kept between page loads (none: in memory)
+   */
+  constructor(now, store = null) {
     this.now = now;
+    this.store = store;
     /** @type {Record<Dir, Partial<Record<Via, { rate: number, at: number }>>>} bytes per second */
     this.rates = { up: {}, down: {} };
+    this.load();
+  }
+
+  /** Takes the kept figures that are well formed; anything else in the store is ignored. */
+  load() {
+    let kept;
+    try {
+      kept = JSON.parse(this.store?.getItem(STORE_KEY) ?? "null");
+    } catch {
+      return; // not JSON, or storage refused: measured again
+    }
+    for (const dir of /** @type {Dir[]} */ (["up", "down"])) {
+      for (const via of /** @type {Via[]} */ (["wt", "https"])) {
+        const f = kept?.[dir]?.[via];
+        if (Number.isFinite(f?.rate) && f.rate >= 0 && Number.isFinite(f?.at)) {
+          this.rates[dir][via] = { rate: f.rate, at: f.at };
+        }
+      }
+    }
+  }
+
+  /** Keeps the figures for the next page load (a store that refuses is the same as none). */
+  save() {
+    try {
+      this.store?.setItem(STORE_KEY, JSON.stringify(this.rates));
+    } catch {
+      // Full or refused: the figures live in this page only.
+    }
   }
 
   /** Forgets every measurement (the page was switched to "auto" again). */
   reset() {
     this.rates = { up: {}, down: {} };
+    this.save();
   }
 
   /**
@@ -46,6 +87,7 @@ export class Chooser {
     // whole blocks of 4 MiB, and on a long lossy path a probe may end before the first.
     if (!(ms >= MEASURE_MIN_MS) || !(bytes >= 0)) return;
     this.rates[dir][via] = { rate: (bytes * 1000) / ms, at: this.now() };
+    this.save();
   }
 
   /**
@@ -56,7 +98,9 @@ export class Chooser {
    */
   rate(dir, via) {
     const r = this.rates[dir][via];
-    return r && this.now() - r.at < STALE_MS ? r.rate : null;
+    // A figure from the future (the clock was set back) is as good as stale.
+    const age = r ? this.now() - r.at : Infinity;
+    return age >= 0 && age < STALE_MS ? /** @type {{ rate: number }} */ (r).rate : null;
   }
 
   /**

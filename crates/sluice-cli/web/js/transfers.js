@@ -76,8 +76,8 @@ export class Transfers {
     });
     /** Bytes moved by every transfer of this page. */
     this.movedAll = 0;
-    /** Which way each direction goes in "auto" (choose.js). */
-    this.chooser = new Chooser(() => performance.now());
+    /** Which way each direction goes in "auto" (choose.js), its figures kept across reloads. */
+    this.chooser = new Chooser(() => Date.now(), pageStore());
     this.chart = new RateChart(byId("chart"), byId("rate-peak"));
     // The chart's rate: bytes moved between two ticks (short transfers count too).
     let last = { t: performance.now(), moved: 0 };
@@ -672,6 +672,15 @@ export class Transfers {
     byId("total").textContent = this.jobs.length
       ? `${size(done)} of ${size(total)} · ${size(rate)}/s · ETA ${duration(left) || "-"}`
       : "";
+  }
+}
+
+/** The origin's localStorage, or none where the browser refuses it (storage turned off). */
+function pageStore() {
+  try {
+    return window.localStorage;
+  } catch {
+    return null;
   }
 }
 
