@@ -578,6 +578,7 @@ try {
   const figures = (p) => p.$eval("#choice", (e) => ({ ...e.dataset }));
   const measured = await figures(page);
   const second = await context.newPage();
+  second.on("pageerror", (e) => failures.push(`page error in the second tab: ${e.message}`));
   await second.goto(base);
   await second.waitForSelector("#app-view:not([hidden])");
   await second.waitForFunction(() => document.querySelector("#choice")?.textContent?.includes("downloads"));
