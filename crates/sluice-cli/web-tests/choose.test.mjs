@@ -79,11 +79,14 @@ assert.equal(reloaded.rate("down", "https"), 60 << 20);
 assert.deepEqual(reloaded.plan("auto", "down", BIG, true), { via: "https", probe: false });
 t += STALE_MS;
 assert.equal(new Chooser(() => t, kept).rate("down", "wt"), null, "stale after a reload too");
-// A reset is kept as well.
+// A reset is kept as well: a fresh figure, then the reset, then a reload.
+first.record("down", "https", 60 << 20, 1000);
+assert.equal(new Chooser(() => t, kept).rate("down", "https"), 60 << 20);
 first.reset();
-assert.equal(new Chooser(() => t, kept).rate("down", "https"), null);
-// A figure from the future (the clock was set back) is not fresh.
+assert.equal(new Chooser(() => t, kept).rate("down", "https"), null, "forgotten after a reset");
+// A figure from the future (the clock was set back) is not fresh; at its own time it is.
 first.record("up", "https", 1 << 20, 1000);
+assert.equal(new Chooser(() => t, kept).rate("up", "https"), 1 << 20);
 assert.equal(new Chooser(() => t - 1, kept).rate("up", "https"), null);
 // Whatever else is in the store is ignored, never thrown: it is measured again.
 for (const junk of ["not json", "null", "[]", '{"up":{"wt":{"rate":"fast","at":0}}}',

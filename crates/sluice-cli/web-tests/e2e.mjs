@@ -577,6 +577,7 @@ try {
   // A second tab of the same browser (the origin's storage) goes by them without probing.
   const figures = (p) => p.$eval("#choice", (e) => ({ ...e.dataset }));
   const measured = await figures(page);
+  check(Number(measured.downWt) > 0 && Number(measured.downHttps) > 0, `this tab has figures to keep: ${JSON.stringify(measured)}`);
   const second = await context.newPage();
   second.on("pageerror", (e) => failures.push(`page error in the second tab: ${e.message}`));
   await second.goto(base);

@@ -98,9 +98,10 @@ export class Chooser {
    */
   rate(dir, via) {
     const r = this.rates[dir][via];
+    if (!r) return null;
     // A figure from the future (the clock was set back) is as good as stale.
-    const age = r ? this.now() - r.at : Infinity;
-    return age >= 0 && age < STALE_MS ? /** @type {{ rate: number }} */ (r).rate : null;
+    const age = this.now() - r.at;
+    return age >= 0 && age < STALE_MS ? r.rate : null;
   }
 
   /**
