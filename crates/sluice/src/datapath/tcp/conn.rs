@@ -9,7 +9,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use sluice_proto::wire::Kind;
 
 use super::super::{ChannelKeys, DataError};
-use super::record::{MAX_RECORD_BYTES, Opener, REASON_DONE, Record, Sealer};
+use super::record::{MAX_RECORD_BYTES, Opener, Record, Sealer};
 
 /// After it sent its last record, an end waits at most this long for the peer's FIN, so that
 /// the peer reads that record before the socket closes (a close with unread bytes resets).
@@ -245,14 +245,15 @@ impl Conn {
             )));
         }
         self.stream.shutdown(Shutdown::Write).map_err(DataError::Socket)?;
-        if reason == REASON_DONE {
-            // The peer closes once it read the shutdown; what it sent meanwhile is dropped.
-            while self.closed().is_none() && Instant::now() < deadline {
-                self.taken = self.filled;
-                self.read(usize::MAX)?;
-                if self.closed().is_none() {
-                    self.wait(deadline)?;
-                }
+        // The peer closes once it read the shutdown; what it sent meanwhile is dropped. This
+        // wait matters whatever the reason: a socket closed with unread bytes sends a reset,
+        // and a reset throws away what the kernel had not yet sent, the shutdown among it, so
+        // a peer told nothing would fail on "connection reset" instead of this end's word.
+        while self.closed().is_none() && Instant::now() < deadline {
+            self.taken = self.filled;
+            self.read(usize::MAX)?;
+            if self.closed().is_none() {
+                self.wait(deadline)?;
             }
         }
         Ok(())
