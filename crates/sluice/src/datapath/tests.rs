@@ -45,6 +45,36 @@ fn read_ahead_serves_sequential_retransmitted_and_tail_reads() {
     check(end - 1, 1);
 }
 
+/// A test fault's byte is wrong in every read of its pass, a retransmission's too: a fault spent
+/// on the first read went away when the packet that carried it was lost, and the repair tests
+/// that count on it then saw no repair (CI, under load, 1 run in a few hundred).
+#[test]
+fn a_fault_strikes_every_read_of_its_pass_and_none_after() {
+    let data = pattern(2 * READ_BLOCK_BYTES);
+    let fault = super::Fault { offset: 5_000, times: 1 };
+    let offset = fault.in_pass(0).expect("the first pass is struck");
+    assert_eq!(fault.in_pass(1), None, "spent after `times` passes");
+    let faulty = super::Faulty::reading(temp_file(&data), offset);
+    let mut expected = data[4_200..5_600].to_vec();
+    expected[800] = !expected[800];
+    // The block with the byte, read to send it new.
+    let mut block = vec![0u8; READ_BLOCK_BYTES];
+    super::read_exact_at(&faulty, &mut block, 0).unwrap();
+    assert_eq!(block[4_200..5_600], expected, "the packet with the byte, new");
+    // Its packet is lost and read again to send it again: still wrong.
+    let mut packet = vec![0u8; 1400];
+    super::read_exact_at(&faulty, &mut packet, 4_200).unwrap();
+    assert_eq!(packet, expected, "the retransmission");
+    // A write fault: every write of the byte, a duplicate's too.
+    let faulty = super::Faulty::writing(temp_file(&vec![0u8; data.len()]), offset);
+    for what in ["a write", "a duplicate"] {
+        super::write_all_at(&faulty, &data[4_200..5_600], 4_200).unwrap();
+        let mut back = vec![0u8; 1400];
+        super::read_exact_at(&faulty, &mut back, 4_200).unwrap();
+        assert_eq!(back, expected, "{what}");
+    }
+}
+
 #[test]
 fn read_ahead_reports_a_short_file() {
     let data = pattern(10_000);

@@ -15,12 +15,18 @@ use crate::tree::FileSet;
 /// What the data channels read and write: a transfer's files.
 pub(crate) type DataStore = Arc<dyn Store + Send + Sync>;
 
-/// The files as the data channels see them: with the configured test fault, if any, on the
-/// reads of a sending end (`sending`) or the writes of a receiving one.
-pub(crate) fn data_store(files: &Arc<FileSet>, fault: Option<Fault>, sending: bool) -> DataStore {
-    match (fault, sending) {
-        (Some(fault), true) => Arc::new(Faulty::reading(files.clone(), fault)),
-        (Some(fault), false) => Arc::new(Faulty::writing(files.clone(), fault)),
+/// The files as pass `pass` (0 the first) of the data channels sees them: with the configured
+/// test fault, if any and not spent, on the reads of a sending end (`sending`) or the writes of
+/// a receiving one.
+pub(crate) fn data_store(
+    files: &Arc<FileSet>,
+    fault: Option<Fault>,
+    sending: bool,
+    pass: u32,
+) -> DataStore {
+    match (fault.and_then(|f| f.in_pass(pass)), sending) {
+        (Some(offset), true) => Arc::new(Faulty::reading(files.clone(), offset)),
+        (Some(offset), false) => Arc::new(Faulty::writing(files.clone(), offset)),
         (None, _) => files.clone(),
     }
 }

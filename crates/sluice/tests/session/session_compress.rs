@@ -118,7 +118,7 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 async fn a_fault_in_a_compressed_piece_is_repaired() {
     let seed = 43;
     println!("text seed {seed}");
-    // The server inverts a byte of block 1 once as it reads it to compress.
+    // The server inverts a byte of block 1 as it reads it to compress in the first pass.
     let fault = Fault { offset: 5 * MIB as u64 + 999, times: 1 };
     let server = TestServer::start_with(|c| c.fault = Some(fault)).await;
     let data = text(9 * MIB, seed);

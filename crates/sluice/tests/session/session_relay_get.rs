@@ -233,7 +233,7 @@ async fn a_file_that_exists_here_follows_the_client_s_overwrite_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_that_returns_a_wrong_byte_is_caught_and_its_block_comes_again() {
-    // Relay A's reads for its first collection flip the batch's byte 1000.
+    // Relay A's reads for each collection flip the batch's byte 1000 (in its first block).
     let world = World::new([Some(Fault { offset: 1000, times: 1 }), None]).await;
     let content = pattern(2 << 20, SEED);
     fs::write(world.server.root().join("f.bin"), &content).unwrap();

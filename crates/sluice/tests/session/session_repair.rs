@@ -31,7 +31,8 @@ fn always() -> CopyOptions {
 async fn a_byte_corrupted_on_the_way_out_of_the_server_is_repaired_on_download() {
     let seed = 31;
     println!("pattern seed {seed}");
-    // The server inverts byte 9 MiB + 77 once as it reads it to send: block 2 of 4 MiB.
+    // The server inverts byte 9 MiB + 77 as it reads it to send in the first pass (the repair
+    // round reads it right): block 2 of 4 MiB.
     let fault = Fault { offset: 9 * MIB + 77, times: 1 };
     let server = TestServer::start_with(|c| c.fault = Some(fault)).await;
     let data = pattern(20 * MIB as usize, seed);
@@ -52,7 +53,8 @@ async fn a_byte_corrupted_on_the_way_out_of_the_server_is_repaired_on_download()
 async fn a_byte_corrupted_on_the_way_to_the_servers_disk_is_repaired_on_upload() {
     let seed = 32;
     println!("pattern seed {seed}");
-    // The server inverts the last byte once as it writes it: block 4, the short last one.
+    // The server inverts the last byte as it writes it in the first pass: block 4, the short
+    // last one.
     let size = 17 * MIB + 5;
     let fault = Fault { offset: size - 1, times: 1 };
     let server = TestServer::start_with(|c| c.fault = Some(fault)).await;

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::datapath::{ChannelReport, Progress};
 use crate::session::SessionError;
-use crate::session::blocks::{DataStore, data_store};
+use crate::session::blocks::data_store;
 use crate::session::channel::{Receive, Step};
 use crate::session::observe::AnyObserver;
 use crate::session::{mismatch_error, plan_error};
@@ -77,7 +77,8 @@ pub(crate) async fn run_receiving(
     let mut names = Vec::new();
     let mut counts = (0, 0, 0, 0);
     let mut files: Arc<FileSet> = Arc::new(FileSet::new(Vec::new(), true));
-    let mut store: DataStore = files.clone();
+    // Data phases started: a test fault goes by them ([`data_store`]).
+    let mut passes = 0u32;
     let started_early = early.is_some();
     let mut sockets = early;
     let mut receiving: Option<(u32, Receive, bool)> = None;
@@ -127,7 +128,8 @@ pub(crate) async fn run_receiving(
                         },
                         None => DataPlan::Channels(Vec::new()),
                     };
-                    let store = store.clone();
+                    let store = data_store(&files, channels.fault, false, passes);
+                    passes += 1;
                     let mut progress = observer.take().filter(|_| first);
                     let mut keeper =
                         if first { incoming.as_ref().map(Incoming::keeper) } else { None };
@@ -211,7 +213,6 @@ pub(crate) async fn run_receiving(
                         counts = (planned.files.len() as u64, planned.replaced, planned.kept, 0);
                         if let Some(prepared) = prepared {
                             files = Arc::new(prepared.store());
-                            store = data_store(&files, channels.fault, false);
                             if !files.is_empty()
                                 && let Some(observer) = observer.as_mut()
                             {

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::datapath::{ChannelReport, DataError, Progress};
 use crate::files::hash_extents;
-use crate::session::blocks::{DataStore, data_store};
+use crate::session::blocks::data_store;
 use crate::session::channel::DataTask;
 use crate::session::observe::AnyObserver;
 use crate::session::{SessionError, lock};
@@ -114,7 +114,8 @@ pub(crate) async fn run_sending(
     observer: Option<AnyObserver>,
 ) -> Result<SentReport, SessionError> {
     let mut files: Arc<FileSet> = Arc::new(FileSet::new(Vec::new(), false));
-    let mut store: DataStore = files.clone();
+    // Data phases started: a test fault goes by them ([`data_store`]).
+    let mut passes = 0u32;
     let mut wanted = Vec::new();
     // The files were laid out for an early start ([`SendEffect::Early`]).
     let mut early_laid_out = false;
@@ -157,10 +158,7 @@ pub(crate) async fn run_sending(
                     let laid_out = std::mem::take(&mut early_laid_out) && numbers == wanted;
                     let set = match laid_out {
                         true => Ok(()),
-                        false => wanted_set(outgoing, &numbers).map(|set| {
-                            files = Arc::new(set);
-                            store = data_store(&files, channels.fault, true);
-                        }),
+                        false => wanted_set(outgoing, &numbers).map(|set| files = Arc::new(set)),
                     };
                     match set {
                         Ok(()) => {
@@ -182,7 +180,6 @@ pub(crate) async fn run_sending(
                 SendEffect::Early { files: numbers } => match wanted_set(outgoing, &numbers) {
                     Ok(set) => {
                         files = Arc::new(set);
-                        store = data_store(&files, channels.fault, true);
                         wanted = numbers;
                         early_laid_out = true;
                     }
@@ -231,7 +228,8 @@ pub(crate) async fn run_sending(
                             if !patient_data {
                                 contact_by = None;
                             }
-                            let store = store.clone();
+                            let store = data_store(&files, channels.fault, true, passes);
+                            passes += 1;
                             let first = phase == machine.first_phase();
                             let recall = recall.take().filter(|_| first);
                             data_told |= first;

@@ -201,11 +201,9 @@ impl RequestCtx<'_> {
         let held = spool.holding(&transfer, &collect.blocks);
         let lens: Vec<BlockLen> = held.iter().map(|(b, _)| *b).collect();
         let files = FileSet::new(held.iter().map(|(b, p)| (p.clone(), b.len)).collect(), false);
-        let store: Arc<dyn crate::datapath::Store + Send + Sync> = match self.shared.fault {
-            // Tests of a relay that returns wrong bytes.
-            Some(fault) => Arc::new(crate::datapath::Faulty::reading(files, fault)),
-            None => Arc::new(files),
-        };
+        // Tests of a relay that returns wrong bytes: each collection is a pass of its own.
+        let store =
+            crate::session::blocks::data_store(&Arc::new(files), self.shared.fault, true, 0);
         self.send_held(&lens, store, None).await?;
         let released = match read_hop(self.recv, self.conn, Peer::Client).await? {
             HopMsg::Release { blocks } => blocks,
