@@ -158,7 +158,11 @@ pub(crate) async fn run_sending(
                     let laid_out = std::mem::take(&mut early_laid_out) && numbers == wanted;
                     let set = match laid_out {
                         true => Ok(()),
-                        false => wanted_set(outgoing, &numbers).map(|set| files = Arc::new(set)),
+                        // Laid out anew: a test fault starts over, as on fresh files.
+                        false => wanted_set(outgoing, &numbers).map(|set| {
+                            files = Arc::new(set);
+                            passes = 0;
+                        }),
                     };
                     match set {
                         Ok(()) => {
