@@ -85,7 +85,7 @@ impl<S: Store + Send + ?Sized> Store for std::sync::Arc<S> {
 ///
 /// A pass, not a read: a retransmission reads the byte again, and a fault spent on the first
 /// read went away whenever the packet that carried it was lost (a repair test then saw no
-/// repair; under load on loopback, 1 run in a few hundred).
+/// repair; seen once here, under load on loopback).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fault {
     /// Offset of the byte in the transfer's offset space.

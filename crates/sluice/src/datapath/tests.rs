@@ -47,7 +47,7 @@ fn read_ahead_serves_sequential_retransmitted_and_tail_reads() {
 
 /// A test fault's byte is wrong in every read of its pass, a retransmission's too: a fault spent
 /// on the first read went away when the packet that carried it was lost, and the repair tests
-/// that count on it then saw no repair (CI, under load, 1 run in a few hundred).
+/// that count on it then saw no repair (seen once here, under load on loopback).
 #[test]
 fn a_fault_strikes_every_read_of_its_pass_and_none_after() {
     let data = pattern(2 * READ_BLOCK_BYTES);
