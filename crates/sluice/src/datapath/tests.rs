@@ -1,5 +1,5 @@
-//! Unit tests of the block reader and writer and of the receiver's shared file and its hasher
-//! (the socket loops are tested over loopback in `tests/datapath_*.rs`).
+//! Unit tests of the block reader and writer, of the receiver's shared file and its hasher, and
+//! of the test fault (the socket loops are tested over loopback in `tests/datapath_*.rs`).
 
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::AtomicBool;
