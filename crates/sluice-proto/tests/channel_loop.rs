@@ -224,7 +224,7 @@ fn after_the_last_new_packet(
     loss: f64,
     at: impl Fn(u64, &Outcome) -> u64,
 ) -> Vec<f64> {
-    after_the_last_new_packet_of(ChannelConfig::default(), 3_000_000, seeds, loss, at)
+    after_the_last_new_packet_of(ChannelConfig::default(), 3_000_000, None, seeds, loss, at)
 }
 
 /// Asserts that the receiver had every byte within `bound` round trips of the last new packet,
@@ -235,10 +235,12 @@ fn every_byte_within(completes: &[f64], bound: f64) {
     assert!(worst < bound, "the receiver completed {worst:.2} round trips after: {completes:?}");
 }
 
-/// [`after_the_last_new_packet`] of `total` bytes sent as `config` says.
+/// [`after_the_last_new_packet`] of `total` bytes sent as `config` says, the sender told
+/// `more_bytes` ([`transfer_with`]) if given.
 fn after_the_last_new_packet_of(
     config: ChannelConfig,
     total: u64,
+    more_bytes: Option<u64>,
     seeds: std::ops::Range<u64>,
     loss: f64,
     at: impl Fn(u64, &Outcome) -> u64,
@@ -246,7 +248,15 @@ fn after_the_last_new_packet_of(
     let rtt_us = 300_000;
     seeds
         .map(|seed| {
-            let o = transfer(config.clone(), total, rtt_us / 2, loss, seed);
+            let o = transfer_with(
+                config.clone(),
+                total,
+                rtt_us / 2,
+                loss,
+                seed,
+                more_bytes,
+                |_, _, _, _| false,
+            );
             check(&o);
             (at(seed, &o) - o.last_new_us) as f64 / rtt_us as f64
         })
@@ -492,12 +502,13 @@ fn on_a_lossy_path_the_receiver_has_every_byte_half_a_round_trip_after_the_last_
 fn at_a_fast_rate_the_code_rebuilds_the_last_round_trips_losses() {
     let config =
         ChannelConfig { cc: CcKind::Fixed, rate_bps: 400_000_000, ..ChannelConfig::default() };
-    let completes = after_the_last_new_packet_of(config, 30_000_000, 60..80, 0.01, |seed, o| {
-        assert!(o.recovered > 50, "seed {seed}: {} shards, {} rebuilt", o.parity, o.recovered);
-        // Shards of about 2 % of the round trip's packets, not copies of them.
-        println!("seed {seed}: {} halves, {} rebuilt", o.parity, o.recovered);
-        o.complete_us
-    });
+    let completes =
+        after_the_last_new_packet_of(config, 30_000_000, None, 60..80, 0.01, |seed, o| {
+            assert!(o.recovered > 50, "seed {seed}: {} shards, {} rebuilt", o.parity, o.recovered);
+            // Shards of about 2 % of the round trip's packets, not copies of them.
+            println!("seed {seed}: {} halves, {} rebuilt", o.parity, o.recovered);
+            o.complete_us
+        });
     every_byte_within(&completes, 0.75);
 }
 
@@ -557,23 +568,15 @@ fn told_where_the_end_is_a_sender_codes_only_its_last_round_trips() {
 fn a_repair_lost_before_the_tail_does_not_hold_the_end() {
     let config =
         ChannelConfig { cc: CcKind::Fixed, rate_bps: 400_000_000, ..ChannelConfig::default() };
-    let rtt_us = 300_000;
     for (loss, bound, may_exceed) in [(0.01, 0.75, 0), (0.03, 0.85, 2)] {
-        let completes: Vec<f64> = (100..110)
-            .map(|seed| {
-                let o = transfer_with(
-                    config.clone(),
-                    60_000_000,
-                    rtt_us / 2,
-                    loss,
-                    seed,
-                    Some(0),
-                    |_, _, _, _| false,
-                );
-                check(&o);
-                (o.complete_us - o.last_new_us) as f64 / rtt_us as f64
-            })
-            .collect();
+        let completes = after_the_last_new_packet_of(
+            config.clone(),
+            60_000_000,
+            Some(0),
+            100..110,
+            loss,
+            |_, o| o.complete_us,
+        );
         println!("loss {loss}: every byte, round trips after the last new packet: {completes:?}");
         let over = completes.iter().filter(|&&c| c >= bound).count();
         assert!(over <= may_exceed, "loss {loss}: {over} transfers over {bound}: {completes:?}");
