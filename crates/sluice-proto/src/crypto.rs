@@ -11,9 +11,14 @@
 //! carries a new packet number (see [`crate::wire`]).
 //!
 //! Sealing and opening work in the caller's buffer and allocate nothing.
+//!
+//! Without the `channel` feature only [`Algorithm`] is here (the session plane names it; the
+//! browser's build has no AEAD of its own: WebTransport's QUIC seals its packets).
 
+#[cfg(feature = "channel")]
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 
+#[cfg(feature = "channel")]
 use crate::wire::{HEADER_LEN, Header, TAG_LEN};
 
 /// The AEAD used for a channel.
@@ -25,6 +30,7 @@ pub enum Algorithm {
     ChaCha20Poly1305,
 }
 
+#[cfg(feature = "channel")]
 impl Algorithm {
     fn aead(self) -> &'static aead::Algorithm {
         match self {
@@ -35,6 +41,7 @@ impl Algorithm {
 }
 
 /// Why a packet could not be sealed or opened.
+#[cfg(feature = "channel")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CryptoError {
     /// Authentication failed: corrupted, forged or under another key.
@@ -49,24 +56,29 @@ pub enum CryptoError {
 }
 
 /// Bytes of the AEAD nonce.
+#[cfg(feature = "channel")]
 const NONCE_LEN: usize = 12;
 /// Where the packet number sits in the nonce: after 4 zero bytes.
+#[cfg(feature = "channel")]
 const NONCE_PN_AT: usize = NONCE_LEN - 8;
 
 /// One direction's packet protection key. The nonce is the IV XOR the packet number, so a
 /// packet number must never be used twice under one key.
+#[cfg(feature = "channel")]
 pub struct PacketKey {
     alg: Algorithm,
     key: LessSafeKey,
     iv: [u8; NONCE_LEN],
 }
 
+#[cfg(feature = "channel")]
 impl std::fmt::Debug for PacketKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PacketKey").field("alg", &self.alg).finish_non_exhaustive()
     }
 }
 
+#[cfg(feature = "channel")]
 impl PacketKey {
     /// A key for `alg` from 32 secret bytes and a 12-byte IV.
     pub fn new(alg: Algorithm, key: &[u8; 32], iv: [u8; 12]) -> Self {

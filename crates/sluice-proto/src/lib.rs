@@ -29,9 +29,11 @@ pub mod estimate;
 pub mod fec;
 pub mod intervals;
 pub mod pmtu;
+#[cfg(feature = "channel")]
 pub mod receiver;
 pub mod reorder;
 pub mod rng;
+#[cfg(feature = "channel")]
 pub mod sender;
 pub mod seq;
 pub mod timer;

@@ -52,6 +52,7 @@ impl TimerTable {
 }
 
 /// The earlier of two optional deadlines.
+#[cfg(feature = "channel")]
 pub(crate) fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),

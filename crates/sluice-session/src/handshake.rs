@@ -12,7 +12,9 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Instant;
 
 use crate::messages::{Answer, ErrorCode, GrantClaim, Offer, Request, Spec};
 use crate::negotiate::Negotiated;

@@ -22,17 +22,21 @@
 //! - [`manifest`]: what a transfer moves, and the checks on a peer's manifest;
 //! - [`options`]: the request options that travel on the wire;
 //! - [`arrivals`]: what a receive's channels have delivered, each byte once;
-//! - [`compress`]: the per-piece zstd framing of the data channels;
+//! - [`compress`]: the per-piece zstd framing of the data channels (feature `compress`, on by
+//!   default; the browser's build leaves it out);
 //! - [`chunks`]: the chunk plan the data channels of a transfer share (first come, first
 //!   served; a dying channel's chunks go to the others);
 //! - [`layout`]: the wanted files end to end in one offset space, and the resume and repair
 //!   arithmetic on it;
 //! - [`relay`]: the relay plane's messages, blocks and striping strategies (FSP);
+//! - [`time`]: the `now` the machines take ([`time::Instant`]: the standard library's
+//!   where it has a clock, a [`time::Moment`] the page reads in the browser);
 //! - [`transfer`]: deadlines, faults and the manifest in parts, shared by the roles;
 //! - [`sending`] and [`receiving`]: the two machines.
 
 pub mod arrivals;
 pub mod chunks;
+#[cfg(feature = "compress")]
 pub mod compress;
 pub mod grant;
 pub mod handshake;
@@ -44,6 +48,7 @@ pub mod options;
 pub mod receiving;
 pub mod relay;
 pub mod sending;
+pub mod time;
 pub mod transfer;
 
 pub use receiving::{Planned, Received, Receiving, RecvEffect};

@@ -14,7 +14,9 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Instant;
 
 use crate::layout::{Layout, bytes_in, complement};
 use crate::manifest::{Entry, EntryKind, to_ranges};

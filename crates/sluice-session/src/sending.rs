@@ -36,7 +36,9 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Instant;
 
 use crate::layout::{Layout, bytes_in};
 use crate::manifest::{Entry, EntryKind, from_ranges};

@@ -1,7 +1,9 @@
 //! What the two transfer roles share: deadlines, how a transfer fails, the manifest in parts,
 //! and the digests on the wire.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Instant;
 
 use crate::manifest::{Entry, MAX_ENTRIES, MAX_TEXT_BYTES};
 use crate::messages::{ErrorCode, ManifestPart};
