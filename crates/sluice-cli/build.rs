@@ -28,6 +28,9 @@ fn main() {
     build
         .current_dir(&workspace)
         .args(["build", "--locked", "--quiet", "-p", "sluice-wasm", "--lib"])
+        // Without the transfer machines: the page does not run them yet (sluice-wasm's
+        // `machines` feature).
+        .arg("--no-default-features")
         .args(["--target", "wasm32-unknown-unknown", "--profile", "wasm", "--target-dir"])
         .arg(&target_dir);
     for var in [

@@ -1,15 +1,20 @@
 //! The module's exports (see the crate's doc): plain `extern "C"` functions over one
-//! [`Hashers`]. A page runs them on one thread, so the lock is never contended.
+//! [`Module`]. A page runs them on one thread, so the lock is never contended.
 #![allow(unsafe_code)] // `#[unsafe(no_mangle)]` only: exported names; no pointer is dereferenced.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::{Hashers, whole};
+use crate::{Module, whole};
 
-static STATE: Mutex<Hashers> =
-    Mutex::new(Hashers { buffer: Vec::new(), open: Vec::new(), trees: Vec::new() });
+static STATE: Mutex<Module> = Mutex::new(Module {
+    buffer: Vec::new(),
+    open: Vec::new(),
+    trees: Vec::new(),
+    #[cfg(feature = "machines")]
+    machines: crate::machines::Machines::new(),
+});
 
-fn state() -> MutexGuard<'static, Hashers> {
+fn state() -> MutexGuard<'static, Module> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -70,4 +75,64 @@ pub extern "C" fn sluice_tree_hash(id: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub extern "C" fn sluice_tree_drop(id: u32) {
     state().tree_end(id);
+}
+
+/// A new download's machine (`Receiving`) at `now_ms`: its id; 0 when refused.
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_receive(now_ms: f64) -> u32 {
+    state().machines.receive(now_ms)
+}
+
+/// A new upload's machine (`Sending`) at `now_ms` of the manifest in the buffer's first `len`
+/// bytes (JSON): its id; 0 when refused (`sluice_machine_error` says why).
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_send(now_ms: f64, len: u32) -> u32 {
+    state().machine_send(now_ms, len as usize)
+}
+
+/// Hands machine `id` the peer's frame in the buffer's first `len` bytes: 1, or 0 for an
+/// unknown id.
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_message(id: u32, now_ms: f64, len: u32) -> u32 {
+    u32::from(state().machine_input(id, now_ms, len as usize, false))
+}
+
+/// Hands machine `id` the driver's event (JSON) in the buffer's first `len` bytes: 1, or 0
+/// when refused (`sluice_machine_error` says why).
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_event(id: u32, now_ms: f64, len: u32) -> u32 {
+    u32::from(state().machine_input(id, now_ms, len as usize, true))
+}
+
+/// Machine `id`'s next effect at the buffer's start (a byte of kind, 1: frame, 2: JSON, then
+/// its bytes): its length with that byte; 0: none; `u32::MAX`: over the buffer's limit.
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_effect(id: u32) -> u32 {
+    state().machine_effect(id).map_or(u32::MAX, |len| len as u32)
+}
+
+/// When machine `id` wants its timeout event, in the page's milliseconds; -1: never.
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_deadline(id: u32) -> f64 {
+    state().machines.deadline_ms(id).unwrap_or(-1.0)
+}
+
+/// The last refusal's reason (UTF-8) at the buffer's start: its length.
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_error() -> u32 {
+    state().machine_error() as u32
+}
+
+/// Ends machine `id`.
+#[cfg(feature = "machines")]
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_machine_end(id: u32) {
+    state().machines.end(id);
 }

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A file's bytes fed the way the page feeds them: piece by piece through the one buffer.
-fn hash_in_pieces(h: &mut Hashers, data: &[u8], piece: usize) -> [u8; 32] {
+fn hash_in_pieces(h: &mut Module, data: &[u8], piece: usize) -> [u8; 32] {
     let id = h.start();
     assert_ne!(id, 0);
     for chunk in data.chunks(piece) {
@@ -17,7 +17,7 @@ fn hash_in_pieces(h: &mut Hashers, data: &[u8], piece: usize) -> [u8; 32] {
 #[test]
 fn pieces_hash_as_blake3_hashes_the_whole() {
     let data: Vec<u8> = (0..3_000_017u32).map(|i| (i * 31 + i / 7) as u8).collect();
-    let mut h = Hashers::default();
+    let mut h = Module::default();
     // Byte by byte over a part (a million calls would be slow), then larger pieces over all.
     for (piece, len) in
         [(1, 100_003), (1000, data.len()), (65_536, data.len()), (1 << 20, data.len())]
@@ -31,7 +31,7 @@ fn pieces_hash_as_blake3_hashes_the_whole() {
 #[test]
 fn two_files_at_once_do_not_mix() {
     let (a, b) = (vec![1u8; 100_000], vec![2u8; 70_000]);
-    let mut h = Hashers::default();
+    let mut h = Module::default();
     let (ia, ib) = (h.start(), h.start());
     assert_ne!(ia, ib);
     // Pieces of the two, taken in turn through the one buffer, until both are in.
@@ -56,7 +56,7 @@ fn two_files_at_once_do_not_mix() {
 
 #[test]
 fn bad_ids_and_lengths_are_refused_not_a_crash() {
-    let mut h = Hashers::default();
+    let mut h = Module::default();
     assert!(!h.update(0, 0));
     assert!(!h.update(7, 0));
     assert!(!h.finish(7));
@@ -177,7 +177,7 @@ fn a_tree_refuses_blocks_out_of_place_and_lengths_off_the_tree() {
     assert!(tree.add(8192, &data[8192..9000]).is_none(), "short of the last block");
     assert!(tree.add(12_288, &data[..100]).is_none(), "past the end");
     // The same through the module's buffer, and its ids.
-    let mut h = Hashers::default();
+    let mut h = Module::default();
     assert_eq!(h.tree_start(10_000, 3000), 0);
     let id = h.tree_start(10_000, block);
     for offset in [0usize, 4096, 8192] {
