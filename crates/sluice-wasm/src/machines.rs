@@ -222,9 +222,7 @@ impl Machines {
 
     /// Ends machine `id` (nothing for an unknown one).
     pub fn end(&mut self, id: u32) {
-        if let Some(slot) = (id as usize).checked_sub(1).and_then(|i| self.slots.get_mut(i)) {
-            *slot = None;
-        }
+        crate::free(&mut self.slots, id);
     }
 
     /// Why the last call was refused.
@@ -233,8 +231,7 @@ impl Machines {
     }
 
     fn machine(&mut self, id: u32) -> Option<&mut Machine> {
-        let index = (id as usize).checked_sub(1)?;
-        self.slots.get_mut(index)?.as_mut()
+        crate::slot(&mut self.slots, id)
     }
 
     fn seat(&mut self, machine: Machine) -> u32 {
