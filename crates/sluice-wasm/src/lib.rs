@@ -43,7 +43,7 @@ pub mod tree;
 use machines::{Machines, Output};
 use tree::Tree;
 
-/// Module open at once (each a `blake3::Hasher`, about 2 KiB).
+/// Hashers open at once (each a `blake3::Hasher`, about 2 KiB).
 pub const HASHERS_MAX: usize = 64;
 /// Download trees open at once.
 pub const TREES_MAX: usize = 64;
