@@ -455,11 +455,7 @@ impl Receiver {
         }
         if self.timers.is_due(Timer::Ack, now_us) {
             let again = std::mem::replace(&mut self.renak_again, self.renak_from.take());
-            let due = match (self.renak_again, again) {
-                (Some(new), Some(again)) => Some(new.min(again)),
-                (new, again) => new.or(again),
-            };
-            if let Some(from) = due {
+            if let Some(from) = [self.renak_again, again].into_iter().flatten().min() {
                 self.push_pending(Pending::NakList { from, packets_left: RENAK_PACKETS });
             }
             if self.data_since_ack || self.ack_point() != self.last_acked {

@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
-use crate::time::Instant;
-
 use crate::manifest::{Entry, MAX_ENTRIES, MAX_TEXT_BYTES};
 use crate::messages::{ErrorCode, ManifestPart};
+use crate::time::Instant;
 
 /// Repair rounds at most: a fault that strikes again after two rounds is not transient.
 pub const MAX_REPAIR_ROUNDS: u32 = 2;
@@ -164,8 +163,8 @@ impl ManifestAssembler {
     }
 }
 
-/// Hex BLAKE3s from the wire.
-pub(crate) fn parse_hashes(hexes: &[String], what: &str) -> Result<Vec<blake3::Hash>, String> {
+/// Hex BLAKE3s from the wire (or from a driver that speaks hex, as the page's does).
+pub fn parse_hashes(hexes: &[String], what: &str) -> Result<Vec<blake3::Hash>, String> {
     hexes
         .iter()
         .map(|hex| {
@@ -175,7 +174,7 @@ pub(crate) fn parse_hashes(hexes: &[String], what: &str) -> Result<Vec<blake3::H
 }
 
 /// Hashes as hex for the wire.
-pub(crate) fn hex(hashes: &[blake3::Hash]) -> Vec<String> {
+pub fn hex(hashes: &[blake3::Hash]) -> Vec<String> {
     hashes.iter().map(|h| h.to_hex().to_string()).collect()
 }
 

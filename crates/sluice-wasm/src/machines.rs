@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use sluice_session::manifest::{self, Entry};
 use sluice_session::messages::{self, ErrorCode, ReceiverMsg, SenderMsg};
 use sluice_session::time::Instant;
+use sluice_session::transfer::{hex, parse_hashes};
 use sluice_session::{
     Fault, Planned, Received, Receiving, RecvEffect, SendEffect, Sending, Sent, Timeouts,
 };
@@ -156,10 +157,14 @@ impl Machines {
     pub fn send(&mut self, now_ms: f64, manifest: &[u8]) -> u32 {
         let entries = match serde_json::from_slice::<Vec<Entry>>(manifest) {
             Ok(entries) => entries,
-            Err(e) => return self.refuse(format!("the manifest is not a list of entries: {e}")),
+            Err(e) => {
+                self.refuse(format!("the manifest is not a list of entries: {e}"));
+                return 0;
+            }
         };
         if let Err(e) = manifest::check(&entries) {
-            return self.refuse(e.to_string());
+            self.refuse(e.to_string());
+            return 0;
         }
         let now = self.at(now_ms);
         self.seat(Machine::Sending(Sending::new(now, &entries, Timeouts::default())))
@@ -189,18 +194,17 @@ impl Machines {
     /// [`Machines::error`] saying why, for an unknown id, an event that is not JSON of one,
     /// or one the machine's role has no use for.
     pub fn event(&mut self, id: u32, now_ms: f64, event: &[u8]) -> bool {
-        let event = match serde_json::from_slice::<Event>(event) {
-            Ok(event) => event,
-            Err(e) => return self.refuse(format!("not an event: {e}")) != 0,
+        let applied = match serde_json::from_slice::<Event>(event) {
+            Err(e) => Err(format!("not an event: {e}")),
+            Ok(event) => {
+                let now = self.at(now_ms);
+                match self.machine(id) {
+                    Some(machine) => apply(machine, now, event),
+                    None => Err(format!("no machine {id}")),
+                }
+            }
         };
-        let now = self.at(now_ms);
-        let Some(machine) = self.machine(id) else {
-            return self.refuse(format!("no machine {id}")) != 0;
-        };
-        match apply(machine, now, event) {
-            Ok(()) => true,
-            Err(why) => self.refuse(why) != 0,
-        }
+        applied.map_err(|why| self.refuse(why)).is_ok()
     }
 
     /// What machine `id` asks for next, if anything.
@@ -235,16 +239,16 @@ impl Machines {
     }
 
     fn seat(&mut self, machine: Machine) -> u32 {
-        match crate::seat(&mut self.slots, MACHINES_MAX, machine) {
-            0 => self.refuse(format!("{MACHINES_MAX} transfers are open already")),
-            id => id,
+        let id = crate::seat(&mut self.slots, MACHINES_MAX, machine);
+        if id == 0 {
+            self.refuse(format!("{MACHINES_MAX} transfers are open already"));
         }
+        id
     }
 
-    /// Records why a call was refused; 0, the refusal.
-    fn refuse(&mut self, why: String) -> u32 {
+    /// Records why a call was refused.
+    fn refuse(&mut self, why: String) {
         self.error = why;
-        0
     }
 
     #[cfg(target_arch = "wasm32")]
@@ -273,12 +277,16 @@ impl Machines {
 
 /// Hands `event` to `machine`, or says why it has no use for it.
 fn apply(machine: &mut Machine, now: Instant, event: Event) -> Result<(), String> {
-    let hashes = |hexes: &[String]| -> Result<Vec<blake3::Hash>, String> {
-        hexes
-            .iter()
-            .map(|h| blake3::Hash::from_hex(h).map_err(|_| format!("{h:?} is not a BLAKE3")))
-            .collect()
-    };
+    // The same call on either role's machine (the two share the names, not a trait).
+    macro_rules! either {
+        ($machine:expr, $m:ident => $call:expr) => {
+            match $machine {
+                Machine::Receiving($m) => $call,
+                Machine::Sending($m) => $call,
+            }
+        };
+    }
+    let hashes = |hexes: &[String]| parse_hashes(hexes, "the driver's event");
     match (machine, event) {
         (Machine::Receiving(m), Event::Planned { files, replaced, kept, offers, dry_run }) => {
             let offers = offers
@@ -287,38 +295,29 @@ fn apply(machine: &mut Machine, now: Instant, event: Event) -> Result<(), String
                 .collect::<Result<_, String>>()?;
             m.handle_planned(now, Planned { files, replaced, kept, offers, dry_run });
         }
-        (Machine::Receiving(m), Event::Bound { phase, ports }) => m.handle_bound(now, phase, ports),
-        (Machine::Sending(m), Event::Bound { phase, ports }) => m.handle_bound(now, phase, ports),
         (Machine::Receiving(m), Event::Received { phase, hashes: h }) => {
             m.handle_received(now, phase, hashes(&h)?);
         }
-        (Machine::Receiving(m), Event::DataEnded { phase }) => m.handle_data_ended(now, phase),
-        (Machine::Sending(m), Event::DataEnded { phase }) => m.handle_data_ended(now, phase),
-        (Machine::Sending(m), Event::Hashed { hashes: h }) => m.handle_hashed(now, hashes(&h)?),
-        (Machine::Receiving(m), Event::BlocksHashed { hashed }) => {
-            m.handle_blocks_hashed(
-                now,
-                hashed.iter().map(|h| hashes(h)).collect::<Result<_, _>>()?,
-            );
-        }
-        (Machine::Sending(m), Event::BlocksHashed { hashed }) => {
-            m.handle_blocks_hashed(
-                now,
-                hashed.iter().map(|h| hashes(h)).collect::<Result<_, _>>()?,
-            );
-        }
-        (Machine::Sending(m), Event::ResumeChecked { kept }) => m.handle_resume_checked(now, kept),
         (Machine::Receiving(m), Event::Committed { code, message }) => {
             m.handle_committed(code.map_or(Ok(()), |code| Err((code, message))));
         }
-        (Machine::Receiving(m), Event::Failure { code, message }) => {
-            m.handle_failure(code, message)
+        (Machine::Sending(m), Event::Hashed { hashes: h }) => m.handle_hashed(now, hashes(&h)?),
+        (Machine::Sending(m), Event::ResumeChecked { kept }) => m.handle_resume_checked(now, kept),
+        (machine, Event::BlocksHashed { hashed }) => {
+            let h: Vec<_> = hashed.iter().map(|h| hashes(h)).collect::<Result<_, _>>()?;
+            either!(machine, m => m.handle_blocks_hashed(now, h));
         }
-        (Machine::Sending(m), Event::Failure { code, message }) => m.handle_failure(code, message),
-        (Machine::Receiving(m), Event::PeerFinished) => m.handle_peer_finished(now),
-        (Machine::Sending(m), Event::PeerFinished) => m.handle_peer_finished(now),
-        (Machine::Receiving(m), Event::Timeout) => m.handle_timeout(now),
-        (Machine::Sending(m), Event::Timeout) => m.handle_timeout(now),
+        (machine, Event::Bound { phase, ports }) => {
+            either!(machine, m => m.handle_bound(now, phase, ports));
+        }
+        (machine, Event::DataEnded { phase }) => {
+            either!(machine, m => m.handle_data_ended(now, phase))
+        }
+        (machine, Event::Failure { code, message }) => {
+            either!(machine, m => m.handle_failure(code, message));
+        }
+        (machine, Event::PeerFinished) => either!(machine, m => m.handle_peer_finished(now)),
+        (machine, Event::Timeout) => either!(machine, m => m.handle_timeout(now)),
         (Machine::Receiving(_), event) => {
             return Err(format!("a receiving end has no use for {event:?}"));
         }
@@ -327,10 +326,6 @@ fn apply(machine: &mut Machine, now: Instant, event: Event) -> Result<(), String
         }
     }
     Ok(())
-}
-
-fn hex(hashes: &[blake3::Hash]) -> Vec<String> {
-    hashes.iter().map(|h| h.to_hex().to_string()).collect()
 }
 
 fn range(r: &Range<u64>) -> [u64; 2] {
