@@ -14,10 +14,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::time::Instant;
-
 use crate::messages::{Answer, ErrorCode, GrantClaim, Offer, Request, Spec};
 use crate::negotiate::Negotiated;
+use crate::time::Instant;
 use crate::transfer::{Deadline, Fault};
 
 /// What the server's driver does next ([`ServerHandshake::poll_effect`]).

@@ -16,11 +16,10 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::time::Instant;
-
 use crate::layout::{Layout, bytes_in, complement};
 use crate::manifest::{Entry, EntryKind, to_ranges};
 use crate::messages::{BlockHashes, ErrorCode, PathStart, ReceiverMsg, SenderMsg, Want};
+use crate::time::Instant;
 use crate::transfer::{
     Deadline, Fault, MAX_REPAIR_ROUNDS, ManifestAssembler, RESTART_PHASE, Timeouts, hex,
     parse_hashes,

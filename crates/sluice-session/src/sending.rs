@@ -38,11 +38,10 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::time::Instant;
-
 use crate::layout::{Layout, bytes_in};
 use crate::manifest::{Entry, EntryKind, from_ranges};
 use crate::messages::{BlockHashes, ErrorCode, PathStart, ReceiverMsg, SenderMsg};
+use crate::time::Instant;
 use crate::transfer::{
     DIGESTS_PER_MESSAGE, Deadline, Fault, MAX_REPAIR_ROUNDS, RESTART_PHASE, Timeouts, hex,
     manifest_parts, parse_hashes,
