@@ -10,13 +10,13 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::SessionError;
-use super::copy::walk_error;
+use super::copy::{add_checksums, walk_error};
 use super::messages::{FileKind, StatInfo};
 use super::metrics::{Active, Metrics};
 use super::server::{MAX_TRANSFERS, TRANSFER_WAIT};
 use super::tokens::{Grant, Rights, TokenSet};
 use crate::files::{self, Confined, PathError};
-use crate::tree::{Listing, WalkError};
+use crate::tree::{Listing, Outgoing, WalkError, WalkOptions, walk};
 
 /// What one token may do, resolved against the served directory.
 #[derive(Debug)]
@@ -159,6 +159,33 @@ impl Access {
             FileKind::Other
         };
         Ok(StatInfo { size: meta.len(), mtime: mtime_secs(&meta), kind })
+    }
+
+    /// A download's sources (right `read`): the manifest of the `requested` paths (empty is
+    /// the root), walked beneath the root by `options` (links followed only within it), with
+    /// each file's BLAKE3 when `checksum`. A missing source is named as it was asked for,
+    /// never by the server's own path. Blocks: the walk reads the tree.
+    pub fn outgoing(
+        &self,
+        requested: &[String],
+        mut options: WalkOptions,
+        checksum: bool,
+    ) -> Result<Outgoing, SessionError> {
+        self.require(|r| r.read, "read (download)")?;
+        options.confine = Some(self.root.clone());
+        let sources = requested
+            .iter()
+            .map(|p| {
+                let source = self.resolve(p)?;
+                source.symlink_metadata().map_err(|e| open_error(p, e))?;
+                Ok(source)
+            })
+            .collect::<Result<Vec<_>, SessionError>>()?;
+        let mut outgoing = walk(&sources, &options).map_err(walk_error)?;
+        if checksum {
+            add_checksums(&mut outgoing)?;
+        }
+        Ok(outgoing)
     }
 
     /// `sluice ls`: one level of `requested` (right `list`).

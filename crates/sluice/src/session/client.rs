@@ -657,6 +657,7 @@ impl Client {
             setup: self.setup(req.id, welcomed),
             fault: self.fault,
             memory: self.memory.clone(),
+            carrier: None,
         };
         let machine = match early.is_some() {
             true => Receiving::new_early(Instant::now(), Timeouts::default(), true),
@@ -801,6 +802,7 @@ impl Client {
                 setup: self.setup(req.id, offered),
                 fault: self.fault,
                 memory: self.memory.clone(),
+                carrier: None,
             };
             let sent = match req.write(&put).await {
                 Ok(()) => {
@@ -840,6 +842,7 @@ impl Client {
                 setup: self.setup(req.id, welcomed),
                 fault: self.fault,
                 memory: self.memory.clone(),
+                carrier: None,
             };
             let mut wire = Wire::new(&self.conn, &mut req.send, &mut req.recv);
             let sent =

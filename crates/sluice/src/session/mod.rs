@@ -111,10 +111,10 @@
 pub mod access;
 pub mod between;
 mod blocks;
-mod channel;
+pub(crate) mod channel;
 pub mod client;
 mod copy;
-mod drive;
+pub(crate) mod drive;
 mod early;
 mod first_flight;
 pub mod handle;
@@ -146,7 +146,7 @@ pub(crate) use channel::check_spec;
 pub use channel::{DEFAULT_PACKET_SIZE, default_channel_config};
 pub use client::{Client, ClientConfig, CollectHop, Granted, RelayedDownload, TransferReport};
 pub use copy::CopyOptions;
-pub(crate) use copy::{add_checksums, mismatch_error, plan_error, walk_error};
+pub(crate) use copy::{add_checksums, mismatch_error, plan_error};
 pub use handle::{ClientBuilder, Transfer, TransferEvent};
 pub use identity::{Fingerprint, Identity};
 pub use known_hosts::{HostKeyError, TrustPolicy};
@@ -330,7 +330,7 @@ impl SessionError {
     }
 
     /// The code to send to the peer for this error.
-    pub(crate) fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> ErrorCode {
         match self {
             SessionError::Auth(_) => ErrorCode::Auth,
             SessionError::NotFound(_) => ErrorCode::NotFound,

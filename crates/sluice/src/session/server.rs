@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::access::resolve;
-use super::access::{Access, Gate, open_error, server_place, token_place};
+use super::access::{Access, Gate, server_place, token_place};
 use super::channel::{
     ChannelSetup, HANDSHAKE_TIMEOUT, Negotiated, REPLY_TIMEOUT, blocking, control_transport,
     default_channel_config, frame_error,
@@ -64,10 +64,8 @@ use super::tunnel;
 use super::{
     MAX_CHANNELS, PROTOCOL_VERSION, SessionError, auto_channels, close_code, connection_error,
 };
-use super::{add_checksums, walk_error};
 use crate::datapath::{ChannelReport, Fault};
-
-use crate::tree::{ReceiveOptions, WalkOptions, walk};
+use crate::tree::{ReceiveOptions, WalkOptions};
 use sluice_session::handshake::{
     AdmissionCounts, AdmissionLimits, AdmitDecision, HandshakeEffect, ServerHandshake,
     TokenVerdict, admit,
@@ -1207,6 +1205,7 @@ impl<'a> RequestCtx<'a> {
             setup: self.setup(),
             fault: self.shared.fault,
             memory: self.shared.memory.clone(),
+            carrier: None,
         }
     }
 
@@ -1218,7 +1217,7 @@ impl<'a> RequestCtx<'a> {
     async fn get(
         &mut self,
         requested: &[String],
-        mut walk_options: WalkOptions,
+        walk_options: WalkOptions,
         checksum: bool,
         compress: Option<i32>,
         client_ports: Vec<u16>,
@@ -1236,27 +1235,8 @@ impl<'a> RequestCtx<'a> {
             )));
         }
         let (_permit, _) = self.acquire_transfer().await?;
-        let root = self.session.access.root.clone();
-        walk_options.confine = Some(root.clone());
-        let paths = requested.to_vec();
-        let outgoing = blocking(move || {
-            let sources = paths
-                .iter()
-                .map(|p| {
-                    let source = resolve(&root, if p.is_empty() { "." } else { p })?;
-                    // A missing source is named as the client asked for it, never by the
-                    // server's own path.
-                    source.symlink_metadata().map_err(|e| open_error(p, e))?;
-                    Ok(source)
-                })
-                .collect::<Result<Vec<_>, SessionError>>()?;
-            let mut outgoing = walk(&sources, &walk_options).map_err(walk_error)?;
-            if checksum {
-                add_checksums(&mut outgoing)?;
-            }
-            Ok(outgoing)
-        })
-        .await?;
+        let (access, paths) = (self.session.access.clone(), requested.to_vec());
+        let outgoing = blocking(move || access.outgoing(&paths, walk_options, checksum)).await?;
         // A transfer from here on: the sources were found.
         let _running = self.shared.metrics.transfer(true);
         for skipped in &outgoing.skipped {

@@ -17,11 +17,13 @@
 //! blocking thread.
 
 mod download;
+mod fetch;
 mod ops;
 mod pace;
 mod upload;
 
 pub use download::{Download, file_hash, open_download};
+pub use fetch::{Fetched, send_files};
 pub use ops::{delete, make_dir, rename};
 pub use pace::Pace;
 pub use upload::{

@@ -8,6 +8,7 @@
 //! | `{op:"get", id, offset, len}`                  | `{cv}`, the block's hash in the file's BLAKE3 tree, then its `len` bytes (a block that is no subtree of it is refused) |
 //! | `{op:"up", path, size, mtime, policy, rate_bps}` | `{id, have}`; later the page sends `{blake3}` (the whole file's), answered as `PUT /api/upload`'s completion; ending the stream instead cancels, keeping what was written |
 //! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
+//! | `{op:"fetch", paths, tag, rate_bps}`            | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`) |
 //!
 //! A `down` or `up` takes a place among its token's and the server's transfers, as the HTTPS
 //! request does, for as long as its stream is open; its blocks, on their own streams (and on the
@@ -44,7 +45,7 @@ pub(crate) const REORDER_BYTES_MAX: u64 = 32 << 20;
 /// [`BLOCK_BYTES_MAX`]); more wait their turn.
 const BLOCKS_AT_ONCE: usize = 8;
 /// Bytes sent or read at once within a block (the pace is kept between pieces).
-const PIECE_BYTES: usize = 256 << 10;
+pub(super) const PIECE_BYTES: usize = 256 << 10;
 
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -66,10 +67,17 @@ enum Request {
         len: u64,
         blake3: String,
     },
+    Fetch {
+        paths: Vec<String>,
+        /// The page's name for the download, in its data streams' heads.
+        tag: u64,
+        #[serde(default)]
+        rate_bps: Option<u64>,
+    },
 }
 
 /// A transfer's count and pace, shared by its blocks' streams.
-struct Flow {
+pub(super) struct Flow {
     running: Mutex<Running>,
     pace: Mutex<Option<Pace>>,
     started: tokio::time::Instant,
@@ -85,7 +93,7 @@ impl Flow {
     }
 
     /// Counts `n` bytes moved (in the transfer and in `counter`), then waits as the pace says.
-    async fn moved(&self, n: u64, counter: &AtomicU64) {
+    pub(super) async fn moved(&self, n: u64, counter: &AtomicU64) {
         self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).moved(n);
         counter.fetch_add(n, Ordering::Relaxed);
         let wait = {
@@ -201,7 +209,7 @@ pub(super) async fn serve(
             connection.close(wtransport::VarInt::from_u32(1), b"logged out");
             break;
         }
-        streams.spawn(stream(session.clone(), send, recv));
+        streams.spawn(stream(session.clone(), connection.clone(), send, recv));
     }
     let stats = connection.quic_connection().stats();
     tracing::debug!(
@@ -225,7 +233,12 @@ pub(super) async fn serve(
 }
 
 /// One request: its head, its work, its answer (or its error as the answer).
-async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStream) {
+async fn stream(
+    session: Arc<Session>,
+    connection: Connection,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
     let result = async {
         let head = read_head(&mut recv).await?.ok_or_else(|| ApiError::bad("no request"))?;
         let request: Request =
@@ -301,6 +314,11 @@ async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStrea
                 ended(&mut recv).await?;
                 Ok(Some(answer))
             }
+            Request::Fetch { paths, tag, rate_bps } => {
+                let to = (&connection, &mut send, &mut recv);
+                fetch(&session, to, login.access.clone(), paths, tag, rate_bps).await;
+                Ok(None)
+            }
         }
     }
     .await;
@@ -313,6 +331,40 @@ async fn stream(session: Arc<Session>, mut send: SendStream, mut recv: RecvStrea
         let _ = write_head(&mut send, &answer).await;
     }
     let _ = send.finish().await;
+}
+
+/// `fetch`: `paths` to the page, run by the transfer machines on this stream, the bytes on
+/// streams of `tag` (`push.rs`). Every failure goes to the page as the machine's `Failed`.
+async fn fetch(
+    session: &Session,
+    (connection, send, recv): (&Connection, &mut SendStream, &mut RecvStream),
+    access: Arc<sluice::session::Access>,
+    paths: Vec<String>,
+    tag: u64,
+    rate_bps: Option<u64>,
+) {
+    let running = match session.app.gate.transfer(&access, true).await {
+        Ok(running) => running,
+        Err(err) => {
+            let failed = sluice::session::messages::failed_frame(err.code(), &err.detail());
+            let _ = send.write_all(&failed).await;
+            return;
+        }
+    };
+    let pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
+    let carrier = Arc::new(super::push::Pushed {
+        conn: connection.clone(),
+        tag,
+        flow: Arc::new(Flow::new(running, pace)),
+        counters: session.counters.clone(),
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let quic = connection.quic_connection();
+    let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());
+    match sluice::web::send_files(quic, send, recv, access, paths, carrier).await {
+        Ok(fetched) => tracing::info!(?fetched, "a page's download verified"),
+        Err(err) => tracing::info!(error = %err, "a page's download failed"),
+    }
 }
 
 /// `get`: block `offset..offset + len` of download `id`, its hash first: its chaining value in

@@ -15,7 +15,10 @@
 mod cc;
 mod cert;
 mod conn;
+#[cfg(test)]
+mod fetch_tests;
 mod lanes;
+mod push;
 #[cfg(test)]
 mod tests;
 

@@ -19,10 +19,10 @@ use super::super::auth::LoginLimits;
 use super::{BLOCK_BYTES, Counters, WtListener, cert};
 
 const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\n";
-const SEED: u32 = 0x5eed_0029;
+pub(super) const SEED: u32 = 0x5eed_0029;
 
 /// `n` bytes from a xorshift32 of `seed`.
-fn bytes(seed: u32, n: usize) -> Vec<u8> {
+pub(super) fn bytes(seed: u32, n: usize) -> Vec<u8> {
     let mut s = seed | 1;
     (0..n)
         .map(|_| {
@@ -34,16 +34,16 @@ fn bytes(seed: u32, n: usize) -> Vec<u8> {
         .collect()
 }
 
-struct Served {
+pub(super) struct Served {
     state: AppState,
-    counters: Arc<Counters>,
+    pub(super) counters: Arc<Counters>,
     addr: SocketAddr,
     hash: [u8; 32],
     dir: tempfile::TempDir,
-    stop: tokio::sync::oneshot::Sender<()>,
+    pub(super) stop: tokio::sync::oneshot::Sender<()>,
 }
 
-async fn serve() -> Served {
+pub(super) async fn serve() -> Served {
     eprintln!("wt tests: seed {SEED:#x}");
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -63,7 +63,7 @@ async fn serve() -> Served {
 }
 
 impl Served {
-    fn root(&self) -> std::path::PathBuf {
+    pub(super) fn root(&self) -> std::path::PathBuf {
         self.dir.path().join("root")
     }
 
@@ -82,13 +82,13 @@ impl Served {
         Ok(Endpoint::client(config)?.connect(url).await?)
     }
 
-    async fn connect(&self, token: &str) -> (Connection, String) {
+    pub(super) async fn connect(&self, token: &str) -> (Connection, String) {
         let (ticket, id) = self.ticket(token);
         (self.connect_with(&ticket, self.hash).await.unwrap(), id)
     }
 }
 
-async fn write_head(send: &mut wtransport::SendStream, head: &Value) {
+pub(super) async fn write_head(send: &mut wtransport::SendStream, head: &Value) {
     let json = serde_json::to_vec(head).unwrap();
     send.write_all(&(json.len() as u32).to_be_bytes()).await.unwrap();
     send.write_all(&json).await.unwrap();

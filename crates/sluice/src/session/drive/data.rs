@@ -1,15 +1,17 @@
-//! One data phase's transport: UDP channels, or TCP streams when the session runs over TCP.
-//! Both move the same ranges with the same contract ([`datapath::send`] and
-//! [`datapath::tcp::send_streams`], and their receiving twins), so the roles' drivers start a
-//! phase the same way either way.
+//! One data phase's transport: UDP channels, or TCP streams when the session runs over TCP,
+//! or a [`Carrier`] the caller brings (the web app's WebTransport streams). All move the same
+//! ranges with the same contract ([`datapath::send`], [`datapath::tcp::send_streams`] and
+//! [`Carrier::send`], and the receiving twins of the first two), so the roles' drivers start a
+//! phase the same way whichever it is.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use sluice_session::arrivals::Arrivals;
 
 use crate::datapath::{
-    self, ChannelParams, ChannelReport, DataError, MemoryStart, Progress, ReceivedExtents,
+    self, Carrier, ChannelParams, ChannelReport, DataError, MemoryStart, Progress, ReceivedExtents,
 };
 use crate::session::path_memory::{PathMemory, Recalled};
 use crate::session::streams::StreamsPlan;
@@ -36,9 +38,25 @@ pub(crate) enum DataPlan {
     /// Opened on the thread, only when a byte is to move (the other end then opens its
     /// side too).
     Streams(StreamsPlan),
+    /// The caller's transport, for data phase `phase`, and where the files end (set by
+    /// [`DataPlan::files_end`]). It sends only: nothing brings a carrier to a receiving end
+    /// yet (a page's upload, `docs/webtransport.md`'s step 3).
+    Carried {
+        carrier: Arc<dyn Carrier>,
+        phase: u32,
+        ends: Vec<u64>,
+    },
 }
 
 impl DataPlan {
+    /// The plan, told where its files end (a carrier cuts its pieces there).
+    pub(crate) fn files_end(mut self, files_end: Vec<u64>) -> Self {
+        if let DataPlan::Carried { ends, .. } = &mut self {
+            *ends = files_end;
+        }
+        self
+    }
+
     /// Sends `ranges` of `store`: [`datapath::send`]'s contract. Over UDP, with `recall`, the
     /// channels start from what the path delivered last time, and what they measure is kept
     /// for the next (file I/O: this runs on the data's thread).
@@ -80,6 +98,10 @@ impl DataPlan {
                 let streams = if total == 0 { Vec::new() } else { plan.open(cancel)? };
                 datapath::tcp::send_streams(streams, store, ranges, compress, progress, cancel)
             }
+            // Compression is the data channels' framing; a carrier's transport has its own.
+            DataPlan::Carried { carrier, phase, ends } => {
+                carrier.send(phase, store, ranges, &ends, progress, cancel)
+            }
         }
     }
 
@@ -106,6 +128,10 @@ impl DataPlan {
                     streams, store, span, present, ends, progress, hashed, cancel,
                 )
             }
+            DataPlan::Carried { .. } => Err(DataError::File(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this end receives no data over a carrier",
+            ))),
         }
     }
 }

@@ -92,7 +92,7 @@ impl<'a, 's, M: DeserializeOwned + Send + 's> Wire<'a, 's, M> {
         fault_error(fault, local, peer)
     }
 
-    async fn write<T: Serialize>(&mut self, msg: &T) -> Result<(), SessionError> {
+    pub(crate) async fn write<T: Serialize>(&mut self, msg: &T) -> Result<(), SessionError> {
         write_message(self.send, msg).await.map_err(|e| frame_error(e, self.conn))
     }
 }
@@ -104,6 +104,9 @@ pub(crate) struct Channels<'a> {
     pub(crate) fault: Option<TestFault>,
     /// Where this end keeps what paths delivered to its sending (`None`: path memory off).
     pub(crate) memory: Option<std::sync::Arc<crate::session::path_memory::PathMemory>>,
+    /// The data's own transport, where the caller brings one (a WebTransport session's
+    /// streams): no sockets then, and no ports in the messages.
+    pub(crate) carrier: Option<std::sync::Arc<dyn crate::datapath::Carrier>>,
 }
 
 impl Channels<'_> {
@@ -119,7 +122,7 @@ impl Channels<'_> {
     /// address when it shows none) from this end's address. Reads the memory's file.
     fn recall(&self) -> Option<data::PathRecall> {
         let memory = self.memory.clone()?;
-        if self.setup.streams.is_some() {
+        if self.setup.streams.is_some() || self.carrier.is_some() {
             return None;
         }
         let conn = self.setup.conn;
@@ -146,8 +149,11 @@ impl Channels<'_> {
     }
 
     /// This end's data sockets and their ports; over TCP none (the client dials the server's
-    /// TCP port), and zeros for the ports the messages carry.
+    /// TCP port), and zeros for the ports the messages carry; with a carrier, none at all.
     fn bind(&self) -> Result<(Vec<UdpSocket>, Vec<u16>), SessionError> {
+        if self.carrier.is_some() {
+            return Ok((Vec::new(), Vec::new()));
+        }
         if self.setup.streams.is_some() {
             return Ok((Vec::new(), vec![0; self.setup.negotiated.channels as usize]));
         }
@@ -166,6 +172,9 @@ impl Channels<'_> {
         peer_ports: &[u16],
         patient: Option<std::time::Duration>,
     ) -> Result<DataPlan, SessionError> {
+        if let Some(carrier) = &self.carrier {
+            return Ok(DataPlan::Carried { carrier: carrier.clone(), phase, ends: Vec::new() });
+        }
         if let Some(opener) = self.setup.streams {
             return ChannelSetup { phase, ..self.setup }.streams(opener).map(DataPlan::Streams);
         }

@@ -223,7 +223,8 @@ pub(crate) async fn run_sending(
                     // An early start's channels hear nothing back until the receiver has
                     // planned: they wait as long as this end waits for its `Want`.
                     let patient = machine.is_unconfirmed().then_some(Timeouts::default().reply);
-                    match channels.params(phase, sockets.take(), &peer_ports, patient) {
+                    let plan = channels.params(phase, sockets.take(), &peer_ports, patient);
+                    match plan.map(|plan| plan.files_end(files.ends())) {
                         Ok(params) => {
                             // (UDP channels only: TCP streams have no first-contact wait.)
                             patient_data =

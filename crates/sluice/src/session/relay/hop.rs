@@ -258,7 +258,7 @@ pub(crate) async fn move_batch(
     };
     let udp_channels = match &plan {
         DataPlan::Channels(channels) => channels.len(),
-        DataPlan::Streams(_) => 0,
+        DataPlan::Streams(_) | DataPlan::Carried { .. } => 0,
     };
     let (mut held, lead) = match link {
         None => (None, 0.0),

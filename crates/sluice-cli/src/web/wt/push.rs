@@ -1,0 +1,176 @@
+//! The bytes of a machine-driven download (`fetch`, see `conn.rs`) on the page's session: each
+//! piece of a data phase on a unidirectional stream of its own, the server's, opened as the
+//! phase goes, at most [`STREAMS`] at once. A stream is a head and the piece's bytes:
+//!
+//! ```text
+//! tag (u64 BE) | phase (u32 BE) | offset (u64 BE) | len (u32 BE) | len bytes
+//! ```
+//!
+//! `tag` is the page's name for the download (its `fetch` head's), so it can tell its
+//! downloads' streams apart; `offset` is in the wanted files laid end to end, as the machines
+//! count. A piece lies within one file and within one of its blocks (4 MiB from the file's
+//! start: [`pieces`]), so the page writes it to one file and hashes it as that block's part of
+//! the file's BLAKE3 tree. A stream that ends before `len` bytes was
+//! cut off: its bytes are not the piece. A piece may come before the page's machine starts
+//! its phase (the streams race the control stream's message that starts it): the page holds
+//! it until then, as a socket's buffer holds a channel's early packets. The connection's controller (`cc.rs`) paces the bytes,
+//! and the login's and the page's rate ([`Flow`]) bound them.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice::datapath::{Carrier, ChannelReport, DataError, Progress, Store, read_exact_at};
+use tokio::task::JoinSet;
+use wtransport::Connection;
+
+use super::conn::{Flow, PIECE_BYTES};
+use super::{BLOCK_BYTES, Counters, STREAMS};
+
+/// How often a wait for a piece looks whether the phase was cancelled.
+const CANCEL_EVERY: Duration = Duration::from_millis(50);
+
+/// Bytes of a stream's head.
+pub(crate) const HEAD_BYTES: usize = 24;
+
+/// A download's way to the page: its session, its tag, its count and pace.
+pub(super) struct Pushed {
+    pub(super) conn: Connection,
+    pub(super) tag: u64,
+    pub(super) flow: Arc<Flow>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) runtime: tokio::runtime::Handle,
+}
+
+impl Carrier for Pushed {
+    fn send(
+        &self,
+        phase: u32,
+        store: &dyn Store,
+        ranges: &[Range<u64>],
+        ends: &[u64],
+        progress: &mut dyn FnMut(Progress),
+        cancel: &AtomicBool,
+    ) -> Result<ChannelReport, DataError> {
+        let started = Instant::now();
+        let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+        let mut moving = JoinSet::new();
+        let mut sent = 0u64;
+        progress(Progress { bytes: 0, total, prefix: 0 });
+        // Waits for a piece to land (the page has it all), minding `cancel`.
+        let mut landed = |moving: &mut JoinSet<Result<u64, DataError>>| loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(DataError::Cancelled);
+            }
+            let next = self
+                .runtime
+                .block_on(async { tokio::time::timeout(CANCEL_EVERY, moving.join_next()).await });
+            match next {
+                Err(_) => continue,
+                Ok(None) => return Ok(()),
+                Ok(Some(done)) => {
+                    sent += done.map_err(|e| socket(&e))??;
+                    progress(Progress { bytes: sent, total, prefix: 0 });
+                    return Ok(());
+                }
+            }
+        };
+        for piece in pieces(ranges, ends) {
+            if moving.len() >= STREAMS as usize {
+                landed(&mut moving)?;
+            }
+            if cancel.load(Ordering::Relaxed) {
+                return Err(DataError::Cancelled);
+            }
+            // Read here (this is the data's blocking thread), sent on the runtime.
+            let mut bytes = vec![0u8; (piece.end - piece.start) as usize];
+            read_exact_at(store, &mut bytes, piece.start).map_err(DataError::File)?;
+            let (conn, flow, counters) =
+                (self.conn.clone(), self.flow.clone(), self.counters.clone());
+            let head = head(self.tag, phase, piece.start, bytes.len() as u32);
+            moving.spawn_on(
+                async move {
+                    let stream = conn.open_uni().await.map_err(|e| socket(&e))?;
+                    let mut stream = stream.await.map_err(|e| socket(&e))?;
+                    stream.write_all(&head).await.map_err(|e| socket(&e))?;
+                    for part in bytes.chunks(PIECE_BYTES) {
+                        stream.write_all(part).await.map_err(|e| socket(&e))?;
+                        flow.moved(part.len() as u64, &counters.sent).await;
+                    }
+                    // Done once the page has every byte (acknowledged).
+                    stream.finish().await.map_err(|e| socket(&e))?;
+                    Ok(bytes.len() as u64)
+                },
+                &self.runtime,
+            );
+        }
+        while !moving.is_empty() {
+            landed(&mut moving)?;
+        }
+        Ok(ChannelReport {
+            bytes: total,
+            payload_bytes: total,
+            seconds: started.elapsed().as_secs_f64(),
+            channels: 1,
+            carrying: STREAMS,
+            ..ChannelReport::default()
+        })
+    }
+}
+
+/// `ranges` cut into pieces that each lie within one file (of those ending at `ends`, laid end
+/// to end) and one of its blocks ([`BLOCK_BYTES`] from the file's start).
+pub(crate) fn pieces(ranges: &[Range<u64>], ends: &[u64]) -> Vec<Range<u64>> {
+    let mut pieces = Vec::new();
+    for r in ranges {
+        let mut at = r.start;
+        while at < r.end {
+            let file = ends.partition_point(|&end| end <= at);
+            let start = file.checked_sub(1).map_or(0, |before| ends[before]);
+            let block_end = start + ((at - start) / BLOCK_BYTES + 1) * BLOCK_BYTES;
+            let file_end = ends.get(file).copied().unwrap_or(u64::MAX);
+            let end = block_end.min(file_end).min(r.end);
+            pieces.push(at..end);
+            at = end;
+        }
+    }
+    pieces
+}
+
+/// A stream's head (see the module's doc).
+pub(crate) fn head(tag: u64, phase: u32, offset: u64, len: u32) -> [u8; HEAD_BYTES] {
+    let mut head = [0u8; HEAD_BYTES];
+    head[..8].copy_from_slice(&tag.to_be_bytes());
+    head[8..12].copy_from_slice(&phase.to_be_bytes());
+    head[12..20].copy_from_slice(&offset.to_be_bytes());
+    head[20..].copy_from_slice(&len.to_be_bytes());
+    head
+}
+
+fn socket(e: &dyn std::fmt::Display) -> DataError {
+    DataError::Socket(std::io::Error::other(format!("the page's session: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BLOCK_BYTES, pieces};
+
+    #[test]
+    fn pieces_keep_to_one_file_and_one_of_its_blocks() {
+        const B: u64 = BLOCK_BYTES;
+        // Files of B + 10, 0 and 2B + 1 bytes.
+        let ends = [B + 10, B + 10, 3 * B + 11];
+        let all = pieces(std::slice::from_ref(&(0..3 * B + 11)), &ends);
+        let want = [0..B, B..B + 10, B + 10..2 * B + 10, 2 * B + 10..3 * B + 10];
+        assert_eq!(all[..4], want);
+        assert_eq!(all[4], 3 * B + 10..3 * B + 11);
+        assert_eq!(all.len(), 5);
+        // A repair's range from the middle of a block, over a file's end.
+        assert_eq!(
+            pieces(std::slice::from_ref(&(B / 2..B + 20)), &ends),
+            [B / 2..B, B..B + 10, B + 10..B + 20]
+        );
+        assert!(pieces(std::slice::from_ref(&(5..5)), &ends).is_empty());
+    }
+}

@@ -1,0 +1,103 @@
+//! A download to the web app's page run by `sluice-session`'s transfer machines, as a CLI
+//! download is: the server runs [`Sending`] on a request's stream of the page's WebTransport
+//! session, with the CLI's messages in their framing (the manifest, the page's plan with its
+//! resume offers, the digests, the repair rounds), and the page runs a `Receiving` in its
+//! module (`sluice-wasm`'s machines). The bytes take the page's [`Carrier`] (its session's
+//! streams) in place of UDP channels; everything else is the quinn driver's own
+//! (`session::drive`), so the checks, the verification and the failures are the CLI's.
+
+use std::sync::{Arc, LazyLock};
+
+use sluice_proto::config::ChannelConfig;
+use sluice_session::messages::SenderMsg;
+use sluice_session::negotiate::Negotiated;
+use sluice_session::options::Links;
+use sluice_session::{Sending, Timeouts};
+
+use crate::datapath::Carrier;
+use crate::session::channel::{ChannelSetup, blocking};
+use crate::session::drive::{Channels, Wire, run_sending, unrooted};
+use crate::session::keys::{Role, SessionId};
+use crate::session::messages::write_message;
+use crate::session::{Access, SessionError};
+use crate::tree::WalkOptions;
+
+/// What a page's download moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// Files the page took (those its overwrite policy kept are not among them).
+    pub files: usize,
+    /// Bytes of those files.
+    pub size: u64,
+    /// Bytes that moved in the first phase (a resume's kept bytes did not).
+    pub moved: u64,
+    /// Blocks sent again in repair rounds.
+    pub repaired: u64,
+}
+
+/// The settings a carried phase's setup names; a carrier's transport has its own (its
+/// connection's controller), so none of them governs the bytes.
+static CARRIED: LazyLock<ChannelConfig> = LazyLock::new(ChannelConfig::default);
+
+/// Sends `requested` (paths beneath `access`'s root, folders whole, links followed within it)
+/// to the page on a request's stream of `conn`, its bytes on `carrier`. Whatever fails, the
+/// page hears why on the stream (a `Failed` in the machine's framing, paths as it named them)
+/// unless it failed first; the error is returned too.
+pub async fn send_files(
+    conn: &quinn::Connection,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    access: Arc<Access>,
+    requested: Vec<String>,
+    carrier: Arc<dyn Carrier>,
+) -> Result<Fetched, SessionError> {
+    let root = access.root().to_owned();
+    let options = WalkOptions { recursive: true, links: Links::Follow, confine: None };
+    let outgoing = match blocking(move || access.outgoing(&requested, options, false)).await {
+        Ok(outgoing) => outgoing,
+        Err(err) => {
+            let failed =
+                SenderMsg::Failed { code: err.code(), message: unrooted(&err.detail(), &root) };
+            let _ = write_message(send, &failed).await;
+            return Err(err);
+        }
+    };
+    let machine = Sending::new(std::time::Instant::now(), &outgoing.entries, Timeouts::default());
+    let negotiated =
+        Negotiated::from_spec(&Negotiated::proposal(&CARRIED, 1)).map_err(SessionError::Config)?;
+    let channels = Channels {
+        setup: ChannelSetup {
+            conn,
+            role: Role::Server,
+            session_id: SessionId([0; 16]),
+            negotiated,
+            base: &CARRIED,
+            request_id: 0,
+            phase: 0,
+            streams: None,
+            udp_blocked: None,
+        },
+        fault: None,
+        memory: None,
+        carrier: Some(carrier),
+    };
+    let mut wire = Wire::new(conn, send, recv);
+    wire.hide = Some(&root);
+    let sent = run_sending(machine, &mut wire, &channels, &outgoing, None, None).await;
+    let sent = match sent {
+        Ok(sent) => sent,
+        Err(err) => {
+            if !wire.told {
+                let message = unrooted(&err.detail(), &root);
+                let _ = wire.write(&SenderMsg::Failed { code: err.code(), message }).await;
+            }
+            return Err(err);
+        }
+    };
+    Ok(Fetched {
+        files: sent.wanted.len(),
+        size: sent.size,
+        moved: sent.sent.moved,
+        repaired: sent.sent.repaired,
+    })
+}
