@@ -1,5 +1,5 @@
-//! Builds the web page's WebAssembly module, Sluice's BLAKE3 for the browser
-//! (`crates/sluice-wasm`), for `wasm32-unknown-unknown`, so the binary embeds it
+//! Builds the web page's WebAssembly module, Sluice's BLAKE3 and transfer machines for the
+//! browser (`crates/sluice-wasm`), for `wasm32-unknown-unknown`, so the binary embeds it
 //! (`src/web/assets.rs`, served at `/sluice.wasm`): nothing is fetched at run time, and the
 //! build needs no tool beyond cargo and the target (`rustup target add wasm32-unknown-unknown`;
 //! `rust-toolchain.toml` names it).
@@ -28,9 +28,6 @@ fn main() {
     build
         .current_dir(&workspace)
         .args(["build", "--locked", "--quiet", "-p", "sluice-wasm", "--lib"])
-        // Without the transfer machines: the page does not run them yet (sluice-wasm's
-        // `machines` feature).
-        .arg("--no-default-features")
         .args(["--target", "wasm32-unknown-unknown", "--profile", "wasm", "--target-dir"])
         .arg(&target_dir);
     for var in [

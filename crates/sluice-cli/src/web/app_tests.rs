@@ -198,6 +198,46 @@ async fn without_a_session_nothing_but_the_page_and_login_answers() {
 }
 
 #[tokio::test]
+async fn assets_have_a_validator_and_go_compressed_to_who_takes_zstd() {
+    let app = app();
+    let ask = |headers: &[(header::HeaderName, &str)]| {
+        let mut request = Request::get("/sluice.wasm");
+        for (name, value) in headers {
+            request = request.header(name, *value);
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    let plain = app.send(ask(&[])).await;
+    assert_eq!(plain.status(), StatusCode::OK);
+    assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
+    let etag = plain.headers()[header::ETAG].to_str().unwrap().to_owned();
+    let module = bytes_of(plain).await;
+    assert!(module.starts_with(b"\0asm"), "a WebAssembly module");
+    // The transfer machines are in it (sluice-wasm's `machines`): their exports' names.
+    let named = |name: &[u8]| module.windows(name.len()).any(|w| w == name);
+    assert!(named(b"sluice_machine_receive") && named(b"sluice_machine_effect"));
+    let packed = app.send(ask(&[(header::ACCEPT_ENCODING, "gzip, zstd;q=0.9")])).await;
+    assert_eq!(packed.headers()[header::CONTENT_ENCODING], "zstd");
+    assert_eq!(packed.headers()[header::ETAG], etag.as_str());
+    let packed = bytes_of(packed).await;
+    println!("/sluice.wasm: {} bytes, {} with zstd", module.len(), packed.len());
+    assert!(packed.len() < module.len() / 2, "zstd shrinks the module");
+    assert!(zstd::decode_all(&packed[..]).unwrap() == module, "the same bytes once decoded");
+    // zstd refused by its weight: the bytes as they are.
+    let refused = app.send(ask(&[(header::ACCEPT_ENCODING, "zstd;q=0, gzip")])).await;
+    assert!(refused.headers().get(header::CONTENT_ENCODING).is_none());
+    // Asked again with the validator: not modified, no bytes.
+    let again = app.send(ask(&[(header::IF_NONE_MATCH, &etag)])).await;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert!(bytes_of(again).await.is_empty());
+    let other = app.send(ask(&[(header::IF_NONE_MATCH, "\"another\"")])).await;
+    assert_eq!(other.status(), StatusCode::OK);
+    // Each asset's validator is its own.
+    let page = app.send(Request::get("/").body(Body::empty()).unwrap()).await;
+    assert_ne!(page.headers()[header::ETAG], etag.as_str());
+}
+
+#[tokio::test]
 async fn every_answer_has_the_strict_policy_headers() {
     let app = app();
     for uri in ["/", "/js/main.js", "/app.css", "/api/list", "/nowhere"] {
