@@ -238,6 +238,23 @@ async fn assets_have_a_validator_and_go_compressed_to_who_takes_zstd() {
 }
 
 #[tokio::test]
+async fn every_script_of_the_page_is_served() {
+    let app = app();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web/js");
+    let mut scripts = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let uri = format!("/js/{name}");
+        let response = app.send(Request::get(uri.as_str()).body(Body::empty()).unwrap()).await;
+        assert_eq!(response.status(), StatusCode::OK, "{uri} is not served (assets.rs)");
+        let served = bytes_of(response).await;
+        assert!(served == std::fs::read(dir.join(&name)).unwrap(), "{uri}: the file's bytes");
+        scripts += 1;
+    }
+    assert!(scripts >= 14, "{scripts} scripts");
+}
+
+#[tokio::test]
 async fn every_answer_has_the_strict_policy_headers() {
     let app = app();
     for uri in ["/", "/js/main.js", "/app.css", "/api/list", "/nowhere"] {

@@ -34,6 +34,8 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/js/jobs.js", JS, include_bytes!("../../web/js/jobs.js")),
     ("/js/choose.js", JS, include_bytes!("../../web/js/choose.js")),
     ("/js/wt.js", JS, include_bytes!("../../web/js/wt.js")),
+    ("/js/fetch.js", JS, include_bytes!("../../web/js/fetch.js")),
+    ("/js/machines.js", JS, include_bytes!("../../web/js/machines.js")),
     ("/sluice.wasm", "application/wasm", include_bytes!(concat!(env!("OUT_DIR"), "/sluice.wasm"))),
 ];
 

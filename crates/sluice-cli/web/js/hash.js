@@ -26,13 +26,20 @@ export const BLOCK = 4 << 20;
  * @property {(id: number, offset: number, len: number) => number} sluice_tree_add
  * @property {(id: number) => number} sluice_tree_hash
  * @property {(id: number) => void} sluice_tree_drop
+ * @property {(now: number) => number} sluice_machine_receive
+ * @property {(id: number, now: number, len: number) => number} sluice_machine_message
+ * @property {(id: number, now: number, len: number) => number} sluice_machine_event
+ * @property {(id: number) => number} sluice_machine_effect
+ * @property {(id: number) => number} sluice_machine_deadline
+ * @property {() => number} sluice_machine_error
+ * @property {(id: number) => void} sluice_machine_end
  */
 
 /** @type {Promise<Exports> | null} */
 let loaded = null;
 
 /** @returns {Promise<Exports>} the module, loaded once */
-function module() {
+export function module() {
   loaded ??= (async () => {
     const response = await fetch("/sluice.wasm");
     if (!response.ok) throw new Error(`/sluice.wasm: ${response.status}`);

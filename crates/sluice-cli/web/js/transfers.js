@@ -10,6 +10,7 @@ import * as api from "./api.js";
 import { RateChart } from "./chart.js";
 import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
+import { fetchFile } from "./fetch.js";
 import { Tree, hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
 import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
@@ -434,6 +435,17 @@ export class Transfers {
         tree = await Tree.create(bytes, version);
         return tree;
       };
+      // Moves the verified partial file into place (the machines' download does it once its
+      // machine agreed the file's BLAKE3 with the server's, before it tells the server).
+      let placed = false;
+      const place = async () => {
+        if (existing && finalName === name) await dir.removeEntry(name);
+        const move = /** @type {any} */ (part).move;
+        if (!move) throw new Error("this browser cannot rename the finished file");
+        await move.call(part, finalName);
+        localStorage.removeItem(tagKey);
+        placed = true;
+      };
       try {
         for (;;) {
           const plan = this.chooser.plan(mode(), "down", fileSize - have, Boolean(wt));
@@ -443,7 +455,7 @@ export class Transfers {
             job.done = have;
             const wrote = async () => job.done;
             const { probed } = await this.slice(job, on ? "wt" : "https", plan.probe, wrote, (s) => on
-              ? this.fetchWt(on, job, src, part, have, tagKey, s, treeOf)
+              ? this.fetchMachines(on, job, src, part, have, s, place)
               : this.fetchHttps(job, src, part, have, tagKey, s, treeOf));
             have = await held();
             if (!probed) break;
@@ -456,31 +468,29 @@ export class Transfers {
             have = await held();
           }
         }
-        // What arrived, hashed here as it came (BLAKE3 in WebAssembly; the blocks' hashes put
-        // together, or the file read again if they do not cover it), against the server's hash
-        // of the version it came from; on a mismatch nothing is stored and the partial file goes.
-        job.note = [job.note, "verifying"].filter(Boolean).join("; ");
-        const kept = await part.getFile();
-        // Set by `treeOf`, which the checker does not see.
-        const blocks = /** @type {Tree | null} */ (tree);
-        const ofThese = blocks && blocks.size === kept.size && blocks.version === localStorage.getItem(tagKey);
-        const fromBlocks = ofThese ? blocks.hex() : null;
-        const got = fromBlocks ?? await hashBlob(kept, undefined, signal);
-        const theirs = await api.fileHash(src);
-        const changed = theirs.etag !== localStorage.getItem(tagKey);
-        if (changed || theirs.blake3 !== got) {
-          await dir.removeEntry(partName).catch(() => {});
-          localStorage.removeItem(tagKey);
-          throw new Error(changed
-            ? "the file changed on the server while it downloaded: Retry fetches it again"
-            : `BLAKE3 mismatch: this page hashed ${got}, the server has ${theirs.blake3}; nothing was stored`);
+        if (!placed) {
+          // What arrived, hashed here as it came (BLAKE3 in WebAssembly; the blocks' hashes put
+          // together, or the file read again if they do not cover it), against the server's hash
+          // of the version it came from; on a mismatch nothing is stored and the partial file goes.
+          job.note = [job.note, "verifying"].filter(Boolean).join("; ");
+          const kept = await part.getFile();
+          // Set by `treeOf`, which the checker does not see.
+          const blocks = /** @type {Tree | null} */ (tree);
+          const ofThese = blocks && blocks.size === kept.size && blocks.version === localStorage.getItem(tagKey);
+          const fromBlocks = ofThese ? blocks.hex() : null;
+          const got = fromBlocks ?? await hashBlob(kept, undefined, signal);
+          const theirs = await api.fileHash(src);
+          const changed = theirs.etag !== localStorage.getItem(tagKey);
+          if (changed || theirs.blake3 !== got) {
+            await dir.removeEntry(partName).catch(() => {});
+            localStorage.removeItem(tagKey);
+            throw new Error(changed
+              ? "the file changed on the server while it downloaded: Retry fetches it again"
+              : `BLAKE3 mismatch: this page hashed ${got}, the server has ${theirs.blake3}; nothing was stored`);
+          }
+          job.note = job.note.replace("verifying", fromBlocks ? "BLAKE3 verified as it arrived" : "BLAKE3 verified");
+          await place();
         }
-        job.note = job.note.replace("verifying", fromBlocks ? "BLAKE3 verified as it arrived" : "BLAKE3 verified");
-        if (existing && finalName === name) await dir.removeEntry(name);
-        const move = /** @type {any} */ (part).move;
-        if (!move) throw new Error("this browser cannot rename the finished file");
-        await move.call(part, finalName);
-        localStorage.removeItem(tagKey);
         if (finalName !== name) job.note = `${job.note}; stored as ${finalName}`;
       } finally {
         /** @type {Tree | null} */ (tree)?.drop();
@@ -530,31 +540,27 @@ export class Transfers {
   }
 
   /**
-   * The rest of a download over WebTransport: blocks from `have` on several streams, each
-   * checked against its BLAKE3, appended in order to `part` (from 0 if the file changed).
+   * The rest of a download over WebTransport, run by the transfer machines (fetch.js): what the
+   * partial file holds is offered and kept as far as it matches the server's file, the rest comes
+   * as pieces hashed as they arrive, and the file goes into place (`place`) once its BLAKE3
+   * agrees with the server's.
    * @param {import("./wt.js").Wt} wt
    * @param {Job} job
    * @param {string} src
    * @param {FileSystemFileHandle} part
-   * @param {number} have
-   * @param {string} tagKey
+   * @param {number} have what `job` counts as done
    * @param {AbortSignal} signal
-   * @param {TreeOf} treeOf
+   * @param {() => Promise<void>} place
    */
-  async fetchWt(wt, job, src, part, have, tagKey, signal, treeOf) {
-    const d = await wt.openDownload(src, this.rateLimit());
-    try {
-      if (d.etag !== localStorage.getItem(tagKey) || have > d.size) have = 0;
-      localStorage.setItem(tagKey, d.etag);
-      job.size = d.size;
-      const tree = await treeOf(d.size, d.etag);
-      const file = await part.getFile();
-      const from = tree.resumeAt(have, file);
-      await this.appendTo(job, part, from, tree.hashKept(from, file, signal), (write) =>
-        wt.getBlocks(d.id, from, d.size, write, (n) => this.progress(job, n), signal, tree));
-    } finally {
-      d.end();
-    }
+  async fetchMachines(wt, job, src, part, have, signal, place) {
+    const done = await fetchFile(wt, {
+      src, part, have, signal, place,
+      rateBps: this.rateLimit(),
+      progress: (n) => this.progress(job, n),
+      resumed: (kept) => note(job, `resumed at ${size(kept)}`),
+    });
+    const verified = done.fromBlocks ? "BLAKE3 verified as it arrived" : "BLAKE3 verified";
+    job.note = [job.note, verified, done.repaired ? `${done.repaired} blocks sent again` : ""].filter(Boolean).join("; ");
   }
 
   /**

@@ -1,10 +1,11 @@
 // Transfers over WebTransport (HTTP/3 over QUIC; the server's side is
 // crates/sluice-cli/src/web/wt/). The page asks the API for the session's URL (with a one-time
 // ticket of its login) and the certificate's hash (a self-signed server is pinned by it), and
-// connects once. A transfer is a control stream (`down` or `up`) and blocks of a few MiB, each
-// on its own stream, several at once, each checked against its BLAKE3 (Rust in WebAssembly): an
-// upload's against the block's own hash, a download's against its hash in the file's BLAKE3
-// tree, from which the page puts the file's hash together (hash.js, `Tree`).
+// connects once. A download is run by the transfer machines (fetch.js): a control stream
+// (`fetch`) carries the machines' messages, and the server pushes the bytes on streams of its
+// own, which `Wt` hands to the download they name (`route`). An upload is a control stream
+// (`up`) and blocks of a few MiB, each on its own stream, several at once, each checked against
+// its BLAKE3 (Rust in WebAssembly).
 // Where WebTransport is missing or does not connect, the caller falls back to HTTPS.
 
 import * as api from "./api.js";
@@ -18,6 +19,15 @@ const CONNECT_MS = 5000;
 const TRIES = 3;
 
 /** @typedef {{ head: any, reader: Reader, cancel: () => void }} Answer */
+
+/**
+ * Where a download takes its pieces: `progress` as their bytes come (negative: a piece cut
+ * off), `piece` once one is whole.
+ * @typedef {{ piece: (phase: number, offset: number, bytes: Uint8Array) => void, progress: (n: number) => void }} Route
+ */
+
+/** Bytes of the head of a piece's stream (push.rs): tag, phase, offset, length. */
+const PIECE_HEAD = 24;
 
 /** Reads exact byte counts from a stream. */
 class Reader {
@@ -48,6 +58,23 @@ class Reader {
       progress?.(n);
     }
     return into;
+  }
+
+  /**
+   * A frame of the machines' messages, whole (4 bytes of length, then the message); null when
+   * the stream ends before one begins.
+   */
+  async frame() {
+    if (!this.left.length) {
+      const { done, value } = await this.reader.read();
+      if (done) return null;
+      this.left = value;
+    }
+    const len = await this.fill(new Uint8Array(4));
+    const frame = new Uint8Array(4 + new DataView(len.buffer).getUint32(0));
+    frame.set(len);
+    await this.fill(frame.subarray(4));
+    return frame;
   }
 
   /** A head: 4 bytes of length, then JSON. */
@@ -100,11 +127,93 @@ export class Wt {
     this.streams = info.streams * transports.length;
     this.next = 0;
     this.closed = false;
+    // The downloads waiting for the server's streams, by tag (`route`).
+    /** @type {Map<number, Route>} */
+    this.routes = new Map();
+    this.tags = 0;
+    for (const t of transports) this.accept(t).catch(() => {});
     // One lane closed (idle, the server restarted) closes them all: the next transfer connects
     // again.
     for (const t of transports) {
       t.closed.then(() => { this.closed = true; }, () => { this.closed = true; });
     }
+  }
+
+  /**
+   * Hands the server's streams of a new tag to `route`: the tag.
+   * @param {Route} route
+   */
+  route(route) {
+    this.tags += 1;
+    this.routes.set(this.tags, route);
+    return this.tags;
+  }
+
+  /** @param {number} tag */
+  unroute(tag) {
+    this.routes.delete(tag);
+  }
+
+  /**
+   * Takes the server's streams on `transport`, each a piece of a download (see
+   * crates/sluice-cli/src/web/wt/push.rs): a head of tag, phase, offset and length, then the
+   * bytes, read whole and handed to the download of that tag.
+   * @param {any} transport
+   */
+  async accept(transport) {
+    const streams = transport.incomingUnidirectionalStreams.getReader();
+    for (;;) {
+      const { done, value } = await streams.read();
+      if (done) return;
+      this.piece(value).catch(() => {});
+    }
+  }
+
+  /** @param {ReadableStream<Uint8Array>} stream */
+  async piece(stream) {
+    const reader = new Reader(stream.getReader());
+    const head = new DataView((await reader.fill(new Uint8Array(PIECE_HEAD))).buffer);
+    const tag = Number(head.getBigUint64(0));
+    const phase = head.getUint32(8);
+    const offset = Number(head.getBigUint64(12));
+    const len = head.getUint32(20);
+    const route = this.routes.get(tag);
+    if (!route) {
+      await reader.reader.cancel();
+      return;
+    }
+    let got = 0;
+    try {
+      const bytes = await reader.fill(new Uint8Array(len), (n) => { got += n; route.progress(n); });
+      route.piece(phase, offset, bytes);
+    } catch (e) {
+      // Cut off: its bytes are not the piece (the machines ask again for what is missing). A
+      // download that ended cut it off itself.
+      route.progress(-got);
+      if (this.routes.get(tag) === route) console.warn("a piece of a download was cut off:", e);
+    }
+  }
+
+  /**
+   * A request whose answer is not a head: its stream, the head written, kept open both ways.
+   * @param {any} head
+   * @returns {Promise<{ writer: WritableStreamDefaultWriter<Uint8Array>, reader: Reader, cancel: () => void }>}
+   */
+  async open(head) {
+    const stream = await this.transport.createBidirectionalStream();
+    const writer = stream.writable.getWriter();
+    const reader = new Reader(stream.readable.getReader());
+    const cancel = () => {
+      writer.abort().catch(() => {});
+      reader.reader.cancel().catch(() => {});
+    };
+    try {
+      await writer.write(frame(head));
+    } catch (e) {
+      cancel();
+      throw e;
+    }
+    return { writer, reader, cancel };
   }
 
   /** The lane for the next block, in turn. */
@@ -161,91 +270,6 @@ export class Wt {
       if (signal?.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
       throw e;
     }
-  }
-
-  /**
-   * Opens a download of `path`: `{ id, size, etag }` and its end (call when done or cancelled).
-   * @param {string} path
-   * @param {number} rateBps
-   */
-  async openDownload(path, rateBps) {
-    const head = { op: "down", path, ...(rateBps ? { rate_bps: rateBps } : {}) };
-    const { head: info, writer, cancel } = await this.request(head, { keepOpen: true });
-    return { ...info, end: () => { writer.close().catch(cancel); } };
-  }
-
-  /**
-   * Fetches blocks of download `id` from `from` to `size`, several at once, each hashed into
-   * `tree` and checked against the server's hash of it there; `write` gets them in order, one at
-   * a time.
-   * @param {number} id
-   * @param {number} from a block's start, or the end
-   * @param {number} size
-   * @param {(bytes: Uint8Array) => Promise<void>} write
-   * @param {(n: number) => void} progress bytes received
-   * @param {AbortSignal} signal
-   * @param {import("./hash.js").Tree} tree the file's blocks' hashes: its block is the blocks'
-   */
-  async getBlocks(id, from, size, write, progress, signal, tree) {
-    if (from % tree.block && from < size) throw new Error(`a download's blocks start at a block, not at ${from}`);
-    let next = from;
-    // Blocks written in the file's order: each waits here until those before it are out.
-    let written = from;
-    /** @type {Map<number, { bytes: Uint8Array, resolve: () => void, reject: (e: unknown) => void }>} */
-    const ready = new Map();
-    /** @type {unknown} */
-    let failed = null;
-    let flushing = Promise.resolve();
-    const flush = () => {
-      flushing = flushing.then(async () => {
-        for (let r = ready.get(written); r && !failed; r = ready.get(written)) {
-          ready.delete(written);
-          try {
-            if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-            await write(r.bytes);
-            written += r.bytes.length;
-            r.resolve();
-          } catch (e) {
-            failed = e;
-            r.reject(e);
-          }
-        }
-        if (failed) for (const r of ready.values()) r.reject(failed);
-        if (failed) ready.clear();
-      });
-    };
-    const worker = async () => {
-      while (next < size && !failed) {
-        const offset = next;
-        const len = Math.min(tree.block, size - offset);
-        next += len;
-        /** @type {Uint8Array | null} */
-        let bytes = null;
-        for (let tries = 1; !bytes; tries += 1) {
-          const { head, reader } = await this.request({ op: "get", id, offset, len }, { signal, via: this.lane() });
-          let got = 0;
-          const block = await reader.fill(new Uint8Array(len), (n) => { got += n; progress(n); });
-          if (tree.add(offset, block) === head.cv) bytes = block;
-          else if (tries >= TRIES) throw new Error(`BLAKE3 mismatch in the block at ${offset}, ${TRIES} times`);
-          else progress(-got);
-        }
-        const block = bytes;
-        // Held until written, so each stream keeps at most one block in memory.
-        await new Promise((resolve, reject) => {
-          if (failed) reject(failed);
-          ready.set(offset, { bytes: block, resolve: () => resolve(undefined), reject });
-          flush();
-        });
-      }
-    };
-    try {
-      await Promise.all(Array.from({ length: this.streams }, worker));
-    } catch (e) {
-      failed ??= e;
-      throw e;
-    }
-    await flushing;
-    if (failed) throw failed;
   }
 
   /**

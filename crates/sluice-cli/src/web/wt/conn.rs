@@ -4,22 +4,20 @@
 //!
 //! | request head                                   | then                                  |
 //! |------------------------------------------------|---------------------------------------|
-//! | `{op:"down", path, rate_bps}`                  | `{id, size, etag}`; the transfer lasts until the page ends the stream |
-//! | `{op:"get", id, offset, len}`                  | `{cv}`, the block's hash in the file's BLAKE3 tree, then its `len` bytes (a block that is no subtree of it is refused) |
 //! | `{op:"up", path, size, mtime, policy, rate_bps}` | `{id, have}`; later the page sends `{blake3}` (the whole file's), answered as `PUT /api/upload`'s completion; ending the stream instead cancels, keeping what was written |
 //! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
 //! | `{op:"fetch", paths, tag, rate_bps}`            | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`) |
 //!
-//! A `down` or `up` takes a place among its token's and the server's transfers, as the HTTPS
-//! request does, for as long as its stream is open; its blocks, on their own streams (and on the
-//! other sessions of the same login: see [`Registry`]), share its count and its pace. Upload
+//! A `fetch` or `up` takes a place among its token's and the server's transfers, as the HTTPS
+//! request does, for as long as its stream is open; an upload's blocks, on their own streams (and
+//! on the other sessions of the same login: see [`Registry`]), share its count and its pace, as a
+//! download's pieces on the login's sessions do. Upload
 //! blocks may arrive out of order: each is checked against its BLAKE3 when it is in, kept until
 //! those before it are written (at most [`REORDER_BYTES_MAX`]), and the file is written in
 //! order, so what the server holds is always a prefix, and a resumed upload sends only what lies
 //! beyond it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -50,16 +48,6 @@ pub(super) const PIECE_BYTES: usize = 256 << 10;
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 enum Request {
-    Down {
-        path: String,
-        #[serde(default)]
-        rate_bps: Option<u64>,
-    },
-    Get {
-        id: u64,
-        offset: u64,
-        len: u64,
-    },
     Up(UploadQuery),
     Put {
         id: u64,
@@ -106,9 +94,11 @@ impl Flow {
     }
 }
 
-enum Transfer {
-    Down { file: Arc<std::fs::File>, size: u64, flow: Flow },
-    Up { size: u64, flow: Flow, state: Box<tokio::sync::Mutex<UpState>> },
+/// An upload: its size, its count and pace, and what is written.
+struct Transfer {
+    size: u64,
+    flow: Flow,
+    state: tokio::sync::Mutex<UpState>,
 }
 
 /// An upload being written: `None` once it ended (finished or cancelled).
@@ -126,11 +116,51 @@ struct UpState {
 pub(crate) struct Registry {
     transfers: Mutex<HashMap<(String, u64), Arc<Transfer>>>,
     next_id: AtomicU64,
+    /// Each login's sessions (its lanes), by a number of their own: a `fetch` spreads its
+    /// pieces over them (`push.rs`).
+    sessions: Mutex<HashMap<String, Vec<(u64, Connection)>>>,
 }
 
 impl Registry {
     fn transfers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), Arc<Transfer>>> {
         self.transfers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<(u64, Connection)>>> {
+        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The sessions of `login` open now.
+    pub(super) fn lanes(&self, login: &str) -> Vec<Connection> {
+        let sessions = self.sessions();
+        sessions.get(login).map_or_else(Vec::new, |s| s.iter().map(|(_, c)| c.clone()).collect())
+    }
+
+    /// Counts `connection` among the sessions of `login` while the answer lives.
+    fn enter(self: &Arc<Self>, login: &str, connection: &Connection) -> Entered {
+        let number = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut sessions = self.sessions();
+        sessions.entry(login.to_owned()).or_default().push((number, connection.clone()));
+        Entered { registry: self.clone(), login: login.to_owned(), number }
+    }
+}
+
+/// A session counted among its login's ([`Registry::enter`]) until this is dropped.
+struct Entered {
+    registry: Arc<Registry>,
+    login: String,
+    number: u64,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let mut sessions = self.registry.sessions();
+        if let Some(lanes) = sessions.get_mut(&self.login) {
+            lanes.retain(|(n, _)| *n != self.number);
+            if lanes.is_empty() {
+                sessions.remove(&self.login);
+            }
+        }
     }
 }
 
@@ -194,6 +224,7 @@ pub(super) async fn serve(
     counters: Arc<Counters>,
     registry: Arc<Registry>,
 ) {
+    let entered = registry.enter(&id, &connection);
     let session = Arc::new(Session {
         app,
         id,
@@ -229,6 +260,7 @@ pub(super) async fn serve(
         max_stream_data_sent = stats.frame_tx.max_stream_data,
         "webtransport session ended"
     );
+    drop(entered);
     // Dropping the set ends every stream's task; their transfers end with them.
 }
 
@@ -250,29 +282,6 @@ async fn stream(
             .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "auth", "log in first"))?;
         let access = login.access.clone();
         match request {
-            Request::Down { path, rate_bps } => {
-                let opened = blocking(move || {
-                    let opened = sluice::web::open_download(&access, &path)?;
-                    Ok((opened, access))
-                });
-                let (opened, access) = opened.await?;
-                let running = session.app.gate.transfer(&access, true).await?;
-                let pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
-                let (size, etag) = (opened.size, format!("\"{}\"", opened.validator));
-                let file = Arc::new(opened.file);
-                let held =
-                    session.hold(Transfer::Down { file, size, flow: Flow::new(running, pace) })?;
-                let id = held.id();
-                write_head(&mut send, &json!({ "id": id, "size": size, "etag": etag })).await?;
-                // The transfer lasts while the page holds this stream.
-                let _ = read_head(&mut recv).await;
-                drop(held);
-                Ok(None)
-            }
-            Request::Get { id, offset, len } => {
-                ended(&mut recv).await?;
-                get(&session, id, offset, len, &mut send).await.map(|()| None)
-            }
             Request::Up(query) => {
                 let (spec, _, rate_bps) = query.spec()?;
                 access.require(|r| r.write, "write (upload)")?;
@@ -284,10 +293,10 @@ async fn stream(
                 let have = upload.have();
                 let state =
                     UpState { upload: Some(upload), waiting: BTreeMap::new(), waiting_bytes: 0 };
-                let transfer = Transfer::Up {
+                let transfer = Transfer {
                     size,
                     flow: Flow::new(running, pace),
-                    state: Box::new(tokio::sync::Mutex::new(state)),
+                    state: tokio::sync::Mutex::new(state),
                 };
                 let held = session.hold(transfer)?;
                 let id = held.id();
@@ -300,11 +309,9 @@ async fn stream(
                     }
                 }
                 .await;
-                if let Ok(transfer) = session.transfer(id)
-                    && let Transfer::Up { state, .. } = &*transfer
-                {
+                if let Ok(transfer) = session.transfer(id) {
                     // Ends the upload (its lock goes; what was written stays for a resume).
-                    state.lock().await.upload = None;
+                    transfer.state.lock().await.upload = None;
                 }
                 drop(held);
                 result
@@ -354,6 +361,8 @@ async fn fetch(
     let pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
     let carrier = Arc::new(super::push::Pushed {
         conn: connection.clone(),
+        registry: session.registry.clone(),
+        login: session.id.clone(),
         tag,
         flow: Arc::new(Flow::new(running, pace)),
         counters: session.counters.clone(),
@@ -367,50 +376,6 @@ async fn fetch(
     }
 }
 
-/// `get`: block `offset..offset + len` of download `id`, its hash first: its chaining value in
-/// the file's BLAKE3 tree, or the file's BLAKE3 when it is the whole file
-/// ([`sluice_wasm::tree::block_hash`]). The page checks each block with it and puts the file's
-/// BLAKE3 together from them, so it hashes a download once. A block that is not one subtree of
-/// the tree (it must start at a multiple of its length, a power of two of 1 KiB chunks, or end
-/// the file) is refused.
-async fn get(
-    session: &Session,
-    id: u64,
-    offset: u64,
-    len: u64,
-    send: &mut SendStream,
-) -> Result<(), ApiError> {
-    let transfer = session.transfer(id)?;
-    let Transfer::Down { file, size, flow } = &*transfer else {
-        return Err(ApiError::bad("not a download"));
-    };
-    check_block(offset, len, *size)?;
-    if !sluice_wasm::tree::is_subtree(offset, len, *size) {
-        let why = format!(
-            "block {offset}+{len}: not one subtree of the file's BLAKE3 tree (a block starts at \
-             a multiple of its length, a power of two of 1 KiB chunks, or ends the file)"
-        );
-        return Err(ApiError::bad(why));
-    }
-    let _place = session.blocks.acquire().await.map_err(|e| io_error(e.to_string()))?;
-    let file = file.clone();
-    let block = tokio::task::spawn_blocking(move || {
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, offset).map(|()| buf)
-    })
-    .await
-    .map_err(|e| io_error(e.to_string()))?
-    .map_err(|e| io_error(e.to_string()))?;
-    let hash = sluice_wasm::tree::block_hash(&block, offset, *size)
-        .ok_or_else(|| io_error(format!("block {offset}+{len}: no subtree")))?;
-    write_head(send, &json!({ "cv": blake3::Hash::from(hash).to_hex().as_str() })).await?;
-    for piece in block.chunks(PIECE_BYTES) {
-        send.write_all(piece).await.map_err(|e| gone(&e))?;
-        flow.moved(piece.len() as u64, &session.counters.sent).await;
-    }
-    Ok(())
-}
-
 /// `put`: block `offset..offset + len` of upload `id`, which must hash to `blake3`.
 async fn put(
     session: &Session,
@@ -421,9 +386,7 @@ async fn put(
     recv: &mut RecvStream,
 ) -> Result<Value, ApiError> {
     let transfer = session.transfer(id)?;
-    let Transfer::Up { size, flow, state } = &*transfer else {
-        return Err(ApiError::bad("not an upload"));
-    };
+    let Transfer { size, flow, state } = &*transfer;
     check_block(offset, len, *size)?;
     let expected =
         blake3::Hash::from_hex(blake3).map_err(|_| ApiError::bad("blake3: not 64 hex digits"))?;
@@ -503,10 +466,7 @@ async fn finish(session: &Session, id: u64, from: u64, done: &Value) -> Result<V
         .and_then(|s| blake3::Hash::from_hex(s).ok())
         .ok_or_else(|| ApiError::bad("blake3: not 64 hex digits"))?;
     let transfer = session.transfer(id)?;
-    let Transfer::Up { state, .. } = &*transfer else {
-        return Err(ApiError::bad("not an upload"));
-    };
-    let upload = state.lock().await.upload.take();
+    let upload = transfer.state.lock().await.upload.take();
     let Some(upload) = upload else {
         return Err(ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended"));
     };

@@ -16,10 +16,10 @@ use tokio::sync::mpsc;
 use wtransport::Connection;
 
 use super::push::HEAD_BYTES;
-use super::tests::{SEED, bytes, serve, write_head};
+use super::tests::{SEED, bytes, request, serve, write_head};
 
-/// A piece from one of the server's streams: (tag, phase, offset, bytes).
-type Piece = (u64, u32, u64, Vec<u8>);
+/// A piece from one of the server's streams: (tag, phase, offset, bytes, the lane it came on).
+type Piece = (u64, u32, u64, Vec<u8>, usize);
 
 /// The running data phase: its number, where it starts, its files' ends, the bytes to come.
 struct Phase {
@@ -37,6 +37,8 @@ struct Fetched {
     files: Vec<(String, Vec<u8>)>,
     /// Where a byte was spoiled (in the files laid end to end).
     spoiled: Option<usize>,
+    /// Pieces that came on each lane.
+    lanes: Vec<usize>,
 }
 
 /// The page's module and its one machine.
@@ -81,9 +83,17 @@ fn span(v: &Value) -> (usize, usize) {
     (v[0].as_u64().unwrap() as usize, v[1].as_u64().unwrap() as usize)
 }
 
-/// Every piece on the session's streams, checked against its head's length.
-fn pieces(conn: Connection) -> mpsc::UnboundedReceiver<Piece> {
+/// Every piece on the sessions' streams, checked against its head's length.
+fn pieces(lanes: &[Connection]) -> mpsc::UnboundedReceiver<Piece> {
     let (tx, rx) = mpsc::unbounded_channel();
+    for (lane, conn) in lanes.iter().cloned().enumerate() {
+        accept(conn, lane, tx.clone());
+    }
+    rx
+}
+
+/// Takes the pieces on `conn` (lane number `lane`) to `tx`.
+fn accept(conn: Connection, lane: usize, tx: mpsc::UnboundedSender<Piece>) {
     tokio::spawn(async move {
         while let Ok(mut stream) = conn.accept_uni().await {
             let tx = tx.clone();
@@ -99,11 +109,10 @@ fn pieces(conn: Connection) -> mpsc::UnboundedReceiver<Piece> {
                 stream.read_exact(&mut piece).await.unwrap();
                 let mut more = [0u8; 1];
                 assert_eq!(stream.read(&mut more).await.unwrap(), None, "no byte past the piece");
-                let _ = tx.send((tag, phase as u32, offset, piece));
+                let _ = tx.send((tag, phase as u32, offset, piece, lane));
             });
         }
     });
-    rx
 }
 
 /// The control stream's frames (4 bytes of length, then the message), whole; `None` at its end.
@@ -128,10 +137,11 @@ fn frames(mut recv: wtransport::RecvStream) -> mpsc::UnboundedReceiver<Option<Ve
 /// A page's download of `paths`, holding `kept` (the leading bytes of the first file, from an
 /// earlier try) and offering its whole blocks for a resume; with `spoil`, the first piece of
 /// the first phase has a byte changed as it arrives (a fault the digests must catch).
-async fn fetch(conn: &Connection, paths: &[&str], kept: &[u8], spoil: bool) -> Fetched {
+async fn fetch(lanes: &[Connection], paths: &[&str], kept: &[u8], spoil: bool) -> Fetched {
     const TAG: u64 = 0x7a6;
-    let mut pieces = pieces(conn.clone());
-    let (mut send, recv) = conn.open_bi().await.unwrap().await.unwrap();
+    let mut pieces = pieces(lanes);
+    let mut by_lane = vec![0; lanes.len()];
+    let (mut send, recv) = lanes[0].open_bi().await.unwrap().await.unwrap();
     write_head(&mut send, &json!({ "op": "fetch", "paths": paths, "tag": TAG })).await;
     let mut frames = frames(recv);
     let mut page = Page { m: Module::default(), id: 0, started: Instant::now() };
@@ -207,7 +217,7 @@ async fn fetch(conn: &Connection, paths: &[&str], kept: &[u8], spoil: bool) -> F
                     files.push((name.clone(), space[at..at + size].to_vec()));
                     at += size;
                 }
-                return Fetched { done: done.clone(), files, spoiled };
+                return Fetched { done: done.clone(), files, spoiled, lanes: by_lane };
             } else {
                 assert!(e == json!("stop_data") || e == json!("drop_early"), "asked for {e}");
             }
@@ -215,7 +225,8 @@ async fn fetch(conn: &Connection, paths: &[&str], kept: &[u8], spoil: bool) -> F
         // A piece may come before the machine starts its phase (its streams race the control
         // stream): it waits for it, as a socket's buffer holds a channel's early packets.
         if let Some(Phase { n: running, left, .. }) = &mut phase {
-            for (_, _, offset, bytes) in held.extract_if(.., |p| p.1 == *running) {
+            for (_, _, offset, bytes, lane) in held.extract_if(.., |p| p.1 == *running) {
+                by_lane[lane] += 1;
                 let at = offset as usize;
                 // Within one file and one of its blocks.
                 let file = starts.partition_point(|&s| s <= at) - 1;
@@ -280,7 +291,7 @@ async fn a_folder_downloads_through_the_machines_every_byte_verified() {
     std::fs::write(dir.join("inner/small <b>.txt"), &small).unwrap();
     std::fs::write(dir.join("empty"), b"").unwrap();
     let (conn, _) = s.connect("all-token").await;
-    let got = fetch(&conn, &["pub/set"], &[], false).await;
+    let got = fetch(&[conn], &["pub/set"], &[], false).await;
     println!("done: {}", got.done);
     let ok = &got.done["ok"];
     assert!(ok.is_object(), "{}", got.done);
@@ -311,7 +322,7 @@ async fn a_kept_partial_download_moves_only_the_rest() {
     let (conn, _) = s.connect("all-token").await;
     // An earlier try left two blocks and a little more; the two are offered and kept.
     let kept = &data[..2 * BLOCK_BYTES as usize + 100];
-    let got = fetch(&conn, &["pub/f.bin"], kept, false).await;
+    let got = fetch(&[conn], &["pub/f.bin"], kept, false).await;
     println!("done: {}", got.done);
     assert!(got.files == vec![("f.bin".to_owned(), data.clone())], "every byte");
     let rest = data.len() as u64 - 2 * BLOCK_BYTES;
@@ -326,7 +337,7 @@ async fn a_block_spoiled_on_the_way_is_found_and_sent_again_in_a_repair_round() 
     let data = bytes(SEED ^ 10, 3 * BLOCK_BYTES as usize + 4_321);
     std::fs::write(s.root().join("pub/r.bin"), &data).unwrap();
     let (conn, _) = s.connect("all-token").await;
-    let got = fetch(&conn, &["pub/r.bin"], &[], true).await;
+    let got = fetch(&[conn], &["pub/r.bin"], &[], true).await;
     println!("done: {}", got.done);
     assert!(got.files == vec![("r.bin".to_owned(), data.clone())], "every byte, repaired");
     assert_eq!(got.done["ok"]["repaired"], 1, "the one spoiled block");
@@ -345,7 +356,7 @@ async fn a_fetch_outside_the_root_or_of_nothing_is_refused_in_the_machines_words
     // The read token's root is `pub`: the served directory's files are outside it.
     let (conn, _) = s.connect("read-token").await;
     for (path, code) in [("../top.bin", "refused"), ("missing.bin", "not-found")] {
-        let got = fetch(&conn, &[path], &[], false).await;
+        let got = fetch(std::slice::from_ref(&conn), &[path], &[], false).await;
         println!("{path}: {}", got.done);
         let peer = &got.done["error"]["peer"];
         assert_eq!(peer["code"], code, "{path}: {}", got.done);
@@ -355,5 +366,34 @@ async fn a_fetch_outside_the_root_or_of_nothing_is_refused_in_the_machines_words
         assert!(got.files.is_empty());
     }
     assert_eq!(s.counters.sent.load(Ordering::Relaxed), 0);
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pieces_go_over_every_session_of_the_login_and_no_other() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 11, 6 * BLOCK_BYTES as usize + 1);
+    std::fs::write(s.root().join("pub/l.bin"), &data).unwrap();
+    let (first, id) = s.connect("all-token").await;
+    let (ticket, same) = s.ticket_of(&id);
+    assert_eq!(same, id);
+    let second = s.connect_with(&ticket, s.hash).await.unwrap();
+    // A request answered on each proves the server counts it among the login's sessions.
+    for lane in [&first, &second] {
+        let none = json!({ "op": "nothing" });
+        assert_eq!(request(lane, none, &[]).await.0["error"], "bad-request");
+    }
+    // Another login's session, watched: nothing of this download may come there.
+    let (stranger, _) = s.connect("all-token").await;
+    let (tx, mut theirs) = mpsc::unbounded_channel();
+    accept(stranger.clone(), 9, tx);
+    let got = fetch(&[first, second], &["pub/l.bin"], &[], false).await;
+    println!("done: {}; pieces by lane {:?}", got.done, got.lanes);
+    assert!(got.files == vec![("l.bin".to_owned(), data.clone())], "every byte");
+    let mut lanes = got.lanes.clone();
+    lanes.sort_unstable();
+    assert_eq!(lanes, [3, 4], "the seven pieces in turn over the two sessions");
+    assert!(theirs.try_recv().is_err(), "a piece on another login's session");
+    drop(stranger);
     let _ = s.stop.send(());
 }

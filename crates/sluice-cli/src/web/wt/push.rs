@@ -1,6 +1,8 @@
-//! The bytes of a machine-driven download (`fetch`, see `conn.rs`) on the page's session: each
+//! The bytes of a machine-driven download (`fetch`, see `conn.rs`) on the page's sessions: each
 //! piece of a data phase on a unidirectional stream of its own, the server's, opened as the
-//! phase goes, at most [`STREAMS`] at once. A stream is a head and the piece's bytes:
+//! phase goes, at most [`STREAMS`] at once per session, the pieces spread in turn over the
+//! sessions the login has open (its lanes, [`super::LANES`]: a browser takes in more over
+//! several connections than over one). A stream is a head and the piece's bytes:
 //!
 //! ```text
 //! tag (u64 BE) | phase (u32 BE) | offset (u64 BE) | len (u32 BE) | len bytes
@@ -25,7 +27,7 @@ use sluice::datapath::{Carrier, ChannelReport, DataError, Progress, Store, read_
 use tokio::task::JoinSet;
 use wtransport::Connection;
 
-use super::conn::{Flow, PIECE_BYTES};
+use super::conn::{Flow, PIECE_BYTES, Registry};
 use super::{BLOCK_BYTES, Counters, STREAMS};
 
 /// How often a wait for a piece looks whether the phase was cancelled.
@@ -34,9 +36,12 @@ const CANCEL_EVERY: Duration = Duration::from_millis(50);
 /// Bytes of a stream's head.
 pub(crate) const HEAD_BYTES: usize = 24;
 
-/// A download's way to the page: its session, its tag, its count and pace.
+/// A download's way to the page: its session (and the login's others), its tag, its count and
+/// pace.
 pub(super) struct Pushed {
     pub(super) conn: Connection,
+    pub(super) registry: Arc<Registry>,
+    pub(super) login: String,
     pub(super) tag: u64,
     pub(super) flow: Arc<Flow>,
     pub(super) counters: Arc<Counters>,
@@ -76,8 +81,14 @@ impl Carrier for Pushed {
                 }
             }
         };
-        for piece in pieces(ranges, ends) {
-            if moving.len() >= STREAMS as usize {
+        // The login's sessions now (this one when it is the only one, or has left them).
+        let mut lanes = self.registry.lanes(&self.login);
+        if lanes.is_empty() {
+            lanes.push(self.conn.clone());
+        }
+        let at_once = STREAMS as usize * lanes.len();
+        for (k, piece) in pieces(ranges, ends).into_iter().enumerate() {
+            if moving.len() >= at_once {
                 landed(&mut moving)?;
             }
             if cancel.load(Ordering::Relaxed) {
@@ -86,8 +97,8 @@ impl Carrier for Pushed {
             // Read here (this is the data's blocking thread), sent on the runtime.
             let mut bytes = vec![0u8; (piece.end - piece.start) as usize];
             read_exact_at(store, &mut bytes, piece.start).map_err(DataError::File)?;
-            let (conn, flow, counters) =
-                (self.conn.clone(), self.flow.clone(), self.counters.clone());
+            let conn = lanes[k % lanes.len()].clone();
+            let (flow, counters) = (self.flow.clone(), self.counters.clone());
             let head = head(self.tag, phase, piece.start, bytes.len() as u32);
             moving.spawn_on(
                 async move {
@@ -113,7 +124,7 @@ impl Carrier for Pushed {
             payload_bytes: total,
             seconds: started.elapsed().as_secs_f64(),
             channels: 1,
-            carrying: STREAMS,
+            carrying: at_once as u32,
             ..ChannelReport::default()
         })
     }
