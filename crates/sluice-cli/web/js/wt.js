@@ -388,13 +388,15 @@ function wanted() {
 }
 
 /**
- * One WebTransport session, with a ticket of its own.
+ * One WebTransport session, with a ticket of its own, of the lanes named `page` (the server sends
+ * a download's pieces on the sessions of the page that asked for it, and no other's).
  * @param {any} W the browser's WebTransport class
+ * @param {string} page
  * @param {any} [info] the API's answer for it (else asked now)
  */
-async function open(W, info) {
+async function open(W, page, info) {
   info ??= await api.webtransport();
-  const transport = new W(info.url, {
+  const transport = new W(`${info.url}&page=${page}`, {
     serverCertificateHashes: info.hashes.map((/** @type {string} */ h) => ({ algorithm: "sha-256", value: bytesOf(h) })),
   });
   /** @type {any} */
@@ -421,21 +423,22 @@ async function open(W, info) {
 async function connect(W) {
   try {
     let info = await api.webtransport();
+    const page = crypto.randomUUID();
     /** @type {any} */
     let first;
     try {
-      first = await open(W, info);
+      first = await open(W, page, info);
     } catch (e) {
       // The server may have replaced its certificate between its answer and the handshake
       // (every 6 days): a new answer names the new hash. The same hash again: a real failure.
       const again = await api.webtransport();
       if (again.hashes.join() === info.hashes.join()) throw e;
       info = again;
-      first = await open(W, info);
+      first = await open(W, page, info);
     }
     // The other lanes: one that does not connect only leaves fewer.
     const more = await Promise.all(Array.from({ length: Math.max(0, (info.lanes ?? 1) - 1) },
-      () => open(W).catch((e) => { console.warn("a WebTransport lane did not connect:", e); return null; })));
+      () => open(W, page).catch((e) => { console.warn("a WebTransport lane did not connect:", e); return null; })));
     return new Wt([first, ...more.filter((t) => t)], info);
   } catch (e) {
     const why = e instanceof api.ApiError && e.code === "no-webtransport"

@@ -11,7 +11,7 @@
 //! A `fetch` or `up` takes a place among its token's and the server's transfers, as the HTTPS
 //! request does, for as long as its stream is open; an upload's blocks, on their own streams (and
 //! on the other sessions of the same login: see [`Registry`]), share its count and its pace, as a
-//! download's pieces on the login's sessions do. Upload
+//! download's pieces on its page's sessions do. Upload
 //! blocks may arrive out of order: each is checked against its BLAKE3 when it is in, kept until
 //! those before it are written (at most [`REORDER_BYTES_MAX`]), and the file is written in
 //! order, so what the server holds is always a prefix, and a resumed upload sends only what lies
@@ -116,9 +116,9 @@ struct UpState {
 pub(crate) struct Registry {
     transfers: Mutex<HashMap<(String, u64), Arc<Transfer>>>,
     next_id: AtomicU64,
-    /// Each login's sessions (its lanes), by a number of their own: a `fetch` spreads its
-    /// pieces over them (`push.rs`).
-    sessions: Mutex<HashMap<String, Vec<(u64, Connection)>>>,
+    /// The sessions (lanes) of each page that named itself, by login and the page's name, each
+    /// with a number of its own: a `fetch` spreads its pieces over its page's (`push.rs`).
+    sessions: Mutex<Lanes>,
 }
 
 impl Registry {
@@ -126,39 +126,42 @@ impl Registry {
         self.transfers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<(u64, Connection)>>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Lanes> {
         self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The sessions of `login` open now.
-    pub(super) fn lanes(&self, login: &str) -> Vec<Connection> {
+    /// The sessions of page `page` of `login` open now.
+    pub(super) fn lanes(&self, page: &(String, String)) -> Vec<Connection> {
         let sessions = self.sessions();
-        sessions.get(login).map_or_else(Vec::new, |s| s.iter().map(|(_, c)| c.clone()).collect())
+        sessions.get(page).map_or_else(Vec::new, |s| s.iter().map(|(_, c)| c.clone()).collect())
     }
 
-    /// Counts `connection` among the sessions of `login` while the answer lives.
-    fn enter(self: &Arc<Self>, login: &str, connection: &Connection) -> Entered {
+    /// Counts `connection` among the sessions of `page` while the answer lives.
+    fn enter(self: &Arc<Self>, page: (String, String), connection: &Connection) -> Entered {
         let number = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let mut sessions = self.sessions();
-        sessions.entry(login.to_owned()).or_default().push((number, connection.clone()));
-        Entered { registry: self.clone(), login: login.to_owned(), number }
+        sessions.entry(page.clone()).or_default().push((number, connection.clone()));
+        Entered { registry: self.clone(), page, number }
     }
 }
 
-/// A session counted among its login's ([`Registry::enter`]) until this is dropped.
+/// Sessions by login and page (see [`Registry`]).
+type Lanes = HashMap<(String, String), Vec<(u64, Connection)>>;
+
+/// A session counted among its page's ([`Registry::enter`]) until this is dropped.
 struct Entered {
     registry: Arc<Registry>,
-    login: String,
+    page: (String, String),
     number: u64,
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
         let mut sessions = self.registry.sessions();
-        if let Some(lanes) = sessions.get_mut(&self.login) {
+        if let Some(lanes) = sessions.get_mut(&self.page) {
             lanes.retain(|(n, _)| *n != self.number);
             if lanes.is_empty() {
-                sessions.remove(&self.login);
+                sessions.remove(&self.page);
             }
         }
     }
@@ -188,6 +191,8 @@ struct Session {
     app: AppState,
     /// The login it is of (looked up again for every request).
     id: String,
+    /// The page's name for itself, if it gave one: its sessions carry its downloads' pieces.
+    page: Option<String>,
     counters: Arc<Counters>,
     registry: Arc<Registry>,
     /// Places for blocks in memory ([`BLOCKS_AT_ONCE`]).
@@ -216,18 +221,20 @@ impl Session {
     }
 }
 
-/// Serves the session `connection` of the login `id` until it closes or the login ends.
+/// Serves the session `connection` of the login `id` (and its page's name, if it gave one)
+/// until it closes or the login ends.
 pub(super) async fn serve(
     connection: Connection,
     app: AppState,
-    id: String,
+    (id, page): (String, Option<String>),
     counters: Arc<Counters>,
     registry: Arc<Registry>,
 ) {
-    let entered = registry.enter(&id, &connection);
+    let entered = page.clone().map(|page| registry.enter((id.clone(), page), &connection));
     let session = Arc::new(Session {
         app,
         id,
+        page,
         counters,
         registry,
         blocks: tokio::sync::Semaphore::new(BLOCKS_AT_ONCE),
@@ -323,7 +330,7 @@ async fn stream(
             }
             Request::Fetch { paths, tag, rate_bps } => {
                 let to = (&connection, &mut send, &mut recv);
-                fetch(&session, to, login.access.clone(), paths, tag, rate_bps).await;
+                fetch(&session, to, access, paths, tag, rate_bps).await;
                 Ok(None)
             }
         }
@@ -362,7 +369,7 @@ async fn fetch(
     let carrier = Arc::new(super::push::Pushed {
         conn: connection.clone(),
         registry: session.registry.clone(),
-        login: session.id.clone(),
+        page: session.page.clone().map(|page| (session.id.clone(), page)),
         tag,
         flow: Arc::new(Flow::new(running, pace)),
         counters: session.counters.clone(),

@@ -370,30 +370,31 @@ async fn a_fetch_outside_the_root_or_of_nothing_is_refused_in_the_machines_words
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_pieces_go_over_every_session_of_the_login_and_no_other() {
+async fn the_pieces_go_over_every_session_of_the_page_and_no_other() {
     let s = serve().await;
     let data = bytes(SEED ^ 11, 6 * BLOCK_BYTES as usize + 1);
     std::fs::write(s.root().join("pub/l.bin"), &data).unwrap();
-    let (first, id) = s.connect("all-token").await;
-    let (ticket, same) = s.ticket_of(&id);
-    assert_eq!(same, id);
-    let second = s.connect_with(&ticket, s.hash).await.unwrap();
-    // A request answered on each proves the server counts it among the login's sessions.
-    for lane in [&first, &second] {
-        let none = json!({ "op": "nothing" });
-        assert_eq!(request(lane, none, &[]).await.0["error"], "bad-request");
-    }
-    // Another login's session, watched: nothing of this download may come there.
+    let (_, id) = s.ticket("all-token");
+    let first = s.connect_page(&s.ticket_of(&id).0, "page-1").await.unwrap();
+    let second = s.connect_page(&s.ticket_of(&id).0, "page-1").await.unwrap();
+    // Watched: the same login's other page (another tab), and another login's session.
+    let tab = s.connect_page(&s.ticket_of(&id).0, "page-2").await.unwrap();
     let (stranger, _) = s.connect("all-token").await;
-    let (tx, mut theirs) = mpsc::unbounded_channel();
+    // A request answered on each proves the server counts it among its page's sessions.
+    for session in [&first, &second, &tab] {
+        let none = json!({ "op": "nothing" });
+        assert_eq!(request(session, none, &[]).await.0["error"], "bad-request");
+    }
+    let (tx, mut elsewhere) = mpsc::unbounded_channel();
+    accept(tab.clone(), 8, tx.clone());
     accept(stranger.clone(), 9, tx);
     let got = fetch(&[first, second], &["pub/l.bin"], &[], false).await;
     println!("done: {}; pieces by lane {:?}", got.done, got.lanes);
     assert!(got.files == vec![("l.bin".to_owned(), data.clone())], "every byte");
     let mut lanes = got.lanes.clone();
     lanes.sort_unstable();
-    assert_eq!(lanes, [3, 4], "the seven pieces in turn over the two sessions");
-    assert!(theirs.try_recv().is_err(), "a piece on another login's session");
-    drop(stranger);
+    assert_eq!(lanes, [3, 4], "the seven pieces in turn over the page's two sessions");
+    assert!(elsewhere.try_recv().is_err(), "a piece on another page's session");
+    drop((tab, stranger));
     let _ = s.stop.send(());
 }

@@ -245,7 +245,8 @@ impl WtListener {
                     Ok(Err(e)) => return tracing::debug!("webtransport handshake: {e}"),
                     Err(_) => return tracing::debug!("webtransport handshake: too slow"),
                 };
-                let Some(id) = admit(&app, request.path(), request.origin(), request.authority())
+                let Some((id, page)) =
+                    admit(&app, request.path(), request.origin(), request.authority())
                 else {
                     request.forbidden().await;
                     return;
@@ -256,7 +257,7 @@ impl WtListener {
                         // The login's lanes are one flow (see `lanes.rs`).
                         let congestion = connection.quic_connection().congestion_state();
                         let seat = lanes.seat(&id, congestion);
-                        conn::serve(connection, app, id, counters, registry).await;
+                        conn::serve(connection, app, (id, page), counters, registry).await;
                         drop(seat);
                     }
                     Ok(Err(e)) => tracing::debug!("webtransport session: {e}"),
@@ -270,16 +271,34 @@ impl WtListener {
     }
 }
 
-/// The login a session request is of: its path must be `/wt?ticket=T` with a live ticket
-/// `T`, and its `Origin`, when it names one, the page's own (`https://` and the authority the
-/// session asked, which is the web app's host and port).
-fn admit(app: &AppState, path: &str, origin: Option<&str>, authority: &str) -> Option<String> {
-    let ticket = path.strip_prefix("/wt?ticket=")?;
+/// The login a session request is of, and the page's name for itself: its path must be
+/// `/wt?ticket=T` with a live ticket `T`, or `/wt?ticket=T&page=P` (`P`: at most 64 letters,
+/// digits, `-` or `_`: the page's lanes name the same one, so a download's pieces go to that
+/// page's sessions and no other's, `push.rs`), and its `Origin`, when it names one, the page's
+/// own (`https://` and the authority the session asked, which is the web app's host and port).
+fn admit(
+    app: &AppState,
+    path: &str,
+    origin: Option<&str>,
+    authority: &str,
+) -> Option<(String, Option<String>)> {
+    let query = path.strip_prefix("/wt?ticket=")?;
+    let (ticket, page) = match query.split_once("&page=") {
+        Some((ticket, page)) => (ticket, Some(page)),
+        None => (query, None),
+    };
+    let named = |p: &str| {
+        (1..=64).contains(&p.len())
+            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if page.is_some_and(|p| !named(p)) {
+        return None;
+    }
     if let Some(origin) = origin {
         let host = origin.strip_prefix("https://")?;
         if !host.eq_ignore_ascii_case(authority) {
             return None;
         }
     }
-    app.logins.redeem(ticket)
+    Some((app.logins.redeem(ticket)?, page.map(str::to_owned)))
 }

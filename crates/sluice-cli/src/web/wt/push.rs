@@ -1,8 +1,10 @@
 //! The bytes of a machine-driven download (`fetch`, see `conn.rs`) on the page's sessions: each
 //! piece of a data phase on a unidirectional stream of its own, the server's, opened as the
 //! phase goes, at most [`STREAMS`] at once per session, the pieces spread in turn over the
-//! sessions the login has open (its lanes, [`super::LANES`]: a browser takes in more over
-//! several connections than over one). A stream is a head and the piece's bytes:
+//! sessions the page has open (its lanes, [`super::LANES`]: a browser takes in more over
+//! several connections than over one; a page names itself in its sessions' URL, and one that
+//! did not gets the pieces on the request's session alone). A stream is a head and the piece's
+//! bytes:
 //!
 //! ```text
 //! tag (u64 BE) | phase (u32 BE) | offset (u64 BE) | len (u32 BE) | len bytes
@@ -12,11 +14,12 @@
 //! downloads' streams apart; `offset` is in the wanted files laid end to end, as the machines
 //! count. A piece lies within one file and within one of its blocks (4 MiB from the file's
 //! start: [`pieces`]), so the page writes it to one file and hashes it as that block's part of
-//! the file's BLAKE3 tree. A stream that ends before `len` bytes was
-//! cut off: its bytes are not the piece. A piece may come before the page's machine starts
-//! its phase (the streams race the control stream's message that starts it): the page holds
-//! it until then, as a socket's buffer holds a channel's early packets. The connection's controller (`cc.rs`) paces the bytes,
-//! and the login's and the page's rate ([`Flow`]) bound them.
+//! the file's BLAKE3 tree. A stream that ends before `len` bytes was cut off: its bytes are not
+//! the piece. A piece may come before the page's machine starts its phase (the streams race the
+//! control stream's message that starts it): the page holds it until then, as a socket's
+//! buffer holds a channel's early packets. The connections' controllers (`cc.rs`, coupled over
+//! the login's lanes, `lanes.rs`) pace the bytes, and the token's and the page's rate ([`Flow`])
+//! bound them.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -36,12 +39,12 @@ const CANCEL_EVERY: Duration = Duration::from_millis(50);
 /// Bytes of a stream's head.
 pub(crate) const HEAD_BYTES: usize = 24;
 
-/// A download's way to the page: its session (and the login's others), its tag, its count and
-/// pace.
+/// A download's way to the page: its session (and the page's others: the login and the page's
+/// name), its tag, its count and pace.
 pub(super) struct Pushed {
     pub(super) conn: Connection,
     pub(super) registry: Arc<Registry>,
-    pub(super) login: String,
+    pub(super) page: Option<(String, String)>,
     pub(super) tag: u64,
     pub(super) flow: Arc<Flow>,
     pub(super) counters: Arc<Counters>,
@@ -81,8 +84,8 @@ impl Carrier for Pushed {
                 }
             }
         };
-        // The login's sessions now (this one when it is the only one, or has left them).
-        let mut lanes = self.registry.lanes(&self.login);
+        // The page's sessions now (this one when the page gave no name, or they are gone).
+        let mut lanes = self.page.as_ref().map_or_else(Vec::new, |p| self.registry.lanes(p));
         if lanes.is_empty() {
             lanes.push(self.conn.clone());
         }

@@ -68,7 +68,7 @@ impl Served {
     }
 
     /// A ticket of a new login with `token`, and the login's id.
-    fn ticket(&self, token: &str) -> (String, String) {
+    pub(super) fn ticket(&self, token: &str) -> (String, String) {
         let (id, _) = self.state.logins.login(token, [127, 0, 0, 1].into()).unwrap();
         self.ticket_of(&id)
     }
@@ -83,11 +83,24 @@ impl Served {
         ticket: &str,
         hash: [u8; 32],
     ) -> anyhow::Result<Connection> {
+        self.connect_to(&format!("https://{}/wt?ticket={ticket}", self.addr), hash).await
+    }
+
+    /// A session of the page named `page` (its lanes name it: see `push.rs`).
+    pub(super) async fn connect_page(
+        &self,
+        ticket: &str,
+        page: &str,
+    ) -> anyhow::Result<Connection> {
+        let url = format!("https://{}/wt?ticket={ticket}&page={page}", self.addr);
+        self.connect_to(&url, self.hash).await
+    }
+
+    async fn connect_to(&self, url: &str, hash: [u8; 32]) -> anyhow::Result<Connection> {
         let config = ClientConfig::builder()
             .with_bind_default()
             .with_server_certificate_hashes([Sha256Digest::new(hash)])
             .build();
-        let url = format!("https://{}/wt?ticket={ticket}", self.addr);
         Ok(Endpoint::client(config)?.connect(url).await?)
     }
 
@@ -229,6 +242,12 @@ async fn the_login_rights_and_root_hold_as_over_https() {
     let (ticket, _) = s.ticket("read-token");
     let conn = s.connect_with(&ticket, s.hash).await.unwrap();
     assert!(s.connect_with(&ticket, s.hash).await.is_err(), "a ticket is used once");
+    // A page's name is short and plain, or the session is refused (the ticket is not spent).
+    let (ticket, _) = s.ticket("read-token");
+    for bad in ["a%20b", "a/b", &"p".repeat(65), ""] {
+        assert!(s.connect_page(&ticket, bad).await.is_err(), "page {bad:?}");
+    }
+    assert!(s.connect_page(&ticket, "a-page_1").await.is_ok());
     // The read token's root is pub/, and it may not write. A download's first answer is its
     // machine's: the manifest, or the failure that says why not.
     let (_c, _r, opened) =
