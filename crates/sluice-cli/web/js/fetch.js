@@ -67,13 +67,15 @@ async function blake3(bytes) {
 }
 
 /**
- * The error a machine's failure (`done.error`) stands for.
+ * The error a machine's failure (`done.error`) stands for: the server's word, or this page's;
+ * a session that broke under it is a plain `Error`, so the caller goes on over HTTPS from what
+ * is kept, as for any broken session.
  * @param {any} f
  */
 function failure(f) {
+  if (f.local?.code === "network" || f.timeout) return new Error(f.local?.message ?? f.timeout);
   const [code, message] = f.peer ? [f.peer.code, f.peer.message]
     : f.local ? [f.local.code, f.local.message]
-    : f.timeout ? ["network", f.timeout]
     : ["protocol", f.protocol ?? JSON.stringify(f)];
   return new api.ApiError(0, code, message);
 }
