@@ -162,7 +162,7 @@ try {
       const failed = rows.find((r) => r.dataset.state === "failed");
       if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
       return rows.length === 1 && rows[0].dataset.state === "done";
-    }, null, { timeout: timeoutMs, polling: 100 }).finally(() => clearInterval(watch));
+    }, null, { timeout: timeoutMs, polling: 10 }).finally(() => clearInterval(watch));
   };
   const opfsClear = () => page.evaluate(async () => {
     const dir = await navigator.storage.getDirectory();

@@ -77,11 +77,12 @@ pub extern "C" fn sluice_tree_drop(id: u32) {
     state().tree_end(id);
 }
 
-/// A new download's machine (`Receiving`) at `now_ms`: its id; 0 when refused.
+/// A new download's machine (`Receiving`) at `now_ms`, `early` (1) when the sender starts the
+/// data right behind its manifest: its id; 0 when refused.
 #[cfg(feature = "machines")]
 #[unsafe(no_mangle)]
-pub extern "C" fn sluice_machine_receive(now_ms: f64) -> u32 {
-    state().machines.receive(now_ms)
+pub extern "C" fn sluice_machine_receive(now_ms: f64, early: u32) -> u32 {
+    state().machines.receive(now_ms, early != 0)
 }
 
 /// A new upload's machine (`Sending`) at `now_ms` of the manifest in the buffer's first `len`

@@ -20,7 +20,7 @@
 //! | `sluice_tree_add(id, offset, len)` | hashes the buffer's first `len` bytes as the block at `offset`, keeps it, and writes its 32-byte [`tree::block_hash`] to the buffer's start; 0: refused |
 //! | `sluice_tree_hash(id)`          | writes the file's BLAKE3 to the buffer's start once every block is in; 0: not yet |
 //! | `sluice_tree_drop(id)`          | ends `id`                                                  |
-//! | `sluice_machine_receive(now) -> id` | a download's transfer machine ([`machines`]; 0: refused) |
+//! | `sluice_machine_receive(now, early) -> id` | a download's transfer machine ([`machines`]; 0: refused) |
 //! | `sluice_machine_send(now, len) -> id` | an upload's, of the manifest (JSON) in the buffer     |
 //! | `sluice_machine_message(id, now, len)` | hands it the peer's frame in the buffer          |
 //! | `sluice_machine_event(id, now, len)` | hands it the driver's event (JSON) in the buffer; 0: refused |

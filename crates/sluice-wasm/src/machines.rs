@@ -145,10 +145,16 @@ impl Machines {
     }
 
     /// A [`Receiving`] (this end downloads) begun at `now_ms`: its id, or 0 when
-    /// [`MACHINES_MAX`] are open.
-    pub fn receive(&mut self, now_ms: f64) -> u32 {
+    /// [`MACHINES_MAX`] are open. `early`: the sender was asked to start the data right
+    /// behind its manifest ([`Receiving::new_early`]: a page that holds nothing of the file
+    /// saves the round trip of its `Want`; it has no sockets to lose, so it can take it).
+    pub fn receive(&mut self, now_ms: f64, early: bool) -> u32 {
         let now = self.at(now_ms);
-        self.seat(Machine::Receiving(Receiving::new(now, Timeouts::default())))
+        let machine = match early {
+            true => Receiving::new_early(now, Timeouts::default(), true),
+            false => Receiving::new(now, Timeouts::default()),
+        };
+        self.seat(Machine::Receiving(machine))
     }
 
     /// A [`Sending`] (this end uploads) of `manifest` (a JSON array of entries, checked as a

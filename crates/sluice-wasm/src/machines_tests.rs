@@ -101,7 +101,7 @@ fn transfer(src: &[Vec<u8>], kept: usize) -> Outcome {
     let len = put(&mut m, &manifest(&sizes));
     let sender = m.machine_send(clock.tick(), len);
     assert_ne!(sender, 0, "{}", m.machines.error());
-    let receiver = m.machines.receive(clock.tick());
+    let receiver = m.machines.receive(clock.tick(), false);
     let mut dst: Vec<Vec<u8>> = Vec::new();
     let mut wanted: Vec<usize> = Vec::new();
     let (mut to_send, mut to_receive): (Option<Vec<(usize, usize)>>, Option<Value>) = (None, None);
@@ -267,7 +267,7 @@ fn a_kept_partial_file_moves_only_its_rest() {
 #[test]
 fn what_a_machine_cannot_take_is_refused_or_ends_it() {
     let mut m = Module::default();
-    let receiver = m.machines.receive(0.0);
+    let receiver = m.machines.receive(0.0, false);
     // Not an event, an event of the other role, an unknown machine: refused, and said why.
     assert!(!event(&mut m, receiver, 1.0, &json!({ "hashed": {} })));
     assert!(m.machines.error().starts_with("not an event"), "{}", m.machines.error());

@@ -88,7 +88,9 @@ function failure(f) {
  *   the file's hash came from its blocks' as they arrived
  */
 export async function fetchFile(wt, o) {
-  const machine = await Machine.receiving();
+  // Nothing kept: the server starts the bytes right behind the manifest (a round trip saved).
+  const fresh = (await o.part.getFile()).size === 0;
+  const machine = await Machine.receiving(fresh);
   const inbox = new Inbox();
   const tag = wt.route({
     piece: (phase, offset, bytes) => inbox.post({ piece: { phase, offset, bytes } }),
@@ -131,7 +133,7 @@ export async function fetchFile(wt, o) {
   let placed = false;
   try {
     if (o.signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-    const c = await wt.open({ op: "fetch", paths: [o.src], tag, ...(o.rateBps ? { rate_bps: o.rateBps } : {}) });
+    const c = await wt.open({ op: "fetch", paths: [o.src], tag, early: fresh, ...(o.rateBps ? { rate_bps: o.rateBps } : {}) });
     control = c;
     (async () => {
       try {

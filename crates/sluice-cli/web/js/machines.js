@@ -21,10 +21,14 @@ export class Machine {
     this.id = id;
   }
 
-  /** A download's machine. */
-  static async receiving() {
+  /**
+   * A download's machine; `early`: the server was asked to start the data right behind its
+   * manifest (the page holds nothing of the file: the round trip of its `Want` is saved).
+   * @param {boolean} early
+   */
+  static async receiving(early) {
     const x = await module();
-    const id = x.sluice_machine_receive(performance.now());
+    const id = x.sluice_machine_receive(performance.now(), early ? 1 : 0);
     if (!id) throw new Error(`the page's machine: ${refusal(x)}`);
     return new Machine(x, id);
   }

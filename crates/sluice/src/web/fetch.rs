@@ -40,15 +40,16 @@ pub struct Fetched {
 static CARRIED: LazyLock<ChannelConfig> = LazyLock::new(ChannelConfig::default);
 
 /// Sends `requested` (paths beneath `access`'s root, folders whole, links followed within it)
-/// to the page on a request's stream of `conn`, its bytes on `carrier`. Whatever fails, the
-/// page hears why on the stream (a `Failed` in the machine's framing, paths as it named them)
-/// unless it failed first; the error is returned too.
+/// to the page on a request's stream of `conn`, its bytes on `carrier`; `early`: right behind
+/// the manifest, before the page's `Want` (an early start, [`Sending::new_early`]: the page
+/// holds nothing of the files). Whatever fails, the page hears why on the stream (a `Failed`
+/// in the machine's framing, paths as it named them) unless it failed first; the error is
+/// returned too.
 pub async fn send_files(
     conn: &quinn::Connection,
-    send: &mut quinn::SendStream,
-    recv: &mut quinn::RecvStream,
+    (send, recv): (&mut quinn::SendStream, &mut quinn::RecvStream),
     access: Arc<Access>,
-    requested: Vec<String>,
+    (requested, early): (Vec<String>, bool),
     carrier: Arc<dyn Carrier>,
 ) -> Result<Fetched, SessionError> {
     let root = access.root().to_owned();
@@ -62,7 +63,12 @@ pub async fn send_files(
             return Err(err);
         }
     };
-    let machine = Sending::new(std::time::Instant::now(), &outgoing.entries, Timeouts::default());
+    let (now, timeouts) = (std::time::Instant::now(), Timeouts::default());
+    let machine = match early {
+        // No ports: the carrier takes the bytes.
+        true => Sending::new_early(now, &outgoing.entries, timeouts, Vec::new()),
+        false => Sending::new(now, &outgoing.entries, timeouts),
+    };
     let negotiated =
         Negotiated::from_spec(&Negotiated::proposal(&CARRIED, 1)).map_err(SessionError::Config)?;
     let channels = Channels {

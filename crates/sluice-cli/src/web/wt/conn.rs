@@ -6,7 +6,7 @@
 //! |------------------------------------------------|---------------------------------------|
 //! | `{op:"up", path, size, mtime, policy, rate_bps}` | `{id, have}`; later the page sends `{blake3}` (the whole file's), answered as `PUT /api/upload`'s completion; ending the stream instead cancels, keeping what was written |
 //! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
-//! | `{op:"fetch", paths, tag, rate_bps}`            | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`) |
+//! | `{op:"fetch", paths, tag, rate_bps, early}`     | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`); `early`: they start right behind the manifest (the page holds nothing of it) |
 //!
 //! A `fetch` or `up` takes a place among its token's and the server's transfers, as the HTTPS
 //! request does, for as long as its stream is open; an upload's blocks, on their own streams (and
@@ -61,6 +61,9 @@ enum Request {
         tag: u64,
         #[serde(default)]
         rate_bps: Option<u64>,
+        /// The page holds nothing of it: the data starts right behind the manifest.
+        #[serde(default)]
+        early: bool,
     },
 }
 
@@ -328,9 +331,9 @@ async fn stream(
                 ended(&mut recv).await?;
                 Ok(Some(answer))
             }
-            Request::Fetch { paths, tag, rate_bps } => {
+            Request::Fetch { paths, tag, rate_bps, early } => {
                 let to = (&connection, &mut send, &mut recv);
-                fetch(&session, to, access, paths, tag, rate_bps).await;
+                fetch(&session, to, access, (paths, early), tag, rate_bps).await;
                 Ok(None)
             }
         }
@@ -353,7 +356,7 @@ async fn fetch(
     session: &Session,
     (connection, send, recv): (&Connection, &mut SendStream, &mut RecvStream),
     access: Arc<sluice::session::Access>,
-    paths: Vec<String>,
+    (paths, early): (Vec<String>, bool),
     tag: u64,
     rate_bps: Option<u64>,
 ) {
@@ -377,7 +380,7 @@ async fn fetch(
     });
     let quic = connection.quic_connection();
     let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());
-    match sluice::web::send_files(quic, send, recv, access, paths, carrier).await {
+    match sluice::web::send_files(quic, (send, recv), access, (paths, early), carrier).await {
         Ok(fetched) => tracing::info!(?fetched, "a page's download verified"),
         Err(err) => tracing::info!(error = %err, "a page's download failed"),
     }

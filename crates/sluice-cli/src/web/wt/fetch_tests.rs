@@ -14,6 +14,7 @@ use sluice_session::layout::BLOCK_BYTES;
 use sluice_wasm::Module;
 use tokio::sync::mpsc;
 use wtransport::Connection;
+use wtransport::error::StreamReadExactError;
 
 use super::push::HEAD_BYTES;
 use super::tests::{SEED, bytes, request, serve, write_head};
@@ -84,7 +85,7 @@ fn span(v: &Value) -> (usize, usize) {
 }
 
 /// Every piece on the sessions' streams, checked against its head's length.
-fn pieces(lanes: &[Connection]) -> mpsc::UnboundedReceiver<Piece> {
+fn pieces(lanes: &[Connection]) -> mpsc::UnboundedReceiver<Result<Piece, String>> {
     let (tx, rx) = mpsc::unbounded_channel();
     for (lane, conn) in lanes.iter().cloned().enumerate() {
         accept(conn, lane, tx.clone());
@@ -92,8 +93,8 @@ fn pieces(lanes: &[Connection]) -> mpsc::UnboundedReceiver<Piece> {
     rx
 }
 
-/// Takes the pieces on `conn` (lane number `lane`) to `tx`.
-fn accept(conn: Connection, lane: usize, tx: mpsc::UnboundedSender<Piece>) {
+/// Takes the pieces on `conn` (lane number `lane`) to `tx`, and what is wrong with a stream.
+fn accept(conn: Connection, lane: usize, tx: mpsc::UnboundedSender<Result<Piece, String>>) {
     tokio::spawn(async move {
         while let Ok(mut stream) = conn.accept_uni().await {
             let tx = tx.clone();
@@ -106,10 +107,20 @@ fn accept(conn: Connection, lane: usize, tx: mpsc::UnboundedSender<Piece>) {
                 let (tag, phase, offset, len) =
                     (word(0, 8), word(8, 12), word(12, 20), word(20, 24));
                 let mut piece = vec![0u8; len as usize];
-                stream.read_exact(&mut piece).await.unwrap();
+                match stream.read_exact(&mut piece).await {
+                    Ok(()) => {}
+                    // An end short of the piece would look like one to a careless reader.
+                    Err(StreamReadExactError::FinishedEarly(n)) => {
+                        let why = format!("a piece's stream finished after {n} of {len} bytes");
+                        let _ = tx.send(Err(format!("{why}, not reset")));
+                        return;
+                    }
+                    // Reset (its phase was cancelled): no piece, as the page takes it.
+                    Err(_) => return,
+                }
                 let mut more = [0u8; 1];
                 assert_eq!(stream.read(&mut more).await.unwrap(), None, "no byte past the piece");
-                let _ = tx.send((tag, phase as u32, offset, piece, lane));
+                let _ = tx.send(Ok((tag, phase as u32, offset, piece, lane)));
             });
         }
     });
@@ -138,14 +149,27 @@ fn frames(mut recv: wtransport::RecvStream) -> mpsc::UnboundedReceiver<Option<Ve
 /// earlier try) and offering its whole blocks for a resume; with `spoil`, the first piece of
 /// the first phase has a byte changed as it arrives (a fault the digests must catch).
 async fn fetch(lanes: &[Connection], paths: &[&str], kept: &[u8], spoil: bool) -> Fetched {
+    // As the page: nothing kept, the data starts right behind the manifest.
+    fetch_as(lanes, paths, kept, spoil, kept.is_empty()).await
+}
+
+/// [`fetch`], asking for an early start or not whatever is kept.
+async fn fetch_as(
+    lanes: &[Connection],
+    paths: &[&str],
+    kept: &[u8],
+    spoil: bool,
+    early: bool,
+) -> Fetched {
     const TAG: u64 = 0x7a6;
     let mut pieces = pieces(lanes);
     let mut by_lane = vec![0; lanes.len()];
     let (mut send, recv) = lanes[0].open_bi().await.unwrap().await.unwrap();
-    write_head(&mut send, &json!({ "op": "fetch", "paths": paths, "tag": TAG })).await;
+    let head = json!({ "op": "fetch", "paths": paths, "tag": TAG, "early": early });
+    write_head(&mut send, &head).await;
     let mut frames = frames(recv);
     let mut page = Page { m: Module::default(), id: 0, started: Instant::now() };
-    page.id = page.m.machines.receive(page.now());
+    page.id = page.m.machines.receive(page.now(), early);
     let mut names: Vec<String> = Vec::new();
     let mut space: Vec<u8> = Vec::new();
     let mut sizes: Vec<usize> = Vec::new();
@@ -269,6 +293,7 @@ async fn fetch(lanes: &[Connection], paths: &[&str], kept: &[u8], spoil: bool) -
                 }
             },
             Some(piece) = pieces.recv() => {
+                let piece = piece.unwrap_or_else(|why| panic!("{why}"));
                 assert_eq!(piece.0, TAG);
                 held.push(piece);
             }
@@ -328,6 +353,26 @@ async fn a_kept_partial_download_moves_only_the_rest() {
     let rest = data.len() as u64 - 2 * BLOCK_BYTES;
     assert_eq!(got.done["ok"]["resumed"], 2 * BLOCK_BYTES);
     assert_eq!(s.counters.sent.load(Ordering::Relaxed), rest, "only the rest moved");
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_start_declined_for_a_resume_moves_only_the_rest() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 12, 2 * BLOCK_BYTES as usize + 5);
+    std::fs::write(s.root().join("pub/e.bin"), &data).unwrap();
+    let (conn, _) = s.connect("all-token").await;
+    // The page asks for an early start, then finds a block it kept: it declines, offers the
+    // block, and the transfer starts over on the restart phase with only the rest.
+    let kept = &data[..BLOCK_BYTES as usize];
+    let got = fetch_as(&[conn], &["pub/e.bin"], kept, false, true).await;
+    println!("done: {}", got.done);
+    assert!(got.files == vec![("e.bin".to_owned(), data.clone())], "every byte");
+    assert_eq!(got.done["ok"]["resumed"], BLOCK_BYTES);
+    // What the early phase sent before the decline stopped it, and the rest once.
+    let sent = s.counters.sent.load(Ordering::Relaxed);
+    let rest = data.len() as u64 - BLOCK_BYTES;
+    assert!(sent >= rest && sent <= rest + data.len() as u64, "sent {sent}, the rest {rest}");
     let _ = s.stop.send(());
 }
 

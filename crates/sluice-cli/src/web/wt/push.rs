@@ -106,14 +106,16 @@ impl Carrier for Pushed {
             moving.spawn_on(
                 async move {
                     let stream = conn.open_uni().await.map_err(|e| socket(&e))?;
-                    let mut stream = stream.await.map_err(|e| socket(&e))?;
-                    stream.write_all(&head).await.map_err(|e| socket(&e))?;
+                    let mut stream = Unfinished(Some(stream.await.map_err(|e| socket(&e))?));
+                    let s = stream.0.as_mut().ok_or(DataError::Cancelled)?;
+                    s.write_all(&head).await.map_err(|e| socket(&e))?;
                     for part in bytes.chunks(PIECE_BYTES) {
-                        stream.write_all(part).await.map_err(|e| socket(&e))?;
+                        s.write_all(part).await.map_err(|e| socket(&e))?;
                         flow.moved(part.len() as u64, &counters.sent).await;
                     }
                     // Done once the page has every byte (acknowledged).
-                    stream.finish().await.map_err(|e| socket(&e))?;
+                    s.finish().await.map_err(|e| socket(&e))?;
+                    stream.0 = None;
                     Ok(bytes.len() as u64)
                 },
                 &self.runtime,
@@ -150,6 +152,18 @@ pub(crate) fn pieces(ranges: &[Range<u64>], ends: &[u64]) -> Vec<Range<u64>> {
         }
     }
     pieces
+}
+
+/// A piece's stream until it finished: dropped before (its phase cancelled), it is reset, so
+/// the page reads no end that looks like a piece's (a dropped stream would finish).
+struct Unfinished(Option<wtransport::SendStream>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(stream) = self.0.as_mut() {
+            let _ = stream.reset(wtransport::VarInt::from_u32(0));
+        }
+    }
 }
 
 /// A stream's head (see the module's doc).
