@@ -24,13 +24,14 @@ use std::sync::{Arc, Mutex};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice::session::Running;
 use sluice::web::{Pace, Upload};
 use tokio::task::JoinSet;
 use wtransport::{Connection, RecvStream, SendStream};
 
 use super::super::api::{UploadQuery, finish_upload};
 use super::super::request::{ApiError, AppState, blocking};
+use super::flow::{Flow, PIECE_BYTES};
+use super::pages::Pages;
 use super::{BLOCK_BYTES_MAX, Counters};
 
 /// The largest request head.
@@ -42,8 +43,6 @@ pub(crate) const REORDER_BYTES_MAX: u64 = 32 << 20;
 /// Blocks one session moves at once (each in memory while it moves, at most
 /// [`BLOCK_BYTES_MAX`]); more wait their turn.
 const BLOCKS_AT_ONCE: usize = 8;
-/// Bytes sent or read at once within a block (the pace is kept between pieces).
-pub(super) const PIECE_BYTES: usize = 256 << 10;
 
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -65,36 +64,6 @@ enum Request {
         #[serde(default)]
         early: bool,
     },
-}
-
-/// A transfer's count and pace, shared by its blocks' streams.
-pub(super) struct Flow {
-    running: Mutex<Running>,
-    pace: Mutex<Option<Pace>>,
-    started: tokio::time::Instant,
-}
-
-impl Flow {
-    fn new(running: Running, pace: Option<Pace>) -> Flow {
-        Flow {
-            running: Mutex::new(running),
-            pace: Mutex::new(pace),
-            started: tokio::time::Instant::now(),
-        }
-    }
-
-    /// Counts `n` bytes moved (in the transfer and in `counter`), then waits as the pace says.
-    pub(super) async fn moved(&self, n: u64, counter: &AtomicU64) {
-        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).moved(n);
-        counter.fetch_add(n, Ordering::Relaxed);
-        let wait = {
-            let mut pace = self.pace.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            pace.as_mut().map(|p| p.wait(n, self.started.elapsed()))
-        };
-        if let Some(wait) = wait {
-            tokio::time::sleep(wait).await;
-        }
-    }
 }
 
 /// An upload: its size, its count and pace, and what is written.
@@ -119,54 +88,14 @@ struct UpState {
 pub(crate) struct Registry {
     transfers: Mutex<HashMap<(String, u64), Arc<Transfer>>>,
     next_id: AtomicU64,
-    /// The sessions (lanes) of each page that named itself, by login and the page's name, each
-    /// with a number of its own: a `fetch` spreads its pieces over its page's (`push.rs`).
-    sessions: Mutex<Lanes>,
+    /// The sessions of each page that named itself: a `fetch` spreads its pieces over its
+    /// page's.
+    pub(super) pages: Arc<Pages>,
 }
 
 impl Registry {
     fn transfers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), Arc<Transfer>>> {
         self.transfers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn sessions(&self) -> std::sync::MutexGuard<'_, Lanes> {
-        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The sessions of page `page` of `login` open now.
-    pub(super) fn lanes(&self, page: &(String, String)) -> Vec<Connection> {
-        let sessions = self.sessions();
-        sessions.get(page).map_or_else(Vec::new, |s| s.iter().map(|(_, c)| c.clone()).collect())
-    }
-
-    /// Counts `connection` among the sessions of `page` while the answer lives.
-    fn enter(self: &Arc<Self>, page: (String, String), connection: &Connection) -> Entered {
-        let number = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut sessions = self.sessions();
-        sessions.entry(page.clone()).or_default().push((number, connection.clone()));
-        Entered { registry: self.clone(), page, number }
-    }
-}
-
-/// Sessions by login and page (see [`Registry`]).
-type Lanes = HashMap<(String, String), Vec<(u64, Connection)>>;
-
-/// A session counted among its page's ([`Registry::enter`]) until this is dropped.
-struct Entered {
-    registry: Arc<Registry>,
-    page: (String, String),
-    number: u64,
-}
-
-impl Drop for Entered {
-    fn drop(&mut self) {
-        let mut sessions = self.registry.sessions();
-        if let Some(lanes) = sessions.get_mut(&self.page) {
-            lanes.retain(|(n, _)| *n != self.number);
-            if lanes.is_empty() {
-                sessions.remove(&self.page);
-            }
-        }
     }
 }
 
@@ -233,7 +162,7 @@ pub(super) async fn serve(
     counters: Arc<Counters>,
     registry: Arc<Registry>,
 ) {
-    let entered = page.clone().map(|page| registry.enter((id.clone(), page), &connection));
+    let entered = page.clone().map(|page| registry.pages.enter((id.clone(), page), &connection));
     let session = Arc::new(Session {
         app,
         id,
@@ -371,7 +300,7 @@ async fn fetch(
     let pace = Pace::lowest(&[access.rate_bps(), rate_bps]);
     let carrier = Arc::new(super::push::Pushed {
         conn: connection.clone(),
-        registry: session.registry.clone(),
+        pages: session.registry.pages.clone(),
         page: session.page.clone().map(|page| (session.id.clone(), page)),
         tag,
         flow: Arc::new(Flow::new(running, pace)),

@@ -17,7 +17,9 @@ mod cert;
 mod conn;
 #[cfg(test)]
 mod fetch_tests;
+mod flow;
 mod lanes;
+mod pages;
 mod push;
 #[cfg(test)]
 mod tests;

@@ -30,7 +30,8 @@ use sluice::datapath::{Carrier, ChannelReport, DataError, Progress, Store, read_
 use tokio::task::JoinSet;
 use wtransport::Connection;
 
-use super::conn::{Flow, PIECE_BYTES, Registry};
+use super::flow::{Flow, PIECE_BYTES};
+use super::pages::{Page, Pages};
 use super::{BLOCK_BYTES, Counters, STREAMS};
 
 /// How often a wait for a piece looks whether the phase was cancelled.
@@ -43,8 +44,8 @@ pub(crate) const HEAD_BYTES: usize = 24;
 /// name), its tag, its count and pace.
 pub(super) struct Pushed {
     pub(super) conn: Connection,
-    pub(super) registry: Arc<Registry>,
-    pub(super) page: Option<(String, String)>,
+    pub(super) pages: Arc<Pages>,
+    pub(super) page: Option<Page>,
     pub(super) tag: u64,
     pub(super) flow: Arc<Flow>,
     pub(super) counters: Arc<Counters>,
@@ -85,7 +86,7 @@ impl Carrier for Pushed {
             }
         };
         // The page's sessions now (this one when the page gave no name, or they are gone).
-        let mut lanes = self.page.as_ref().map_or_else(Vec::new, |p| self.registry.lanes(p));
+        let mut lanes = self.page.as_ref().map_or_else(Vec::new, |p| self.pages.lanes(p));
         if lanes.is_empty() {
             lanes.push(self.conn.clone());
         }
