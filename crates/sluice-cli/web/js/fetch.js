@@ -22,6 +22,8 @@ import { Machine } from "./machines.js";
  * @property {(n: number) => void} progress bytes received (negative: counted before and not kept)
  * @property {(kept: number) => void} resumed what the server agreed the partial file holds, when
  *   it holds anything
+ * @property {(size: number) => void} sized the file's size as the server's manifest says (the
+ *   listing the caller had may be older)
  * @property {() => Promise<void>} place moves the verified partial file into place
  */
 
@@ -167,6 +169,7 @@ export async function fetchFile(wt, o) {
         return;
       }
       size = files[0].size;
+      o.sized(size);
       tree = await Tree.create(size, "machines");
       // The partial file's whole blocks (all of it when it is the whole file) are offered; the
       // server keeps those that match its own, from the first.

@@ -558,6 +558,7 @@ export class Transfers {
       rateBps: this.rateLimit(),
       progress: (n) => this.progress(job, n),
       resumed: (kept) => note(job, `resumed at ${size(kept)}`),
+      sized: (bytes) => { job.size = bytes; },
     });
     const verified = done.fromBlocks ? "BLAKE3 verified as it arrived" : "BLAKE3 verified";
     job.note = [job.note, verified, done.repaired ? `${done.repaired} blocks sent again` : ""].filter(Boolean).join("; ");
