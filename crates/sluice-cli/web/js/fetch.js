@@ -70,8 +70,9 @@ async function blake3(bytes) {
 
 /**
  * The error a machine's failure (`done.error`) stands for: the server's word, or this page's;
- * a session that broke under it is a plain `Error`, so the caller goes on over HTTPS from what
- * is kept, as for any broken session.
+ * a session that broke under it is a plain `Error`, so the caller goes on over HTTPS, as for any
+ * broken session (from the start: the HTTPS leg resumes only with the `ETag` of an earlier
+ * HTTPS leg, which the machines do not learn).
  * @param {any} f
  */
 function failure(f) {
