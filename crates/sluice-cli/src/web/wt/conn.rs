@@ -302,6 +302,7 @@ async fn fetch(
         conn: connection.clone(),
         pages: session.registry.pages.clone(),
         page: session.page.clone().map(|page| (session.id.clone(), page)),
+        lanes_max: session.app.wt.as_ref().map_or(super::LANES, |wt| wt.lanes) as usize,
         tag,
         flow: Arc::new(Flow::new(running, pace)),
         counters: session.counters.clone(),

@@ -17,7 +17,7 @@ use wtransport::Connection;
 use wtransport::error::StreamReadExactError;
 
 use super::push::HEAD_BYTES;
-use super::tests::{SEED, bytes, request, serve, write_head};
+use super::tests::{SEED, bytes, request, serve, serve_lanes, write_head};
 
 /// A piece from one of the server's streams: (tag, phase, offset, bytes, the lane it came on).
 type Piece = (u64, u32, u64, Vec<u8>, usize);
@@ -441,5 +441,27 @@ async fn the_pieces_go_over_every_session_of_the_page_and_no_other() {
     assert_eq!(lanes, [3, 4], "the seven pieces in turn over the page's two sessions");
     assert!(elsewhere.try_recv().is_err(), "a piece on another page's session");
     drop((tab, stranger));
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_with_more_sessions_than_its_lanes_gets_no_more_in_flight() {
+    // Pages open one lane here; this one opens two: its pieces keep to one session.
+    let s = serve_lanes(1).await;
+    let data = bytes(SEED ^ 13, 2 * BLOCK_BYTES as usize + 3);
+    std::fs::write(s.root().join("pub/m.bin"), &data).unwrap();
+    let (_, id) = s.ticket("all-token");
+    let first = s.connect_page(&s.ticket_of(&id).0, "page-m").await.unwrap();
+    let second = s.connect_page(&s.ticket_of(&id).0, "page-m").await.unwrap();
+    for session in [&first, &second] {
+        let none = json!({ "op": "nothing" });
+        assert_eq!(request(session, none, &[]).await.0["error"], "bad-request");
+    }
+    let got = fetch(&[first, second], &["pub/m.bin"], &[], false).await;
+    println!("done: {}; pieces by lane {:?}", got.done, got.lanes);
+    assert!(got.files == vec![("m.bin".to_owned(), data.clone())], "every byte");
+    let mut lanes = got.lanes.clone();
+    lanes.sort_unstable();
+    assert_eq!(lanes, [0, 3], "the three pieces on one session");
     let _ = s.stop.send(());
 }

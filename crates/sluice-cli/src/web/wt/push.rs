@@ -46,6 +46,10 @@ pub(super) struct Pushed {
     pub(super) conn: Connection,
     pub(super) pages: Arc<Pages>,
     pub(super) page: Option<Page>,
+    /// The most of the page's sessions a download's pieces go over: the lanes a page opens
+    /// (`serve --web-transport-lanes`). A page that opens more gets no more in flight: each
+    /// piece is in the server's memory while it moves.
+    pub(super) lanes_max: usize,
     pub(super) tag: u64,
     pub(super) flow: Arc<Flow>,
     pub(super) counters: Arc<Counters>,
@@ -87,6 +91,7 @@ impl Carrier for Pushed {
         };
         // The page's sessions now (this one when the page gave no name, or they are gone).
         let mut lanes = self.page.as_ref().map_or_else(Vec::new, |p| self.pages.lanes(p));
+        lanes.truncate(self.lanes_max.max(1));
         if lanes.is_empty() {
             lanes.push(self.conn.clone());
         }

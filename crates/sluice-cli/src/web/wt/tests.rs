@@ -44,6 +44,11 @@ pub(super) struct Served {
 }
 
 pub(super) async fn serve() -> Served {
+    serve_lanes(super::LANES).await
+}
+
+/// [`serve`], pages told to open `lanes` sessions.
+pub(super) async fn serve_lanes(lanes: u32) -> Served {
     eprintln!("wt tests: seed {SEED:#x}");
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -51,6 +56,7 @@ pub(super) async fn serve() -> Served {
     let gate = Gate::new(&root, TokenSet::parse(TOKENS).unwrap()).unwrap();
     let counters = Arc::new(Counters::default());
     let listener = WtListener::bind("127.0.0.1:0".parse().unwrap(), counters.clone()).unwrap();
+    let listener = listener.with_lanes(lanes);
     let addr = listener.local_addr().unwrap();
     let hash = listener.shared().cert().sha256;
     let state =
