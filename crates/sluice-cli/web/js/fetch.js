@@ -154,8 +154,8 @@ export async function fetchFile(wt, o) {
       try {
         tree?.add(p.offset, p.bytes);
       } catch {
-        // Not a whole block of the file: its hash comes from reading the file at the end.
-        fromBlocks = false;
+        // Not a whole block of the file: the tree then lacks it, and the file's hash comes
+        // from reading the file at the end (`received`).
       }
       hold(p.offset, p.offset + p.bytes.length);
       run.phase.left -= p.bytes.length;

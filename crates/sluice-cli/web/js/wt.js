@@ -200,19 +200,28 @@ export class Wt {
    * @returns {Promise<{ writer: WritableStreamDefaultWriter<Uint8Array>, reader: Reader, cancel: () => void }>}
    */
   async open(head) {
-    const stream = await this.transport.createBidirectionalStream();
-    const writer = stream.writable.getWriter();
-    const reader = new Reader(stream.readable.getReader());
-    const cancel = () => {
-      writer.abort().catch(() => {});
-      reader.reader.cancel().catch(() => {});
-    };
+    const { writer, reader, cancel } = await this.stream(this.transport);
     try {
       await writer.write(frame(head));
     } catch (e) {
       cancel();
       throw e;
     }
+    return { writer, reader, cancel };
+  }
+
+  /**
+   * A new bidirectional stream on `transport`: its two ends, and a cancel of both.
+   * @param {any} transport
+   */
+  async stream(transport) {
+    const stream = await transport.createBidirectionalStream();
+    const writer = stream.writable.getWriter();
+    const reader = new Reader(stream.readable.getReader());
+    const cancel = () => {
+      writer.abort().catch(() => {});
+      reader.reader.cancel().catch(() => {});
+    };
     return { writer, reader, cancel };
   }
 
@@ -231,13 +240,7 @@ export class Wt {
    * @returns {Promise<Answer & { writer: WritableStreamDefaultWriter<Uint8Array> }>}
    */
   async request(head, opts = {}) {
-    const stream = await (opts.via ?? this.transport).createBidirectionalStream();
-    const writer = stream.writable.getWriter();
-    const reader = new Reader(stream.readable.getReader());
-    const cancel = () => {
-      writer.abort().catch(() => {});
-      reader.reader.cancel().catch(() => {});
-    };
+    const { writer, reader, cancel } = await this.stream(opts.via ?? this.transport);
     const signal = opts.signal;
     if (signal?.aborted) {
       cancel();
