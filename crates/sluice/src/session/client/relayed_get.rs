@@ -176,12 +176,11 @@ impl Client {
         };
         // This end in the striping: lines that take the server's direct share until the
         // collection ends (they end with it) or the server's striping does.
-        let taken = Arc::new(std::sync::Mutex::new(Placed::default()));
         let mut taking = tokio::task::JoinSet::new();
         if options.direct {
             for _ in 0..TAKE_LINES {
-                let (server, job, taken) = (self.clone(), job.clone(), taken.clone());
-                taking.spawn(take_line(server, put.transfer.clone(), job, taken));
+                let (server, job) = (self.clone(), job.clone());
+                taking.spawn(take_line(server, put.transfer.clone(), job));
             }
         }
         let mut sent_at = None;
@@ -223,10 +222,10 @@ impl Client {
         };
         taking.shutdown().await;
         if options.direct {
-            let taken = crate::session::lock(&taken).clone();
+            // Counted by the job as they were written: a line ended just now may not have
+            // seen its last batch through.
             if let Some(direct) = placed.last_mut() {
-                direct.blocks = taken.blocks;
-                direct.bytes = taken.bytes;
+                (direct.blocks, direct.bytes) = job.own_delivered();
             }
         }
         let send_seconds = sent_at.unwrap_or_else(|| started.elapsed().as_secs_f64());
@@ -274,23 +273,12 @@ impl Client {
 /// lets one move at a time).
 const TAKE_LINES: usize = 2;
 
-/// Takes batches of the server's direct share into `job`, counting them in `taken` (the
-/// file's bytes), until the server says there is no such share any more or a take fails.
-async fn take_line(
-    server: Client,
-    transfer: String,
-    job: Arc<Collection>,
-    taken: Arc<std::sync::Mutex<Placed>>,
-) {
-    let plan = job.plan();
+/// Takes batches of the server's direct share into `job` (which counts them), until the server
+/// says there is no such share any more or a take fails.
+async fn take_line(server: Client, transfer: String, job: Arc<Collection>) {
     loop {
         match server.take_direct(&transfer, &job).await {
-            Ok(held) => {
-                let len = |id: u64| plan.range(id).map_or(0, |r| r.end - r.start);
-                let mut taken = crate::session::lock(&taken);
-                taken.blocks += held.len() as u64;
-                taken.bytes += held.iter().map(|b| len(b.id)).sum::<u64>();
-            }
+            Ok(_) => {}
             Err(e) => {
                 tracing::debug!(error = %e, "the direct share ends");
                 return;

@@ -363,6 +363,9 @@ pub(crate) struct Collection {
     downlink: Arc<Semaphore>,
     /// The sender's own deposits here: how many are moving, and when the last ended.
     direct: Mutex<(usize, Option<Instant>)>,
+    /// The blocks and file bytes those deposits delivered: counted as they are written, so a
+    /// count read when the job ends has every one (the taking task may be ended right after).
+    own_delivered: Mutex<(u64, u64)>,
     /// Held while the job runs (the server's places for transfers).
     _permits: Box<dyn Send + Sync>,
 }
@@ -929,6 +932,7 @@ impl Collection {
             paused: AtomicBool::new(false),
             downlink: Arc::new(Semaphore::new(1)),
             direct: Mutex::new((0, None)),
+            own_delivered: Mutex::new((0, 0)),
             _permits: start.permits,
         });
         {
@@ -1373,9 +1377,20 @@ impl Collection {
         drop(moving);
         let job = self.clone();
         blocking(move || job.deliver(&sealed)).await?;
+        {
+            let len = |b: &BlockLen| self.plan.range(b.id).map_or(0, |r| r.end - r.start);
+            let mut own = lock(&self.own_delivered);
+            own.0 += blocks.len() as u64;
+            own.1 += blocks.iter().map(len).sum::<u64>();
+        }
         self.hash_written();
         let ids = blocks.iter().map(|b| b.id).collect();
         write_hop(send, conn, &HopMsg::Stored { blocks: ids }).await
+    }
+
+    /// The blocks and file bytes the sender's own deposits delivered so far.
+    pub(crate) fn own_delivered(&self) -> (u64, u64) {
+        *lock(&self.own_delivered)
     }
 
     /// A deposit of the sender's own comes in (until the guard drops).
