@@ -83,7 +83,7 @@ mod transfer;
 mod written;
 
 pub use blocks::{READ_BLOCK_BYTES, WRITE_BLOCK_BYTES};
-pub use carrier::Carrier;
+pub use carrier::{Carrier, Pieces, receive_carried};
 pub use port::{MAX_SLEEP_US, SOCKET_BUFFER_BYTES};
 pub use sluice_session::chunks::CHUNK_BYTES;
 pub use sluice_session::compress::{COMPRESS_BLOCK_BYTES, LEVELS as COMPRESS_LEVELS};

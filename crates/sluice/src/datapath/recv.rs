@@ -98,7 +98,7 @@ impl<'a> RecvShared<'a> {
     }
 
     /// Whether a payload lies inside the range (one outside is a peer's bug: counted, dropped).
-    fn inside(&self, offset: u64, len: u64) -> bool {
+    pub(super) fn inside(&self, offset: u64, len: u64) -> bool {
         let inside = Arrivals::within(&self.range, offset, len);
         if !inside {
             self.out_of_range.fetch_add(u64::from(len > 0), Ordering::Relaxed);

@@ -16,7 +16,7 @@ use super::metrics::{Active, Metrics};
 use super::server::{MAX_TRANSFERS, TRANSFER_WAIT};
 use super::tokens::{Grant, Rights, TokenSet};
 use crate::files::{self, Confined, PathError};
-use crate::tree::{Listing, Outgoing, WalkError, WalkOptions, walk};
+use crate::tree::{Listing, Outgoing, ReceiveOptions, WalkError, WalkOptions, walk};
 
 /// What one token may do, resolved against the served directory.
 #[derive(Debug)]
@@ -186,6 +186,19 @@ impl Access {
             add_checksums(&mut outgoing)?;
         }
         Ok(outgoing)
+    }
+
+    /// An upload's destination (right `write`): `requested` (empty is the root) resolved
+    /// beneath the root, with `options` confined to it (nothing it writes may lead elsewhere).
+    /// Blocks: the resolution looks at the tree.
+    pub fn incoming(
+        &self,
+        requested: &str,
+        options: &mut ReceiveOptions,
+    ) -> Result<PathBuf, SessionError> {
+        self.require(|r| r.write, "write (upload)")?;
+        options.confine = Some(self.root.clone());
+        self.resolve(requested)
     }
 
     /// `sluice ls`: one level of `requested` (right `list`).

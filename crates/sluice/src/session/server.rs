@@ -1410,11 +1410,18 @@ impl<'a> RequestCtx<'a> {
     async fn put(
         &mut self,
         requested: &str,
-        mut options: ReceiveOptions,
+        options: ReceiveOptions,
         dry_run: bool,
         early: Early,
     ) -> Result<(), SessionError> {
-        self.require(|r| r.write, "write (upload)")?;
+        // The same checks as the web app's uploads (`sluice::web::receive_files`).
+        let access = self.session.access.clone();
+        let req = requested.to_owned();
+        let (dest, options) = blocking(move || {
+            let mut options = options;
+            access.incoming(&req, &mut options).map(|dest| (dest, options))
+        })
+        .await?;
         let (_permit, waited) = self.acquire_transfer().await?;
         // The early data is taken only when the sockets are still there (the client's first
         // request) and no wait for a place made the client's channels wait as long.
@@ -1423,11 +1430,6 @@ impl<'a> RequestCtx<'a> {
             .filter(|_| early.started && !waited)
             .map(|s| s.take(self.session.negotiated.channels));
         let _running = self.shared.metrics.transfer(false);
-        let root = self.session.access.root.clone();
-        options.confine = Some(root.clone());
-        let req = requested.to_owned();
-        let dest =
-            blocking(move || resolve(&root, if req.is_empty() { "." } else { &req })).await?;
         let channels = self.channels();
         let now = std::time::Instant::now();
         let machine = if early.started {

@@ -39,6 +39,31 @@ pub struct Fetched {
 /// connection's controller), so none of them governs the bytes.
 static CARRIED: LazyLock<ChannelConfig> = LazyLock::new(ChannelConfig::default);
 
+/// A server's data path whose bytes all take `carrier`.
+pub(super) fn carried(
+    conn: &quinn::Connection,
+    carrier: Arc<dyn Carrier>,
+) -> Result<Channels<'_>, SessionError> {
+    let negotiated =
+        Negotiated::from_spec(&Negotiated::proposal(&CARRIED, 1)).map_err(SessionError::Config)?;
+    Ok(Channels {
+        setup: ChannelSetup {
+            conn,
+            role: Role::Server,
+            session_id: SessionId([0; 16]),
+            negotiated,
+            base: &CARRIED,
+            request_id: 0,
+            phase: 0,
+            streams: None,
+            udp_blocked: None,
+        },
+        fault: None,
+        memory: None,
+        carrier: Some(carrier),
+    })
+}
+
 /// Sends `requested` (paths beneath `access`'s root, folders whole, links followed within it)
 /// to the page on a request's stream of `conn`, its bytes on `carrier`; `early`: right behind
 /// the manifest, before the page's `Want` (an early start, [`Sending::new_early`]: the page
@@ -69,24 +94,7 @@ pub async fn send_files(
         true => Sending::new_early(now, &outgoing.entries, timeouts, Vec::new()),
         false => Sending::new(now, &outgoing.entries, timeouts),
     };
-    let negotiated =
-        Negotiated::from_spec(&Negotiated::proposal(&CARRIED, 1)).map_err(SessionError::Config)?;
-    let channels = Channels {
-        setup: ChannelSetup {
-            conn,
-            role: Role::Server,
-            session_id: SessionId([0; 16]),
-            negotiated,
-            base: &CARRIED,
-            request_id: 0,
-            phase: 0,
-            streams: None,
-            udp_blocked: None,
-        },
-        fault: None,
-        memory: None,
-        carrier: Some(carrier),
-    };
+    let channels = carried(conn, carrier)?;
     let mut wire = Wire::new(conn, send, recv);
     wire.hide = Some(&root);
     let sent = run_sending(machine, &mut wire, &channels, &outgoing, None, None).await;

@@ -410,7 +410,7 @@ impl Upload {
                     self.spec.size != meta.len() || self.spec.mtime != mtime_secs(meta)
                 }
                 Policy::KeepBoth => {
-                    target = self.free_name()?;
+                    target = free_name(&self.fs, &self.target, &self.spec.path)?;
                     true
                 }
             };
@@ -423,20 +423,21 @@ impl Upload {
         let name = target.file_name().unwrap_or_default().to_string_lossy().into_owned();
         Ok(UploadDone::Stored { name, blake3: hash.to_hex().to_string() })
     }
+}
 
-    /// `name (n).ext` for the first `n` from 1 that names nothing yet.
-    fn free_name(&self) -> Result<PathBuf, SessionError> {
-        let name = self.target.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let (stem, ext) = match name.rsplit_once('.') {
-            Some((stem, ext)) if !stem.is_empty() => (stem.to_owned(), format!(".{ext}")),
-            _ => (name.clone(), String::new()),
-        };
-        for n in 1..=999 {
-            let candidate = self.target.with_file_name(format!("{stem} ({n}){ext}"));
-            if self.fs.symlink_metadata(&candidate).is_err() {
-                return Ok(candidate);
-            }
+/// `name (n).ext` beside `target` for the first `n` from 1 that names nothing yet (`path`: the
+/// client's name for `target`, for the error).
+pub(super) fn free_name(fs: &Confined, target: &Path, path: &str) -> Result<PathBuf, SessionError> {
+    let name = target.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let (stem, ext) = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => (stem.to_owned(), format!(".{ext}")),
+        _ => (name.clone(), String::new()),
+    };
+    for n in 1..=999 {
+        let candidate = target.with_file_name(format!("{stem} ({n}){ext}"));
+        if fs.symlink_metadata(&candidate).is_err() {
+            return Ok(candidate);
         }
-        Err(SessionError::Refused(format!("{}: no free name to keep both", self.spec.path)))
     }
+    Err(SessionError::Refused(format!("{path}: no free name to keep both")))
 }

@@ -6,9 +6,10 @@
 //! |------------------------------------------------|---------------------------------------|
 //! | `{op:"up", path, size, mtime, policy, rate_bps}` | `{id, have}`; later the page sends `{blake3}` (the whole file's), answered as `PUT /api/upload`'s completion; ending the stream instead cancels, keeping what was written |
 //! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
+//! | `{op:"store", path, policy, tag, rate_bps}`     | no answer head: the stream carries an upload run by the transfer machines (the page's `Sending`, the server's `Receiving`: the CLI's planning by the overwrite policy, resume from a partial file, verified placement); the bytes come on the page's streams of `tag` (`gather.rs`); `keep-both` stores beside an existing file under the next free name |
 //! | `{op:"fetch", paths, tag, rate_bps, early}`     | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`); `early`: they start right behind the manifest (the page holds nothing of it) |
 //!
-//! A `fetch` or `up` takes a place among its token's and the server's transfers, as the HTTPS
+//! A `fetch`, `store` or `up` takes a place among its token's and the server's transfers, as the HTTPS
 //! request does, for as long as its stream is open; an upload's blocks, on their own streams (and
 //! on the other sessions of the same login: see [`Registry`]), share its count and its pace, as a
 //! download's pieces on its page's sessions do. Upload
@@ -24,13 +25,14 @@ use std::sync::{Arc, Mutex};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice::web::{Pace, Upload};
+use sluice::web::{Pace, Policy, Upload};
 use tokio::task::JoinSet;
 use wtransport::{Connection, RecvStream, SendStream};
 
 use super::super::api::{UploadQuery, finish_upload};
 use super::super::request::{ApiError, AppState, blocking};
 use super::flow::{Flow, PIECE_BYTES};
+use super::gather::Routes;
 use super::pages::Pages;
 use super::{BLOCK_BYTES_MAX, Counters};
 
@@ -53,6 +55,17 @@ enum Request {
         offset: u64,
         len: u64,
         blake3: String,
+    },
+    Store {
+        /// The file's path on the server.
+        path: String,
+        /// The overwrite policy's name (`refuse` when none).
+        #[serde(default)]
+        policy: Option<String>,
+        /// The page's name for the upload, in its pieces' heads.
+        tag: u64,
+        #[serde(default)]
+        rate_bps: Option<u64>,
     },
     Fetch {
         paths: Vec<String>,
@@ -91,6 +104,8 @@ pub(crate) struct Registry {
     /// The sessions of each page that named itself: a `fetch` spreads its pieces over its
     /// page's.
     pub(super) pages: Arc<Pages>,
+    /// The uploads of `store` taking their page's pieces.
+    pub(super) routes: Arc<Routes>,
 }
 
 impl Registry {
@@ -132,6 +147,12 @@ struct Session {
 }
 
 impl Session {
+    /// The page this session is of: its login and the name it gave (none: the login's unnamed
+    /// sessions are one page).
+    fn page_key(&self) -> (String, String) {
+        (self.id.clone(), self.page.clone().unwrap_or_default())
+    }
+
     /// Transfer `id` of this session's login, opened on any of its sessions.
     fn transfer(&self, id: u64) -> Result<Arc<Transfer>, ApiError> {
         let found = self.registry.transfers().get(&(self.id.clone(), id)).cloned();
@@ -174,12 +195,26 @@ pub(super) async fn serve(
     let mut streams = JoinSet::new();
     loop {
         while streams.try_join_next().is_some() {}
-        let Ok((send, recv)) = connection.accept_bi().await else { break };
+        let request = tokio::select! {
+            bi = connection.accept_bi() => bi.map(Some),
+            uni = connection.accept_uni() => uni.map(|piece| {
+                let session = session.clone();
+                streams.spawn(async move {
+                    let (registry, counters) = (&session.registry, &session.counters);
+                    let page = session.page_key();
+                    registry.routes.take(&page, piece, &session.blocks, counters).await;
+                });
+                None
+            }),
+        };
+        let Ok(request) = request else { break };
         if session.app.logins.session(&session.id).is_none() {
             connection.close(wtransport::VarInt::from_u32(1), b"logged out");
             break;
         }
-        streams.spawn(stream(session.clone(), connection.clone(), send, recv));
+        if let Some((send, recv)) = request {
+            streams.spawn(stream(session.clone(), connection.clone(), send, recv));
+        }
     }
     let stats = connection.quic_connection().stats();
     tracing::debug!(
@@ -260,6 +295,11 @@ async fn stream(
                 ended(&mut recv).await?;
                 Ok(Some(answer))
             }
+            Request::Store { path, policy, tag, rate_bps } => {
+                let to = (&connection, &mut send, &mut recv);
+                store(&session, to, access, (path, policy), tag, rate_bps).await;
+                Ok(None)
+            }
             Request::Fetch { paths, tag, rate_bps, early } => {
                 let to = (&connection, &mut send, &mut recv);
                 fetch(&session, to, access, (paths, early), tag, rate_bps).await;
@@ -313,6 +353,54 @@ async fn fetch(
     match sluice::web::send_files(quic, (send, recv), access, (paths, early), carrier).await {
         Ok(fetched) => tracing::info!(?fetched, "a page's download verified"),
         Err(err) => tracing::info!(error = %err, "a page's download failed"),
+    }
+}
+
+/// `store`: the page's file to `path` by `policy`, run by the transfer machines on this stream,
+/// the bytes on the page's streams of `tag` (`gather.rs`). Every failure goes to the page as the
+/// machine's `Failed`.
+async fn store(
+    session: &Session,
+    (connection, send, recv): (&Connection, &mut SendStream, &mut RecvStream),
+    access: Arc<sluice::session::Access>,
+    (path, policy): (String, Option<String>),
+    tag: u64,
+    rate_bps: Option<u64>,
+) {
+    let refuse = |err: sluice::session::SessionError| {
+        sluice::session::messages::failed_frame(err.code(), &err.detail())
+    };
+    let name = policy.as_deref().unwrap_or("refuse");
+    let Some(policy) = Policy::from_name(name) else {
+        let why = format!("no overwrite policy {name:?}");
+        let _ = send.write_all(&refuse(sluice::session::SessionError::Refused(why))).await;
+        return;
+    };
+    // The right first, as over HTTPS, before a place is taken.
+    if let Err(err) = access.require(|r| r.write, "write (upload)") {
+        let _ = send.write_all(&refuse(err)).await;
+        return;
+    }
+    let running = match session.app.gate.transfer(&access, false).await {
+        Ok(running) => running,
+        Err(err) => {
+            let _ = send.write_all(&refuse(err)).await;
+            return;
+        }
+    };
+    let flow = Arc::new(Flow::new(running, Pace::lowest(&[access.rate_bps(), rate_bps])));
+    let runtime = tokio::runtime::Handle::current();
+    let Some(carrier) = session.registry.routes.open(session.page_key(), tag, flow, runtime) else {
+        let why = format!("this page's upload {tag} is under way already");
+        let _ = send.write_all(&refuse(sluice::session::SessionError::Busy(why))).await;
+        return;
+    };
+    let quic = connection.quic_connection();
+    let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());
+    let carrier = Arc::new(carrier);
+    match sluice::web::receive_files(quic, (send, recv), access, (path, policy), carrier).await {
+        Ok(stored) => tracing::info!(?stored, "a page's upload stored and verified"),
+        Err(err) => tracing::info!(error = %err, "a page's upload failed"),
     }
 }
 

@@ -39,8 +39,7 @@ pub(crate) enum DataPlan {
     /// side too).
     Streams(StreamsPlan),
     /// The caller's transport, for data phase `phase`, and where the files end (set by
-    /// [`DataPlan::files_end`]). It sends only: nothing brings a carrier to a receiving end
-    /// yet (a page's upload, `docs/webtransport.md`'s step 3).
+    /// [`DataPlan::files_end`] for a sending end; a receiving end is told them with its span).
     Carried {
         carrier: Arc<dyn Carrier>,
         phase: u32,
@@ -128,10 +127,9 @@ impl DataPlan {
                     streams, store, span, present, ends, progress, hashed, cancel,
                 )
             }
-            DataPlan::Carried { .. } => Err(DataError::File(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "this end receives no data over a carrier",
-            ))),
+            DataPlan::Carried { carrier, phase, .. } => datapath::receive_carried(
+                &*carrier, phase, store, span, present, ends, progress, hashed, cancel,
+            ),
         }
     }
 }

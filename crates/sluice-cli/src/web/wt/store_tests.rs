@@ -1,0 +1,385 @@
+//! An upload run by the transfer machines (`store`): the test plays the page with the page's
+//! own module (`sluice-wasm`'s machines, through its bytes and JSON, as the page's script
+//! does): its `Sending` gets the manifest of the page's file, the server's frames go in, its
+//! effects are done (the resume check against the server's offers, the binding with no ports,
+//! the data pushed as pieces on the page's streams, the whole file's hash, a repair's block
+//! hashes), and what it says goes to the server. The stored file is compared byte for byte;
+//! the server's count says what moved. Bytes from the seeded generator of `tests.rs`.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use sluice_session::layout::BLOCK_BYTES;
+use sluice_wasm::Module;
+use tokio::task::JoinSet;
+use wtransport::Connection;
+
+use super::push::{head, pieces};
+use super::tests::{SEED, bytes, request, serve, write_head};
+
+/// The page's next tag: each upload has its own, as on the page.
+static TAGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x51);
+
+/// How a test's page behaves.
+#[derive(Default)]
+struct Play {
+    /// Another page's session, which pushes a piece of the same tag once the first phase
+    /// started: it must be stopped unread.
+    intruder: Option<Connection>,
+    /// The server's counts: a page that goes ([`Play::stop_after`]) waits until the server
+    /// read the pieces it sent (their streams' finish is acknowledged as they arrive, before
+    /// the server reads them).
+    counters: Option<std::sync::Arc<super::Counters>>,
+    /// A byte of the first piece of the first phase goes out changed (a fault the digests
+    /// must catch).
+    spoil: bool,
+    /// The page goes once this many pieces of the first phase landed, and sends no others (the
+    /// tab closed).
+    stop_after: Option<usize>,
+}
+
+/// What a page's upload ended with: the machine's `done` (`{ok: ...}` or `{error: ...}`; none
+/// when the page went first), and the pieces each lane carried.
+struct Sent {
+    done: Option<Value>,
+    lanes: Vec<usize>,
+}
+
+fn hex(data: &[u8]) -> String {
+    blake3::hash(data).to_hex().to_string()
+}
+
+/// Uploads `data` as `path` by `policy` from a page whose sessions are `lanes`.
+async fn store(
+    lanes: &[Connection],
+    path: &str,
+    policy: &str,
+    data: &[u8],
+    mut play: Play,
+) -> Sent {
+    let tag = TAGS.fetch_add(1, Ordering::Relaxed);
+    let mut by_lane = vec![0; lanes.len()];
+    let (mut send, mut recv) = lanes[0].open_bi().await.unwrap().await.unwrap();
+    let head_json = json!({ "op": "store", "path": path, "policy": policy, "tag": tag });
+    write_head(&mut send, &head_json).await;
+    let mut m = Module::default();
+    let started = Instant::now();
+    let now = || started.elapsed().as_secs_f64() * 1e3;
+    let name = path.rsplit('/').next().unwrap();
+    let manifest = json!([{ "path": name, "kind": "file", "size": data.len(), "mtime": 1_700_000_000, "mode": 0o644 }]);
+    let id = m.machines.send(now(), manifest.to_string().as_bytes());
+    assert_ne!(id, 0, "{}", m.machines.error());
+    let input = |m: &mut Module, bytes: &[u8], event: bool| {
+        m.buffer(bytes.len()).unwrap()[..bytes.len()].copy_from_slice(bytes);
+        assert!(m.machine_input(id, now(), bytes.len(), event), "refused: {}", m.machines.error());
+    };
+    let (tx, mut frames) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let mut len = [0u8; 4];
+            if recv.read_exact(&mut len).await.is_err() {
+                let _ = tx.send(None);
+                return;
+            }
+            let mut frame = len.to_vec();
+            frame.resize(4 + u32::from_be_bytes(len) as usize, 0);
+            recv.read_exact(&mut frame[4..]).await.unwrap();
+            let _ = tx.send(Some(frame));
+        }
+    });
+    // The running phase's pushes: each ends when its stream is finished.
+    let mut pushing: JoinSet<()> = JoinSet::new();
+    let mut phase: Option<u32> = None;
+    let mut pushed = 0usize;
+    let mut peer_open = true;
+    let blocks = |d: &[u8]| -> Vec<String> { d.chunks(BLOCK_BYTES as usize).map(hex).collect() };
+    loop {
+        loop {
+            let len = m.machine_effect(id).expect("an effect within the buffer");
+            let out = m.output(len).to_vec();
+            let Some((&kind, out)) = out.split_first() else { break };
+            if kind == 1 {
+                send.write_all(out).await.unwrap();
+                continue;
+            }
+            let e: Value = serde_json::from_slice(out).unwrap();
+            let event = if let Some(offers) = e.get("check_resume") {
+                // The leading blocks the server holds that match this file's.
+                let mine = blocks(data);
+                let kept: Vec<u64> = offers
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| {
+                        let theirs = o[1].as_array().unwrap();
+                        let same = theirs.iter().zip(&mine).take_while(|(a, b)| a == b).count();
+                        (same as u64 * BLOCK_BYTES).min(data.len() as u64)
+                    })
+                    .collect();
+                Some(json!({ "resume_checked": { "kept": kept } }))
+            } else if let Some(bind) = e.get("bind") {
+                Some(json!({ "bound": { "phase": bind["phase"] } }))
+            } else if e == json!("hash_files") {
+                Some(json!({ "hashed": { "hashes": [hex(data)] } }))
+            } else if let Some(which) = e.get("hash_blocks") {
+                assert_eq!(which, &json!([0]));
+                Some(json!({ "blocks_hashed": { "hashed": [blocks(data)] } }))
+            } else if let Some(start) = e.get("start_data") {
+                let n = start["phase"].as_u64().unwrap() as u32;
+                if let Some(tab) = play.intruder.take() {
+                    let mut s = tab.open_uni().await.unwrap().await.unwrap();
+                    let junk = vec![0xeeu8; BLOCK_BYTES as usize];
+                    let wrote = async {
+                        s.write_all(&head(tag, n, 0, junk.len() as u32)).await?;
+                        s.write_all(&junk).await?;
+                        s.finish().await
+                    };
+                    assert!(wrote.await.is_err(), "another page's piece was taken");
+                }
+                let ranges: Vec<std::ops::Range<u64>> = start["ranges"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r[0].as_u64().unwrap()..r[1].as_u64().unwrap())
+                    .collect();
+                let all = pieces(&ranges, &[data.len() as u64]);
+                // A page that goes after some pieces sends no more than those.
+                let count = play.stop_after.map_or(all.len(), |n| n.min(all.len()));
+                for (k, piece) in all.into_iter().take(count).enumerate() {
+                    let lane = k % lanes.len();
+                    by_lane[lane] += 1;
+                    let mut bytes = data[piece.start as usize..piece.end as usize].to_vec();
+                    if play.spoil && n == 0 && k == 0 {
+                        bytes[0] ^= 0x5a;
+                    }
+                    let conn = lanes[lane].clone();
+                    let head = head(tag, n, piece.start, bytes.len() as u32);
+                    pushing.spawn(async move {
+                        let mut s = conn.open_uni().await.unwrap().await.unwrap();
+                        s.write_all(&head).await.unwrap();
+                        s.write_all(&bytes).await.unwrap();
+                        s.finish().await.unwrap();
+                    });
+                }
+                phase = Some(n);
+                None
+            } else if let Some(done) = e.get("done") {
+                return Sent { done: Some(done.clone()), lanes: by_lane };
+            } else {
+                // `stop_data`: the server has every byte while the pushes end; they end anyway.
+                let quiet = [json!("stop_hashing"), json!("stop_data")];
+                assert!(e.get("wanted").is_some() || quiet.contains(&e), "asked for {e}");
+                None
+            };
+            if let Some(event) = event {
+                input(&mut m, event.to_string().as_bytes(), true);
+            }
+        }
+        if let Some(n) = phase
+            && pushing.is_empty()
+        {
+            input(&mut m, json!({ "data_ended": { "phase": n } }).to_string().as_bytes(), true);
+            phase = None;
+            continue;
+        }
+        let deadline = m.machines.deadline_ms(id);
+        let wait = deadline.map_or(60_000.0, |d| (d - now()).max(0.0));
+        tokio::select! {
+            frame = frames.recv(), if peer_open => match frame.flatten() {
+                Some(frame) => input(&mut m, &frame, false),
+                None => {
+                    peer_open = false;
+                    input(&mut m, json!("peer_finished").to_string().as_bytes(), true);
+                }
+            },
+            Some(done) = pushing.join_next(), if !pushing.is_empty() => {
+                done.unwrap();
+                pushed += 1;
+                if let Some(n) = play.stop_after.filter(|&n| pushed >= n) {
+                    let read = |c: &super::Counters| c.received.load(Ordering::Relaxed);
+                    if let Some(counters) = &play.counters {
+                        while read(counters) < n as u64 * BLOCK_BYTES {
+                            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                        }
+                    }
+                    // The tab closes: the control stream goes, and the pushes with it.
+                    pushing.shutdown().await;
+                    let _ = send.reset(wtransport::VarInt::from_u32(0));
+                    return Sent { done: None, lanes: by_lane };
+                }
+            }
+            () = tokio::time::sleep(std::time::Duration::from_secs_f64(wait / 1e3)) => {
+                assert!(deadline.is_some(), "stuck: nothing came for a minute");
+                input(&mut m, json!("timeout").to_string().as_bytes(), true);
+            }
+        }
+    }
+}
+
+/// [`store`] again while the server still ends an earlier try of the same file (`busy`).
+async fn store_when_free(conn: &Connection, path: &str, data: &[u8]) -> Sent {
+    for _ in 0..100 {
+        let sent = store(std::slice::from_ref(conn), path, "refuse", data, Play::default()).await;
+        let busy = sent.done.as_ref().is_some_and(|d| d["error"]["peer"]["code"] == "busy");
+        if !busy {
+            return sent;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{path} stayed busy for 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_through_the_machines_is_stored_every_byte_verified() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 21, 2 * BLOCK_BYTES as usize + 5_000);
+    let (conn, _) = s.connect("all-token").await;
+    let sent = store(&[conn], "pub/up <b>.bin", "refuse", &data, Play::default()).await;
+    let done = sent.done.unwrap();
+    println!("done: {done}");
+    assert!(done["ok"].is_object(), "{done}");
+    assert_eq!(done["ok"]["repaired"], 0);
+    let stored = std::fs::read(s.root().join("pub/up <b>.bin")).unwrap();
+    assert!(stored == data, "every byte");
+    let mtime = std::fs::metadata(s.root().join("pub/up <b>.bin")).unwrap().modified().unwrap();
+    assert_eq!(mtime.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(), 1_700_000_000);
+    assert_eq!(s.counters.received.load(Ordering::Relaxed), data.len() as u64, "each byte once");
+    // Nothing is left beside it.
+    let names: Vec<String> = std::fs::read_dir(s.root().join("pub"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["up <b>.bin"]);
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_upload_resumes_moving_only_what_the_server_lacks() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 22, 5 * BLOCK_BYTES as usize + 123);
+    let (conn, _) = s.connect("all-token").await;
+    let play = Play { stop_after: Some(2), counters: Some(s.counters.clone()), ..Play::default() };
+    let first = store(std::slice::from_ref(&conn), "pub/r.bin", "refuse", &data, play).await;
+    assert!(first.done.is_none(), "{:?}", first.done);
+    assert!(!s.root().join("pub/r.bin").exists(), "nothing stored from a cut-off upload");
+    // What the first try's streams brought, counted once they all ended.
+    let mut before = 0;
+    for _ in 0..200 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = s.counters.received.load(Ordering::Relaxed);
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    let sent = store_when_free(&conn, "pub/r.bin", &data).await;
+    let done = sent.done.unwrap();
+    println!("done: {done}; {before} bytes before the cut");
+    assert!(done["ok"].is_object(), "{done}");
+    assert!(std::fs::read(s.root().join("pub/r.bin")).unwrap() == data, "every byte");
+    let after = s.counters.received.load(Ordering::Relaxed) - before;
+    assert_eq!(done["ok"]["moved"], after, "the server took what the page sent, once");
+    // The server kept whole blocks from the start of what it wrote, and offered them.
+    let kept = data.len() as u64 - after;
+    assert_eq!(before, 2 * BLOCK_BYTES, "the first try's two pieces came");
+    assert_eq!(kept, 2 * BLOCK_BYTES, "the two blocks the first try wrote were kept");
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_byte_spoiled_on_the_way_up_is_found_and_its_block_sent_again() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 23, 3 * BLOCK_BYTES as usize + 999);
+    let (conn, _) = s.connect("all-token").await;
+    let play = Play { spoil: true, ..Play::default() };
+    let done = store(&[conn], "pub/s.bin", "refuse", &data, play).await.done.unwrap();
+    println!("done: {done}");
+    assert_eq!(done["ok"]["repaired"], 1, "{done}");
+    assert!(std::fs::read(s.root().join("pub/s.bin")).unwrap() == data, "every byte, repaired");
+    let received = s.counters.received.load(Ordering::Relaxed);
+    assert_eq!(
+        received,
+        data.len() as u64 + BLOCK_BYTES,
+        "the file once and its first block again"
+    );
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overwrite_policies_hold_and_keep_both_takes_a_free_name() {
+    let s = serve().await;
+    let old = b"the old bytes".to_vec();
+    let new = bytes(SEED ^ 24, 70_000);
+    std::fs::write(s.root().join("pub/p.txt"), &old).unwrap();
+    let (conn, _) = s.connect("all-token").await;
+    let one = std::slice::from_ref(&conn);
+    let refused = store(one, "pub/p.txt", "refuse", &new, Play::default()).await.done.unwrap();
+    println!("refuse: {refused}");
+    assert_eq!(refused["error"]["peer"]["code"], "refused", "{refused}");
+    let never = store(one, "pub/p.txt", "never", &new, Play::default()).await.done.unwrap();
+    assert!(never["ok"].is_object(), "{never}");
+    assert_eq!(std::fs::read(s.root().join("pub/p.txt")).unwrap(), old, "never: kept");
+    let both = store(one, "pub/p.txt", "keep-both", &new, Play::default()).await.done.unwrap();
+    assert!(both["ok"].is_object(), "{both}");
+    assert_eq!(std::fs::read(s.root().join("pub/p.txt")).unwrap(), old, "keep-both: kept");
+    assert!(std::fs::read(s.root().join("pub/p (1).txt")).unwrap() == new, "beside it");
+    let always = store(one, "pub/p.txt", "always", &new, Play::default()).await.done.unwrap();
+    assert!(always["ok"].is_object(), "{always}");
+    assert!(std::fs::read(s.root().join("pub/p.txt")).unwrap() == new, "always: replaced");
+    let bad = store(one, "pub/p.txt", "sometimes", &new, Play::default()).await.done.unwrap();
+    assert!(bad["error"]["peer"]["message"].as_str().unwrap().contains("sometimes"), "{bad}");
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_without_the_right_or_outside_the_root_is_refused_in_the_machines_words() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 25, 1000);
+    std::fs::create_dir_all(s.root().join("pub/dir")).unwrap();
+    let (all, _) = s.connect("all-token").await;
+    let (read, _) = s.connect("read-token").await;
+    let root = s.root().to_string_lossy().into_owned();
+    for (conn, path, code) in [
+        (&read, "x.bin", "refused"),
+        (&all, "../x.bin", "refused"),
+        (&all, "pub/dir", "refused"),
+        (&all, "pub/no/such/x.bin", "not-found"),
+    ] {
+        let sent = store(std::slice::from_ref(conn), path, "always", &data, Play::default()).await;
+        let done = sent.done.unwrap();
+        println!("{path}: {done}");
+        let peer = &done["error"]["peer"];
+        assert_eq!(peer["code"], code, "{path}: {done}");
+        let words = peer["message"].as_str().unwrap();
+        assert!(!words.contains(&root), "{path}: the server's own path shows: {words}");
+    }
+    assert!(!s.root().join("x.bin").exists() && !s.root().parent().unwrap().join("x.bin").exists());
+    assert_eq!(s.counters.received.load(Ordering::Relaxed), 0);
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pieces_come_over_every_session_of_the_page_and_another_pages_are_refused() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 26, 4 * BLOCK_BYTES as usize + 1);
+    let (_, id) = s.ticket("all-token");
+    let first = s.connect_page(&s.ticket_of(&id).0, "page-1").await.unwrap();
+    let second = s.connect_page(&s.ticket_of(&id).0, "page-1").await.unwrap();
+    let tab = s.connect_page(&s.ticket_of(&id).0, "page-2").await.unwrap();
+    for session in [&first, &second, &tab] {
+        let none = json!({ "op": "nothing" });
+        assert_eq!(request(session, none, &[]).await.0["error"], "bad-request");
+    }
+    // The same login's other tab pushes a piece of the same tag while the upload runs: it is
+    // stopped unread (its stream's finish fails), and nothing of it is counted or stored.
+    let play = Play { intruder: Some(tab), ..Play::default() };
+    let sent = store(&[first, second], "pub/l.bin", "refuse", &data, play).await;
+    let done = sent.done.unwrap();
+    println!("done: {done}; pieces by lane {:?}", sent.lanes);
+    assert!(done["ok"].is_object(), "{done}");
+    assert!(std::fs::read(s.root().join("pub/l.bin")).unwrap() == data, "every byte");
+    assert_eq!(sent.lanes, [3, 2], "the five pieces in turn over the page's two sessions");
+    assert_eq!(s.counters.received.load(Ordering::Relaxed), data.len() as u64, "no other bytes");
+    let _ = s.stop.send(());
+}

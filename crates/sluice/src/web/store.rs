@@ -1,0 +1,119 @@
+//! An upload from the web app's page run by `sluice-session`'s transfer machines, as a CLI
+//! upload is: the page runs a `Sending` in its module (`sluice-wasm`'s machines), the server
+//! runs [`Receiving`] on a request's stream of the page's WebTransport session with the CLI's
+//! messages (the page's manifest, this end's plan with its resume offers of a partial file
+//! kept from an earlier try, the digests, the repair rounds) and the CLI's file plane
+//! (planning under the overwrite policy, partial files, verified placement). The bytes come on
+//! the page's [`Carrier`]; everything else is the quinn driver's own (`session::drive`).
+
+use std::sync::Arc;
+
+use sluice_session::messages::ReceiverMsg;
+use sluice_session::{Receiving, Timeouts};
+
+use super::fetch::carried;
+use super::upload::{Policy, free_name};
+use crate::datapath::Carrier;
+use crate::session::channel::blocking;
+use crate::session::drive::{Destination, Wire, run_receiving, unrooted};
+use crate::session::messages::write_message;
+use crate::session::{Access, Overwrite, SessionError};
+use crate::tree::ReceiveOptions;
+
+/// What a page's upload stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Files renamed into place.
+    pub files: u64,
+    /// Bytes of the page's files that were to move (the policy's kept ones not among them).
+    pub size: u64,
+    /// Bytes a partial file of an earlier try held, which did not move again.
+    pub resumed: u64,
+    /// Blocks received again in repair rounds.
+    pub repaired: u64,
+    /// Existing files replaced.
+    pub replaced: u64,
+    /// Existing files the policy kept (the page's did not move).
+    pub kept: u64,
+    /// Where the file went, as the page names paths, when `keep-both` gave it a free name.
+    pub renamed: Option<String>,
+}
+
+/// Receives the page's files at `path` (beneath `access`'s root: a file's path, or a folder
+/// they land in) by `policy`, on a request's stream of `conn`, their bytes on `carrier`. With
+/// `keep-both` and something at `path`, they go to the next free name (`name (n).ext`) instead.
+/// Whatever fails, the page hears why on the stream (a `Failed` in the machine's framing,
+/// paths as it named them) unless it failed first; the error is returned too.
+pub async fn receive_files(
+    conn: &quinn::Connection,
+    (send, recv): (&mut quinn::SendStream, &mut quinn::RecvStream),
+    access: Arc<Access>,
+    (path, policy): (String, Policy),
+    carrier: Arc<dyn Carrier>,
+) -> Result<Stored, SessionError> {
+    let root = access.root().to_owned();
+    let overwrite = match policy {
+        Policy::Overwrite(overwrite) => overwrite,
+        Policy::KeepBoth => Overwrite::Refuse,
+    };
+    // The page's mode and time go with its files (`if-newer` compares the time).
+    let options = ReceiveOptions { overwrite, preserve: true, ..ReceiveOptions::default() };
+    let asked = path.clone();
+    let planned = blocking(move || {
+        let mut options = options;
+        let dest = access.incoming(&asked, &mut options)?;
+        // A page's upload names the file's own path (as over HTTPS): never a folder it lands in.
+        let fs = access.confined(&asked)?;
+        let found = fs.symlink_metadata(&dest).ok();
+        if found.as_ref().is_some_and(std::fs::Metadata::is_dir) {
+            return Err(SessionError::Refused(format!("{asked}: is a folder")));
+        }
+        let renamed = match policy {
+            Policy::KeepBoth if found.is_some() => Some(free_name(&fs, &dest, &asked)?),
+            _ => None,
+        };
+        Ok((renamed.clone().unwrap_or(dest), options, renamed))
+    })
+    .await;
+    let (dest, options, renamed) = match planned {
+        Ok(planned) => planned,
+        Err(err) => {
+            let failed =
+                ReceiverMsg::Failed { code: err.code(), message: unrooted(&err.detail(), &root) };
+            let _ = write_message(send, &failed).await;
+            return Err(err);
+        }
+    };
+    let renamed = renamed.map(|to| {
+        let name = to.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        match path.trim_end_matches('/').rsplit_once('/') {
+            Some((parent, _)) => format!("{parent}/{name}"),
+            None => name,
+        }
+    });
+    let machine = Receiving::new(std::time::Instant::now(), Timeouts::default());
+    let channels = carried(conn, carrier)?;
+    let mut wire = Wire::new(conn, send, recv);
+    wire.hide = Some(&root);
+    let destination = Destination { dest, options, dry_run: false, early: None };
+    let received = run_receiving(machine, &mut wire, &channels, destination, None).await;
+    let received = match received {
+        Ok(received) => received,
+        Err(err) => {
+            if !wire.told {
+                let message = unrooted(&err.detail(), &root);
+                let _ = wire.write(&ReceiverMsg::Failed { code: err.code(), message }).await;
+            }
+            return Err(err);
+        }
+    };
+    Ok(Stored {
+        files: received.committed.files,
+        size: received.size,
+        resumed: received.received.resumed,
+        repaired: received.received.repaired,
+        replaced: received.replaced,
+        kept: received.kept,
+        renamed,
+    })
+}
