@@ -130,9 +130,10 @@ const series = async (name) => {
 };
 const WT_SENT = 'sluice_webtransport_bytes_total{direction="sent"}';
 const WT_RECEIVED = 'sluice_webtransport_bytes_total{direction="received"}';
-// The size of the server's partial upload of `name` in the root (0 when there is none).
-const partialSize = (name) => {
-  const part = fs.readdirSync(root).find((n) => n.startsWith(`.${name}.sluice-web-`));
+// The size of the server's partial upload of `name` in the root (0 when there is none): an
+// HTTPS upload's (`.sluice-web-`), or the transfer machines' (`.sluice-part-`, as the CLI's).
+const partialSize = (name, kind = "web") => {
+  const part = fs.readdirSync(root).find((n) => n.startsWith(`.${name}.sluice-${kind}-`));
   return part ? fs.statSync(path.join(root, part)).size : 0;
 };
 // Waits until `read()` gives the same value 5 times 100 ms apart; that value.
@@ -518,22 +519,33 @@ try {
   await local0.locator("input.pick-files").setInputFiles(path.join(local, "wt-up.bin"));
   await row(local0, "wt-up.bin").click();
   await page.keyboard.press("F5");
-  const wtPartial = () => partialSize("wt-up.bin");
-  for (let i = 0; wtPartial() < (8 << 20); i += 1) {
+  // The machines keep what the partial file holds from its start, as its resume record says
+  // (the pieces land out of order: its size says less).
+  const wtRecord = () => {
+    try {
+      return JSON.parse(fs.readFileSync(path.join(root, ".wt-up.bin.sluice-resume"), "utf8")).prefix;
+    } catch {
+      return 0;
+    }
+  };
+  for (let i = 0; wtRecord() < (8 << 20); i += 1) {
     check(i < 1200, `the upload did not get far in 60 s: ${await page.textContent("#queue")}`);
     await page.waitForTimeout(50);
   }
   await page.click("#queue tr button.cancel");
   await page.waitForSelector('#queue tr[data-state="cancelled"]');
-  const wtHeld = await settled(async () => wtPartial());
+  const wtHeld = await settled(async () => wtRecord());
   const receivedCancelled = await settled(() => series(WT_RECEIVED));
-  check(wtHeld >= (8 << 20) && wtHeld < WT_SIZE, `a partial upload is held: ${wtHeld}`);
+  check(wtHeld >= (8 << 20) && wtHeld < WT_SIZE && partialSize("wt-up.bin", "part") >= wtHeld, `a partial upload is held: ${wtHeld}`);
   await page.fill("#rate", "0");
   await page.click("#queue tr button.retry");
   await jobsDone(1);
   const receivedResumed = (await series(WT_RECEIVED)) - receivedCancelled;
-  console.log(`e2e: WebTransport upload: ${wtHeld} held after the cancel, ${receivedResumed} received after the retry, of ${WT_SIZE}`);
-  check(receivedResumed === WT_SIZE - wtHeld, `only the rest was received: ${receivedResumed} + ${wtHeld} != ${WT_SIZE}`);
+  // What the server offered of its partial file and the page kept: whole blocks of it.
+  const wtKeptUp = Number(await page.$eval("#queue tr", (r) => r.dataset.resumed));
+  console.log(`e2e: WebTransport upload: ${wtHeld} held after the cancel, ${wtKeptUp} kept, ${receivedResumed} received after the retry, of ${WT_SIZE}`);
+  check(wtKeptUp === Math.floor(wtHeld / (4 << 20)) * (4 << 20), `the whole blocks of what the server held were kept: ${wtKeptUp} of ${wtHeld}`);
+  check(receivedResumed === WT_SIZE - wtKeptUp, `only the rest was received: ${receivedResumed} + ${wtKeptUp} != ${WT_SIZE}`);
   check(shaFile(path.join(root, "wt-up.bin")) === shaFile(path.join(local, "wt-up.bin")), "the WebTransport upload hashes the same");
   check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the upload was verified");
   check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);

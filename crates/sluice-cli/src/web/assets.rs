@@ -36,6 +36,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/js/wt.js", JS, include_bytes!("../../web/js/wt.js")),
     ("/js/fetch.js", JS, include_bytes!("../../web/js/fetch.js")),
     ("/js/machines.js", JS, include_bytes!("../../web/js/machines.js")),
+    ("/js/store.js", JS, include_bytes!("../../web/js/store.js")),
     ("/sluice.wasm", "application/wasm", include_bytes!(concat!(env!("OUT_DIR"), "/sluice.wasm"))),
 ];
 

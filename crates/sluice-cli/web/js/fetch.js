@@ -9,8 +9,8 @@
 // compares it with the server's and the page moves the file into place only when they agree.
 
 import * as api from "./api.js";
-import { Blake3, Tree, hashBlob } from "./hash.js";
-import { Machine } from "./machines.js";
+import { Tree, hashBlob, hashBytes as blake3 } from "./hash.js";
+import { Inbox, Machine, failure } from "./machines.js";
 
 /**
  * @typedef {object} FetchOptions
@@ -26,62 +26,6 @@ import { Machine } from "./machines.js";
  *   listing the caller had may be older)
  * @property {() => Promise<void>} place moves the verified partial file into place
  */
-
-/** What happened to the page meanwhile, for the machine, in the order it happened. */
-class Inbox {
-  constructor() {
-    /** @type {any[]} */
-    this.items = [];
-    /** @type {(() => void) | null} */
-    this.wake = null;
-  }
-
-  /** @param {any} item */
-  post(item) {
-    this.items.push(item);
-    this.wake?.();
-  }
-
-  /**
-   * The next item, or null once `ms` passed without one (null `ms`: no limit).
-   * @param {number | null} ms
-   */
-  async next(ms) {
-    if (!this.items.length) {
-      /** @type {any} */
-      let timer = null;
-      await new Promise((resolve) => {
-        this.wake = () => resolve(undefined);
-        if (ms !== null) timer = setTimeout(() => resolve(undefined), Math.max(0, ms));
-      });
-      this.wake = null;
-      clearTimeout(timer);
-    }
-    return this.items.length ? this.items.shift() : null;
-  }
-}
-
-/** @param {Uint8Array} bytes */
-async function blake3(bytes) {
-  const h = await Blake3.create();
-  h.update(bytes);
-  return h.hex();
-}
-
-/**
- * The error a machine's failure (`done.error`) stands for: the server's word, or this page's;
- * a session that broke under it is a plain `Error`, so the caller goes on over HTTPS, as for any
- * broken session (from the start: the HTTPS leg resumes only with the `ETag` of an earlier
- * HTTPS leg, which the machines do not learn).
- * @param {any} f
- */
-function failure(f) {
-  if (f.local?.code === "network" || f.timeout) return new Error(f.local?.message ?? f.timeout);
-  const [code, message] = f.peer ? [f.peer.code, f.peer.message]
-    : f.local ? [f.local.code, f.local.message]
-    : ["protocol", f.protocol ?? JSON.stringify(f)];
-  return new api.ApiError(0, code, message);
-}
 
 /**
  * Downloads `o.src` into `o.part` and, verified, moves it into place (`o.place`).

@@ -27,6 +27,7 @@ export const BLOCK = 4 << 20;
  * @property {(id: number) => number} sluice_tree_hash
  * @property {(id: number) => void} sluice_tree_drop
  * @property {(now: number, early: number) => number} sluice_machine_receive
+ * @property {(now: number, len: number) => number} sluice_machine_send
  * @property {(id: number, now: number, len: number) => number} sluice_machine_message
  * @property {(id: number, now: number, len: number) => number} sluice_machine_event
  * @property {(id: number) => number} sluice_machine_effect
@@ -229,6 +230,16 @@ export class Tree {
   drop() {
     this.x.sluice_tree_drop(this.id);
   }
+}
+
+/**
+ * The BLAKE3 of `bytes`, hex.
+ * @param {Uint8Array} bytes
+ */
+export async function hashBytes(bytes) {
+  const h = await Blake3.create();
+  h.update(bytes);
+  return h.hex();
 }
 
 /**

@@ -1,9 +1,10 @@
-// sluice-session's transfer machines in the page: the very `Receiving` a CLI download runs,
-// compiled into the page's module (crates/sluice-wasm/src/machines.rs). The page hands in what
+// sluice-session's transfer machines in the page: the very `Receiving` a CLI download runs and
+// `Sending` a CLI upload runs, compiled into the page's module (crates/sluice-wasm/src/machines.rs). The page hands in what
 // the server said (its frames, as they came on the control stream) and what the page did (JSON
 // events); the machine answers with frames to write and JSON effects to do. It reads no clock:
 // the page gives it performance.now().
 
+import * as api from "./api.js";
 import { module } from "./hash.js";
 
 /** @typedef {import("./hash.js").Exports} Exports */
@@ -31,6 +32,20 @@ export class Machine {
     const id = x.sluice_machine_receive(performance.now(), early ? 1 : 0);
     if (!id) throw new Error(`the page's machine: ${refusal(x)}`);
     return new Machine(x, id);
+  }
+
+  /**
+   * An upload's machine, of the files `manifest` lists (entries as the CLI's manifest has them:
+   * `{path, kind: "file", size, mtime, mode}`).
+   * @param {any[]} manifest
+   */
+  static async sending(manifest) {
+    const x = await module();
+    const m = new Machine(x, 0);
+    const len = m.put(new TextEncoder().encode(JSON.stringify(manifest)));
+    m.id = x.sluice_machine_send(performance.now(), len);
+    if (!m.id) throw new Error(`the page's machine: ${refusal(x)}`);
+    return m;
   }
 
   /**
@@ -95,3 +110,54 @@ function refusal(x) {
   const len = x.sluice_machine_error() >>> 0;
   return new TextDecoder().decode(new Uint8Array(x.memory.buffer, x.sluice_buffer(len), len)) || "refused";
 }
+
+/** What happened to the page meanwhile, for the machine, in the order it happened. */
+export class Inbox {
+  constructor() {
+    /** @type {any[]} */
+    this.items = [];
+    /** @type {(() => void) | null} */
+    this.wake = null;
+  }
+
+  /** @param {any} item */
+  post(item) {
+    this.items.push(item);
+    this.wake?.();
+  }
+
+  /**
+   * The next item, or null once `ms` passed without one (null `ms`: no limit).
+   * @param {number | null} ms
+   */
+  async next(ms) {
+    if (!this.items.length) {
+      /** @type {any} */
+      let timer = null;
+      await new Promise((resolve) => {
+        this.wake = () => resolve(undefined);
+        if (ms !== null) timer = setTimeout(() => resolve(undefined), Math.max(0, ms));
+      });
+      this.wake = null;
+      clearTimeout(timer);
+    }
+    return this.items.length ? this.items.shift() : null;
+  }
+}
+
+/**
+ * The error a machine's failure (`done.error`) stands for: the server's word, or this page's;
+ * a session that broke under it is a plain `Error`, so the caller goes on over HTTPS, as for any
+ * broken session (a download from the start: its HTTPS leg resumes only with the `ETag` of an
+ * earlier HTTPS leg, which the machines do not learn; an upload from what the server's HTTPS
+ * uploads kept, not from the machines' partial file).
+ * @param {any} f
+ */
+export function failure(f) {
+  if (f.local?.code === "network" || f.timeout) return new Error(f.local?.message ?? f.timeout);
+  const [code, message] = f.peer ? [f.peer.code, f.peer.message]
+    : f.local ? [f.local.code, f.local.message]
+    : ["protocol", f.protocol ?? JSON.stringify(f)];
+  return new api.ApiError(0, code, message);
+}
+

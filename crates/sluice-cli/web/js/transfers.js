@@ -11,6 +11,7 @@ import { RateChart } from "./chart.js";
 import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
 import { fetchFile } from "./fetch.js";
+import { storeFile } from "./store.js";
 import { Tree, hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
 import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
@@ -42,6 +43,7 @@ const POLICIES = [
  * @property {number} size
  * @property {number} done bytes at either end
  * @property {number} moved bytes moved by this page (not those kept from before)
+ * @property {number} resumed bytes of an earlier try the receiving end kept (an upload's)
  * @property {string} state queued, running, done, skipped, cancelled, failed
  * @property {string} note
  * @property {AbortController | null} abort
@@ -198,7 +200,7 @@ export class Transfers {
   add(name, dir, size, work) {
     /** @type {Job} */
     const job = {
-      id: this.nextId++, name, dir, size, done: 0, moved: 0, state: "queued", note: "",
+      id: this.nextId++, name, dir, size, done: 0, moved: 0, resumed: 0, state: "queued", note: "",
       abort: null, onCancel: null, samples: [], row: null, run: async () => {},
     };
     job.run = async () => {
@@ -301,6 +303,7 @@ export class Transfers {
       const hashing = hashBlob(file, undefined, signal);
       hashing.catch(() => {}); // awaited at the end; a cancel ends it
       let wt = await wtSession();
+      // What the server holds of the HTTPS uploads' partial file.
       const held = async () => (await api.uploadStatus(dest, file.size, mtime)).have;
       let afterProbe = false;
       // A request of before (cancelled, cut off, or a probe that ran out) may still be ending
@@ -309,14 +312,16 @@ export class Transfers {
         /** @param {number} have */
         const resumed = (have) => {
           job.done = have;
+          job.resumed = have;
           if (have) note(job, `resumed at ${size(have)}`);
         };
         const plan = this.chooser.plan(mode(), "up", file.size - status.have, Boolean(wt));
         const on = plan.via === "wt" ? wt : null;
         try {
-          const { result, probed } = await this.slice(job, on ? "wt" : "https", plan.probe, held, (s) => on
-            ? on.upload({ ...which, policy, rate_bps: this.rateLimit() }, file, hashing, resumed,
-              (n) => this.progress(job, n), s)
+          // The machines' count is the page's: what it sent beyond what the server kept.
+          const sent = async () => job.done;
+          const { result, probed } = await this.slice(job, on ? "wt" : "https", plan.probe, on ? sent : held, (s) => on
+            ? this.storeMachines(on, job, dest, policy, file, hashing, s, resumed)
             : this.uploadHttps(job, which, status.have, policy, file, hashing, s, resumed));
           if (!result || probed) {
             // The probe ran out: the server's request is stopped, and once what it held is
@@ -359,6 +364,36 @@ export class Transfers {
         }
       }
     });
+  }
+
+  /**
+   * An upload over WebTransport, run by the transfer machines (store.js): the server offers the
+   * blocks a partial file of an earlier try holds and keeps those this file has too, the rest
+   * goes as pieces over the page's lanes, and the server stores the file by `policy` once its
+   * BLAKE3 of what it wrote agrees with this page's. Answers as `uploadHttps` does.
+   * @param {import("./wt.js").Wt} wt
+   * @param {Job} job
+   * @param {string} dest
+   * @param {string} policy
+   * @param {File} file
+   * @param {Promise<string>} hashing the whole file's BLAKE3, as it comes
+   * @param {AbortSignal} signal
+   * @param {(have: number) => void} resumed
+   */
+  async storeMachines(wt, job, dest, policy, file, hashing, signal, resumed) {
+    // Counted from what the server agrees it holds (its partial file's blocks that match).
+    resumed(0);
+    const done = await storeFile(wt, {
+      file, dest, policy, hashing, signal, resumed,
+      rateBps: this.rateLimit(),
+      progress: (n) => this.progress(job, n),
+    });
+    const notes = [
+      done.repaired ? `${done.repaired} blocks sent again` : "",
+      policy === "keep-both" && done.stored ? "stored beside the existing file, under the next free name" : "",
+    ];
+    job.note = [job.note, ...notes].filter(Boolean).join("; ");
+    return { done: true, stored: done.stored, blake3: done.blake3, have: file.size, name: undefined };
   }
 
   /**
@@ -634,6 +669,7 @@ export class Transfers {
         job.note ? `${job.state}: ${job.note}` : job.state,
       ];
       const row = job.row;
+      row.dataset.resumed = String(job.resumed);
       if (row.dataset.state !== job.state || !row.cells.length) {
         // Built again only when the state changes, so a button is not replaced under the mouse.
         row.dataset.state = job.state;

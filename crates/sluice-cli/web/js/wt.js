@@ -144,9 +144,34 @@ export class Wt {
    * @param {Route} route
    */
   route(route) {
+    const tag = this.tag();
+    this.routes.set(tag, route);
+    return tag;
+  }
+
+  /** A new tag, for a transfer's pieces. */
+  tag() {
     this.tags += 1;
-    this.routes.set(this.tags, route);
     return this.tags;
+  }
+
+  /**
+   * Sends a piece of an upload on a stream of its own on the next lane (a `piece` request: the
+   * server's side is crates/sluice-cli/src/web/wt/gather.rs), answered once the server took it:
+   * so no more than the pieces under way are in memory (a stream takes whatever is written at
+   * once), and `progress` counts what the server took. A cancel (`signal`) aborts it, and the
+   * server takes no part of it.
+   * @param {number} tag
+   * @param {number} phase
+   * @param {number} offset
+   * @param {Uint8Array} bytes
+   * @param {(n: number) => void} progress
+   * @param {AbortSignal} signal
+   */
+  async push(tag, phase, offset, bytes, progress, signal) {
+    const head = { op: "piece", tag, phase, offset, len: bytes.length };
+    await this.request(head, { body: bytes, signal, via: this.lane() });
+    progress(bytes.length);
   }
 
   /** @param {number} tag */

@@ -7,6 +7,7 @@
 //! | `{op:"up", path, size, mtime, policy, rate_bps}` | `{id, have}`; later the page sends `{blake3}` (the whole file's), answered as `PUT /api/upload`'s completion; ending the stream instead cancels, keeping what was written |
 //! | `{op:"put", id, offset, len, blake3}`, then `len` bytes | `{have}` once the block hashed to `blake3` and is taken |
 //! | `{op:"store", path, policy, tag, rate_bps}`     | no answer head: the stream carries an upload run by the transfer machines (the page's `Sending`, the server's `Receiving`: the CLI's planning by the overwrite policy, resume from a partial file, verified placement); the bytes come on the page's streams of `tag` (`gather.rs`); `keep-both` stores beside an existing file under the next free name |
+//! | `{op:"piece", tag, phase, offset, len}`, then `len` bytes | `{}` once the piece is taken by the `store` of that tag of the same page (`gather.rs`) |
 //! | `{op:"fetch", paths, tag, rate_bps, early}`     | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`); `early`: they start right behind the manifest (the page holds nothing of it) |
 //!
 //! A `fetch`, `store` or `up` takes a place among its token's and the server's transfers, as the HTTPS
@@ -32,7 +33,7 @@ use wtransport::{Connection, RecvStream, SendStream};
 use super::super::api::{UploadQuery, finish_upload};
 use super::super::request::{ApiError, AppState, blocking};
 use super::flow::{Flow, PIECE_BYTES};
-use super::gather::Routes;
+use super::gather::{PieceHead, Routes};
 use super::pages::Pages;
 use super::{BLOCK_BYTES_MAX, Counters};
 
@@ -67,6 +68,7 @@ enum Request {
         #[serde(default)]
         rate_bps: Option<u64>,
     },
+    Piece(PieceHead),
     Fetch {
         paths: Vec<String>,
         /// The page's name for the download, in its data streams' heads.
@@ -195,26 +197,12 @@ pub(super) async fn serve(
     let mut streams = JoinSet::new();
     loop {
         while streams.try_join_next().is_some() {}
-        let request = tokio::select! {
-            bi = connection.accept_bi() => bi.map(Some),
-            uni = connection.accept_uni() => uni.map(|piece| {
-                let session = session.clone();
-                streams.spawn(async move {
-                    let (registry, counters) = (&session.registry, &session.counters);
-                    let page = session.page_key();
-                    registry.routes.take(&page, piece, &session.blocks, counters).await;
-                });
-                None
-            }),
-        };
-        let Ok(request) = request else { break };
+        let Ok((send, recv)) = connection.accept_bi().await else { break };
         if session.app.logins.session(&session.id).is_none() {
             connection.close(wtransport::VarInt::from_u32(1), b"logged out");
             break;
         }
-        if let Some((send, recv)) = request {
-            streams.spawn(stream(session.clone(), connection.clone(), send, recv));
-        }
+        streams.spawn(stream(session.clone(), connection.clone(), send, recv));
     }
     let stats = connection.quic_connection().stats();
     tracing::debug!(
@@ -299,6 +287,13 @@ async fn stream(
                 let to = (&connection, &mut send, &mut recv);
                 store(&session, to, access, (path, policy), tag, rate_bps).await;
                 Ok(None)
+            }
+            Request::Piece(head) => {
+                let (registry, counters) = (&session.registry, &session.counters);
+                let page = session.page_key();
+                registry.routes.take(&page, head, &mut recv, &session.blocks, counters).await?;
+                ended(&mut recv).await?;
+                Ok(Some(json!({})))
             }
             Request::Fetch { paths, tag, rate_bps, early } => {
                 let to = (&connection, &mut send, &mut recv);

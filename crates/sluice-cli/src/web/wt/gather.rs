@@ -1,9 +1,11 @@
 //! The bytes of a machine-driven upload (`store`, see `conn.rs`) from the page's sessions: each
-//! piece of a data phase on a unidirectional stream of the page's, in the head and framing of
-//! the server's own pieces (`push.rs`: tag, phase, offset, length, then the bytes). A stream
-//! names its upload by the page's tag and goes to it from any session of the same page (its
-//! lanes); a page's streams never reach another page's or another login's uploads. Each piece
-//! is read whole into memory (at most [`PIECE_MAX`], and at most `blocks` per session at once,
+//! piece of a data phase is a request of its own (`piece`: tag, phase, offset, length, then the
+//! bytes), answered once the piece is taken, so the page has at most its streams' pieces
+//! under way and counts what the server took (a browser's WebTransport stream takes whatever
+//! is written at once: a page that did not wait would read the whole file into memory). A
+//! piece names its upload by the page's tag and goes to it from any session of the same page
+//! (its lanes); a page's pieces never reach another page's or another login's uploads. Each
+//! piece is read whole into memory (at most [`PIECE_MAX`], and at most `blocks` per session at once,
 //! so a page cannot make the server hold more), counted and paced by its upload's [`Flow`],
 //! and handed to the data's thread, which writes it through the receiving end's store and
 //! records it as arrived (`sluice::datapath::Pieces`). A piece of a phase not yet started (the
@@ -18,10 +20,12 @@ use sluice::datapath::{Carrier, DataError, Pieces};
 use tokio::sync::mpsc;
 use wtransport::RecvStream;
 
+use axum::http::StatusCode;
+
+use super::super::request::ApiError;
 use super::Counters;
 use super::flow::{Flow, PIECE_BYTES};
 use super::pages::Page;
-use super::push::HEAD_BYTES;
 
 /// The largest piece a page may send: one block of the file (the page cuts its pieces so).
 pub(crate) const PIECE_MAX: u32 = super::BLOCK_BYTES as u32;
@@ -31,6 +35,16 @@ const QUEUED: usize = 4;
 const HELD_MAX: u64 = 64 << 20;
 /// How often a wait for a piece looks whether the phase is still wanted.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// A piece's request: its upload's tag, its phase, where it lies (in the files laid end to end)
+/// and its length.
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+pub(super) struct PieceHead {
+    pub(super) tag: u64,
+    pub(super) phase: u32,
+    pub(super) offset: u64,
+    pub(super) len: u32,
+}
 
 /// A piece as it came: its phase, its offset in the files laid end to end, its bytes.
 struct Piece {
@@ -79,31 +93,29 @@ impl Routes {
         })
     }
 
-    /// Reads one of `page`'s piece streams whole and hands it to its upload; a stream of no
-    /// upload, or with a head out of bounds, is stopped unread.
+    /// Reads `page`'s piece (`head`) whole from `stream` and hands it to its upload. Refused,
+    /// unread: a piece of no upload of that page, or out of bounds.
     pub(super) async fn take(
         &self,
         page: &Page,
-        mut stream: RecvStream,
+        head: PieceHead,
+        stream: &mut RecvStream,
         places: &tokio::sync::Semaphore,
         counters: &Counters,
-    ) {
-        let mut head = [0u8; HEAD_BYTES];
-        if stream.read_exact(&mut head).await.is_err() {
-            return;
+    ) -> Result<(), ApiError> {
+        let PieceHead { tag, phase, offset, len } = head;
+        if len == 0 || len > PIECE_MAX {
+            return Err(ApiError::bad(format!("a piece of {len} bytes: 1 to {PIECE_MAX}")));
         }
-        let word = |a: usize, b: usize| head[a..b].iter().fold(0u64, |n, &x| n << 8 | u64::from(x));
-        let (tag, phase, offset, len) =
-            (word(0, 8), word(8, 12) as u32, word(12, 20), word(20, 24));
         let route = {
             let routes = self.routes();
             routes.get(&(page.clone(), tag)).map(|r| (r.pieces.clone(), r.flow.clone()))
         };
-        let Some((pieces, flow)) = route.filter(|_| len > 0 && len <= u64::from(PIECE_MAX)) else {
-            stream.stop(wtransport::VarInt::from_u32(0));
-            return;
+        let Some((pieces, flow)) = route else {
+            let why = format!("no upload {tag} of this page takes pieces");
+            return Err(ApiError::new(StatusCode::NOT_FOUND, "not-found", why));
         };
-        let Ok(_place) = places.acquire().await else { return };
+        let _place = places.acquire().await.map_err(|e| ApiError::bad(e.to_string()))?;
         let mut bytes = vec![0u8; len as usize];
         let mut at = 0;
         while at < bytes.len() {
@@ -114,16 +126,14 @@ impl Routes {
                     flow.moved(n as u64, &counters.received).await;
                 }
                 // Cut off (its phase cancelled, or the page went): not a piece.
-                Ok(None) | Err(_) => return,
+                Ok(None) => return Err(ApiError::bad(format!("the piece ended after {at} bytes"))),
+                Err(e) => return Err(ApiError::bad(format!("the piece's stream failed: {e}"))),
             }
         }
-        // Its end, read (a stream dropped before would be stopped, which the page may see
-        // before its finish is acknowledged); bytes beyond the head's length: not a piece.
-        let mut more = [0u8; 1];
-        if !matches!(stream.read(&mut more).await, Ok(None)) {
-            return;
-        }
-        let _ = pieces.send(Piece { phase, offset, bytes }).await;
+        pieces
+            .send(Piece { phase, offset, bytes })
+            .await
+            .map_err(|_| ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended"))
     }
 }
 

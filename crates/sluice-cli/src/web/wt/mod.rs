@@ -54,9 +54,6 @@ pub(crate) const STREAMS: u32 = 4;
 /// written; `docs/webtransport.md`). Sessions of one login share its transfers
 /// (`conn::Registry`).
 pub(crate) const LANES: u32 = 4;
-/// Unidirectional streams a page may open at once per session: its pieces of uploads
-/// ([`STREAMS`] at once per transfer) and HTTP/3's own (control and QPACK).
-const UNI_STREAMS_MAX: u32 = 24;
 /// The largest block a request may name.
 pub(crate) const BLOCK_BYTES_MAX: u64 = 8 << 20;
 /// WebTransport sessions served at once; more wait (the web app's HTTPS connections' bound).
@@ -139,7 +136,7 @@ fn transport() -> wtransport::quinn::TransportConfig {
         .receive_window(VarInt::from_u32(stream_window * 16))
         .send_window(u64::from(stream_window) * 16)
         .max_concurrent_bidi_streams(VarInt::from_u32(32))
-        .max_concurrent_uni_streams(VarInt::from_u32(UNI_STREAMS_MAX))
+        .max_concurrent_uni_streams(VarInt::from_u32(8))
         .keep_alive_interval(Some(IDLE_TIMEOUT / 3))
         .congestion_controller_factory(Arc::new(controllers()));
     if let Ok(idle) = IdleTimeout::try_from(IDLE_TIMEOUT) {

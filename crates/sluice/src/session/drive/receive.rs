@@ -134,7 +134,9 @@ pub(crate) async fn run_receiving(
                     let mut keeper =
                         if first { incoming.as_ref().map(Incoming::keeper) } else { None };
                     let task = Receive::spawn(move |hashed, cancel| {
+                        let mut prefix = 0;
                         let mut tell = |p: Progress| {
+                            prefix = p.prefix;
                             if let Some(keeper) = keeper.as_mut() {
                                 keeper.update(p.prefix, false);
                             }
@@ -142,7 +144,15 @@ pub(crate) async fn run_receiving(
                                 o.progress(p);
                             }
                         };
-                        params.receive(&*store, span, &present, ends, &mut tell, hashed, cancel)
+                        let received = params
+                            .receive(&*store, span, &present, ends, &mut tell, hashed, cancel);
+                        // However it ended, the record says all that is on disk (the last
+                        // progress may have come within the record's interval of the one
+                        // before, and a page's pieces land a few MiB at once).
+                        if let Some(keeper) = keeper.as_mut() {
+                            keeper.update(prefix, true);
+                        }
+                        received
                     });
                     receiving = Some((phase, task, false));
                 }
