@@ -20,7 +20,7 @@
 //! | `PUT /api/sweep`, body any bytes (right `write`) | `{received}`; the bytes are dropped (at most 256 MiB) |
 //! | `POST /api/upload/stop?path=&size=&mtime=` | `{stopped}`: the requests writing that upload end, keeping what they wrote |
 //! | `PUT /api/upload?path=&size=&mtime=&offset=&policy=&rate_bps=`, body the bytes from `offset`, optional `X-Sluice-Blake3` (the whole file's; `later`: a complete file waits for a request at `offset=size` that brings it) | `{have, received}` while partial; `{done, stored, name, blake3}` when complete |
-//! | `POST /api/wt`                            | `{url, hashes, block_bytes, streams}`: the WebTransport side (404 when not served; see `wt`) |
+//! | `POST /api/wt`                            | `{url, hashes, block_bytes, streams, lanes}`: the WebTransport side (404 when not served; see `wt`) |
 //!
 //! Other servers in the panes and copies between servers (`/api/servers`, `/api/copy`,
 //! `/api/jobs`) are [`super::servers`]'s.
@@ -597,6 +597,5 @@ pub(super) async fn webtransport(
         "block_bytes": super::wt::BLOCK_BYTES,
         "streams": super::wt::STREAMS,
         "lanes": wt.lanes,
-        "reorder_bytes": super::wt::REORDER_BYTES_MAX,
     })))
 }

@@ -1,22 +1,18 @@
 // Transfers over WebTransport (HTTP/3 over QUIC; the server's side is
 // crates/sluice-cli/src/web/wt/). The page asks the API for the session's URL (with a one-time
 // ticket of its login) and the certificate's hash (a self-signed server is pinned by it), and
-// connects once. A download is run by the transfer machines (fetch.js): a control stream
-// (`fetch`) carries the machines' messages, and the server pushes the bytes on streams of its
-// own, which `Wt` hands to the download they name (`route`). An upload is a control stream
-// (`up`) and blocks of a few MiB, each on its own stream, several at once, each checked against
-// its BLAKE3 (Rust in WebAssembly).
+// connects once. Downloads and uploads are run by the transfer machines (fetch.js, store.js):
+// a control stream (`fetch`, `store`) carries the machines' messages; a download's bytes come on
+// the server's streams, which `Wt` hands to the download they name (`route`), and an upload's
+// go as `piece` requests on the page's lanes (`push`).
 // Where WebTransport is missing or does not connect, the caller falls back to HTTPS.
 
 import * as api from "./api.js";
-import { Blake3 } from "./hash.js";
 
 /** Bytes sent at once within a block (progress moves by them). */
 const PIECE = 256 << 10;
 /** How long a connection may take before HTTPS is used instead. */
 const CONNECT_MS = 5000;
-/** Tries of a block that failed its BLAKE3. */
-const TRIES = 3;
 
 /** @typedef {{ head: any, reader: Reader, cancel: () => void }} Answer */
 
@@ -104,26 +100,16 @@ function bytesOf(hex) {
   return new Uint8Array((hex.match(/../g) ?? []).map((h) => parseInt(h, 16)));
 }
 
-/** @param {Uint8Array} bytes */
-async function blake3(bytes) {
-  const h = await Blake3.create();
-  h.update(bytes);
-  return h.hex();
-}
-
 export class Wt {
   /**
    * @param {any[]} transports connected WebTransport sessions (lanes) of one login: the first
-   *   carries the transfers' control streams, all of them their blocks
-   * @param {{ block_bytes: number, streams: number, reorder_bytes?: number }} info
+   *   carries the transfers' control streams, all of them their pieces
+   * @param {{ streams: number }} info
    */
   constructor(transports, info) {
     this.transports = transports;
     this.transport = transports[0];
-    this.block = info.block_bytes;
-    // Bytes of an upload the server holds out of order at most (its `REORDER_BYTES_MAX`).
-    this.reorder = info.reorder_bytes ?? 32 << 20;
-    // Blocks in flight per transfer: `streams` per lane.
+    // Pieces in flight per upload: `streams` per lane.
     this.streams = info.streams * transports.length;
     this.next = 0;
     this.closed = false;
@@ -297,86 +283,6 @@ export class Wt {
       cancel();
       if (signal?.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
       throw e;
-    }
-  }
-
-  /**
-   * Uploads `file` as `spec` says, from what the server holds, blocks several at once; ends as
-   * `PUT /api/upload`'s completion does (`{done, stored, name, blake3, received}`).
-   * @param {{ path: string, size: number, mtime: number, policy: string, rate_bps: number }} spec
-   * @param {Blob} file
-   * @param {Promise<string>} whole the whole file's BLAKE3, as it comes
-   * @param {(have: number) => void} started what the server held
-   * @param {(n: number) => void} progress bytes sent
-   * @param {AbortSignal} signal
-   */
-  async upload(spec, file, whole, started, progress, signal) {
-    const control = await this.request({ op: "up", ...spec }, { keepOpen: true, signal });
-    const { id, have } = control.head;
-    const abort = () => control.cancel();
-    signal.addEventListener("abort", abort, { once: true });
-    try {
-      started(have);
-      let next = have;
-      // What the server has written: it holds blocks beyond it out of order only up to
-      // `reorder` bytes, so no block goes out that would end further ahead (with several lanes,
-      // one block held up by losses while the others went on overran it).
-      let written = have;
-      /** @type {(() => void)[]} */
-      const waiting = [];
-      const wake = () => { for (const w of waiting.splice(0)) w(); };
-      /** @param {number} h */
-      const advanced = (h) => {
-        if (h > written) {
-          written = h;
-          wake();
-        }
-      };
-      let stopped = false;
-      signal.addEventListener("abort", wake, { once: true });
-      const worker = async () => {
-        while (next < spec.size && !stopped) {
-          const offset = next;
-          const len = Math.min(this.block, spec.size - offset);
-          next += len;
-          while (offset + len > written + this.reorder && !stopped && !signal.aborted) {
-            await new Promise((resolve) => waiting.push(() => resolve(undefined)));
-          }
-          if (stopped || signal.aborted) break;
-          const bytes = new Uint8Array(await file.slice(offset, offset + len).arrayBuffer());
-          const hash = await blake3(bytes);
-          for (let tries = 1; ; tries += 1) {
-            let sent = 0;
-            try {
-              const answer = await this.request({ op: "put", id, offset, len, blake3: hash },
-                { body: bytes, signal, via: this.lane(), sent: (n) => { sent += n; progress(n); } });
-              advanced(Number(answer.head.have ?? 0));
-              break;
-            } catch (e) {
-              progress(-sent);
-              const code = e instanceof api.ApiError ? e.code : "";
-              if (signal.aborted || code !== "integrity" || tries >= TRIES) throw e;
-            }
-          }
-        }
-      };
-      const guarded = () => worker().catch((e) => {
-        // The others stop too, those waiting for room included.
-        stopped = true;
-        wake();
-        throw e;
-      });
-      await Promise.all(Array.from({ length: this.streams }, guarded));
-      if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-      await control.writer.write(frame({ blake3: await whole }));
-      await control.writer.close();
-      return checked(await control.reader.head());
-    } catch (e) {
-      control.cancel();
-      if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-      throw e;
-    } finally {
-      signal.removeEventListener("abort", abort);
     }
   }
 }

@@ -40,7 +40,6 @@ use wtransport::{Endpoint, ServerConfig};
 
 use super::app::AppState;
 pub(crate) use cert::WtCert;
-pub(crate) use conn::REORDER_BYTES_MAX;
 
 /// Bytes of one block: what a page asks for, or sends, on one stream, verified by its BLAKE3.
 pub(crate) const BLOCK_BYTES: u64 = 4 << 20;
@@ -54,8 +53,6 @@ pub(crate) const STREAMS: u32 = 4;
 /// written; `docs/webtransport.md`). Sessions of one login share its transfers
 /// (`conn::Registry`).
 pub(crate) const LANES: u32 = 4;
-/// The largest block a request may name.
-pub(crate) const BLOCK_BYTES_MAX: u64 = 8 << 20;
 /// WebTransport sessions served at once; more wait (the web app's HTTPS connections' bound).
 const SESSIONS_MAX: usize = 64;
 /// Time from a QUIC connection's first packet to its WebTransport session.

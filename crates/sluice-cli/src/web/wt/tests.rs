@@ -1,12 +1,11 @@
 //! The WebTransport side with a real client (`wtransport` over loopback, pinning the
-//! certificate by its hash as a page does; downloads, run by the transfer machines, are
-//! `fetch_tests.rs`'): an upload taken out of order and written in order, a cancelled upload resumed with only the rest
-//! sent, the overwrite policy, the login, rights and root held as over HTTPS, the certificate's
-//! rules and its rotation. The files' bytes come from a seeded generator (seed printed).
+//! certificate by its hash as a page does): the login, rights and root held as over HTTPS, the
+//! certificate's rules and its rotation; and what the transfers' tests share (downloads and
+//! uploads run by the transfer machines are `fetch_tests.rs`' and `store_tests.rs`'). The files'
+//! bytes come from a seeded generator (seed printed).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 use sluice::session::Gate;
@@ -16,7 +15,7 @@ use wtransport::{ClientConfig, Connection, Endpoint};
 
 use super::super::app::AppState;
 use super::super::auth::LoginLimits;
-use super::{BLOCK_BYTES, Counters, WtListener, cert};
+use super::{Counters, WtListener, cert};
 
 const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\n";
 pub(super) const SEED: u32 = 0x5eed_0029;
@@ -145,7 +144,8 @@ pub(super) async fn request(conn: &Connection, head: Value, body: &[u8]) -> (Val
     (answer, rest)
 }
 
-/// Opens a transfer (`down` or `up`): its control stream (kept open) and the first answer.
+/// Opens a transfer (`fetch` or `store`): its control stream (kept open) and the first frame
+/// (a head, or the machine's first message: both are 4 bytes of length, then JSON).
 async fn open(
     conn: &Connection,
     head: Value,
@@ -154,87 +154,6 @@ async fn open(
     write_head(&mut send, &head).await;
     let answer = read_head(&mut recv).await;
     (send, recv, answer)
-}
-
-fn put_head(id: u64, offset: u64, block: &[u8]) -> Value {
-    json!({ "op": "put", "id": id, "offset": offset, "len": block.len(),
-            "blake3": blake3::hash(block).to_hex().as_str() })
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upload_out_of_order_cancelled_and_resumed_sends_only_the_rest() {
-    let s = serve().await;
-    let size = 5 * BLOCK_BYTES as usize + 999;
-    let data = bytes(SEED ^ 1, size);
-    let block = |i: usize| {
-        let at = i * BLOCK_BYTES as usize;
-        (at as u64, &data[at..(at + BLOCK_BYTES as usize).min(size)])
-    };
-    let (conn, _) = s.connect("all-token").await;
-    let up = json!({ "op": "up", "path": "pub/up.bin", "size": size, "mtime": 1_700_000_000 });
-    let (control, _r, opened) = open(&conn, up.clone()).await;
-    assert_eq!(opened["have"], 0);
-    let id = opened["id"].as_u64().unwrap();
-    // Block 2 before 0 and 1: held, not written, until they are in.
-    let (at, b) = block(2);
-    assert_eq!(request(&conn, put_head(id, at, b), b).await.0["have"], 0);
-    let (at, b) = block(0);
-    assert_eq!(request(&conn, put_head(id, at, b), b).await.0["have"], BLOCK_BYTES);
-    // A block whose bytes do not hash to its BLAKE3 is refused and not taken.
-    let (at, b) = block(1);
-    let mut bad = b.to_vec();
-    bad[77] ^= 1;
-    assert_eq!(request(&conn, put_head(id, at, b), &bad).await.0["error"], "integrity");
-    assert_eq!(request(&conn, put_head(id, at, b), b).await.0["have"], 3 * BLOCK_BYTES);
-    // The page goes (its control stream ends): the upload ends, its prefix kept.
-    drop(control);
-    drop(_r);
-    let held = 3 * BLOCK_BYTES;
-    let before = s.counters.received.load(Ordering::Relaxed);
-    // Resumed on a new session: the server says what it holds, the rest moves.
-    let (conn, _) = s.connect("all-token").await;
-    let (mut control, mut control_recv, opened) = loop {
-        let (c, r, opened) = open(&conn, up.clone()).await;
-        // The old session's end may not have reached the server yet: busy until it has.
-        if opened["error"] != "busy" {
-            break (c, r, opened);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
-    assert_eq!(opened["have"], held, "{opened}");
-    let id = opened["id"].as_u64().unwrap();
-    for i in [4, 3, 5] {
-        let (at, b) = block(i);
-        let answer = request(&conn, put_head(id, at, b), b).await.0;
-        assert!(answer["have"].is_u64(), "{answer}");
-    }
-    write_head(&mut control, &json!({ "blake3": blake3::hash(&data).to_hex().as_str() })).await;
-    control.finish().await.unwrap();
-    let done = read_head(&mut control_recv).await;
-    assert_eq!(done["stored"], true, "{done}");
-    assert_eq!(done["received"], size as u64 - held);
-    let moved = s.counters.received.load(Ordering::Relaxed) - before;
-    println!("wt upload resumed: {held} kept, {moved} moved of {size}");
-    assert_eq!(moved, size as u64 - held, "only the rest moved");
-    assert!(std::fs::read(s.root().join("pub/up.bin")).unwrap() == data);
-    // The same upload again: the file exists, refused without a policy; kept both with one.
-    let (mut control, mut recv, opened) = open(&conn, up.clone()).await;
-    let id = opened["id"].as_u64().unwrap();
-    for i in 0..6 {
-        let (at, b) = block(i);
-        request(&conn, put_head(id, at, b), b).await;
-    }
-    write_head(&mut control, &json!({ "blake3": blake3::hash(&data).to_hex().as_str() })).await;
-    assert_eq!(read_head(&mut recv).await["error"], "exists");
-    let mut keep = up.clone();
-    keep["policy"] = json!("keep-both");
-    let (mut control, mut recv, opened) = open(&conn, keep).await;
-    assert_eq!(opened["have"], size, "the complete partial file stayed for another policy");
-    write_head(&mut control, &json!({ "blake3": blake3::hash(&data).to_hex().as_str() })).await;
-    let done = read_head(&mut recv).await;
-    assert_eq!(done["name"], "up (1).bin", "{done}");
-    assert!(std::fs::read(s.root().join("pub/up (1).bin")).unwrap() == data);
-    let _ = s.stop.send(());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,9 +185,13 @@ async fn the_login_rights_and_root_hold_as_over_https() {
         (&json!("failed"), &json!("refused")),
         "{outside}"
     );
-    let up = json!({ "op": "up", "path": "new.bin", "size": 3, "mtime": 0 });
+    let up = json!({ "op": "store", "path": "new.bin", "tag": 3 });
     let (_c, _r, refused) = open(&conn, up).await;
-    assert_eq!(refused["error"], "refused", "{refused}");
+    assert_eq!(
+        (&refused["type"], &refused["code"]),
+        (&json!("failed"), &json!("refused")),
+        "{refused}"
+    );
     assert!(!s.root().join("pub/new.bin").exists());
     // Logged out: the session's requests are refused.
     let (conn, id) = s.connect("all-token").await;
@@ -306,39 +229,4 @@ async fn the_certificate_is_p256_of_under_14_days_and_rotates() {
     assert!(served.connect_with(&ticket, old).await.is_err(), "the old hash is not served");
     let (ticket, _) = served.ticket("all-token");
     assert!(served.connect_with(&ticket, new).await.is_ok());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_uploads_blocks_go_over_any_session_of_its_login_and_no_other() {
-    let s = serve().await;
-    let size = BLOCK_BYTES as usize + 777;
-    let data = bytes(SEED ^ 0x1a9e, size);
-    let (a, id) = s.connect("all-token").await;
-    // A second session of the same login (a page's second lane: a new ticket of its login).
-    let b = s.connect_with(&s.state.logins.ticket(&id), s.hash).await.unwrap();
-    // Another login, even of the same token, sees only its own transfers.
-    let (other, _) = s.connect("all-token").await;
-    let up = json!({ "op": "up", "path": "lanes.bin", "size": size, "mtime": 1_700_000_000 });
-    let (mut control, _recv, opened) = open(&a, up).await;
-    let tid = opened["id"].as_u64().unwrap();
-    let (first, second) = data.split_at(BLOCK_BYTES as usize);
-    // (No body: the answer comes before it would be read.)
-    let (refused, _) = request(&other, put_head(tid, 0, first), &[]).await;
-    assert_eq!(refused["error"], "not-found", "another login's session: {refused}");
-    let (head0, _) = request(&b, put_head(tid, 0, first), first).await;
-    assert_eq!(head0["have"], BLOCK_BYTES, "block 0 over the second session: {head0}");
-    let (head1, _) = request(&a, put_head(tid, BLOCK_BYTES, second), second).await;
-    assert_eq!(head1["have"], size, "block 1 over the first: {head1}");
-    // The control stream ends: the transfer is gone on every session.
-    control.finish().await.unwrap();
-    let mut gone = Value::Null;
-    for _ in 0..100 {
-        gone = request(&b, put_head(tid, 0, first), &[]).await.0;
-        if gone["error"] == "not-found" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(gone["error"], "not-found", "after its end: {gone}");
-    let _ = s.stop.send(());
 }
