@@ -392,7 +392,7 @@ struct Sending {
     started: tokio::time::Instant,
 }
 
-/// An upload's parameters (`PUT /api/upload`'s query; WebTransport's `up` request).
+/// An upload's parameters (`PUT /api/upload`'s query).
 #[derive(Deserialize)]
 pub(super) struct UploadQuery {
     path: String,

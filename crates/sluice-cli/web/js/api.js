@@ -106,7 +106,7 @@ export const remove = (path) => post("/api/delete", { path });
 /**
  * How to reach the server's WebTransport side: a URL with a one-time ticket of this login, the
  * SHA-256 (hex) of its certificate, and the block size and streams a transfer uses.
- * @returns {Promise<{ url: string, hashes: string[], block_bytes: number, streams: number, lanes?: number, reorder_bytes?: number }>}
+ * @returns {Promise<{ url: string, hashes: string[], block_bytes: number, streams: number, lanes?: number }>}
  */
 export const webtransport = () => post("/api/wt", {});
 
