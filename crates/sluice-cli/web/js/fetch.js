@@ -10,7 +10,7 @@
 
 import * as api from "./api.js";
 import { Tree, hashBlob, hashBytes as blake3 } from "./hash.js";
-import { Inbox, Machine, failure } from "./machines.js";
+import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
 
 /**
  * @typedef {object} FetchOptions
@@ -80,16 +80,9 @@ export async function fetchFile(wt, o) {
   let placed = false;
   try {
     if (o.signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-    const c = await wt.open({ op: "fetch", paths: [o.src], tag, early: fresh, ...(o.rateBps ? { rate_bps: o.rateBps } : {}) });
+    const head = { op: "fetch", paths: [o.src], tag, early: fresh, ...(o.rateBps ? { rate_bps: o.rateBps } : {}) };
+    const c = await openControl(wt, head, inbox);
     control = c;
-    (async () => {
-      try {
-        for (let f = await c.reader.frame(); f; f = await c.reader.frame()) inbox.post({ frame: f });
-        inbox.post({ finished: true });
-      } catch (e) {
-        inbox.post({ failed: e });
-      }
-    })();
 
     /** @param {{ phase: number, offset: number, bytes: Uint8Array }} p */
     const write = async (p) => {
@@ -203,7 +196,7 @@ export async function fetchFile(wt, o) {
       }
     };
 
-    let peerOpen = true;
+    const state = { peerOpen: true, what: "the download's stream" };
     for (;;) {
       for (let e = machine.effect(); e; e = machine.effect()) {
         if ("frame" in e) {
@@ -228,18 +221,8 @@ export async function fetchFile(wt, o) {
         await received();
         continue;
       }
-      const deadline = machine.deadline();
-      const item = await inbox.next(deadline === null ? null : deadline - performance.now());
-      if (item === null) machine.event("timeout");
-      else if (item.cancelled) throw new api.ApiError(0, "cancelled", "cancelled");
-      else if (item.frame) machine.message(item.frame);
-      else if (item.finished && peerOpen) {
-        peerOpen = false;
-        machine.event("peer_finished");
-      } else if (item.failed) {
-        const why = String(item.failed?.message ?? item.failed);
-        machine.event({ failure: { code: "network", message: `the download's stream failed: ${why}` } });
-      } else if (item.piece) {
+      const item = await nextItem(machine, inbox, state);
+      if (item?.piece) {
         if (run.phase && item.piece.phase === run.phase.n) await write(item.piece);
         else early.push(item.piece);
       }

@@ -161,3 +161,48 @@ export function failure(f) {
   return new api.ApiError(0, code, message);
 }
 
+
+/**
+ * Opens a machine's transfer on the page's session: its request (`head`) on a stream kept open
+ * both ways, whose frames (the peer's messages) are posted to `inbox` as they come, then its end
+ * (`finished`) or failure (`failed`).
+ * @param {import("./wt.js").Wt} wt
+ * @param {any} head
+ * @param {Inbox} inbox
+ */
+export async function openControl(wt, head, inbox) {
+  const c = await wt.open(head);
+  (async () => {
+    try {
+      for (let f = await c.reader.frame(); f; f = await c.reader.frame()) inbox.post({ frame: f });
+      inbox.post({ finished: true });
+    } catch (e) {
+      inbox.post({ failed: e });
+    }
+  })();
+  return c;
+}
+
+/**
+ * The inbox's next item of a driver's own, once `machine` has what every driver hands it
+ * alike: the peer's frames and the end of its stream, a failure of the stream (in `what`'s
+ * words), a deadline passed (then null: the machine may have effects). A cancel is thrown.
+ * @param {Machine} machine
+ * @param {Inbox} inbox
+ * @param {{ peerOpen: boolean, what: string }} state
+ */
+export async function nextItem(machine, inbox, state) {
+  const deadline = machine.deadline();
+  const item = await inbox.next(deadline === null ? null : deadline - performance.now());
+  if (item === null) machine.event("timeout");
+  else if (item.cancelled) throw new api.ApiError(0, "cancelled", "cancelled");
+  else if (item.frame) machine.message(item.frame);
+  else if (item.finished) {
+    if (state.peerOpen) machine.event("peer_finished");
+    state.peerOpen = false;
+  } else if (item.failed) {
+    const why = String(item.failed?.message ?? item.failed);
+    machine.event({ failure: { code: "network", message: `${state.what} failed: ${why}` } });
+  } else return item;
+  return null;
+}

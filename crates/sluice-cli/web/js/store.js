@@ -10,7 +10,7 @@
 
 import * as api from "./api.js";
 import { BLOCK, hashBytes } from "./hash.js";
-import { Inbox, Machine, failure } from "./machines.js";
+import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
 
 /** How long the pieces still going may take once the server has every byte (`stop_data`). */
 const GRACE_MS = 1000;
@@ -88,16 +88,8 @@ export async function storeFile(wt, o) {
   try {
     if (o.signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
     const rate = o.rateBps ? { rate_bps: o.rateBps } : {};
-    const c = await wt.open({ op: "store", path: o.dest, policy: o.policy, tag, ...rate });
+    const c = await openControl(wt, { op: "store", path: o.dest, policy: o.policy, tag, ...rate }, inbox);
     control = c;
-    (async () => {
-      try {
-        for (let f = await c.reader.frame(); f; f = await c.reader.frame()) inbox.post({ frame: f });
-        inbox.post({ finished: true });
-      } catch (e) {
-        inbox.post({ failed: e });
-      }
-    })();
 
     /**
      * Sends `ranges` as phase `n`'s pieces, at most `wt.streams` at once; the first phase's
@@ -120,7 +112,7 @@ export async function storeFile(wt, o) {
       await Promise.all(Array.from({ length: Math.min(wt.streams, pieces.length) }, worker));
     };
 
-    let peerOpen = true;
+    const state = { peerOpen: true, what: "the upload's control stream" };
     for (;;) {
       for (let e = machine.effect(); e; e = machine.effect()) {
         if ("frame" in e) {
@@ -172,17 +164,11 @@ export async function storeFile(wt, o) {
         } else if (j.done?.error) throw failure(j.done.error);
         // "stop_hashing": the hash is the caller's, and goes on.
       }
-      const deadline = machine.deadline();
-      const item = await inbox.next(deadline === null ? null : deadline - performance.now());
-      if (item === null) machine.event("timeout");
-      else if (item.cancelled) throw new api.ApiError(0, "cancelled", "cancelled");
-      else if (item.frame) machine.message(item.frame);
-      else if (item.finished && peerOpen) {
-        peerOpen = false;
-        machine.event("peer_finished");
-      } else if (item.failed || item.pushFailed) {
-        const why = String((item.failed ?? item.pushFailed)?.message ?? item.failed ?? item.pushFailed);
-        machine.event({ failure: { code: "network", message: `the upload's streams failed: ${why}` } });
+      const item = await nextItem(machine, inbox, state);
+      if (item === null) continue;
+      if (item.pushFailed) {
+        const why = String(item.pushFailed?.message ?? item.pushFailed);
+        machine.event({ failure: { code: "network", message: `the upload's pieces failed: ${why}` } });
       } else if (item.hashFailed) {
         const why = String(item.hashFailed?.message ?? item.hashFailed);
         machine.event({ failure: { code: "io", message: `the file could not be read: ${why}` } });

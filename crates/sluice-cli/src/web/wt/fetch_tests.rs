@@ -127,7 +127,7 @@ fn accept(conn: Connection, lane: usize, tx: mpsc::UnboundedSender<Result<Piece,
 }
 
 /// The control stream's frames (4 bytes of length, then the message), whole; `None` at its end.
-fn frames(mut recv: wtransport::RecvStream) -> mpsc::UnboundedReceiver<Option<Vec<u8>>> {
+pub(super) fn frames(mut recv: wtransport::RecvStream) -> mpsc::UnboundedReceiver<Option<Vec<u8>>> {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {

@@ -15,6 +15,7 @@ use sluice_wasm::Module;
 use tokio::task::JoinSet;
 use wtransport::Connection;
 
+use super::fetch_tests::frames;
 use super::push::pieces;
 use super::tests::{SEED, bytes, request, serve, write_head};
 
@@ -61,7 +62,7 @@ async fn store(
 ) -> Sent {
     let tag = TAGS.fetch_add(1, Ordering::Relaxed);
     let mut by_lane = vec![0; lanes.len()];
-    let (mut send, mut recv) = lanes[0].open_bi().await.unwrap().await.unwrap();
+    let (mut send, recv) = lanes[0].open_bi().await.unwrap().await.unwrap();
     let head_json = json!({ "op": "store", "path": path, "policy": policy, "tag": tag });
     write_head(&mut send, &head_json).await;
     let mut m = Module::default();
@@ -75,20 +76,7 @@ async fn store(
         m.buffer(bytes.len()).unwrap()[..bytes.len()].copy_from_slice(bytes);
         assert!(m.machine_input(id, now(), bytes.len(), event), "refused: {}", m.machines.error());
     };
-    let (tx, mut frames) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            let mut len = [0u8; 4];
-            if recv.read_exact(&mut len).await.is_err() {
-                let _ = tx.send(None);
-                return;
-            }
-            let mut frame = len.to_vec();
-            frame.resize(4 + u32::from_be_bytes(len) as usize, 0);
-            recv.read_exact(&mut frame[4..]).await.unwrap();
-            let _ = tx.send(Some(frame));
-        }
-    });
+    let mut frames = frames(recv);
     // The running phase's pushes: each ends when its stream is finished.
     let mut pushing: JoinSet<()> = JoinSet::new();
     let mut phase: Option<u32> = None;
