@@ -39,9 +39,10 @@ pub struct Stored {
     pub renamed: Option<String>,
 }
 
-/// Receives the page's files at `path` (beneath `access`'s root: a file's path, or a folder
-/// they land in) by `policy`, on a request's stream of `conn`, their bytes on `carrier`. With
-/// `keep-both` and something at `path`, they go to the next free name (`name (n).ext`) instead.
+/// Receives the page's file at `path` (beneath `access`'s root: the file's own path, as over
+/// HTTPS; a folder there is refused) by `policy`, on a request's stream of `conn`, its bytes on
+/// `carrier`. With `keep-both` and a file at `path`, it goes to the next free name
+/// (`name (n).ext`) instead.
 /// Whatever fails, the page hears why on the stream (a `Failed` in the machine's framing,
 /// paths as it named them) unless it failed first; the error is returned too.
 pub async fn receive_files(
