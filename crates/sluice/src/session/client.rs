@@ -213,6 +213,10 @@ pub struct Client {
 #[derive(Clone)]
 struct MadeFrom(Arc<ClientConfig>);
 
+/// How long a third-party job's read waits for the source to end its request (and its grant)
+/// after the files are verified.
+const GRANT_END_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl std::fmt::Debug for MadeFrom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ClientConfig { .. }")
@@ -694,6 +698,12 @@ impl Client {
             (Some(lingering), Transport::Tcp) => lingering.report().await,
             (None, _) => received.report.take(),
         };
+        if self.config.0.grant.is_some() {
+            // A third-party job's read: the source ends its grant once it has heard `Verified`,
+            // then ends the request. Waited for (a round trip), the grant has ended when the
+            // job reports done: a second job with it is refused, not raced.
+            let _ = tokio::time::timeout(GRANT_END_WAIT, req.recv.read_to_end(64 << 10)).await;
+        }
         let digests = &received.received.digests;
         info!(
             ?remote_paths,
