@@ -185,8 +185,9 @@ impl Metrics {
         self.retransmitted_packets.inc_by(retransmitted);
     }
 
-    /// Blocks repaired (sent again, or received again).
-    pub(crate) fn repaired(&self, blocks: u64) {
+    /// Blocks repaired (sent again, or received again): the QUIC server's transfers' and the web
+    /// app's.
+    pub fn repaired(&self, blocks: u64) {
         self.blocks_repaired.inc_by(blocks);
     }
 

@@ -223,7 +223,10 @@ async fn fetch(
     let quic = connection.quic_connection();
     let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());
     match sluice::web::send_files(quic, (send, recv), access, (paths, early), carrier).await {
-        Ok(fetched) => tracing::info!(?fetched, "a page's download verified"),
+        Ok(fetched) => {
+            session.app.gate.metrics().repaired(fetched.repaired);
+            tracing::info!(?fetched, "a page's download verified");
+        }
         Err(err) => tracing::info!(error = %err, "a page's download failed"),
     }
 }
@@ -271,7 +274,10 @@ async fn store(
     let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());
     let carrier = Arc::new(carrier);
     match sluice::web::receive_files(quic, (send, recv), access, (path, policy), carrier).await {
-        Ok(stored) => tracing::info!(?stored, "a page's upload stored and verified"),
+        Ok(stored) => {
+            session.app.gate.metrics().repaired(stored.repaired);
+            tracing::info!(?stored, "a page's upload stored and verified");
+        }
         Err(err) => tracing::info!(error = %err, "a page's upload failed"),
     }
 }

@@ -391,6 +391,9 @@ async fn a_block_spoiled_on_the_way_is_found_and_sent_again_in_a_repair_round() 
     let again = BLOCK_BYTES.min(data.len() as u64 - block);
     let sent = s.counters.sent.load(Ordering::Relaxed);
     assert_eq!(sent, data.len() as u64 + again, "the file once and the block again");
+    // Counted once the server's end is done, which may be just after the page's.
+    let repaired = || s.state.gate.metrics().render().contains("sluice_blocks_repaired_total 1\n");
+    assert!(super::tests::eventually(repaired).await, "the repair is not in /metrics");
     let _ = s.stop.send(());
 }
 

@@ -280,6 +280,9 @@ async fn a_byte_spoiled_on_the_way_up_is_found_and_its_block_sent_again() {
         data.len() as u64 + BLOCK_BYTES,
         "the file once and its first block again"
     );
+    // Counted once the server's end is done, which may be just after the page's.
+    let repaired = || s.state.gate.metrics().render().contains("sluice_blocks_repaired_total 1\n");
+    assert!(super::tests::eventually(repaired).await, "the repair is not in /metrics");
     let _ = s.stop.send(());
 }
 

@@ -34,7 +34,7 @@ pub(super) fn bytes(seed: u32, n: usize) -> Vec<u8> {
 }
 
 pub(super) struct Served {
-    state: AppState,
+    pub(super) state: AppState,
     pub(super) counters: Arc<Counters>,
     addr: SocketAddr,
     pub(super) hash: [u8; 32],
@@ -113,6 +113,17 @@ impl Served {
         let (ticket, id) = self.ticket(token);
         (self.connect_with(&ticket, self.hash).await.unwrap(), id)
     }
+}
+
+/// Whether `check` holds within 5 s (looked at every 20 ms).
+pub(super) async fn eventually(check: impl Fn() -> bool) -> bool {
+    for _ in 0..250 {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    check()
 }
 
 pub(super) async fn write_head(send: &mut wtransport::SendStream, head: &Value) {
