@@ -9,7 +9,7 @@
 // compares it with the server's and the page moves the file into place only when they agree.
 
 import * as api from "./api.js";
-import { Tree, hashBlob, hashBytes as blake3 } from "./hash.js";
+import { Tree, blockHashes, hashBlob, hashBytes as blake3 } from "./hash.js";
 import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
 
 /**
@@ -164,16 +164,11 @@ export async function fetchFile(wt, o) {
     const hashBlocks = async (which) => {
       await out?.close();
       out = null;
-      const file = await o.part.getFile();
-      const block = /** @type {Tree} */ (tree).block;
+      const file = (await o.part.getFile()).slice(0, size);
       const hashed = [];
       for (const k of which) {
         if (k !== 0) throw new Error(`the machine asked for the blocks of file ${k} of 1`);
-        const hashes = [];
-        for (let at = 0; at < size; at += block) {
-          hashes.push(await blake3(new Uint8Array(await file.slice(at, Math.min(at + block, size)).arrayBuffer())));
-        }
-        hashed.push(hashes);
+        hashed.push(await blockHashes(file, null, o.signal));
       }
       machine.event({ blocks_hashed: { hashed } });
     };

@@ -243,6 +243,23 @@ export async function hashBytes(bytes) {
 }
 
 /**
+ * The BLAKE3 of each [`BLOCK`] of `blob` from its start, the first `count` of them (all when
+ * `count` is null): what a resume offer or a repair compares.
+ * @param {Blob} blob
+ * @param {number | null} count
+ * @param {AbortSignal} [signal]
+ */
+export async function blockHashes(blob, count, signal) {
+  const n = Math.ceil(blob.size / BLOCK);
+  const hashes = [];
+  for (let k = 0; k < Math.min(n, count ?? n); k += 1) {
+    if (signal?.aborted) throw new Error("cancelled");
+    hashes.push(await hashBytes(new Uint8Array(await blob.slice(k * BLOCK, (k + 1) * BLOCK).arrayBuffer())));
+  }
+  return hashes;
+}
+
+/**
  * The BLAKE3 of `blob` (a file, or part of one), read in pieces.
  * @param {Blob} blob
  * @param {(done: number) => void} [progress] bytes hashed so far

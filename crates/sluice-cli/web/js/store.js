@@ -9,7 +9,7 @@
 // the file only once its own hash of what it wrote agrees.
 
 import * as api from "./api.js";
-import { BLOCK, hashBytes } from "./hash.js";
+import { BLOCK, blockHashes } from "./hash.js";
 import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
 
 /** How long the pieces still going may take once the server has every byte (`stop_data`). */
@@ -43,22 +43,6 @@ export function cut(ranges) {
     }
   }
   return pieces;
-}
-
-/**
- * The BLAKE3 of each of the first `count` blocks of `file` (all of them when `count` is null).
- * @param {Blob} file
- * @param {number | null} count
- * @param {AbortSignal} signal
- */
-async function blocks(file, count, signal) {
-  const n = Math.ceil(file.size / BLOCK);
-  const hashes = [];
-  for (let k = 0; k < Math.min(n, count ?? n); k += 1) {
-    if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-    hashes.push(await hashBytes(new Uint8Array(await file.slice(k * BLOCK, (k + 1) * BLOCK).arrayBuffer())));
-  }
-  return hashes;
 }
 
 /**
@@ -125,7 +109,7 @@ export async function storeFile(wt, o) {
           // The leading blocks the server holds that this file has too.
           const kept = [];
           for (const [, theirs] of j.check_resume) {
-            const mine = await blocks(o.file, theirs.length, o.signal);
+            const mine = await blockHashes(o.file, theirs.length, o.signal);
             let same = 0;
             while (same < theirs.length && theirs[same] === mine[same]) same += 1;
             kept.push(Math.min(size, same * BLOCK));
@@ -154,7 +138,7 @@ export async function storeFile(wt, o) {
           const hashed = [];
           for (const k of j.hash_blocks) {
             if (k !== 0) throw new Error(`the machine asked for the blocks of file ${k} of 1`);
-            hashed.push(await blocks(o.file, null, o.signal));
+            hashed.push(await blockHashes(o.file, null, o.signal));
           }
           machine.event({ blocks_hashed: { hashed } });
         } else if (j.done?.ok) {

@@ -393,7 +393,7 @@ export class Transfers {
       policy === "keep-both" && done.stored ? "stored beside the existing file, under the next free name" : "",
     ];
     job.note = [job.note, ...notes].filter(Boolean).join("; ");
-    return { done: true, stored: done.stored, blake3: done.blake3, have: file.size, name: undefined };
+    return { done: true, stored: done.stored, blake3: done.blake3, have: file.size };
   }
 
   /**

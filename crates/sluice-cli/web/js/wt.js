@@ -9,12 +9,8 @@
 
 import * as api from "./api.js";
 
-/** Bytes sent at once within a block (progress moves by them). */
-const PIECE = 256 << 10;
 /** How long a connection may take before HTTPS is used instead. */
 const CONNECT_MS = 5000;
-
-/** @typedef {{ head: any, reader: Reader, cancel: () => void }} Answer */
 
 /**
  * Where a download takes its pieces: `progress` as their bytes come (negative: a piece cut
@@ -156,7 +152,7 @@ export class Wt {
    */
   async push(tag, phase, offset, bytes, progress, signal) {
     const head = { op: "piece", tag, phase, offset, len: bytes.length };
-    await this.request(head, { body: bytes, signal, via: this.lane() });
+    await this.request(head, bytes, signal, this.lane());
     progress(bytes.length);
   }
 
@@ -243,46 +239,41 @@ export class Wt {
   }
 
   /**
-   * A request on a new stream: its head and body sent (the stream's sending end closed unless
-   * `keepOpen`), its answer's head read.
+   * A request on a new stream of `via`: its head and `body` sent and the stream's sending end
+   * closed, its answer's head read (the server's error thrown as over HTTPS). A cancel
+   * (`signal`) aborts both ends.
    * @param {any} head
-   * @param {{ body?: Blob | Uint8Array, keepOpen?: boolean, sent?: (n: number) => void, signal?: AbortSignal, via?: any }} [opts]
-   *   `via`: the session to send it on (the first one if none)
-   * @returns {Promise<Answer & { writer: WritableStreamDefaultWriter<Uint8Array> }>}
+   * @param {Uint8Array} body
+   * @param {AbortSignal} signal
+   * @param {any} via the session to send it on
    */
-  async request(head, opts = {}) {
-    const { writer, reader, cancel } = await this.stream(opts.via ?? this.transport);
-    const signal = opts.signal;
-    if (signal?.aborted) {
+  async request(head, body, signal, via) {
+    const { writer, reader, cancel } = await this.stream(via);
+    const cancelled = () => new api.ApiError(0, "cancelled", "cancelled");
+    if (signal.aborted) {
       cancel();
-      throw new api.ApiError(0, "cancelled", "cancelled");
+      throw cancelled();
     }
-    // Left in place after the answer's head: a cancel also stops the block that follows it.
-    signal?.addEventListener("abort", cancel, { once: true });
+    signal.addEventListener("abort", cancel, { once: true });
     try {
       try {
         await writer.write(frame(head));
-        const body = opts.body;
-        if (body) {
-          const bytes = body instanceof Uint8Array ? body : new Uint8Array(await body.arrayBuffer());
-          for (let at = 0; at < bytes.length; at += PIECE) {
-            const piece = bytes.subarray(at, at + PIECE);
-            await writer.write(piece);
-            opts.sent?.(piece.length);
-          }
-        }
-        if (!opts.keepOpen) await writer.close();
+        await writer.write(body);
+        await writer.close();
       } catch (e) {
         // The server may have refused the request before reading all of it: its answer says why.
-        const answer = signal?.aborted ? null : await reader.head().catch(() => null);
+        const answer = signal.aborted ? null : await reader.head().catch(() => null);
         if (answer?.error) checked(answer);
         throw e;
       }
-      return { head: checked(await reader.head()), reader, cancel, writer };
+      return checked(await reader.head());
     } catch (e) {
       cancel();
-      if (signal?.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
+      if (signal.aborted) throw cancelled();
       throw e;
+    } finally {
+      // One listener per request: a long upload's pieces share one signal.
+      signal.removeEventListener("abort", cancel);
     }
   }
 }
