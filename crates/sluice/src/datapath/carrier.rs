@@ -52,22 +52,20 @@ pub trait Carrier: Send + Sync {
 pub struct Pieces<'r, 'f> {
     writer: WriteBehind<'f>,
     ctx: &'r RecvShared<'f>,
-    /// Pieces and bytes taken (each counted once it is written or held to be).
+    /// Pieces and bytes taken (those outside the phase's range too: the report counts them).
     taken: (u64, u64),
 }
 
 impl Pieces<'_, '_> {
     /// Writes `bytes` at `offset` (in the files laid end to end) and records them arrived.
     pub fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<(), DataError> {
-        let mut arrived = Vec::with_capacity(1);
         let len = bytes.len() as u64;
         if self.ctx.inside(offset, len) {
             self.writer
                 .write(offset, bytes)
                 .map_err(|e| self.ctx.shared.fatal(DataError::File(e)))?;
-            arrived.push((offset, len));
+            self.ctx.record(&[(offset, len)]);
         }
-        self.ctx.record(&arrived);
         self.taken = (self.taken.0 + 1, self.taken.1 + len);
         Ok(())
     }

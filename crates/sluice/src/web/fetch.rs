@@ -6,10 +6,11 @@
 //! streams) in place of UDP channels; everything else is the quinn driver's own
 //! (`session::drive`), so the checks, the verification and the failures are the CLI's.
 
+use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
 use sluice_proto::config::ChannelConfig;
-use sluice_session::messages::SenderMsg;
+use sluice_session::messages::failed_frame;
 use sluice_session::negotiate::Negotiated;
 use sluice_session::options::Links;
 use sluice_session::{Sending, Timeouts};
@@ -18,7 +19,6 @@ use crate::datapath::Carrier;
 use crate::session::channel::{ChannelSetup, blocking};
 use crate::session::drive::{Channels, Wire, run_sending, unrooted};
 use crate::session::keys::{Role, SessionId};
-use crate::session::messages::write_message;
 use crate::session::{Access, SessionError};
 use crate::tree::WalkOptions;
 
@@ -64,6 +64,14 @@ pub(super) fn carried(
     })
 }
 
+/// Tells the page why its transfer failed, where the machine did not (it failed before its
+/// machine ran, or the machine's own words did not go out): a `Failed` in the machines' framing,
+/// with paths as the page named them.
+pub(super) async fn tell_failed(send: &mut quinn::SendStream, err: &SessionError, root: &Path) {
+    let frame = failed_frame(err.code(), &unrooted(&err.detail(), root));
+    let _ = send.write_all(&frame).await;
+}
+
 /// Sends `requested` (paths beneath `access`'s root, folders whole, links followed within it)
 /// to the page on a request's stream of `conn`, its bytes on `carrier`; `early`: right behind
 /// the manifest, before the page's `Want` (an early start, [`Sending::new_early`]: the page
@@ -82,9 +90,7 @@ pub async fn send_files(
     let outgoing = match blocking(move || access.outgoing(&requested, options, false)).await {
         Ok(outgoing) => outgoing,
         Err(err) => {
-            let failed =
-                SenderMsg::Failed { code: err.code(), message: unrooted(&err.detail(), &root) };
-            let _ = write_message(send, &failed).await;
+            tell_failed(send, &err, &root).await;
             return Err(err);
         }
     };
@@ -98,12 +104,13 @@ pub async fn send_files(
     let mut wire = Wire::new(conn, send, recv);
     wire.hide = Some(&root);
     let sent = run_sending(machine, &mut wire, &channels, &outgoing, None, None).await;
+    let told = wire.told;
+    drop(wire);
     let sent = match sent {
         Ok(sent) => sent,
         Err(err) => {
-            if !wire.told {
-                let message = unrooted(&err.detail(), &root);
-                let _ = wire.write(&SenderMsg::Failed { code: err.code(), message }).await;
+            if !told {
+                tell_failed(send, &err, &root).await;
             }
             return Err(err);
         }

@@ -8,15 +8,13 @@
 
 use std::sync::Arc;
 
-use sluice_session::messages::ReceiverMsg;
 use sluice_session::{Receiving, Timeouts};
 
-use super::fetch::carried;
+use super::fetch::{carried, tell_failed};
 use super::upload::{Policy, free_name};
 use crate::datapath::Carrier;
 use crate::session::channel::blocking;
-use crate::session::drive::{Destination, Wire, run_receiving, unrooted};
-use crate::session::messages::write_message;
+use crate::session::drive::{Destination, Wire, run_receiving};
 use crate::session::{Access, Overwrite, SessionError};
 use crate::tree::ReceiveOptions;
 
@@ -79,9 +77,7 @@ pub async fn receive_files(
     let (dest, options, renamed) = match planned {
         Ok(planned) => planned,
         Err(err) => {
-            let failed =
-                ReceiverMsg::Failed { code: err.code(), message: unrooted(&err.detail(), &root) };
-            let _ = write_message(send, &failed).await;
+            tell_failed(send, &err, &root).await;
             return Err(err);
         }
     };
@@ -98,12 +94,13 @@ pub async fn receive_files(
     wire.hide = Some(&root);
     let destination = Destination { dest, options, dry_run: false, early: None };
     let received = run_receiving(machine, &mut wire, &channels, destination, None).await;
+    let told = wire.told;
+    drop(wire);
     let received = match received {
         Ok(received) => received,
         Err(err) => {
-            if !wire.told {
-                let message = unrooted(&err.detail(), &root);
-                let _ = wire.write(&ReceiverMsg::Failed { code: err.code(), message }).await;
+            if !told {
+                tell_failed(send, &err, &root).await;
             }
             return Err(err);
         }
