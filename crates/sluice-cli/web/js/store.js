@@ -49,7 +49,7 @@ export function cut(ranges) {
  * Uploads `o.file` to `o.dest` by `o.policy`.
  * @param {import("./wt.js").Wt} wt
  * @param {StoreOptions} o
- * @returns {Promise<{ stored: boolean, resumed: number, repaired: number, blake3: string }>}
+ * @returns {Promise<{ stored: boolean, resumed: number, repaired: number }>}
  *   `stored`: false when the policy kept the server's file
  */
 export async function storeFile(wt, o) {
@@ -68,7 +68,6 @@ export async function storeFile(wt, o) {
   let phase = null;
   let stored = true;
   let resumed = 0;
-  let blake3 = "";
   try {
     if (o.signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
     const rate = o.rateBps ? { rate_bps: o.rateBps } : {};
@@ -144,7 +143,7 @@ export async function storeFile(wt, o) {
         } else if (j.done?.ok) {
           await c.writer.close().catch(() => {});
           control = null;
-          return { stored, resumed, repaired: j.done.ok.repaired, blake3: j.done.ok.digests[0] ?? blake3 };
+          return { stored, resumed, repaired: j.done.ok.repaired };
         } else if (j.done?.error) throw failure(j.done.error);
         // "stop_hashing": the hash is the caller's, and goes on.
       }
@@ -157,7 +156,6 @@ export async function storeFile(wt, o) {
         const why = String(item.hashFailed?.message ?? item.hashFailed);
         machine.event({ failure: { code: "io", message: `the file could not be read: ${why}` } });
       } else if (item.hashed) {
-        blake3 = item.hashed;
         machine.event({ hashed: { hashes: [item.hashed] } });
       } else if (item.sent !== undefined && phase?.n === item.sent) {
         phase = null;

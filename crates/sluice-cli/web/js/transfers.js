@@ -336,12 +336,6 @@ export class Transfers {
             afterProbe = true;
             continue;
           }
-          if (result.done && result.stored) {
-            const blake3 = await hashing;
-            if (result.blake3 !== blake3) {
-              throw new Error(`BLAKE3 mismatch: the server stored ${result.blake3}, this page hashed ${blake3}`);
-            }
-          }
           if (result.done) job.note = [job.note, "BLAKE3 verified"].filter(Boolean).join("; ");
           this.progress(job, Math.max(0, result.have - job.done));
           job.done = result.have;
@@ -393,7 +387,9 @@ export class Transfers {
       policy === "keep-both" && done.stored ? "stored beside the existing file, under the next free name" : "",
     ];
     job.note = [job.note, ...notes].filter(Boolean).join("; ");
-    return { done: true, stored: done.stored, blake3: done.blake3, have: file.size };
+    // Verified by the machines: the server placed the file once its digest agreed with this
+    // page's.
+    return { done: true, stored: done.stored, have: file.size };
   }
 
   /**
@@ -421,9 +417,17 @@ export class Transfers {
     // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
     const sent = await api.uploadPart(spec, file.slice(offset), "later", () => {}, signal)
       .finally(() => clearInterval(polling));
-    if (sent.done || sent.have < which.size) return sent;
     const end = { ...spec, offset: which.size };
-    return api.uploadPart(end, new Blob([]), await hashing, () => {}, signal);
+    const done = sent.done || sent.have < which.size ? sent
+      : await api.uploadPart(end, new Blob([]), await hashing, () => {}, signal);
+    if (done.done && done.stored) {
+      // The server's answer names the hash of what it stored.
+      const blake3 = await hashing;
+      if (done.blake3 !== blake3) {
+        throw new Error(`BLAKE3 mismatch: the server stored ${done.blake3}, this page hashed ${blake3}`);
+      }
+    }
+    return done;
   }
 
   /**
