@@ -264,8 +264,7 @@ async fn store(
         }
     };
     let flow = Arc::new(Flow::new(running, Pace::lowest(&[access.rate_bps(), rate_bps])));
-    let runtime = tokio::runtime::Handle::current();
-    let Some(carrier) = session.registry.routes.open(session.page_key(), tag, flow, runtime) else {
+    let Some(carrier) = session.registry.routes.open(session.page_key(), tag, flow) else {
         let why = format!("this page's upload {tag} is under way already");
         let _ = send.write_all(&refuse(sluice::session::SessionError::Busy(why))).await;
         return;

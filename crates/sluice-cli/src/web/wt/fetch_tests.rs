@@ -17,7 +17,9 @@ use wtransport::Connection;
 use wtransport::error::StreamReadExactError;
 
 use super::push::HEAD_BYTES;
-use super::tests::{SEED, bytes, request, serve, serve_lanes, write_head};
+use super::tests::{
+    SEED, bytes, eventually, panics_as_the_server_goes, request, serve, serve_lanes, write_head,
+};
 
 /// A piece from one of the server's streams: (tag, phase, offset, bytes, the lane it came on).
 type Piece = (u64, u32, u64, Vec<u8>, usize);
@@ -467,4 +469,25 @@ async fn a_page_with_more_sessions_than_its_lanes_gets_no_more_in_flight() {
     lanes.sort_unstable();
     assert_eq!(lanes, [0, 3], "the three pieces on one session");
     let _ = s.stop.send(());
+}
+
+#[test]
+fn a_download_waiting_for_its_pieces_to_land_ends_without_a_panic_when_the_server_goes() {
+    let data = bytes(SEED ^ 14, 3 * BLOCK_BYTES as usize);
+    let panics = panics_as_the_server_goes(async |s| {
+        std::fs::write(s.root().join("pub/w.bin"), &data).unwrap();
+        let (conn, _) = s.connect("all-token").await;
+        // The page asks for the file and reads nothing: the pieces' streams fill their windows,
+        // and the server waits for them to land.
+        let (mut send, recv) = conn.open_bi().await.unwrap().await.unwrap();
+        let head = json!({ "op": "fetch", "paths": ["pub/w.bin"], "tag": 1, "early": true });
+        write_head(&mut send, &head).await;
+        let going = || s.counters.sent.load(Ordering::Relaxed) > 0;
+        assert!(eventually(going).await, "no piece went");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let sent = s.counters.sent.load(Ordering::Relaxed);
+        assert!(sent < data.len() as u64, "the pieces did not wait for the page: {sent} sent");
+        (conn, send, recv)
+    });
+    assert!(panics.is_empty(), "the server's threads panicked as it went: {panics:#?}");
 }

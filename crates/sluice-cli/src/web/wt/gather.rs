@@ -10,14 +10,17 @@
 //! and handed to the data's thread, which writes it through the receiving end's store and
 //! records it as arrived (`sluice::datapath::Pieces`). A piece of a phase not yet started (the
 //! streams race the control stream's message that starts it) is held until it starts; one of an
-//! earlier phase is dropped.
+//! earlier phase is dropped. The data's thread waits on a plain channel, not on the runtime: it
+//! outlives the runtime's timers at the server's end (a wait on them there panics), and ends
+//! as its phase stops.
 
 use std::collections::HashMap;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sluice::datapath::{Carrier, DataError, Pieces};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wtransport::RecvStream;
 
 use axum::http::StatusCode;
@@ -53,9 +56,14 @@ struct Piece {
     bytes: Vec<u8>,
 }
 
-/// Where an upload's pieces go, and what counts and paces them.
+/// A piece read and waiting for the data's thread, with its place among the [`QUEUED`].
+type Queued = (Piece, OwnedSemaphorePermit);
+
+/// Where an upload's pieces go (at most [`QUEUED`] waiting: `places`), and what counts and
+/// paces them.
 struct Route {
-    pieces: mpsc::Sender<Piece>,
+    pieces: mpsc::Sender<Queued>,
+    places: Arc<Semaphore>,
     flow: Arc<Flow>,
 }
 
@@ -77,18 +85,17 @@ impl Routes {
         page: Page,
         tag: u64,
         flow: Arc<Flow>,
-        runtime: tokio::runtime::Handle,
     ) -> Option<Gathered> {
-        let (tx, rx) = mpsc::channel(QUEUED);
+        let (tx, rx) = mpsc::channel();
         let mut routes = self.routes();
         let key = (page, tag);
         if routes.contains_key(&key) {
             return None;
         }
-        routes.insert(key.clone(), Route { pieces: tx, flow });
+        let places = Arc::new(Semaphore::new(QUEUED));
+        routes.insert(key.clone(), Route { pieces: tx, places, flow });
         Some(Gathered {
             taken: Mutex::new((rx, Vec::new())),
-            runtime,
             _open: Open { routes: self.clone(), key },
         })
     }
@@ -109,9 +116,10 @@ impl Routes {
         }
         let route = {
             let routes = self.routes();
-            routes.get(&(page.clone(), tag)).map(|r| (r.pieces.clone(), r.flow.clone()))
+            let route = routes.get(&(page.clone(), tag));
+            route.map(|r| (r.pieces.clone(), r.places.clone(), r.flow.clone()))
         };
-        let Some((pieces, flow)) = route else {
+        let Some((pieces, queue_places, flow)) = route else {
             let why = format!("no upload {tag} of this page takes pieces");
             return Err(ApiError::new(StatusCode::NOT_FOUND, "not-found", why));
         };
@@ -130,10 +138,10 @@ impl Routes {
                 Err(e) => return Err(ApiError::bad(format!("the piece's stream failed: {e}"))),
             }
         }
-        pieces
-            .send(Piece { phase, offset, bytes })
-            .await
-            .map_err(|_| ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended"))
+        let ended = || ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended");
+        // Closed when the upload ends (its route is dropped).
+        let queued = queue_places.acquire_owned().await.map_err(|_| ended())?;
+        pieces.send((Piece { phase, offset, bytes }, queued)).map_err(|_| ended())
     }
 }
 
@@ -145,15 +153,17 @@ struct Open {
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.routes.routes().remove(&self.key);
+        if let Some(route) = self.routes.routes().remove(&self.key) {
+            // Pieces read and waiting for a place are not taken.
+            route.places.close();
+        }
     }
 }
 
 /// An upload's way from the page: the pieces its streams brought, and those of later phases
 /// held.
 pub(super) struct Gathered {
-    taken: Mutex<(mpsc::Receiver<Piece>, Vec<Piece>)>,
-    runtime: tokio::runtime::Handle,
+    taken: Mutex<(mpsc::Receiver<Queued>, Vec<Piece>)>,
     _open: Open,
 }
 
@@ -168,19 +178,16 @@ impl Carrier for Gathered {
             pieces.put(piece.offset, &piece.bytes)?;
         }
         while pieces.wanted() {
-            let next = self
-                .runtime
-                .block_on(async { tokio::time::timeout(LOOK_EVERY, queue.recv()).await });
+            // Its place is free as it leaves the queue.
+            let next = queue.recv_timeout(LOOK_EVERY).map(|(piece, _place)| piece);
             match next {
-                Err(_) => {}
-                Ok(None) => {
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
                     let why = "the page's sessions ended before every piece came";
                     return Err(DataError::Socket(std::io::Error::other(why)));
                 }
-                Ok(Some(piece)) if piece.phase == phase => {
-                    pieces.put(piece.offset, &piece.bytes)?
-                }
-                Ok(Some(piece)) if piece.phase > phase => {
+                Ok(piece) if piece.phase == phase => pieces.put(piece.offset, &piece.bytes)?,
+                Ok(piece) if piece.phase > phase => {
                     let bytes: u64 = held.iter().map(|p| p.bytes.len() as u64).sum();
                     if bytes + piece.bytes.len() as u64 > HELD_MAX {
                         let why = format!(
@@ -192,12 +199,12 @@ impl Carrier for Gathered {
                     held.push(piece);
                 }
                 // An earlier phase's, late: what it carried came again, or is not wanted.
-                Ok(Some(_)) => {}
+                Ok(_) => {}
             }
         }
         // Stopped (the page went, or the machine ended the phase): what was read is written
         // still, for a resume to keep.
-        while let Ok(piece) = queue.try_recv() {
+        while let Ok((piece, _place)) = queue.try_recv() {
             if piece.phase == phase {
                 pieces.put(piece.offset, &piece.bytes)?;
             }

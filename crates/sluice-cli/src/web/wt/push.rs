@@ -19,11 +19,14 @@
 //! control stream's message that starts it): the page holds it until then, as a socket's
 //! buffer holds a channel's early packets. The connections' controllers (`cc.rs`, coupled over
 //! the login's lanes, `lanes.rs`) pace the bytes, and the token's and the page's rate ([`Flow`])
-//! bound them.
+//! bound them. The data's thread hears of each piece that landed on a plain channel, not by
+//! waiting on the runtime: it outlives the runtime's timers at the server's end (a wait on them
+//! there panics).
 
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use sluice::datapath::{Carrier, ChannelReport, DataError, Progress, Store, read_exact_at};
@@ -68,22 +71,22 @@ impl Carrier for Pushed {
     ) -> Result<ChannelReport, DataError> {
         let started = Instant::now();
         let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+        // The pieces under way, aborted (their streams reset) if this ends first.
         let mut moving = JoinSet::new();
+        let (tell_landed, landings) = mpsc::channel();
         let mut sent = 0u64;
         progress(Progress { bytes: 0, total, prefix: 0 });
         // Waits for a piece to land (the page has it all), minding `cancel`.
-        let mut landed = |moving: &mut JoinSet<Result<u64, DataError>>| loop {
+        let mut landed = |moving: &mut JoinSet<()>| loop {
             if cancel.load(Ordering::Relaxed) {
                 return Err(DataError::Cancelled);
             }
-            let next = self
-                .runtime
-                .block_on(async { tokio::time::timeout(CANCEL_EVERY, moving.join_next()).await });
-            match next {
-                Err(_) => continue,
-                Ok(None) => return Ok(()),
-                Ok(Some(done)) => {
-                    sent += done.map_err(|e| socket(&e))??;
+            match landings.recv_timeout(CANCEL_EVERY) {
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return Err(DataError::Cancelled),
+                Ok(done) => {
+                    while moving.try_join_next().is_some() {}
+                    sent += done?;
                     progress(Progress { bytes: sent, total, prefix: 0 });
                     return Ok(());
                 }
@@ -96,9 +99,11 @@ impl Carrier for Pushed {
             lanes.push(self.conn.clone());
         }
         let at_once = STREAMS as usize * lanes.len();
+        let mut under_way = 0;
         for (k, piece) in pieces(ranges, ends).into_iter().enumerate() {
-            if moving.len() >= at_once {
+            if under_way >= at_once {
                 landed(&mut moving)?;
+                under_way -= 1;
             }
             if cancel.load(Ordering::Relaxed) {
                 return Err(DataError::Cancelled);
@@ -109,25 +114,25 @@ impl Carrier for Pushed {
             let conn = lanes[k % lanes.len()].clone();
             let (flow, counters) = (self.flow.clone(), self.counters.clone());
             let head = head(self.tag, phase, piece.start, bytes.len() as u32);
-            moving.spawn_on(
-                async move {
-                    let stream = conn.open_uni().await.map_err(|e| socket(&e))?;
-                    let mut stream = Unfinished(Some(stream.await.map_err(|e| socket(&e))?));
-                    let s = stream.0.as_mut().ok_or(DataError::Cancelled)?;
-                    s.write_all(&head).await.map_err(|e| socket(&e))?;
-                    for part in bytes.chunks(PIECE_BYTES) {
-                        s.write_all(part).await.map_err(|e| socket(&e))?;
-                        flow.moved(part.len() as u64, &counters.sent).await;
-                    }
-                    // Done once the page has every byte (acknowledged).
-                    s.finish().await.map_err(|e| socket(&e))?;
-                    stream.0 = None;
-                    Ok(bytes.len() as u64)
-                },
-                &self.runtime,
-            );
+            let landing = Landing(Some(tell_landed.clone()));
+            let push = async move {
+                let stream = conn.open_uni().await.map_err(|e| socket(&e))?;
+                let mut stream = Unfinished(Some(stream.await.map_err(|e| socket(&e))?));
+                let s = stream.0.as_mut().ok_or(DataError::Cancelled)?;
+                s.write_all(&head).await.map_err(|e| socket(&e))?;
+                for part in bytes.chunks(PIECE_BYTES) {
+                    s.write_all(part).await.map_err(|e| socket(&e))?;
+                    flow.moved(part.len() as u64, &counters.sent).await;
+                }
+                // Done once the page has every byte (acknowledged).
+                s.finish().await.map_err(|e| socket(&e))?;
+                stream.0 = None;
+                Ok(bytes.len() as u64)
+            };
+            moving.spawn_on(async move { landing.tell(push.await) }, &self.runtime);
+            under_way += 1;
         }
-        while !moving.is_empty() {
+        for _ in 0..under_way {
             landed(&mut moving)?;
         }
         Ok(ChannelReport {
@@ -158,6 +163,26 @@ pub(crate) fn pieces(ranges: &[Range<u64>], ends: &[u64]) -> Vec<Range<u64>> {
         }
     }
     pieces
+}
+
+/// Tells the data's thread how a piece's push ended; dropped untold (the runtime went, and its
+/// tasks with it), it tells that.
+struct Landing(Option<mpsc::Sender<Result<u64, DataError>>>);
+
+impl Landing {
+    fn tell(mut self, how: Result<u64, DataError>) {
+        if let Some(to) = self.0.take() {
+            let _ = to.send(how);
+        }
+    }
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        if let Some(to) = self.0.take() {
+            let _ = to.send(Err(socket(&"the server is going away")));
+        }
+    }
 }
 
 /// A piece's stream until it finished: dropped before (its phase cancelled), it is reset, so

@@ -17,7 +17,9 @@ use wtransport::Connection;
 
 use super::fetch_tests::frames;
 use super::push::pieces;
-use super::tests::{SEED, bytes, request, serve, write_head};
+use super::tests::{
+    SEED, bytes, eventually, panics_as_the_server_goes, request, serve, write_head,
+};
 
 /// The page's next tag: each upload has its own, as on the page.
 static TAGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x51);
@@ -34,6 +36,9 @@ struct Play {
     /// The page goes once this many pieces of the first phase landed, and sends no others (the
     /// tab closed).
     stop_after: Option<usize>,
+    /// The page sends this many pieces of the first phase and no more, and stays: the server
+    /// waits for the rest.
+    hold_after: Option<usize>,
 }
 
 /// What a page's upload ended with: the machine's `done` (`{ok: ...}` or `{error: ...}`; none
@@ -130,7 +135,8 @@ async fn store(
                     .collect();
                 let all = pieces(&ranges, &[data.len() as u64]);
                 // A page that goes after some pieces sends no more than those.
-                let count = play.stop_after.map_or(all.len(), |n| n.min(all.len()));
+                let count =
+                    play.stop_after.or(play.hold_after).map_or(all.len(), |n| n.min(all.len()));
                 for (k, piece) in all.into_iter().take(count).enumerate() {
                     let lane = k % lanes.len();
                     by_lane[lane] += 1;
@@ -161,6 +167,7 @@ async fn store(
         }
         if let Some(n) = phase
             && pushing.is_empty()
+            && play.hold_after.is_none()
         {
             input(&mut m, json!({ "data_ended": { "phase": n } }).to_string().as_bytes(), true);
             phase = None;
@@ -362,4 +369,21 @@ async fn the_pieces_come_over_every_session_of_the_page_and_another_pages_are_re
     assert_eq!(sent.lanes, [3, 2], "the five pieces in turn over the page's two sessions");
     assert_eq!(s.counters.received.load(Ordering::Relaxed), data.len() as u64, "no other bytes");
     let _ = s.stop.send(());
+}
+
+#[test]
+fn an_upload_waiting_for_its_pieces_ends_without_a_panic_when_the_server_goes() {
+    let data = bytes(SEED ^ 27, 3 * BLOCK_BYTES as usize);
+    let panics = panics_as_the_server_goes(async |s| {
+        let (conn, _) = s.connect("all-token").await;
+        let play = Play { hold_after: Some(1), ..Play::default() };
+        // (The page's task stays on its runtime until the server has gone.)
+        tokio::spawn(async move { store(&[conn], "pub/g.bin", "refuse", &data, play).await });
+        // The server took the one piece and waits for the others.
+        let one = || s.counters.received.load(Ordering::Relaxed) == BLOCK_BYTES;
+        assert!(eventually(one).await, "the first piece did not come");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!s.root().join("pub/g.bin").exists());
+    });
+    assert!(panics.is_empty(), "the server's threads panicked as it went: {panics:#?}");
 }

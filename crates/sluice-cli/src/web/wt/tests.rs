@@ -126,6 +126,56 @@ pub(super) async fn eventually(check: impl Fn() -> bool) -> bool {
     check()
 }
 
+/// The name of the threads of [`panics_as_the_server_goes`]'s server.
+const GOING_SERVER: &str = "wt-going-server";
+
+/// Panics in threads of the server's (its runtime's, its data threads `sluice-*`), as
+/// "thread: message", in the order they happened.
+fn server_panics() -> &'static std::sync::Mutex<Vec<String>> {
+    static PANICS: std::sync::OnceLock<std::sync::Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    PANICS.get_or_init(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current().name().unwrap_or_default().to_owned();
+            if thread.starts_with(GOING_SERVER) || thread.starts_with("sluice-") {
+                let mut panics = server_panics().lock().unwrap_or_else(|e| e.into_inner());
+                panics.push(format!("{thread}: {info}"));
+            }
+            before(info);
+        }));
+        std::sync::Mutex::default()
+    })
+}
+
+/// Serves on a runtime of its own, runs `page` (on another runtime) until it has left a
+/// transfer under way at the server, then drops the server's runtime as `sluice serve`'s end
+/// does (its tasks dropped, its timers gone, its blocking threads waited for), and returns the
+/// panics of the server's threads meanwhile. What `page` returns (its sessions) lives until
+/// the server has gone.
+pub(super) fn panics_as_the_server_goes<T>(page: impl AsyncFnOnce(&Served) -> T) -> Vec<String> {
+    let runtime = |threads: usize, name: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let before = server_panics().lock().unwrap().len();
+    let server = runtime(2, GOING_SERVER);
+    let pages = runtime(1, "wt-page");
+    let s = server.block_on(serve());
+    let held = pages.block_on(page(&s));
+    drop(server);
+    let panics = server_panics().lock().unwrap()[before..].to_vec();
+    {
+        let _in = pages.enter();
+        drop((held, s));
+    }
+    pages.shutdown_background();
+    panics
+}
+
 pub(super) async fn write_head(send: &mut wtransport::SendStream, head: &Value) {
     let json = serde_json::to_vec(head).unwrap();
     send.write_all(&(json.len() as u32).to_be_bytes()).await.unwrap();
