@@ -57,6 +57,8 @@ for (let i = 0; i < 200; i += 1) {
   fs.writeFileSync(path.join(dir, `f${i}.bin`), bytes(200 + (i % 37) * 31));
 }
 fs.writeFileSync(path.join(local, "one.bin"), bytes(1 << 20));
+// Uploaded beside the server's file of the same hostile name.
+fs.writeFileSync(path.join(local, XSS), bytes(3000));
 fs.writeFileSync(path.join(local, "resume.bin"), bytes(6 << 20));
 fs.writeFileSync(path.join(root, "down.bin"), bytes(6 << 20));
 fs.writeFileSync(path.join(root, "bad.bin"), bytes(300000));
@@ -289,6 +291,8 @@ try {
   await page.click('#ask button[data-choice="keep-both"]');
   await jobsDone();
   check(shaFile(path.join(root, "one (1).bin")) === shaFile(path.join(local, "one.bin")), "kept both");
+  const storedAs = await page.textContent("#queue tr td.state");
+  check(storedAs?.includes("stored as one (1).bin"), `the row names the file's new name: ${storedAs}`);
   await clearDone();
 
   step = "cancel and resume an upload";
@@ -550,6 +554,22 @@ try {
   check((await page.textContent("#queue")).includes("BLAKE3 verified"), "the upload was verified");
   check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);
   check(await series("sluice_webtransport_sessions_total") >= 1, "a WebTransport session was counted");
+
+  step = "webtransport: keep both";
+  // The overwrite question answered "Keep both" for a file of a hostile name: the server
+  // stores it under the next free name and says which; the row shows that name, as text.
+  await clearDone();
+  await local0.locator("input.pick-files").setInputFiles(path.join(local, XSS));
+  await row(local0, XSS).click();
+  await page.keyboard.press("F5");
+  await page.waitForSelector("#ask[open]");
+  await page.click('#ask button[data-choice="keep-both"]');
+  await jobsDone(1);
+  const keptBoth = await page.textContent("#queue tr td.state");
+  check(keptBoth?.includes(`stored as ${XSS} (1)`), `the row names the file's new name: ${keptBoth}`);
+  check(await page.locator("#queue img").count() === 0, "no img element in the transfers");
+  check(shaFile(path.join(root, `${XSS} (1)`)) === shaFile(path.join(local, XSS)), "kept both over WebTransport");
+  check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);
 
   step = "auto: each direction measures both transports and takes the faster";
   // Paced to 8 MB/s: the first 3 s of each file go by WebTransport, the rest by HTTPS from

@@ -6,7 +6,9 @@
 // which the page compares with its file's), the digests, the repair rounds. The bytes go as
 // pieces on the page's streams (wt.js, `push`), each within one block of the file, several at
 // once over the page's lanes; the file's BLAKE3 is hashed while they go, and the server stores
-// the file only once its own hash of what it wrote agrees.
+// the file only once its own hash of what it wrote agrees. Then the server says, in a last head
+// on the stream, the name the file was stored under (another under keep-both), as the HTTPS
+// upload's answer does.
 
 import * as api from "./api.js";
 import { BLOCK, blockHashes } from "./hash.js";
@@ -14,6 +16,8 @@ import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
 
 /** How long the pieces still going may take once the server has every byte (`stop_data`). */
 const GRACE_MS = 1000;
+/** How long the server's last head may take once the machines are done. */
+const LAST_HEAD_MS = 5000;
 
 /**
  * @typedef {object} StoreOptions
@@ -49,8 +53,9 @@ export function cut(ranges) {
  * Uploads `o.file` to `o.dest` by `o.policy`.
  * @param {import("./wt.js").Wt} wt
  * @param {StoreOptions} o
- * @returns {Promise<{ stored: boolean, resumed: number, repaired: number }>}
- *   `stored`: false when the policy kept the server's file
+ * @returns {Promise<{ stored: boolean, resumed: number, repaired: number, name: string | null }>}
+ *   `stored`: false when the policy kept the server's file; `name`: the stored file's, as the
+ *   server said it
  */
 export async function storeFile(wt, o) {
   const size = o.file.size;
@@ -142,8 +147,9 @@ export async function storeFile(wt, o) {
           machine.event({ blocks_hashed: { hashed } });
         } else if (j.done?.ok) {
           await c.writer.close().catch(() => {});
+          const last = await lastHead(inbox);
           control = null;
-          return { stored, resumed, repaired: j.done.ok.repaired };
+          return { stored, resumed, repaired: j.done.ok.repaired, name: stored ? last?.name ?? null : null };
         } else if (j.done?.error) throw failure(j.done.error);
         // "stop_hashing": the hash is the caller's, and goes on.
       }
@@ -167,5 +173,28 @@ export async function storeFile(wt, o) {
     phase?.stop.abort();
     control?.cancel();
     machine.end();
+  }
+}
+
+/**
+ * The server's last head on an upload's stream once the machines are done (`{stored, name}`,
+ * conn.rs): the next frame; null when the stream ends or fails first, or none came in time.
+ * @param {Inbox} inbox
+ * @returns {Promise<{ stored: boolean, name?: string } | null>}
+ */
+async function lastHead(inbox) {
+  const until = performance.now() + LAST_HEAD_MS;
+  for (;;) {
+    const item = await inbox.next(until - performance.now());
+    if (item === null || item.finished || item.failed) return null;
+    if (item.frame) {
+      // The file is stored whatever this says: a head not understood names nothing.
+      try {
+        return JSON.parse(new TextDecoder().decode(item.frame.subarray(4)));
+      } catch {
+        return null;
+      }
+    }
+    // The pieces' ends, and a cancel: the upload is done.
   }
 }

@@ -341,7 +341,8 @@ export class Transfers {
           job.done = result.have;
           if (!result.done) throw new Error(`cut off at ${size(result.have)}: Retry resumes`);
           if (!result.stored) job.state = "skipped";
-          else if (result.name && result.name !== split(dest)[1]) job.note = `${job.note}; stored as ${result.name}`;
+          // The server's name for it (another under keep-both), as text.
+          else if (result.name && result.name !== split(dest)[1]) note(job, `stored as ${result.name}`);
           return;
         } catch (e) {
           let code = e instanceof api.ApiError ? e.code : "";
@@ -382,14 +383,10 @@ export class Transfers {
       rateBps: this.rateLimit(),
       progress: (n) => this.progress(job, n),
     });
-    const notes = [
-      done.repaired ? `${done.repaired} blocks sent again` : "",
-      policy === "keep-both" && done.stored ? "stored beside the existing file, under the next free name" : "",
-    ];
-    job.note = [job.note, ...notes].filter(Boolean).join("; ");
+    if (done.repaired) note(job, `${done.repaired} blocks sent again`);
     // Verified by the machines: the server placed the file once its digest agreed with this
     // page's.
-    return { done: true, stored: done.stored, have: file.size };
+    return { done: true, stored: done.stored, have: file.size, name: done.name };
   }
 
   /**

@@ -4,7 +4,7 @@
 //!
 //! | request head                                   | then                                  |
 //! |------------------------------------------------|---------------------------------------|
-//! | `{op:"store", path, policy, tag, rate_bps}`     | no answer head: the stream carries an upload run by the transfer machines (the page's `Sending`, the server's `Receiving`: the CLI's planning by the overwrite policy, resume from a partial file, verified placement); the bytes come as `piece` requests of `tag` (`gather.rs`); `keep-both` stores beside an existing file under the next free name |
+//! | `{op:"store", path, policy, tag, rate_bps}`     | no answer head: the stream carries an upload run by the transfer machines (the page's `Sending`, the server's `Receiving`: the CLI's planning by the overwrite policy, resume from a partial file, verified placement); the bytes come as `piece` requests of `tag` (`gather.rs`); `keep-both` stores beside an existing file under the next free name. Once the machines ended well, a last head as the HTTPS upload's answer says it: `{stored: true, name}` (the stored file's name, another than asked under `keep-both`), or `{stored: false}` (the policy kept the server's file) |
 //! | `{op:"piece", tag, phase, offset, len}`, then `len` bytes | `{}` once the piece is taken by the `store` of that tag of the same page (`gather.rs`) |
 //! | `{op:"fetch", paths, tag, rate_bps, early}`     | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`); `early`: they start right behind the manifest (the page holds nothing of it) |
 //!
@@ -270,15 +270,27 @@ async fn store(
         return;
     };
     let quic = connection.quic_connection();
-    let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());
+    let streams = (send.quic_stream_mut(), recv.quic_stream_mut());
     let carrier = Arc::new(carrier);
-    match sluice::web::receive_files(quic, (send, recv), access, (path, policy), carrier).await {
+    let asked = path.clone();
+    match sluice::web::receive_files(quic, streams, access, (path, policy), carrier).await {
         Ok(stored) => {
             session.app.gate.metrics().repaired(stored.repaired);
             tracing::info!(?stored, "a page's upload stored and verified");
+            let _ = write_head(send, &stored_head(&stored, &asked)).await;
         }
         Err(err) => tracing::info!(error = %err, "a page's upload failed"),
     }
+}
+
+/// A `store`'s last head (see the table above): whether the page's file was stored, and the
+/// name it has (`asked`'s, or the free one `keep-both` took), as the HTTPS upload's answer.
+fn stored_head(stored: &sluice::web::Stored, asked: &str) -> Value {
+    if stored.files == 0 {
+        return json!({ "stored": false });
+    }
+    let path = stored.renamed.as_deref().unwrap_or(asked).trim_end_matches('/');
+    json!({ "stored": true, "name": path.rsplit('/').next().unwrap_or(path) })
 }
 
 fn io_error(why: String) -> ApiError {

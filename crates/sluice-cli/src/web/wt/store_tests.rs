@@ -42,9 +42,11 @@ struct Play {
 }
 
 /// What a page's upload ended with: the machine's `done` (`{ok: ...}` or `{error: ...}`; none
-/// when the page went first), and the pieces each lane carried.
+/// when the page went first), the server's last head after an `ok` (`{stored, name}`), and the
+/// pieces each lane carried.
 struct Sent {
     done: Option<Value>,
+    last: Option<Value>,
     lanes: Vec<usize>,
 }
 
@@ -154,7 +156,16 @@ async fn store(
                 phase = Some(n);
                 None
             } else if let Some(done) = e.get("done") {
-                return Sent { done: Some(done.clone()), lanes: by_lane };
+                // Once the machines ended well, the server's last head follows.
+                let mut last = None;
+                if done.get("ok").is_some() {
+                    let wait = std::time::Duration::from_secs(10);
+                    let frame = tokio::time::timeout(wait, frames.recv()).await;
+                    let frame = frame.expect("the last head within 10 s").flatten();
+                    let frame = frame.expect("a last head before the stream's end");
+                    last = Some(serde_json::from_slice(&frame[4..]).unwrap());
+                }
+                return Sent { done: Some(done.clone()), last, lanes: by_lane };
             } else {
                 // `stop_data`: the server has every byte while the pushes end; they end anyway.
                 let quiet = [json!("stop_hashing"), json!("stop_data")];
@@ -190,7 +201,7 @@ async fn store(
                     // The tab closes: the control stream goes, and the pushes with it.
                     pushing.shutdown().await;
                     let _ = send.reset(wtransport::VarInt::from_u32(0));
-                    return Sent { done: None, lanes: by_lane };
+                    return Sent { done: None, last: None, lanes: by_lane };
                 }
             }
             () = tokio::time::sleep(std::time::Duration::from_secs_f64(wait / 1e3)) => {
@@ -301,19 +312,27 @@ async fn the_overwrite_policies_hold_and_keep_both_takes_a_free_name() {
     std::fs::write(s.root().join("pub/p.txt"), &old).unwrap();
     let (conn, _) = s.connect("all-token").await;
     let one = std::slice::from_ref(&conn);
-    let refused = store(one, "pub/p.txt", "refuse", &new, Play::default()).await.done.unwrap();
+    let refused = store(one, "pub/p.txt", "refuse", &new, Play::default()).await;
+    let (refused, last) = (refused.done.unwrap(), refused.last);
     println!("refuse: {refused}");
     assert_eq!(refused["error"]["peer"]["code"], "refused", "{refused}");
-    let never = store(one, "pub/p.txt", "never", &new, Play::default()).await.done.unwrap();
-    assert!(never["ok"].is_object(), "{never}");
+    assert_eq!(last, None, "no last head after a refusal");
+    let never = store(one, "pub/p.txt", "never", &new, Play::default()).await;
+    assert!(never.done.as_ref().unwrap()["ok"].is_object(), "{:?}", never.done);
     assert_eq!(std::fs::read(s.root().join("pub/p.txt")).unwrap(), old, "never: kept");
-    let both = store(one, "pub/p.txt", "keep-both", &new, Play::default()).await.done.unwrap();
-    assert!(both["ok"].is_object(), "{both}");
+    assert_eq!(never.last, Some(json!({ "stored": false })), "never: the page hears it kept");
+    // The page hears the name the file was stored under, as over HTTPS.
+    let both = store(one, "pub/p.txt", "keep-both", &new, Play::default()).await;
+    assert!(both.done.as_ref().unwrap()["ok"].is_object(), "{:?}", both.done);
     assert_eq!(std::fs::read(s.root().join("pub/p.txt")).unwrap(), old, "keep-both: kept");
     assert!(std::fs::read(s.root().join("pub/p (1).txt")).unwrap() == new, "beside it");
-    let always = store(one, "pub/p.txt", "always", &new, Play::default()).await.done.unwrap();
-    assert!(always["ok"].is_object(), "{always}");
+    assert_eq!(both.last, Some(json!({ "stored": true, "name": "p (1).txt" })), "keep-both");
+    let again = store(one, "pub/p.txt", "keep-both", &new, Play::default()).await;
+    assert_eq!(again.last, Some(json!({ "stored": true, "name": "p (2).txt" })), "the next free");
+    let always = store(one, "pub/p.txt", "always", &new, Play::default()).await;
+    assert!(always.done.as_ref().unwrap()["ok"].is_object(), "{:?}", always.done);
     assert!(std::fs::read(s.root().join("pub/p.txt")).unwrap() == new, "always: replaced");
+    assert_eq!(always.last, Some(json!({ "stored": true, "name": "p.txt" })), "always");
     let bad = store(one, "pub/p.txt", "sometimes", &new, Play::default()).await.done.unwrap();
     assert!(bad["error"]["peer"]["message"].as_str().unwrap().contains("sometimes"), "{bad}");
     let _ = s.stop.send(());
