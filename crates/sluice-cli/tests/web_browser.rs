@@ -69,6 +69,10 @@ fn the_file_manager_in_chromium() {
         "the page's choice of transport (web-tests/choose.test.mjs)",
         Command::new("node").arg("choose.test.mjs").current_dir(&dir),
     );
+    run(
+        "a download's count of its pieces (web-tests/wt.test.mjs)",
+        Command::new("node").arg("wt.test.mjs").current_dir(&dir),
+    );
     let seed = std::env::var("SLUICE_SEED")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())

@@ -179,9 +179,10 @@ try {
   const server0 = page.locator("#pane-1");
   const local0 = page.locator("#pane-0");
   const row = (pane, name) => pane.locator("tr").filter({ has: page.locator("td.name", { hasText: name }) }).first();
-  // Waits until `n` transfers are listed and each is done or skipped. The wait only guards
-  // against a hang (no speed is asserted): 200 uploads took over 30 s while another build
-  // loaded this 2-core machine.
+  // Waits until `n` transfers are listed and each is done or skipped, and checks that each
+  // done row shows its file's whole size as done. The wait only guards against a hang (no
+  // speed is asserted): 200 uploads took over 30 s while another build loaded this 2-core
+  // machine.
   const jobsDone = async (n = 1) => {
     await page.waitForFunction((n) => {
       const rows = [...document.querySelectorAll("#queue tr")];
@@ -189,6 +190,10 @@ try {
       if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
       return rows.length === n && rows.every((r) => ["done", "skipped"].includes(r.dataset.state ?? ""));
     }, n, { timeout: 120000, polling: 100 });
+    const short = await page.$$eval('#queue tr[data-state="done"]', (rows) => rows
+      .filter((r) => r.dataset.done !== r.dataset.size)
+      .map((r) => `${r.querySelector("td.file")?.textContent}: ${r.dataset.done} of ${r.dataset.size} bytes`));
+    check(short.length === 0, `a finished row shows less or more than its file: ${short.join(", ")}`);
   };
   const clearDone = () => page.click("#clear-done");
 

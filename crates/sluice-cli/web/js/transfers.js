@@ -671,6 +671,9 @@ export class Transfers {
       ];
       const row = job.row;
       row.dataset.resumed = String(job.resumed);
+      // What the row shows, exactly (the test reads it).
+      row.dataset.done = String(job.done);
+      row.dataset.size = String(job.size);
       if (row.dataset.state !== job.state || !row.cells.length) {
         // Built again only when the state changes, so a button is not replaced under the mouse.
         row.dataset.state = job.state;

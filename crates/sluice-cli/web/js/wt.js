@@ -14,7 +14,7 @@ const CONNECT_MS = 5000;
 
 /**
  * Where a download takes its pieces: `progress` as their bytes come (negative: a piece cut
- * off), `piece` once one is whole.
+ * off), `piece` once one is whole; both only while it is routed.
  * @typedef {{ piece: (phase: number, offset: number, bytes: Uint8Array) => void, progress: (n: number) => void }} Route
  */
 
@@ -190,14 +190,22 @@ export class Wt {
       return;
     }
     let got = 0;
+    // A download that ended (cut off, cancelled, a probe run out: the server resets the pieces
+    // it had under way) counts nothing more: its next try counts from what its file kept, and
+    // these pieces' late bytes and cuts would change that try's count.
+    const routed = () => this.routes.get(tag) === route;
     try {
-      const bytes = await reader.fill(new Uint8Array(len), (n) => { got += n; route.progress(n); });
-      route.piece(phase, offset, bytes);
+      const bytes = await reader.fill(new Uint8Array(len), (n) => {
+        got += n;
+        if (routed()) route.progress(n);
+      });
+      if (routed()) route.piece(phase, offset, bytes);
     } catch (e) {
-      // Cut off: its bytes are not the piece (the machines ask again for what is missing). A
-      // download that ended cut it off itself.
-      route.progress(-got);
-      if (this.routes.get(tag) === route) console.warn("a piece of a download was cut off:", e);
+      // Cut off: its bytes are not the piece (the machines ask again for what is missing).
+      if (routed()) {
+        route.progress(-got);
+        console.warn("a piece of a download was cut off:", e);
+      }
     }
   }
 
