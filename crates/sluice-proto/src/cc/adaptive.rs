@@ -9,6 +9,11 @@ use crate::estimate::{DELIVERY_WINDOW_US, UNRESOLVED_PPS};
 const SYN: f64 = SYN_US as f64;
 /// Floor of the sending rate.
 const MIN_RATE_PPS: f64 = 100.0;
+/// On a short path the queuing-delay target is at least this (see
+/// [`Adaptive::target_queue_delay_us`])...
+const SHORT_PATH_TARGET_US: f64 = 4_000.0;
+/// ...where that is within this share of the base RTT (from 10 ms on).
+const SHORT_PATH_TARGET_SHARE: f64 = 0.4;
 /// Multiplicative decrease on congestion (UDT's 1/1.125 expressed as a rate factor).
 const DECREASE: f64 = 1.0 / 1.125;
 /// The least cut for a loss at a queue between half the target and the target: what drains it
@@ -85,11 +90,14 @@ const DELIVERED_MIN_WINDOW_US: f64 = 1_000_000.0;
 /// In steady state the sending rate never exceeds the delivered rate by more than this, and
 /// only while probing; the controller's own rate is held at most this far above it.
 const PROBE_GAIN: f64 = 1.25;
-/// After a probe the rate is held this far below the delivered rate for as long as the probe
-/// lasted, which drains what the probe queued.
+/// The least gain of the cruise (see [`Adaptive::cruise_gain`]). After a probe the rate is
+/// held as far below the delivered rate as the probe went above it, for as long, which drains
+/// what the probe queued: at most this far below.
 const DRAIN_GAIN: f64 = 0.75;
 /// A probe lasts this many queuing-delay targets: at [`PROBE_GAIN`] it queues at most half the
-/// target, so a probe alone never reads as congestion.
+/// target, so a probe alone never reads as congestion. The pacer's gain changes only when the
+/// controller hears from the path (an ACK every SYN, or a NAK), so a probe shorter than a SYN
+/// lasts one, at a gain that queues the same (see [`Adaptive::pace`]).
 const PROBE_TARGETS: f64 = 2.0;
 /// A probe cycle (probe, drain, cruise at about the delivered rate) lasts at least this many
 /// round trips (RTT + SYN): a probe's result comes back one round trip later.
@@ -194,6 +202,9 @@ pub struct Adaptive {
     capping: bool,
     /// Whether this probe cycle probes (no queue when it began).
     probing: bool,
+    /// The most this cycle's probe paced above the delivered rate, as a gain (1: it did not
+    /// probe): its drain goes as far below.
+    probed_gain: f64,
     /// The greatest capacity report over [`CAPACITY_WINDOW_US`].
     link_max: RecentMax,
     /// Until when the packet pairs are distrusted (see [`CONTRADICTED_SPREAD`]).
@@ -336,6 +347,7 @@ impl Adaptive {
             steady_since_us: 0,
             capping: false,
             probing: false,
+            probed_gain: 1.0,
             link_max: RecentMax::new(),
             distrust_until_us: 0,
             pace_pps: (16.0 * 1e6 / rtt_us).max(MIN_RATE_PPS),
@@ -448,9 +460,14 @@ impl Adaptive {
     }
 
     /// The queuing delay above which the path counts as congested: an eighth of the base RTT,
-    /// kept between 2 and 10 ms (a quarter of that, at least 1 ms, for the scavenger).
+    /// on a short path up to [`SHORT_PATH_TARGET_US`] if that is within
+    /// [`SHORT_PATH_TARGET_SHARE`] of the base RTT, kept between 2 and 10 ms (a quarter of that,
+    /// at least 1 ms, for the scavenger). A host's own timing noise (a late emulator, receiver
+    /// or NIC) reads as a few milliseconds of queue whatever the RTT: at 10 ms an eighth of it
+    /// made that noise a cut every 0.3 s or so (see `adaptive.md`).
     pub fn target_queue_delay_us(&self) -> f64 {
-        let fair = (self.min_rtt_us / 8.0).clamp(2_000.0, 10_000.0);
+        let short = (self.min_rtt_us * SHORT_PATH_TARGET_SHARE).min(SHORT_PATH_TARGET_US);
+        let fair = (self.min_rtt_us / 8.0).max(short).clamp(2_000.0, 10_000.0);
         match self.scavenger {
             true => (fair * SCAVENGER_TARGET_SHARE).max(SCAVENGER_MIN_TARGET_US),
             false => fair,
@@ -666,8 +683,9 @@ impl Adaptive {
     /// distrusted (see [`Adaptive::distrusted`]), and sets the pacing rate. Nothing
     /// (packet pairs, arrival speeds, a restore, UDT's increase) may take the sending rate past
     /// the delivered rate times the gain of the moment, from a round trip and a delivery window
-    /// after startup on (startup itself is bounded by its exits): a cycle of a probe at [`PROBE_GAIN`] for [`PROBE_TARGETS`] queuing-delay targets,
-    /// a drain at [`DRAIN_GAIN`] for as long, and the delivered rate less a standing queue
+    /// after startup on (startup itself is bounded by its exits): a cycle of a probe at [`PROBE_GAIN`] for [`PROBE_TARGETS`] queuing-delay targets
+    /// (at least a SYN, at a gain that queues as much), a drain as far below the delivered rate
+    /// for as long, and the delivered rate less a standing queue
     /// ([`Adaptive::cruise_gain`]) for the rest of at least [`CYCLE_RTTS`] round trips. A probe
     /// that finds room raises the delivered rate, and with it the cap; one that finds none has
     /// queued half a target, which the drain empties.
@@ -690,7 +708,15 @@ impl Adaptive {
             self.pace_pps = self.rate_pps;
             return;
         }
-        let probe_us = PROBE_TARGETS * self.target_queue_delay_us();
+        // The gain set here holds until the next report, a SYN later: a probe (and its drain)
+        // shorter than that lasts a SYN, at a gain that queues what the probe was meant to.
+        // Set for `2 q*` and ended by the first report after, at 10 ms (`q*` 2 ms) the probe
+        // went on for the whole SYN, 2.5 times what it meant to queue, and its drain (from 4 to
+        // 8 ms into the cycle) seldom saw a report: a self-made queue of 1-2.5 ms on a 2 ms
+        // target. The phase of a report is where the middle of the SYN it paces falls.
+        let meant_us = PROBE_TARGETS * self.target_queue_delay_us();
+        let probe_us = meant_us.max(SYN);
+        let stretch = meant_us / probe_us;
         let cycle_us = (CYCLE_RTTS * (self.min_rtt_us + SYN)).max(4.0 * probe_us);
         let mut into_us = now_us.saturating_sub(self.cycle_start_us) as f64;
         // A probe into a queue finds no room and only deepens it (beside a newcomer's startup
@@ -704,19 +730,28 @@ impl Adaptive {
             self.cycle_start_us = now_us;
             into_us = 0.0;
             self.probing = true;
+            self.probed_gain = 1.0;
         }
         // Competing, the queue is the other flow's: probes find room only as it backs off.
         self.probing &= !queue_reported || self.compete;
-        let gain = if into_us < probe_us && self.probing {
-            PROBE_GAIN
-        } else if (probe_us..2.0 * probe_us).contains(&into_us) {
-            DRAIN_GAIN
+        let mid_us = into_us + SYN / 2.0;
+        let probe = mid_us < probe_us && self.probing;
+        // The drain takes back what the probe sent above the delivered rate, no more: a cycle
+        // that did not probe (a queue was reported), or whose probe the controller's own rate
+        // held under the gain, drained 25 % for nothing.
+        let gain = if probe {
+            1.0 + (PROBE_GAIN - 1.0) * stretch
+        } else if (probe_us..2.0 * probe_us).contains(&mid_us) {
+            (2.0 - self.probed_gain).min(self.cruise_gain(standing_us))
         } else {
             self.cruise_gain(standing_us)
         };
         let ceiling_pps = PROBE_GAIN * delivered_pps;
         self.rate_pps = self.rate_pps.min(ceiling_pps).max(MIN_RATE_PPS);
         self.pace_pps = self.rate_pps.min(gain * delivered_pps).max(MIN_RATE_PPS);
+        if probe {
+            self.probed_gain = self.probed_gain.max(self.pace_pps / delivered_pps);
+        }
     }
 
     /// The gain of the cruise: 1 less the standing queue as a share of the round trip, at least
@@ -1755,6 +1790,83 @@ mod tests {
         }
         assert!((probed - 50_000.0 * PROBE_GAIN).abs() < 1.0, "probe {probed}");
         assert!(!cc.in_startup() && cc.rate_pps() >= 50_000.0, "cut: {}", cc.rate_pps());
+    }
+
+    #[test]
+    fn on_a_short_path_a_probe_lasts_a_report_and_its_drain_takes_back_what_it_sent() {
+        // 10 ms: the target is 4 ms, so a probe is meant to last 8 ms at a quarter above the
+        // delivered rate; the gain holds until the next report, 10 ms later, so it lasts those
+        // 10 ms at a fifth above (the same 2 ms of the link queued), and the report after it
+        // drains as much. Before, it probed at a quarter for the whole 10 ms and the drain,
+        // due 8-16 ms into the cycle by its own clock, fell between reports.
+        let mut cc = Adaptive::new(1452, 1 << 18, 10_000);
+        let at = |now: u64, queue_us: u32| {
+            let pairs = if now.is_multiple_of(20_000) { 400_000 } else { 100_000 };
+            AckSignal {
+                rtt_us: 10_000,
+                min_rtt_us: 10_000,
+                lost_pkts: 0,
+                ..ack(now, queue_us, pairs)
+            }
+        };
+        assert_eq!(cc.target_queue_delay_us(), 4_000.0);
+        cc.on_ack(&AckSignal { queue_delay_us: 6_000, ..at(10_000, 0) });
+        assert!(!cc.in_startup());
+        let mut now = 10_000;
+        let mut sent = Vec::new();
+        while now < 3_000_000 {
+            now += 10_000;
+            cc.on_ack(&at(now, 0));
+            if now > 1_000_000 {
+                sent.push((1e6 / cc.period_us() / 50_000.0 * 1000.0).round() / 1000.0);
+            }
+        }
+        // Every report paces a probe at 1.2, the drain at 0.8 right after it, or the cruise.
+        for (i, &gain) in sent.iter().enumerate() {
+            match gain {
+                1.2 => {
+                    assert!(i + 1 == sent.len() || sent[i + 1] == 0.8, "no drain at {i}: {sent:?}")
+                }
+                0.8 => {
+                    assert!(i > 0 && sent[i - 1] == 1.2, "a drain with no probe at {i}: {sent:?}")
+                }
+                1.0 => {}
+                _ => panic!("paced at {gain} of the delivered rate at {i}: {sent:?}"),
+            }
+        }
+        let probes = sent.iter().filter(|&&g| g == 1.2).count();
+        assert!(probes >= 40, "probes in {probes} of {} reports: {sent:?}", sent.len());
+        // A standing 1.5 ms (under half the target: no cut) holds the probes, and with no probe
+        // there is nothing to drain: the pace is the cruise's, the queue over the round trip
+        // less, never the drain's.
+        let cruise = 1.0 - 1_500.0 / (10_000.0 + SYN);
+        let mut paced = Vec::new();
+        while now < 4_000_000 {
+            now += 10_000;
+            cc.on_ack(&at(now, 1_500));
+            if now > 3_100_000 {
+                paced.push(1e6 / cc.period_us() / 50_000.0);
+            }
+        }
+        assert!(paced.iter().all(|g| (g - cruise).abs() < 1e-9), "{cruise}: {paced:?}");
+    }
+
+    #[test]
+    fn the_queuing_target_is_an_eighth_of_the_rtt_and_a_few_ms_on_a_short_path() {
+        for (rtt_us, target_us) in [
+            (2_000, 2_000.0),
+            (4_000, 2_000.0),
+            (10_000, 4_000.0),
+            (20_000, 4_000.0),
+            (40_000, 5_000.0),
+            (100_000, 10_000.0),
+            (300_000, 10_000.0),
+        ] {
+            let mut cc = Adaptive::new(1452, 1 << 18, rtt_us);
+            let short = AckSignal { rtt_us, min_rtt_us: rtt_us, ..ack(10_000, 0, 0) };
+            cc.on_ack(&short);
+            assert_eq!(cc.target_queue_delay_us(), target_us, "at {rtt_us} us");
+        }
     }
 
     #[test]
