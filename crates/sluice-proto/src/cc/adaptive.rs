@@ -12,7 +12,7 @@ const MIN_RATE_PPS: f64 = 100.0;
 /// On a short path the queuing-delay target is at least this (see
 /// [`Adaptive::target_queue_delay_us`])...
 const SHORT_PATH_TARGET_US: f64 = 4_000.0;
-/// ...where that is within this share of the base RTT (from 10 ms on).
+/// ...or this share of the base RTT where that is less (from 5 to 10 ms: 2-4 ms).
 const SHORT_PATH_TARGET_SHARE: f64 = 0.4;
 /// Multiplicative decrease on congestion (UDT's 1/1.125 expressed as a rate factor).
 const DECREASE: f64 = 1.0 / 1.125;
@@ -1856,6 +1856,7 @@ mod tests {
         for (rtt_us, target_us) in [
             (2_000, 2_000.0),
             (4_000, 2_000.0),
+            (7_500, 3_000.0),
             (10_000, 4_000.0),
             (20_000, 4_000.0),
             (40_000, 5_000.0),
