@@ -13,6 +13,7 @@
 import * as api from "./api.js";
 import { BLOCK, blockHashes } from "./hash.js";
 import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
+import { json } from "./wt.js";
 
 /** How long the pieces still going may take once the server has every byte (`stop_data`). */
 const GRACE_MS = 1000;
@@ -190,7 +191,7 @@ async function lastHead(inbox) {
     if (item.frame) {
       // The file is stored whatever this says: a head not understood names nothing.
       try {
-        return JSON.parse(new TextDecoder().decode(item.frame.subarray(4)));
+        return json(item.frame.subarray(4));
       } catch {
         return null;
       }

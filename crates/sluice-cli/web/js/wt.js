@@ -72,8 +72,17 @@ class Reader {
   /** A head: 4 bytes of length, then JSON. */
   async head() {
     const len = new DataView((await this.fill(new Uint8Array(4))).buffer).getUint32(0);
-    return JSON.parse(new TextDecoder().decode(await this.fill(new Uint8Array(len))));
+    return json(await this.fill(new Uint8Array(len)));
   }
+}
+
+/**
+ * A head's JSON (after its 4 bytes of length), as [`Reader.head`] and a frame already read
+ * (`frame.subarray(4)`) carry it.
+ * @param {Uint8Array} bytes
+ */
+export function json(bytes) {
+  return JSON.parse(new TextDecoder().decode(bytes));
 }
 
 /** @param {any} head */
