@@ -535,6 +535,12 @@ fn plain_10ms_1pct() -> (Scenario, f64) {
 /// loses most of the link to pacing alone (0.211 at 100 ms / 1 %), whatever the controller.
 const REAL_DRIVER_BURST_PKTS: u32 = 256;
 
+/// The sender's sleeps up to `us` late, with the real driver's catch-up after them.
+fn late_sleeps(s: &mut Scenario, us: u64) {
+    s.sleep_overshoot_us = us;
+    s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
+}
+
 timing_noise! {
     timing_release_0us: plain_100ms_1pct, |s| s.release_granularity_us = 0;
     timing_release_20us: plain_100ms_1pct, |s| s.release_granularity_us = 20;
@@ -559,29 +565,17 @@ timing_noise! {
         s.jitter_ms = 0.1;
         s.jitter_reorders = true;
     };
-    timing_sleep_overshoot_200us: plain_100ms_1pct, |s| {
-        s.sleep_overshoot_us = 200;
-        s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
-    };
-    timing_sleep_overshoot_1000us: plain_100ms_1pct, |s| {
-        s.sleep_overshoot_us = 1_000;
-        s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
-    };
+    timing_sleep_overshoot_200us: plain_100ms_1pct, |s| late_sleeps(&mut s, 200);
+    timing_sleep_overshoot_1000us: plain_100ms_1pct, |s| late_sleeps(&mut s, 1_000);
     timing_300ms_3pct_release_50us: plain_300ms_3pct, |s| s.release_granularity_us = 50;
     timing_300ms_3pct_release_200us: plain_300ms_3pct, |s| s.release_granularity_us = 200;
     timing_300ms_3pct_gro_16pkts: plain_300ms_3pct, |s| s.gro_batch = Some((16, 500));
     timing_300ms_3pct_ack_compression_1000us: plain_300ms_3pct, |s| s.ack_compression_us = 1_000;
-    timing_300ms_3pct_sleep_overshoot_200us: plain_300ms_3pct, |s| {
-        s.sleep_overshoot_us = 200;
-        s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
-    };
+    timing_300ms_3pct_sleep_overshoot_200us: plain_300ms_3pct, |s| late_sleeps(&mut s, 200);
     timing_10ms_1pct_release_0us: plain_10ms_1pct, |s| s.release_granularity_us = 0;
     timing_10ms_1pct_release_50us: plain_10ms_1pct, |s| s.release_granularity_us = 50;
     timing_10ms_1pct_release_200us: plain_10ms_1pct, |s| s.release_granularity_us = 200;
     timing_10ms_1pct_gro_16pkts: plain_10ms_1pct, |s| s.gro_batch = Some((16, 500));
     timing_10ms_1pct_ack_compression_1000us: plain_10ms_1pct, |s| s.ack_compression_us = 1_000;
-    timing_10ms_1pct_sleep_overshoot_200us: plain_10ms_1pct, |s| {
-        s.sleep_overshoot_us = 200;
-        s.max_burst_pkts = REAL_DRIVER_BURST_PKTS;
-    };
+    timing_10ms_1pct_sleep_overshoot_200us: plain_10ms_1pct, |s| late_sleeps(&mut s, 200);
 }
