@@ -23,7 +23,9 @@ const TOKENS: &str = "all-token\nread-token rights=read,list root=pub\nwrite-tok
 pub(super) struct App {
     pub(super) router: Router,
     pub(super) state: AppState,
-    dir: tempfile::TempDir,
+    /// The directory the root is in (`root`), beside `outside.txt`.
+    base: std::path::PathBuf,
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// A served directory with `pub/hello.txt` and `outside.txt` beside the root, and the app.
@@ -35,7 +37,7 @@ fn app_with(limits: LoginLimits) -> App {
     std::fs::write(dir.path().join("outside.txt"), b"secret").unwrap();
     let gate = Gate::new(&root, TokenSet::parse(TOKENS).unwrap()).unwrap();
     let state = AppState::new(gate, "SHA256:test".into(), limits);
-    App { router: router(state.clone()), state, dir }
+    App { router: router(state.clone()), state, base: dir.path().to_owned(), _dir: Some(dir) }
 }
 
 pub(super) fn app() -> App {
@@ -43,8 +45,13 @@ pub(super) fn app() -> App {
 }
 
 impl App {
-    fn root(&self) -> std::path::PathBuf {
-        self.dir.path().join("root")
+    /// The app of a server already made (`state`) whose root is `base/root`.
+    pub(super) fn of(state: AppState, base: &std::path::Path) -> App {
+        App { router: router(state.clone()), state, base: base.to_owned(), _dir: None }
+    }
+
+    pub(super) fn root(&self) -> std::path::PathBuf {
+        self.base.join("root")
     }
 
     async fn send(&self, request: Request<Body>) -> Response<Body> {
@@ -113,12 +120,12 @@ impl<'a> Client<'a> {
         self.app.send(request).await
     }
 
-    async fn put(&self, uri: &str, bytes: Vec<u8>) -> Response<Body> {
+    pub(super) async fn put(&self, uri: &str, bytes: Vec<u8>) -> Response<Body> {
         self.put_with(uri, bytes, &[]).await
     }
 
     /// [`Client::put`] with these headers too.
-    async fn put_with(
+    pub(super) async fn put_with(
         &self,
         uri: &str,
         bytes: Vec<u8>,
@@ -368,8 +375,7 @@ async fn login_attempts_are_rate_limited_in_all() {
 #[tokio::test]
 async fn paths_outside_the_root_are_refused() {
     let app = app();
-    std::os::unix::fs::symlink(app.dir.path().join("outside.txt"), app.root().join("out-link"))
-        .unwrap();
+    std::os::unix::fs::symlink(app.base.join("outside.txt"), app.root().join("out-link")).unwrap();
     let client = Client::new(&app, "all-token").await;
     for uri in [
         "/api/list?path=..",
@@ -382,7 +388,7 @@ async fn paths_outside_the_root_are_refused() {
         assert_eq!(response.status(), StatusCode::FORBIDDEN, "{uri}");
         let body = json_of(response).await;
         assert_eq!(body["error"], "refused", "{uri}: {body}");
-        assert!(!body["message"].as_str().unwrap().contains(app.dir.path().to_str().unwrap()));
+        assert!(!body["message"].as_str().unwrap().contains(app.base.to_str().unwrap()));
     }
     for (op, body) in [
         ("/api/mkdir", json!({ "path": "../made" })),
@@ -393,14 +399,14 @@ async fn paths_outside_the_root_are_refused() {
     }
     let put = client.put("/api/upload?path=..%2Fup.txt&size=1", b"x".to_vec()).await;
     assert_eq!(put.status(), StatusCode::FORBIDDEN);
-    assert!(app.dir.path().join("outside.txt").exists());
-    assert!(!app.dir.path().join("made").exists() && !app.dir.path().join("up.txt").exists());
+    assert!(app.base.join("outside.txt").exists());
+    assert!(!app.base.join("made").exists() && !app.base.join("up.txt").exists());
     // Deleting the link removes the link, never what it points to.
     assert_eq!(
         client.post("/api/delete", json!({ "path": "out-link" })).await.status(),
         StatusCode::OK
     );
-    assert!(app.dir.path().join("outside.txt").exists());
+    assert!(app.base.join("outside.txt").exists());
 }
 
 #[tokio::test]

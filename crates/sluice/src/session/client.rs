@@ -653,6 +653,7 @@ impl Client {
                 checksum: options.checksum,
                 preserve: options.preserve,
                 confine,
+                adopt: None,
             },
             dry_run: options.dry_run,
             early: None,

@@ -1048,7 +1048,8 @@ async fn serve_request(
             ctx.get(&paths, walk, checksum, compress, udp_ports).await
         }
         Request::Put { dest, overwrite, checksum, preserve, dry_run, early: started } => {
-            let options = ReceiveOptions { overwrite, checksum, preserve, confine: None };
+            let options =
+                ReceiveOptions { overwrite, checksum, preserve, confine: None, adopt: None };
             let early = Early { started, sockets: early };
             ctx.put(&dest, options, dry_run, early).await
         }

@@ -41,7 +41,16 @@ pub struct ReceiveOptions {
     /// Everything must stay inside this directory (a server's root): existing directories
     /// that lead elsewhere and links whose target leaves it are refused.
     pub confine: Option<PathBuf>,
+    /// Called with each wanted file of at least [`RESUME_MIN_BYTES`] once its path is claimed,
+    /// before its resume record is looked for: it may leave a temporary file and a record of
+    /// it there, which the resume then offers like any other (the web app's upload takes over
+    /// its HTTPS partial file of the same source this way: `sluice::web`). A failure in it
+    /// only costs the resume.
+    pub adopt: Option<Adopt>,
 }
+
+/// A hook of [`ReceiveOptions::adopt`]: the steps on disk, the claimed target, its entry.
+pub type Adopt = fn(&Confined, &Path, &Entry);
 
 /// Why a manifest cannot be received.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +95,7 @@ pub struct Plan {
     /// Directories to create or keep (entry indices).
     dirs: Vec<usize>,
     preserve: bool,
+    adopt: Option<Adopt>,
     /// The steps on disk, beneath the root when confined.
     fs: Confined,
 }
@@ -127,6 +137,7 @@ pub fn plan(dest: &Path, entries: Vec<Entry>, options: &ReceiveOptions) -> Resul
         kept: 0,
         dirs: Vec::new(),
         preserve: options.preserve,
+        adopt: options.adopt,
         entries: Vec::new(),
     };
     let mut existing = Vec::new();
@@ -321,7 +332,12 @@ impl Plan {
             let io_err = |e| PlanError::Io(target.display().to_string(), e);
             // Claimed: a partial file and record of this path are an ended transfer's.
             let resumable = (entry.size >= RESUME_MIN_BYTES)
-                .then(|| resume::find(&incoming.plan.fs, target, entry))
+                .then(|| {
+                    if let Some(adopt) = incoming.plan.adopt {
+                        adopt(&incoming.plan.fs, target, entry);
+                    }
+                    resume::find(&incoming.plan.fs, target, entry)
+                })
                 .flatten();
             if let Some(resumable) = resumable {
                 let hashes = (incoming.plan.fs.open(&resumable.temp, false))

@@ -106,14 +106,25 @@ impl Record {
     }
 
     /// The bytes a resume may keep of a file of `size`: the whole file if the record claims all
-    /// of it, else the whole blocks of its claim.
+    /// of it, else the whole blocks of its claim ([`usable_prefix`]).
     pub(crate) fn usable_prefix(&self, size: u64) -> u64 {
-        if self.prefix >= size {
-            size
-        } else {
-            self.prefix / RESUME_BLOCK_BYTES * RESUME_BLOCK_BYTES
-        }
+        usable_prefix(self.prefix, size)
     }
+}
+
+/// What a resume may keep of a file of `size` whose first `prefix` bytes are on disk: all of
+/// it when the prefix is the whole file, else the prefix's whole blocks (those it offers).
+pub(crate) fn usable_prefix(prefix: u64, size: u64) -> u64 {
+    if prefix >= size { size } else { prefix / RESUME_BLOCK_BYTES * RESUME_BLOCK_BYTES }
+}
+
+/// The record of `target`, if there is one of this version that names a temporary file of
+/// ours, with that file's path; whether it fits a source is the caller's to check.
+pub(crate) fn read(fs: &Confined, target: &Path) -> Option<(Record, PathBuf)> {
+    let path = record_path(target);
+    let record = read_record(fs, &path, &fs.symlink_metadata(&path).ok()?)?;
+    let temp = parent_dir(target).join(&record.temp);
+    (record.version == RECORD_VERSION && record.temp_is_ours()).then_some((record, temp))
 }
 
 /// Removes the temporary files (`.<name>.sluice-part-<hex>`) beside `target`.

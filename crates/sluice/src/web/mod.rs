@@ -20,6 +20,7 @@ mod download;
 mod fetch;
 mod ops;
 mod pace;
+mod partial;
 mod store;
 mod upload;
 

@@ -5,6 +5,11 @@
 //! kept from an earlier try, the digests, the repair rounds) and the CLI's file plane
 //! (planning under the overwrite policy, partial files, verified placement). The bytes come on
 //! the page's [`Carrier`]; everything else is the quinn driver's own (`session::drive`).
+//!
+//! A partial file an HTTPS try of the same source left ([`super::upload`]) is taken over once
+//! the plan holds the path's claim, when it holds more whole blocks than the machines' own
+//! ([`super::partial`]): its blocks are offered as any resume's, and kept only where the page's
+//! file has the same BLAKE3.
 
 use std::sync::Arc;
 
@@ -56,7 +61,13 @@ pub async fn receive_files(
         Policy::KeepBoth => Overwrite::Refuse,
     };
     // The page's mode and time go with its files (`if-newer` compares the time).
-    let options = ReceiveOptions { overwrite, preserve: true, ..ReceiveOptions::default() };
+    // What an HTTPS try of the same source left is offered for resume (`partial`).
+    let options = ReceiveOptions {
+        overwrite,
+        preserve: true,
+        adopt: Some(super::partial::take_https_partial),
+        ..ReceiveOptions::default()
+    };
     let asked = path.clone();
     let planned = blocking(move || {
         let mut options = options;

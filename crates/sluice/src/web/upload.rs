@@ -9,6 +9,12 @@
 //! on the destination as a `sluice cp` upload (`.<name>.sluice-lock`): a second writer of that
 //! path, web or CLI, is refused as busy.
 //!
+//! An upload that changed its way mid-file goes on from what the other way left: when a
+//! WebTransport try of the same source (same size and time) holds more, [`upload_status`] (for a
+//! moment, when no transfer holds the claim) and [`Upload::open`] (under its claim) make its
+//! partial file this one, cut to the run its resume record says is on disk ([`super::partial`]).
+//! Those bytes are checked with the others, by the BLAKE3 the client sends at the end.
+//!
 //! When the last byte is in, the partial file is hashed (BLAKE3), checked against the hash the
 //! client sent if any, and renamed into place by the overwrite policy ([`Policy`]), or removed
 //! when the policy keeps the existing file.
@@ -26,7 +32,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::files::{Confined, hash_prefix, side_name};
+use super::partial::{https_part, machines_hold_more, take_machines_partial};
+use crate::files::{Confined, hash_prefix};
 use crate::session::access::{mtime_secs, open_error};
 use crate::session::messages::{FileKind, StatInfo};
 use crate::session::{Access, Overwrite, SessionError};
@@ -229,9 +236,20 @@ fn destination(
 }
 
 fn part_path(target: &Path, spec: &UploadSpec) -> PathBuf {
-    let name = target.file_name().unwrap_or_default();
-    let suffix = format!(".sluice-web-{:x}-{:x}", spec.size, spec.mtime);
-    crate::files::parent_dir(target).join(side_name(name, &suffix))
+    https_part(target, spec.size, spec.mtime)
+}
+
+/// The claim of `target`, for the upload at `path`.
+fn claim(fs: &Confined, target: &Path, path: &str) -> Result<Claims, SessionError> {
+    let mut claim = Claims::new(fs.clone());
+    claim.claim(target).map_err(|e| match e {
+        ClaimError::Busy => SessionError::Busy(format!(
+            "{path}: another transfer is writing it; try again when it ends"
+        )),
+        ClaimError::Foreign(_) => SessionError::Refused(format!("{path}: its lock name is taken")),
+        ClaimError::Io(e) => open_error(path, e),
+    })?;
+    Ok(claim)
 }
 
 fn stat_of(meta: &std::fs::Metadata) -> StatInfo {
@@ -247,6 +265,14 @@ pub fn upload_status(
 ) -> Result<UploadStatus, SessionError> {
     let fs = access.confined(&spec.path)?;
     let (target, found) = destination(access, &fs, spec)?;
+    // What a WebTransport try of the same source left is where this way goes on, when it holds
+    // more; a transfer writing the path now (its claim held) keeps its file.
+    if machines_hold_more(&fs, &target, spec.size, spec.mtime)
+        && let Ok(_claim) = claim(&fs, &target, &spec.path)
+    {
+        take_machines_partial(&fs, &target, spec.size, spec.mtime)
+            .map_err(|e| open_error(&spec.path, e))?;
+    }
     let part = part_path(&target, spec);
     let have = match fs.symlink_metadata(&part) {
         Ok(meta) if meta.is_file() && meta.len() <= spec.size => {
@@ -301,17 +327,9 @@ impl Upload {
     ) -> Result<Upload, SessionError> {
         let fs = access.confined(&spec.path)?;
         let (target, _) = destination(access, &fs, &spec)?;
-        let mut claim = Claims::new(fs.clone());
-        claim.claim(&target).map_err(|e| match e {
-            ClaimError::Busy => SessionError::Busy(format!(
-                "{}: another transfer is writing it; try again when it ends",
-                spec.path
-            )),
-            ClaimError::Foreign(_) => {
-                SessionError::Refused(format!("{}: its lock name is taken", spec.path))
-            }
-            ClaimError::Io(e) => open_error(&spec.path, e),
-        })?;
+        let claim = claim(&fs, &target, &spec.path)?;
+        take_machines_partial(&fs, &target, spec.size, spec.mtime)
+            .map_err(|e| open_error(&spec.path, e))?;
         let part = part_path(&target, &spec);
         let file = match fs.symlink_metadata(&part) {
             Ok(meta) if meta.is_file() => fs.open(&part, true),

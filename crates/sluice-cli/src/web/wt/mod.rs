@@ -25,6 +25,8 @@ mod push;
 #[cfg(test)]
 mod store_tests;
 #[cfg(test)]
+mod switch_tests;
+#[cfg(test)]
 mod tests;
 
 use std::net::SocketAddr;

@@ -26,27 +26,27 @@ static TAGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x
 
 /// How a test's page behaves.
 #[derive(Default)]
-struct Play {
+pub(super) struct Play {
     /// Another page's session, which sends a piece of the same tag once the first phase
     /// started: it must be refused unread.
-    intruder: Option<Connection>,
+    pub(super) intruder: Option<Connection>,
     /// A byte of the first piece of the first phase goes out changed (a fault the digests
     /// must catch).
-    spoil: bool,
+    pub(super) spoil: bool,
     /// The page goes once this many pieces of the first phase landed, and sends no others (the
     /// tab closed).
-    stop_after: Option<usize>,
+    pub(super) stop_after: Option<usize>,
     /// The page sends this many pieces of the first phase and no more, and stays: the server
     /// waits for the rest.
-    hold_after: Option<usize>,
+    pub(super) hold_after: Option<usize>,
 }
 
 /// What a page's upload ended with: the machine's `done` (`{ok: ...}` or `{error: ...}`; none
 /// when the page went first), the server's last head after an `ok` (`{stored, name}`), and the
 /// pieces each lane carried.
-struct Sent {
-    done: Option<Value>,
-    last: Option<Value>,
+pub(super) struct Sent {
+    pub(super) done: Option<Value>,
+    pub(super) last: Option<Value>,
     lanes: Vec<usize>,
 }
 
@@ -60,7 +60,7 @@ fn hex(data: &[u8]) -> String {
 }
 
 /// Uploads `data` as `path` by `policy` from a page whose sessions are `lanes`.
-async fn store(
+pub(super) async fn store(
     lanes: &[Connection],
     path: &str,
     policy: &str,
@@ -213,7 +213,7 @@ async fn store(
 }
 
 /// [`store`] again while the server still ends an earlier try of the same file (`busy`).
-async fn store_when_free(conn: &Connection, path: &str, data: &[u8]) -> Sent {
+pub(super) async fn store_when_free(conn: &Connection, path: &str, data: &[u8]) -> Sent {
     for _ in 0..100 {
         let sent = store(std::slice::from_ref(conn), path, "refuse", data, Play::default()).await;
         let busy = sent.done.as_ref().is_some_and(|d| d["error"]["peer"]["code"] == "busy");

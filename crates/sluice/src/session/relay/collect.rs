@@ -219,7 +219,8 @@ pub(crate) fn plan_tree(
     policy: Policy,
 ) -> Result<Plan, SessionError> {
     let Policy { overwrite, preserve, checksum } = policy;
-    let options = ReceiveOptions { overwrite, checksum, preserve, confine: Some(root.into()) };
+    let options =
+        ReceiveOptions { overwrite, checksum, preserve, confine: Some(root.into()), adopt: None };
     incoming::plan(at, entries, &options).map_err(plan_error)
 }
 
