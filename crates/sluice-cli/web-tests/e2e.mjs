@@ -66,6 +66,9 @@ fs.writeFileSync(path.join(root, "bad.bin"), bytes(300000));
 const WT_SIZE = (24 << 20) + 4321;
 fs.writeFileSync(path.join(local, "wt-up.bin"), bytes(WT_SIZE));
 fs.writeFileSync(path.join(root, "wt-down.bin"), bytes(WT_SIZE));
+// Begun over HTTPS, gone on over WebTransport.
+const SWITCH_SIZE = (16 << 20) + 777;
+fs.writeFileSync(path.join(local, "switch.bin"), bytes(SWITCH_SIZE));
 // For the page's choice of transport: at 8 MB/s a probe of 3 s cannot move it all.
 const AUTO_SIZE = 48 << 20;
 fs.writeFileSync(path.join(local, "auto.bin"), bytes(AUTO_SIZE));
@@ -575,6 +578,39 @@ try {
   check(await page.locator("#queue img").count() === 0, "no img element in the transfers");
   check(shaFile(path.join(root, `${XSS} (1)`)) === shaFile(path.join(local, XSS)), "kept both over WebTransport");
   check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles}`);
+
+  step = "an upload cut off over HTTPS goes on over WebTransport";
+  // The retry goes by the other way: the server offers the machines the whole blocks of what
+  // the HTTPS try wrote, the page keeps them (same BLAKE3), and only the rest moves.
+  await clearDone();
+  await page.selectOption("#transport-mode", "https");
+  await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "https");
+  await page.fill("#rate", "3");
+  await local0.locator("input.pick-files").setInputFiles(path.join(local, "switch.bin"));
+  await row(local0, "switch.bin").click();
+  await page.keyboard.press("F5");
+  for (let i = 0; partialSize("switch.bin") < (9 << 20); i += 1) {
+    check(i < 1200, `the HTTPS upload did not get far in 60 s: ${await page.textContent("#queue")}`);
+    await page.waitForTimeout(50);
+  }
+  await page.click("#queue tr button.cancel");
+  await page.waitForSelector('#queue tr[data-state="cancelled"]');
+  const httpsHeld = await settled(async () => partialSize("switch.bin"));
+  const receivedBeforeSwitch = await settled(() => series(WT_RECEIVED));
+  await page.fill("#rate", "0");
+  await page.selectOption("#transport-mode", "webtransport");
+  await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "webtransport");
+  await page.click("#queue tr button.retry");
+  await jobsDone(1);
+  const receivedSwitched = (await series(WT_RECEIVED)) - receivedBeforeSwitch;
+  const keptSwitched = Number(await page.$eval("#queue tr", (r) => r.dataset.resumed));
+  console.log(`e2e: switched upload: ${httpsHeld} held over HTTPS, ${keptSwitched} kept, ${receivedSwitched} received over WebTransport, of ${SWITCH_SIZE}`);
+  check(keptSwitched >= (8 << 20) && keptSwitched === Math.floor(httpsHeld / (4 << 20)) * (4 << 20),
+    `the whole blocks of what HTTPS wrote were kept: ${keptSwitched} of ${httpsHeld}`);
+  check(receivedSwitched === SWITCH_SIZE - keptSwitched, `only the rest went over WebTransport: ${receivedSwitched} + ${keptSwitched} != ${SWITCH_SIZE}`);
+  check(shaFile(path.join(root, "switch.bin")) === shaFile(path.join(local, "switch.bin")), "switch.bin hashes the same");
+  const leftBeside = fs.readdirSync(root).filter((n) => n.startsWith(".switch.bin."));
+  check(leftBeside.length === 0, `no partial file, record or lock is left: ${leftBeside}`);
 
   step = "auto: each direction measures both transports and takes the faster";
   // Paced to 8 MB/s: the first 3 s of each file go by WebTransport, the rest by HTTPS from

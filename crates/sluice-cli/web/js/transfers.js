@@ -303,7 +303,8 @@ export class Transfers {
       const hashing = hashBlob(file, undefined, signal);
       hashing.catch(() => {}); // awaited at the end; a cancel ends it
       let wt = await wtSession();
-      // What the server holds of the HTTPS uploads' partial file.
+      // What the server holds of the upload for HTTPS (its partial file, or what a WebTransport
+      // try left, taken over when it holds more).
       const held = async () => (await api.uploadStatus(dest, file.size, mtime)).have;
       let afterProbe = false;
       // A request of before (cancelled, cut off, or a probe that ran out) may still be ending
