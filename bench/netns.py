@@ -190,9 +190,12 @@ class WanPath:
         return {"wire_bytes": a2b["received_bytes"] + b2a["received_bytes"], "linkem_cmd": linkem_cmd,
                 "wire_a2b_bytes": a2b["received_bytes"], "wire_b2a_bytes": b2a["received_bytes"],
                 "wire_source": "linkem received_bytes (IP packets offered to the link), both directions",
-                "linkem": {d: {k: counters[d][k] for k in ("received", "dropped_loss", "dropped_queue",
-                                                          "dropped_pool", "delivered", "late_over_1ms",
-                                                          "max_late_us", "rt_failed")}
+                # queue_p50_us / queue_p99_us: how long delivered packets waited in the bottleneck's
+                # queue (linkem's own histogram, 100 us buckets; absent from an older linkem).
+                "linkem": {d: {k: counters[d].get(k) for k in ("received", "dropped_loss", "dropped_queue",
+                                                              "dropped_pool", "delivered", "late_over_1ms",
+                                                              "max_late_us", "rt_failed", "queue_p50_us",
+                                                              "queue_p99_us")}
                            for d in ("a2b", "b2a")}}
 
     def down(self):

@@ -62,6 +62,17 @@ def size_arg(text):
     return int(text)
 
 
+def data_queue(link):
+    """The queue the data met in linkem (`WanPath.end_run`'s counters): the direction that
+    delivered more packets carries the data. Median and 99th percentile of the packets' waits, ms."""
+    dirs = (link or {}).get("linkem") or {}
+    if not dirs:
+        return {}
+    data = max(dirs.values(), key=lambda d: d.get("delivered") or 0)
+    return {f"queue_{q}_ms": (data[f"queue_{q}_us"] / 1000 if data.get(f"queue_{q}_us") is not None else None)
+            for q in ("p50", "p99")}
+
+
 def stamps(path, pattern):
     with open(path, errors="replace") as f:
         return [int(m.group(1)) for line in f if (m := pattern.search(line))]
@@ -227,9 +238,10 @@ def main():
                                     print(f"run failed, left out: {e}", file=sys.stderr)
                                     continue
                                 finally:
-                                    path.end_run()
+                                    link = path.end_run()
                                 row = {"bin": name, "rtt_ms": rtt, "size": size,
-                                       "direction": direction, "run": run_no, **m}
+                                       "direction": direction, "run": run_no, **m,
+                                       **data_queue(link)}
                                 print(json.dumps(row), flush=True)
                                 results.append(row)
             finally:
@@ -240,8 +252,10 @@ def main():
         else:
             shutil.rmtree(scratch, ignore_errors=True)
     print(f"\n{'rtt':>4} {'size':>9} {'direction':>9} {'bin':>8} {'ttfb ms':>9} "
-          f"{'ttfb/rtt':>8} {'wall s':>7} {'pre ms':>7}  (medians of {args.runs}; pre: the "
-          "client's CPU from `connecting` to its first packet, not in ttfb)")
+          f"{'ttfb/rtt':>8} {'wall s':>7} {'pre ms':>7} {'q50 ms':>7} {'q99 ms':>7}  (medians of "
+          f"{args.runs}; pre: the client's CPU from `connecting` to its first packet, not in ttfb; "
+          "q50, q99: how long the data's packets waited in linkem's queue, median and 99th "
+          "percentile of the run, to 0.1 ms)")
     for rtt in rtts:
         for size in sizes:
             for direction in args.directions.split(","):
@@ -253,8 +267,10 @@ def main():
                     ttfb = statistics.median(r["ttfb_ms"] for r in rows)
                     wall = statistics.median(r["wall_s"] for r in rows)
                     pre = statistics.median(r["before_first_packet_ms"] for r in rows)
+                    q = [statistics.median(v) if (v := [r[k] for r in rows if r.get(k) is not None])
+                         else float("nan") for k in ("queue_p50_ms", "queue_p99_ms")]
                     print(f"{rtt:>4} {size >> 20:>6}MiB {direction:>9} {name:>8} {ttfb:>9.1f} "
-                          f"{ttfb / rtt:>8.2f} {wall:>7.2f} {pre:>7.1f}")
+                          f"{ttfb / rtt:>8.2f} {wall:>7.2f} {pre:>7.1f} {q[0]:>7.1f} {q[1]:>7.1f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"rows": results, "argv": sys.argv}, f, indent=1)

@@ -21,6 +21,7 @@ use nix::sys::time::TimeSpec;
 use serde::Serialize;
 use tun_rs::{DeviceBuilder, GROTable, IDEAL_BATCH_SIZE, SyncDevice, VIRTIO_NET_HDR_LEN};
 
+use crate::delays::QueueDelays;
 use crate::model::{
     Direction, DirectionConfig, DropReason, GroBatch, QueueLimit, Shaper, Verdict,
     default_queue_limit,
@@ -161,6 +162,7 @@ struct Counters {
     spin_ns: AtomicU64,
     sleep_ns: AtomicU64,
     max_packet_bytes: AtomicU64,
+    queue_delays: QueueDelays,
 }
 
 /// Adds to a counter that only one thread writes (no atomic read-modify-write needed).
@@ -213,6 +215,11 @@ pub struct DirectionReport {
     pub sleep_ms: u64,
     /// Largest packet read, in bytes (at most the MTU: no GSO super-packet crosses the link).
     pub max_packet_bytes: u64,
+    /// The median time delivered packets waited in the bottleneck's queue, in microseconds, to
+    /// within 100 (the upper edge of its bucket: 100 through an idle link); `None` before any.
+    pub queue_p50_us: Option<u64>,
+    /// The same, 99th percentile.
+    pub queue_p99_us: Option<u64>,
 }
 
 impl Counters {
@@ -240,6 +247,8 @@ impl Counters {
             spin_ms: g(&self.spin_ns) / 1_000_000,
             sleep_ms: g(&self.sleep_ns) / 1_000_000,
             max_packet_bytes: g(&self.max_packet_bytes),
+            queue_p50_us: self.queue_delays.quantile_us(0.5),
+            queue_p99_us: self.queue_delays.quantile_us(0.99),
         }
     }
 }
@@ -647,7 +656,8 @@ impl Forwarder {
                 bump(counter, 1);
                 self.pool.put(slot);
             }
-            Verdict::Deliver { release_ns, out_of_order, reordered, duplicate } => {
+            Verdict::Deliver { release_ns, out_of_order, reordered, duplicate, queued_ns } => {
+                c.queue_delays.record(queued_ns);
                 if reordered {
                     bump(&c.reordered, 1);
                 }

@@ -11,6 +11,7 @@
 //! - [`emulator`]: the TUN devices and forwarding threads.
 //! - [`parse`]: the command-line units.
 
+mod delays;
 pub mod emulator;
 pub mod model;
 pub mod netns;

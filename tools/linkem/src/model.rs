@@ -495,6 +495,8 @@ pub enum Verdict {
         reordered: bool,
         /// Whether a copy is delivered too.
         duplicate: bool,
+        /// How long it waited in the bottleneck's queue before its serialization began.
+        queued_ns: u64,
     },
 }
 
@@ -552,6 +554,7 @@ impl Shaper {
         let Some(tx_end) = self.bottleneck.arrive(now_ns, size) else {
             return Verdict::Drop(DropReason::Queue);
         };
+        let queued_ns = tx_end.saturating_sub(self.bottleneck.tx_time_ns(size) + now_ns);
         let c = &self.config;
         let mut release = tx_end + c.delay_ns;
         if c.jitter_ns > 0 {
@@ -582,7 +585,7 @@ impl Shaper {
         if !out_of_order {
             self.last_in_order_release_ns = release;
         }
-        Verdict::Deliver { release_ns: release, out_of_order, reordered, duplicate }
+        Verdict::Deliver { release_ns: release, out_of_order, reordered, duplicate, queued_ns }
     }
 }
 
@@ -701,6 +704,21 @@ mod tests {
     }
 
     #[test]
+    fn a_delivered_packet_says_how_long_it_waited_in_the_queue() {
+        // 1 Gbit/s: 1250 B take 10 us. Three at once, then one after the queue has drained.
+        let config = DirectionConfig { rate_bps: 1_000_000_000, ..Default::default() };
+        let mut s = Shaper::new(config, QueueLimit::Packets(10), 1, Direction::AToB);
+        let queued = |v| match v {
+            Verdict::Deliver { queued_ns, .. } => queued_ns,
+            Verdict::Drop(why) => panic!("dropped: {why:?}"),
+        };
+        assert_eq!(queued(s.on_packet(0, 1250)), 0);
+        assert_eq!(queued(s.on_packet(0, 1250)), 10_000);
+        assert_eq!(queued(s.on_packet(5_000, 1250)), 15_000);
+        assert_eq!(queued(s.on_packet(100_000, 1250)), 0);
+    }
+
+    #[test]
     fn default_queue_is_one_bdp_with_a_floor() {
         assert_eq!(
             default_queue_limit(1_000_000_000, 50_000_000, 50_000_000),
@@ -768,7 +786,7 @@ mod tests {
         let n = 100_000u64;
         let (mut re, mut dup) = (0u64, 0u64);
         for i in 0..n {
-            let Verdict::Deliver { reordered, duplicate, release_ns, out_of_order } =
+            let Verdict::Deliver { reordered, duplicate, release_ns, out_of_order, .. } =
                 s.on_packet(i * 100_000, 100)
             else {
                 panic!()
