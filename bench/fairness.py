@@ -44,9 +44,10 @@ PAIRS = ("cubic+cubic", "sluice+cubic", "sluice+sluice")
 # "cubic+sluice" is "sluice+cubic" with the cubic flow first: with --fairness-stagger the first flow
 # of a pair starts that long before the second (issue 25 item 4: Sluice first, second, together).
 # "sluice+bbr" and "bbr+sluice": the same beside one `iperf3 -C bbr` flow (issue 25 item 4: `fair`
-# holds its share against cubic and BBR).
+# holds its share against cubic and BBR). "cubic+bbr": what TCP cubic itself keeps beside that BBR flow,
+# the yardstick of a fair share there.
 EXTRA_PAIRS = ("sluice-low+sluice", "sluice-low+cubic", "sluice-tcp+cubic", "sluice-tcp4+cubic",
-               "cubic+sluice", "sluice+bbr", "bbr+sluice")
+               "cubic+sluice", "sluice+bbr", "bbr+sluice", "cubic+bbr")
 TICK_S = 0.2
 
 
