@@ -12,6 +12,10 @@ queue, the same seed) for the CLI copy and for the browser's session.
     (cd crates/sluice-cli/web-tests && npm ci)
     python3 bench/web_wan.py --rtt-ms 100 --loss 1 --size-mib 1024 --via webtransport \
         --dirs download,upload
+
+`--files N` moves a folder of N files of `--file-kib` KiB (in 10 subfolders) instead: the
+browser's download and upload of it, and the CLI's `sluice cp -r` of it both ways as the
+yardstick (each browser direction is read against the CLI's same direction).
 """
 
 import argparse
@@ -88,10 +92,61 @@ def cli_download(path, binary, out, size_mib):
             "mib_s": f"{size_mib / seconds:.1f}"}
 
 
-def browser(path, binary, out, size_mib, via, dirs, timeout_s):
+def make_tree(top, files, file_kib):
+    """`files` files of random bytes, `file_kib` KiB each, in 10 subfolders of `top`."""
+    for i in range(files):
+        d = os.path.join(top, f"d{i % 10}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i}.bin"), "wb") as f:
+            f.write(os.urandom(file_kib << 10))
+
+
+def cli_tree(path, binary, out, files, file_kib, direction):
+    """`sluice cp -r` of a folder of `files` files between a server in a and b, one way;
+    seconds, and the folders compared."""
+    root, local = os.path.join(out, "cli-root"), os.path.join(out, "cli-local")
+    for d in (root, local):
+        os.makedirs(d, exist_ok=True)
+    src = os.path.join(root if direction == "download" else local, "tree")
+    make_tree(src, files, file_kib)
+    tokens = os.path.join(out, "cli-tokens")
+    fd = os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(TOKEN + "\n")
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", path.ns_a, binary, "serve", "--root", root, "--listen",
+         f"{A_ADDR}:{CLI_PORT}", "--state-dir", os.path.join(out, "cli-state"), "--tokens", tokens,
+         "--no-path-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    copy = ([f"{A_ADDR}:tree", local + "/"] if direction == "download"
+            else [src, f"{A_ADDR}:"])
+    try:
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        subprocess.run(
+            ["ip", "netns", "exec", path.ns_b, binary, "cp", "-q", "-r", "-P", str(CLI_PORT),
+             "--token-file", tokens, "--known-hosts", os.path.join(out, "cli-known"),
+             "--accept-new-host", "--no-path-memory", *copy], check=True)
+        seconds = time.monotonic() - t0
+    finally:
+        server.terminate()
+        server.wait()
+    if subprocess.run(["diff", "-r", os.path.join(root, "tree"),
+                       os.path.join(local, "tree")]).returncode != 0:
+        raise RuntimeError(f"the CLI's {direction} of the folder differs")
+    shutil.rmtree(root)
+    shutil.rmtree(local)
+    mib = files * file_kib / 1024
+    return {"via": "cli", "dir": direction, "mib": mib, "files": files,
+            "seconds": f"{seconds:.2f}", "mib_s": f"{mib / seconds:.1f}"}
+
+
+def browser(path, binary, out, size_mib, via, dirs, timeout_s, files=0, file_kib=64,
+            failed_ok=False):
     """measure.mjs in b against a server in a: its result rows."""
     env = dict(os.environ, SLUICE_BIN=binary, SLUICE_WEB_OUT=os.path.join(out, "web"),
                SIZE_MIB=str(size_mib), MEASURE_TIMEOUT_S=str(timeout_s), MEASURE_VIA=via, MEASURE_DIRS=dirs,
+               MEASURE_FILES=str(files), MEASURE_FILE_KIB=str(file_kib),
+               MEASURE_FAILED_OK="1" if failed_ok else "0",
                SLUICE_SERVER_NS=path.ns_a, SLUICE_WEB_ADDR=f"{A_ADDR}:{WEB_PORT}")
     # The server's log (RUST_LOG=sluice=debug traces its WebTransport controller) is kept.
     log = f"/tmp/web_wan-{os.getpid()}-{via}.log"
@@ -116,7 +171,13 @@ def main():
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--via", default="webtransport", help="webtransport,https,auto (auto: the page measures both on the transfer and takes the faster)")
     ap.add_argument("--dirs", default="download,upload")
-    ap.add_argument("--no-cli", action="store_true", help="skip the CLI's download")
+    ap.add_argument("--no-cli", action="store_true", help="skip the CLI's copy")
+    ap.add_argument("--files", type=int, default=0,
+                    help="a folder of this many files instead of one file of --size-mib")
+    ap.add_argument("--file-kib", type=int, default=64, help="each file's size with --files")
+    ap.add_argument("--failed-ok", action="store_true",
+                    help="with --files: a browser run ends when each file is done or failed (the "
+                         "count is shown; the files are not compared), to time an old build")
     ap.add_argument("--seed", type=int, default=4242)
     ap.add_argument("--timeout-s", type=int, default=600,
                     help="a browser transfer that takes longer fails the run")
@@ -132,19 +193,27 @@ def main():
     prefix = f"webwan-{os.getpid()}"
     path = WanPath(prefix, LINKEM, args.rate_mbit, args.rtt_ms, args.loss, log_dir="/tmp",
                    batch_us=args.batch_us)
-    print(f"# {path.label}, {args.size_mib} MiB", flush=True)
+    what = (f"{args.files} files of {args.file_kib} KiB" if args.files
+            else f"{args.size_mib} MiB")
+    print(f"# {path.label}, {what}, {args.bin}", flush=True)
     rows = []
     try:
         os.makedirs(out)
         path.up()
-        runs = [] if args.no_cli else [("cli", None)]
+        cli_dirs = args.dirs.split(",") if args.files else ["download"]
+        runs = [] if args.no_cli else [("cli", d) for d in cli_dirs]
         runs += [(via, args.dirs) for via in args.via.split(",")]
         for via, dirs in runs:
             path.begin_run(args.seed)
             drops = (udp_drops(path.ns_a), udp_drops(path.ns_b))
             try:
-                got = ([cli_download(path, args.bin, out, args.size_mib)] if via == "cli"
-                       else browser(path, args.bin, out, args.size_mib, via, dirs, args.timeout_s))
+                if via == "cli" and args.files:
+                    got = [cli_tree(path, args.bin, out, args.files, args.file_kib, dirs)]
+                elif via == "cli":
+                    got = [cli_download(path, args.bin, out, args.size_mib)]
+                else:
+                    got = browser(path, args.bin, out, args.size_mib, via, dirs, args.timeout_s,
+                                  args.files, args.file_kib, args.failed_ok)
             finally:
                 emu_cpu = cpu_s(path.emu.pid)
                 counters = path.end_run()
@@ -160,14 +229,16 @@ def main():
     finally:
         path.down()
         shutil.rmtree(out, ignore_errors=True)
-    cli = next((float(r["seconds"]) for r in rows if r["via"] == "cli"), None)
-    print("\n| via | direction | MiB | seconds | MiB/s | x CLI download | of which the last check s "
+    cli = {r["dir"]: float(r["seconds"]) for r in rows if r["via"] == "cli"}
+    print("\n| via | direction | MiB | files | seconds | MiB/s | x CLI (same direction; one file: its download) | of which the last check s "
           "| server CPU s | browser CPU s | of it, by process | receive-buffer drops (server, "
           "client side) | linkem CPU s (whole run) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for r in rows:
-        ratio = f"{cli / float(r['seconds']):.2f}" if cli else "-"
-        print(f"| {r['via']} | {r['dir']} | {r['mib']} | {r['seconds']} | {r['mib_s']} | {ratio} "
+        yard = cli.get(r["dir"] if args.files else "download")
+        ratio = f"{yard / float(r['seconds']):.2f}" if yard else "-"
+        failed = f" ({r['failed']} failed)" if r.get("failed") else ""
+        print(f"| {r['via']} | {r['dir']} | {r['mib']} | {r.get('files', 1)}{failed} | {r['seconds']} | {r['mib_s']} | {ratio} "
               f"| {r.get('verify_s', '-')} | {r.get('server_cpu_s', '-')} | {r.get('browser_cpu_s', '-')} "
               f"| {r.get('browser_cpu_by_kind', '-')} | {r['rcvbuf_drops_server']}, {r['rcvbuf_drops_client']} | {r['linkem_cpu_s']} |")
 

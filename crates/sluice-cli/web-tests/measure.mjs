@@ -11,7 +11,9 @@
 // MEASURE_RESUME_AT=0.75 cancels each download once that share of it is written and times its
 // retry instead (which resumes from what was kept),
 // MEASURE_TIMEOUT_S bounds each transfer (default 1800); MEASURE_ROUNDS=N runs them N times in
-// the same page;
+// the same page; MEASURE_FILES=N moves a folder of N files of MEASURE_FILE_KIB (default 64) in
+// 10 subfolders instead of the one file (a download of the server's folder into the browser's
+// storage, an upload of a picked folder), timed until every file's row is done;
 // SLUICE_SERVER_NS=NS with SLUICE_WEB_ADDR=IP:PORT runs the server in network namespace NS
 // (`ip netns exec`) on that address, for a path through an emulated link
 // (bench/web_wan.py runs this script that way, inside the other namespace).
@@ -36,6 +38,12 @@ const serverNs = process.env.SLUICE_SERVER_NS;
 const webAddr = process.env.SLUICE_WEB_ADDR ?? "127.0.0.1:0";
 const HZ = 100;
 const timeoutMs = Number(process.env.MEASURE_TIMEOUT_S ?? 1800) * 1000;
+const files = Number(process.env.MEASURE_FILES ?? 0);
+// MEASURE_FAILED_OK=1: a folder's run ends when every row is done or failed (how many failed is
+// in the result, and the files are not compared): an old build that fails a few files of a
+// folder is timed too.
+const failedOk = process.env.MEASURE_FAILED_OK === "1";
+const fileKib = Number(process.env.MEASURE_FILE_KIB ?? 64);
 
 /**
  * CPU seconds (user + system) of `pid` and every process below it, by /proc: the total, and by
@@ -105,7 +113,18 @@ for (const d of [root, local, path.join(out, "state")]) fs.mkdirSync(d, { recurs
 fs.writeFileSync(path.join(out, "tokens"), `${TOKEN}\n`, { mode: 0o600 });
 // Random bytes (nothing compresses; QUIC and TLS do not compress anyway).
 const big = path.join(root, "big.bin");
-{
+if (files) {
+  // The folder: the server's for the download, the same bytes on this side for the upload.
+  for (let i = 0; i < files; i += 1) {
+    const rel = path.join(`d${i % 10}`, `f${i}.bin`);
+    const bytes = Buffer.alloc(fileKib << 10);
+    for (let k = 0; k < bytes.length; k += 4) bytes.writeUInt32LE((Math.random() * 2 ** 32) >>> 0, k);
+    for (const top of [path.join(root, "down-tree"), path.join(local, "up-tree")]) {
+      fs.mkdirSync(path.join(top, `d${i % 10}`), { recursive: true });
+      fs.writeFileSync(path.join(top, rel), bytes);
+    }
+  }
+} else {
   const fd = fs.openSync(big, "w");
   const piece = Buffer.alloc(16 << 20);
   for (let at = 0; at < size; at += piece.length) {
@@ -113,10 +132,25 @@ const big = path.join(root, "big.bin");
     fs.writeSync(fd, piece, 0, Math.min(piece.length, size - at));
   }
   fs.closeSync(fd);
+  fs.copyFileSync(big, path.join(local, "up.bin"));
 }
-fs.copyFileSync(big, path.join(local, "up.bin"));
 const sha = (p) => createHash("sha256").update(fs.readFileSync(p)).digest("hex");
-const want = sha(big);
+const want = files ? "" : sha(big);
+/** Every file below `dir`, by its path there, with its SHA-256. */
+const shaTree = (dir) => {
+  /** @type {Record<string, string>} */
+  const found = {};
+  const walk = (d, prefix) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(path.join(d, e.name), `${prefix}${e.name}/`);
+      else found[`${prefix}${e.name}`] = sha(path.join(d, e.name));
+    }
+  };
+  walk(dir, "");
+  return JSON.stringify(found, Object.keys(found).sort());
+};
+const rows = files || 1;
+const moved = files ? (files * fileKib) / 1024 : mib;
 
 const serveArgs = [
   "serve", "--root", root, "--tokens", path.join(out, "tokens"), "--state-dir", path.join(out, "state"),
@@ -157,12 +191,15 @@ try {
       page.evaluate(() => `${document.querySelector("#queue")?.textContent} | ${document.querySelector("#transport")?.textContent}`)
         .then((t) => console.error(`measure: ${t}`), () => {});
     }, 10000);
-    await page.waitForFunction(() => {
+    await page.waitForFunction(([n, failedOk]) => {
       const rows = [...document.querySelectorAll("#queue tr")];
       const failed = rows.find((r) => r.dataset.state === "failed");
-      if (failed) throw new Error(`a transfer failed: ${failed.textContent}`);
-      return rows.length === 1 && rows[0].dataset.state === "done";
-    }, null, { timeout: timeoutMs, polling: 10 }).finally(() => clearInterval(watch));
+      if (failed && !failedOk) throw new Error(`a transfer failed: ${failed.textContent}`);
+      return rows.length === n && rows.every((r) => ["done", "failed"].includes(r.dataset.state ?? ""));
+    }, [rows, failedOk], { timeout: timeoutMs, polling: 10 }).finally(() => clearInterval(watch));
+    const failed = await page.$$eval('#queue tr[data-state="failed"]', (r) => r.map((e) => e.textContent));
+    if (failed.length) console.error(`measure: failed: ${failed.join(" | ")}`);
+    return failed.length;
   };
   const opfsClear = () => page.evaluate(async () => {
     const dir = await navigator.storage.getDirectory();
@@ -179,14 +216,14 @@ try {
       page.evaluate(() => document.querySelector("#queue")?.textContent ?? "")
         .then((t) => { if (verifyAt === null && t.includes("verifying")) verifyAt = performance.now(); }, () => {});
     }, 50);
-    await run().finally(() => clearInterval(look));
+    const failed = await run().finally(() => clearInterval(look));
     const s = (performance.now() - t0) / 1000;
     const serverCpu = treeCpu(server.pid).total - server0;
     // The browser: every process below this script but the server (and this script itself).
     const all1 = treeCpu(process.pid);
     const browserCpu = all1.total - all0.total - serverCpu;
     results.push({
-      via, dir, mib, seconds: s.toFixed(2), mib_s: (mib / s).toFixed(1),
+      via, dir, mib: moved, files: rows, failed, seconds: s.toFixed(2), mib_s: (moved / s).toFixed(1),
       verify_s: verifyAt === null ? "-" : ((t0 + s * 1000 - verifyAt) / 1000).toFixed(2),
       server_cpu_s: serverCpu.toFixed(1), browser_cpu_s: browserCpu.toFixed(1),
       browser_cpu_by_kind: kindsSpent(all0, all1),
@@ -209,7 +246,7 @@ try {
       // Download into the browser's own storage.
       await opfsClear();
       await page.click("#pane-0 button.browser-storage");
-      await row("#pane-1", "big.bin").click();
+      await row("#pane-1", files ? "down-tree" : "big.bin").click();
       if (resumeAt !== null) {
         // Cancelled part way, then timed from the retry: what was kept is hashed again.
         await page.keyboard.press("F5");
@@ -219,14 +256,33 @@ try {
         await page.waitForSelector('#queue tr[data-state="cancelled"]');
         await timed(`${tag} resumed at ${resumeAt}`, "download", async () => {
           await page.click("#queue tr button.retry");
-          await done();
+          return done();
         });
         console.error(`measure: ${await page.textContent("#queue")}`);
       } else {
         await timed(tag, "download", async () => {
           await page.keyboard.press("F5");
-          await done();
+          return done();
         });
+      }
+      if (files && !results.at(-1).failed) {
+        // Every file came whole (SHA-256 in the page, of the browser's storage).
+        const got = await page.evaluate(async () => {
+          /** @type {Record<string, string>} */
+          const found = {};
+          const walk = async (dir, prefix) => {
+            for await (const h of dir.values()) {
+              if (h.kind === "directory") await walk(h, `${prefix}${h.name}/`);
+              else {
+                const digest = await crypto.subtle.digest("SHA-256", await (await h.getFile()).arrayBuffer());
+                found[`${prefix}${h.name}`] = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+              }
+            }
+          };
+          await walk(await (await navigator.storage.getDirectory()).getDirectoryHandle("down-tree"), "");
+          return JSON.stringify(found, Object.keys(found).sort());
+        });
+        if (got !== shaTree(path.join(root, "down-tree"))) throw new Error(`${via}: the folder downloaded differs`);
       }
       await page.click("#clear-done");
       await opfsClear();
@@ -234,14 +290,18 @@ try {
     if (dirs.includes("upload")) {
       // Upload from a picked file, replacing what is there.
       await page.selectOption("#policy", "always");
-      await page.locator("#pane-0 input.pick-files").setInputFiles(path.join(local, "up.bin"));
-      await row("#pane-0", "up.bin").click();
+      const name = files ? "up-tree" : "up.bin";
+      if (files) await page.locator("#pane-0 input.pick-folder").setInputFiles(path.join(local, name));
+      else await page.locator("#pane-0 input.pick-files").setInputFiles(path.join(local, name));
+      await row("#pane-0", name).click();
       await timed(tag, "upload", async () => {
         await page.keyboard.press("F5");
-        await done();
+        return done();
       });
-      if (sha(path.join(root, "up.bin")) !== want) throw new Error(`${via}: the upload differs`);
-      fs.rmSync(path.join(root, "up.bin"));
+      const same = results.at(-1).failed ? true : files ? shaTree(path.join(root, name)) === shaTree(path.join(local, name))
+        : sha(path.join(root, name)) === want;
+      if (!same) throw new Error(`${via}: the upload differs`);
+      fs.rmSync(path.join(root, name), { recursive: true });
       await page.click("#clear-done");
     }
     }

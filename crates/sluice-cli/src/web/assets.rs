@@ -37,6 +37,8 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/js/fetch.js", JS, include_bytes!("../../web/js/fetch.js")),
     ("/js/machines.js", JS, include_bytes!("../../web/js/machines.js")),
     ("/js/store.js", JS, include_bytes!("../../web/js/store.js")),
+    ("/js/batches.js", JS, include_bytes!("../../web/js/batches.js")),
+    ("/js/fetch_small.js", JS, include_bytes!("../../web/js/fetch_small.js")),
     ("/sluice.wasm", "application/wasm", include_bytes!(concat!(env!("OUT_DIR"), "/sluice.wasm"))),
 ];
 

@@ -182,9 +182,9 @@ async function copy() {
       throw new Error("copies between this computer and another server go through this server: copy here first");
     } else if (from.side === "local" && to.side === "server") {
       if (!from.local) throw new Error("nothing on this computer is open");
-      for (const item of items) await uploadTree(from.local, join(from.path, item.name), item.kind, join(to.path, item.name));
+      await uploadItems(from.local, from.path, items, to.path);
     } else if (from.side === "server" && to.side === "local") {
-      for (const item of items) await downloadTree(join(from.path, item.name), item, to, join(to.path, item.name));
+      await downloadItems(from.path, items, to);
     } else {
       throw new Error("copy goes between two panes of different sides");
     }
@@ -196,50 +196,107 @@ async function copy() {
 }
 
 /**
- * Queues the upload of a local file, or creates the folder on the server and walks it.
+ * Uploads `items` of the local folder `from` into the server's folder `to`: the folders are
+ * walked here and made on the server (each level's at once), then every file is queued at once,
+ * so a folder's small files share machine runs (batches.js).
  * @param {import("./local.js").Local} local
- * @param {string} src
- * @param {string} kind
- * @param {string} dest
+ * @param {string} from
+ * @param {{ name: string, kind: string }[]} items
+ * @param {string} to
  */
-async function uploadTree(local, src, kind, dest) {
-  if (kind !== "dir") {
-    transfers.upload(await local.file(src), dest);
-    return;
+async function uploadItems(local, from, items, to) {
+  /** @type {{ file: File, path: string }[]} */
+  const files = [];
+  /** @type {string[][]} the folders to make, by depth */
+  const levels = [];
+  /**
+   * @param {string} src
+   * @param {string} kind
+   * @param {string} path beneath `to`
+   * @param {number} depth
+   */
+  const walk = async (src, kind, path, depth) => {
+    if (kind !== "dir") {
+      files.push({ file: await local.file(src), path });
+      return;
+    }
+    (levels[depth] ??= []).push(join(to, path));
+    for (const entry of await local.list(src)) {
+      await walk(join(src, entry.name), entry.kind, join(path, entry.name), depth + 1);
+    }
+  };
+  for (const item of items) await walk(join(from, item.name), item.kind, item.name, 0);
+  for (const level of levels) {
+    await Promise.all(level.map((dir) => api.mkdir(dir).catch((e) => {
+      if (e.code !== "exists") throw e;
+    })));
   }
-  await api.mkdir(dest).catch((e) => {
-    if (e.code !== "exists") throw e;
+  queueUploads(files, to);
+}
+
+/** Copies queued so far (each copy's files share machine runs, not another's). */
+let copies = 0;
+
+/**
+ * Queues the upload of `files` (each with its path beneath the server's folder `to`) as one copy.
+ * @param {{ file: File, path: string }[]} files
+ * @param {string} to
+ */
+function queueUploads(files, to) {
+  const key = `up:${copies++}`;
+  transfers.together(() => {
+    for (const { file, path } of files) transfers.upload(file, join(to, path), { key, root: to, path, file });
   });
-  for (const entry of await local.list(src)) {
-    await uploadTree(local, join(src, entry.name), entry.kind, join(dest, entry.name));
-  }
 }
 
 /**
- * Queues the download of a server file, or walks a server folder into the local folder.
- * @param {string} src
- * @param {{ kind: string, size: number, mtime: number, name: string }} entry
+ * Downloads `items` of the server's folder `from` into the local folder of `to`: a folder is
+ * walked (each level's folders listed at once) and made here, then its files are queued at
+ * once, so its small files share machine runs (batches.js).
+ * @param {string} from
+ * @param {{ kind: string, size: number, mtime: number, name: string }[]} items
  * @param {Pane} to
- * @param {string} dest
  */
-async function downloadTree(src, entry, to, dest) {
+async function downloadItems(from, items, to) {
   const local = to.local;
-  if (!(local instanceof HandleDir)) {
-    if (entry.kind === "dir") throw new Error("open a folder on this computer (or use the browser storage) to download folders");
-    // No folder to write into: the browser's own download.
-    const link = document.createElement("a");
-    link.href = api.fileUrl(src);
-    link.download = entry.name;
-    link.click();
-    return;
-  }
-  if (entry.kind === "file") {
-    transfers.download(src, entry.size, local, dest, entry.mtime);
-  } else if (entry.kind === "dir") {
-    await local.dir(dest, true);
-    for (const child of (await api.list(src)).entries) {
-      await downloadTree(join(src, child.name), child, to, join(dest, child.name));
+  for (const item of items) {
+    const src = join(from, item.name);
+    const dest = join(to.path, item.name);
+    if (!(local instanceof HandleDir)) {
+      if (item.kind === "dir") throw new Error("open a folder on this computer (or use the browser storage) to download folders");
+      // No folder to write into: the browser's own download.
+      const link = document.createElement("a");
+      link.href = api.fileUrl(src);
+      link.download = item.name;
+      link.click();
+      continue;
     }
+    if (item.kind === "file") transfers.download(src, item.size, local, dest, item.mtime);
+    if (item.kind !== "dir") continue;
+    /** @type {{ src: string, dest: string, path: string, size: number, mtime: number }[]} */
+    const files = [];
+    let level = [{ src, dest, path: item.name }];
+    while (level.length) {
+      await Promise.all(level.map((d) => local.dir(d.dest, true)));
+      const listed = await Promise.all(level.map((d) => api.list(d.src)));
+      /** @type {typeof level} */
+      const next = [];
+      level.forEach((d, k) => {
+        for (const child of listed[k].entries) {
+          const c = { src: join(d.src, child.name), dest: join(d.dest, child.name), path: `${d.path}/${child.name}` };
+          if (child.kind === "dir") next.push(c);
+          else if (child.kind === "file") files.push({ ...c, size: child.size, mtime: child.mtime });
+        }
+      });
+      level = next;
+    }
+    const key = `down:${copies++}`;
+    transfers.together(() => {
+      for (const f of files) {
+        const down = { local, dest: f.dest, mtime: f.mtime, whole: files.length };
+        transfers.download(f.src, f.size, local, f.dest, f.mtime, { key, root: src, path: f.path, down });
+      }
+    });
   }
 }
 
@@ -374,7 +431,7 @@ function dropTarget(p, index) {
     if (!files.length) return;
     if (p.side === "local") p.addPicked(files);
     else if (onlyCopies(p)) return;
-    else for (const file of files) transfers.upload(file, join(p.path, file.name));
+    else queueUploads(files.map((file) => ({ file, path: file.name })), p.path);
   });
 }
 

@@ -4,19 +4,21 @@
 // download from what the partial file beside its destination holds (a Range request with
 // If-Range, so a file changed on the server since comes whole). The rate limit is the
 // server's to hold (it paces each transfer to it, or to the token's lower one). Folders are
-// walked here and their files queued one by one.
+// walked by the caller and their files queued at once, each with its own row; over WebTransport
+// the small files of one copy go several to a machine run (batches.js).
 
 import * as api from "./api.js";
 import { RateChart } from "./chart.js";
 import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
+import { BATCH_FILE_MAX, batchOf, runBatch } from "./batches.js";
 import { fetchFile } from "./fetch.js";
 import { storeFile } from "./store.js";
 import { Tree, hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
 import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
 
-/** Transfers at once. */
+/** Transfers (machine runs, or HTTPS requests) at once. */
 const RUNNING_MAX = 3;
 
 /** @typedef {import("./local.js").Local} Local */
@@ -51,6 +53,8 @@ const POLICIES = [
  * @property {() => Promise<void>} run
  * @property {{ t: number, bytes: number }[]} samples
  * @property {HTMLTableRowElement | null} row
+ * @property {import("./batches.js").Batch | null} batch how it may go with others of its copy
+ *   in one run (null: alone)
  */
 
 /**
@@ -73,6 +77,10 @@ export class Transfers {
     this.onChange = onChange;
     /** @type {Policy | null} the answer for all, when the user gave one */
     this.policyForAll = null;
+    /** Runs under way (a batch of files is one). */
+    this.runs = 0;
+    /** While true, `pump` waits: the files of a copy are being queued. */
+    this.holding = false;
     byId("clear-done").addEventListener("click", () => {
       this.jobs = this.jobs.filter((j) => !["done", "skipped"].includes(j.state));
       this.render();
@@ -196,14 +204,17 @@ export class Transfers {
    * @param {"up" | "down"} dir
    * @param {number} size
    * @param {(job: Job) => Promise<void>} work
+   * @param {import("./batches.js").Batch | null} [batch]
    */
-  add(name, dir, size, work) {
+  add(name, dir, size, work, batch = null) {
     /** @type {Job} */
     const job = {
       id: this.nextId++, name, dir, size, done: 0, moved: 0, resumed: 0, state: "queued", note: "",
       abort: null, onCancel: null, samples: [], row: null, run: async () => {},
+      batch: batch && size <= BATCH_FILE_MAX ? batch : null,
     };
     job.run = async () => {
+      this.runs += 1;
       job.state = "running";
       job.note = "";
       job.abort = new AbortController();
@@ -221,6 +232,7 @@ export class Transfers {
         }
       }
       job.abort = null;
+      this.runs -= 1;
       this.render();
       this.onChange();
       this.pump();
@@ -230,13 +242,38 @@ export class Transfers {
     return job;
   }
 
-  /** Starts queued jobs while there are places. */
+  /**
+   * Queues what `queue` adds, then starts: a copy's files are all queued before the first
+   * run, so its small files share runs.
+   * @param {() => void} queue
+   */
+  together(queue) {
+    this.holding = true;
+    try {
+      queue();
+    } finally {
+      this.holding = false;
+      this.pump();
+    }
+  }
+
+  /** Starts queued jobs while there are places: a job that may go with others of its copy
+   * starts with them in one run. */
   pump() {
-    const running = this.jobs.filter((j) => j.state === "running").length;
-    for (const job of this.jobs.filter((j) => j.state === "queued").slice(0, RUNNING_MAX - running)) {
-      job.run();
+    if (this.holding) return;
+    for (let job = this.jobs.find((j) => j.state === "queued"); job && this.runs < RUNNING_MAX;
+      job = this.jobs.find((j) => j.state === "queued")) {
+      const group = job.batch ? batchOf(this.jobs, job) : [job];
+      if (group.length > 1) runBatch(this, group);
+      else job.run();
     }
     this.render();
+  }
+
+  /** The overwrite policy the user gave for every file (in the panel, or "for all"), if any. */
+  answered() {
+    const standing = /** @type {HTMLSelectElement} */ (byId("policy")).value;
+    return /** @type {Policy | ""} */ (standing) || this.policyForAll;
   }
 
   /**
@@ -246,9 +283,8 @@ export class Transfers {
    * @returns {Promise<Policy | null>} null: cancelled
    */
   async question(name, existing) {
-    const standing = /** @type {HTMLSelectElement} */ (byId("policy")).value;
-    if (standing) return /** @type {Policy} */ (standing);
-    if (this.policyForAll) return this.policyForAll;
+    const given = this.answered();
+    if (given) return given;
     const answer = await ask(
       `"${name}" exists (${existing}). What should happen?`,
       [...POLICIES, ...POLICIES.map((p) => ({ value: `all:${p.value}`, label: `${p.label} all` }))],
@@ -276,11 +312,12 @@ export class Transfers {
   }
 
   /**
-   * Uploads `file` to the server path `dest`.
+   * Uploads `file` to the server path `dest`; `batch`: it may go with others of its copy.
    * @param {File} file
    * @param {string} dest
+   * @param {import("./batches.js").Batch | null} [batch]
    */
-  upload(file, dest) {
+  upload(file, dest, batch = null) {
     return this.add(dest, "up", file.size, async (job) => {
       const mtime = Math.floor(file.lastModified / 1000);
       const which = { path: dest, size: file.size, mtime };
@@ -359,7 +396,7 @@ export class Transfers {
           status = await api.uploadStatus(dest, file.size, mtime);
         }
       }
-    });
+    }, batch);
   }
 
   /**
@@ -429,31 +466,54 @@ export class Transfers {
   }
 
   /**
-   * Downloads the server file `src` into the folder `local` at `dest`.
+   * Where a download of a file of time `mtime` goes in `local` at `dest`, by the overwrite
+   * question when a file is there: null when it is skipped.
+   * @param {import("./local.js").HandleDir} local
+   * @param {string} dest
+   * @param {number} mtime
+   */
+  async target(local, dest, mtime) {
+    const [dirPath, name] = split(dest);
+    const dir = await local.dir(dirPath, true);
+    let finalName = name;
+    const existing = await local.existing(dest);
+    if (existing) {
+      const answer = await this.question(dest, `${size(existing.size)} on this computer`);
+      if (!answer) throw new Error("not answered");
+      const newer = mtime > Math.floor(existing.lastModified / 1000);
+      if (answer === "never" || (answer === "if-newer" && !newer)) return null;
+      if (answer === "keep-both") finalName = await freeName(dir, name);
+    }
+    const partName = `.${finalName}.sluice-download`;
+    const part = await dir.getFileHandle(partName, { create: true });
+    /** Moves the verified partial file into place (over the file there, unless kept beside it). */
+    const place = async () => {
+      if (existing && finalName === name) await dir.removeEntry(name);
+      const move = /** @type {any} */ (part).move;
+      if (!move) throw new Error("this browser cannot rename the finished file");
+      await move.call(part, finalName);
+    };
+    return { dir, name, finalName, partName, part, place };
+  }
+
+  /**
+   * Downloads the server file `src` into the folder `local` at `dest`; `batch`: it may go with
+   * others of its copy.
    * @param {string} src
    * @param {number} fileSize
    * @param {import("./local.js").HandleDir} local
    * @param {string} dest
    * @param {number} mtime
+   * @param {import("./batches.js").Batch | null} [batch]
    */
-  download(src, fileSize, local, dest, mtime) {
+  download(src, fileSize, local, dest, mtime, batch = null) {
     return this.add(src, "down", fileSize, async (job) => {
-      const [dirPath, name] = split(dest);
-      const dir = await local.dir(dirPath, true);
-      let finalName = name;
-      const existing = await local.existing(dest);
-      if (existing) {
-        const answer = await this.question(dest, `${size(existing.size)} on this computer`);
-        if (!answer) throw new Error("not answered");
-        const newer = mtime > Math.floor(existing.lastModified / 1000);
-        if (answer === "never" || (answer === "if-newer" && !newer)) {
-          job.state = "skipped";
-          return;
-        }
-        if (answer === "keep-both") finalName = await freeName(dir, name);
+      const target = await this.target(local, dest, mtime);
+      if (!target) {
+        job.state = "skipped";
+        return;
       }
-      const partName = `.${finalName}.sluice-download`;
-      const part = await dir.getFileHandle(partName, { create: true });
+      const { dir, name, finalName, partName, part } = target;
       let have = (await part.getFile()).size;
       // The version of the file the partial bytes are of: without it they cannot be trusted.
       const tagKey = `sluice-etag:${src}\n${dest}`;
@@ -476,10 +536,7 @@ export class Transfers {
       // machine agreed the file's BLAKE3 with the server's, before it tells the server).
       let placed = false;
       const place = async () => {
-        if (existing && finalName === name) await dir.removeEntry(name);
-        const move = /** @type {any} */ (part).move;
-        if (!move) throw new Error("this browser cannot rename the finished file");
-        await move.call(part, finalName);
+        await target.place();
         localStorage.removeItem(tagKey);
         placed = true;
       };
@@ -532,7 +589,7 @@ export class Transfers {
       } finally {
         /** @type {Tree | null} */ (tree)?.drop();
       }
-    });
+    }, batch);
   }
 
   /**

@@ -28,7 +28,7 @@ pub use download::{Download, file_hash, open_download};
 pub use fetch::{Fetched, send_files};
 pub use ops::{delete, make_dir, rename};
 pub use pace::Pace;
-pub use store::{Stored, receive_files};
+pub use store::{Stored, Target, receive_files};
 pub use upload::{
     PARTIAL_TTL, PARTIALS_MAX, Partials, Policy, Upload, UploadDone, UploadSpec, UploadStatus,
     stop_upload, upload_status,

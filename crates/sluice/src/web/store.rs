@@ -6,6 +6,11 @@
 //! (planning under the overwrite policy, partial files, verified placement). The bytes come on
 //! the page's [`Carrier`]; everything else is the quinn driver's own (`session::drive`).
 //!
+//! A page's upload is one file at its own path ([`Target::File`]), or several files into a
+//! folder in one run ([`Target::Folder`]: a folder of small files costs the machines' round
+//! trips once, not once a file): the plan, the overwrite policy, the resume offers and the
+//! verification are per file, as in a CLI upload of several files.
+//!
 //! A partial file an HTTPS try of the same source left ([`super::upload`]) is taken over once
 //! the plan holds the path's claim, when it holds more whole blocks than the machines' own
 //! ([`super::partial`]): its blocks are offered as any resume's, and kept only where the page's
@@ -22,6 +27,17 @@ use crate::session::channel::blocking;
 use crate::session::drive::{Destination, Wire, run_receiving};
 use crate::session::{Access, Overwrite, SessionError};
 use crate::tree::ReceiveOptions;
+
+/// Where a page's upload goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The page's one file, at this path (its own, as over HTTPS: a folder there is refused);
+    /// `keep-both` gives it a free name.
+    File(String),
+    /// The page's files into this existing folder, each under its manifest path; `keep-both`
+    /// is refused (it names one file's free name: such a file goes alone).
+    Folder(String),
+}
 
 /// What a page's upload stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,17 +58,16 @@ pub struct Stored {
     pub renamed: Option<String>,
 }
 
-/// Receives the page's file at `path` (beneath `access`'s root: the file's own path, as over
-/// HTTPS; a folder there is refused) by `policy`, on a request's stream of `conn`, its bytes on
-/// `carrier`. With `keep-both` and a file at `path`, it goes to the next free name
-/// (`name (n).ext`) instead.
+/// Receives the page's files at `target` (beneath `access`'s root) by `policy`, on a
+/// request's stream of `conn`, their bytes on `carrier`. With [`Target::File`], `keep-both`
+/// and a file at its path, the page's file goes to the next free name (`name (n).ext`).
 /// Whatever fails, the page hears why on the stream (a `Failed` in the machine's framing,
 /// paths as it named them) unless it failed first; the error is returned too.
 pub async fn receive_files(
     conn: &quinn::Connection,
     (send, recv): (&mut quinn::SendStream, &mut quinn::RecvStream),
     access: Arc<Access>,
-    (path, policy): (String, Policy),
+    (target, policy): (Target, Policy),
     carrier: Arc<dyn Carrier>,
 ) -> Result<Stored, SessionError> {
     let root = access.root().to_owned();
@@ -68,12 +83,29 @@ pub async fn receive_files(
         adopt: Some(super::partial::take_https_partial),
         ..ReceiveOptions::default()
     };
+    let (path, into) = match target {
+        Target::File(path) => (path, false),
+        Target::Folder(path) => (path, true),
+    };
     let asked = path.clone();
     let planned = blocking(move || {
         let mut options = options;
         let dest = access.incoming(&asked, &mut options)?;
-        // A page's upload names the file's own path (as over HTTPS): never a folder it lands in.
         let fs = access.confined(&asked)?;
+        if into {
+            // The files land in it under their own names: it must be a folder (else the plan
+            // would take `dest` for a single file's new name), as the plan sees folders.
+            if !fs.is_dir(&dest) {
+                return Err(SessionError::Refused(format!("{asked}: not a folder")));
+            }
+            if policy == Policy::KeepBoth {
+                let why = format!("{asked}: keep both is for one file at its own path");
+                return Err(SessionError::Refused(why));
+            }
+            return Ok((dest, options, None));
+        }
+        // A page's upload of one file names its own path (as over HTTPS): never a folder it
+        // lands in.
         let found = fs.symlink_metadata(&dest).ok();
         if found.as_ref().is_some_and(std::fs::Metadata::is_dir) {
             return Err(SessionError::Refused(format!("{asked}: is a folder")));

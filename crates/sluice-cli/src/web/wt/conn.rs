@@ -4,7 +4,7 @@
 //!
 //! | request head                                   | then                                  |
 //! |------------------------------------------------|---------------------------------------|
-//! | `{op:"store", path, policy, tag, rate_bps}`     | no answer head: the stream carries an upload run by the transfer machines (the page's `Sending`, the server's `Receiving`: the CLI's planning by the overwrite policy, resume from a partial file, verified placement); the bytes come as `piece` requests of `tag` (`gather.rs`); `keep-both` stores beside an existing file under the next free name. Once the machines ended well, a last head as the HTTPS upload's answer says it: `{stored: true, name}` (the stored file's name, another than asked under `keep-both`), or `{stored: false}` (the policy kept the server's file) |
+//! | `{op:"store", path, policy, tag, rate_bps}`, or `dir` for `path` | no answer head: the stream carries an upload run by the transfer machines (the page's `Sending`, the server's `Receiving`: the CLI's planning by the overwrite policy, resume from a partial file, verified placement); the bytes come as `piece` requests of `tag` (`gather.rs`); `keep-both` stores beside an existing file under the next free name. Once the machines ended well, a last head as the HTTPS upload's answer says it: `{stored: true, name}` (the stored file's name, another than asked under `keep-both`), or `{stored: false}` (the policy kept the server's file). With `dir` (an existing folder) the page's manifest lists several files, which go into it in one run, each by the policy (`keep-both` is refused: a file to keep beside another goes alone); the last head is `{stored: true|false, files}` (how many were stored; the machine's `wanted` said which) |
 //! | `{op:"piece", tag, phase, offset, len}`, then `len` bytes | `{}` once the piece is taken by the `store` of that tag of the same page (`gather.rs`) |
 //! | `{op:"fetch", paths, tag, rate_bps, early}`     | no answer head: the stream carries a download run by the transfer machines (the server's `Sending`, the page's `Receiving`), their messages in their framing; the bytes come on the server's streams (`push.rs`); `early`: they start right behind the manifest (the page holds nothing of it) |
 //!
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice::web::{Pace, Policy};
+use sluice::web::{Pace, Policy, Target};
 use tokio::task::JoinSet;
 use wtransport::{Connection, RecvStream, SendStream};
 
@@ -37,8 +37,12 @@ const PIECES_AT_ONCE: usize = 8;
 #[serde(tag = "op", rename_all = "lowercase")]
 enum Request {
     Store {
-        /// The file's path on the server.
-        path: String,
+        /// The file's path on the server (one file)...
+        #[serde(default)]
+        path: Option<String>,
+        /// ...or the folder the page's files go into (several).
+        #[serde(default)]
+        dir: Option<String>,
         /// The overwrite policy's name (`refuse` when none).
         #[serde(default)]
         policy: Option<String>,
@@ -160,9 +164,9 @@ async fn stream(
             .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "auth", "log in first"))?;
         let access = login.access.clone();
         match request {
-            Request::Store { path, policy, tag, rate_bps } => {
+            Request::Store { path, dir, policy, tag, rate_bps } => {
                 let to = (&connection, &mut send, &mut recv);
-                store(&session, to, access, (path, policy), tag, rate_bps).await;
+                store(&session, to, access, ((path, dir), policy), tag, rate_bps).await;
                 Ok(None)
             }
             Request::Piece(head) => {
@@ -231,19 +235,28 @@ async fn fetch(
     }
 }
 
-/// `store`: the page's file to `path` by `policy`, run by the transfer machines on this stream,
-/// the bytes on the page's streams of `tag` (`gather.rs`). Every failure goes to the page as the
-/// machine's `Failed`.
+/// `store`: the page's file to `path`, or its files into `dir`, by `policy`, run by the transfer
+/// machines on this stream, the bytes on the page's streams of `tag` (`gather.rs`). Every
+/// failure goes to the page as the machine's `Failed`.
 async fn store(
     session: &Session,
     (connection, send, recv): (&Connection, &mut SendStream, &mut RecvStream),
     access: Arc<sluice::session::Access>,
-    (path, policy): (String, Option<String>),
+    (path_or_dir, policy): ((Option<String>, Option<String>), Option<String>),
     tag: u64,
     rate_bps: Option<u64>,
 ) {
     let refuse = |err: sluice::session::SessionError| {
         sluice::session::messages::failed_frame(err.code(), &err.detail())
+    };
+    let target = match path_or_dir {
+        (Some(path), None) => Target::File(path),
+        (None, Some(dir)) => Target::Folder(dir),
+        _ => {
+            let why = "a store names a path or a dir".to_owned();
+            let _ = send.write_all(&refuse(sluice::session::SessionError::Refused(why))).await;
+            return;
+        }
     };
     let name = policy.as_deref().unwrap_or("refuse");
     let Some(policy) = Policy::from_name(name) else {
@@ -272,8 +285,8 @@ async fn store(
     let quic = connection.quic_connection();
     let streams = (send.quic_stream_mut(), recv.quic_stream_mut());
     let carrier = Arc::new(carrier);
-    let asked = path.clone();
-    match sluice::web::receive_files(quic, streams, access, (path, policy), carrier).await {
+    let asked = target.clone();
+    match sluice::web::receive_files(quic, streams, access, (target, policy), carrier).await {
         Ok(stored) => {
             session.app.gate.metrics().repaired(stored.repaired);
             tracing::info!(?stored, "a page's upload stored and verified");
@@ -284,8 +297,13 @@ async fn store(
 }
 
 /// A `store`'s last head (see the table above): whether the page's file was stored, and the
-/// name it has (`asked`'s, or the free one `keep-both` took), as the HTTPS upload's answer.
-fn stored_head(stored: &sluice::web::Stored, asked: &str) -> Value {
+/// name it has (`asked`'s, or the free one `keep-both` took), as the HTTPS upload's answer; for
+/// a folder's files, how many were stored.
+fn stored_head(stored: &sluice::web::Stored, asked: &Target) -> Value {
+    let asked = match asked {
+        Target::Folder(_) => return json!({ "stored": stored.files > 0, "files": stored.files }),
+        Target::File(path) => path,
+    };
     if stored.files == 0 {
         return json!({ "stored": false });
     }

@@ -65,24 +65,45 @@ pub(super) async fn store(
     path: &str,
     policy: &str,
     data: &[u8],
+    play: Play,
+) -> Sent {
+    let name = path.rsplit('/').next().unwrap();
+    let head = json!({ "op": "store", "path": path, "policy": policy });
+    store_files(lanes, head, &[(name, data)], play).await
+}
+
+/// Uploads `files` (manifest paths and bytes) with the request `head` (a `store`'s, less its
+/// tag) from a page whose sessions are `lanes`.
+pub(super) async fn store_files(
+    lanes: &[Connection],
+    mut head: Value,
+    files: &[(&str, &[u8])],
     mut play: Play,
 ) -> Sent {
     let tag = TAGS.fetch_add(1, Ordering::Relaxed);
     let mut by_lane = vec![0; lanes.len()];
     let (mut send, recv) = lanes[0].open_bi().await.unwrap().await.unwrap();
-    let head_json = json!({ "op": "store", "path": path, "policy": policy, "tag": tag });
-    write_head(&mut send, &head_json).await;
+    head["tag"] = json!(tag);
+    write_head(&mut send, &head).await;
     let mut m = Module::default();
     let started = Instant::now();
     let now = || started.elapsed().as_secs_f64() * 1e3;
-    let name = path.rsplit('/').next().unwrap();
-    let manifest = json!([{ "path": name, "kind": "file", "size": data.len(), "mtime": 1_700_000_000, "mode": 0o644 }]);
-    let id = m.machines.send(now(), manifest.to_string().as_bytes());
+    let manifest: Vec<Value> = files
+        .iter()
+        .map(|(name, data)| {
+            json!({ "path": name, "kind": "file", "size": data.len(), "mtime": 1_700_000_000, "mode": 0o644 })
+        })
+        .collect();
+    let id = m.machines.send(now(), json!(manifest).to_string().as_bytes());
     assert_ne!(id, 0, "{}", m.machines.error());
     let input = |m: &mut Module, bytes: &[u8], event: bool| {
         m.buffer(bytes.len()).unwrap()[..bytes.len()].copy_from_slice(bytes);
         assert!(m.machine_input(id, now(), bytes.len(), event), "refused: {}", m.machines.error());
     };
+    // The wanted files (all until the server's plan says), laid end to end as the data is.
+    let mut wanted: Vec<&[u8]> = files.iter().map(|(_, data)| *data).collect();
+    let mut data: Vec<u8> = wanted.concat();
+    let mut ends: Vec<u64> = Vec::new();
     let mut frames = frames(recv);
     // The running phase's pushes: each ends when its stream is finished.
     let mut pushing: JoinSet<()> = JoinSet::new();
@@ -100,27 +121,43 @@ pub(super) async fn store(
                 continue;
             }
             let e: Value = serde_json::from_slice(out).unwrap();
-            let event = if let Some(offers) = e.get("check_resume") {
-                // The leading blocks the server holds that match this file's.
-                let mine = blocks(data);
+            let event = if let Some(w) = e.get("wanted") {
+                let numbers = w["files"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap());
+                wanted = numbers.map(|n| files[n as usize].1).collect();
+                data = wanted.concat();
+                let mut end = 0;
+                ends = wanted
+                    .iter()
+                    .map(|d| {
+                        end += d.len() as u64;
+                        end
+                    })
+                    .collect();
+                None
+            } else if let Some(offers) = e.get("check_resume") {
+                // The leading blocks the server holds that match each offered file's.
                 let kept: Vec<u64> = offers
                     .as_array()
                     .unwrap()
                     .iter()
                     .map(|o| {
+                        let file = wanted[o[0].as_u64().unwrap() as usize];
                         let theirs = o[1].as_array().unwrap();
+                        let mine = blocks(file);
                         let same = theirs.iter().zip(&mine).take_while(|(a, b)| a == b).count();
-                        (same as u64 * BLOCK_BYTES).min(data.len() as u64)
+                        (same as u64 * BLOCK_BYTES).min(file.len() as u64)
                     })
                     .collect();
                 Some(json!({ "resume_checked": { "kept": kept } }))
             } else if let Some(bind) = e.get("bind") {
                 Some(json!({ "bound": { "phase": bind["phase"] } }))
             } else if e == json!("hash_files") {
-                Some(json!({ "hashed": { "hashes": [hex(data)] } }))
+                let hashes: Vec<String> = wanted.iter().map(|d| hex(d)).collect();
+                Some(json!({ "hashed": { "hashes": hashes } }))
             } else if let Some(which) = e.get("hash_blocks") {
-                assert_eq!(which, &json!([0]));
-                Some(json!({ "blocks_hashed": { "hashed": [blocks(data)] } }))
+                let which = which.as_array().unwrap().iter().map(|k| k.as_u64().unwrap() as usize);
+                let hashed: Vec<Vec<String>> = which.map(|k| blocks(wanted[k])).collect();
+                Some(json!({ "blocks_hashed": { "hashed": hashed } }))
             } else if let Some(start) = e.get("start_data") {
                 let n = start["phase"].as_u64().unwrap() as u32;
                 if let Some(tab) = play.intruder.take() {
@@ -135,7 +172,7 @@ pub(super) async fn store(
                     .iter()
                     .map(|r| r[0].as_u64().unwrap()..r[1].as_u64().unwrap())
                     .collect();
-                let all = pieces(&ranges, &[data.len() as u64]);
+                let all = pieces(&ranges, &ends);
                 // A page that goes after some pieces sends no more than those.
                 let count =
                     play.stop_after.or(play.hold_after).map_or(all.len(), |n| n.min(all.len()));
@@ -169,7 +206,7 @@ pub(super) async fn store(
             } else {
                 // `stop_data`: the server has every byte while the pushes end; they end anyway.
                 let quiet = [json!("stop_hashing"), json!("stop_data")];
-                assert!(e.get("wanted").is_some() || quiet.contains(&e), "asked for {e}");
+                assert!(quiet.contains(&e), "asked for {e}");
                 None
             };
             if let Some(event) = event {
@@ -405,4 +442,121 @@ fn an_upload_waiting_for_its_pieces_ends_without_a_panic_when_the_server_goes() 
         assert!(!s.root().join("pub/g.bin").exists());
     });
     assert!(panics.is_empty(), "the server's threads panicked as it went: {panics:#?}");
+}
+
+/// How many uploads the server started (its `/metrics`).
+fn puts(s: &super::tests::Served) -> u64 {
+    let text = s.state.gate.metrics().render();
+    let line = text.lines().find(|l| l.starts_with("sluice_transfers_total{direction=\"put\"}"));
+    line.and_then(|l| l.rsplit(' ').next()).map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folders_files_go_in_one_run_each_by_the_policy() {
+    let s = serve().await;
+    let dir = s.root().join("pub/tree");
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    // The page's files are of 1_700_000_000: older.bin's copy on the server is older (replaced
+    // under if-newer), newer.bin's newer (kept).
+    for (name, secs) in [("older.bin", 1_600_000_000), ("newer.bin", 1_800_000_000)] {
+        let file = std::fs::File::create(dir.join(name)).unwrap();
+        std::io::Write::write_all(&mut &file, b"the server's").unwrap();
+        file.set_modified(at(secs)).unwrap();
+    }
+    let (a, b, c) = (bytes(SEED ^ 31, 70_000), bytes(SEED ^ 32, 5), bytes(SEED ^ 33, 200_000));
+    let (older, newer) = (bytes(SEED ^ 34, 1_000), bytes(SEED ^ 35, 2_000));
+    let files: [(&str, &[u8]); 6] = [
+        ("a <i>.bin", &a),
+        ("older.bin", &older),
+        ("b.bin", &b),
+        ("newer.bin", &newer),
+        ("empty.bin", &[]),
+        ("c.bin", &c),
+    ];
+    let (conn, _) = s.connect("all-token").await;
+    let one = std::slice::from_ref(&conn);
+    let head = json!({ "op": "store", "dir": "pub/tree", "policy": "if-newer" });
+    let sent = store_files(one, head, &files, Play::default()).await;
+    let done = sent.done.unwrap();
+    println!("done: {done}; last {:?}", sent.last);
+    assert!(done["ok"].is_object(), "{done}");
+    assert_eq!(sent.last, Some(json!({ "stored": true, "files": 5 })), "five of six stored");
+    for (name, data) in files {
+        let kept = name == "newer.bin";
+        let on_disk = std::fs::read(dir.join(name)).unwrap();
+        assert!(kept || on_disk == data, "{name}: every byte");
+        assert!(!kept || on_disk == b"the server's", "{name}: kept by the policy");
+    }
+    let moved = a.len() + older.len() + b.len() + c.len();
+    assert_eq!(s.counters.received.load(Ordering::Relaxed), moved as u64, "each byte once");
+    assert_eq!(puts(&s), 1, "one run for the six files");
+    // Nothing is left beside them.
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a <i>.bin", "b.bin", "c.bin", "empty.bin", "newer.bin", "older.bin"]);
+    // A folder's files are not kept both (each would need its own free name), nor sent into
+    // what is not a folder, nor outside the root.
+    let root = s.root().to_string_lossy().into_owned();
+    let refused = [("pub/tree", "keep-both"), ("pub/tree/b.bin", "always"), ("..", "always")];
+    for (dir, policy) in refused {
+        let head = json!({ "op": "store", "dir": dir, "policy": policy });
+        let done = store_files(one, head, &files[..1], Play::default()).await.done.unwrap();
+        println!("{dir} {policy}: {done}");
+        assert_eq!(done["error"]["peer"]["code"], "refused", "{dir} {policy}: {done}");
+        assert!(!done.to_string().contains(&root), "the server's own path shows: {done}");
+    }
+    assert_eq!(s.counters.received.load(Ordering::Relaxed), moved as u64, "nothing more");
+    let _ = s.stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_folder_run_resumes_its_large_file_and_sends_the_small_ones_again() {
+    let s = serve().await;
+    std::fs::create_dir_all(s.root().join("pub/r")).unwrap();
+    let small = bytes(SEED ^ 36, 10_000);
+    let big = bytes(SEED ^ 37, 3 * BLOCK_BYTES as usize + 7);
+    let files: [(&str, &[u8]); 2] = [("small.bin", &small), ("big.bin", &big)];
+    let (conn, _) = s.connect("all-token").await;
+    let one = std::slice::from_ref(&conn);
+    let head = json!({ "op": "store", "dir": "pub/r", "policy": "refuse" });
+    // The pieces: the small file, then the big one's blocks; the tab closes after three.
+    let play = Play { stop_after: Some(3), ..Play::default() };
+    let first = store_files(one, head.clone(), &files, play).await;
+    assert!(first.done.is_none(), "{:?}", first.done);
+    assert!(!s.root().join("pub/r/small.bin").exists(), "nothing stored from a cut-off run");
+    let mut before = 0;
+    for _ in 0..200 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = s.counters.received.load(Ordering::Relaxed);
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    assert_eq!(before, small.len() as u64 + 2 * BLOCK_BYTES, "the first try's three pieces came");
+    let mut done = None;
+    for _ in 0..100 {
+        let sent = store_files(one, head.clone(), &files, Play::default()).await;
+        let d = sent.done.unwrap();
+        if d["error"]["peer"]["code"] != "busy" {
+            done = Some(d);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let done = done.expect("the folder stayed busy for 5 s");
+    println!("done: {done}; {before} bytes before the cut");
+    assert!(done["ok"].is_object(), "{done}");
+    for (name, data) in files {
+        assert!(std::fs::read(s.root().join("pub/r").join(name)).unwrap() == data, "{name}");
+    }
+    let after = s.counters.received.load(Ordering::Relaxed) - before;
+    assert_eq!(done["ok"]["moved"], after, "the server took what the page sent, once");
+    // The big file's two blocks were kept; the small one (too small to keep) came again.
+    assert_eq!(after, small.len() as u64 + big.len() as u64 - 2 * BLOCK_BYTES);
+    let _ = s.stop.send(());
 }
