@@ -628,6 +628,51 @@ try {
   }
   check(httpsFiles.length === 0, `no file moved over HTTPS: ${httpsFiles.slice(0, 3)}`);
 
+  step = "webtransport: a folder's run, one file cancelled, the policy per file";
+  // Paced, so the run is under way when one file of it is cancelled: that file's row says
+  // cancelled, the others go again in a new run and are done; its retry brings it.
+  await clearDone();
+  await page.fill("#rate", "2");
+  await page.selectOption("#policy", "always");
+  const puts1 = await series('sluice_transfers_total{direction="put"}');
+  await local0.locator("input.pick-folder").setInputFiles(path.join(local, "tree200"));
+  await row(local0, "tree200").click();
+  await page.keyboard.press("F5");
+  await page.waitForFunction(() => document.querySelectorAll('#queue tr[data-state="running"]').length === 200,
+    null, { timeout: 60000, polling: 20 });
+  await page.waitForTimeout(500);
+  const last = page.locator("#queue tr").last();
+  const lastName = await last.locator("td.file").textContent();
+  await last.locator("button.cancel").click();
+  await page.fill("#rate", "0");
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll("#queue tr")];
+    return rows.filter((r) => r.dataset.state === "done").length === 199
+      && rows[rows.length - 1].dataset.state === "cancelled";
+  }, null, { timeout: 120000, polling: 100 });
+  await page.locator("#queue tr").last().locator("button.retry").click();
+  await jobsDone(200);
+  const cancelRuns = (await series('sluice_transfers_total{direction="put"}')) - puts1;
+  console.log(`e2e: ${lastName} cancelled in its folder's run; 200 files in ${cancelRuns} runs`);
+  check(cancelRuns >= 3 && cancelRuns < 200, `the run cancelled, the others again, then the retry: ${cancelRuns} runs`);
+  for (let i = 0; i < 200; i += 1) {
+    const rel = path.join("tree200", `d${i % 10}`, `f${i}.bin`);
+    check(shaFile(path.join(root, rel)) === shaFile(path.join(local, rel)), `${rel} hashes the same`);
+  }
+  // Skip: the server's plan keeps each file, in one run, and each row says skipped.
+  await clearDone();
+  await page.selectOption("#policy", "never");
+  const puts2 = await series('sluice_transfers_total{direction="put"}');
+  const received2 = await series(WT_RECEIVED);
+  await row(local0, "tree200").click();
+  await page.keyboard.press("F5");
+  await jobsDone(200);
+  check(await page.locator('#queue tr[data-state="skipped"]').count() === 200, "each file skipped by the policy");
+  check((await series('sluice_transfers_total{direction="put"}')) - puts2 === 1, "in one run");
+  check((await series(WT_RECEIVED)) === received2, "no byte moved");
+  await page.selectOption("#policy", "");
+  await clearDone();
+
   step = "an upload cut off over HTTPS goes on over WebTransport";
   // The retry goes by the other way: the server offers the machines the whole blocks of what
   // the HTTPS try wrote, the page keeps them (same BLAKE3), and only the rest moves.

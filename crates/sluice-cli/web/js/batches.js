@@ -7,6 +7,7 @@
 // a broken session) sends its files back to the queue one by one, where each goes as it would
 // alone: its question, its way, its fallback and its resume, as before.
 
+import * as api from "./api.js";
 import { size } from "./dom.js";
 import { fetchSmall } from "./fetch_small.js";
 import { hashBlob } from "./hash.js";
@@ -19,6 +20,9 @@ export const BATCH_FILE_MAX = 4 << 20;
 const BATCH_FILES_MAX = 256;
 /** Bytes of one run's files at most. */
 const BATCH_BYTES_MAX = 64 << 20;
+/** Runs of a batch refused as busy before its files go one by one, and the wait between. */
+const BUSY_TRIES = 40;
+const BUSY_WAIT_MS = 250;
 
 /**
  * How a file may go with others of its copy: those of the same `key` share runs.
@@ -32,6 +36,7 @@ const BATCH_BYTES_MAX = 64 << 20;
  * @property {{ local: import("./local.js").HandleDir, dest: string, mtime: number, whole: number }} [down]
  *   a download's: where it goes, the server's time of the file, and how many files the copy
  *   has (when a run has them all, their data starts right behind the manifest)
+ * @property {number} [tries] its runs refused as busy so far
  */
 
 /** @typedef {import("./transfers.js").Job} Job */
@@ -76,7 +81,13 @@ export async function runBatch(t, jobs) {
     const run = jobs[0].dir === "up" ? upload : download;
     alone = !(await run(t, jobs, stop.signal));
   } catch (e) {
-    if (!stop.signal.aborted) {
+    // A run of before (cancelled, cut off) may still be ending at the server, its files busy
+    // for a moment: this run goes again as it is, after a wait (the single file's rule).
+    const busy = e instanceof api.ApiError && e.code === "busy" && (jobs[0].batch?.tries ?? 0) < BUSY_TRIES;
+    if (busy && !stop.signal.aborted) {
+      for (const job of jobs) if (job.batch) job.batch.tries = (job.batch.tries ?? 0) + 1;
+      await new Promise((r) => setTimeout(r, BUSY_WAIT_MS));
+    } else if (!stop.signal.aborted) {
       console.warn("a batch of files failed: they go one by one", e);
       alone = true;
     }
