@@ -578,7 +578,17 @@ impl Adaptive {
         // does, since a newcomer's first report looks the same; if the queue is gone one round
         // trip later, it was no queue this flow built, and the rate comes back to what it was.
         // (Only a cut for a queue: the loss trend's has no queue to judge it by.)
-        if !self.scavenger && bottleneck_busy && standing_us < self.target_queue_delay_us() / 2.0 {
+        // Not over startup's own restore, which this cut does not cancel: the queue it answers
+        // is the overshoot's that the restore waits out (at 100 ms through `linkem` such a cut
+        // 0.1 s after startup took the restore's place, found the queue still there at its
+        // one look and lapsed, and a 128 MiB copy went on at two thirds of the link: 2.0 s
+        // where its neighbours took 1.65).
+        let startup_draining = self.restore.is_some_and(|r| !r.cancelled_by_cuts);
+        if !self.scavenger
+            && bottleneck_busy
+            && standing_us < self.target_queue_delay_us() / 2.0
+            && !startup_draining
+        {
             let first_look_us = now_us + (self.rtt_us + SYN) as u64;
             self.restore = Some(Restore {
                 cut_us: now_us,
@@ -1443,6 +1453,28 @@ mod tests {
         }
         assert!(!cc.in_startup());
         now
+    }
+
+    #[test]
+    fn a_cut_for_a_queue_that_did_not_stand_leaves_startups_restore_in_place() {
+        let mut cc = Adaptive::new(1452, 1 << 18, 100_000);
+        let left = overshoot(&mut cc, 60_000.0, 50_000);
+        let mut now = left;
+        // No queue for a round trip (too soon to restore), then one report of the overshoot's
+        // queue, 30 ms: a cut (within two round trips of startup's, as the queue is far above
+        // the target), provisional, since nothing stood before it.
+        while now < left + 100_000 {
+            now += 10_000;
+            cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 0, 50_000) });
+        }
+        let before = cc.rate_pps();
+        now += 10_000;
+        cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 30_000, 50_000) });
+        assert!(cc.rate_pps() < before, "cut: {} from {before}", cc.rate_pps());
+        // The queue is gone at the next report: startup's restore comes, to 95 % of the link.
+        now += 10_000;
+        cc.on_ack(&AckSignal { delivery_rate_pps: 50_000, ..ack(now, 0, 50_000) });
+        assert!(cc.rate_pps() >= 50_000.0 * RESTORE, "{}", cc.rate_pps());
     }
 
     /// After `now`: a queue of `queue_us` stands for 300 ms while the busy link delivers 50,000
