@@ -362,11 +362,21 @@ struct Train {
     /// latest of them.
     middle_pkts: u64,
     middle_end_us: u64,
+    /// The gap before the bunch in progress, and the gaps before the complete middle ones:
+    /// how many, their sum and the widest (see [`Train::interval_ns`]).
+    pending_gap_us: u64,
+    middle_gaps: u64,
+    middle_gaps_us: u64,
+    widest_middle_gap_us: u64,
 }
 
 /// Arrivals this close belong to one bunch (one release by the receive path): whole
 /// microseconds, and a host that stamps a batch packet by packet.
 const BUNCH_GAP_US: u64 = 1;
+/// A gap between a train's middle bunches this many times the others' mean is a stall of the
+/// sender (or of the path before the bottleneck), not the link's pace (see
+/// [`Train::interval_ns`]).
+const STALL_GAP_FACTOR: u64 = 4;
 
 impl Train {
     fn new(now_us: u64) -> Self {
@@ -379,6 +389,10 @@ impl Train {
             first_bunch_end_us: None,
             middle_pkts: 0,
             middle_end_us: now_us,
+            pending_gap_us: 0,
+            middle_gaps: 0,
+            middle_gaps_us: 0,
+            widest_middle_gap_us: 0,
         }
     }
 
@@ -390,8 +404,12 @@ impl Train {
                 Some(_) => {
                     self.middle_pkts += self.bunch_pkts;
                     self.middle_end_us = self.last_us;
+                    self.middle_gaps += 1;
+                    self.middle_gaps_us += self.pending_gap_us;
+                    self.widest_middle_gap_us = self.widest_middle_gap_us.max(self.pending_gap_us);
                 }
             }
+            self.pending_gap_us = gap_us;
             self.bunch_pkts = 0;
         }
         self.widest_gap_us = self.widest_gap_us.max(gap_us);
@@ -405,10 +423,25 @@ impl Train {
     /// they took the time from the first bunch's release to the latest's (exact on a precise
     /// path, where each packet is a bunch; within a packet or so under bunching). A train in
     /// one or two bunches has none: its span and its widest gap bound the time from above.
+    ///
+    /// One gap among the middle ones [`STALL_GAP_FACTOR`] times the mean of the others (at
+    /// least three) is a stall before the bottleneck (a sender or host descheduled mid-train,
+    /// say), the link idle meanwhile. It counts as a gap of that mean. Through `linkem` at 100 ms one
+    /// train of 256 packets read 53k packets a second on an 86k link (about 1.7 ms more than
+    /// its 3 ms), and startup held at 95 % of that: a 128 MiB copy took 2.2 s where its
+    /// neighbours took 1.65.
     fn interval_ns(&self) -> u64 {
         match self.first_bunch_end_us {
             Some(first_end_us) if self.middle_pkts > 0 => {
-                self.middle_end_us.saturating_sub(first_end_us) * 1000 / self.middle_pkts
+                let mut span_us = self.middle_end_us.saturating_sub(first_end_us);
+                if self.middle_gaps >= 4 {
+                    let others = self.middle_gaps - 1;
+                    let others_us = self.middle_gaps_us - self.widest_middle_gap_us;
+                    if self.widest_middle_gap_us * others > STALL_GAP_FACTOR * others_us {
+                        span_us -= self.widest_middle_gap_us - others_us / others;
+                    }
+                }
+                span_us * 1000 / self.middle_pkts
             }
             _ => {
                 let span_us = self.last_us.saturating_sub(self.first_us);

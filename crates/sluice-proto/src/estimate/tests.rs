@@ -412,6 +412,34 @@ fn a_train_reads_the_bottleneck_whether_or_not_the_receive_path_bunches_it() {
 }
 
 #[test]
+fn a_stall_in_the_middle_of_a_train_does_not_read_as_the_link() {
+    // 1 Gbit/s (11.84 us a packet); the sender stops for 1.7 ms after the 100th packet.
+    let link_pps = 1e9 / 11_840.0;
+    for release_us in [0, 50, 200] {
+        let mut capacity = CapacityEstimator::new();
+        capacity.on_other_arrival();
+        for i in 0..256u64 {
+            let at_us = 10_000 + i * 11_840 / 1000 + if i >= 100 { 1_700 } else { 0 };
+            let released_us = match release_us {
+                0 => at_us,
+                g => at_us.div_ceil(g) * g,
+            };
+            match i {
+                0 => capacity.on_pair_first(released_us),
+                255 => capacity.on_pair_second(released_us),
+                _ => capacity.on_train_middle(released_us),
+            }
+        }
+        let read = f64::from(capacity.pkts_per_sec(20_000, 100_000));
+        println!("release every {release_us} us, a 1.7 ms stall: {read} of {link_pps:.0}");
+        assert!(
+            (0.95 * link_pps..=1.05 * link_pps).contains(&read),
+            "release every {release_us} us: read {read} pps"
+        );
+    }
+}
+
+#[test]
 fn a_train_in_one_bunch_resolves_nothing_and_a_broken_one_counts_not() {
     let mut capacity = CapacityEstimator::new();
     pairs(&mut capacity, 0, &[10; PAIR_WINDOW]);
