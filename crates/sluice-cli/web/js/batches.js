@@ -164,14 +164,15 @@ async function download(t, jobs, signal) {
   const files = [];
   /** @type {Job[]} */
   const taking = [];
-  for (const job of jobs) {
+  /** @param {Job} job its place here, after its question if a file is there */
+  const prepare = async (job) => {
     const b = /** @type {Batch} */ (job.batch);
     const down = /** @type {NonNullable<Batch["down"]>} */ (b.down);
     try {
       const target = await t.target(down.local, down.dest, down.mtime);
       if (!target) {
         job.state = "skipped";
-        continue;
+        return;
       }
       if (target.finalName !== target.name) job.note = `stored as ${target.finalName}`;
       files.push({ path: b.path, part: target.part, place: target.place });
@@ -180,7 +181,15 @@ async function download(t, jobs, signal) {
       job.state = "failed";
       job.note = String(/** @type {Error} */ (e)?.message ?? e);
     }
-  }
+  };
+  // Those with no file there side by side (each is a few rounds of the browser's storage);
+  // those with one in turn, each question after the other.
+  const there = await Promise.all(jobs.map((job) => {
+    const down = /** @type {NonNullable<Batch["down"]>} */ (job.batch?.down);
+    return down.local.existing(down.dest).then(Boolean, () => true);
+  }));
+  await Promise.all(jobs.filter((_, i) => !there[i]).map(prepare));
+  for (const job of jobs.filter((_, i) => there[i])) await prepare(job);
   if (!taking.length) return true;
   const b = /** @type {Batch} */ (taking[0].batch);
   const found = await fetchSmall(wt, {

@@ -56,6 +56,10 @@ export async function fetchSmall(wt, o) {
   let ends = [];
   /** @type {(string | null)[]} */
   let hexes = [];
+  // The wanted files written to so far, and the writes under way.
+  const begun = new Set();
+  /** @type {Promise<void>[]} */
+  const writing = [];
   const found = o.files.map(() => false);
   /** @type {{ n: number, left: number, ends: number[] } | null} */
   let running = null;
@@ -70,18 +74,29 @@ export async function fetchSmall(wt, o) {
     /** @param {number} k a wanted file */
     const start = (k) => (k ? ends[k - 1] : 0);
 
-    /** @param {{ phase: number, offset: number, bytes: Uint8Array }} p */
-    const write = async (p) => {
+    /**
+     * Writes a piece to its file; the writes of a phase go on side by side (each file's storage
+     * work is the browser's, a round of its own), and `received` waits for them.
+     * @param {{ phase: number, offset: number, bytes: Uint8Array }} p
+     */
+    const write = (p) => {
       if (!running) throw new Error("a piece with no phase running");
       const k = ends.findIndex((end) => end > p.offset);
       if (k < 0 || p.offset + p.bytes.length > ends[k]) throw new Error("a piece outside one file");
       const at = p.offset - start(k);
-      const out = await o.files[wanted[k]].part.createWritable({ keepExistingData: true });
-      await out.write({ type: "write", position: at, data: /** @type {any} */ (p.bytes) });
-      await out.close();
-      hexes[k] = at === 0 && p.bytes.length === ends[k] - start(k) ? await hashBytes(p.bytes) : null;
+      // A file's first piece empties what an earlier try left (see the module's doc).
+      const keep = begun.has(k);
+      begun.add(k);
       if (running.n === 0) o.progress(wanted[k], p.bytes.length);
       running.left -= p.bytes.length;
+      const written = (async () => {
+        const out = await o.files[wanted[k]].part.createWritable({ keepExistingData: keep });
+        await out.write({ type: "write", position: at, data: /** @type {any} */ (p.bytes) });
+        await out.close();
+        hexes[k] = at === 0 && p.bytes.length === ends[k] - start(k) ? await hashBytes(p.bytes) : null;
+      })();
+      written.catch(() => {}); // its failure is the run's, when `received` waits for it
+      writing.push(written);
     };
 
     /** @param {any[]} entries the manifest */
@@ -101,17 +116,24 @@ export async function fetchSmall(wt, o) {
       let end = 0;
       ends = numbers.map((n) => (end += files[n].size));
       hexes = wanted.map(() => null);
-      // Emptied: what an earlier try left is not offered (see the module's doc).
-      for (const i of wanted) await (await o.files[i].part.createWritable()).close();
       machine.event({ planned: { files: numbers, offers: [] } });
     };
 
     /** Every byte of the phase is in: the hashes of the files ending in it. */
     const received = async () => {
       const p = /** @type {{ n: number, left: number, ends: number[] }} */ (running);
+      await Promise.all(writing.splice(0));
       const hashes = [];
+      // The files ending at `p.ends`, in order (an empty file ends where the one before it does).
+      let next = 0;
       for (const end of p.ends) {
-        const k = ends.indexOf(end);
+        let k = next;
+        while (k < ends.length && ends[k] !== end) k += 1;
+        if (k === ends.length) throw new Error(`no file of this download ends at ${end}`);
+        next = k + 1;
+        // An empty file had no piece: what an earlier try left goes.
+        if (!begun.has(k)) await (await o.files[wanted[k]].part.createWritable()).close();
+        begun.add(k);
         const file = await o.files[wanted[k]].part.getFile();
         hashes.push(hexes[k] ?? await hashBlob(file, undefined, o.signal));
       }
@@ -128,7 +150,7 @@ export async function fetchSmall(wt, o) {
         return;
       }
       try {
-        for (const i of wanted) await o.files[i].place();
+        await Promise.all(wanted.map((i) => o.files[i].place()));
         machine.event({ committed: {} });
       } catch (e) {
         machine.event({ committed: { code: "io", message: String(/** @type {Error} */ (e)?.message ?? e) } });
@@ -153,8 +175,9 @@ export async function fetchSmall(wt, o) {
           running = { n: s.phase, left: b - a - present.reduce((n, [x, y]) => n + y - x, 0), ends: s.ends };
           const now = early.filter((p) => p.phase === s.phase);
           early = early.filter((p) => p.phase > s.phase);
-          for (const p of now) await write(p);
+          for (const p of now) write(p);
         } else if (j.hash_blocks) {
+          await Promise.all(writing.splice(0));
           const hashed = [];
           for (const k of j.hash_blocks) {
             const file = await o.files[wanted[k]].part.getFile();
@@ -175,7 +198,7 @@ export async function fetchSmall(wt, o) {
       }
       const item = await nextItem(machine, inbox, state);
       if (item?.piece) {
-        if (running && item.piece.phase === running.n) await write(item.piece);
+        if (running && item.piece.phase === running.n) write(item.piece);
         else early.push(item.piece);
       }
     }

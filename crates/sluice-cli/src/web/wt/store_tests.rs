@@ -72,8 +72,9 @@ pub(super) async fn store(
     store_files(lanes, head, &[(name, data)], play).await
 }
 
-/// Uploads `files` (manifest paths and bytes) with the request `head` (a `store`'s, less its
-/// tag) from a page whose sessions are `lanes`.
+/// Uploads `files` (manifest paths and bytes; their folders are listed before them, as the
+/// page lists them) with the request `head` (a `store`'s, less its tag) from a page whose
+/// sessions are `lanes`.
 pub(super) async fn store_files(
     lanes: &[Connection],
     mut head: Value,
@@ -88,11 +89,19 @@ pub(super) async fn store_files(
     let mut m = Module::default();
     let started = Instant::now();
     let now = || started.elapsed().as_secs_f64() * 1e3;
-    let manifest: Vec<Value> = files
+    let mut folders: Vec<&str> = files
         .iter()
-        .map(|(name, data)| {
-            json!({ "path": name, "kind": "file", "size": data.len(), "mtime": 1_700_000_000, "mode": 0o644 })
-        })
+        .flat_map(|(path, _)| path.match_indices('/').map(|(at, _)| &path[..at]))
+        .collect();
+    folders.sort_unstable();
+    folders.dedup();
+    let dirs = folders.iter().map(|path| {
+        json!({ "path": path, "kind": "dir", "size": 0, "mtime": 1_700_000_000, "mode": 0o755 })
+    });
+    let manifest: Vec<Value> = dirs
+        .chain(files.iter().map(|(path, data)| {
+            json!({ "path": path, "kind": "file", "size": data.len(), "mtime": 1_700_000_000, "mode": 0o644 })
+        }))
         .collect();
     let id = m.machines.send(now(), json!(manifest).to_string().as_bytes());
     assert_ne!(id, 0, "{}", m.machines.error());
@@ -472,7 +481,7 @@ async fn a_folders_files_go_in_one_run_each_by_the_policy() {
         ("b.bin", &b),
         ("newer.bin", &newer),
         ("empty.bin", &[]),
-        ("c.bin", &c),
+        ("sub/c.bin", &c),
     ];
     let (conn, _) = s.connect("all-token").await;
     let one = std::slice::from_ref(&conn);
@@ -497,7 +506,8 @@ async fn a_folders_files_go_in_one_run_each_by_the_policy() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["a <i>.bin", "b.bin", "c.bin", "empty.bin", "newer.bin", "older.bin"]);
+    assert_eq!(names, ["a <i>.bin", "b.bin", "empty.bin", "newer.bin", "older.bin", "sub"]);
+    assert_eq!(std::fs::read_dir(dir.join("sub")).unwrap().count(), 1, "sub/c.bin alone");
     // A folder's files are not kept both (each would need its own free name), nor sent into
     // what is not a folder, nor outside the root.
     let root = s.root().to_string_lossy().into_owned();
