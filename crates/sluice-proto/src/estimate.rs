@@ -426,10 +426,10 @@ impl Train {
     ///
     /// One gap among the middle ones [`STALL_GAP_FACTOR`] times the mean of the others (at
     /// least three) is a stall before the bottleneck (a sender or host descheduled mid-train,
-    /// say), the link idle meanwhile. It counts as a gap of that mean. Through `linkem` at 100 ms one
-    /// train of 256 packets read 53k packets a second on an 86k link (about 1.7 ms more than
-    /// its 3 ms), and startup held at 95 % of that: a 128 MiB copy took 2.2 s where its
-    /// neighbours took 1.65.
+    /// say), the link idle meanwhile. It counts as a gap of that mean. Through `linkem` at
+    /// 100 ms one train of 256 packets read 53k packets a second on an 86k link (about 1.7 ms
+    /// more than its 3 ms), and startup held at 95 % of that: a 128 MiB copy took 2.2 s where
+    /// its neighbours took 1.65.
     fn interval_ns(&self) -> u64 {
         match self.first_bunch_end_us {
             Some(first_end_us) if self.middle_pkts > 0 => {
