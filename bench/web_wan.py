@@ -64,6 +64,18 @@ def cli_download(path, binary, out, size_mib):
     with open(big, "wb") as f:
         for _ in range(size_mib):
             f.write(os.urandom(1 << 20))
+    seconds = timed_cp(path, binary, out, root, [f"{A_ADDR}:big.bin", dst + "/"])
+    if subprocess.run(["cmp", big, os.path.join(dst, "big.bin")]).returncode != 0:
+        raise RuntimeError("the CLI's download differs")
+    shutil.rmtree(root)
+    shutil.rmtree(dst)
+    return {"via": "cli", "dir": "download", "mib": size_mib, "seconds": f"{seconds:.2f}",
+            "mib_s": f"{size_mib / seconds:.1f}"}
+
+
+def timed_cp(path, binary, out, root, cp_args):
+    """`sluice serve --root root` in a, then `sluice cp ... cp_args` in b against it (without
+    path memory); the copy's seconds. The server is stopped whatever happens."""
     tokens = os.path.join(out, "cli-tokens")
     fd = os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -78,18 +90,11 @@ def cli_download(path, binary, out, size_mib):
         subprocess.run(
             ["ip", "netns", "exec", path.ns_b, binary, "cp", "-q", "-P", str(CLI_PORT),
              "--token-file", tokens, "--known-hosts", os.path.join(out, "cli-known"),
-             "--accept-new-host", "--no-path-memory", f"{A_ADDR}:big.bin", dst + "/"],
-            check=True)
-        seconds = time.monotonic() - t0
+             "--accept-new-host", "--no-path-memory", *cp_args], check=True)
+        return time.monotonic() - t0
     finally:
         server.terminate()
         server.wait()
-    if subprocess.run(["cmp", big, os.path.join(dst, "big.bin")]).returncode != 0:
-        raise RuntimeError("the CLI's download differs")
-    shutil.rmtree(root)
-    shutil.rmtree(dst)
-    return {"via": "cli", "dir": "download", "mib": size_mib, "seconds": f"{seconds:.2f}",
-            "mib_s": f"{size_mib / seconds:.1f}"}
 
 
 def make_tree(top, files, file_kib):
@@ -109,27 +114,9 @@ def cli_tree(path, binary, out, files, file_kib, direction):
         os.makedirs(d, exist_ok=True)
     src = os.path.join(root if direction == "download" else local, "tree")
     make_tree(src, files, file_kib)
-    tokens = os.path.join(out, "cli-tokens")
-    fd = os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(TOKEN + "\n")
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", path.ns_a, binary, "serve", "--root", root, "--listen",
-         f"{A_ADDR}:{CLI_PORT}", "--state-dir", os.path.join(out, "cli-state"), "--tokens", tokens,
-         "--no-path-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     copy = ([f"{A_ADDR}:tree", local + "/"] if direction == "download"
             else [src, f"{A_ADDR}:"])
-    try:
-        time.sleep(1.0)
-        t0 = time.monotonic()
-        subprocess.run(
-            ["ip", "netns", "exec", path.ns_b, binary, "cp", "-q", "-r", "-P", str(CLI_PORT),
-             "--token-file", tokens, "--known-hosts", os.path.join(out, "cli-known"),
-             "--accept-new-host", "--no-path-memory", *copy], check=True)
-        seconds = time.monotonic() - t0
-    finally:
-        server.terminate()
-        server.wait()
+    seconds = timed_cp(path, binary, out, root, ["-r", *copy])
     if subprocess.run(["diff", "-r", os.path.join(root, "tree"),
                        os.path.join(local, "tree")]).returncode != 0:
         raise RuntimeError(f"the CLI's {direction} of the folder differs")
