@@ -35,14 +35,14 @@ impl QueueDelays {
     /// The wait that the share `q` of the packets counted so far did not exceed, in µs, to
     /// within a bucket (its upper edge: 100 for a packet that did not wait); `None` before any.
     pub(crate) fn quantile_us(&self, q: f64) -> Option<u64> {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
+        let count = |b: &AtomicU64| b.load(Ordering::Relaxed);
+        let total: u64 = self.buckets.iter().map(count).sum();
         if total == 0 {
             return None;
         }
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
         let mut seen = 0;
-        for (i, &n) in counts.iter().enumerate() {
+        for (i, n) in self.buckets.iter().map(count).enumerate() {
             seen += n;
             if seen >= rank {
                 return Some((i as u64 + 1) * BUCKET_NS / 1000);
