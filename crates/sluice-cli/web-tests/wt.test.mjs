@@ -14,8 +14,8 @@ const wt = new Wt([session], { streams: 4 });
 console.warn = () => {};
 
 /**
- * A piece's stream (push.rs): its head (tag, phase 0, offset 0, `len`), then `brought` of its
- * bytes; the stream's controller, to cut it off.
+ * A piece's stream (push.rs): its head (tag, phase 2, offset 12345, `len`), then `brought` of
+ * its bytes; the stream's controller, to cut it off.
  * @param {number} tag
  * @param {number} len
  * @param {number} brought
@@ -26,6 +26,8 @@ function pieceStream(tag, len, brought) {
   const stream = new ReadableStream({ start(c) { cut = c; } });
   const head = new DataView(new ArrayBuffer(24));
   head.setBigUint64(0, BigInt(tag));
+  head.setUint32(8, 2);
+  head.setBigUint64(12, 12345n);
   head.setUint32(20, len);
   cut.enqueue(new Uint8Array(head.buffer));
   cut.enqueue(new Uint8Array(brought));
@@ -40,18 +42,22 @@ async function until(done) {
 
 // Counted as they come; a piece cut off under its download takes them back.
 let running = 0;
-const first = wt.route({ piece: () => {}, progress: (n) => { running += n; } });
+/** @type {[number, number][]} */
+const whose = [];
+const first = wt.route({ piece: () => {}, progress: (phase, offset, n) => { running += n; whose.push([phase, offset]); } });
 const a = pieceStream(first, 8, 5);
 const readingA = wt.piece(a.stream);
 await until(() => running === 5);
 a.cut.error(new Error("reset"));
 await readingA;
 assert.equal(running, 0, "a piece cut off under its download takes back what it counted");
+assert.ok(whose.length >= 2 && whose.every(([p, o]) => p === 2 && o === 12345),
+  `each count names its piece's phase and offset: ${JSON.stringify(whose)}`);
 
 // The download ends (its try stopped) while a piece comes: what it brings after, and its cut,
 // are no longer that download's to count.
 let ended = 0;
-const second = wt.route({ piece: () => {}, progress: (n) => { ended += n; } });
+const second = wt.route({ piece: () => {}, progress: (_phase, _offset, n) => { ended += n; } });
 const b = pieceStream(second, 8, 5);
 const readingB = wt.piece(b.stream);
 await until(() => ended === 5);

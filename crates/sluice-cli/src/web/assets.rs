@@ -38,7 +38,6 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/js/machines.js", JS, include_bytes!("../../web/js/machines.js")),
     ("/js/store.js", JS, include_bytes!("../../web/js/store.js")),
     ("/js/batches.js", JS, include_bytes!("../../web/js/batches.js")),
-    ("/js/fetch_small.js", JS, include_bytes!("../../web/js/fetch_small.js")),
     ("/sluice.wasm", "application/wasm", include_bytes!(concat!(env!("OUT_DIR"), "/sluice.wasm"))),
 ];
 

@@ -9,7 +9,7 @@
 
 import * as api from "./api.js";
 import { size } from "./dom.js";
-import { fetchSmall } from "./fetch_small.js";
+import { fetchFiles } from "./fetch.js";
 import { hashBlob } from "./hash.js";
 import { storeFiles } from "./store.js";
 import { mode, session as wtSession } from "./wt.js";
@@ -160,7 +160,7 @@ async function download(t, jobs, signal) {
   const wt = await wtSession();
   const plan = wt ? t.chooser.plan(mode(), "down", total, true) : null;
   if (!wt || plan?.via !== "wt" || plan.probe) return false;
-  /** @type {import("./fetch_small.js").SmallFile[]} */
+  /** @type {import("./fetch.js").Wanted[]} */
   const files = [];
   /** @type {Job[]} */
   const taking = [];
@@ -192,9 +192,10 @@ async function download(t, jobs, signal) {
   for (const job of jobs.filter((_, i) => there[i])) await prepare(job);
   if (!taking.length) return true;
   const b = /** @type {Batch} */ (taking[0].batch);
-  const found = await fetchSmall(wt, {
-    src: b.root, files, early: taking.length === b.down?.whole, rateBps: t.rateLimit(), signal,
+  const { found } = await fetchFiles(wt, {
+    src: b.root, files, every: taking.length === b.down?.whole, rateBps: t.rateLimit(), signal,
     progress: (i, n) => t.progress(taking[i], n),
+    resumed: (i, kept) => { taking[i].note = [taking[i].note, `resumed at ${size(kept)}`].filter(Boolean).join("; "); },
     sized: (i, bytes) => { taking[i].size = bytes; },
   });
   taking.forEach((job, i) => {

@@ -1,82 +1,244 @@
 // A download run by the transfer machines, as a CLI download is (docs/webtransport.md, "The page
-// and sluice-session's machines"): the server runs `Sending` on a `fetch` request's stream, this
-// page runs `Receiving` in its module (machines.js), and their messages are the CLI's: the
-// manifest, the page's plan with its resume offer (the BLAKE3 of each whole block the partial
-// file holds), the digests, the repair rounds. The page does what its machine asks: the bytes
-// come as pieces on the server's streams (wt.js, `route`), each written at its place in the
-// partial file and hashed as its block of the file's BLAKE3 tree (hash.js, `Tree`), so the
-// file's hash is there when the last piece is, without reading the file again; the machine
-// compares it with the server's and the page moves the file into place only when they agree.
+// and sluice-session's machines"): the server runs `Sending` of the path asked for on a `fetch`
+// request's stream, this page runs `Receiving` in its module (machines.js), and their messages
+// are the CLI's: the manifest, the page's plan with its resume offers (the BLAKE3 of each whole
+// block a partial file holds), the digests, the repair rounds. One file asked for by its own
+// path, or several of a folder (batches.js: each named by its path in the server's manifest; the
+// others stay there), go the same way. The page does what its machine asks: the bytes come as
+// pieces on the server's streams (wt.js, `route`), each within one file, written at its place in
+// that file's partial file (each file's writes in order, the files' side by side) and hashed as
+// they land: a file of one block as its one piece, a larger one block by block in its BLAKE3
+// tree (hash.js, `Tree`), so its hash is there when its last piece is, without reading the file
+// again. The machine compares each file's hash with the server's, and the page moves the files
+// into place only when they agree.
 
 import * as api from "./api.js";
-import { Tree, blockHashes, hashBlob, hashBytes as blake3 } from "./hash.js";
-import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
+import { BLOCK, Tree, blockHashes, hashBlob, hashBytes } from "./hash.js";
+import { Inbox, Machine, drive, openControl } from "./machines.js";
 
 /**
- * @typedef {object} FetchOptions
- * @property {string} src the server's path of the file
- * @property {FileSystemFileHandle} part the partial file: what it holds is offered for a resume
- * @property {number} have the bytes the caller counted as done (the partial file's size)
- * @property {number} rateBps a cap on the rate, 0 for none
- * @property {AbortSignal} signal
- * @property {(n: number) => void} progress bytes received (negative: counted before and not kept)
- * @property {(kept: number) => void} resumed what the server agreed the partial file holds, when
- *   it holds anything
- * @property {(size: number) => void} sized the file's size as the server's manifest says (the
- *   listing the caller had may be older)
+ * @typedef {object} Wanted
+ * @property {string | null} path its path in the server's manifest (beneath the folder asked
+ *   for, whose own name comes first); null: the one file the manifest lists (asked for by its own
+ *   path; a folder's manifest is refused)
+ * @property {FileSystemFileHandle} part its partial file: its whole blocks are offered for a
+ *   resume, and what the server does not keep of it goes
+ * @property {number} [have] the bytes of it the caller counted as done
  * @property {() => Promise<void>} place moves the verified partial file into place
  */
 
 /**
- * Downloads `o.src` into `o.part` and, verified, moves it into place (`o.place`).
+ * @typedef {object} FetchOptions
+ * @property {string} src the server's path asked for: the file, or the folder of the files
+ * @property {Wanted[]} files
+ * @property {boolean} every they are every file of `src`: when their partial files are empty,
+ *   the data starts right behind the manifest (a round trip saved; the machine declines it if the
+ *   manifest says otherwise)
+ * @property {number} rateBps a cap on the rate, 0 for none
+ * @property {AbortSignal} signal
+ * @property {(i: number, n: number) => void} progress bytes of file `i` received (negative:
+ *   counted before and not kept)
+ * @property {(i: number, kept: number) => void} resumed what the server agreed file `i`'s
+ *   partial file holds, when it holds anything
+ * @property {(i: number, size: number) => void} sized file `i`'s size as the server's manifest
+ *   says (the listing the caller had may be older)
+ */
+
+/** A wanted file in this run: where it lies among the files laid end to end, and its landing. */
+class Landing {
+  /**
+   * @param {number} i its index in the caller's files
+   * @param {Wanted} want
+   * @param {number} start
+   * @param {number} size
+   */
+  constructor(i, want, start, size) {
+    this.i = i;
+    this.want = want;
+    this.start = start;
+    this.size = size;
+    this.end = start + size;
+    /** What the partial file keeps from its start when it is next opened. */
+    this.keep = 0;
+    /** @type {FileSystemWritableFileStream | null} */
+    this.out = null;
+    /** Its writes, in order; a failure stays here until `settle`. */
+    this.writes = Promise.resolve();
+    /** @type {Tree | null} its blocks' hashes, a file of more than one block */
+    this.tree = null;
+    /** @type {string | null} the BLAKE3 of a file of one block, once its one piece (or offer) was whole */
+    this.hex = null;
+    /** Whether its hash came from what landed, not read back. */
+    this.fromBlocks = true;
+    /** @type {[number, number][]} the ranges of it the partial file holds, merged, in order */
+    this.held = [];
+  }
+
+  /**
+   * Its resume offer: the BLAKE3 of each whole block (all of it when the partial file holds the
+   * whole file) from its start, each added to its tree as the server may keep it.
+   * @param {AbortSignal} signal
+   */
+  async offer(signal) {
+    const kept = await this.want.part.getFile();
+    const have = Math.min(kept.size, this.size);
+    const offered = have === this.size ? have : have - (have % BLOCK);
+    const hashes = [];
+    for (let at = 0; at < offered; at += BLOCK) {
+      if (signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
+      const bytes = new Uint8Array(await kept.slice(at, Math.min(at + BLOCK, this.size)).arrayBuffer());
+      const hex = await hashBytes(bytes);
+      await this.land(at, bytes, hex);
+      hashes.push(hex);
+    }
+    return hashes;
+  }
+
+  /**
+   * The hashing of what lands at `at`: a block of its tree, or a file of one block whole.
+   * @param {number} at
+   * @param {Uint8Array} bytes
+   * @param {string} [hex] their BLAKE3, when known
+   */
+  async land(at, bytes, hex) {
+    if (this.tree) {
+      try {
+        this.tree.add(at, bytes);
+      } catch {
+        // Not a whole block of the file: the tree then lacks it, and the file's hash comes
+        // from reading the file at the end (`hash`).
+      }
+    } else if (this.size <= BLOCK) {
+      this.hex = at === 0 && bytes.length === this.size ? hex ?? await hashBytes(bytes) : null;
+    }
+  }
+
+  /** @param {number} a @param {number} b */
+  hold(a, b) {
+    this.held.push([a, b]);
+    this.held.sort((x, y) => x[0] - y[0]);
+    /** @type {[number, number][]} */
+    const merged = [];
+    for (const [x, y] of this.held) {
+      const last = merged[merged.length - 1];
+      if (last && x <= last[1]) last[1] = Math.max(last[1], y);
+      else merged.push([x, y]);
+    }
+    this.held = merged;
+  }
+
+  /** The bytes from its start without a gap: what a cut-off download keeps. */
+  prefix() {
+    return this.held[0]?.[0] === 0 ? this.held[0][1] : 0;
+  }
+
+  /** Its partial file opened for writing, holding its first `keep` bytes. */
+  async open() {
+    const out = await this.want.part.createWritable({ keepExistingData: this.keep > 0 });
+    if (this.keep) await out.truncate(this.keep);
+    return out;
+  }
+
+  /**
+   * Writes `bytes` at `at`, after its writes before.
+   * @param {number} at
+   * @param {Uint8Array} bytes
+   */
+  write(at, bytes) {
+    this.writes = this.writes.then(async () => {
+      this.out ??= await this.open();
+      await this.out.write({ type: "write", position: at, data: /** @type {any} */ (bytes) });
+      await this.land(at, bytes);
+      this.hold(at, at + bytes.length);
+    });
+    this.writes.catch(() => {}); // its failure is the run's, at `settle`
+  }
+
+  /** Its writes done and its partial file closed, holding `keep` bytes when nothing came. */
+  async settle() {
+    await this.writes;
+    if (!this.out && (await this.want.part.getFile()).size !== this.keep) this.out = await this.open();
+    const out = this.out;
+    this.out = null;
+    await out?.close();
+    // All of it is there: a repair's run writes into it as it is.
+    this.keep = this.size;
+  }
+
+  /**
+   * Its BLAKE3, from what landed or read back (settled).
+   * @param {AbortSignal} signal
+   */
+  async hash(signal) {
+    const hex = this.tree ? this.tree.hex() : this.hex;
+    if (hex) return hex;
+    this.fromBlocks = false;
+    return hashBlob(await this.want.part.getFile(), undefined, signal);
+  }
+
+  /** Cut off: the partial file keeps its bytes from its start up to the first gap. */
+  async cut() {
+    await this.writes.catch(() => {});
+    const out = this.out;
+    this.out = null;
+    if (out) {
+      await out.truncate(this.prefix()).catch(() => {});
+      await out.close().catch(() => {});
+    }
+    this.tree?.drop();
+    this.tree = null;
+  }
+}
+
+/**
+ * Downloads `o.files` of `o.src` and, verified, moves each into place.
  * @param {import("./wt.js").Wt} wt
  * @param {FetchOptions} o
- * @returns {Promise<{ resumed: number, repaired: number, fromBlocks: boolean }>} `fromBlocks`:
- *   the file's hash came from its blocks' as they arrived
+ * @returns {Promise<{ found: boolean[], resumed: number, repaired: number, fromBlocks: boolean }>}
+ *   `found`: per file, whether the server had it (and it was placed); `fromBlocks`: every file's
+ *   hash came from what landed
  */
-export async function fetchFile(wt, o) {
-  // Nothing kept: the server starts the bytes right behind the manifest (a round trip saved).
-  const fresh = (await o.part.getFile()).size === 0;
+export async function fetchFiles(wt, o) {
+  const empty = await Promise.all(o.files.map(async (f) => (await f.part.getFile()).size === 0));
+  const fresh = o.every && empty.every(Boolean);
   const machine = await Machine.receiving(fresh);
   const inbox = new Inbox();
+  /** @type {Landing[]} the wanted files, in the manifest's order */
+  let files = [];
+  // The bytes of phase 0 counted as they come: by file, and by their piece's offset those that
+  // came before the plan said whose they are. A declined early start takes them back (its data
+  // then comes in another phase, counted as its pieces land).
+  /** @type {Map<number, number>} */
+  const counted = new Map();
+  /** @type {Map<number, number>} */
+  const unsorted = new Map();
+  let declined = false;
+  /** @param {number} offset @param {number} n */
+  const count = (offset, n) => {
+    const f = files.find((f) => f.end > offset);
+    if (!f) unsorted.set(offset, (unsorted.get(offset) ?? 0) + n);
+    else {
+      counted.set(f.i, (counted.get(f.i) ?? 0) + n);
+      o.progress(f.i, n);
+    }
+  };
   const tag = wt.route({
     piece: (phase, offset, bytes) => inbox.post({ piece: { phase, offset, bytes } }),
-    progress: o.progress,
+    progress: (phase, offset, n) => { if (phase === 0 && !declined) count(offset, n); },
   });
   const cancelled = () => inbox.post({ cancelled: true });
   o.signal.addEventListener("abort", cancelled, { once: true });
   /** @type {Awaited<ReturnType<import("./wt.js").Wt["open"]>> | null} */
   let control = null;
-  /** @type {Tree | null} */
-  let tree = null;
-  /** @type {FileSystemWritableFileStream | null} */
-  let out = null;
-  let size = 0;
-  // The ranges of the file the partial file holds, merged, in order.
-  /** @type {[number, number][]} */
-  let held = [];
-  /** @param {number} a @param {number} b */
-  const hold = (a, b) => {
-    held.push([a, b]);
-    held.sort((x, y) => x[0] - y[0]);
-    /** @type {[number, number][]} */
-    const merged = [];
-    for (const [x, y] of held) {
-      const last = merged[merged.length - 1];
-      if (last && x <= last[1]) last[1] = Math.max(last[1], y);
-      else merged.push([x, y]);
-    }
-    held = merged;
-  };
-  /** The bytes from the start without a gap: what a cut-off download keeps. */
-  const prefix = () => (held[0]?.[0] === 0 ? held[0][1] : 0);
-  // The running data phase, and pieces of phases not yet started (they race the message that
-  // starts them).
-  /** @type {{ phase: { n: number, left: number, ends: number[] } | null }} */
-  const run = { phase: null };
+  const found = o.files.map(() => false);
+  // The running data phase, the first's number (0, or another after a declined early start),
+  // and pieces of phases not yet started (they race the message that starts them).
+  /** @type {{ n: number, left: number, ends: number[] } | null} */
+  let run = null;
+  /** @type {number | null} */
+  let first = null;
   /** @type {{ phase: number, offset: number, bytes: Uint8Array }[]} */
   let early = [];
-  let fromBlocks = true;
   let placed = false;
   try {
     if (o.signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
@@ -84,91 +246,100 @@ export async function fetchFile(wt, o) {
     const c = await openControl(wt, head, inbox);
     control = c;
 
-    /** @param {{ phase: number, offset: number, bytes: Uint8Array }} p */
-    const write = async (p) => {
-      if (!out || !run.phase) throw new Error("a piece with no phase running");
-      await out.write({ type: "write", position: p.offset, data: /** @type {any} */ (p.bytes) });
-      try {
-        tree?.add(p.offset, p.bytes);
-      } catch {
-        // Not a whole block of the file: the tree then lacks it, and the file's hash comes
-        // from reading the file at the end (`received`).
-      }
-      hold(p.offset, p.offset + p.bytes.length);
-      run.phase.left -= p.bytes.length;
+    /** @param {{ phase: number, offset: number, bytes: Uint8Array }} p a piece of the running phase */
+    const take = (p) => {
+      const f = files.find((f) => f.end > p.offset);
+      if (!f || !run || p.offset + p.bytes.length > f.end) throw new Error("a piece outside one file");
+      if (declined && run.n === first) o.progress(f.i, p.bytes.length);
+      run.left -= p.bytes.length;
+      f.write(p.offset - f.start, p.bytes);
     };
 
     /** @param {any[]} entries the manifest */
     const plan = async (entries) => {
-      const files = entries.filter((e) => e.kind === "file");
-      if (files.length !== 1) {
-        const message = `${o.src}: a download here is one file, and the server lists ${files.length}`;
+      const listed = entries.filter((e) => e.kind === "file");
+      const asked = new Map(o.files.map((f, i) => [f.path, i]));
+      if (asked.has(null) && listed.length !== 1) {
+        const message = `${o.src}: a download here is one file, and the server lists ${listed.length}`;
         machine.event({ failure: { code: "refused", message } });
         return;
       }
-      size = files[0].size;
-      o.sized(size);
-      tree = await Tree.create(size, "machines");
-      // The partial file's whole blocks (all of it when it is the whole file) are offered; the
-      // server keeps those that match its own, from the first.
-      const kept = await o.part.getFile();
-      const offered = tree.resumeAt(Math.min(kept.size, size), kept);
-      const hashes = [];
-      for (let at = 0; at < offered; at += tree.block) {
-        if (o.signal.aborted) throw new api.ApiError(0, "cancelled", "cancelled");
-        const bytes = new Uint8Array(await kept.slice(at, Math.min(at + tree.block, size)).arrayBuffer());
-        tree.add(at, bytes);
-        hashes.push(await blake3(bytes));
+      const numbers = [];
+      files = [];
+      let end = 0;
+      for (const [n, e] of listed.entries()) {
+        const i = asked.get(asked.has(null) ? null : e.path);
+        if (i === undefined) continue;
+        numbers.push(n);
+        found[i] = true;
+        o.sized(i, e.size);
+        files.push(new Landing(i, o.files[i], end, e.size));
+        end += e.size;
       }
-      machine.event({ planned: { files: [0], offers: hashes.length ? [[0, hashes]] : [] } });
+      /** @type {[number, string[]][]} */
+      const offers = [];
+      for (const [k, f] of files.entries()) {
+        // (Too many trees at once: the file is read back for its hash.)
+        if (f.size > BLOCK) f.tree = await Tree.create(f.size, "machines").catch(() => null);
+        if (empty[f.i]) continue;
+        const hashes = await f.offer(o.signal);
+        if (hashes.length) offers.push([k, hashes]);
+      }
+      const before = [...unsorted];
+      unsorted.clear();
+      for (const [offset, n] of before) count(offset, n);
+      machine.event({ planned: { files: numbers, offers } });
     };
 
     /** @param {any} s */
-    const start = async (s) => {
+    const start = (s) => {
       const [a, b] = s.span;
       /** @type {[number, number][]} */
       const present = s.present;
-      run.phase = { n: s.phase, left: b - a - present.reduce((n, [x, y]) => n + y - x, 0), ends: s.ends };
-      out ??= await o.part.createWritable({ keepExistingData: true });
-      if (s.phase === 0) {
-        // What the server agreed the partial file holds: the rest of it goes.
-        held = [];
-        for (const [x, y] of present) hold(x, y);
-        const kept = prefix();
-        await out.truncate(kept);
-        o.progress(kept - o.have);
-        if (kept) o.resumed(kept);
+      run = { n: s.phase, left: b - a - present.reduce((n, [x, y]) => n + y - x, 0), ends: s.ends };
+      if (first === null) {
+        first = s.phase;
+        // What the server agreed each partial file holds: the rest of it goes.
+        for (const f of files) {
+          f.held = [];
+          for (const [x, y] of present) if (x < f.end && y > f.start) f.hold(Math.max(x, f.start) - f.start, Math.min(y, f.end) - f.start);
+          f.keep = f.prefix();
+          o.progress(f.i, f.keep - (f.want.have ?? 0));
+          if (f.keep) o.resumed(f.i, f.keep);
+        }
       }
       const now = early.filter((p) => p.phase === s.phase);
       early = early.filter((p) => p.phase > s.phase);
-      for (const p of now) await write(p);
+      for (const p of now) take(p);
     };
 
-    /** Every byte of the phase is in: the file's hash, from its blocks' or read back. */
+    /** Every byte of the phase is in: the hashes of the files ending in it. */
     const received = async () => {
-      const p = run.phase;
-      if (!p) return;
-      let hex = tree?.hex() ?? null;
-      if (!hex) {
-        fromBlocks = false;
-        await out?.close();
-        out = null;
-        hex = await hashBlob(await o.part.getFile(), undefined, o.signal);
+      const p = /** @type {{ n: number, left: number, ends: number[] }} */ (run);
+      const hashes = [];
+      // The files ending at `p.ends`, in order (an empty file ends where the one before it does).
+      let next = 0;
+      for (const end of p.ends) {
+        let k = next;
+        while (k < files.length && files[k].end !== end) k += 1;
+        if (k === files.length) throw new Error(`no file of this download ends at ${end}`);
+        next = k + 1;
+        await files[k].settle();
+        hashes.push(await files[k].hash(o.signal));
       }
-      machine.event({ received: { phase: p.n, hashes: p.ends.map(() => hex) } });
+      machine.event({ received: { phase: p.n, hashes } });
       machine.event({ data_ended: { phase: p.n } });
-      run.phase = null;
+      run = null;
     };
 
-    /** @param {number[]} which the files (here: the one) whose blocks the repair compares */
+    /** @param {number[]} which the files whose blocks the repair compares */
     const hashBlocks = async (which) => {
-      await out?.close();
-      out = null;
-      const file = (await o.part.getFile()).slice(0, size);
       const hashed = [];
       for (const k of which) {
-        if (k !== 0) throw new Error(`the machine asked for the blocks of file ${k} of 1`);
-        hashed.push(await blockHashes(file, null, o.signal));
+        const f = files[k];
+        if (!f) throw new Error(`the machine asked for the blocks of file ${k} of ${files.length}`);
+        await f.settle();
+        hashed.push(await blockHashes((await f.want.part.getFile()).slice(0, f.size), null, o.signal));
       }
       machine.event({ blocks_hashed: { hashed } });
     };
@@ -181,9 +352,8 @@ export async function fetchFile(wt, o) {
         return;
       }
       try {
-        await out?.close();
-        out = null;
-        await o.place();
+        await Promise.all(files.map((f) => f.settle()));
+        await Promise.all(files.map((f) => f.want.place()));
         placed = true;
         machine.event({ committed: {} });
       } catch (e) {
@@ -191,48 +361,40 @@ export async function fetchFile(wt, o) {
       }
     };
 
-    const state = { peerOpen: true, what: "the download's stream" };
-    for (;;) {
-      for (let e = machine.effect(); e; e = machine.effect()) {
-        if ("frame" in e) {
-          await c.writer.write(e.frame);
-          continue;
-        }
-        const j = e.json;
+    const done = await drive(machine, inbox, c, "the download's stream", {
+      act: async (j) => {
         if (j.plan) await plan(j.plan);
-        else if (j.bind) machine.event({ bound: { phase: j.bind.phase } });
-        else if (j.start_data) await start(j.start_data);
+        else if (j.start_data) start(j.start_data);
         else if (j.hash_blocks) await hashBlocks(j.hash_blocks);
         else if (j.commit) await commit(j.commit);
-        else if (j.done?.ok) {
-          await c.writer.close().catch(() => {});
-          control = null;
-          return { resumed: j.done.ok.resumed, repaired: j.done.ok.repaired, fromBlocks };
+        else if (j === "drop_early") {
+          declined = true;
+          for (const [i, n] of counted) o.progress(i, -n);
+          counted.clear();
         }
-        else if (j.done?.error) throw failure(j.done.error);
-        // "stop_data" and "drop_early": nothing runs here that they would stop.
-      }
-      if (run.phase?.left === 0) {
+        // "stop_data": nothing runs here that it would stop.
+      },
+      idle: async () => {
+        if (run?.left !== 0) return false;
         await received();
-        continue;
-      }
-      const item = await nextItem(machine, inbox, state);
-      if (item?.piece) {
-        if (run.phase && item.piece.phase === run.phase.n) await write(item.piece);
+        return true;
+      },
+      take: (item) => {
+        if (!item.piece) return;
+        if (run && item.piece.phase === run.n) take(item.piece);
         else early.push(item.piece);
-      }
-    }
+      },
+    });
+    control = null;
+    return { found, resumed: done.resumed, repaired: done.repaired, fromBlocks: files.every((f) => f.fromBlocks) };
   } finally {
     o.signal.removeEventListener("abort", cancelled);
     wt.unroute(tag);
     control?.cancel();
-    if (out && !placed) {
-      // Cut off: the partial file keeps the bytes from its start up to the first gap.
-      const w = /** @type {FileSystemWritableFileStream} */ (out);
-      await w.truncate(prefix()).catch(() => {});
-      await w.close().catch(() => {});
+    for (const f of files) {
+      if (placed) f.tree?.drop();
+      else await f.cut();
     }
     machine.end();
-    /** @type {Tree | null} */ (tree)?.drop();
   }
 }

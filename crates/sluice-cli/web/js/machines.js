@@ -184,6 +184,41 @@ export async function openControl(wt, head, inbox) {
 }
 
 /**
+ * Runs `machine` on its control stream `c` to its end, as every driver does: writes the frames
+ * it asks for, answers its `bind` (the pieces go on the session's own streams), and hands its
+ * other effects to `h.act`; when it has none, `h.idle` may act (true) instead of a wait on the
+ * inbox, whose items of the driver's own go to `h.take`. Returns the machine's `done.ok`; its
+ * `done.error` is thrown.
+ * @param {Machine} machine
+ * @param {Inbox} inbox
+ * @param {{ writer: WritableStreamDefaultWriter<Uint8Array> }} c
+ * @param {string} what the control stream, in a failure's words
+ * @param {{ act: (j: any) => Promise<void>, idle?: () => Promise<boolean>, take: (item: any) => void }} h
+ */
+export async function drive(machine, inbox, c, what, h) {
+  const state = { peerOpen: true, what };
+  for (;;) {
+    for (let e = machine.effect(); e; e = machine.effect()) {
+      if ("frame" in e) {
+        await c.writer.write(e.frame);
+        continue;
+      }
+      const j = e.json;
+      if (j.done?.ok) {
+        await c.writer.close().catch(() => {});
+        return j.done.ok;
+      }
+      if (j.done?.error) throw failure(j.done.error);
+      if (j.bind) machine.event({ bound: { phase: j.bind.phase } });
+      else await h.act(j);
+    }
+    if (await h.idle?.()) continue;
+    const item = await nextItem(machine, inbox, state);
+    if (item !== null) h.take(item);
+  }
+}
+
+/**
  * The inbox's next item of a driver's own, once `machine` has what every driver hands it
  * alike: the peer's frames and the end of its stream, a failure of the stream (in `what`'s
  * words), a deadline passed (then null: the machine may have effects). A cancel is thrown.
@@ -191,7 +226,7 @@ export async function openControl(wt, head, inbox) {
  * @param {Inbox} inbox
  * @param {{ peerOpen: boolean, what: string }} state
  */
-export async function nextItem(machine, inbox, state) {
+async function nextItem(machine, inbox, state) {
   const deadline = machine.deadline();
   const item = await inbox.next(deadline === null ? null : deadline - performance.now());
   if (item === null) machine.event("timeout");

@@ -13,7 +13,7 @@
 
 import * as api from "./api.js";
 import { BLOCK, blockHashes } from "./hash.js";
-import { Inbox, Machine, failure, nextItem, openControl } from "./machines.js";
+import { Inbox, Machine, drive, openControl } from "./machines.js";
 import { json } from "./wt.js";
 
 /** How long the pieces still going may take once the server has every byte (`stop_data`). */
@@ -175,14 +175,8 @@ export async function storeFiles(wt, o) {
       await Promise.all(Array.from({ length: Math.min(wt.streams, pieces.length) }, worker));
     };
 
-    const state = { peerOpen: true, what: "the upload's control stream" };
-    for (;;) {
-      for (let e = machine.effect(); e; e = machine.effect()) {
-        if ("frame" in e) {
-          await c.writer.write(e.frame);
-          continue;
-        }
-        const j = e.json;
+    const done = await drive(machine, inbox, c, "the upload's control stream", {
+      act: async (j) => {
         if (j.wanted) {
           wanted = j.wanted.files;
           for (let i = 0; i < stored.length; i += 1) stored[i] = wanted.includes(i);
@@ -201,8 +195,7 @@ export async function storeFiles(wt, o) {
             kept.push(resumed[i]);
           }
           machine.event({ resume_checked: { kept } });
-        } else if (j.bind) machine.event({ bound: { phase: j.bind.phase } });
-        else if (j.start_data) {
+        } else if (j.start_data) {
           const s = j.start_data;
           const stop = new AbortController();
           phase = { n: s.phase, stop };
@@ -227,32 +220,31 @@ export async function storeFiles(wt, o) {
             hashed.push(await blockHashes(o.files[i].file, null, o.signal));
           }
           machine.event({ blocks_hashed: { hashed } });
-        } else if (j.done?.ok) {
-          await c.writer.close().catch(() => {});
-          const last = head ?? await lastHead(inbox);
-          control = null;
-          return { stored, resumed, repaired: j.done.ok.repaired, last };
-        } else if (j.done?.error) throw failure(j.done.error);
+        }
         // "stop_hashing": the hashes are the caller's, and go on.
-      }
-      const item = await nextItem(machine, inbox, state);
-      if (item === null) continue;
-      if (item.pushFailed) {
-        const why = String(item.pushFailed?.message ?? item.pushFailed);
-        machine.event({ failure: { code: "network", message: `the upload's pieces failed: ${why}` } });
-      } else if (item.hashFailed) {
-        const why = String(item.hashFailed?.message ?? item.hashFailed);
-        machine.event({ failure: { code: "io", message: `a file could not be read: ${why}` } });
-      } else if (item.hashed) {
-        machine.event({ hashed: { hashes: item.hashed } });
-      } else if (item.sent !== undefined && phase?.n === item.sent) {
-        phase = null;
-        machine.event({ data_ended: { phase: item.sent } });
-      }
-    }
+      },
+      take: (item) => {
+        if (item.pushFailed) {
+          const why = String(item.pushFailed?.message ?? item.pushFailed);
+          machine.event({ failure: { code: "network", message: `the upload's pieces failed: ${why}` } });
+        } else if (item.hashFailed) {
+          const why = String(item.hashFailed?.message ?? item.hashFailed);
+          machine.event({ failure: { code: "io", message: `a file could not be read: ${why}` } });
+        } else if (item.hashed) {
+          machine.event({ hashed: { hashes: item.hashed } });
+        } else if (item.sent !== undefined && phase?.n === item.sent) {
+          phase = null;
+          machine.event({ data_ended: { phase: item.sent } });
+        }
+      },
+    });
+    const last = head ?? await lastHead(inbox);
+    control = null;
+    return { stored, resumed, repaired: done.repaired, last };
   } finally {
     o.signal.removeEventListener("abort", cancelled);
-    phase?.stop.abort();
+    // (Set in the machine's effects: `drive` ran them.)
+    /** @type {{ stop: AbortController } | null} */ (phase)?.stop.abort();
     control?.cancel();
     machine.end();
   }

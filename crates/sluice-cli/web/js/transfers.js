@@ -12,7 +12,7 @@ import { RateChart } from "./chart.js";
 import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
 import { byId, duration, el, size, ask } from "./dom.js";
 import { BATCH_FILE_MAX, batchOf, runBatch } from "./batches.js";
-import { fetchFile } from "./fetch.js";
+import { fetchFiles } from "./fetch.js";
 import { storeFile } from "./store.js";
 import { Tree, hashBlob } from "./hash.js";
 import { join, split } from "./local.js";
@@ -647,12 +647,12 @@ export class Transfers {
    * @param {() => Promise<void>} place
    */
   async fetchMachines(wt, job, src, part, have, signal, place) {
-    const done = await fetchFile(wt, {
-      src, part, have, signal, place,
+    const done = await fetchFiles(wt, {
+      src, files: [{ path: null, part, have, place }], every: true, signal,
       rateBps: this.rateLimit(),
-      progress: (n) => this.progress(job, n),
-      resumed: (kept) => note(job, `resumed at ${size(kept)}`),
-      sized: (bytes) => { job.size = bytes; },
+      progress: (_, n) => this.progress(job, n),
+      resumed: (_, kept) => note(job, `resumed at ${size(kept)}`),
+      sized: (_, bytes) => { job.size = bytes; },
     });
     const verified = done.fromBlocks ? "BLAKE3 verified as it arrived" : "BLAKE3 verified";
     job.note = [job.note, verified, done.repaired ? `${done.repaired} blocks sent again` : ""].filter(Boolean).join("; ");

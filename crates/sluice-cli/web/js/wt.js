@@ -14,8 +14,9 @@ const CONNECT_MS = 5000;
 
 /**
  * Where a download takes its pieces: `progress` as their bytes come (negative: a piece cut
- * off), `piece` once one is whole; both only while it is routed.
- * @typedef {{ piece: (phase: number, offset: number, bytes: Uint8Array) => void, progress: (n: number) => void }} Route
+ * off), by the phase and offset of their piece; `piece` once one is whole; both only while it is
+ * routed.
+ * @typedef {{ piece: (phase: number, offset: number, bytes: Uint8Array) => void, progress: (phase: number, offset: number, n: number) => void }} Route
  */
 
 /** Bytes of the head of a piece's stream (push.rs): tag, phase, offset, length. */
@@ -206,13 +207,13 @@ export class Wt {
     try {
       const bytes = await reader.fill(new Uint8Array(len), (n) => {
         got += n;
-        if (routed()) route.progress(n);
+        if (routed()) route.progress(phase, offset, n);
       });
       if (routed()) route.piece(phase, offset, bytes);
     } catch (e) {
       // Cut off: its bytes are not the piece (the machines ask again for what is missing).
       if (routed()) {
-        route.progress(-got);
+        route.progress(phase, offset, -got);
         console.warn("a piece of a download was cut off:", e);
       }
     }
