@@ -717,40 +717,45 @@ async fn with_checksum_if_different_compares_content_through_relays() {
     }
 }
 
-/// What a `tracing` subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
+/// The hops' traces (`a hop's data moved`, debug, `sluice::session::relay::hop`) written on
+/// this thread while `capture` runs, kept for the test to read. One subscriber for the whole
+/// binary, installed once: a subscriber set for one thread (`set_default`) missed the hops'
+/// events now and then while other tests ran beside it (6 test threads: 2 runs in 3).
+fn capture<T>(run: impl FnOnce() -> T) -> (T, String) {
+    thread_local! {
+        static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
     }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+    struct ThisThread;
+    impl std::io::Write for ThisThread {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            CAPTURED.with_borrow_mut(|c| c.as_mut().map(|c| c.extend_from_slice(buf)));
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        use tracing_subscriber::layer::{Layer, SubscriberExt};
+        let hops = tracing_subscriber::filter::Targets::new()
+            .with_target("sluice::session::relay::hop", tracing::Level::DEBUG);
+        let layer = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(|| ThisThread);
+        let subscriber = tracing_subscriber::registry().with(layer.with_filter(hops));
+        tracing::subscriber::set_global_default(subscriber).expect("no other subscriber");
+    });
+    CAPTURED.with_borrow_mut(|c| *c = Some(Vec::new()));
+    let out = run();
+    let text = CAPTURED.with_borrow_mut(|c| c.take()).unwrap_or_default();
+    (out, String::from_utf8(text).unwrap())
 }
 
 // One thread: every end's async code (the sender, the relay, the receiver) runs on the thread
-// whose subscriber captures the hops' traces.
-#[tokio::test(flavor = "current_thread")]
-async fn every_hop_moves_its_data_on_one_channel_whatever_the_session_negotiated() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let world = OneRelay::new(None, 3 << 20, "hops.bin").await;
-    let negotiated = world.sender.channels().await.unwrap();
-    assert!(negotiated > 1, "the session negotiated {negotiated} channel(s): nothing to hold");
-    let options = relayed_options(Strategy::Cyclic, true, true);
-    let report = world.sender.upload_relayed(&world.source, "", &world.relays, &options).await;
-    report.unwrap();
-    assert_eq!(fs::read(world.receiver.root().join("hops.bin")).unwrap(), world.content);
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+// whose writes `capture` keeps.
+#[test]
+fn every_hop_moves_its_data_on_one_channel_whatever_the_session_negotiated() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let ((), text) = capture(|| runtime.block_on(hops_on_one_channel()));
     let hops: Vec<&str> = text.lines().filter(|l| l.contains("a hop's data moved")).collect();
     println!("{}", hops.join("\n"));
     // Deposits to the relay and the receiver (sent and received), and the collection from the
@@ -761,5 +766,15 @@ async fn every_hop_moves_its_data_on_one_channel_whatever_the_session_negotiated
     for hop in &hops {
         assert!(hop.contains(" udp_channels=1 "), "a hop on more than one channel: {hop}");
     }
+}
+
+async fn hops_on_one_channel() {
+    let world = OneRelay::new(None, 3 << 20, "hops.bin").await;
+    let negotiated = world.sender.channels().await.unwrap();
+    assert!(negotiated > 1, "the session negotiated {negotiated} channel(s): nothing to hold");
+    let options = relayed_options(Strategy::Cyclic, true, true);
+    let report = world.sender.upload_relayed(&world.source, "", &world.relays, &options).await;
+    report.unwrap();
+    assert_eq!(fs::read(world.receiver.root().join("hops.bin")).unwrap(), world.content);
     world.stop().await;
 }
