@@ -513,6 +513,9 @@ try {
   await page.waitForSelector('#queue tr[data-state="cancelled"]');
   const wtKept = await opfsSize(".wt-down.bin.sluice-download");
   check(wtKept >= (4 << 20) && wtKept < WT_SIZE && wtKept % (4 << 20) === 0, `a partial download of whole blocks is kept: ${wtKept}`);
+  // The row counted the pieces as they came (17 MiB and more), and then says what is kept.
+  const rowShows = await page.$eval("#queue tr progress", (bar) => /** @type {HTMLProgressElement} */ (bar).value);
+  check(rowShows === wtKept, `the cancelled row shows what its partial file keeps: ${rowShows}, kept ${wtKept}`);
   const sentCancelled = await settled(() => series(WT_SENT));
   await page.fill("#rate", "0");
   await page.click("#queue tr button.retry");

@@ -203,6 +203,14 @@ export async function fetchFiles(wt, o) {
   const fresh = o.every && empty.every(Boolean);
   const machine = await Machine.receiving(fresh);
   const inbox = new Inbox();
+  // What this run told of each file: a run cut off tells at its end what makes the count what
+  // the file's partial file keeps (pieces are counted as they come, and some are not kept).
+  const told = o.files.map(() => 0);
+  /** @param {number} i @param {number} n */
+  const progress = (i, n) => {
+    told[i] += n;
+    o.progress(i, n);
+  };
   /** @type {Landing[]} the wanted files, in the manifest's order */
   let files = [];
   // The bytes of phase 0 counted as they come: by file, and by their piece's offset those that
@@ -219,7 +227,7 @@ export async function fetchFiles(wt, o) {
     if (!f) unsorted.set(offset, (unsorted.get(offset) ?? 0) + n);
     else {
       counted.set(f.i, (counted.get(f.i) ?? 0) + n);
-      o.progress(f.i, n);
+      progress(f.i, n);
     }
   };
   const tag = wt.route({
@@ -250,7 +258,7 @@ export async function fetchFiles(wt, o) {
     const take = (p) => {
       const f = files.find((f) => f.end > p.offset);
       if (!f || !run || p.offset + p.bytes.length > f.end) throw new Error("a piece outside one file");
-      if (declined && run.n === first) o.progress(f.i, p.bytes.length);
+      if (declined && run.n === first) progress(f.i, p.bytes.length);
       run.left -= p.bytes.length;
       f.write(p.offset - f.start, p.bytes);
     };
@@ -304,7 +312,7 @@ export async function fetchFiles(wt, o) {
           f.held = [];
           for (const [x, y] of present) if (x < f.end && y > f.start) f.hold(Math.max(x, f.start) - f.start, Math.min(y, f.end) - f.start);
           f.keep = f.prefix();
-          o.progress(f.i, f.keep - (f.want.have ?? 0));
+          progress(f.i, f.keep - (f.want.have ?? 0));
           if (f.keep) o.resumed(f.i, f.keep);
         }
       }
@@ -369,7 +377,7 @@ export async function fetchFiles(wt, o) {
         else if (j.commit) await commit(j.commit);
         else if (j === "drop_early") {
           declined = true;
-          for (const [i, n] of counted) o.progress(i, -n);
+          for (const [i, n] of counted) progress(i, -n);
           counted.clear();
         }
         // "stop_data": nothing runs here that it would stop.
@@ -392,8 +400,13 @@ export async function fetchFiles(wt, o) {
     wt.unroute(tag);
     control?.cancel();
     for (const f of files) {
-      if (placed) f.tree?.drop();
-      else await f.cut();
+      if (placed) {
+        f.tree?.drop();
+        continue;
+      }
+      await f.cut();
+      const kept = await f.want.part.getFile().then((b) => b.size, () => null);
+      if (kept !== null) progress(f.i, kept - (f.want.have ?? 0) - told[f.i]);
     }
     machine.end();
   }
