@@ -720,7 +720,7 @@ async fn with_checksum_if_different_compares_content_through_relays() {
 /// The hops' traces (`a hop's data moved`, debug, `sluice::session::relay::hop`) written on
 /// this thread while `capture` runs, kept for the test to read. One subscriber for the whole
 /// binary, installed once: a subscriber set for one thread (`set_default`) missed the hops'
-/// events now and then while other tests ran beside it (6 test threads: 2 runs in 3).
+/// events now and then while other tests ran beside it (6 test threads: 3 runs in 4).
 fn capture<T>(run: impl FnOnce() -> T) -> (T, String) {
     thread_local! {
         static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
