@@ -12,6 +12,7 @@ import { size } from "./dom.js";
 import { fetchFiles } from "./fetch.js";
 import { hashBlob } from "./hash.js";
 import { storeFiles } from "./store.js";
+import { note } from "./transfers.js";
 import { mode, session as wtSession } from "./wt.js";
 
 /** Files larger than this go alone (their own run: its probe, its resume by blocks). */
@@ -195,7 +196,7 @@ async function download(t, jobs, signal) {
   const { found } = await fetchFiles(wt, {
     src: b.root, files, every: taking.length === b.down?.whole, rateBps: t.rateLimit(), signal,
     progress: (i, n) => t.progress(taking[i], n),
-    resumed: (i, kept) => { taking[i].note = [taking[i].note, `resumed at ${size(kept)}`].filter(Boolean).join("; "); },
+    resumed: (i, kept) => note(taking[i], `resumed at ${size(kept)}`),
     sized: (i, bytes) => { taking[i].size = bytes; },
   });
   taking.forEach((job, i) => {

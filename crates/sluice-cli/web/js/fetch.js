@@ -213,22 +213,18 @@ export async function fetchFiles(wt, o) {
   };
   /** @type {Landing[]} the wanted files, in the manifest's order */
   let files = [];
-  // The bytes of phase 0 counted as they come: by file, and by their piece's offset those that
-  // came before the plan said whose they are. A declined early start takes them back (its data
-  // then comes in another phase, counted as its pieces land).
-  /** @type {Map<number, number>} */
-  const counted = new Map();
+  // The bytes of phase 0 are counted as they come; by their piece's offset, those that came
+  // before the plan said whose they are. A declined early start takes back all that was told
+  // (until then only phase 0's bytes: its data then comes in another phase, counted as its
+  // pieces land).
   /** @type {Map<number, number>} */
   const unsorted = new Map();
   let declined = false;
   /** @param {number} offset @param {number} n */
   const count = (offset, n) => {
     const f = files.find((f) => f.end > offset);
-    if (!f) unsorted.set(offset, (unsorted.get(offset) ?? 0) + n);
-    else {
-      counted.set(f.i, (counted.get(f.i) ?? 0) + n);
-      progress(f.i, n);
-    }
+    if (f) progress(f.i, n);
+    else unsorted.set(offset, (unsorted.get(offset) ?? 0) + n);
   };
   const tag = wt.route({
     piece: (phase, offset, bytes) => inbox.post({ piece: { phase, offset, bytes } }),
@@ -377,8 +373,7 @@ export async function fetchFiles(wt, o) {
         else if (j.commit) await commit(j.commit);
         else if (j === "drop_early") {
           declined = true;
-          for (const [i, n] of counted) progress(i, -n);
-          counted.clear();
+          told.forEach((n, i) => { if (n) progress(i, -n); });
         }
         // "stop_data": nothing runs here that it would stop.
       },

@@ -62,7 +62,7 @@ const POLICIES = [
  * @param {Job} job
  * @param {string} text
  */
-function note(job, text) {
+export function note(job, text) {
   // A retry that resumes at the same place says nothing new.
   if (job.note === text || job.note.endsWith(`; ${text}`)) return;
   job.note = [job.note, text].filter(Boolean).join("; ");
