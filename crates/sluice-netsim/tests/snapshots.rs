@@ -141,6 +141,21 @@ fn snapshot_adaptive_100ms_1pct_loss_gro16() {
     check("adaptive_100ms_1pct_gro16", s);
 }
 
+/// Two transfers of two coupled channels started 10 ms apart, released every 50 µs: both
+/// startups end at the whole link and are cut together, and what they share afterwards is set by
+/// how they climb back (a 262/646 Mbit/s split before the capped increase took one step for all).
+#[test]
+fn snapshot_two_adaptive_flows_together_batch50us() {
+    let s = Scenario {
+        flows: 2,
+        channels: 2,
+        flow_stagger_ms: 10,
+        release_granularity_us: 50,
+        ..trace(CcKind::Adaptive, 100.0, 0.0, 9)
+    };
+    check("adaptive_two_flows_together_batch50us", s);
+}
+
 /// How bunching affects `udt`: compare with `udt_100ms_0pct`. Its packet pairs read many times
 /// the link, so it sends at several Gbit/s into the 1 Gbit/s link: 6 s of that is enough to see
 /// (and costs the simulator as much as 20 s of the plain run).
