@@ -35,13 +35,14 @@ const BLOCK: u64 = 256 << 10;
 /// Bytes of a sealed block of [`BLOCK`] plain bytes, uncompressed.
 const SEALED: u64 = BLOCK + sluice_session::relay::SEAL_OVERHEAD;
 
-/// A UDP forwarder before a relay's QUIC port: the first peer through it always passes, any
-/// other only once the gate is open. The hops' data channels do not pass it (they go to the
-/// relay's own ports, on the same address).
+/// A UDP forwarder before a relay's QUIC port: the first peer through it passes until the gate
+/// is sealed, any other only once the gate is open. The hops' data channels do not pass it
+/// (they go to the relay's own ports, on the same address).
 pub(crate) struct Gate {
     pub(crate) addr: SocketAddr,
     target: Arc<Mutex<SocketAddr>>,
     open: Arc<AtomicBool>,
+    sealed: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -51,14 +52,16 @@ impl Gate {
         let addr = front.local_addr().unwrap();
         let target = Arc::new(Mutex::new(target));
         let open = Arc::new(AtomicBool::new(false));
-        let (to, opened) = (target.clone(), open.clone());
+        let sealed = Arc::new(AtomicBool::new(false));
+        let (to, opened, shut) = (target.clone(), open.clone(), sealed.clone());
         let task = tokio::spawn(async move {
             let mut first = None;
             let mut peers: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
             let mut back = JoinSet::new();
             let mut buf = vec![0u8; 65_536];
             while let Ok((n, from)) = front.recv_from(&mut buf).await {
-                if *first.get_or_insert(from) != from && !opened.load(Ordering::SeqCst) {
+                let first_peer = *first.get_or_insert(from) == from && !shut.load(Ordering::SeqCst);
+                if !first_peer && !opened.load(Ordering::SeqCst) {
                     continue;
                 }
                 let up = match peers.get(&from) {
@@ -81,7 +84,15 @@ impl Gate {
                 let _ = up.send(&buf[..n]).await;
             }
         });
-        Gate { addr, target, open, task }
+        Gate { addr, target, open, sealed, task }
+    }
+
+    /// The first peer is gone (its session closed): from now on only an open gate lets anyone
+    /// through. The system may hand the first peer's port to a new socket, and that one is
+    /// someone else: in a CI run the receiver's retry to the gated relay came from the closed
+    /// sender's port, collected the blocks the test keeps out of its reach, and placed the file.
+    pub(crate) fn seal(&self) {
+        self.sealed.store(true, Ordering::SeqCst);
     }
 
     /// Lets everyone through, to `target` from now on.
@@ -218,6 +229,7 @@ async fn a_relay_restarted_mid_way_keeps_its_spool_and_the_collection_completes(
     for relay in relays {
         relay.client.close().await;
     }
+    gate.seal();
     assert_eq!(block_files(spool.path()).len(), 9);
     let saved = tempfile::tempdir().unwrap();
     let restarted = restart(a, spool.path(), 64 << 20, saved.path()).await;
@@ -300,6 +312,7 @@ impl Stalled {
         for relay in relays {
             relay.client.close().await;
         }
+        gate.seal();
         Stalled { receiver, a, _spools: spools, _gate: gate, b, _local: local, source, content }
     }
 
@@ -736,6 +749,7 @@ async fn with_two_copies_a_relay_lost_after_the_retreat_loses_nothing() {
     for relay in relays {
         relay.client.close().await;
     }
+    gate.seal();
     a.stop().await;
     let dest = receiver.root().join("two.bin");
     assert!(appears(&dest).await, "the file never arrived");
