@@ -89,8 +89,9 @@ impl Gate {
 
     /// The first peer is gone (its session closed): from now on only an open gate lets anyone
     /// through. The system may hand the first peer's port to a new socket, and that one is
-    /// someone else: in a CI run the receiver's retry to the gated relay came from the closed
-    /// sender's port, collected the blocks the test keeps out of its reach, and placed the file.
+    /// someone else: in one local CI run a receiver collected the blocks the test keeps out of
+    /// its reach and placed the file, most likely through a retry's socket on the closed
+    /// sender's port (the collector connects anew each try; not traced).
     pub(crate) fn seal(&self) {
         self.sealed.store(true, Ordering::SeqCst);
     }
