@@ -20,6 +20,10 @@ import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
 
 /** Transfers (machine runs, or HTTPS requests) at once. */
 const RUNNING_MAX = 3;
+/** An HTTPS upload of at most this many bytes waits for its file's BLAKE3 (milliseconds in
+ * WebAssembly) and sends it with the bytes: the server stores the file at the end of that one
+ * request, where a hash sent `later` costs a second request and its round trip. */
+const HASH_FIRST_MAX = 4 << 20;
 
 /** @typedef {import("./local.js").Local} Local */
 /**
@@ -442,6 +446,7 @@ export class Transfers {
   async uploadHttps(job, which, offset, policy, file, hashing, signal, resumed) {
     resumed(offset);
     const spec = { ...which, offset, policy, rate_bps: this.rateLimit() };
+    const blake3 = file.size <= HASH_FIRST_MAX ? await hashing : "later";
     // Progress is what the server holds, asked twice a second: the browser's own count is
     // of what went into the connection, megabytes ahead of the server when it paces.
     const polling = setInterval(() => {
@@ -450,7 +455,7 @@ export class Transfers {
       }, () => {});
     }, 500);
     // The rest in one request: a cancel or a cut keeps what arrived; a retry asks again.
-    const sent = await api.uploadPart(spec, file.slice(offset), "later", () => {}, signal)
+    const sent = await api.uploadPart(spec, file.slice(offset), blake3, () => {}, signal)
       .finally(() => clearInterval(polling));
     const end = { ...spec, offset: which.size };
     const done = sent.done || sent.have < which.size ? sent
