@@ -124,11 +124,18 @@ impl Routes {
             return Err(ApiError::new(StatusCode::NOT_FOUND, "not-found", why));
         };
         let _place = places.acquire().await.map_err(|e| ApiError::bad(e.to_string()))?;
+        let ended = || ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended");
         let mut bytes = vec![0u8; len as usize];
         let mut at = 0;
         while at < bytes.len() {
             let end = (at + PIECE_BYTES).min(bytes.len());
-            match stream.read(&mut bytes[at..end]).await {
+            let read = stream.read(&mut bytes[at..end]).await;
+            // The upload ended (cancelled, or done without this piece): what is still on its way
+            // is not kept, paced or counted, and the rest is not read.
+            if queue_places.is_closed() {
+                return Err(ended());
+            }
+            match read {
                 Ok(Some(n)) => {
                     at += n;
                     flow.moved(n as u64, &counters.received).await;
@@ -138,7 +145,6 @@ impl Routes {
                 Err(e) => return Err(ApiError::bad(format!("the piece's stream failed: {e}"))),
             }
         }
-        let ended = || ApiError::new(StatusCode::CONFLICT, "cancelled", "the upload has ended");
         // Closed when the upload ends (its route is dropped).
         let queued = queue_places.acquire_owned().await.map_err(|_| ended())?;
         pieces.send((Piece { phase, offset, bytes }, queued)).map_err(|_| ended())

@@ -6,6 +6,7 @@
 //! hashes), and what it says goes to the server. The stored file is compared byte for byte;
 //! the server's count says what moved. Bytes from the seeded generator of `tests.rs`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use sluice_wasm::Module;
 use tokio::task::JoinSet;
 use wtransport::Connection;
 
+use super::Counters;
 use super::fetch_tests::frames;
 use super::push::pieces;
 use super::tests::{
@@ -39,6 +41,10 @@ pub(super) struct Play {
     /// The page sends this many pieces of the first phase and no more, and stays: the server
     /// waits for the rest.
     pub(super) hold_after: Option<usize>,
+    /// The page sends half of the first phase's first piece (counted by these counters) and
+    /// goes (the tab closed); once the server has ended the upload, the rest of that piece
+    /// follows. Its answer is [`Sent::torn`].
+    pub(super) torn: Option<Arc<Counters>>,
 }
 
 /// What a page's upload ended with: the machine's `done` (`{ok: ...}` or `{error: ...}`; none
@@ -48,6 +54,9 @@ pub(super) struct Sent {
     pub(super) done: Option<Value>,
     pub(super) last: Option<Value>,
     lanes: Vec<usize>,
+    /// With [`Play::torn`]: the server's answer to the torn piece, and the bytes it counted
+    /// received once the upload had ended.
+    torn: Option<(Value, u64)>,
 }
 
 /// A piece's request head.
@@ -182,6 +191,20 @@ pub(super) async fn store_files(
                     .map(|r| r[0].as_u64().unwrap()..r[1].as_u64().unwrap())
                     .collect();
                 let all = pieces(&ranges, &ends);
+                if let Some(counters) = play.torn.take() {
+                    let torn = tear(
+                        &lanes[0],
+                        &mut send,
+                        &mut frames,
+                        tag,
+                        n,
+                        &data,
+                        all[0].clone(),
+                        &counters,
+                    );
+                    let torn = Some(torn.await);
+                    return Sent { done: None, last: None, lanes: by_lane, torn };
+                }
                 // A page that goes after some pieces sends no more than those.
                 let count =
                     play.stop_after.or(play.hold_after).map_or(all.len(), |n| n.min(all.len()));
@@ -211,7 +234,7 @@ pub(super) async fn store_files(
                     let frame = frame.expect("a last head before the stream's end");
                     last = Some(serde_json::from_slice(&frame[4..]).unwrap());
                 }
-                return Sent { done: Some(done.clone()), last, lanes: by_lane };
+                return Sent { done: Some(done.clone()), last, lanes: by_lane, torn: None };
             } else {
                 // `stop_data`: the server has every byte while the pushes end; they end anyway.
                 let quiet = [json!("stop_hashing"), json!("stop_data")];
@@ -247,7 +270,7 @@ pub(super) async fn store_files(
                     // The tab closes: the control stream goes, and the pushes with it.
                     pushing.shutdown().await;
                     let _ = send.reset(wtransport::VarInt::from_u32(0));
-                    return Sent { done: None, last: None, lanes: by_lane };
+                    return Sent { done: None, last: None, lanes: by_lane, torn: None };
                 }
             }
             () = tokio::time::sleep(std::time::Duration::from_secs_f64(wait / 1e3)) => {
@@ -256,6 +279,40 @@ pub(super) async fn store_files(
             }
         }
     }
+}
+
+/// [`Play::torn`]'s page: half of the piece `range` of phase `n` on its own stream of `conn`,
+/// counted at the server; then the control stream (`send`, its frames `frames`) goes, and once
+/// the server has ended it, the rest of the piece. The server's answer to the piece, and the
+/// bytes counted received then.
+#[allow(clippy::too_many_arguments)]
+async fn tear(
+    conn: &Connection,
+    send: &mut wtransport::SendStream,
+    frames: &mut tokio::sync::mpsc::UnboundedReceiver<Option<Vec<u8>>>,
+    tag: u64,
+    n: u32,
+    data: &[u8],
+    range: std::ops::Range<u64>,
+    counters: &Counters,
+) -> (Value, u64) {
+    let bytes = &data[range.start as usize..range.end as usize];
+    let half = bytes.len() / 2;
+    let (mut piece, mut answer) = conn.open_bi().await.unwrap().await.unwrap();
+    write_head(&mut piece, &piece_head(tag, n, range.start, bytes.len())).await;
+    piece.write_all(&bytes[..half]).await.unwrap();
+    let received = || counters.received.load(Ordering::Relaxed);
+    assert!(eventually(|| received() == half as u64).await, "half a piece counted: {}", received());
+    let _ = send.reset(wtransport::VarInt::from_u32(0));
+    // The server's end of the control stream ends after the upload (and its route) has gone.
+    while let Some(Some(_)) = frames.recv().await {}
+    // The server may stop the stream (STOP_SENDING) as soon as the rest begins: not an error.
+    if piece.write_all(&bytes[half..]).await.is_ok() {
+        let _ = piece.finish().await;
+    }
+    let answer = super::tests::read_head(&mut answer).await;
+    // Whatever the server read of the rest, it counted by now: the answer came after.
+    (answer, received())
 }
 
 /// [`store`] again while the server still ends an earlier try of the same file (`busy`).
@@ -408,6 +465,23 @@ async fn an_upload_without_the_right_or_outside_the_root_is_refused_in_the_machi
     }
     assert!(!s.root().join("x.bin").exists() && !s.root().parent().unwrap().join("x.bin").exists());
     assert_eq!(s.counters.received.load(Ordering::Relaxed), 0);
+    let _ = s.stop.send(());
+}
+
+/// A piece still on its way when its upload ends (the page cancelled, or went) is not read
+/// on: its rest is neither counted nor paced, and the piece is answered `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piece_still_coming_when_its_upload_ends_is_not_read_on() {
+    let s = serve().await;
+    let data = bytes(SEED ^ 31, 3 * BLOCK_BYTES as usize);
+    let (conn, _) = s.connect("all-token").await;
+    let play = Play { torn: Some(s.counters.clone()), ..Play::default() };
+    let sent = store(std::slice::from_ref(&conn), "pub/t.bin", "refuse", &data, play).await;
+    let (answer, received) = sent.torn.unwrap();
+    println!("the torn piece: {answer}; {received} bytes counted");
+    assert_eq!(answer["error"], "cancelled", "{answer}");
+    assert_eq!(received, BLOCK_BYTES / 2, "only the half sent while the upload ran");
+    assert!(!s.root().join("pub/t.bin").exists(), "nothing stored");
     let _ = s.stop.send(());
 }
 

@@ -182,7 +182,7 @@ pub(super) async fn write_head(send: &mut wtransport::SendStream, head: &Value) 
     send.write_all(&json).await.unwrap();
 }
 
-async fn read_head(recv: &mut wtransport::RecvStream) -> Value {
+pub(super) async fn read_head(recv: &mut wtransport::RecvStream) -> Value {
     let mut len = [0u8; 4];
     recv.read_exact(&mut len).await.unwrap();
     let mut head = vec![0u8; u32::from_be_bytes(len) as usize];
