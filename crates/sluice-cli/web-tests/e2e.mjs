@@ -57,6 +57,13 @@ TREE_RELS.forEach((rel, i) => {
   fs.mkdirSync(path.dirname(path.join(local, "tree200", rel)), { recursive: true });
   fs.writeFileSync(path.join(local, "tree200", rel), bytes(200 + (i % 37) * 31));
 });
+// paced20: a folder whose run, paced at 1 MB/s, takes seconds (tree200's 150 KB would end in
+// a blink, before a click on one of its rows).
+const PACED_RELS = [...Array(20).keys()].map((i) => `p${i % 4}/g${i}.bin`);
+PACED_RELS.forEach((rel, i) => {
+  fs.mkdirSync(path.dirname(path.join(local, "paced20", rel)), { recursive: true });
+  fs.writeFileSync(path.join(local, "paced20", rel), bytes((256 << 10) + i * 13));
+});
 fs.writeFileSync(path.join(local, "one.bin"), bytes(1 << 20));
 // Uploaded beside the server's file of the same hostile name.
 fs.writeFileSync(path.join(local, XSS), bytes(3000));
@@ -160,6 +167,8 @@ function check(ok, what) {
   if (!ok) throw new Error(`${step}: ${what}`);
 }
 let context;
+/** @type {import("playwright-core").Page | undefined} */
+let failedPage;
 try {
   // A fresh profile (--user-data-dir), and no calls home.
   context = await chromium.launchPersistentContext(path.join(out, "profile"), {
@@ -171,6 +180,7 @@ try {
     viewport: { width: 1280, height: 860 },
   });
   const page = context.pages()[0] ?? (await context.newPage());
+  failedPage = page;
   page.on("dialog", (d) => {
     failures.push(`a ${d.type()} dialog opened: ${d.message()}`);
     d.dismiss();
@@ -658,47 +668,50 @@ try {
   await page.selectOption("#policy", "");
 
   step = "webtransport: a folder's run, one file cancelled, the policy per file";
-  // Paced, so the run is under way when one file of it is cancelled: that file's row says
-  // cancelled, the others go again in a new run and are done; its retry brings it.
+  // Paced (20 files of 256 KiB at 1 MB/s: seconds), so the run is under way when one file of
+  // it is cancelled: that file's row says cancelled, the others go again in a new run and are
+  // done; its retry brings it.
   await clearDone();
-  await page.fill("#rate", "2");
+  await page.fill("#rate", "1");
   await page.selectOption("#policy", "always");
   const puts1 = await series('sluice_transfers_total{direction="put"}');
-  await local0.locator("input.pick-folder").setInputFiles(path.join(local, "tree200"));
-  await row(local0, "tree200").click();
+  await local0.locator("input.pick-folder").setInputFiles(path.join(local, "paced20"));
+  await row(local0, "paced20").click();
   await page.keyboard.press("F5");
-  await page.waitForFunction(() => document.querySelectorAll('#queue tr[data-state="running"]').length === 200,
+  await page.waitForFunction(() => document.querySelectorAll('#queue tr[data-state="running"]').length === 20,
     null, { timeout: 60000, polling: 20 });
-  await page.waitForTimeout(500);
   const last = page.locator("#queue tr").last();
   const lastName = await last.locator("td.file").textContent();
   await last.locator("button.cancel").click();
+  const doneThen = await page.locator('#queue tr[data-state="done"]').count();
   await page.fill("#rate", "0");
   await page.waitForFunction(() => {
     const rows = [...document.querySelectorAll("#queue tr")];
-    return rows.filter((r) => r.dataset.state === "done").length === 199
+    return rows.filter((r) => r.dataset.state === "done").length === 19
       && rows[rows.length - 1].dataset.state === "cancelled";
   }, null, { timeout: 120000, polling: 100 });
   await page.locator("#queue tr").last().locator("button.retry").click();
-  await jobsDone(200);
+  await jobsDone(20);
   const cancelRuns = (await series('sluice_transfers_total{direction="put"}')) - puts1;
-  console.log(`e2e: ${lastName} cancelled in its folder's run; 200 files in ${cancelRuns} runs`);
-  check(cancelRuns >= 3 && cancelRuns < 200, `the run cancelled, the others again, then the retry: ${cancelRuns} runs`);
-  for (let i = 0; i < 200; i += 1) {
-    const rel = path.join("tree200", `d${i % 10}`, `f${i}.bin`);
-    check(shaFile(path.join(root, rel)) === shaFile(path.join(local, rel)), `${rel} hashes the same`);
+  console.log(`e2e: ${lastName} cancelled in its folder's run (${doneThen} of 20 done then); 20 files in ${cancelRuns} runs`);
+  check(doneThen < 19, `the click came while the run went on: ${doneThen} files done then`);
+  check(cancelRuns >= 3 && cancelRuns < 20, `the run cancelled, the others again, then the retry: ${cancelRuns} runs`);
+  for (const rel of PACED_RELS) {
+    check(shaFile(path.join(root, "paced20", rel)) === shaFile(path.join(local, "paced20", rel)), `paced20/${rel} hashes the same`);
   }
   // Skip: the server's plan keeps each file, in one run, and each row says skipped.
   await clearDone();
   await page.selectOption("#policy", "never");
   const puts2 = await series('sluice_transfers_total{direction="put"}');
   const received2 = await series(WT_RECEIVED);
+  await local0.locator("input.pick-folder").setInputFiles(path.join(local, "tree200"));
   await row(local0, "tree200").click();
   await page.keyboard.press("F5");
   await jobsDone(200);
   check(await page.locator('#queue tr[data-state="skipped"]').count() === 200, "each file skipped by the policy");
   check((await series('sluice_transfers_total{direction="put"}')) - puts2 === 1, "in one run");
-  check((await series(WT_RECEIVED)) === received2, "no byte moved");
+  const received2After = await series(WT_RECEIVED);
+  check(received2After === received2, `no byte moved: ${received2After - received2} bytes received`);
   await page.selectOption("#policy", "");
   await clearDone();
 
@@ -942,6 +955,11 @@ try {
 } catch (e) {
   console.error(`e2e: FAILED at ${step}: ${e.stack ?? e}`);
   process.exitCode = 1;
+  // What the page showed when it failed: a screenshot and the transfer rows' states.
+  await failedPage?.screenshot({ path: path.join(out, "failed.png") }).catch(() => {});
+  const rows = await failedPage?.$$eval("#queue tr", (trs) => trs.map((r) =>
+    `${r.querySelector("td.file")?.textContent} ${r.dataset.state} ${r.dataset.done}/${r.dataset.size}`)).catch(() => []);
+  if (rows?.length) console.error(`e2e: the transfer rows then (${rows.length}): ${rows.slice(-8).join("; ")}`);
 } finally {
   await context?.close().catch(() => {});
   server.kill("SIGTERM");

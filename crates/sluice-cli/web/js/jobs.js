@@ -27,6 +27,8 @@ export class Jobs {
     this.onEnd = onEnd;
     /** @type {Set<string>} jobs seen running */
     this.running = new Set();
+    /** @type {Map<string, HTMLTableRowElement>} each job's row, kept from one poll to the next */
+    this.rows = new Map();
     /** @type {ReturnType<typeof setTimeout> | null} */
     this.timer = null;
   }
@@ -51,12 +53,17 @@ export class Jobs {
       for (const job of server.jobs) {
         const key = `${server.server}/${job.id}`;
         if (job.phase === "running") running.add(key);
-        rows.push(this.row(server.server, server.label, job));
+        rows.push(this.row(key, server.server, server.label, job));
       }
     }
     const ended = [...this.running].some((k) => !running.has(k));
     this.running = running;
-    this.body.replaceChildren(...rows);
+    for (const [key, row] of this.rows) if (!rows.includes(row)) this.rows.delete(key);
+    // The same rows again, in the servers' order: a poll does not replace a button under the mouse.
+    rows.forEach((row, i) => {
+      if (this.body.children[i] !== row) this.body.insertBefore(row, this.body.children[i] ?? null);
+    });
+    while (this.body.children.length > rows.length) this.body.lastElementChild?.remove();
     this.section.hidden = rows.length === 0 && problems.length === 0;
     this.status.textContent = problems.join("\n");
     if (ended) this.onEnd();
@@ -64,31 +71,46 @@ export class Jobs {
   }
 
   /**
+   * The job's row, made the first time and brought up to date after.
+   * @param {string} key
    * @param {string} server
    * @param {string} label
    * @param {api.Job} job
    */
-  row(server, label, job) {
-    const bar = el("progress", { max: Math.max(job.total, 1), value: job.bytes });
-    const cells = [
-      el("td", { class: "server" }, label),
-      el("td", { class: "from" }, job.from),
-      el("td", { class: "dest" }, `/${job.dest}`),
-      el("td", {}, bar, ` ${size(job.bytes)} of ${size(job.total)}, ${job.files} files`),
-      el("td", { class: "phase" }, job.phase),
-      el("td", { class: "when" }, time(job.ended ?? job.started)),
-      el("td", { class: "error", title: job.error ?? "" }, said(job.error ?? "")),
-    ];
-    const cancel = el("button", { class: "cancel" }, "Cancel");
-    cancel.hidden = job.phase !== "running" && job.phase !== "stalled";
-    cancel.addEventListener("click", async () => {
-      try {
-        await api.cancelJob(server, job.id);
-      } catch (e) {
-        this.status.textContent = /** @type {Error} */ (e).message;
-      }
-      this.refresh();
-    });
-    return el("tr", { "data-job": job.id, "data-phase": job.phase }, ...cells, el("td", {}, cancel));
+  row(key, server, label, job) {
+    let row = this.rows.get(key);
+    if (!row) {
+      const cancel = el("button", { class: "cancel" }, "Cancel");
+      cancel.addEventListener("click", async () => {
+        try {
+          await api.cancelJob(server, job.id);
+        } catch (e) {
+          this.status.textContent = /** @type {Error} */ (e).message;
+        }
+        this.refresh();
+      });
+      row = el("tr", { "data-job": job.id },
+        el("td", { class: "server" }, label),
+        el("td", { class: "from" }, job.from),
+        el("td", { class: "dest" }, `/${job.dest}`),
+        el("td", {}, el("progress", { max: 1, value: 0 }), el("span")),
+        el("td", { class: "phase" }),
+        el("td", { class: "when" }),
+        el("td", { class: "error" }),
+        el("td", {}, cancel));
+      this.rows.set(key, row);
+    }
+    row.dataset.phase = job.phase;
+    const td = row.cells;
+    const bar = /** @type {HTMLProgressElement} */ (td[3].firstChild);
+    bar.max = Math.max(job.total, 1);
+    bar.value = job.bytes;
+    /** @type {HTMLElement} */ (td[3].lastChild).textContent = ` ${size(job.bytes)} of ${size(job.total)}, ${job.files} files`;
+    td[4].textContent = job.phase;
+    td[5].textContent = time(job.ended ?? job.started);
+    td[6].textContent = said(job.error ?? "");
+    td[6].title = job.error ?? "";
+    /** @type {HTMLElement} */ (td[7].firstChild).hidden = job.phase !== "running" && job.phase !== "stalled";
+    return row;
   }
 }

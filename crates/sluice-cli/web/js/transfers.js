@@ -737,29 +737,28 @@ export class Transfers {
       // What the row shows, exactly (the test reads it).
       row.dataset.done = String(job.done);
       row.dataset.size = String(job.size);
-      if (row.dataset.state !== job.state || !row.cells.length) {
-        // Built again only when the state changes, so a button is not replaced under the mouse.
-        row.dataset.state = job.state;
-        const actions = el("td", { class: "actions" });
-        if (job.state === "running" || job.state === "queued") {
-          const cancel = el("button", { class: "cancel" }, "Cancel");
-          cancel.addEventListener("click", () => this.cancel(job));
-          actions.append(cancel);
-        }
-        if (job.state === "failed" || job.state === "cancelled") {
-          const retry = el("button", { class: "retry" }, "Retry");
-          retry.addEventListener("click", () => this.retry(job));
-          actions.append(retry);
-        }
-        row.replaceChildren(
+      row.dataset.state = job.state;
+      if (!row.cells.length) {
+        row.append(
           el("td", { class: "file", title: job.name }),
           el("td", {}),
           el("td", {}, el("progress", { max: 1, value: 0 }), el("span")),
           el("td", {}),
           el("td", {}),
           el("td", { class: "state" }),
-          actions,
+          el("td", { class: "actions" }),
         );
+      }
+      // The buttons are built again only when which of them shows changes (a run refused as
+      // busy goes running, queued, running: its Cancel stays the same button under the mouse).
+      const actions = job.state === "running" || job.state === "queued" ? "cancel"
+        : job.state === "failed" || job.state === "cancelled" ? "retry" : "";
+      if (row.dataset.actions !== actions) {
+        row.dataset.actions = actions;
+        const button = actions === "cancel" ? el("button", { class: "cancel" }, "Cancel")
+          : actions === "retry" ? el("button", { class: "retry" }, "Retry") : null;
+        button?.addEventListener("click", () => (actions === "cancel" ? this.cancel(job) : this.retry(job)));
+        row.cells[6].replaceChildren(...(button ? [button] : []));
       }
       const td = [...row.cells];
       td[0].textContent = cells[0];
@@ -771,6 +770,7 @@ export class Transfers {
       td[3].textContent = cells[3];
       td[4].textContent = cells[4];
       td[5].textContent = cells[5];
+      td[5].title = cells[5];
     }
     for (const row of [...body.children]) {
       if (!this.jobs.some((j) => j.row === row)) row.remove();
