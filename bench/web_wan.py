@@ -16,6 +16,10 @@ queue, the same seed) for the CLI copy and for the browser's session.
 `--files N` moves a folder of N files of `--file-kib` KiB (in 10 subfolders) instead: the
 browser's download and upload of it, and the CLI's `sluice cp -r` of it both ways as the
 yardstick (each browser direction is read against the CLI's same direction).
+
+With MEASURE_PROFILE=1 in the environment, measure.mjs records the page's CPU profile of each
+transfer beside its other output and prints where the page's JavaScript spent it (in the log
+this script names).
 """
 
 import argparse

@@ -14,6 +14,9 @@
 // the same page; MEASURE_FILES=N moves a folder of N files of MEASURE_FILE_KIB (default 64) in
 // 10 subfolders instead of the one file (a download of the server's folder into the browser's
 // storage, an upload of a picked folder), timed until every file's row is done;
+// MEASURE_PROFILE=1 records the page's JavaScript CPU profile of each transfer (DevTools'
+// Profiler: the renderer's main thread) into SLUICE_WEB_OUT/profile-VIA-DIR.cpuprofile and
+// prints the functions that spent the most of it themselves;
 // SLUICE_SERVER_NS=NS with SLUICE_WEB_ADDR=IP:PORT runs the server in network namespace NS
 // (`ip netns exec`) on that address, for a path through an emulated link
 // (bench/web_wan.py runs this script that way, inside the other namespace).
@@ -44,6 +47,26 @@ const files = Number(process.env.MEASURE_FILES ?? 0);
 // folder is timed too.
 const failedOk = process.env.MEASURE_FAILED_OK === "1";
 const fileKib = Number(process.env.MEASURE_FILE_KIB ?? 64);
+const profiling = process.env.MEASURE_PROFILE === "1";
+
+/**
+ * The functions of a DevTools CPU profile by the time they spent themselves (not in what they
+ * called), most first: `[name (file:line), ms]`. "(program)" is the browser's own work on the
+ * main thread (style, layout, paint, the network's callbacks), "(idle)" its waiting.
+ * @param {{ nodes: { id: number, callFrame: { functionName: string, url: string, lineNumber: number } }[],
+ *   samples: number[], timeDeltas: number[] }} profile
+ */
+function selfTimes(profile) {
+  const frames = new Map(profile.nodes.map((n) => [n.id, n.callFrame]));
+  const ms = new Map();
+  profile.samples.forEach((id, i) => {
+    const f = frames.get(id);
+    const file = f?.url ? `${f.url.split("/").pop()}:${f.lineNumber + 1}` : "";
+    const name = `${f?.functionName || "(anonymous)"}${file ? ` (${file})` : ""}`;
+    ms.set(name, (ms.get(name) ?? 0) + (profile.timeDeltas[i] ?? 0) / 1000);
+  });
+  return [...ms].sort((a, b) => b[1] - a[1]);
+}
 
 /**
  * CPU seconds (user + system) of `pid` and every process below it, by /proc: the total, and by
@@ -207,6 +230,12 @@ try {
   });
   /** Times `run` (a key press and its transfer) with the CPU seconds each side spent. */
   const timed = async (via, dir, run) => {
+    const cdp = profiling ? await page.context().newCDPSession(page) : null;
+    if (cdp) {
+      await cdp.send("Profiler.enable");
+      await cdp.send("Profiler.setSamplingInterval", { interval: 1000 });
+      await cdp.send("Profiler.start");
+    }
     const [server0, all0] = [treeCpu(server.pid).total, treeCpu(process.pid)];
     const t0 = performance.now();
     // When the panel first says "verifying" (a download's check of the whole file after its
@@ -229,6 +258,13 @@ try {
       browser_cpu_by_kind: kindsSpent(all0, all1),
     });
     console.log(JSON.stringify(results.at(-1)));
+    if (cdp) {
+      const { profile } = await cdp.send("Profiler.stop");
+      fs.writeFileSync(path.join(out, `profile-${via}-${dir}.cpuprofile`), JSON.stringify(profile));
+      const top = selfTimes(profile).slice(0, 15).map(([name, ms]) => `${ms.toFixed(0)} ms ${name}`);
+      console.error(`measure: ${via} ${dir}, the page's CPU by function (self):\n  ${top.join("\n  ")}`);
+      await cdp.detach();
+    }
   };
   for (const via of vias) {
     // auto: the page measures both ways on the transfer itself (a fresh choice each time it
