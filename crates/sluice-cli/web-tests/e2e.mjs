@@ -321,6 +321,16 @@ try {
   await clearDone();
 
   step = "overwrite question";
+  // A file this small goes unasked (one request); the server answers that one.bin is there,
+  // keeps what came, and the question follows. The answer's request carries only the hash.
+  /** @type {Promise<{ status: number, body: any }>[]} */
+  const onePuts = [];
+  const putSeen = (/** @type {import("playwright-core").Response} */ r) => {
+    if (r.request().method() === "PUT" && r.url().includes("one.bin")) {
+      onePuts.push(r.json().then((body) => ({ status: r.status(), body }), () => ({ status: r.status(), body: null })));
+    }
+  };
+  page.on("response", putSeen);
   await row(local0, "one.bin").click();
   await page.keyboard.press("F5");
   await page.waitForSelector("#ask[open]");
@@ -328,7 +338,15 @@ try {
   await shot("overwrite");
   await page.click('#ask button[data-choice="keep-both"]');
   await jobsDone();
+  page.off("response", putSeen);
+  const answered = await Promise.all(onePuts);
+  console.log(`e2e: the overwrite question's requests: ${JSON.stringify(answered.map((a) => [a.status, a.body?.error ?? a.body?.received]))}`);
+  check(answered.length === 2 && answered[0].status === 409 && answered[0].body?.error === "exists",
+    `the unasked request was answered "exists": ${JSON.stringify(answered)}`);
+  check(answered[1].body?.received === 0 && answered[1].body?.stored === true,
+    `the answer's request moved no byte again and stored: ${JSON.stringify(answered[1])}`);
   check(shaFile(path.join(root, "one (1).bin")) === shaFile(path.join(local, "one.bin")), "kept both");
+  check(!(await page.textContent("#queue")).includes("resumed at"), "the row does not call the answer's request a resume");
   const storedAs = await page.textContent("#queue tr td.state");
   check(storedAs?.includes("stored as one (1).bin"), `the row names the file's new name: ${storedAs}`);
   await clearDone();

@@ -23,6 +23,16 @@ export function el(tag, props = {}, ...children) {
 }
 
 /**
+ * Sets `node`'s text to `text` unless it is that already: an unchanged text is not written
+ * again, so a panel redrawn often costs the browser no layout for what did not change.
+ * @param {Node} node
+ * @param {string} text
+ */
+export function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
+
+/**
  * The element with `id`, or a thrown error naming it.
  * @param {string} id
  * @returns {HTMLElement}

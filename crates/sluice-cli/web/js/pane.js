@@ -37,6 +37,8 @@ export class Pane {
     /** @type {{ key: "name" | "size" | "mtime", desc: boolean }} */
     this.sort = { key: "name", desc: false };
     this.cursor = 0;
+    /** What the pane drew last: its title and listing (`listed`). */
+    this.shown = "";
     /** @type {Set<string>} */
     this.selected = new Set();
     this.onFocus = onFocus;
@@ -186,6 +188,9 @@ export class Pane {
    * @param {string} path
    */
   async load(path) {
+    // The view follows the cursor when a folder opens or the cursor's entry changes; a reload
+    // that keeps both leaves the view where the user left it.
+    let scroll = false;
     try {
       /** @type {Row[]} */
       let entries;
@@ -200,19 +205,26 @@ export class Pane {
         entries = [];
         this.say("Open a folder, use the browser's storage, or pick or drop files.");
       }
-      const keep = this.path === path ? this.entries[this.cursor]?.name : split(this.path)[1];
+      if (this.side !== "local" || this.local) this.say(`${entries.length} entries`);
+      // A reload that finds what the pane shows (a transfer into another folder ended): nothing
+      // to draw again (a folder of 200 files ending one by one redrew both panes 200 times).
+      if (this.path === path && this.shown === this.title() + listed(entries)) return;
+      const before = this.entries[this.cursor]?.name;
+      const keep = this.path === path ? before : split(this.path)[1];
+      scroll = this.path !== path;
       this.path = path;
       this.entries = entries;
+      this.shown = this.title() + listed(entries);
       this.selected = new Set([...this.selected].filter((n) => entries.some((e) => e.name === n)));
       this.sortEntries();
       const at = this.entries.findIndex((e) => e.name === keep);
       this.cursor = Math.max(0, at);
-      if (this.side !== "local" || this.local) this.say(`${entries.length} entries`);
+      scroll ||= this.entries[this.cursor]?.name !== before;
     } catch (e) {
       this.error(e);
     }
     if (this.pathInput) this.pathInput.value = this.path;
-    this.render();
+    this.render(scroll);
   }
 
   sortEntries() {
@@ -234,7 +246,8 @@ export class Pane {
     this.render();
   }
 
-  render() {
+  /** @param {boolean} [scroll] whether the view goes to the cursor's row */
+  render(scroll = true) {
     const arrow = (/** @type {string} */ k) => (this.sort.key === k ? (this.sort.desc ? " ▼" : " ▲") : "");
     const th = (/** @type {"name" | "size" | "mtime"} */ k, /** @type {string} */ label) => {
       const cell = el("th", { "data-sort": k }, label + arrow(k));
@@ -266,7 +279,7 @@ export class Pane {
       el("tbody", {}, ...rows));
     this.list.replaceChildren(table);
     this.root.setAttribute("aria-label", this.title());
-    rows[this.cursor]?.scrollIntoView({ block: "nearest" });
+    if (scroll) rows[this.cursor]?.scrollIntoView({ block: "nearest" });
   }
 
   /** @param {string} name */
@@ -297,4 +310,13 @@ export class Pane {
     const current = this.entries[this.cursor];
     return chosen.length ? chosen : current ? [current] : [];
   }
+}
+
+/**
+ * A listing's entries as one string (name, kind, size and time of each), to tell a reload that
+ * found the same from one that did not.
+ * @param {Row[]} entries
+ */
+function listed(entries) {
+  return JSON.stringify(entries.map((e) => [e.name, e.kind, e.size, e.mtime]));
 }

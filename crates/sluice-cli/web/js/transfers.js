@@ -10,7 +10,7 @@
 import * as api from "./api.js";
 import { RateChart } from "./chart.js";
 import { Chooser, PROBE_MIN_BYTES, PROBE_MS } from "./choose.js";
-import { byId, duration, el, size, ask } from "./dom.js";
+import { byId, duration, el, setText, size, ask } from "./dom.js";
 import { BATCH_FILE_MAX, batchOf, runBatch } from "./batches.js";
 import { fetchFiles } from "./fetch.js";
 import { storeFile } from "./store.js";
@@ -20,6 +20,10 @@ import { failed as wtFailed, mode, session as wtSession } from "./wt.js";
 
 /** Transfers (machine runs, or HTTPS requests) at once. */
 const RUNNING_MAX = 3;
+/** Transfers at once while the next to start is a small file going alone (an HTTPS upload of
+ * one request, whose time is its round trips, not its bytes): a folder of small files over
+ * HTTPS keeps more of them in flight. */
+const SMALL_RUNNING_MAX = 8;
 /** An HTTPS upload of at most this many bytes waits for its file's BLAKE3 (milliseconds in
  * WebAssembly) and sends it with the bytes: the server stores the file at the end of that one
  * request, where a hash sent `later` costs a second request and its round trip. */
@@ -265,7 +269,9 @@ export class Transfers {
    * starts with them in one run. */
   pump() {
     if (this.holding) return;
-    for (let job = this.jobs.find((j) => j.state === "queued"); job && this.runs < RUNNING_MAX;
+    const room = (/** @type {Job} */ job) =>
+      this.runs < (!job.batch && job.size <= HASH_FIRST_MAX ? SMALL_RUNNING_MAX : RUNNING_MAX);
+    for (let job = this.jobs.find((j) => j.state === "queued"); job && room(job);
       job = this.jobs.find((j) => j.state === "queued")) {
       const group = job.batch ? batchOf(this.jobs, job) : [job];
       if (group.length > 1) runBatch(this, group);
@@ -326,9 +332,17 @@ export class Transfers {
       const mtime = Math.floor(file.lastModified / 1000);
       const which = { path: dest, size: file.size, mtime };
       job.onCancel = () => { api.stopUpload(which).catch(() => {}); };
-      let status = await api.uploadStatus(dest, file.size, mtime);
+      let wt = await wtSession();
+      // A small file over HTTPS goes in one request without asking first: the server stores
+      // it, or answers that a file is there ("exists", keeping what came for the retry), and
+      // only then is the question asked. A round trip less per file; a standing "skip" asks
+      // first, so that nothing moves for a file it keeps.
+      const unasked = file.size <= HASH_FIRST_MAX && this.answered() !== "never"
+        && this.chooser.plan(mode(), "up", file.size, Boolean(wt)).via === "https";
+      /** @type {api.UploadStatus} */
+      let status = unasked ? { have: 0, exists: null } : await api.uploadStatus(dest, file.size, mtime);
       /** @type {string} */
-      let policy = "refuse";
+      let policy = unasked ? this.answered() || "refuse" : "refuse";
       if (status.exists) {
         const answer = await this.question(dest, `${size(status.exists.size)} on the server`);
         if (!answer) throw new Error("not answered");
@@ -343,19 +357,21 @@ export class Transfers {
       // server stores the file only once this hash came and what it holds hashes the same.
       const hashing = hashBlob(file, undefined, signal);
       hashing.catch(() => {}); // awaited at the end; a cancel ends it
-      let wt = await wtSession();
       // What the server holds of the upload for HTTPS (its partial file, or what a WebTransport
       // try left, taken over when it holds more).
       const held = async () => (await api.uploadStatus(dest, file.size, mtime)).have;
       let afterProbe = false;
+      // What this page sent before the question (sent unasked): the retry starts there, and
+      // that is not a resume.
+      let own = 0;
       // A request of before (cancelled, cut off, or a probe that ran out) may still be ending
       // at the server: it answers busy until then, and the offset it left is asked again.
       for (let attempt = 1; ; attempt += 1) {
         /** @param {number} have */
         const resumed = (have) => {
           job.done = have;
-          job.resumed = have;
-          if (have) note(job, `resumed at ${size(have)}`);
+          job.resumed = have > own ? have : 0;
+          if (have > own) note(job, `resumed at ${size(have)}`);
         };
         const plan = this.chooser.plan(mode(), "up", file.size - status.have, Boolean(wt));
         const on = plan.via === "wt" ? wt : null;
@@ -388,6 +404,16 @@ export class Transfers {
           return;
         } catch (e) {
           let code = e instanceof api.ApiError ? e.code : "";
+          if (code === "exists" && policy === "refuse" && !signal.aborted) {
+            // Sent unasked, and a file is there: the question now, then the same file again
+            // by the answer (from what the server holds: all of it, so only the hash goes).
+            status = await api.uploadStatus(dest, file.size, mtime);
+            const answer = await this.question(dest, `${size(status.exists?.size ?? 0)} on the server`);
+            if (!answer) throw new Error("not answered");
+            policy = answer;
+            own = status.have;
+            continue;
+          }
           // Right after a probe the server may still end the stopped request and cut the next
           // one off before it answers: that is a wait, as busy is.
           if (afterProbe && code === "network") code = "busy";
@@ -733,11 +759,11 @@ export class Transfers {
         job.note ? `${job.state}: ${job.note}` : job.state,
       ];
       const row = job.row;
-      row.dataset.resumed = String(job.resumed);
-      // What the row shows, exactly (the test reads it).
-      row.dataset.done = String(job.done);
-      row.dataset.size = String(job.size);
-      row.dataset.state = job.state;
+      // What the row shows, exactly (the test reads it); written when it changed.
+      const data = { resumed: String(job.resumed), done: String(job.done), size: String(job.size), state: job.state };
+      for (const [key, value] of Object.entries(data)) {
+        if (row.dataset[key] !== value) row.dataset[key] = value;
+      }
       if (!row.cells.length) {
         row.append(
           el("td", { class: "file", title: job.name }),
@@ -760,20 +786,23 @@ export class Transfers {
         button?.addEventListener("click", () => (actions === "cancel" ? this.cancel(job) : this.retry(job)));
         row.cells[6].replaceChildren(...(button ? [button] : []));
       }
-      const td = [...row.cells];
-      td[0].textContent = cells[0];
-      td[1].textContent = cells[1];
+      // Only what changed is written: of a folder's 200 rows, one or two change between draws.
+      const td = row.cells;
+      setText(td[0], cells[0]);
+      setText(td[1], cells[1]);
       const bar = /** @type {HTMLProgressElement} */ (td[2].firstChild);
-      bar.max = job.size || 1;
-      bar.value = job.size ? job.done : job.state === "done" ? 1 : 0;
-      /** @type {HTMLElement} */ (td[2].lastChild).textContent = ` ${cells[2]}`;
-      td[3].textContent = cells[3];
-      td[4].textContent = cells[4];
-      td[5].textContent = cells[5];
-      td[5].title = cells[5];
+      const [max, value] = [job.size || 1, job.size ? job.done : job.state === "done" ? 1 : 0];
+      if (bar.max !== max) bar.max = max;
+      if (bar.value !== value) bar.value = value;
+      setText(/** @type {Node} */ (td[2].lastChild), ` ${cells[2]}`);
+      setText(td[3], cells[3]);
+      setText(td[4], cells[4]);
+      setText(td[5], cells[5]);
+      if (td[5].title !== cells[5]) td[5].title = cells[5];
     }
+    const kept = new Set(this.jobs.map((j) => j.row));
     for (const row of [...body.children]) {
-      if (!this.jobs.some((j) => j.row === row)) row.remove();
+      if (!kept.has(/** @type {HTMLTableRowElement} */ (row))) row.remove();
     }
     const bar = /** @type {HTMLProgressElement} */ (byId("total-bar"));
     bar.max = total || 1;
