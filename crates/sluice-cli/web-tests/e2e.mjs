@@ -420,9 +420,16 @@ try {
   step = "download a folder";
   await local0.locator("button.browser-storage").click();
   await page.waitForFunction(() => document.querySelector("#pane-0")?.getAttribute("aria-label")?.startsWith("browser storage"));
+  // Each file is small and comes whole with the server's BLAKE3: no request asks for it.
+  let hashAsked = 0;
+  const askSeen = (/** @type {import("playwright-core").Request} */ r) => { if (r.url().includes("/api/hash")) hashAsked += 1; };
+  page.on("request", askSeen);
   await row(server0, "served").click();
   await page.keyboard.press("F5");
   await jobsDone(21);
+  page.off("request", askSeen);
+  check(hashAsked === 0, `the hash came with each small file: ${hashAsked} requests for it`);
+  check((await page.locator('#queue tr td.state:has-text("BLAKE3 verified")').count()) === 21, "each file verified");
   await row(local0, "served").waitFor();
   await shot("main");
   const hashes = await opfsHashes("served");

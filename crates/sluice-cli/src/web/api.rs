@@ -13,7 +13,7 @@
 //! | `POST /api/mkdir {path}`                  | `{}`                                        |
 //! | `POST /api/rename {from, to}`             | `{}`                                        |
 //! | `POST /api/delete {path}`                 | `{removed}`                                 |
-//! | `GET /api/file?path=&rate_bps=` (`Range` with `If-Range` honoured) | the bytes (206 for a range), `ETag` |
+//! | `GET /api/file?path=&rate_bps=` (`Range` with `If-Range` honoured) | the bytes (206 for a range), `ETag`; a whole file of at most 4 MiB also `X-Sluice-Blake3` (of that version) |
 //! | `GET /api/hash?path=`                     | `{blake3, etag}`: the file's BLAKE3 and the version hashed |
 //! | `GET /api/upload?path=&size=&mtime=`      | `{have, exists}`                            |
 //! | `GET /api/sweep?bytes=` (right `read`)    | that many bytes (zeros; at most 256 MiB), for the page's sweep |
@@ -55,6 +55,10 @@ const WRITE_BYTES: usize = 1 << 20;
 const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 /// Bytes a download reads at once.
 const READ_BYTES: usize = 256 << 10;
+/// A download of a whole file of at most this many bytes carries its BLAKE3 in this header
+/// (hashing 4 MiB costs milliseconds; asking for it, a round trip per file).
+const HASH_WITH_BYTES_MAX: u64 = 4 << 20;
+const BLAKE3_HEADER: &str = "x-sluice-blake3";
 
 fn session_json(session: &Session, state: &AppState) -> Value {
     let r = session.access.rights();
@@ -244,6 +248,16 @@ pub(super) async fn download(
     };
     let running = state.gate.transfer(&authed.session.access, true).await?;
     let pace = Pace::lowest(&[authed.session.access.rate_bps(), rate_bps]);
+    // A small file sent whole carries its BLAKE3 (of the version its ETag names).
+    let (opened, blake3) = if status == StatusCode::OK && size <= HASH_WITH_BYTES_MAX {
+        blocking(move || {
+            let hash = opened.hash_if_small(HASH_WITH_BYTES_MAX);
+            Ok((opened, hash))
+        })
+        .await?
+    } else {
+        (opened, None)
+    };
     // A thread reads ahead a few blocks; it stops when the client goes (the channel closes).
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
     let file = opened.file;
@@ -280,6 +294,9 @@ pub(super) async fn download(
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::CONTENT_DISPOSITION, value(content_disposition(&name))?);
     h.insert(header::ETAG, value(etag)?);
+    if let Some(hash) = blake3 {
+        h.insert(BLAKE3_HEADER, value(hash.to_hex().to_string())?);
+    }
     if status == StatusCode::PARTIAL_CONTENT {
         let end = range.end.saturating_sub(1);
         h.insert(header::CONTENT_RANGE, value(format!("bytes {}-{end}/{size}", range.start))?);
@@ -467,7 +484,7 @@ pub(super) async fn upload(
     let (spec, offset, rate_bps) = query::<UploadQuery>(&uri)?.spec()?;
     // `later`: the page hashes the file while it sends; the complete file waits for a request
     // at its end (no bytes) that brings the hash.
-    let (expected, later) = match headers.get("x-sluice-blake3").map(|v| v.to_str()) {
+    let (expected, later) = match headers.get(BLAKE3_HEADER).map(|v| v.to_str()) {
         None => (None, false),
         Some(Ok("later")) => (None, true),
         Some(v) => (

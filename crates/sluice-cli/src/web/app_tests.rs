@@ -524,6 +524,38 @@ async fn a_download_resumes_with_a_range() {
     assert_eq!(c.get("/api/file?path=pub").await.status(), StatusCode::FORBIDDEN);
 }
 
+/// A small file sent whole carries its BLAKE3 (the page's check then needs no `/api/hash`
+/// request); a range of it, and a file over 4 MiB, do not.
+#[tokio::test]
+async fn a_small_file_sent_whole_carries_its_blake3() {
+    let app = app();
+    let small = counted(300_000);
+    let large = counted((4 << 20) + 1);
+    std::fs::write(app.root().join("small.bin"), &small).unwrap();
+    std::fs::write(app.root().join("large.bin"), &large).unwrap();
+    let c = Client::new(&app, "all-token").await;
+    let whole = c.get("/api/file?path=small.bin").await;
+    assert_eq!(whole.status(), StatusCode::OK);
+    let said = whole.headers()["x-sluice-blake3"].to_str().unwrap().to_owned();
+    assert_eq!(said, blake3::hash(&small).to_hex().as_str());
+    let asked = json_of(c.get("/api/hash?path=small.bin").await).await;
+    assert_eq!(asked["blake3"], said.as_str(), "the same hash as /api/hash gives");
+    assert_eq!(asked["etag"], whole.headers()[header::ETAG].to_str().unwrap());
+    assert_eq!(bytes_of(whole).await, small);
+    let request = Request::get("/api/file?path=small.bin")
+        .header(header::COOKIE, &c.cookie)
+        .header(header::RANGE, "bytes=1000-")
+        .body(Body::empty())
+        .unwrap();
+    let rest = app.send(request).await;
+    assert_eq!(rest.status(), StatusCode::PARTIAL_CONTENT);
+    assert!(rest.headers().get("x-sluice-blake3").is_none(), "not on a range");
+    let big = c.get("/api/file?path=large.bin").await;
+    assert_eq!(big.status(), StatusCode::OK);
+    assert!(big.headers().get("x-sluice-blake3").is_none(), "not on a file over 4 MiB");
+    assert_eq!(bytes_of(big).await, large);
+}
+
 /// A `Range` with `If-Range` keeps the range only while the file is the one of that tag: a file
 /// rewritten in place (same size) or replaced comes whole, so a resumed download never joins
 /// two versions.

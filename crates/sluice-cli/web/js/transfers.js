@@ -566,6 +566,8 @@ export class Transfers {
       // Moves the verified partial file into place (the machines' download does it once its
       // machine agreed the file's BLAKE3 with the server's, before it tells the server).
       let placed = false;
+      /** @type {{ blake3: string | null, etag: string | null } | null} what the last HTTPS response said */
+      let said = null;
       const place = async () => {
         await target.place();
         localStorage.removeItem(tagKey);
@@ -579,9 +581,10 @@ export class Transfers {
             // What this run wrote, as it goes (the partial file shows it only once closed).
             job.done = have;
             const wrote = async () => job.done;
-            const { probed } = await this.slice(job, on ? "wt" : "https", plan.probe, wrote, (s) => on
-              ? this.fetchMachines(on, job, src, part, have, s, place)
+            const { result, probed } = await this.slice(job, on ? "wt" : "https", plan.probe, wrote, (s) => on
+              ? this.fetchMachines(on, job, src, part, have, s, place).then(() => null)
               : this.fetchHttps(job, src, part, have, tagKey, s, treeOf));
+            said = result ?? null;
             have = await held();
             if (!probed) break;
             // The probe ran out: the rest goes the other way, from what is kept.
@@ -604,7 +607,10 @@ export class Transfers {
           const ofThese = blocks && blocks.size === kept.size && blocks.version === localStorage.getItem(tagKey);
           const fromBlocks = ofThese ? blocks.hex() : null;
           const got = fromBlocks ?? await hashBlob(kept, undefined, signal);
-          const theirs = await api.fileHash(src);
+          // The server's hash of the version that came: in the response of a small file sent
+          // whole, else asked for (a request, a round trip).
+          const theirs = said?.blake3 && said.etag === localStorage.getItem(tagKey)
+            ? { blake3: said.blake3, etag: said.etag } : await api.fileHash(src);
           const changed = theirs.etag !== localStorage.getItem(tagKey);
           if (changed || theirs.blake3 !== got) {
             await dir.removeEntry(partName).catch(() => {});
@@ -644,8 +650,10 @@ export class Transfers {
       const body = await response.json().catch(() => ({}));
       throw new api.ApiError(response.status, body.error ?? "error", body.message ?? response.statusText);
     }
-    const etag = response?.headers.get("ETag");
+    const etag = response?.headers.get("ETag") ?? null;
     if (etag) localStorage.setItem(tagKey, etag);
+    // A small file sent whole comes with the server's BLAKE3 of that version.
+    const blake3 = response?.status === 200 ? response.headers.get("X-Sluice-Blake3") : null;
     if (response && response.status !== 206) have = 0;
     // The bytes hashed as they come. Without a tag their version is unknown: the file is read
     // again at the end instead.
@@ -662,6 +670,7 @@ export class Transfers {
         this.progress(job, value.byteLength);
       }
     });
+    return { blake3, etag };
   }
 
   /**

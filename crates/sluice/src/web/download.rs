@@ -36,6 +36,21 @@ pub fn open_download(access: &Access, requested: &str) -> Result<Download, Sessi
     Ok(Download { file, size: meta.len(), mtime: mtime_secs(&meta), validator: validator(&meta) })
 }
 
+impl Download {
+    /// The BLAKE3 of the whole file when it has at most `max` bytes, read once more before it
+    /// is sent, and `None` when it is larger or changed meanwhile (its validator then differs):
+    /// a response of the whole file carries it, and the client's check needs no request of its
+    /// own ([`file_hash`]'s round trip, for every small file of a folder).
+    pub fn hash_if_small(&self, max: u64) -> Option<blake3::Hash> {
+        if self.size > max {
+            return None;
+        }
+        let hash = hash_prefix(&self.file, self.size, &AtomicBool::new(false)).ok()??;
+        let after = self.file.metadata().ok()?;
+        (validator(&after) == self.validator).then_some(hash)
+    }
+}
+
 /// See [`Download::validator`].
 fn validator(meta: &std::fs::Metadata) -> String {
     use std::os::unix::fs::MetadataExt;
