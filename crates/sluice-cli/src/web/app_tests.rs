@@ -110,6 +110,16 @@ impl<'a> Client<'a> {
             .await
     }
 
+    /// A GET of `uri` with `Range: range`.
+    pub(super) async fn get_range(&self, uri: &str, range: &str) -> Response<Body> {
+        let request = Request::get(uri)
+            .header(header::COOKIE, &self.cookie)
+            .header(header::RANGE, range)
+            .body(Body::empty())
+            .unwrap();
+        self.app.send(request).await
+    }
+
     pub(super) async fn post(&self, uri: &str, body: Value) -> Response<Body> {
         let request = Request::post(uri)
             .header(header::COOKIE, &self.cookie)
@@ -504,21 +514,11 @@ async fn a_download_resumes_with_a_range() {
     assert_eq!(whole.status(), StatusCode::OK);
     assert_eq!(whole.headers()[header::ACCEPT_RANGES], "bytes");
     assert_eq!(bytes_of(whole).await, data);
-    let request = Request::get("/api/file?path=big.bin")
-        .header(header::COOKIE, &c.cookie)
-        .header(header::RANGE, "bytes=123456-")
-        .body(Body::empty())
-        .unwrap();
-    let rest = app.send(request).await;
+    let rest = c.get_range("/api/file?path=big.bin", "bytes=123456-").await;
     assert_eq!(rest.status(), StatusCode::PARTIAL_CONTENT);
     assert_eq!(rest.headers()[header::CONTENT_RANGE], "bytes 123456-299999/300000");
     assert_eq!(bytes_of(rest).await, &data[123_456..]);
-    let request = Request::get("/api/file?path=big.bin")
-        .header(header::COOKIE, &c.cookie)
-        .header(header::RANGE, "bytes=300000-")
-        .body(Body::empty())
-        .unwrap();
-    let beyond = app.send(request).await;
+    let beyond = c.get_range("/api/file?path=big.bin", "bytes=300000-").await;
     assert_eq!(beyond.status(), StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(beyond.headers()[header::CONTENT_RANGE], "bytes */300000");
     assert_eq!(c.get("/api/file?path=pub").await.status(), StatusCode::FORBIDDEN);
@@ -542,12 +542,7 @@ async fn a_small_file_sent_whole_carries_its_blake3() {
     assert_eq!(asked["blake3"], said.as_str(), "the same hash as /api/hash gives");
     assert_eq!(asked["etag"], whole.headers()[header::ETAG].to_str().unwrap());
     assert_eq!(bytes_of(whole).await, small);
-    let request = Request::get("/api/file?path=small.bin")
-        .header(header::COOKIE, &c.cookie)
-        .header(header::RANGE, "bytes=1000-")
-        .body(Body::empty())
-        .unwrap();
-    let rest = app.send(request).await;
+    let rest = c.get_range("/api/file?path=small.bin", "bytes=1000-").await;
     assert_eq!(rest.status(), StatusCode::PARTIAL_CONTENT);
     assert!(rest.headers().get("x-sluice-blake3").is_none(), "not on a range");
     let big = c.get("/api/file?path=large.bin").await;
