@@ -438,7 +438,12 @@ impl Train {
                     let others = self.middle_gaps - 1;
                     let others_us = self.middle_gaps_us - self.widest_middle_gap_us;
                     if self.widest_middle_gap_us * others > STALL_GAP_FACTOR * others_us {
-                        span_us -= self.widest_middle_gap_us - others_us / others;
+                        // Saturating: arrival stamps that step back (a stamp of another
+                        // source, a reordered batch) can leave a gap wider than the span.
+                        // The train then reads as unresolved (0 here), never as a wrapped
+                        // span of centuries.
+                        let stall_us = self.widest_middle_gap_us - others_us / others;
+                        span_us = span_us.saturating_sub(stall_us);
                     }
                 }
                 span_us * 1000 / self.middle_pkts

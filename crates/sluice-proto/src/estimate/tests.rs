@@ -439,6 +439,21 @@ fn a_stall_in_the_middle_of_a_train_does_not_read_as_the_link() {
     }
 }
 
+/// Arrival stamps that step back mid-train (seen in the lossy reordering relay test over real
+/// sockets, seed 16: the stall rule's subtraction overflowed, and a release build would have
+/// wrapped) leave a gap wider than the span: the train reads as unresolved.
+#[test]
+fn a_train_whose_stamps_step_back_reads_as_unresolved_not_as_an_overflow() {
+    let mut capacity = CapacityEstimator::new();
+    capacity.on_other_arrival();
+    capacity.on_pair_first(1_000);
+    for at_us in [1_010, 1_020, 1_030, 1_040, 500, 5_000, 5_010] {
+        capacity.on_train_middle(at_us);
+    }
+    capacity.on_pair_second(5_020);
+    assert_eq!(capacity.pkts_per_sec(5_020, 100_000), UNRESOLVED_PPS);
+}
+
 #[test]
 fn a_train_in_one_bunch_resolves_nothing_and_a_broken_one_counts_not() {
     let mut capacity = CapacityEstimator::new();
