@@ -248,10 +248,12 @@ pub(super) async fn download(
     };
     let running = state.gate.transfer(&authed.session.access, true).await?;
     let pace = Pace::lowest(&[authed.session.access.rate_bps(), rate_bps]);
-    // A small file sent whole carries its BLAKE3 (of the version its ETag names).
+    // A small file sent whole carries its BLAKE3 (of the version its ETag names; none when it
+    // changed while it was hashed: the page then asks `/api/hash`).
     let (opened, blake3) = if status == StatusCode::OK && size <= HASH_WITH_BYTES_MAX {
+        let path = name.clone();
         blocking(move || {
-            let hash = opened.hash_if_small(HASH_WITH_BYTES_MAX);
+            let hash = opened.hash(&path).ok();
             Ok((opened, hash))
         })
         .await?

@@ -343,10 +343,14 @@ export class Transfers {
       let status = unasked ? { have: 0, exists: null } : await api.uploadStatus(dest, file.size, mtime);
       /** @type {string} */
       let policy = unasked ? this.answered() || "refuse" : "refuse";
-      if (status.exists) {
-        const answer = await this.question(dest, `${size(status.exists.size)} on the server`);
+      /** The overwrite question about the server's file `there`: its answer. */
+      const asked = async (/** @type {{ size: number } | null} */ there) => {
+        const answer = await this.question(dest, `${size(there?.size ?? 0)} on the server`);
         if (!answer) throw new Error("not answered");
-        policy = answer;
+        return answer;
+      };
+      if (status.exists) {
+        policy = await asked(status.exists);
         if (policy === "never") {
           job.state = "skipped";
           return;
@@ -408,9 +412,7 @@ export class Transfers {
             // Sent unasked, and a file is there: the question now, then the same file again
             // by the answer (from what the server holds: all of it, so only the hash goes).
             status = await api.uploadStatus(dest, file.size, mtime);
-            const answer = await this.question(dest, `${size(status.exists?.size ?? 0)} on the server`);
-            if (!answer) throw new Error("not answered");
-            policy = answer;
+            policy = await asked(status.exists);
             own = status.have;
             continue;
           }

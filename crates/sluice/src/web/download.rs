@@ -37,17 +37,18 @@ pub fn open_download(access: &Access, requested: &str) -> Result<Download, Sessi
 }
 
 impl Download {
-    /// The BLAKE3 of the whole file when it has at most `max` bytes, read once more before it
-    /// is sent, and `None` when it is larger or changed meanwhile (its validator then differs):
-    /// a response of the whole file carries it, and the client's check needs no request of its
-    /// own ([`file_hash`]'s round trip, for every small file of a folder).
-    pub fn hash_if_small(&self, max: u64) -> Option<blake3::Hash> {
-        if self.size > max {
-            return None;
+    /// The whole file's BLAKE3, read once more; `busy` when it changed while it was hashed
+    /// (its validator then differs), so the hash is of the version [`Download::validator`]
+    /// names.
+    pub fn hash(&self, requested: &str) -> Result<blake3::Hash, SessionError> {
+        let hash = hash_prefix(&self.file, self.size, &AtomicBool::new(false))
+            .map_err(|e| open_error(requested, e))?
+            .ok_or_else(|| SessionError::Network("hashing was cancelled".into()))?;
+        let after = self.file.metadata().map_err(|e| open_error(requested, e))?;
+        if validator(&after) != self.validator {
+            return Err(SessionError::Busy(format!("{requested}: it changed while it was hashed")));
         }
-        let hash = hash_prefix(&self.file, self.size, &AtomicBool::new(false)).ok()??;
-        let after = self.file.metadata().ok()?;
-        (validator(&after) == self.validator).then_some(hash)
+        Ok(hash)
     }
 }
 
@@ -62,12 +63,6 @@ fn validator(meta: &std::fs::Metadata) -> String {
 /// hash of what it received. A file that changes while it is hashed is `busy`.
 pub fn file_hash(access: &Access, requested: &str) -> Result<(String, blake3::Hash), SessionError> {
     let opened = open_download(access, requested)?;
-    let hash = hash_prefix(&opened.file, opened.size, &AtomicBool::new(false))
-        .map_err(|e| open_error(requested, e))?
-        .ok_or_else(|| SessionError::Network("hashing was cancelled".into()))?;
-    let after = opened.file.metadata().map_err(|e| open_error(requested, e))?;
-    if validator(&after) != opened.validator {
-        return Err(SessionError::Busy(format!("{requested}: it changed while it was hashed")));
-    }
+    let hash = opened.hash(requested)?;
     Ok((opened.validator, hash))
 }
