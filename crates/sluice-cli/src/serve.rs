@@ -257,7 +257,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let wt = if wt_on {
                 let udp = SocketAddr::new(addr.ip(), listener.local_addr().port());
                 let wt = web::wt::WtListener::bind(udp, wt_counters.clone())?
-                    .with_lanes(args.web_transport_lanes);
+                    .with_lanes(args.web_transport_lanes)
+                    .with_path_memory(server.path_memory());
                 state = state.with_wt(wt.shared());
                 Some(wt)
             } else {

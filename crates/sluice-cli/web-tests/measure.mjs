@@ -14,6 +14,9 @@
 // the same page; MEASURE_FILES=N moves a folder of N files of MEASURE_FILE_KIB (default 64) in
 // 10 subfolders instead of the one file (a download of the server's folder into the browser's
 // storage, an upload of a picked folder), timed until every file's row is done;
+// MEASURE_WARM_MIB=N first downloads a file of N MiB over each transport, untimed, then logs
+// out and in again (a new login: new sessions, a new group of lanes), so that what is timed
+// starts where a page's first download after an earlier visit starts (path memory);
 // MEASURE_PROFILE=1 records the page's JavaScript CPU profile of each transfer (DevTools'
 // Profiler: the renderer's main thread) into SLUICE_WEB_OUT/profile-VIA-DIR.cpuprofile and
 // prints the functions that spent the most of it themselves;
@@ -48,6 +51,7 @@ const files = Number(process.env.MEASURE_FILES ?? 0);
 const failedOk = process.env.MEASURE_FAILED_OK === "1";
 const fileKib = Number(process.env.MEASURE_FILE_KIB ?? 64);
 const profiling = process.env.MEASURE_PROFILE === "1";
+const warmMib = Number(process.env.MEASURE_WARM_MIB ?? 0);
 
 /**
  * The functions of a DevTools CPU profile by the time they spent themselves (not in what they
@@ -157,6 +161,15 @@ if (files) {
   fs.closeSync(fd);
   fs.copyFileSync(big, path.join(local, "up.bin"));
 }
+if (warmMib > 0) {
+  const fd = fs.openSync(path.join(root, "warm.bin"), "w");
+  const piece = Buffer.alloc(1 << 20);
+  for (let at = 0; at < warmMib; at += 1) {
+    for (let i = 0; i < piece.length; i += 4) piece.writeUInt32LE((Math.random() * 2 ** 32) >>> 0, i);
+    fs.writeSync(fd, piece);
+  }
+  fs.closeSync(fd);
+}
 const sha = (p) => createHash("sha256").update(fs.readFileSync(p)).digest("hex");
 const want = files ? "" : sha(big);
 /** Every file below `dir`, by its path there, with its SHA-256. */
@@ -204,9 +217,12 @@ const results = [];
 try {
   const page = context.pages()[0] ?? (await context.newPage());
   await page.goto(base);
-  await page.fill("#token", TOKEN);
-  await page.click("#login-form button[type=submit]");
-  await page.waitForSelector("#transport[data-transport]");
+  const login = async () => {
+    await page.fill("#token", TOKEN);
+    await page.click("#login-form button[type=submit]");
+    await page.waitForSelector("#transport[data-transport]");
+  };
+  await login();
   const row = (pane, name) => page.locator(`${pane} tr`).filter({ has: page.locator("td.name", { hasText: name }) }).first();
   const done = async () => {
     // What the panel says every 10 s, on stderr: a slow or stuck transfer shows where it is.
@@ -269,11 +285,33 @@ try {
   for (const via of vias) {
     // auto: the page measures both ways on the transfer itself (a fresh choice each time it
     // is selected) and the WebTransport session is connected.
-    await page.selectOption("#transport-mode", "https");
-    await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "https");
-    await page.selectOption("#transport-mode", via);
-    const connected = via === "https" ? "https" : "webtransport";
-    await page.waitForFunction((c) => document.querySelector("#transport")?.dataset.transport === c, connected);
+    const select = async () => {
+      await page.selectOption("#transport-mode", "https");
+      await page.waitForFunction(() => document.querySelector("#transport")?.dataset.transport === "https");
+      await page.selectOption("#transport-mode", via);
+      const connected = via === "https" ? "https" : "webtransport";
+      await page.waitForFunction((c) => document.querySelector("#transport")?.dataset.transport === c, connected);
+    };
+    await select();
+    if (warmMib > 0) {
+      // Untimed: an earlier visit's download, then a new login.
+      await opfsClear();
+      await page.click("#pane-0 button.browser-storage");
+      await row("#pane-1", "warm.bin").click();
+      await page.keyboard.press("F5");
+      await page.waitForFunction(() => {
+        const r = [...document.querySelectorAll("#queue tr")];
+        if (r.some((e) => e.dataset.state === "failed")) throw new Error("the warm-up download failed");
+        return r.length === 1 && r[0].dataset.state === "done";
+      }, null, { timeout: timeoutMs, polling: 50 });
+      await page.click("#clear-done");
+      await opfsClear();
+      await page.click("#logout");
+      await page.waitForSelector("#login-form", { state: "visible" });
+      await login();
+      await select();
+      console.error(`measure: ${via}: warmed with ${warmMib} MiB, logged in again`);
+    }
     // MEASURE_ROUNDS > 1: the same transfers again in the same page (auto's later transfers
     // take what its first ones measured).
     for (let round = 1; round <= rounds; round += 1) {

@@ -418,6 +418,13 @@ impl Server {
         }
     }
 
+    /// What paths delivered to this server's downloads, when it keeps path memory
+    /// ([`ServerConfig::path_memory`]): another front end's downloads (the web app's) start from
+    /// it and add to it.
+    pub fn path_memory(&self) -> Option<Arc<PathMemory>> {
+        self.shared.memory.clone()
+    }
+
     /// The fingerprint clients pin.
     pub fn fingerprint(&self) -> &Fingerprint {
         &self.fingerprint

@@ -473,7 +473,14 @@ impl Controller for SluiceCc {
 
 #[cfg(test)]
 mod tests {
+    use super::super::lanes::{Lanes, PathTo};
     use super::*;
+    use sluice::datapath::ChannelReport;
+
+    /// A browser's path from here, `rtt` long.
+    fn here(rtt: Duration) -> PathTo {
+        PathTo::of(std::net::IpAddr::from([127, 0, 0, 1]), None, rtt)
+    }
 
     /// One flow of [`drive_flows`]: `lanes` connections, in one group of lanes (a page's, seated
     /// as the server seats them) or each on its own, sending from `start_s` on; its first lane
@@ -534,15 +541,29 @@ mod tests {
         secs: f64,
         flows: &[Flow],
     ) -> (Vec<f64>, f64) {
-        let t0 = Instant::now();
         let factory = SluiceCcFactory::new(kind, (rate * 8.0) as u64);
-        let pages = super::super::lanes::Lanes::new(factory.config().clone());
+        let pages = Lanes::new(factory.config().clone(), None);
+        drive_flows_on(&pages, &factory, (rate, rtt, loss_every), ack_batch_ms, secs, flows)
+    }
+
+    /// [`drive_flows`] with the coupled flows seated in `pages` (flow `i` as the login
+    /// `page i`), each connection's controller built by `factory`.
+    fn drive_flows_on(
+        pages: &Arc<Lanes>,
+        factory: &SluiceCcFactory,
+        (rate, rtt, loss_every): (f64, Duration, u64),
+        ack_batch_ms: u32,
+        secs: f64,
+        flows: &[Flow],
+    ) -> (Vec<f64>, f64) {
+        let t0 = Instant::now();
         let mut lanes = Vec::new();
         for (flow, f) in flows.iter().enumerate() {
             for index in 0..f.lanes {
                 let cc = SluiceCc::new(factory.config.clone(), t0);
                 // As the server seats an admitted session: through a clone of its controller.
-                let seat = f.coupled.then(|| pages.seat(&format!("page {flow}"), cc.clone_box()));
+                let login = format!("page {flow}");
+                let seat = f.coupled.then(|| pages.seat(&login, cc.clone_box(), &here(rtt)));
                 let seat = seat.map(|seat| seat.expect("a free seat"));
                 lanes.push(Lane {
                     flow,
@@ -735,28 +756,30 @@ mod tests {
     fn a_login_seats_its_sessions_in_one_group_and_frees_them_as_they_end() {
         let t0 = Instant::now();
         let factory = SluiceCcFactory::new(CcKind::Adaptive, 0);
-        let pages = super::super::lanes::Lanes::new(factory.config().clone());
+        let pages = Lanes::new(factory.config().clone(), None);
+        let path = here(Duration::from_millis(50));
         let lanes: Vec<SluiceCc> =
             (0..3).map(|_| SluiceCc::new(factory.config().clone(), t0)).collect();
-        let seats: Vec<_> = lanes.iter().map(|cc| pages.seat("ann", cc.clone_box())).collect();
+        let seats: Vec<_> =
+            lanes.iter().map(|cc| pages.seat("ann", cc.clone_box(), &path)).collect();
         let seats: Vec<_> = seats.into_iter().map(|seat| seat.expect("a seat")).collect();
         assert!(Arc::ptr_eq(seats[0].group(), seats[2].group()), "one group per login");
         let bobs = SluiceCc::new(factory.config().clone(), t0);
-        let other = pages.seat("bob", bobs.clone_box()).expect("a seat");
+        let other = pages.seat("bob", bobs.clone_box(), &path).expect("a seat");
         assert!(!Arc::ptr_eq(seats[0].group(), other.group()), "another login's is its own");
         assert_eq!(pages.held("ann"), 3);
         // A controller that is not Sluice's (quinn's Cubic) has no seat to take.
         let cubic = Arc::new(quinn_proto::congestion::CubicConfig::default()).build(t0, 1200);
-        assert!(pages.seat("ann", cubic).is_none());
+        assert!(pages.seat("ann", cubic, &path).is_none());
         // The seat is taken at the controller's next call, and the lane shares the rate while
         // it sends.
         let mut lane = SluiceCc::new(factory.config().clone(), t0);
-        let seat = pages.seat("ann", lane.clone_box()).expect("a seat");
+        let seat = pages.seat("ann", lane.clone_box(), &path).expect("a seat");
         assert_eq!(seat.group().sharing_channels(), 1, "no lane sends yet (at least 1)");
         lane.on_sent(t0, UNIT, 0);
         let rate_alone = lane.rate;
         let mut second = SluiceCc::new(factory.config().clone(), t0);
-        let _seat2 = pages.seat("ann", second.clone_box()).expect("a seat");
+        let _seat2 = pages.seat("ann", second.clone_box(), &path).expect("a seat");
         second.on_sent(t0, UNIT, 0);
         assert_eq!(seat.group().sharing_channels(), 2);
         lane.on_sent(t0, UNIT, 0);
@@ -770,6 +793,56 @@ mod tests {
         assert_eq!(pages.held("ann"), 2);
         drop((seat, _seat2));
         assert_eq!(pages.held("ann"), 0, "the group goes with its last seat");
+    }
+
+    #[test]
+    fn a_pages_next_lanes_start_from_what_the_path_delivered_to_its_last_download() {
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let memory =
+            Arc::new(sluice::session::path_memory::PathMemory::at(dir.path().join("paths.json")));
+        let factory = SluiceCcFactory::new(CcKind::Adaptive, 0);
+        let (rtt, path) = (Duration::from_millis(100), here(Duration::from_millis(100)));
+        let t0 = Instant::now();
+        let group_pps = |seat: &super::super::lanes::Seat| 1e6 / seat.group().group_period_us();
+        let link_pps = RATE / UNIT as f64;
+        let page = Flow::of(4, true, 0.0);
+        // The first page: no record, so its lanes start from a few packets a round trip.
+        let pages = Lanes::new(factory.config().clone(), Some(memory.clone()));
+        let held = SluiceCc::new(factory.config().clone(), t0);
+        let seat = pages.seat("page 0", held.clone_box(), &path).expect("a seat");
+        assert!(group_pps(&seat) < 0.01 * link_pps, "{} packets/s", group_pps(&seat));
+        let (first, _) = drive_flows_on(&pages, &factory, (RATE, rtt, 0), 1, 0.6, &[page]);
+        // The rest of its download: the lanes settle at the link; kept at its end.
+        let (later, _) = drive_flows_on(&pages, &factory, (RATE, rtt, 0), 1, 20.0, &[page]);
+        let note = seat.note().expect("path memory is on");
+        let done = ChannelReport {
+            payload_bytes: (RATE * 20.0) as u64,
+            seconds: 20.0,
+            ..ChannelReport::default()
+        };
+        note.remember(&done, (200_000, 0));
+        drop(seat);
+        // The next page on the path (another login: its own group) starts near the link.
+        let next = Lanes::new(factory.config().clone(), Some(memory.clone()));
+        let held = SluiceCc::new(factory.config().clone(), t0);
+        let seat = next.seat("page 0", held.clone_box(), &path).expect("a seat");
+        let start = group_pps(&seat);
+        let (from_memory, _) = drive_flows_on(&next, &factory, (RATE, rtt, 0), 1, 0.6, &[page]);
+        println!(
+            "a page's lanes, 100 Mbit/s, 100 ms: start {start:.0} packets/s of {link_pps:.0}; \
+             0.3-0.6 s {:.0} B/s afresh, {:.0} from memory; later {:.0} (link {RATE} B/s)",
+            first[0], from_memory[0], later[0]
+        );
+        assert!((0.85..=1.1).contains(&(start / link_pps)), "{start} of {link_pps}");
+        // (Above the link by the delivered rate's windowed maximum, the start builds a queue
+        // that ends its check as congested: drained, then restored.)
+        assert!(from_memory[0] >= 0.75 * RATE, "{from_memory:?}");
+        assert!(first[0] < 0.8 * RATE, "{first:?}: the model's ramp is not in the window");
+        drop(seat);
+        // A path of another RTT (the route changed) starts afresh.
+        let far = Lanes::new(factory.config().clone(), Some(memory));
+        let seat = far.seat("page 0", held.clone_box(), &here(Duration::from_millis(400)));
+        assert!(group_pps(&seat.expect("a seat")) < 0.01 * link_pps);
     }
 
     #[test]

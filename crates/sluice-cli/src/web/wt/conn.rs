@@ -25,6 +25,7 @@ use super::super::request::{ApiError, AppState};
 use super::Counters;
 use super::flow::Flow;
 use super::gather::{PieceHead, Routes};
+use super::lanes::PathNote;
 use super::pages::Pages;
 
 /// The largest request head.
@@ -84,6 +85,9 @@ struct Session {
     page: Option<String>,
     counters: Arc<Counters>,
     registry: Arc<Registry>,
+    /// What its downloads keep what the path delivered with (`None`: path memory off, or no
+    /// seat in its login's group).
+    note: Option<Arc<PathNote>>,
     /// Places for pieces in memory ([`PIECES_AT_ONCE`]).
     pieces: tokio::sync::Semaphore,
 }
@@ -102,8 +106,8 @@ pub(super) async fn serve(
     connection: Connection,
     app: AppState,
     (id, page): (String, Option<String>),
-    counters: Arc<Counters>,
-    registry: Arc<Registry>,
+    (counters, registry): (Arc<Counters>, Arc<Registry>),
+    note: Option<Arc<PathNote>>,
 ) {
     let entered = page.clone().map(|page| registry.pages.enter((id.clone(), page), &connection));
     let session = Arc::new(Session {
@@ -112,6 +116,7 @@ pub(super) async fn serve(
         page,
         counters,
         registry,
+        note,
         pieces: tokio::sync::Semaphore::new(PIECES_AT_ONCE),
     });
     let mut streams = JoinSet::new();
@@ -223,6 +228,7 @@ async fn fetch(
         flow: Arc::new(Flow::new(running, pace)),
         counters: session.counters.clone(),
         runtime: tokio::runtime::Handle::current(),
+        note: session.note.clone(),
     });
     let quic = connection.quic_connection();
     let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());

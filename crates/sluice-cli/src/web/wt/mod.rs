@@ -162,6 +162,8 @@ fn server_config(socket: Option<std::net::UdpSocket>, cert: &WtCert) -> ServerCo
 pub(crate) struct WtListener {
     endpoint: Endpoint<Server>,
     shared: Arc<Shared>,
+    /// The server's path memory, which downloads start from and add to (`lanes.rs`).
+    memory: Option<Arc<sluice::session::path_memory::PathMemory>>,
 }
 
 impl std::fmt::Debug for WtListener {
@@ -185,7 +187,16 @@ impl WtListener {
         let endpoint = Endpoint::server(server_config(Some(socket), &cert))?;
         let shared =
             Arc::new(Shared { port, cert: Mutex::new(cert), names, counters, lanes: LANES });
-        Ok(WtListener { endpoint, shared })
+        Ok(WtListener { endpoint, shared, memory: None })
+    }
+
+    /// Downloads start from what `memory` kept of their paths and add to it (`None`: off).
+    pub(crate) fn with_path_memory(
+        mut self,
+        memory: Option<Arc<sluice::session::path_memory::PathMemory>>,
+    ) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// Pages open `lanes` sessions (at least 1).
@@ -219,7 +230,7 @@ impl WtListener {
     pub(crate) async fn serve(self, app: AppState, stop: impl std::future::Future<Output = ()>) {
         let permits = Arc::new(Semaphore::new(SESSIONS_MAX));
         let registry = Arc::new(conn::Registry::default());
-        let lanes = lanes::Lanes::new(controllers().config().clone());
+        let lanes = lanes::Lanes::new(controllers().config().clone(), self.memory.clone());
         let mut sessions = JoinSet::new();
         let mut rotation = tokio::time::interval(cert::ROTATE_EVERY);
         rotation.tick().await;
@@ -259,9 +270,16 @@ impl WtListener {
                     Ok(Ok(connection)) => {
                         counters.sessions.fetch_add(1, Ordering::Relaxed);
                         // The login's lanes are one flow (see `lanes.rs`).
-                        let congestion = connection.quic_connection().congestion_state();
-                        let seat = lanes.seat(&id, congestion);
-                        conn::serve(connection, app, (id, page), counters, registry).await;
+                        let quic = connection.quic_connection();
+                        let path = lanes::PathTo::of(
+                            connection.remote_address().ip(),
+                            quic.local_ip(),
+                            connection.rtt(),
+                        );
+                        let seat = lanes.seat(&id, quic.congestion_state(), &path);
+                        let note = seat.as_ref().and_then(lanes::Seat::note).map(Arc::new);
+                        let login = (id, page);
+                        conn::serve(connection, app, login, (counters, registry), note).await;
                         drop(seat);
                     }
                     Ok(Err(e)) => tracing::debug!("webtransport session: {e}"),

@@ -35,6 +35,7 @@ use tokio::task::JoinSet;
 use wtransport::Connection;
 
 use super::flow::{Flow, PIECE_BYTES};
+use super::lanes::PathNote;
 use super::pages::{Page, Pages};
 use super::{BLOCK_BYTES, Counters, STREAMS};
 
@@ -63,6 +64,8 @@ pub(super) struct Pushed {
     pub(super) flow: Arc<Flow>,
     pub(super) counters: Arc<Counters>,
     pub(super) runtime: tokio::runtime::Handle,
+    /// Where what the path delivered is kept, at the end of a phase (`None`: not kept).
+    pub(super) note: Option<Arc<PathNote>>,
 }
 
 impl Carrier for Pushed {
@@ -141,14 +144,19 @@ impl Carrier for Pushed {
         for _ in 0..under_way.pieces {
             landed(&mut moving)?;
         }
-        Ok(ChannelReport {
+        let report = ChannelReport {
             bytes: total,
             payload_bytes: total,
             seconds: started.elapsed().as_secs_f64(),
             channels: 1,
             carrying: under_way.pieces_max as u32,
             ..ChannelReport::default()
-        })
+        };
+        if let Some(note) = &self.note {
+            let stats = self.conn.quic_connection().stats();
+            note.remember(&report, (stats.path.sent_packets, stats.path.lost_packets));
+        }
+        Ok(report)
     }
 }
 
