@@ -72,6 +72,8 @@ class Landing {
     this.fromBlocks = true;
     /** @type {[number, number][]} the ranges of it the partial file holds, merged, in order */
     this.held = [];
+    /** Whether its partial file was closed whole as its last byte landed (see `write`). */
+    this.whole = false;
   }
 
   /**
@@ -147,9 +149,19 @@ class Landing {
   write(at, bytes) {
     this.writes = this.writes.then(async () => {
       this.out ??= await this.open();
+      this.whole = false;
       await this.out.write({ type: "write", position: at, data: /** @type {any} */ (bytes) });
       await this.land(at, bytes);
       this.hold(at, at + bytes.length);
+      if (this.prefix() >= this.size) {
+        // Whole: closed now, beside the rest of the download, not with every other file at
+        // the phase's end (200 small files' closes took 0.25 s there).
+        const out = this.out;
+        this.out = null;
+        await out.close();
+        this.keep = this.size;
+        this.whole = true;
+      }
     });
     this.writes.catch(() => {}); // its failure is the run's, at `settle`
   }
@@ -157,6 +169,7 @@ class Landing {
   /** Its writes done and its partial file closed, holding `keep` bytes when nothing came. */
   async settle() {
     await this.writes;
+    if (this.whole) return;
     if (!this.out && (await this.want.part.getFile()).size !== this.keep) this.out = await this.open();
     const out = this.out;
     this.out = null;

@@ -39,14 +39,17 @@ export const BLOCK = 4 << 20;
 /** @type {Promise<Exports> | null} */
 let loaded = null;
 
-/** @returns {Promise<Exports>} the module, loaded once */
+/** @returns {Promise<Exports>} the module, loaded once (a load that failed is tried again) */
 export function module() {
   loaded ??= (async () => {
     const response = await fetch("/sluice.wasm");
     if (!response.ok) throw new Error(`/sluice.wasm: ${response.status}`);
     const { instance } = await WebAssembly.instantiate(await response.arrayBuffer(), {});
     return /** @type {Exports} */ (/** @type {unknown} */ (instance.exports));
-  })();
+  })().catch((e) => {
+    loaded = null;
+    throw e;
+  });
   return loaded;
 }
 

@@ -33,6 +33,9 @@ const HEAD_BYTES_MAX: u32 = 8 << 10;
 /// Pieces of uploads one session reads at once (each in memory while it comes, at most
 /// [`super::gather::PIECE_MAX`]); more wait their turn.
 const PIECES_AT_ONCE: usize = 8;
+/// The send priority of a transfer's control stream (quinn's; a piece's stream has the default,
+/// 0): its messages go first.
+const CONTROL_PRIORITY: i32 = 1;
 
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -231,6 +234,10 @@ async fn fetch(
         note: session.note.clone(),
     });
     let quic = connection.quic_connection();
+    // The machines' messages (the manifest first) go before the pieces that follow them on
+    // this session: at equal priority quinn shares the window among the streams in turn, and
+    // a folder's manifest waited behind its early pieces (1 s of a 3.3 s download at 100 ms).
+    send.set_priority(CONTROL_PRIORITY);
     let (send, recv) = (send.quic_stream_mut(), recv.quic_stream_mut());
     match sluice::web::send_files(quic, (send, recv), access, (paths, early), carrier).await {
         Ok(fetched) => {
