@@ -35,7 +35,7 @@ const HEAD_BYTES_MAX: u32 = 8 << 10;
 const PIECES_AT_ONCE: usize = 8;
 /// The send priority of a transfer's control stream (quinn's; a piece's stream has the default,
 /// 0): its messages go first.
-const CONTROL_PRIORITY: i32 = 1;
+pub(super) const CONTROL_PRIORITY: i32 = 1;
 
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]

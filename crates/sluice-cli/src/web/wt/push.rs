@@ -277,7 +277,7 @@ fn socket(e: &dyn std::fmt::Display) -> DataError {
 
 #[cfg(test)]
 mod tests {
-    use super::{BLOCK_BYTES, PIECES_PER_LANE, STREAMS, UnderWay, pieces};
+    use super::{BLOCK_BYTES, PIECES_PER_LANE, STREAMS, UnderWay, piece_priority, pieces};
 
     /// How many pieces of `len` bytes go at once over `lanes` lanes.
     fn at_once(lanes: usize, len: u64) -> usize {
@@ -286,6 +286,13 @@ mod tests {
             under_way.add(len);
         }
         under_way.pieces
+    }
+
+    #[test]
+    fn each_piece_goes_before_the_next_and_after_the_control_stream() {
+        let order: Vec<i32> = [0, 1, 2, 63, 64, usize::MAX].map(piece_priority).to_vec();
+        assert!(order.windows(2).all(|w| w[0] > w[1]), "{order:?}");
+        assert!(order[0] < super::super::conn::CONTROL_PRIORITY);
     }
 
     #[test]
