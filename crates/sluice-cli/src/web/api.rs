@@ -9,6 +9,7 @@
 //! | `POST /api/logout`                        | `{}`, cookie cleared                        |
 //! | `GET /api/session`                        | `{csrf, rights, fingerprint}`               |
 //! | `GET /api/list?path=`                     | `{path, entries: [{name, kind, size, mtime, target}], skipped}` |
+//! | `GET /api/tree?path=` (right `read`)      | as `list`, of every level: what a download of `path` sends (each `name` its path, the folder's own name first) |
 //! | `GET /api/stat?path=`                     | `{kind, size, mtime}`                       |
 //! | `POST /api/mkdir {path}`                  | `{}`                                        |
 //! | `POST /api/rename {from, to}`             | `{}`                                        |
@@ -135,6 +136,16 @@ pub(super) async fn list(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiErr
     let shown = path.clone();
     let listing = blocking(move || access.list(&path)).await?;
     Ok(Json(listing_json(&shown, &listing.entries, listing.skipped)))
+}
+
+/// `GET /api/tree?path=` (right `read`): what a download of `path` would send, every level
+/// of a folder in one answer (each entry's `name` is its path, the folder's own name first).
+pub(super) async fn tree(authed: Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let PathQuery { path } = query(&uri)?;
+    let access = authed.session.access.clone();
+    let shown = path.clone();
+    let (entries, skipped) = blocking(move || sluice::web::download_tree(&access, &path)).await?;
+    Ok(Json(listing_json(&shown, &entries, skipped)))
 }
 
 /// A folder's listing as the page reads it (`/api/list`, and another server's in `servers`):

@@ -24,6 +24,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/logout", post(api::logout))
         .route("/api/session", get(api::session))
         .route("/api/list", get(api::list))
+        .route("/api/tree", get(api::tree))
         .route("/api/stat", get(api::stat))
         .route("/api/mkdir", post(api::mkdir))
         .route("/api/rename", post(api::rename))

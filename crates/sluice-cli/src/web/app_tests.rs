@@ -393,6 +393,8 @@ async fn paths_outside_the_root_are_refused() {
         "/api/file?path=..%2Foutside.txt",
         "/api/file?path=out-link",
         "/api/stat?path=pub%2F..%2F..%2Foutside.txt",
+        "/api/tree?path=..",
+        "/api/tree?path=out-link",
     ] {
         let response = client.get(uri).await;
         assert_eq!(response.status(), StatusCode::FORBIDDEN, "{uri}");
@@ -502,6 +504,54 @@ async fn list_make_rename_and_delete() {
     }
     assert_eq!(c.get("/api/upload?path=x").await.status(), StatusCode::BAD_REQUEST);
     assert_eq!(c.get("/api/list?path=a%00b").await.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_folders_tree_is_what_its_download_sends_every_level_in_one_answer() {
+    let app = app();
+    std::fs::create_dir_all(app.root().join("t/a/b")).unwrap();
+    std::fs::create_dir_all(app.root().join("t/empty")).unwrap();
+    std::fs::write(app.root().join("t/a/b/deep.bin"), b"deep").unwrap();
+    std::fs::write(app.root().join("t/top.txt"), b"top!!").unwrap();
+    let c = Client::new(&app, "all-token").await;
+    let tree = json_of(c.get("/api/tree?path=t").await).await;
+    let entries = tree["entries"].as_array().unwrap();
+    let mut names: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["kind"].as_str().unwrap()))
+        .collect();
+    // Each folder before what is in it.
+    for (k, (name, _)) in names.iter().enumerate() {
+        if let Some((parent, _)) = name.rsplit_once('/') {
+            let before = names[..k].iter().any(|(n, kind)| *n == parent && *kind == "dir");
+            assert!(before, "{name} before its folder: {names:?}");
+        }
+    }
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            ("t", "dir"),
+            ("t/a", "dir"),
+            ("t/a/b", "dir"),
+            ("t/a/b/deep.bin", "file"),
+            ("t/empty", "dir"),
+            ("t/top.txt", "file")
+        ]
+    );
+    let top = entries.iter().find(|e| e["name"] == "t/top.txt").unwrap();
+    assert_eq!(top["size"], 5);
+    // A token without `read` downloads nothing, so it walks nothing either; one with `read`
+    // walks beneath its own root only.
+    let writer = Client::new(&app, "write-token").await;
+    assert_eq!(writer.get("/api/tree?path=t").await.status(), StatusCode::FORBIDDEN);
+    let reader = Client::new(&app, "read-token").await;
+    // (Its root's own name first, as a download of it names it.)
+    let own = json_of(reader.get("/api/tree?path=").await).await;
+    let own: Vec<&Value> = own["entries"].as_array().unwrap().iter().map(|e| &e["name"]).collect();
+    assert_eq!(own, [&json!("pub"), &json!("pub/hello.txt")]);
+    assert_eq!(reader.get("/api/tree?path=..%2Ft").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(c.get("/api/tree?path=nothing-here").await.status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]

@@ -96,6 +96,16 @@ export async function list(path) {
   return parse(await fetch(url("/api/list", { path })));
 }
 
+/**
+ * What a download of `path` sends: every level of a folder in one answer, each entry's `name`
+ * its path (the folder's own name first), each folder before what is in it.
+ * @param {string} path
+ * @returns {Promise<{ path: string, entries: Entry[], skipped: number }>}
+ */
+export async function tree(path) {
+  return parse(await fetch(url("/api/tree", { path })));
+}
+
 /** @param {string} path */
 export const mkdir = (path) => post("/api/mkdir", { path });
 /** @param {string} from @param {string} to */

@@ -277,23 +277,22 @@ async function downloadItems(from, items, to) {
     }
     if (item.kind === "file") transfers.download(src, item.size, local, dest, item.mtime);
     if (item.kind !== "dir") continue;
+    // Every level in one answer (what the download sends: the folder's own name first in
+    // each path), then the folders here, each level's at once, each before those in it.
+    const tree = await api.tree(src);
     /** @type {{ src: string, dest: string, path: string, size: number, mtime: number }[]} */
     const files = [];
-    let level = [{ src, dest, path: item.name }];
-    while (level.length) {
-      await Promise.all(level.map((d) => local.dir(d.dest, true)));
-      const listed = await Promise.all(level.map((d) => api.list(d.src)));
-      /** @type {typeof level} */
-      const next = [];
-      level.forEach((d, k) => {
-        for (const child of listed[k].entries) {
-          const c = { src: join(d.src, child.name), dest: join(d.dest, child.name), path: `${d.path}/${child.name}` };
-          if (child.kind === "dir") next.push(c);
-          else if (child.kind === "file") files.push({ ...c, size: child.size, mtime: child.mtime });
-        }
-      });
-      level = next;
+    /** @type {string[][]} the folders to make, by depth */
+    const levels = [];
+    for (const e of tree.entries) {
+      const inside = e.name.slice(e.name.indexOf("/") + 1);
+      const c = { src: e.name.includes("/") ? join(src, inside) : src, dest: e.name.includes("/") ? join(dest, inside) : dest, path: e.name };
+      if (e.kind === "dir") {
+        const depth = e.name.split("/").length - 1;
+        (levels[depth] ??= []).push(c.dest);
+      } else if (e.kind === "file") files.push({ ...c, size: e.size, mtime: e.mtime });
     }
+    for (const level of levels) await Promise.all((level ?? []).map((d) => local.dir(d, true)));
     const key = `down:${copies++}`;
     transfers.together(() => {
       for (const f of files) {

@@ -72,6 +72,25 @@ pub(super) async fn tell_failed(send: &mut quinn::SendStream, err: &SessionError
     let _ = send.write_all(&frame).await;
 }
 
+/// How a page's download walks what it asked for: folders whole, links followed within the
+/// root ([`Access::outgoing`] confines the walk).
+fn download_walk() -> WalkOptions {
+    WalkOptions { recursive: true, links: Links::Follow, confine: None }
+}
+
+/// What a page's download of `requested` (a path beneath `access`'s root; a folder whole)
+/// would send: the entries of its manifest, in order (a folder's own name first in each
+/// path), and how many were left out. The page lists a folder it downloads this way, in one
+/// request, where a walk of it one level at a time took a round trip a level. Right `read`,
+/// as the download's. Blocks: the walk reads the tree.
+pub fn download_tree(
+    access: &Access,
+    requested: &str,
+) -> Result<(Vec<crate::tree::manifest::Entry>, u64), SessionError> {
+    let outgoing = access.outgoing(&[requested.to_owned()], download_walk(), false)?;
+    Ok((outgoing.entries, outgoing.skipped.len() as u64))
+}
+
 /// Sends `requested` (paths beneath `access`'s root, folders whole, links followed within it)
 /// to the page on a request's stream of `conn`, its bytes on `carrier`; `early`: right behind
 /// the manifest, before the page's `Want` (an early start, [`Sending::new_early`]: the page
@@ -86,8 +105,8 @@ pub async fn send_files(
     carrier: Arc<dyn Carrier>,
 ) -> Result<Fetched, SessionError> {
     let root = access.root().to_owned();
-    let options = WalkOptions { recursive: true, links: Links::Follow, confine: None };
-    let outgoing = match blocking(move || access.outgoing(&requested, options, false)).await {
+    let outgoing = match blocking(move || access.outgoing(&requested, download_walk(), false)).await
+    {
         Ok(outgoing) => outgoing,
         Err(err) => {
             tell_failed(send, &err, &root).await;

@@ -25,7 +25,7 @@ mod store;
 mod upload;
 
 pub use download::{Download, file_hash, open_download};
-pub use fetch::{Fetched, send_files};
+pub use fetch::{Fetched, download_tree, send_files};
 pub use ops::{delete, make_dir, rename};
 pub use pace::Pace;
 pub use store::{Stored, Target, receive_files};
