@@ -104,7 +104,7 @@ export async function runBatch(t, jobs) {
   }
   t.runs -= 1;
   t.render();
-  t.onChange();
+  t.changed();
   t.pump();
 }
 

@@ -28,6 +28,10 @@ const SMALL_RUNNING_MAX = 8;
  * WebAssembly) and sends it with the bytes: the server stores the file at the end of that one
  * request, where a hash sent `later` costs a second request and its round trip. */
 const HASH_FIRST_MAX = 4 << 20;
+/** Transfers that end this close together refresh the panes once: each refresh lists both
+ * panes' folders, and a folder of 200 small files over HTTPS (each its own transfer) listed
+ * them 200 times, the page's work growing with the square of the files. */
+const CHANGED_EVERY_MS = 500;
 
 /** @typedef {import("./local.js").Local} Local */
 /**
@@ -89,6 +93,10 @@ export class Transfers {
     this.runs = 0;
     /** While true, `pump` waits: the files of a copy are being queued. */
     this.holding = false;
+    /** @type {ReturnType<typeof setTimeout> | null} while set, panes were refreshed lately */
+    this.changeTimer = null;
+    /** Whether a transfer ended since the panes' last refresh ([`changed`]). */
+    this.changePending = false;
     byId("clear-done").addEventListener("click", () => {
       this.jobs = this.jobs.filter((j) => !["done", "skipped"].includes(j.state));
       this.render();
@@ -242,12 +250,32 @@ export class Transfers {
       job.abort = null;
       this.runs -= 1;
       this.render();
-      this.onChange();
+      this.changed();
       this.pump();
     };
     this.jobs.push(job);
     this.pump();
     return job;
+  }
+
+  /**
+   * Tells the panes that a transfer ended: at once, or, when one did less than
+   * [`CHANGED_EVERY_MS`] ago, once that time is up (every transfer that ended meanwhile
+   * together).
+   */
+  changed() {
+    if (this.changeTimer) {
+      this.changePending = true;
+      return;
+    }
+    this.onChange();
+    this.changeTimer = setTimeout(() => {
+      this.changeTimer = null;
+      if (this.changePending) {
+        this.changePending = false;
+        this.changed();
+      }
+    }, CHANGED_EVERY_MS);
   }
 
   /**
