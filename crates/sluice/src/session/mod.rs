@@ -181,6 +181,9 @@ pub const ALPN: &[u8] = b"sluice/1";
 /// on, not from its first loss).
 pub const PROTOCOL_VERSION: u32 = 13;
 pub use sluice_session::negotiate::MAX_CHANNELS;
+/// The phase of a transfer's data after the receiver declined an early start (repair rounds
+/// are the phases between 0 and it): for a carrier that tells a transfer's data from a repair.
+pub use sluice_session::transfer::RESTART_PHASE;
 /// The most channels chosen automatically (one per core, up to this).
 pub const AUTO_CHANNELS_CAP: u32 = 8;
 

@@ -154,7 +154,10 @@ impl Carrier for Pushed {
             carrying: under_way.pieces_max as u32,
             ..ChannelReport::default()
         };
-        if let Some(note) = &self.note {
+        // A transfer's data, not a repair round's: too short to teach anything, and its
+        // average (its few blocks over its round trips) would cap the record low.
+        let data = phase == 0 || phase == sluice::session::RESTART_PHASE;
+        if let Some(note) = self.note.as_ref().filter(|_| data) {
             let stats = self.conn.quic_connection().stats();
             note.remember(&report, (stats.path.sent_packets, stats.path.lost_packets));
         }
