@@ -259,34 +259,41 @@ pub(super) async fn download(
     };
     let running = state.gate.transfer(&authed.session.access, true).await?;
     let pace = Pace::lowest(&[authed.session.access.rate_bps(), rate_bps]);
-    // A small file sent whole carries its BLAKE3 (of the version its ETag names; none when it
-    // changed while it was hashed: the page then asks `/api/hash`).
-    let (opened, blake3) = if status == StatusCode::OK && size <= HASH_WITH_BYTES_MAX {
-        let path = name.clone();
-        blocking(move || {
-            let hash = opened.hash(&path).ok();
-            Ok((opened, hash))
-        })
-        .await?
-    } else {
-        (opened, None)
-    };
-    // A thread reads ahead a few blocks; it stops when the client goes (the channel closes).
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-    let file = opened.file;
-    tokio::task::spawn_blocking(move || {
-        let mut at = range.start;
-        while at < range.end {
-            let n = (range.end - at).min(READ_BYTES as u64) as usize;
-            let mut buf = vec![0u8; n];
-            let read = file.read_exact_at(&mut buf, at).map(|()| Bytes::from(buf));
-            let failed = read.is_err();
-            if tx.blocking_send(read).is_err() || failed {
-                return;
+    // A small file sent whole is read once, into memory, and carries the BLAKE3 of exactly
+    // those bytes (none when it changed while it was read: the page then asks `/api/hash`).
+    let blake3 = if status == StatusCode::OK && size <= HASH_WITH_BYTES_MAX {
+        let path = name.clone();
+        let (bytes, hash) = blocking(move || opened.read_whole(&path)).await?;
+        let bytes = Bytes::from(bytes);
+        tokio::spawn(async move {
+            for at in (0..bytes.len()).step_by(READ_BYTES) {
+                let part = bytes.slice(at..bytes.len().min(at + READ_BYTES));
+                if tx.send(Ok(part)).await.is_err() {
+                    return;
+                }
             }
-            at += n as u64;
-        }
-    });
+        });
+        hash
+    } else {
+        // A thread reads ahead a few blocks; it stops when the client goes (the channel
+        // closes).
+        let file = opened.file;
+        tokio::task::spawn_blocking(move || {
+            let mut at = range.start;
+            while at < range.end {
+                let n = (range.end - at).min(READ_BYTES as u64) as usize;
+                let mut buf = vec![0u8; n];
+                let read = file.read_exact_at(&mut buf, at).map(|()| Bytes::from(buf));
+                let failed = read.is_err();
+                if tx.blocking_send(read).is_err() || failed {
+                    return;
+                }
+                at += n as u64;
+            }
+        });
+        None
+    };
     // The transfer runs while the body streams: it counts what went out, and holds the pace
     // (the reader waits for it, its channel being full).
     let sending = Sending { rx, running, pace, started: tokio::time::Instant::now() };

@@ -44,11 +44,32 @@ impl Download {
         let hash = hash_prefix(&self.file, self.size, &AtomicBool::new(false))
             .map_err(|e| open_error(requested, e))?
             .ok_or_else(|| SessionError::Network("hashing was cancelled".into()))?;
-        let after = self.file.metadata().map_err(|e| open_error(requested, e))?;
-        if validator(&after) != self.validator {
+        if !self.unchanged(requested)? {
             return Err(SessionError::Busy(format!("{requested}: it changed while it was hashed")));
         }
         Ok(hash)
+    }
+
+    /// The whole file read into memory (a small one, sent whole), with its BLAKE3 when it did
+    /// not change while it was read: the bytes are then the version [`Download::validator`]
+    /// names, and the hash is of exactly the bytes sent.
+    pub fn read_whole(
+        &self,
+        requested: &str,
+    ) -> Result<(Vec<u8>, Option<blake3::Hash>), SessionError> {
+        use std::os::unix::fs::FileExt;
+        let len = usize::try_from(self.size)
+            .map_err(|_| SessionError::Refused(format!("{requested}: too large to read whole")))?;
+        let mut bytes = vec![0u8; len];
+        self.file.read_exact_at(&mut bytes, 0).map_err(|e| open_error(requested, e))?;
+        let hash = self.unchanged(requested)?.then(|| blake3::hash(&bytes));
+        Ok((bytes, hash))
+    }
+
+    /// Whether the file is still the version it was opened as.
+    fn unchanged(&self, requested: &str) -> Result<bool, SessionError> {
+        let now = self.file.metadata().map_err(|e| open_error(requested, e))?;
+        Ok(validator(&now) == self.validator)
     }
 }
 
