@@ -5,7 +5,7 @@
 // tests/web_browser.rs before the browser test.
 
 import assert from "node:assert/strict";
-import { Wt } from "../web/js/wt.js";
+import { Wt, startWords } from "../web/js/wt.js";
 
 /** A session that brings no streams and never closes. */
 const session = { closed: new Promise(() => {}), incomingUnidirectionalStreams: new ReadableStream() };
@@ -68,3 +68,12 @@ b.cut.error(new Error("reset"));
 await readingB;
 assert.equal(ended, counted, `a piece of a download that ended counts nothing more: ${ended} after ${counted}`);
 console.log("wt.test: the pieces' counts hold");
+
+// How the lanes started, said once: on the first download only, and never for a fresh start.
+assert.equal(wt.memoryNote(), null, "a fresh start says nothing");
+wt.memory = { rate_bps: 80_400_000, age_s: 200 };
+assert.equal(wt.memoryNote(), "started from path memory (80 Mbit/s, kept 3 min ago)");
+assert.equal(wt.memoryNote(), null, "said once");
+assert.equal(startWords({ rate_bps: 1.2e9, age_s: 45 }), "1200 Mbit/s, kept 45 s ago");
+assert.equal(startWords({ rate_bps: 5e6, age_s: 7200 }), "5 Mbit/s, kept 2 h ago");
+console.log("wt.test: a start from path memory is said once");

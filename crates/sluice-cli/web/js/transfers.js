@@ -717,6 +717,8 @@ export class Transfers {
    * @param {() => Promise<void>} place
    */
   async fetchMachines(wt, job, src, part, have, signal, place) {
+    const memory = wt.memoryNote();
+    if (memory) note(job, memory);
     const done = await fetchFiles(wt, {
       src, files: [{ path: null, part, have, place }], every: true, signal,
       rateBps: this.rateLimit(),

@@ -123,6 +123,14 @@ export class Wt {
     /** @type {Map<number, Route>} */
     this.routes = new Map();
     this.tags = 0;
+    /**
+     * Where the server started these lanes' sending from (its path memory: what it kept of the
+     * path after this browser's last download), or null: afresh (`remembered`).
+     * @type {{ rate_bps: number, age_s: number } | null}
+     */
+    this.memory = null;
+    /** Whether a download took the words of `memory` yet (the first one does). */
+    this.memoryTold = false;
     for (const t of transports) this.accept(t).catch(() => {});
     // One lane closed (idle, the server restarted) closes them all: the next transfer connects
     // again.
@@ -164,6 +172,24 @@ export class Wt {
     const head = { op: "piece", tag, phase, offset, len: bytes.length };
     await this.request(head, bytes, signal, this.lane());
     progress(bytes.length);
+  }
+
+  /**
+   * Asks the server how these lanes started (a `path` request on the first lane, whose session
+   * made the lanes' group): from its path memory, or afresh. A server that does not say is
+   * taken as afresh.
+   */
+  async remembered() {
+    const answer = await this.request({ op: "path" }, new Uint8Array(0), new AbortController().signal, this.transport)
+      .catch(() => null);
+    this.memory = answer?.memory ?? null;
+  }
+
+  /** What the path memory start was, in words, once: for the first download on these lanes. */
+  memoryNote() {
+    if (!this.memory || this.memoryTold) return null;
+    this.memoryTold = true;
+    return `started from path memory (${startWords(this.memory)})`;
   }
 
   /** @param {number} tag */
@@ -296,6 +322,15 @@ export class Wt {
   }
 }
 
+/**
+ * A start from path memory in words: "80 Mbit/s, kept 3 min ago".
+ * @param {{ rate_bps: number, age_s: number }} m
+ */
+export function startWords(m) {
+  const age = m.age_s < 90 ? `${m.age_s} s` : m.age_s < 5400 ? `${Math.round(m.age_s / 60)} min` : `${Math.round(m.age_s / 3600)} h`;
+  return `${Math.round(m.rate_bps / 1e6)} Mbit/s, kept ${age} ago`;
+}
+
 /** @type {Promise<Wt | null> | null} */
 let connecting = null;
 /** When the last try to connect failed: HTTPS is used without trying again for a while. */
@@ -382,7 +417,9 @@ async function connect(W) {
     // The other lanes: one that does not connect only leaves fewer.
     const more = await Promise.all(Array.from({ length: Math.max(0, (info.lanes ?? 1) - 1) },
       () => open(W, page).catch((e) => { console.warn("a WebTransport lane did not connect:", e); return null; })));
-    return new Wt([first, ...more.filter((t) => t)], info);
+    const wt = new Wt([first, ...more.filter((t) => t)], info);
+    await wt.remembered();
+    return wt;
   } catch (e) {
     const why = e instanceof api.ApiError && e.code === "no-webtransport"
       ? "the server does not offer WebTransport"
@@ -422,7 +459,8 @@ export async function session() {
     return null;
   }
   const lanes = wt.transports.length;
-  const how = `HTTP/3 over QUIC, ${lanes} session${lanes > 1 ? "s" : ""}, ${wt.streams} streams per file`;
+  const memory = wt.memory ? `, sending from path memory at ${startWords(wt.memory)}` : "";
+  const how = `HTTP/3 over QUIC, ${lanes} session${lanes > 1 ? "s" : ""}, ${wt.streams} streams per file${memory}`;
   if (mode() === "auto") say(`WebTransport is connected (${how}); each direction takes the faster of it and HTTPS, as measured on its transfers.`, true);
   else say(`Transfers go over WebTransport (${how}).`, true);
   return wt;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sluice::datapath::MemoryStart;
 use sluice::web::{Pace, Policy, Target};
 use tokio::task::JoinSet;
 use wtransport::{Connection, RecvStream, SendStream};
@@ -66,6 +67,8 @@ enum Request {
         #[serde(default)]
         early: bool,
     },
+    /// How the session's lanes started: from path memory (what it kept of the path), or afresh.
+    Path,
 }
 
 /// What the sessions of every page share: a page spreads one transfer's pieces over its
@@ -91,6 +94,8 @@ struct Session {
     /// What its downloads keep what the path delivered with (`None`: path memory off, or no
     /// seat in its login's group).
     note: Option<Arc<PathNote>>,
+    /// The start from path memory of the lanes' group, when this session made the group.
+    start: Option<MemoryStart>,
     /// Places for pieces in memory ([`PIECES_AT_ONCE`]).
     pieces: tokio::sync::Semaphore,
 }
@@ -110,7 +115,7 @@ pub(super) async fn serve(
     app: AppState,
     (id, page): (String, Option<String>),
     (counters, registry): (Arc<Counters>, Arc<Registry>),
-    note: Option<Arc<PathNote>>,
+    (note, start): (Option<Arc<PathNote>>, Option<MemoryStart>),
 ) {
     let entered = page.clone().map(|page| registry.pages.enter((id.clone(), page), &connection));
     let session = Arc::new(Session {
@@ -120,6 +125,7 @@ pub(super) async fn serve(
         counters,
         registry,
         note,
+        start,
         pieces: tokio::sync::Semaphore::new(PIECES_AT_ONCE),
     });
     let mut streams = JoinSet::new();
@@ -189,6 +195,10 @@ async fn stream(
                 fetch(&session, to, access, (paths, early), tag, rate_bps).await;
                 Ok(None)
             }
+            Request::Path => Ok(Some(json!({ "memory": session.start.map(|start| json!({
+                "rate_bps": start.rate_bps,
+                "age_s": start.age.as_secs(),
+            })) }))),
         }
     }
     .await;

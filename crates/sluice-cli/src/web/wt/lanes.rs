@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use quinn_proto::congestion::Controller;
-use sluice::datapath::ChannelReport;
+use sluice::datapath::{ChannelReport, MemoryStart};
 use sluice::session::path_memory::PathMemory;
 use sluice_proto::cc::coupled::CouplingGroup;
 use sluice_proto::config::ChannelConfig;
@@ -53,6 +53,9 @@ pub(crate) struct Seat {
     index: usize,
     group: Arc<CouplingGroup>,
     path: PathTo,
+    /// The group's start from path memory, when this seat's session made the group (`None`:
+    /// it joined one, or the group started afresh).
+    start: Option<MemoryStart>,
 }
 
 /// The path a session came over: its key in path memory, and its RTT when it was admitted
@@ -127,8 +130,11 @@ impl Lanes {
     ) -> Option<Seat> {
         let join = Join::of(controller)?;
         let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut start = None;
         let seats = groups.entry(login.to_owned()).or_insert_with(|| {
-            let group = CouplingGroup::new(&self.start(path), SEATS);
+            let (config, from_memory) = self.start(path);
+            start = from_memory;
+            let group = CouplingGroup::new(&config, SEATS);
             // A seat counts among the lanes that share the rate only while it sends.
             for index in 0..SEATS {
                 group.set_active(index, false);
@@ -140,30 +146,32 @@ impl Lanes {
         let (group, path) = (seats.group.clone(), seats.path.clone());
         drop(groups);
         join.offer(group.clone(), index);
-        Some(Seat { lanes: self.clone(), login: login.to_owned(), index, group, path })
+        Some(Seat { lanes: self.clone(), login: login.to_owned(), index, group, path, start })
     }
 
     /// The configuration of a new group over `path`: from what the path delivered last, when
-    /// the memory has a record that is young and of the same RTT. Reads the memory's file.
-    fn start(&self, path: &PathTo) -> ChannelConfig {
+    /// the memory has a record that is young and of the same RTT, with that start (`None`:
+    /// afresh). Reads the memory's file.
+    fn start(&self, path: &PathTo) -> (ChannelConfig, Option<MemoryStart>) {
         let mut config = self.config.clone();
         let recalled = self
             .memory
             .as_ref()
             .and_then(|memory| memory.recall(&path.key, path.rtt, SystemTime::now()));
-        if let Some(recalled) = recalled {
-            config.start_rate_bps = recalled.record.rate_bps;
-            // (Only `adaptive` starts from it.)
-            if sluice_proto::cc::starts_from_memory(&config) {
-                tracing::info!(
-                    key = path.key,
-                    rate_mbit = recalled.record.rate_bps / 1_000_000,
-                    age_s = recalled.age.as_secs(),
-                    "a page's lanes start from path memory"
-                );
-            }
+        let Some(recalled) = recalled else { return (config, None) };
+        config.start_rate_bps = recalled.record.rate_bps;
+        // (Only `adaptive` starts from it.)
+        if !sluice_proto::cc::starts_from_memory(&config) {
+            return (config, None);
         }
-        config
+        tracing::info!(
+            key = path.key,
+            rate_mbit = recalled.record.rate_bps / 1_000_000,
+            age_s = recalled.age.as_secs(),
+            "a page's lanes start from path memory"
+        );
+        let start = MemoryStart { rate_bps: recalled.record.rate_bps, age: recalled.age };
+        (config, Some(start))
     }
 
     /// Seats held in `login`'s group (0 when it has none).
@@ -179,6 +187,11 @@ impl Seat {
     #[cfg(test)]
     pub(crate) fn group(&self) -> &Arc<CouplingGroup> {
         &self.group
+    }
+
+    /// The group's start from path memory, when this seat's session made the group.
+    pub(crate) fn start(&self) -> Option<MemoryStart> {
+        self.start
     }
 
     /// What the session's downloads keep what the path delivered with (`None`: path memory

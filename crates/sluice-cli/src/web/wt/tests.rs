@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use sluice::session::Gate;
+use sluice::session::path_memory::PathMemory;
 use sluice::session::tokens::TokenSet;
 use wtransport::tls::Sha256Digest;
 use wtransport::{ClientConfig, Connection, Endpoint};
@@ -48,6 +49,11 @@ pub(super) async fn serve() -> Served {
 
 /// [`serve`], pages told to open `lanes` sessions.
 pub(super) async fn serve_lanes(lanes: u32) -> Served {
+    serve_with(lanes, None).await
+}
+
+/// [`serve_lanes`], with the server's path memory `memory`.
+pub(super) async fn serve_with(lanes: u32, memory: Option<Arc<PathMemory>>) -> Served {
     eprintln!("wt tests: seed {SEED:#x}");
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -55,7 +61,7 @@ pub(super) async fn serve_lanes(lanes: u32) -> Served {
     let gate = Gate::new(&root, TokenSet::parse(TOKENS).unwrap()).unwrap();
     let counters = Arc::new(Counters::default());
     let listener = WtListener::bind("127.0.0.1:0".parse().unwrap(), counters.clone()).unwrap();
-    let listener = listener.with_lanes(lanes);
+    let listener = listener.with_lanes(lanes).with_path_memory(memory);
     let addr = listener.local_addr().unwrap();
     let hash = listener.shared().cert().sha256;
     let state =
@@ -290,4 +296,37 @@ async fn the_certificate_is_p256_of_under_14_days_and_rotates() {
     assert!(served.connect_with(&ticket, old).await.is_err(), "the old hash is not served");
     let (ticket, _) = served.ticket("all-token");
     assert!(served.connect_with(&ticket, new).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_hears_whether_its_lanes_started_from_path_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = Arc::new(PathMemory::at(dir.path().join("paths.json")));
+    // What a download over loopback kept: 80 Mbit/s, a least RTT of 0.5 ms.
+    let key = PathMemory::key("a browser at 127.0.0.1", Some([127, 0, 0, 1].into()));
+    let kept = sluice::datapath::ChannelReport {
+        path_rate_bps: Some(80_000_000),
+        min_rtt_us: Some(500),
+        payload_bytes: 10_000_000,
+        seconds: 1.0,
+        ..Default::default()
+    };
+    assert!(memory.remember(&key, &kept, std::time::SystemTime::now()).is_some());
+    let served = serve_with(2, Some(memory)).await;
+    let path = json!({ "op": "path" });
+    // The login's first session makes its lanes' group: from the record.
+    let (first, id) = served.connect("all-token").await;
+    let (answer, _) = request(&first, path.clone(), &[]).await;
+    assert_eq!(answer["memory"]["rate_bps"], 80_000_000, "{answer}");
+    assert!(answer["memory"]["age_s"].as_u64().is_some_and(|age| age < 60), "{answer}");
+    // Its second lane joins that group: it started nothing.
+    let (ticket, _) = served.ticket_of(&id);
+    let second = served.connect_with(&ticket, served.hash).await.unwrap();
+    assert_eq!(request(&second, path.clone(), &[]).await.0, json!({ "memory": null }));
+    // Another login's group starts from the record too; one on a server without memory, not.
+    let (other, _) = served.connect("all-token").await;
+    assert_eq!(request(&other, path.clone(), &[]).await.0["memory"]["rate_bps"], 80_000_000);
+    let plain = serve().await;
+    let (conn, _) = plain.connect("all-token").await;
+    assert_eq!(request(&conn, path, &[]).await.0, json!({ "memory": null }));
 }
