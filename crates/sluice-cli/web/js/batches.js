@@ -193,14 +193,14 @@ async function download(t, jobs, signal) {
   for (const job of jobs.filter((_, i) => there[i])) await prepare(job);
   if (!taking.length) return true;
   const b = /** @type {Batch} */ (taking[0].batch);
-  const memory = wt.memoryNote();
-  if (memory) note(taking[0], memory);
   const { found } = await fetchFiles(wt, {
     src: b.root, files, every: taking.length === b.down?.whole, rateBps: t.rateLimit(), signal,
     progress: (i, n) => t.progress(taking[i], n),
     resumed: (i, kept) => note(taking[i], `resumed at ${size(kept)}`),
     sized: (i, bytes) => { taking[i].size = bytes; },
   });
+  const memory = wt.memoryNote();
+  if (memory) note(taking[0], memory);
   taking.forEach((job, i) => {
     if (!found[i]) {
       job.state = "failed";

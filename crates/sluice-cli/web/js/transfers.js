@@ -717,8 +717,6 @@ export class Transfers {
    * @param {() => Promise<void>} place
    */
   async fetchMachines(wt, job, src, part, have, signal, place) {
-    const memory = wt.memoryNote();
-    if (memory) note(job, memory);
     const done = await fetchFiles(wt, {
       src, files: [{ path: null, part, have, place }], every: true, signal,
       rateBps: this.rateLimit(),
@@ -726,6 +724,8 @@ export class Transfers {
       resumed: (_, kept) => note(job, `resumed at ${size(kept)}`),
       sized: (_, bytes) => { job.size = bytes; },
     });
+    const memory = wt.memoryNote();
+    if (memory) note(job, memory);
     const verified = done.fromBlocks ? "BLAKE3 verified as it arrived" : "BLAKE3 verified";
     job.note = [job.note, verified, done.repaired ? `${done.repaired} blocks sent again` : ""].filter(Boolean).join("; ");
   }

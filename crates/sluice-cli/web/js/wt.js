@@ -131,6 +131,9 @@ export class Wt {
     this.memory = null;
     /** Whether a download took the words of `memory` yet (the first one does). */
     this.memoryTold = false;
+    /** The `path` request under way (`remembered`), asked beside the first transfer. */
+    /** @type {Promise<void>} */
+    this.remembering = Promise.resolve();
     for (const t of transports) this.accept(t).catch(() => {});
     // One lane closed (idle, the server restarted) closes them all: the next transfer connects
     // again.
@@ -185,7 +188,10 @@ export class Wt {
     this.memory = answer?.memory ?? null;
   }
 
-  /** What the path memory start was, in words, once: for the first download on these lanes. */
+  /**
+   * What the path memory start was, in words, once: for the first download on these lanes (asked
+   * at its end, when the answer of `remembered`, asked beside it, is in).
+   */
   memoryNote() {
     if (!this.memory || this.memoryTold) return null;
     this.memoryTold = true;
@@ -418,7 +424,8 @@ async function connect(W) {
     const more = await Promise.all(Array.from({ length: Math.max(0, (info.lanes ?? 1) - 1) },
       () => open(W, page).catch((e) => { console.warn("a WebTransport lane did not connect:", e); return null; })));
     const wt = new Wt([first, ...more.filter((t) => t)], info);
-    await wt.remembered();
+    // Beside the first transfer, not before it: a round trip less.
+    wt.remembering = wt.remembered();
     return wt;
   } catch (e) {
     const why = e instanceof api.ApiError && e.code === "no-webtransport"
@@ -458,12 +465,22 @@ export async function session() {
     connecting = null;
     return null;
   }
+  connected(wt);
+  const current = connecting;
+  wt.remembering.then(() => { if (connecting === current && wt.memory) connected(wt); });
+  return wt;
+}
+
+/**
+ * Says on the page that transfers go over `wt`, and where its sending started from.
+ * @param {Wt} wt
+ */
+function connected(wt) {
   const lanes = wt.transports.length;
   const memory = wt.memory ? `, sending from path memory at ${startWords(wt.memory)}` : "";
   const how = `HTTP/3 over QUIC, ${lanes} session${lanes > 1 ? "s" : ""}, ${wt.streams} streams per file${memory}`;
   if (mode() === "auto") say(`WebTransport is connected (${how}); each direction takes the faster of it and HTTPS, as measured on its transfers.`, true);
   else say(`Transfers go over WebTransport (${how}).`, true);
-  return wt;
 }
 
 /**
