@@ -915,7 +915,7 @@ fn upload_changing(
         let (bytes, total) = (value["bytes"].as_u64(), value["total"].as_u64());
         let event = value["event"].as_str().unwrap_or("");
         // At the first progress: the last MiB is read at the end, and under load a progress
-        // has gone from a tenth of the file to its end in one step (the change never came).
+        // has gone from a fifth of the file to its end in one step (the change never came).
         if let (false, "progress", Some(b), Some(t)) = (changed, event, bytes, total)
             && b > 0
             && b < t
