@@ -131,9 +131,6 @@ export class Wt {
     this.memory = null;
     /** Whether a download took the words of `memory` yet (the first one does). */
     this.memoryTold = false;
-    /** The `path` request under way (`remembered`), asked beside the first transfer. */
-    /** @type {Promise<void>} */
-    this.remembering = Promise.resolve();
     for (const t of transports) this.accept(t).catch(() => {});
     // One lane closed (idle, the server restarted) closes them all: the next transfer connects
     // again.
@@ -424,8 +421,11 @@ async function connect(W) {
     const more = await Promise.all(Array.from({ length: Math.max(0, (info.lanes ?? 1) - 1) },
       () => open(W, page).catch((e) => { console.warn("a WebTransport lane did not connect:", e); return null; })));
     const wt = new Wt([first, ...more.filter((t) => t)], info);
-    // Beside the first transfer, not before it: a round trip less.
-    wt.remembering = wt.remembered();
+    // Asked beside the first transfer, not before it (a round trip less); once the answer is
+    // in, the line says it, if transfers still go over this session.
+    wt.remembered().then(() => {
+      if (wt.memory) connecting?.then((now) => { if (now === wt) connected(wt); });
+    });
     return wt;
   } catch (e) {
     const why = e instanceof api.ApiError && e.code === "no-webtransport"
@@ -466,8 +466,6 @@ export async function session() {
     return null;
   }
   connected(wt);
-  const current = connecting;
-  wt.remembering.then(() => { if (connecting === current && wt.memory) connected(wt); });
   return wt;
 }
 

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice::datapath::MemoryStart;
 use sluice::web::{Pace, Policy, Target};
 use tokio::task::JoinSet;
 use wtransport::{Connection, RecvStream, SendStream};
@@ -94,8 +93,6 @@ struct Session {
     /// What its downloads keep what the path delivered with (`None`: path memory off, or no
     /// seat in its login's group).
     note: Option<Arc<PathNote>>,
-    /// The start from path memory of the lanes' group, when this session made the group.
-    start: Option<MemoryStart>,
     /// Places for pieces in memory ([`PIECES_AT_ONCE`]).
     pieces: tokio::sync::Semaphore,
 }
@@ -115,7 +112,7 @@ pub(super) async fn serve(
     app: AppState,
     (id, page): (String, Option<String>),
     (counters, registry): (Arc<Counters>, Arc<Registry>),
-    (note, start): (Option<Arc<PathNote>>, Option<MemoryStart>),
+    note: Option<Arc<PathNote>>,
 ) {
     let entered = page.clone().map(|page| registry.pages.enter((id.clone(), page), &connection));
     let session = Arc::new(Session {
@@ -125,7 +122,6 @@ pub(super) async fn serve(
         counters,
         registry,
         note,
-        start,
         pieces: tokio::sync::Semaphore::new(PIECES_AT_ONCE),
     });
     let mut streams = JoinSet::new();
@@ -195,10 +191,12 @@ async fn stream(
                 fetch(&session, to, access, (paths, early), tag, rate_bps).await;
                 Ok(None)
             }
-            Request::Path => Ok(Some(json!({ "memory": session.start.map(|start| json!({
-                "rate_bps": start.rate_bps,
-                "age_s": start.age.as_secs(),
-            })) }))),
+            Request::Path => {
+                let start = session.note.as_ref().and_then(|note| note.start);
+                let memory =
+                    start.map(|s| json!({ "rate_bps": s.rate_bps, "age_s": s.age.as_secs() }));
+                Ok(Some(json!({ "memory": memory })))
+            }
         }
     }
     .await;

@@ -74,12 +74,15 @@ impl PathTo {
     }
 }
 
-/// What a download needs to keep what its path delivered: the memory, the path, and the group
-/// whose controller measured it.
+/// A session's path memory: what a download needs to keep what its path delivered (the memory,
+/// the path, and the group whose controller measured it), and how the group started.
 pub(crate) struct PathNote {
     memory: Arc<PathMemory>,
     path: PathTo,
     group: Arc<CouplingGroup>,
+    /// The group's start from path memory, when this session made the group (`None`: it
+    /// joined one, or the group started afresh).
+    pub(crate) start: Option<MemoryStart>,
 }
 
 impl PathNote {
@@ -189,16 +192,11 @@ impl Seat {
         &self.group
     }
 
-    /// The group's start from path memory, when this seat's session made the group.
-    pub(crate) fn start(&self) -> Option<MemoryStart> {
-        self.start
-    }
-
-    /// What the session's downloads keep what the path delivered with (`None`: path memory
-    /// off).
+    /// The session's path memory (`None`: off).
     pub(crate) fn note(&self) -> Option<PathNote> {
         let memory = self.lanes.memory.clone()?;
-        Some(PathNote { memory, path: self.path.clone(), group: self.group.clone() })
+        let (path, group) = (self.path.clone(), self.group.clone());
+        Some(PathNote { memory, path, group, start: self.start })
     }
 }
 

@@ -278,10 +278,8 @@ impl WtListener {
                         );
                         let seat = lanes.seat(&id, quic.congestion_state(), &path);
                         let note = seat.as_ref().and_then(lanes::Seat::note).map(Arc::new);
-                        let start = seat.as_ref().and_then(lanes::Seat::start);
                         let login = (id, page);
-                        let path = (note, start);
-                        conn::serve(connection, app, login, (counters, registry), path).await;
+                        conn::serve(connection, app, login, (counters, registry), note).await;
                         drop(seat);
                     }
                     Ok(Err(e)) => tracing::debug!("webtransport session: {e}"),
